@@ -1,0 +1,37 @@
+# `make run`: the whole workflow on the embedded default config, then the HTML report.
+# `make test`: the test suite.  Both install the package into .venv first (`make .venv`).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(abspath $(VENV))/bin
+CORES ?= 2
+SNAKEMAKE := $(BIN)/snakemake --workflow-profile profiles/default --cores $(CORES)
+# Rules call the `intertwine` console script, so the venv comes first on PATH.
+export PATH := $(BIN):$(PATH)
+
+.PHONY: .venv run report test test-cluster dry-run-paper clean
+
+.venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+run: .venv
+	$(SNAKEMAKE)
+	$(MAKE) report
+
+report: .venv
+	$(SNAKEMAKE) --report results/report.html
+
+test: .venv
+	$(BIN)/python -m pytest
+
+test-cluster: .venv
+	bash tests/cluster/run.sh
+
+dry-run-paper: .venv
+	$(SNAKEMAKE) --configfile config/paper.yaml -n --quiet rules
+
+clean:
+	rm -rf results/data results/zoo results/tables results/figures results/logs results/benchmarks results/report.html .snakemake

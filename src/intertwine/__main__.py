@@ -1,0 +1,3 @@
+from intertwine.cli import main
+
+main()

@@ -1,0 +1,120 @@
+"""Command line: ``intertwine <stage> ...``, the only thing the workflow's rules call.
+
+Config blocks are passed as JSON strings, exactly as the workflow holds them, so any job can be
+rerun by hand from the command its log prints.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _json(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({err}): {text[:80]}") from err
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def cmd_data(args) -> None:
+    from intertwine.data import build_dataset, write_dataset
+
+    splits, meta = build_dataset(args.config, args.seed)
+    write_dataset(args.out, splits, meta)
+    _log(f"{meta['dataset']}: " + ", ".join(f"{k} {v}" for k, v in meta["sizes"].items())
+         + f" images of {meta['image_size']} pixels in {args.out}")
+
+
+def cmd_train(args) -> None:
+    import torch
+
+    from intertwine.tables import ZOO_EPOCHS, write_parquet
+    from intertwine.zoo import save_checkpoint, train_member
+
+    if Path(args.checkpoint).exists():  # fail before training, not after
+        save_checkpoint({}, args.checkpoint)
+    torch.set_num_threads(args.threads)
+    checkpoint, metrics = train_member(args.spec, args.variant, args.seed, args.data,
+                                       args.training, args.global_seed, args.checkpoint, log=_log)
+    write_parquet(metrics, args.metrics, ZOO_EPOCHS)
+    save_checkpoint(checkpoint, args.checkpoint)
+
+
+def cmd_zoo_table(args) -> None:
+    from intertwine.tables import ZOO, ZOO_EPOCHS, read_parquet, write_parquet
+    from intertwine.zoo import zoo_table
+
+    epochs = read_parquet(args.metrics, ZOO_EPOCHS)
+    write_parquet(epochs, args.epochs_out, ZOO_EPOCHS)
+    write_parquet(zoo_table([epochs]), args.out, ZOO)
+
+
+def cmd_zoo_figure(args) -> None:
+    from intertwine.figures import save_figure, zoo_accuracy, zoo_summary
+    from intertwine.paper import reported_accuracy
+    from intertwine.tables import ZOO, read_parquet
+    from intertwine.utils import atomic_path
+
+    zoo = read_parquet([args.zoo], ZOO)
+    reported = ({name: reported_accuracy(spec) for name, spec in args.variants.items()}
+                if args.dataset == "cifar10" else {})
+    save_figure(zoo_accuracy(zoo, reported), args.out, dpi=args.figures["dpi"])
+    with atomic_path(args.summary) as tmp:
+        zoo_summary(zoo, reported).to_csv(tmp, index=False)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="intertwine", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("data", help="generate or decode the data set into the cache")
+    p.add_argument("--config", type=_json, required=True, help="the config's `data` block (JSON)")
+    p.add_argument("--seed", type=int, default=0, help="the config's global seed")
+    p.add_argument("--out", required=True, help="cache directory, e.g. results/data/shapes")
+    p.set_defaults(func=cmd_data)
+
+    p = sub.add_parser("train", help="train one zoo member")
+    p.add_argument("--data", required=True, help="data cache directory")
+    p.add_argument("--variant", required=True)
+    p.add_argument("--spec", type=_json, required=True, help="the variant's model spec (JSON)")
+    p.add_argument("--seed", type=int, required=True, help="zoo member seed")
+    p.add_argument("--training", type=_json, required=True, help="the `zoo.training` block (JSON)")
+    p.add_argument("--global-seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="CPU threads for torch")
+    p.add_argument("--checkpoint", required=True, help="output .pt (never overwritten)")
+    p.add_argument("--metrics", required=True, help="output per-epoch metrics .parquet")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("zoo-table", help="aggregate per-model metrics into the zoo tables")
+    p.add_argument("metrics", nargs="+", help="per-model metrics .parquet files")
+    p.add_argument("--out", required=True, help="zoo.parquet: one row per model")
+    p.add_argument("--epochs-out", required=True, help="zoo_epochs.parquet: one row per epoch")
+    p.set_defaults(func=cmd_zoo_table)
+
+    p = sub.add_parser("zoo-figure", help="accuracy distribution per variant and its summary")
+    p.add_argument("--zoo", required=True, help="zoo.parquet")
+    p.add_argument("--variants", type=_json, required=True, help="the `zoo.variants` block (JSON)")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--figures", type=_json, required=True, help="the `figures` block (JSON)")
+    p.add_argument("--out", nargs="+", required=True, help="figure files (.png, .pdf, ...)")
+    p.add_argument("--summary", required=True, help="summary table .csv")
+    p.set_defaults(func=cmd_zoo_figure)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as err:
+        sys.exit(f"intertwine {args.command}: error: {err}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Data sets, decoded once into uint8 arrays and cached on disk.
+
+The data stage writes ``DIR/{train,val,test}.npz`` and ``DIR/meta.json``; training and every later
+stage read that cache (``load_split``), never the raw files. ``val`` is a held-out part of the
+training set, drawn from the config's seed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from intertwine.utils import atomic_path, config_hash, derive_seed, write_json
+
+SPLITS = ("train", "val", "test")
+DATASETS = ("shapes", "cifar10")
+
+
+@dataclass
+class Split:
+    images: torch.Tensor               # uint8 (N, 3, H, W)
+    labels: torch.Tensor               # int64 (N,)
+    concepts: torch.Tensor | None = None  # uint8 (N, categories, H, W) label maps (shapes only)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def to(self, device: torch.device | str) -> "Split":
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return Split(move(self.images), move(self.labels), move(self.concepts))
+
+
+def build_dataset(block: dict, seed: int) -> tuple[dict[str, dict[str, np.ndarray]], dict]:
+    """Generate or read the configured data set; return its splits as arrays and its metadata."""
+    name = block["dataset"]
+    meta = {"dataset": name}
+    if name == "shapes":
+        from intertwine.data.shapes import CLASSES, CONCEPTS, generate_shapes
+
+        options = dict(block["shapes"])
+        sizes = {"train": options.pop("train_size"), "test": options.pop("test_size")}
+        raw = {split: generate_shapes(n, derive_seed(seed, "shapes", split), **options)
+               for split, n in sizes.items()}
+        meta |= {"classes": list(CLASSES), "concepts": {k: list(v) for k, v in CONCEPTS.items()}}
+    elif name == "cifar10":
+        from intertwine.data.cifar10 import load_cifar10
+
+        options = block["cifar10"]
+        loaded = load_cifar10(options["root"], options["layout"], options["download"])
+        raw = {split: {"images": loaded[split][0], "labels": loaded[split][1]}
+               for split in ("train", "test")}
+        meta["classes"] = loaded["classes"]
+    else:
+        raise ValueError(f"data.dataset: {name!r} is not one of {DATASETS}")
+
+    splits = {"test": raw["test"]}
+    splits["train"], splits["val"] = _hold_out(raw["train"], block["val_size"], seed)
+    train = splits["train"]["images"]
+    pixels = train.transpose(1, 0, 2, 3).reshape(3, -1).astype(np.float64) / 255.0
+    meta |= {
+        "mean": pixels.mean(axis=1).tolist(),
+        "std": pixels.std(axis=1).tolist(),
+        "image_size": list(train.shape[2:]),
+        "sizes": {split: int(len(arrays["labels"])) for split, arrays in splits.items()},
+        "config_hash": config_hash(block),
+    }
+    return splits, meta
+
+
+def _hold_out(arrays: dict[str, np.ndarray], val_size: int, seed: int):
+    n = len(arrays["labels"])
+    if not 0 < val_size < n:
+        raise ValueError(f"data.val_size: {val_size} must be between 1 and the training set "
+                         f"size minus one ({n - 1})")
+    order = np.random.default_rng(derive_seed(seed, "data", "val")).permutation(n)
+    train_idx, val_idx = np.sort(order[val_size:]), np.sort(order[:val_size])
+    return ({k: v[train_idx] for k, v in arrays.items()},
+            {k: v[val_idx] for k, v in arrays.items()})
+
+
+def write_dataset(out_dir: str | Path, splits: dict, meta: dict) -> None:
+    out_dir = Path(out_dir)
+    for split, arrays in splits.items():
+        with atomic_path(out_dir / f"{split}.npz") as tmp:
+            with open(tmp, "wb") as f:
+                np.savez(f, **arrays)
+    write_json(meta, out_dir / "meta.json")
+
+
+def load_meta(data_dir: str | Path) -> dict:
+    path = Path(data_dir) / "meta.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run the data stage first "
+                                f"(`intertwine data ... --out {data_dir}`, or snakemake)")
+    return json.loads(path.read_text())
+
+
+def load_split(data_dir: str | Path, split: str) -> Split:
+    """Read one cached split as tensors (on the CPU; move with ``.to(device)``)."""
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r} is not one of {SPLITS}")
+    path = Path(data_dir) / f"{split}.npz"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run the data stage first")
+    with np.load(path) as arrays:
+        concepts = arrays["concepts"] if "concepts" in arrays else None
+        return Split(torch.from_numpy(arrays["images"]), torch.from_numpy(arrays["labels"]),
+                     None if concepts is None else torch.from_numpy(concepts))

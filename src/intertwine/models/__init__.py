@@ -1,0 +1,189 @@
+"""Model registry: build a model from a config spec and list its activation sites.
+
+A spec is a dict such as ``{"arch": "resnet20", "activation": "leaky_relu", "negative_slope": 0.1}``.
+Options every architecture takes:
+
+- ``activation``: "relu" (default), "leaky_relu" or "gelu".
+- ``negative_slope``: LeakyReLU slope, default 0.01. Only meaningful with "leaky_relu"; with another
+  activation any value other than the default is rejected, since it is most likely a config that
+  forgot ``activation: leaky_relu``.
+- ``width_multiplier``: default 1.0; every width becomes ``max(1, round(width * multiplier))``.
+- ``batch_norm``: default True. Without it BN layers become ``nn.Identity`` (names unchanged).
+- ``num_classes``: default 10.
+
+Plus ``constant_width`` (myrtle: every conv gets that many channels, still scaled by
+``width_multiplier``) and ``residual_activation`` (resnets: False replaces the activation after
+each residual addition by ``nn.Identity``, which stays a site).
+"""
+from __future__ import annotations
+
+import functools
+import numbers
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from torch import nn
+
+from .myrtle import myrtle
+from .resnet import resnet18, resnet20
+
+__all__ = [
+    "ACTIVATIONS",
+    "ARCHITECTURES",
+    "Architecture",
+    "Site",
+    "build",
+    "count_parameters",
+    "normalize_spec",
+    "sites",
+]
+
+ACTIVATIONS: Mapping[str, type[nn.Module]] = MappingProxyType(
+    {"relu": nn.ReLU, "leaky_relu": nn.LeakyReLU, "gelu": nn.GELU}
+)
+
+
+@dataclass(frozen=True)
+class Site:
+    """An activation layer, where representations are read or stitched."""
+
+    name: str  # qualified module name: model.get_submodule(name) is the activation module
+    channels: int
+    inside_residual: bool  # inside a residual block, i.e. not on the residual stream
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A registry entry: the builder function and the spec options it takes, with defaults."""
+
+    builder: Callable[..., nn.Module]
+    options: Mapping[str, Any]
+
+
+_COMMON_OPTIONS = {
+    "activation": "relu",
+    "negative_slope": 0.01,
+    "width_multiplier": 1.0,
+    "batch_norm": True,
+    "num_classes": 10,
+}
+
+ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
+    {
+        "myrtle": Architecture(myrtle, MappingProxyType({**_COMMON_OPTIONS, "constant_width": None})),
+        "resnet20": Architecture(
+            resnet20, MappingProxyType({**_COMMON_OPTIONS, "residual_activation": True})
+        ),
+        "resnet18": Architecture(
+            resnet18, MappingProxyType({**_COMMON_OPTIONS, "residual_activation": True})
+        ),
+    }
+)
+
+
+def _check_value(key: str, value: Any) -> Any:
+    """The option's value in canonical form (floats as float), or a ValueError naming the key."""
+
+    def fail(expected: str) -> ValueError:
+        return ValueError(f"model option {key!r}: expected {expected}, got {value!r}")
+
+    is_int = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    is_real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if key == "activation":
+        if value not in ACTIVATIONS:
+            raise fail("one of " + ", ".join(map(repr, ACTIVATIONS)))
+        return value
+    if key in ("batch_norm", "residual_activation"):
+        if not isinstance(value, bool):
+            raise fail("true or false")
+        return value
+    if key == "num_classes":
+        if not is_int or value < 1:
+            raise fail("a positive integer")
+        return int(value)
+    if key == "constant_width":
+        if value is None:
+            return None
+        if not is_int or value < 1:
+            raise fail("a positive integer or null")
+        return int(value)
+    if key == "width_multiplier":
+        if not is_real or not value > 0:
+            raise fail("a positive number")
+        return float(value)
+    if key == "negative_slope":
+        if not is_real:
+            raise fail("a number")
+        return float(value)
+    raise AssertionError(f"no check for option {key!r}")  # a registry option without a check
+
+
+def normalize_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The validated spec with every option filled in: ``arch`` first, then options in registry order.
+
+    Idempotent, so two specs describe the same model exactly when their normalised forms are equal.
+    """
+    if not isinstance(spec, Mapping):
+        raise TypeError(f"a model spec must be a mapping with an 'arch' key, got {spec!r}")
+    known = ", ".join(ARCHITECTURES)
+    if "arch" not in spec:
+        raise ValueError(f"model spec has no 'arch'; known architectures: {known}")
+    arch = spec["arch"]
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"unknown model arch {arch!r}; known architectures: {known}")
+    defaults = ARCHITECTURES[arch].options
+
+    for key in spec:
+        if key == "arch" or key in defaults:
+            continue
+        owners = [name for name, entry in ARCHITECTURES.items() if key in entry.options]
+        where = f" (it applies only to {', '.join(owners)})" if owners else ""
+        raise ValueError(
+            f"unknown model option {key!r} for arch {arch!r}{where}; "
+            f"allowed options for {arch!r}: arch, {', '.join(defaults)}"
+        )
+
+    normalized: dict[str, Any] = {"arch": arch}
+    for key, default in defaults.items():
+        normalized[key] = _check_value(key, spec.get(key, default))
+
+    if (
+        normalized["activation"] != "leaky_relu"
+        and normalized["negative_slope"] != defaults["negative_slope"]
+    ):
+        raise ValueError(
+            f"model option 'negative_slope' applies only with activation 'leaky_relu' "
+            f"(this spec has activation {normalized['activation']!r}); "
+            "set activation: leaky_relu or remove negative_slope"
+        )
+    return normalized
+
+
+def build(spec: Mapping[str, Any]) -> nn.Module:
+    """A freshly initialised model (from torch's global RNG) for `spec`; see the module docstring."""
+    options = normalize_spec(spec)
+    entry = ARCHITECTURES[options.pop("arch")]
+    activation = options.pop("activation")
+    negative_slope = options.pop("negative_slope")
+    if activation == "leaky_relu":
+        activation_layer = functools.partial(nn.LeakyReLU, negative_slope=negative_slope)
+    else:
+        activation_layer = ACTIVATIONS[activation]
+    return entry.builder(activation_layer=activation_layer, **options)
+
+
+def sites(model: nn.Module) -> list[Site]:
+    """The model's activation sites in forward order (the same for every seed of a spec)."""
+    layout = getattr(model, "site_layout", None)
+    if layout is None:
+        raise TypeError(
+            f"{type(model).__name__} does not declare its activation sites (no site_layout "
+            "method); build models with intertwine.models.build"
+        )
+    return [Site(name, int(channels), bool(inside)) for name, channels, inside in layout()]
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,52 @@
+"""Explicit Parquet schemas (keys first, then values, then provenance) and atomic writes."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from intertwine.utils import atomic_path
+
+PROVENANCE = [pa.field("config_hash", pa.string()), pa.field("version", pa.string())]
+
+ZOO_EPOCHS = pa.schema([
+    pa.field("variant", pa.string()), pa.field("seed", pa.int64()), pa.field("epoch", pa.int64()),
+    pa.field("lr", pa.float64()), pa.field("train_loss", pa.float64()),
+    pa.field("train_acc", pa.float64()), pa.field("val_acc", pa.float64()),
+    pa.field("test_acc", pa.float64()),  # only on the kept epoch, null elsewhere
+    pa.field("kept", pa.bool_()), pa.field("epoch_seconds", pa.float64()),
+    pa.field("n_params", pa.int64()), pa.field("device", pa.string()),
+    pa.field("checkpoint", pa.string()), *PROVENANCE,
+])
+
+ZOO = pa.schema([
+    pa.field("variant", pa.string()), pa.field("seed", pa.int64()),
+    pa.field("val_acc", pa.float64()), pa.field("test_acc", pa.float64()),
+    pa.field("n_params", pa.int64()), pa.field("epochs", pa.int64()),
+    pa.field("best_epoch", pa.int64()), pa.field("train_seconds", pa.float64()),
+    pa.field("device", pa.string()), pa.field("checkpoint", pa.string()), *PROVENANCE,
+])
+
+
+def to_table(df: pd.DataFrame, schema: pa.Schema) -> pa.Table:
+    """Cast ``df`` to ``schema``; a missing or extra column is an error that names it."""
+    missing = [name for name in schema.names if name not in df.columns]
+    extra = [name for name in df.columns if name not in schema.names]
+    if missing or extra:
+        raise ValueError(f"table does not match its schema: missing columns {missing}, "
+                         f"unexpected columns {extra}")
+    return pa.Table.from_pandas(df[schema.names], schema=schema, preserve_index=False)
+
+
+def write_parquet(df: pd.DataFrame, path: str | Path, schema: pa.Schema) -> None:
+    table = to_table(df, schema)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def read_parquet(paths, schema: pa.Schema | None = None) -> pd.DataFrame:
+    """Read and concatenate Parquet files (optionally checked against ``schema``)."""
+    tables = [pq.read_table(p, schema=schema) for p in paths]
+    return pa.concat_tables(tables).to_pandas() if tables else pd.DataFrame()

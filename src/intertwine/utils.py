@@ -1,0 +1,61 @@
+"""Small shared helpers: seeds derived from keys, config hashes, atomic writes, devices."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+
+def derive_seed(*keys: Any) -> int:
+    """A 63-bit seed determined by `keys` (global seed, stage name, variant, ...).
+
+    Every random choice in the library draws from a generator seeded this way, so the same
+    inputs give the same outputs whatever ran before.
+    """
+    digest = hashlib.sha256(json.dumps(keys, sort_keys=True, default=str).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def config_hash(block: Any) -> str:
+    """Short stable hash of a JSON-able config block (recorded as provenance in every table)."""
+    text = json.dumps(block, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds.
+
+    A killed job leaves at most a hidden `.tmp` file, never a half-written output.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_json(obj: Any, path: str | os.PathLike) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """`auto` picks CUDA when present, else CPU; `cuda` without a GPU is an error that says so."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device: {name!r} was requested but no CUDA GPU is visible; "
+                           "set device: auto (or cpu) in the config")
+    return torch.device(name)

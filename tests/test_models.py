@@ -1,0 +1,328 @@
+"""The model registry: parameter counts, activation sites, spec validation, seeding."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from intertwine.models import (
+    ARCHITECTURES,
+    Site,
+    build,
+    count_parameters,
+    normalize_spec,
+    sites,
+)
+from intertwine.models.myrtle import PAPER_LAYER_INDEX
+from intertwine.models.resnet import ZeroPadShortcut
+
+ACTIVATION_TYPES = (nn.ReLU, nn.LeakyReLU, nn.GELU)
+
+
+@pytest.fixture(scope="module")
+def defaults() -> dict[str, nn.Module]:
+    torch.manual_seed(0)
+    return {arch: build({"arch": arch}) for arch in ARCHITECTURES}
+
+
+def _hooked_forward(model: nn.Module, names: list[str], size: int = 32) -> list[tuple[str, int]]:
+    """(name, channels) of each hooked module in the order the forward pass reaches it."""
+    seen: list[tuple[str, int]] = []
+    handles = [
+        model.get_submodule(name).register_forward_hook(
+            lambda _m, _i, out, name=name: seen.append((name, out.shape[1]))
+        )
+        for name in names
+    ]
+    try:
+        with torch.no_grad():
+            out = model(torch.randn(2, 3, size, size))
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert out.shape == (2, 10)
+    return seen
+
+
+# --- parameter counts -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "arch, expected", [("myrtle", 1_558_026), ("resnet20", 269_722), ("resnet18", 11_173_962)]
+)
+def test_default_parameter_counts(defaults, arch, expected):
+    assert count_parameters(defaults[arch]) == expected
+
+
+def test_count_parameters_skips_frozen():
+    model = build({"arch": "myrtle", "width_multiplier": 0.125})
+    total = count_parameters(model)
+    model.fc.requires_grad_(False)
+    assert count_parameters(model) == total - model.fc.weight.numel() - model.fc.bias.numel()
+
+
+def test_myrtle_without_bn_drops_exactly_the_bn_parameters(defaults):
+    bn_params = sum(
+        p.numel() for m in defaults["myrtle"].modules() if isinstance(m, nn.BatchNorm2d)
+        for p in m.parameters()
+    )
+    assert bn_params == 2 * (64 + 128 + 256 + 512)
+    no_bn = build({"arch": "myrtle", "batch_norm": False})
+    assert count_parameters(no_bn) == 1_558_026 - bn_params
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in no_bn.modules())
+
+
+def test_resnet_without_bn_has_conv_biases():
+    model = build({"arch": "resnet20", "batch_norm": False, "width_multiplier": 0.25})
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert convs and all(c.bias is not None for c in convs)
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
+
+
+def test_constant_width_myrtle():
+    model = build({"arch": "myrtle", "constant_width": 32})
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert len(convs) == 4
+    assert [c.out_channels for c in convs] == [32] * 4
+    assert [c.in_channels for c in convs] == [3, 32, 32, 32]
+    assert model.fc.in_features == 32
+    assert [s.channels for s in sites(model)] == [32] * 4
+
+
+@pytest.mark.parametrize(
+    "arch, full, quarter",
+    [
+        ("myrtle", [64, 128, 256, 512], [16, 32, 64, 128]),
+        ("resnet20", [16, 32, 64], [4, 8, 16]),
+        ("resnet18", [64, 128, 256, 512], [16, 32, 64, 128]),
+    ],
+)
+def test_width_multiplier_shrinks_channels(defaults, arch, full, quarter):
+    def widths(model):
+        return sorted({s.channels for s in sites(model)})
+
+    small = build({"arch": arch, "width_multiplier": 0.25})
+    assert widths(defaults[arch]) == full
+    assert widths(small) == quarter
+    assert count_parameters(small) < count_parameters(defaults[arch]) / 8
+    _hooked_forward(small, [s.name for s in sites(small)])  # still runs end to end
+
+
+# --- sites ------------------------------------------------------------------------------------
+
+
+def test_myrtle_sites(defaults):
+    got = sites(defaults["myrtle"])
+    assert got == [
+        Site("act1", 64, False),
+        Site("act2", 128, False),
+        Site("act3", 256, False),
+        Site("act4", 512, False),
+    ]
+    assert set(PAPER_LAYER_INDEX) == {s.name for s in got}
+
+
+def test_resnet_site_layout(defaults):
+    r20, r18 = sites(defaults["resnet20"]), sites(defaults["resnet18"])
+    assert len(r20) == 19 and len(r18) == 17
+    for got, stages in ((r20, [3, 3, 3]), (r18, [2, 2, 2, 2])):
+        expected = [("act", False)]
+        for i, n_blocks in enumerate(stages, start=1):
+            for j in range(n_blocks):
+                expected += [(f"layer{i}.{j}.act1", True), (f"layer{i}.{j}.act2", False)]
+        assert [(s.name, s.inside_residual) for s in got] == expected
+    assert [s.channels for s in r20][:3] == [16, 16, 16] and r20[-1].channels == 64
+    assert r18[-1] == Site("layer4.1.act2", 512, False)
+
+
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+def test_sites_match_forward_hooks(defaults, arch):
+    model = defaults[arch]
+    listed = sites(model)
+    for site in listed:
+        assert isinstance(model.get_submodule(site.name), ACTIVATION_TYPES)
+    seen = _hooked_forward(model, [s.name for s in listed])
+    # Each site is reached exactly once, in the listed order, with the listed channel count.
+    assert seen == [(s.name, s.channels) for s in listed]
+
+
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+def test_every_activation_module_is_a_site(defaults, arch):
+    model = defaults[arch]
+    activations = [name for name, m in model.named_modules() if isinstance(m, ACTIVATION_TYPES)]
+    assert activations == [s.name for s in sites(model)]
+
+
+@pytest.mark.parametrize("arch", ["resnet20", "resnet18"])
+def test_residual_activation_off_keeps_identity_sites(defaults, arch):
+    spec = {"arch": arch, "residual_activation": False, "width_multiplier": 0.25}
+    model = build(spec)
+    listed = sites(model)
+    assert [s.name for s in listed] == [s.name for s in sites(defaults[arch])]
+    for site in listed:
+        module = model.get_submodule(site.name)
+        if site.name.endswith(".act2"):
+            assert type(module) is nn.Identity
+        else:
+            assert isinstance(module, nn.ReLU)
+    seen = _hooked_forward(model, [s.name for s in listed])
+    assert seen == [(s.name, s.channels) for s in listed]
+    # With no activation after the sum, the block outputs go negative.
+    block_out = {}
+    model.layer1[0].act2.register_forward_hook(lambda _m, _i, out: block_out.update(x=out))
+    with torch.no_grad():
+        model(torch.randn(2, 3, 32, 32))
+    assert (block_out["x"] < 0).any()
+
+
+def test_sites_same_across_seeds():
+    spec = {"arch": "resnet20", "width_multiplier": 0.5}
+    torch.manual_seed(1)
+    a = sites(build(spec))
+    torch.manual_seed(2)
+    assert sites(build(spec)) == a
+
+
+def test_sites_rejects_foreign_model():
+    with pytest.raises(TypeError, match="site_layout"):
+        sites(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()))
+
+
+def test_small_inputs(defaults):
+    for arch, model in defaults.items():
+        with torch.no_grad():
+            assert model(torch.randn(2, 3, 16, 16)).shape == (2, 10), arch
+
+
+# --- activations ------------------------------------------------------------------------------
+
+
+def test_leaky_relu_slope_applied():
+    model = build({"arch": "resnet20", "activation": "leaky_relu", "negative_slope": 0.1})
+    modules = [model.get_submodule(s.name) for s in sites(model)]
+    assert all(isinstance(m, nn.LeakyReLU) and m.negative_slope == 0.1 for m in modules)
+    default_slope = build({"arch": "myrtle", "activation": "leaky_relu", "width_multiplier": 0.125})
+    assert default_slope.act1.negative_slope == 0.01
+
+
+def test_gelu_and_num_classes():
+    model = build({"arch": "myrtle", "activation": "gelu", "num_classes": 7, "width_multiplier": 0.25})
+    assert all(isinstance(model.get_submodule(s.name), nn.GELU) for s in sites(model))
+    with torch.no_grad():
+        assert model(torch.randn(2, 3, 32, 32)).shape == (2, 7)
+
+
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+def test_activation_modules_not_shared(defaults, arch):
+    model = defaults[arch]
+    activations = [m for m in model.modules() if isinstance(m, ACTIVATION_TYPES)]
+    assert len(activations) == len(sites(model))
+    assert len({id(m) for m in activations}) == len(activations)
+    # modules() deduplicates shared instances; named_modules(remove_duplicate=False) would not.
+    all_names = [n for n, m in model.named_modules(remove_duplicate=False)
+                 if isinstance(m, ACTIVATION_TYPES)]
+    assert len(all_names) == len(activations)
+
+
+def test_option_a_shortcut_subsamples_and_pads():
+    shortcut = ZeroPadShortcut(16, 32, stride=2)
+    x = torch.randn(2, 16, 8, 8)
+    out = shortcut(x)
+    assert out.shape == (2, 32, 4, 4)
+    assert torch.equal(out[:, 8:24], x[:, :, ::2, ::2])
+    assert out[:, :8].abs().sum() == 0 and out[:, 24:].abs().sum() == 0
+    assert count_parameters(shortcut) == 0
+
+
+# --- spec validation --------------------------------------------------------------------------
+
+
+def test_normalize_spec_fills_defaults_and_is_idempotent():
+    spec = {"arch": "resnet20", "activation": "leaky_relu", "negative_slope": 1, "width_multiplier": 1}
+    normalized = normalize_spec(spec)
+    assert normalized == {
+        "arch": "resnet20",
+        "activation": "leaky_relu",
+        "negative_slope": 1.0,
+        "width_multiplier": 1.0,
+        "batch_norm": True,
+        "num_classes": 10,
+        "residual_activation": True,
+    }
+    assert type(normalized["negative_slope"]) is float
+    assert normalize_spec(normalized) == normalized
+    assert spec == {"arch": "resnet20", "activation": "leaky_relu", "negative_slope": 1,
+                    "width_multiplier": 1}  # input untouched
+    assert normalize_spec({"arch": "myrtle"})["constant_width"] is None
+
+
+@pytest.mark.parametrize("spec", [{}, {"arch": "resnet50"}, {"activation": "relu"}])
+def test_bad_arch_lists_known(spec):
+    with pytest.raises(ValueError, match="known architectures: myrtle, resnet20, resnet18"):
+        build(spec)
+
+
+@pytest.mark.parametrize(
+    "spec, key",
+    [
+        ({"arch": "myrtle", "widht_multiplier": 0.5}, "widht_multiplier"),
+        ({"arch": "myrtle", "residual_activation": False}, "residual_activation"),
+        ({"arch": "resnet20", "constant_width": 512}, "constant_width"),
+    ],
+)
+def test_unknown_option_names_key_and_allowed(spec, key):
+    with pytest.raises(ValueError) as info:
+        build(spec)
+    message = str(info.value)
+    assert repr(key) in message
+    allowed = ARCHITECTURES[spec["arch"]].options
+    assert all(option in message.split("allowed options")[1] for option in allowed)
+
+
+@pytest.mark.parametrize(
+    "spec, key",
+    [
+        ({"arch": "myrtle", "activation": "tanh"}, "activation"),
+        ({"arch": "myrtle", "batch_norm": "no"}, "batch_norm"),
+        ({"arch": "myrtle", "width_multiplier": 0}, "width_multiplier"),
+        ({"arch": "myrtle", "num_classes": 2.5}, "num_classes"),
+        ({"arch": "myrtle", "constant_width": True}, "constant_width"),
+        ({"arch": "resnet20", "residual_activation": 0}, "residual_activation"),
+        ({"arch": "resnet20", "negative_slope": 0.1}, "negative_slope"),  # relu: slope is a mistake
+    ],
+)
+def test_bad_option_value_names_key(spec, key):
+    with pytest.raises(ValueError, match=repr(key)):
+        build(spec)
+
+
+def test_spec_must_be_mapping():
+    with pytest.raises(TypeError):
+        build("resnet20")
+
+
+# --- seeding ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+def test_seed_determines_weights(arch):
+    spec = {"arch": arch, "width_multiplier": 0.25}
+
+    def state(seed):
+        torch.manual_seed(seed)
+        return build(spec).state_dict()
+
+    a, b, c = state(0), state(0), state(1)
+    assert a.keys() == b.keys() == c.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    weights = [k for k in a if k.endswith("weight") and a[k].dim() > 1]
+    assert weights and all(not torch.equal(a[k], c[k]) for k in weights)
+
+
+def test_resnet20_kaiming_init():
+    # akamaster initialises conv weights with kaiming_normal_: std sqrt(2 / fan_in).
+    torch.manual_seed(0)
+    model = build({"arch": "resnet20"})
+    w = model.layer3[1].conv1.weight
+    expected = (2 / (64 * 9)) ** 0.5
+    assert abs(w.std().item() - expected) / expected < 0.05

@@ -1,0 +1,63 @@
+# Helpers only: config validation, the fan-out of the config, and per-stage code hashes.
+import hashlib
+import json
+from pathlib import Path
+
+from snakemake.utils import validate
+
+import intertwine
+from intertwine.models import normalize_spec
+
+validate(config, schema="../schemas/config.schema.yaml", set_default=True)
+
+for _name, _spec in config["zoo"]["variants"].items():
+    try:
+        normalize_spec(_spec)
+    except ValueError as err:
+        raise ValueError(f"config key zoo.variants.{_name}: {err}") from None
+
+DATASET = config["data"]["dataset"]
+DATA_DIR = f"results/data/{DATASET}"
+DATA_FILES = multiext(f"{DATA_DIR}/", "train.npz", "val.npz", "test.npz", "meta.json")
+VARIANTS = list(config["zoo"]["variants"])
+SEEDS = list(range(config["zoo"]["seeds"]))
+
+# The library files each stage runs; a change to them reruns that stage (and its dependents) only.
+STAGE_CODE = {
+    "data": ["data/__init__.py", "data/shapes.py", "data/cifar10.py"],
+    "zoo": ["models", "data/augment.py", "training.py", "zoo.py"],
+    "tables": ["tables.py"],
+    "figures": ["figures.py", "paper.py"],
+}
+_PACKAGE = Path(intertwine.__file__).parent
+
+
+def code_hash(stage):
+    digest = hashlib.sha256()
+    for entry in STAGE_CODE[stage]:
+        path = _PACKAGE / entry
+        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            digest.update(file.relative_to(_PACKAGE).as_posix().encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def as_json(block):
+    """A config block as one JSON string: what a rule's params carry and its shell command passes."""
+    return json.dumps(block, sort_keys=True)
+
+
+def zoo_outputs(pattern):
+    return expand(pattern, variant=VARIANTS, seed=SEEDS)
+
+
+ZOO_TABLES = ["results/tables/zoo.parquet", "results/tables/zoo_epochs.parquet"]
+
+
+def extra_formats(stem):
+    """A figure's files besides its .png (which the report shows), one per configured format."""
+    return [f"{stem}.{ext}" for ext in config["figures"]["formats"] if ext != "png"]
+
+
+ZOO_FIGURES = ["results/figures/zoo_accuracy.png", "results/tables/zoo_summary.csv"]
+ZOO_FIGURES += extra_formats("results/figures/zoo_accuracy")

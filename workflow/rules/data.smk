@@ -1,0 +1,14 @@
+rule prepare_data:
+    output:
+        DATA_FILES,
+    params:
+        block=as_json(config["data"]),
+        seed=config["seed"],
+        code=code_hash("data"),
+        out=DATA_DIR,
+    log:
+        f"results/logs/data/{DATASET}.log",
+    benchmark:
+        f"results/benchmarks/data/{DATASET}.tsv"
+    shell:
+        "intertwine data --config {params.block:q} --seed {params.seed} --out {params.out} > {log} 2>&1"

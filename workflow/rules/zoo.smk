@@ -1,0 +1,38 @@
+rule train_member:
+    input:
+        DATA_FILES,
+    output:
+        checkpoint=protected("results/zoo/{variant}/seed{seed}.pt"),
+        metrics="results/zoo/{variant}/seed{seed}.metrics.parquet",
+    params:
+        spec=lambda wc: as_json(config["zoo"]["variants"][wc.variant]),
+        training=as_json(config["zoo"]["training"] | {"device": config["device"]}),
+        seed=config["seed"],
+        code=code_hash("zoo"),
+        data=DATA_DIR,
+    threads: config["zoo"]["training"]["threads"]
+    resources:
+        gpu=1,
+    log:
+        "results/logs/zoo/{variant}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/zoo/{variant}/seed{seed}.tsv"
+    shell:
+        "intertwine train --data {params.data} --variant {wildcards.variant} --seed {wildcards.seed}"
+        " --spec {params.spec:q} --training {params.training:q} --global-seed {params.seed}"
+        " --threads {threads} --checkpoint {output.checkpoint} --metrics {output.metrics}"
+        " > {log} 2>&1"
+
+
+rule zoo_table:
+    input:
+        zoo_outputs("results/zoo/{variant}/seed{seed}.metrics.parquet"),
+    output:
+        zoo="results/tables/zoo.parquet",
+        epochs="results/tables/zoo_epochs.parquet",
+    params:
+        code=code_hash("tables"),
+    log:
+        "results/logs/tables/zoo.log",
+    shell:
+        "intertwine zoo-table {input} --out {output.zoo} --epochs-out {output.epochs} > {log} 2>&1"
