@@ -109,10 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from intertwine.training import DivergedError
+
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as err:
+    except (OSError, ValueError, DivergedError) as err:  # the user's to fix: no traceback
         sys.exit(f"intertwine {args.command}: error: {err}")
 
 

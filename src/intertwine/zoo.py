@@ -34,6 +34,9 @@ def train_member(spec: dict, variant: str, seed: int, data_dir: str | Path, trai
     generator = torch.Generator(device=device).manual_seed(derive_seed(*key, "batches"))
 
     meta = load_meta(data_dir)
+    if spec["num_classes"] != len(meta["classes"]):
+        raise ValueError(f"variant {variant!r} has num_classes {spec['num_classes']} but the data set "
+                         f"has {len(meta['classes'])} classes; set num_classes in its spec")
     mean = torch.tensor(meta["mean"], device=device)
     std = torch.tensor(meta["std"], device=device)
     train_split = load_split(data_dir, "train").to(device)

@@ -3,18 +3,26 @@ import hashlib
 import json
 from pathlib import Path
 
+import jsonschema
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 import intertwine
+from intertwine.config import describe_validation_error
 from intertwine.models import normalize_spec
 
-validate(config, schema="../schemas/config.schema.yaml", set_default=True)
+try:
+    validate(config, schema="../schemas/config.schema.yaml", set_default=True)
+except WorkflowError as err:
+    if not isinstance(err.__context__, jsonschema.ValidationError):
+        raise
+    raise WorkflowError(describe_validation_error(err.__context__)) from None
 
 for _name, _spec in config["zoo"]["variants"].items():
     try:
         normalize_spec(_spec)
     except ValueError as err:
-        raise ValueError(f"config key zoo.variants.{_name}: {err}") from None
+        raise WorkflowError(f"config key zoo.variants.{_name}: {err}") from None
 
 DATASET = config["data"]["dataset"]
 DATA_DIR = f"results/data/{DATASET}"

@@ -392,70 +392,75 @@ def generate_shapes(
 
     images = np.empty((n, 3, size, size), dtype=np.uint8)
     concepts = np.zeros((n, len(CONCEPTS), size, size), dtype=np.uint8)
-    grid = ((np.arange(size * f, dtype=np.float32) + 0.5) / f).astype(np.float32)
+    pix = np.arange(size, dtype=np.float32) + np.float32(0.5)  # pixel centres
+    sub = (np.arange(size * f, dtype=np.float32) + np.float32(0.5)) / np.float32(f)
 
     for start in range(0, n, _BLOCK):
         sl = slice(start, min(start + _BLOCK, n))
-        b = sl.stop - sl.start
-        # ---- object coverage and texture at the supersampled resolution
-        dx = grid[None, None, :] - center[sl, 0, None, None].astype(np.float32)  # (b, 1, W)
-        dy = grid[None, :, None] - center[sl, 1, None, None].astype(np.float32)  # (b, H, 1)
+        lab = labels[sl]
         cos = np.cos(angle[sl]).astype(np.float32)[:, None, None]
         sin = np.sin(angle[sl]).astype(np.float32)[:, None, None]
-        ou = cos * dx + sin * dy  # object frame, pixels
-        ov = cos * dy - sin * dx
+        cx = center[sl, 0, None, None].astype(np.float32)
+        cy = center[sl, 1, None, None].astype(np.float32)
+
+        # ---- object coverage: shape predicate on the supersampled grid, averaged per pixel
+        dx, dy = sub[None, None, :] - cx, sub[None, :, None] - cy  # (b, 1, W), (b, H, 1)
+        ou, ov = cos * dx + sin * dy, cos * dy - sin * dx  # object frame, pixels
         inside = np.zeros(ou.shape, dtype=bool)
-        lab = labels[sl]
         for c, shape in enumerate(_SHAPES):
             idx = np.flatnonzero(lab == c)
             if idx.size == 0:
                 continue
-            scale_u = (1.0 / (radius[sl][idx] * _SIZE[c] * aspect[sl][idx])).astype(np.float32)
-            scale_v = (aspect[sl][idx] / (radius[sl][idx] * _SIZE[c])).astype(np.float32)
-            inside[idx] = shape(ou[idx] * scale_u[:, None, None], ov[idx] * scale_v[:, None, None])
+            r = radius[sl][idx] * _SIZE[c]
+            su = (1.0 / (r * aspect[sl][idx])).astype(np.float32)[:, None, None]
+            sv = (aspect[sl][idx] / r).astype(np.float32)[:, None, None]
+            inside[idx] = shape(ou[idx] * su, ov[idx] * sv)
+        cov_obj = _pool(inside, f)
+        del dx, dy, ou, ov, inside
+
+        # ---- textures (pixel resolution): True where the pattern shows the second tone
+        dx, dy = pix[None, None, :] - cx, pix[None, :, None] - cy
         p = (1.0 / period[0, sl]).astype(np.float32)[:, None, None]
         ph = phase[0, :, sl].astype(np.float32)[:, :, None, None]
-        obj_on = _texture(obj_tex[sl], ou * p + ph[0], ov * p + ph[1])
-        del ou, ov
+        obj_on = _texture(
+            obj_tex[sl], (cos * dx + sin * dy) * p + ph[0], (cos * dy - sin * dx) * p + ph[1]
+        )
         bcos = np.cos(bg_angle[sl]).astype(np.float32)[:, None, None]
         bsin = np.sin(bg_angle[sl]).astype(np.float32)[:, None, None]
+        gx, gy = pix[None, None, :], pix[None, :, None]
         p = (1.0 / period[1, sl]).astype(np.float32)[:, None, None]
         ph = phase[1, :, sl].astype(np.float32)[:, :, None, None]
-        gx, gy = grid[None, None, :], grid[None, :, None]
-        bg_on = _texture(bg_tex[sl], (bcos * gx + bsin * gy) * p + ph[0], (bcos * gy - bsin * gx) * p + ph[1])
+        bg_on = _texture(
+            bg_tex[sl], (bcos * gx + bsin * gy) * p + ph[0], (bcos * gy - bsin * gx) * p + ph[1]
+        )
 
-        # ---- marks, beneath the object: visible parts from the top down
-        occupied = inside.copy()
+        # ---- marks beneath the object, top mark first: analytic anti-aliased capsules
+        rest = 1.0 - cov_obj  # what the object leaves visible
         mark_vis = []
         for k in range(n_marks - 1, -1, -1):
-            mdx = grid[None, None, :] - mark_center[k, sl, 0, None, None].astype(np.float32)
-            mdy = grid[None, :, None] - mark_center[k, sl, 1, None, None].astype(np.float32)
+            mdx = pix[None, None, :] - mark_center[k, sl, 0, None, None].astype(np.float32)
+            mdy = pix[None, :, None] - mark_center[k, sl, 1, None, None].astype(np.float32)
             mc = np.cos(mark_angle[k, sl]).astype(np.float32)[:, None, None]
             ms = np.sin(mark_angle[k, sl]).astype(np.float32)[:, None, None]
             half = mark_length[k, sl].astype(np.float32)[:, None, None]
-            width = np.where(active[k, sl], mark_width[k, sl], -1.0).astype(np.float32)
+            width = np.where(active[k, sl], mark_width[k, sl], -2.0).astype(np.float32)
             mu = mc * mdx + ms * mdy
             mv = mc * mdy - ms * mdx
-            mu = mu - np.maximum(np.minimum(mu, half), -half)
-            mark = mu * mu + mv * mv <= (width * np.abs(width))[:, None, None]
-            mark_vis.append(_pool(mark & ~occupied, f))  # top mark first
-            occupied |= mark
+            mu -= np.maximum(np.minimum(mu, half), -half)
+            dist = np.sqrt(mu * mu + mv * mv)
+            mark = np.clip(width[:, None, None] + np.float32(0.5) - dist, 0.0, 1.0)
+            mark_vis.append(rest * mark)
+            rest = rest * (1.0 - mark)
+        cov_bg = rest
 
-        # ---- layer coverages at pixel resolution, composite
-        cov_obj = _pool(inside, f)
-        cov_obj_on = _pool(inside & obj_on, f)
-        cov_bg = _pool(~occupied, f)
-        cov_bg_on = _pool(~occupied & bg_on, f)
-        del inside, obj_on, bg_on, occupied
-        rgb = (
-            (cov_obj - cov_obj_on)[:, None] * obj_rgb[sl, :, None, None]
-            + cov_obj_on[:, None] * obj_shade[sl, :, None, None]
-            + (cov_bg - cov_bg_on)[:, None] * bg_rgb[sl, :, None, None]
-            + cov_bg_on[:, None] * bg_shade[sl, :, None, None]
+        # ---- composite
+        obj_col = np.where(
+            obj_on[:, None], obj_shade[sl, :, None, None], obj_rgb[sl, :, None, None]
         )
+        bg_col = np.where(bg_on[:, None], bg_shade[sl, :, None, None], bg_rgb[sl, :, None, None])
+        rgb = cov_obj[:, None] * obj_col + cov_bg[:, None] * bg_col
         for j, cov in enumerate(mark_vis):
-            k = n_marks - 1 - j
-            rgb += cov[:, None] * mark_rgb[k, sl, :, None, None]
+            rgb += cov[:, None] * mark_rgb[n_marks - 1 - j, sl, :, None, None]
         if noise_std > 0:
             rgb += np.float32(noise_std) * rng.standard_normal(rgb.shape, dtype=np.float32)
         images[sl] = np.rint(np.clip(rgb, 0.0, 1.0) * 255.0).astype(np.uint8)

@@ -1,0 +1,142 @@
+"""The data cache, CIFAR-10 loading in both layouts (tiny fake data), and the augmentation."""
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from intertwine.data import _hold_out, build_dataset, load_meta, load_split
+from intertwine.data.augment import augment, normalize
+from intertwine.data.cifar10 import CLASSES, DataNotFoundError, load_cifar10
+
+
+def fake_images(n, rng, size=8):
+    return rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+
+
+def write_torchvision_layout(root, rng, n_train=10, n_test=6):
+    base = root / "cifar-10-batches-py"
+    base.mkdir(parents=True)
+    batches = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    truth = {}
+    for name in batches:
+        n = n_test if name == "test_batch" else n_train
+        data, labels = fake_images(n, rng, 32), rng.integers(0, 10, n).tolist()
+        truth[name] = (data, labels)
+        with open(base / name, "wb") as f:
+            pickle.dump({"data": data.transpose(0, 3, 1, 2).reshape(n, -1), "labels": labels}, f)
+    with open(base / "batches.meta", "wb") as f:
+        pickle.dump({"label_names": CLASSES}, f)
+    return truth
+
+
+def test_torchvision_layout_reads_every_batch(tmp_path, rng, monkeypatch):
+    import torchvision.datasets.cifar as cifar
+
+    truth = write_torchvision_layout(tmp_path, rng)
+    # torchvision checks the files' md5 sums, which fake data cannot match; the reading is real.
+    monkeypatch.setattr(cifar, "check_integrity", lambda *a, **k: True)
+    monkeypatch.setattr(cifar.CIFAR10, "_check_integrity", lambda self: True)
+    data = load_cifar10(tmp_path)
+    images, labels = data["train"]
+    assert images.shape == (50, 3, 32, 32) and images.dtype == np.uint8
+    expected = np.concatenate([truth[f"data_batch_{i}"][0] for i in range(1, 6)])
+    np.testing.assert_array_equal(images, expected.transpose(0, 3, 1, 2))
+    np.testing.assert_array_equal(data["test"][1], truth["test_batch"][1])
+    assert data["classes"] == CLASSES
+
+
+def test_imagefolder_layout(tmp_path, rng):
+    written = {}
+    for split, n in (("train", 3), ("test", 2)):
+        for c, name in enumerate(CLASSES[:3]):
+            (tmp_path / split / name).mkdir(parents=True)
+            for i, img in enumerate(fake_images(n, rng)):
+                Image.fromarray(img).save(tmp_path / split / name / f"{i}.png")
+                written[(split, c, i)] = img
+    data = load_cifar10(tmp_path)
+    images, labels = data["train"]
+    assert images.shape == (9, 3, 8, 8)
+    assert data["classes"] == CLASSES[:3]
+    np.testing.assert_array_equal(labels, [0, 0, 0, 1, 1, 1, 2, 2, 2])
+    np.testing.assert_array_equal(images[4].transpose(1, 2, 0), written[("train", 1, 1)])
+    assert data["test"][0].shape == (6, 3, 8, 8)
+
+
+def test_missing_directory_says_what_to_do(tmp_path):
+    with pytest.raises(DataNotFoundError, match="cifar-10-batches-py.*download: true"):
+        load_cifar10(tmp_path / "nowhere")
+
+
+def test_incomplete_torchvision_layout(tmp_path):
+    (tmp_path / "cifar-10-batches-py").mkdir()
+    with pytest.raises(DataNotFoundError, match="missing or corrupted"):
+        load_cifar10(tmp_path)
+
+
+def test_imagefolder_without_test_split(tmp_path, rng):
+    (tmp_path / "train" / "cat").mkdir(parents=True)
+    Image.fromarray(fake_images(1, rng)[0]).save(tmp_path / "train" / "cat" / "0.png")
+    (tmp_path / "test").mkdir()
+    with pytest.raises(DataNotFoundError, match="test"):
+        load_cifar10(tmp_path, layout="imagefolder")
+
+
+def test_hold_out_is_a_disjoint_partition():
+    arrays = {"labels": np.arange(100), "images": np.arange(100)[:, None]}
+    train, val = _hold_out(arrays, 20, seed=3)
+    assert len(val["labels"]) == 20 and len(train["labels"]) == 80
+    assert set(train["labels"]).isdisjoint(val["labels"])
+    assert set(train["labels"]) | set(val["labels"]) == set(range(100))
+    with pytest.raises(ValueError, match="val_size"):
+        _hold_out(arrays, 100, seed=3)
+
+
+def test_cache_round_trip(tiny_shapes_dir):
+    meta = load_meta(tiny_shapes_dir)
+    assert meta["sizes"] == {"train": 128, "val": 32, "test": 64}
+    train = load_split(tiny_shapes_dir, "train")
+    assert train.images.dtype == torch.uint8 and train.images.shape == (128, 3, 16, 16)
+    assert train.concepts.shape[0] == 128 and train.concepts.shape[2:] == (16, 16)
+    mean = train.images.double().div(255).mean(dim=(0, 2, 3))
+    np.testing.assert_allclose(meta["mean"], mean.numpy(), atol=1e-6)
+
+
+def test_dataset_is_deterministic():
+    block = {"dataset": "shapes", "val_size": 8, "shapes": {"train_size": 40, "test_size": 8, "image_size": 16}}
+    a, _ = build_dataset(block, seed=1)
+    b, _ = build_dataset(block, seed=1)
+    c, _ = build_dataset(block, seed=2)
+    np.testing.assert_array_equal(a["val"]["images"], b["val"]["images"])
+    assert not np.array_equal(a["train"]["images"], c["train"]["images"])
+
+
+def test_augment_translates_with_mean_padding_and_flips():
+    x = torch.arange(2 * 1 * 6 * 6, dtype=torch.float32).reshape(2, 1, 6, 6) + 1
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        out = augment(x, g, translate=2, flip=True)
+        assert out.shape == x.shape
+        for i in range(2):
+            # Every output is a window of the zero-padded (= mean-padded) input, possibly flipped.
+            padded = torch.nn.functional.pad(x[i, 0], (2, 2, 2, 2))
+            windows = [padded[r:r + 6, c:c + 6] for r in range(5) for c in range(5)]
+            windows += [w.flip(-1) for w in windows]
+            assert any(torch.equal(out[i, 0], w) for w in windows)
+
+
+def test_augment_is_reproducible_and_varies():
+    x = torch.randn(64, 3, 8, 8)
+    a = augment(x, torch.Generator().manual_seed(5))
+    b = augment(x, torch.Generator().manual_seed(5))
+    c = augment(x, torch.Generator().manual_seed(6))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert not torch.equal(a, x)  # something moved
+    assert torch.equal(augment(x, torch.Generator(), translate=0, flip=False), x)
+
+
+def test_normalize():
+    images = torch.full((1, 3, 2, 2), 51, dtype=torch.uint8)
+    out = normalize(images, torch.tensor([0.2, 0.1, 0.0]), torch.tensor([1.0, 0.5, 0.2]))
+    torch.testing.assert_close(out[0, :, 0, 0], torch.tensor([0.0, 0.2, 1.0]))

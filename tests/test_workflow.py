@@ -1,0 +1,179 @@
+"""The workflow, run for real with Snakemake on a tiny config: outputs, reruns, config errors."""
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "tests" / "configs" / "tiny.yaml"
+pytestmark = pytest.mark.workflow
+
+
+# Snakemake's protected() relies on file permissions, which do not bind root (CI runs as root):
+# this entry point makes os.access answer as it does for any other user.
+AS_NON_ROOT = """
+import os, sys
+_access = os.access
+def access(path, mode, *args, **kwargs):
+    if mode & os.W_OK and os.path.exists(path) and not os.stat(path).st_mode & 0o222:
+        return False
+    return _access(path, mode, *args, **kwargs)
+os.access = access
+from snakemake.cli import main
+sys.argv[0] = "snakemake"
+main()
+"""
+
+
+def snakemake(workdir, *args, config=TINY, check=True, as_non_root=False, **popen):
+    env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    entry = ["-c", AS_NON_ROOT] if as_non_root else ["-m", "snakemake"]
+    command = [sys.executable, *entry, "-s", str(REPO / "Snakefile"), "-d", str(workdir),
+               "--configfile", str(config), "--cores", "2", *args]
+    if popen:
+        return subprocess.Popen(command, env=env, **popen)
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def planned_jobs(workdir, config=TINY):
+    """{rule: count} of what a dry-run would run."""
+    result = snakemake(workdir, "-n", "--quiet", "rules", config=config)
+    text = result.stdout + result.stderr
+    if "Nothing to be done" in text:
+        return {}
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", text, re.M)
+            if m[1] not in ("total", "count")}
+
+
+def changed_config(tmp_path, name, change):
+    config = yaml.safe_load(TINY.read_text())
+    change(config)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("tiny")
+    snakemake(workdir)
+    return workdir
+
+
+def test_paper_config_dag(tmp_path):
+    started = time.perf_counter()
+    jobs = planned_jobs(tmp_path, REPO / "config" / "paper.yaml")
+    assert time.perf_counter() - started < 60
+    config = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    assert config["zoo"]["seeds"] == 100 and len(config["zoo"]["variants"]) == 12
+    assert jobs["train_member"] == 100 * 12
+    assert jobs["prepare_data"] == 1 and jobs["zoo_table"] == 1
+
+
+def test_tiny_run_outputs(tiny_run):
+    zoo = pd.read_parquet(tiny_run / "results/tables/zoo.parquet")
+    assert sorted(zip(zoo["variant"], zoo["seed"])) == [("myrtle", 0), ("myrtle", 1),
+                                                        ("resnet20", 0), ("resnet20", 1)]
+    assert list(zoo.columns[:2]) == ["variant", "seed"]
+    assert zoo["test_acc"].between(0, 1).all() and (zoo["n_params"] > 0).all()
+    epochs = pd.read_parquet(tiny_run / "results/tables/zoo_epochs.parquet")
+    assert len(epochs) == 4 * 2
+    checkpoint = tiny_run / "results/zoo/myrtle/seed0.pt"
+    assert not os.stat(checkpoint).st_mode & stat.S_IWUSR  # protected
+    assert (tiny_run / "results/figures/zoo_accuracy.png").stat().st_size > 1000
+    summary = pd.read_csv(tiny_run / "results/tables/zoo_summary.csv")
+    assert list(summary["variant"]) == ["myrtle", "resnet20"] and (summary["seeds"] == 2).all()
+    for log in ["data/shapes.log", "zoo/myrtle/seed0.log", "tables/zoo.log", "figures/zoo_accuracy.log"]:
+        assert (tiny_run / "results/logs" / log).exists()
+    assert "epoch 2/2" in (tiny_run / "results/logs/zoo/myrtle/seed0.log").read_text()
+
+
+def test_report(tiny_run):
+    snakemake(tiny_run, "--report", "results/report.html")
+    html = (tiny_run / "results/report.html").read_text()
+    assert "zoo_accuracy.png" in html and "zoo_summary.csv" in html
+
+
+def test_rerun_has_nothing_to_do(tiny_run):
+    assert planned_jobs(tiny_run) == {}
+
+
+def test_zoo_change_reruns_zoo_and_downstream(tiny_run, tmp_path):
+    config = changed_config(tmp_path, "epochs.yaml", lambda c: c["zoo"]["training"].update(epochs=3))
+    assert planned_jobs(tiny_run, config) == {"train_member": 4, "zoo_table": 1, "zoo_figure": 1, "all": 1}
+
+
+def test_figure_change_reruns_figures_only(tiny_run, tmp_path):
+    config = changed_config(tmp_path, "dpi.yaml", lambda c: c["figures"].update(dpi=61))
+    assert planned_jobs(tiny_run, config) == {"zoo_figure": 1, "all": 1}
+
+
+def test_later_stage_code_change_does_not_retrain(tiny_run):
+    figures_py = REPO / "src" / "intertwine" / "figures.py"
+    original = figures_py.read_bytes()
+    try:
+        figures_py.write_bytes(original + b"\n# an edit to the figure code\n")
+        assert planned_jobs(tiny_run) == {"zoo_figure": 1, "all": 1}
+    finally:
+        figures_py.write_bytes(original)
+    assert planned_jobs(tiny_run) == {}
+
+
+def test_protected_checkpoint_is_not_retrained_silently(tiny_run, tmp_path):
+    config = changed_config(tmp_path, "epochs.yaml", lambda c: c["zoo"]["training"].update(epochs=3))
+    checkpoint = tiny_run / "results/zoo/myrtle/seed0.pt"
+    before = checkpoint.read_bytes()
+    result = snakemake(tiny_run, "--until", "train_member", config=config, check=False,
+                       as_non_root=True)
+    assert result.returncode != 0
+    assert "protected" in result.stderr.lower() and "seed0.pt" in result.stderr
+    assert checkpoint.read_bytes() == before
+    assert planned_jobs(tiny_run) == {}
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: c["zoo"]["training"].update(epoch=3), "config key zoo.training.epoch: unknown key"),
+    (lambda c: c["zoo"].update(seeds="two"), "config key zoo.seeds: 'two' is not of type 'integer'"),
+    (lambda c: c["zoo"]["variants"].update(bad={"arch": "resnet20", "constant_width": 8}),
+     "config key zoo.variants.bad: unknown model option 'constant_width'"),
+    (lambda c: c["zoo"]["variants"].update(bad={"arch": "vgg"}), "config key zoo.variants.bad.arch"),
+])
+def test_config_errors_name_the_key(tmp_path, change, message):
+    result = snakemake(tmp_path, "-n", config=changed_config(tmp_path, "bad.yaml", change), check=False)
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr
+
+
+def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
+    config = changed_config(tmp_path, "slow.yaml", lambda c: (
+        c["zoo"].update(seeds=1, variants={"myrtle": c["zoo"]["variants"]["myrtle"]}),
+        c["zoo"]["training"].update(epochs=200)))
+    workdir = tmp_path / "run"
+    process = snakemake(workdir, config=config, stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL, start_new_session=True)
+    log = workdir / "results/logs/zoo/myrtle/seed0.log"
+    deadline = time.time() + 120
+    while not (log.exists() and "epoch 2/" in log.read_text()):
+        assert time.time() < deadline and process.poll() is None, "training never started"
+        time.sleep(0.5)
+    os.killpg(process.pid, signal.SIGKILL)  # snakemake and its job, as a lost node would
+    process.wait()
+    assert not list((workdir / "results/zoo").rglob("*.pt"))
+    snakemake(workdir, "--unlock", config=config)
+    finished = changed_config(tmp_path, "slow.yaml", lambda c: (
+        c["zoo"].update(seeds=1, variants={"myrtle": c["zoo"]["variants"]["myrtle"]})))
+    snakemake(workdir, config=finished)  # --rerun-incomplete comes from the default profile
+    assert (workdir / "results/zoo/myrtle/seed0.pt").exists()
+    assert planned_jobs(workdir, finished) == {}
