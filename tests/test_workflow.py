@@ -177,3 +177,8 @@ def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
     snakemake(workdir, config=finished)  # --rerun-incomplete comes from the default profile
     assert (workdir / "results/zoo/myrtle/seed0.pt").exists()
     assert planned_jobs(workdir, finished) == {}
+
+
+def test_lint_is_clean(tmp_path):
+    result = snakemake(tmp_path, "--lint")
+    assert "Congratulations, your workflow is in a good condition" in result.stdout + result.stderr

@@ -49,21 +49,25 @@ PYTHON=$(dirname "$(command -v snakemake)")/python
 T0=$SECONDS
 TMP=$(mktemp -d /tmp/intertwine-cluster.XXXXXX)
 chmod 755 "$TMP"
-CTLD_PID="" SLURMD_PID="" MUNGED_STARTED="" POLICY_RC_CREATED="" FAILED_STEP="setup"
+CTLD_PID="" SLURMD_PID="" SNAKEMAKE_PID="" MUNGED_STARTED="" POLICY_RC_CREATED="" FAILED_STEP="setup"
 
 print_logs() {
-    local f
-    for f in "$TMP"/slurmctld.log "$TMP"/slurmd.log "$TMP"/slurmctld.out "$TMP"/slurmd.out; do
-        [[ -s $f ]] || continue
-        printf '\n----- %s (last 40 lines) -----\n' "$f" >&2
-        tail -n 40 "$f" >&2
+    local d f
+    for d in slurmctld slurmd; do
+        # The daemon's log file; its stderr when it died before opening that.
+        for f in "$TMP/$d.log" "$TMP/$d.out"; do
+            [[ -s $f ]] || continue
+            printf '\n----- %s (last 40 lines) -----\n' "$f" >&2
+            tail -n 40 "$f" >&2
+            break
+        done
     done
 }
 
-stop_pid() {  # stop_pid PID NAME: TERM, wait up to 15 s, then KILL
-    local pid=$1 name=$2 i
+stop_pid() {  # stop_pid PID NAME [SIGNAL]: signal (TERM), wait up to 15 s, then KILL
+    local pid=$1 name=$2 sig=${3:-TERM} i
     [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
-    kill "$pid" 2>/dev/null || true
+    kill -s "$sig" "$pid" 2>/dev/null || true
     for ((i = 0; i < 30; i++)); do
         kill -0 "$pid" 2>/dev/null || return 0
         sleep 0.5
@@ -90,7 +94,9 @@ cleanup() {
             done < <(find "$TMP/slurm_logs" -name '*.log' -type f | sort | tail -n 8)
         fi
     fi
-    # Jobs first (their slurmstepd must not outlive the daemons), then the daemons.
+    # Snakemake (SIGINT: it cancels its jobs), then any job left (their slurmstepd must
+    # not outlive the daemons), then the daemons.
+    stop_pid "$SNAKEMAKE_PID" snakemake INT
     if [[ -n $CTLD_PID ]] && kill -0 "$CTLD_PID" 2>/dev/null; then
         scancel --full --quiet --user="$(id -un)" 2>/dev/null
         sleep 1
@@ -181,8 +187,11 @@ FAILED_STEP="writing slurm.conf"
 for f in /etc/slurm/slurm.conf /etc/slurm-llnl/slurm.conf; do
     [[ -e $f ]] && die "$f exists: this machine is already set up for a SLURM cluster; run this test on a machine without one"
 done
-NODE=$(hostname -s)
-[[ -n $NODE ]] || die "'hostname -s' is empty"
+# The node is this machine under its short host name (slurmctld only runs where the
+# name matches SlurmctldHost); all traffic goes through 127.0.0.1.
+NODE=$(hostname -s 2>/dev/null || uname -n)
+NODE=${NODE%%.*}
+[[ -n $NODE ]] || die "this machine has no host name ('hostname -s' is empty)"
 free_port() { "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 CTLD_PORT=$(free_port)
 SLURMD_PORT=$(free_port)
@@ -250,6 +259,7 @@ JobCompType=jobcomp/none
 MpiDefault=none
 SwitchType=switch/none
 ReturnToService=2
+MailProg=/bin/true
 # Configless: slurmd fetches this file from slurmctld and links /run/slurm/conf to its
 # copy. Commands inside jobs need that: the jobstep plugin drops SLURM_* variables
 # (SLURM_CONF too) before it calls srun, and /etc/slurm/slurm.conf is not written.
@@ -267,8 +277,9 @@ for p in $PARTITIONS; do
     if [[ $p == "$DEFAULT_PARTITION" ]]; then default=YES; else default=NO; fi
     echo "PartitionName=$p Nodes=$NODE Default=$default MaxTime=INFINITE State=UP" >>"$TMP/slurm.conf"
 done
+# Nothing from an outer SLURM job or the user's sbatch defaults leaks into this cluster.
+while IFS= read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(SLURM_|SBATCH_|SRUN_|SALLOC_)' || true)
 export SLURM_CONF="$TMP/slurm.conf"
-unset SLURM_JOB_ID SLURM_JOBID  # in case this runs inside a SLURM job itself
 
 # --- (d) daemons ---------------------------------------------------------------------
 FAILED_STEP="starting slurmctld"
@@ -318,14 +329,18 @@ cmd=(snakemake
 cmd+=(${CLUSTER_SNAKEMAKE_ARGS:-})
 log "running: ${cmd[*]}"
 t=$SECONDS
+# In the background, so that a signal to this script runs the cleanup at once.
+timeout --signal=INT --kill-after=60 "$TIMEOUT" "${cmd[@]}" </dev/null >"$TMP/snakemake.log" 2>&1 &
+SNAKEMAKE_PID=$!
 set +e
-timeout --signal=INT --kill-after=60 "$TIMEOUT" "${cmd[@]}" </dev/null >"$TMP/snakemake.log" 2>&1
+wait "$SNAKEMAKE_PID"
 rc=$?
 set -e
+SNAKEMAKE_PID=""
 T_RUN=$((SECONDS - t))
 if [[ $rc -ne 0 ]]; then
     tail -n 80 "$TMP/snakemake.log" >&2
-    [[ $rc -eq 124 || $rc -eq 130 ]] && die "snakemake did not finish within $TIMEOUT s (CLUSTER_TIMEOUT)"
+    [[ $rc -eq 124 || $rc -eq 137 ]] && die "snakemake did not finish within $TIMEOUT s (CLUSTER_TIMEOUT)"
     die "snakemake exited with $rc (log above)"
 fi
 

@@ -1,6 +1,7 @@
 # Helpers only: config validation, the fan-out of the config, and per-stage code hashes.
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import jsonschema
@@ -23,6 +24,9 @@ for _name, _spec in config["zoo"]["variants"].items():
         normalize_spec(_spec)
     except ValueError as err:
         raise WorkflowError(f"config key zoo.variants.{_name}: {err}") from None
+
+# Every rule runs in the project's one environment (used with --software-deployment-method conda).
+CONDA_ENV = "../../environment.yml"
 
 DATASET = config["data"]["dataset"]
 DATA_DIR = f"results/data/{DATASET}"

@@ -5,7 +5,9 @@ rule prepare_data:
         block=as_json(config["data"]),
         seed=config["seed"],
         code=code_hash("data"),
-        out=DATA_DIR,
+        out=lambda wildcards, output: os.path.dirname(output[0]),
+    conda:
+        CONDA_ENV
     log:
         f"results/logs/data/{DATASET}.log",
     benchmark:

@@ -18,6 +18,8 @@ rule zoo_figure:
         variants=as_json(config["zoo"]["variants"]),
         dataset=DATASET,
         code=code_hash("figures"),
+    conda:
+        CONDA_ENV
     log:
         "results/logs/figures/zoo_accuracy.log",
     shell:

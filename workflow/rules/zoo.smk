@@ -9,10 +9,12 @@ rule train_member:
         training=as_json(config["zoo"]["training"] | {"device": config["device"]}),
         seed=config["seed"],
         code=code_hash("zoo"),
-        data=DATA_DIR,
+        data=lambda wildcards, input: os.path.dirname(input[0]),
     threads: config["zoo"]["training"]["threads"]
     resources:
         gpu=1,
+    conda:
+        CONDA_ENV
     log:
         "results/logs/zoo/{variant}/seed{seed}.log",
     benchmark:
@@ -32,6 +34,8 @@ rule zoo_table:
         epochs="results/tables/zoo_epochs.parquet",
     params:
         code=code_hash("tables"),
+    conda:
+        CONDA_ENV
     log:
         "results/logs/tables/zoo.log",
     shell:
