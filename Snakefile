@@ -1,12 +1,16 @@
 # intertwine: model zoos and the symmetries of their internal representations.
-# Default config: config/config.yaml (set by profiles/default); paper scale: --configfile config/paper.yaml.
+# Default config: config/config.yaml; paper scale: --configfile config/paper.yaml (which replaces it).
+import os
+
 from snakemake.utils import min_version
 
 min_version("9.20")
 
 
-if not config:
-    configfile: "config/config.yaml"
+# A --configfile on the command line replaces the default rather than being merged into it.
+if not workflow.overwrite_configfiles:
+
+    configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
 report: "workflow/report/workflow.rst"

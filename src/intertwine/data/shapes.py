@@ -32,7 +32,7 @@ Concept categories (``CONCEPTS``; category order = axis 1 of ``split["concepts"]
 
 Nuisances (all independent of the class, drawn per image)
     position (the object stays essentially inside the frame), scale (``scale_range``), rotation
-    (uniform over the full circle, ``rotate``), a mild anisotropic stretch (``stretch``), object
+    (uniform within +-``max_rotation`` degrees), a mild anisotropic stretch (``stretch``), object
     colour and background colour (two different named colours, uniform, with per-channel
     jitter ``color_jitter`` around the named value; the label stays the named colour), object
     texture and background texture (uniform over the four; the pattern alternates the colour
@@ -300,11 +300,11 @@ def generate_shapes(
     *,
     noise_std: float = 0.05,
     clutter: int = 3,
-    scale_range: tuple[float, float] = (0.2, 0.36),
-    rotate: bool = True,
+    scale_range: tuple[float, float] = (0.28, 0.45),
+    max_rotation: float = 30.0,
     stretch: float = 0.1,
     color_jitter: float = 0.06,
-    texture_contrast: float = 0.4,
+    texture_contrast: float = 0.15,
     texture_period: tuple[float, float] = (0.09, 0.16),
     supersample: int = 2,
     return_factors: bool = False,
@@ -325,8 +325,9 @@ def generate_shapes(
         Maximum number of distractor marks per image (the count is uniform on 0..clutter).
     scale_range:
         Range of the object radius as a fraction of ``image_size`` (uniform).
-    rotate:
-        Rotate objects uniformly over the full circle (False: upright).
+    max_rotation:
+        Objects are rotated uniformly within +-max_rotation degrees (180: the full circle,
+        0: upright).
     stretch:
         Maximum relative anisotropic stretch of the object (log-uniform in
         ``[1 - stretch, 1 + stretch]`` along one axis, the inverse along the other).
@@ -356,7 +357,7 @@ def generate_shapes(
     # ---- per-image factors (all drawn up front, vectorised)
     labels = rng.permutation(np.arange(n) % len(CLASSES)).astype(np.int64)
     radius = size * rng.uniform(*scale_range, size=n)
-    angle = rng.uniform(0.0, 2.0 * np.pi, size=n) if rotate else np.zeros(n)
+    angle = np.deg2rad(max_rotation) * rng.uniform(-1.0, 1.0, size=n)
     aspect = np.exp(rng.uniform(np.log1p(-stretch), np.log1p(stretch), size=n))
     margin = 0.85 * radius
     center = margin[:, None] + rng.uniform(size=(n, 2)) * (size - 2.0 * margin)[:, None]
