@@ -79,3 +79,21 @@ def test_zoo_table_takes_the_kept_epoch():
     row = zoo_table([epochs]).iloc[0]
     assert (row["val_acc"], row["test_acc"], row["best_epoch"], row["epochs"]) == (0.7, 0.65, 2, 3)
     assert row["train_seconds"] == 6.0
+
+
+def test_atomic_writes_leave_nothing_on_failure_and_use_the_umask(tmp_path):
+    import os
+
+    from intertwine.utils import atomic_path
+
+    target = tmp_path / "out.txt"
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("killed")
+    assert list(tmp_path.iterdir()) == []
+    with atomic_path(target) as tmp:
+        tmp.write_text("whole")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.read_text() == "whole" and target.stat().st_mode & 0o777 == 0o666 & ~umask

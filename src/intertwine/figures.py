@@ -50,13 +50,14 @@ def zoo_accuracy(zoo: pd.DataFrame, reported: dict[str, float | None]) -> plt.Fi
         ax.errorbar(i + 0.3, mean, yerr=half, fmt="o", color="black", capsize=3)
         if reported.get(variant) is not None:
             ax.plot(i + 0.3, reported[variant], "x", color="C3", markersize=8)
-    ax.plot([], [], "x", color="C3", label="paper (CIFAR-10)")
+    if any(value is not None for value in reported.values()):
+        ax.plot([], [], "x", color="C3", label="paper (CIFAR-10)")
     ax.errorbar([], [], yerr=[], fmt="o", color="black", label="mean, 95% CI")
     ax.set_xticks(range(len(variants)), variants, rotation=20, ha="right")
     ax.set_ylabel("test accuracy (%)")
     ax.set_title("Zoo accuracy per variant")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return fig
 
