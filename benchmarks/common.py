@@ -2,7 +2,9 @@
 images with per-sample transforms, batched by a DataLoader (the usual CIFAR-10 recipe)."""
 from __future__ import annotations
 
-import numpy as np
+import time
+from typing import Callable, Iterable
+
 import torch
 from PIL import Image
 from torchvision import transforms
@@ -47,6 +49,18 @@ def baseline_loader(images, labels, mean, std, batch_size, workers=0, seed=0):
         num_workers=workers, generator=torch.Generator().manual_seed(seed), drop_last=True)
 
 
+def throughput(batches: Iterable, step: Callable, device: torch.device) -> float:
+    """Images/s of moving every (x, y) of ``batches`` to ``device`` and calling ``step(x, y)``."""
+    started = time.perf_counter()
+    seen = 0
+    for x, y in batches:
+        step(x.to(device, non_blocking=True), y.to(device, non_blocking=True))
+        seen += len(y)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return seen / (time.perf_counter() - started)
+
+
 def describe_device(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -55,6 +69,3 @@ def describe_device(device: torch.device) -> str:
 
 def ratio_line(name: str, ours: float, baseline: float, unit: str = "images/s") -> str:
     return f"{name}: intertwine {ours:,.0f} {unit}, baseline {baseline:,.0f} {unit}, ratio {ours / baseline:.1f}x"
-
-
-__all__ = ["benchmark_data", "baseline_loader", "describe_device", "ratio_line", "np"]

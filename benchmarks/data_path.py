@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from common import baseline_loader, benchmark_data, describe_device, ratio_line
+from common import baseline_loader, benchmark_data, describe_device, ratio_line, throughput
 from intertwine.data.augment import augment, normalize
 from intertwine.utils import resolve_device
 
@@ -32,14 +32,8 @@ def ours(images, labels, mean, std, batch_size, device) -> float:
 
 
 def baseline(images, labels, mean, std, batch_size, device, workers) -> float:
-    started = time.perf_counter()
-    seen = 0
-    for x, y in baseline_loader(images, labels, mean, std, batch_size, workers):
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        seen += len(y)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return seen / (time.perf_counter() - started)
+    loader = baseline_loader(images, labels, mean, std, batch_size, workers)
+    return throughput(loader, lambda x, y: None, device)
 
 
 def main() -> None:

@@ -6,11 +6,12 @@ fed by a torchvision data set + per-sample transforms + DataLoader, on the same 
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 import torch
 
-from common import baseline_loader, benchmark_data, describe_device, ratio_line
+from common import baseline_loader, benchmark_data, describe_device, ratio_line, throughput
 from intertwine import models
 from intertwine.data import Split
 from intertwine.training import TrainConfig, train
@@ -35,19 +36,17 @@ def baseline(spec, images, labels, mean, std, config, device, workers) -> float:
     model = models.build(spec).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     loss_fn = torch.nn.CrossEntropyLoss()
-    started = time.perf_counter()
-    seen = 0
-    for _ in range(config.epochs):
-        for x, y in baseline_loader(images, labels, mean, std, config.batch_size, workers):
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            loss = loss_fn(model(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            seen += len(y)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return seen / (time.perf_counter() - started)
+
+    def step(x, y):
+        loss = loss_fn(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    batches = itertools.chain.from_iterable(
+        baseline_loader(images, labels, mean, std, config.batch_size, workers, seed=epoch)
+        for epoch in range(config.epochs))
+    return throughput(batches, step, device)
 
 
 def main() -> None:
