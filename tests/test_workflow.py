@@ -73,13 +73,19 @@ def tiny_run(tmp_path_factory):
 
 
 def test_paper_config_dag(tmp_path):
+    config = REPO / "config" / "paper.yaml"
     started = time.perf_counter()
-    jobs = planned_jobs(tmp_path, REPO / "config" / "paper.yaml")
+    result = snakemake(tmp_path, "-n", config=config)
     assert time.perf_counter() - started < 60
-    config = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
-    assert config["zoo"]["seeds"] == 100 and len(config["zoo"]["variants"]) == 12
-    assert jobs["train_member"] == 100 * 12
-    assert jobs["prepare_data"] == 1 and jobs["zoo_table"] == 1
+    text = result.stdout + result.stderr
+    per_variant = {}
+    for variant, seed in re.findall(r"wildcards: variant=([^,\s]+), seed=(\d+)", text):
+        per_variant.setdefault(variant, set()).add(int(seed))
+    variants = yaml.safe_load(config.read_text())["zoo"]["variants"]
+    assert len(variants) == 12
+    assert {v: len(seeds) for v, seeds in per_variant.items()} == {v: 100 for v in variants}
+    jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", text, re.M)}
+    assert jobs["train_member"] == 1200 and jobs["prepare_data"] == 1 and jobs["zoo_table"] == 1
 
 
 def test_tiny_run_outputs(tiny_run):
