@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 
 def _json(text: str):
@@ -35,10 +34,9 @@ def cmd_train(args) -> None:
     import torch
 
     from intertwine.tables import ZOO_EPOCHS, write_parquet
-    from intertwine.zoo import save_checkpoint, train_member
+    from intertwine.zoo import refuse_overwrite, save_checkpoint, train_member
 
-    if Path(args.checkpoint).exists():  # fail before training, not after
-        save_checkpoint({}, args.checkpoint)
+    refuse_overwrite(args.checkpoint)  # fail before training, not after
     torch.set_num_threads(args.threads)
     checkpoint, metrics = train_member(args.spec, args.variant, args.seed, args.data,
                                        args.training, args.global_seed, args.checkpoint, log=_log)

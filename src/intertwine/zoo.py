@@ -75,12 +75,15 @@ def train_member(spec: dict, variant: str, seed: int, data_dir: str | Path, trai
     return checkpoint, metrics
 
 
-def save_checkpoint(checkpoint: dict, path: str | Path) -> None:
-    """Write atomically; an existing checkpoint is never overwritten (delete it to retrain)."""
-    path = Path(path)
-    if path.exists():
+def refuse_overwrite(path: str | Path) -> None:
+    if Path(path).exists():
         raise FileExistsError(f"{path} exists; a trained checkpoint is never overwritten. "
                               "Delete it (chmod u+w first: the workflow write-protects it) to retrain.")
+
+
+def save_checkpoint(checkpoint: dict, path: str | Path) -> None:
+    """Write atomically; an existing checkpoint is never overwritten (delete it to retrain)."""
+    refuse_overwrite(path)
     with atomic_path(path) as tmp:
         torch.save(checkpoint, tmp)
 
