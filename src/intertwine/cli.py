@@ -67,6 +67,33 @@ def cmd_zoo_figure(args) -> None:
         zoo_summary(zoo, reported).to_csv(tmp, index=False)
 
 
+def cmd_rotation(args) -> None:
+    from intertwine.rotation import run_trial
+    from intertwine.tables import ROTATION, write_parquet
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    row = run_trial(args.checkpoint, args.data, args.site, args.group, args.trial, args.config,
+                    args.training, args.global_seed, log=_log)
+    write_parquet(row, args.out, ROTATION)
+
+
+def cmd_table(args) -> None:
+    from intertwine import tables
+
+    schema = getattr(tables, args.schema.upper())
+    tables.write_parquet(tables.read_parquet(args.parts, schema), args.out, schema)
+
+
+def cmd_rotation_figure(args) -> None:
+    from intertwine.figures import rotation_penalty, save_figure
+    from intertwine.tables import ROTATION, read_parquet
+
+    figure = rotation_penalty(read_parquet([args.table], ROTATION))
+    save_figure(figure, args.out, dpi=args.figures["dpi"])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="intertwine", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -103,6 +130,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", nargs="+", required=True, help="figure files (.png, .pdf, ...)")
     p.add_argument("--summary", required=True, help="summary table .csv")
     p.set_defaults(func=cmd_zoo_figure)
+
+    p = sub.add_parser("rotation", help="one rotation-penalty trial (paper section 3.3)")
+    p.add_argument("--checkpoint", required=True, help="trained zoo member (.pt)")
+    p.add_argument("--data", required=True, help="data cache directory")
+    p.add_argument("--site", required=True, help="activation site whose pre-activation is transformed")
+    p.add_argument("--group", required=True, help="grelu, orthogonal or permutation")
+    p.add_argument("--trial", type=int, required=True)
+    p.add_argument("--config", type=_json, required=True, help="the `rotation` block (JSON)")
+    p.add_argument("--training", type=_json, required=True, help="the `zoo.training` block (JSON)")
+    p.add_argument("--global-seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", required=True, help="one-row .parquet")
+    p.set_defaults(func=cmd_rotation)
+
+    p = sub.add_parser("table", help="concatenate per-job Parquet files into a stage's table")
+    p.add_argument("parts", nargs="+")
+    p.add_argument("--schema", required=True, help="the table's schema in intertwine.tables, e.g. rotation")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_table)
+
+    p = sub.add_parser("rotation-figure", help="rotation penalty per site and group (Fig. 4)")
+    p.add_argument("--table", required=True, help="rotation.parquet")
+    p.add_argument("--figures", type=_json, required=True, help="the `figures` block (JSON)")
+    p.add_argument("--out", nargs="+", required=True)
+    p.set_defaults(func=cmd_rotation_figure)
     return parser
 
 

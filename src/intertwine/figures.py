@@ -62,6 +62,36 @@ def zoo_accuracy(zoo: pd.DataFrame, reported: dict[str, float | None]) -> plt.Fi
     return fig
 
 
+GROUP_LABELS = {"grelu": "G_ReLU", "orthogonal": "orthogonal", "permutation": "permutation"}
+
+
+def rotation_penalty(table: pd.DataFrame) -> plt.Figure:
+    """Penalty (accuracy points lost) per site and group, mean with 95% CI over trials and seeds,
+    one panel per variant (the paper's Fig. 4)."""
+    variants = list(dict.fromkeys(table["variant"]))
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.4), squeeze=False)
+    for ax, variant in zip(axes[0], variants):
+        rows = table[table["variant"] == variant]
+        sites = list(dict.fromkeys(rows["site"]))
+        groups = list(dict.fromkeys(rows["group"]))
+        width = 0.8 / len(groups)
+        for k, group in enumerate(groups):
+            stats_ = [mean_ci(100 * rows.loc[(rows["site"] == site) & (rows["group"] == group), "penalty"])
+                      for site in sites]
+            x = np.arange(len(sites)) + (k - (len(groups) - 1) / 2) * width
+            ax.bar(x, [m for m, _ in stats_], width, yerr=[h for _, h in stats_], capsize=3,
+                   label=GROUP_LABELS.get(group, group), color=f"C{k}")
+        labels = [f"{site}*" if inside else site for site, inside in
+                  rows.drop_duplicates("site")[["site", "inside_residual"]].itertuples(index=False)]
+        ax.set_xticks(range(len(sites)), labels, rotation=30, ha="right")
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_title(variant)
+        ax.set_ylabel("rotation penalty (accuracy points)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def save_figure(fig: plt.Figure, paths, dpi: int = 150) -> None:
     for path in paths:
         with atomic_path(path) as tmp:

@@ -29,6 +29,16 @@ ZOO = pa.schema([
     pa.field("device", pa.string()), pa.field("checkpoint", pa.string()), *PROVENANCE,
 ])
 
+ROTATION = pa.schema([
+    pa.field("variant", pa.string()), pa.field("seed", pa.int64()), pa.field("site", pa.string()),
+    pa.field("inside_residual", pa.bool_()), pa.field("group", pa.string()),
+    pa.field("trial", pa.int64()),
+    pa.field("acc_before", pa.float64()), pa.field("acc_transformed", pa.float64()),
+    pa.field("acc_finetuned", pa.float64()), pa.field("penalty", pa.float64()),
+    pa.field("epochs", pa.int64()), pa.field("finetune_seconds", pa.float64()),
+    pa.field("device", pa.string()), *PROVENANCE,
+])
+
 
 def to_table(df: pd.DataFrame, schema: pa.Schema) -> pa.Table:
     """Cast ``df`` to ``schema``; a missing or extra column is an error that names it."""

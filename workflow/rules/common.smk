@@ -10,7 +10,7 @@ from snakemake.utils import validate
 
 import intertwine
 from intertwine.config import describe_validation_error
-from intertwine.models import normalize_spec
+from intertwine.models import build, normalize_spec, sites
 
 try:
     validate(config, schema="../schemas/config.schema.yaml", set_default=True)
@@ -38,6 +38,7 @@ SEEDS = list(range(config["zoo"]["seeds"]))
 STAGE_CODE = {
     "data": ["data/__init__.py", "data/shapes.py", "data/cifar10.py"],
     "zoo": ["models", "data/augment.py", "training.py", "zoo.py"],
+    "rotation": ["rotation.py", "groups.py"],
     "tables": ["tables.py"],
     "figures": ["figures.py", "paper.py"],
 }
@@ -73,3 +74,44 @@ def extra_formats(stem):
 
 ZOO_FIGURES = ["results/figures/zoo_accuracy.png", "results/tables/zoo_summary.csv"]
 ZOO_FIGURES += extra_formats("results/figures/zoo_accuracy")
+
+
+def variant_sites(variant):
+    """Site names of a variant, in forward order (from a freshly built model: same for every seed)."""
+    return [site.name for site in sites(build(config["zoo"]["variants"][variant]))]
+
+
+def check_subset(key, chosen, available):
+    unknown = sorted(set(chosen) - set(available))
+    if unknown:
+        raise WorkflowError(f"config key {key}: {unknown} not among {list(available)}")
+
+
+ROTATION = config["rotation"]
+check_subset("rotation.variants", ROTATION["variants"], VARIANTS)
+if ROTATION["seeds"] > config["zoo"]["seeds"]:
+    raise WorkflowError(f"config key rotation.seeds: {ROTATION['seeds']} exceeds zoo.seeds "
+                        f"({config['zoo']['seeds']})")
+
+
+def rotation_sites(variant):
+    available = variant_sites(variant)
+    check_subset("rotation.sites", ROTATION["sites"], available)
+    return ROTATION["sites"] or available
+
+
+ROTATION_TRIALS = [
+    f"results/rotation/{variant}/seed{seed}/{site}/{group}/trial{trial}.parquet"
+    for variant in ROTATION["variants"]
+    for seed in range(ROTATION["seeds"])
+    for site in rotation_sites(variant)
+    for group in ROTATION["groups"]
+    for trial in range(ROTATION["trials"])
+]
+ROTATION_OUTPUTS = (
+    ["results/tables/rotation.parquet", "results/figures/rotation_penalty.png"]
+    + extra_formats("results/figures/rotation_penalty")
+    if ROTATION_TRIALS
+    else []
+)
+

@@ -25,3 +25,25 @@ rule zoo_figure:
     shell:
         "intertwine zoo-figure --zoo {input} --variants {params.variants:q} --dataset {params.dataset}"
         " --figures {params.figures:q} --out {output.png} {output.other_formats} --summary {output.summary} > {log} 2>&1"
+
+
+rule rotation_figure:
+    input:
+        "results/tables/rotation.parquet",
+    output:
+        png=report(
+            "results/figures/rotation_penalty.png",
+            caption="../report/rotation_penalty.rst",
+            category="Rotation penalty",
+        ),
+        other_formats=extra_formats("results/figures/rotation_penalty"),
+    params:
+        figures=as_json(config["figures"]),
+        code=code_hash("figures"),
+    conda:
+        CONDA_ENV
+    log:
+        "results/logs/figures/rotation_penalty.log",
+    shell:
+        "intertwine rotation-figure --table {input} --figures {params.figures:q}"
+        " --out {output.png} {output.other_formats} > {log} 2>&1"

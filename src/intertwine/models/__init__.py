@@ -3,7 +3,8 @@
 A spec is a dict such as ``{"arch": "resnet20", "activation": "leaky_relu", "negative_slope": 0.1}``.
 Options every architecture takes:
 
-- ``activation``: "relu" (default), "leaky_relu" or "gelu".
+- ``activation``: "relu" (default), "leaky_relu", "gelu" or "sigmoid" (whose intertwiner group is
+  the permutations only).
 - ``negative_slope``: LeakyReLU slope, default 0.01. Only meaningful with "leaky_relu"; with another
   activation any value other than the default is rejected, since it is most likely a config that
   forgot ``activation: leaky_relu``.
@@ -40,7 +41,7 @@ __all__ = [
 ]
 
 ACTIVATIONS: Mapping[str, type[nn.Module]] = MappingProxyType(
-    {"relu": nn.ReLU, "leaky_relu": nn.LeakyReLU, "gelu": nn.GELU}
+    {"relu": nn.ReLU, "leaky_relu": nn.LeakyReLU, "gelu": nn.GELU, "sigmoid": nn.Sigmoid}
 )
 
 

@@ -1,0 +1,409 @@
+"""Intertwiner groups of elementwise activations (paper section 3, Table 1).
+
+Conventions
+-----------
+* A permutation ``perm`` (LongTensor of length n) stands for the matrix ``P`` with
+  ``P[i, perm[i]] = 1``, so ``(P x)_i = x[perm[i]]``.
+* A G_ReLU element is ``A = diag(scales) @ P``, i.e. ``(A x)_i = scales[i] * x[perm[i]]``.
+* Every random function takes an explicit CPU ``torch.Generator`` and never touches the
+  global RNG; results are float32 unless ``dtype=`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = [
+    "permutation_matrix",
+    "grelu_matrix",
+    "random_permutation",
+    "random_grelu",
+    "random_orthogonal",
+    "random_rotation",
+    "random_permutation_scaling",
+    "random_gl",
+    "ACTIVATIONS",
+    "get_activation",
+    "random_group_element",
+    "phi",
+    "gelu_homogeneity_gap",
+    "sinkhorn",
+    "round_to_permutation",
+    "rotation_power",
+]
+
+
+# ---------------------------------------------------------------------------
+# Building blocks
+# ---------------------------------------------------------------------------
+
+
+def permutation_matrix(perm, *, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Return the (n, n) permutation matrix ``P`` with ``P[i, perm[i]] = 1``."""
+    perm = torch.as_tensor(perm, dtype=torch.long)
+    n = perm.numel()
+    P = torch.zeros(n, n, dtype=dtype, device=perm.device)
+    P[torch.arange(n, device=perm.device), perm] = 1
+    return P
+
+
+def grelu_matrix(perm, scales) -> Tensor:
+    """Return ``A = diag(scales) @ P`` with ``P[i, perm[i]] = 1``.
+
+    ``A`` has dtype/device of ``scales``; ``A[i, perm[i]] = scales[i]``.
+    """
+    scales = torch.as_tensor(scales)
+    if not scales.is_floating_point():
+        scales = scales.to(torch.float32)
+    perm = torch.as_tensor(perm, dtype=torch.long, device=scales.device)
+    n = perm.numel()
+    rows = torch.arange(n, device=scales.device)
+    # Scatter instead of diag(scales) @ P: no n^3 matmul, no -0.0 entries, and still
+    # differentiable with respect to ``scales``.
+    zeros = torch.zeros(n, n, dtype=scales.dtype, device=scales.device)
+    return zeros.index_put((rows, perm), scales)
+
+
+# ---------------------------------------------------------------------------
+# Random group elements
+# ---------------------------------------------------------------------------
+
+
+def random_permutation(n: int, generator: torch.Generator) -> Tensor:
+    """Uniformly random permutation of ``range(n)`` as a LongTensor."""
+    return torch.randperm(n, generator=generator)
+
+
+def random_grelu(
+    n: int,
+    generator: torch.Generator,
+    sigma: float = 1.0,
+    *,
+    as_parts: bool = False,
+    dtype: torch.dtype = torch.float32,
+):
+    """Random element of G_ReLU: a random permutation times a positive diagonal.
+
+    The scales are lognormal, ``exp(N(0, sigma^2)) / exp(sigma^2 / 2)``, so that their mean
+    is 1 (as in the paper's released code, which uses sigma = 1).
+
+    Returns the (n, n) matrix ``A = diag(scales) @ P``, or ``(perm, scales)`` when
+    ``as_parts=True``.
+    """
+    perm = random_permutation(n, generator)
+    # Sample in float64 so that the same seed gives the same scales in every dtype.
+    z = torch.randn(n, generator=generator, dtype=torch.float64)
+    scales = torch.exp(sigma * z - sigma**2 / 2).to(dtype)
+    if as_parts:
+        return perm, scales
+    return grelu_matrix(perm, scales)
+
+
+def random_orthogonal(
+    n: int, generator: torch.Generator, *, dtype: torch.dtype = torch.float32
+) -> Tensor:
+    """Haar-random matrix in O(n).
+
+    QR of a standard normal matrix; multiplying the columns of Q by sign(diag(R)) makes
+    the factorisation unique and hence the law of Q exactly Haar (Mezzadri 2007).
+    """
+    G = torch.randn(n, n, generator=generator, dtype=torch.float64)
+    Q, R = torch.linalg.qr(G)
+    signs = torch.sign(torch.diagonal(R))
+    signs[signs == 0] = 1  # probability zero, but keep Q orthogonal regardless
+    return (Q * signs).to(dtype)
+
+
+def random_rotation(
+    n: int, generator: torch.Generator, *, dtype: torch.dtype = torch.float32
+) -> Tensor:
+    """Haar-random matrix in SO(n) (a Haar O(n) sample with one column flipped if det < 0).
+
+    Flipping a column is a bijection between the two cosets of SO(n) that preserves Haar
+    measure, so the result is Haar on SO(n).
+    """
+    Q = random_orthogonal(n, generator, dtype=torch.float64)
+    if torch.linalg.det(Q) < 0:
+        Q[:, 0] = -Q[:, 0]
+    return Q.to(dtype)
+
+
+def random_permutation_scaling(
+    n: int,
+    generator: torch.Generator,
+    *,
+    signs: bool = False,
+    positive: bool = False,
+    sigma: float = 1.0,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """Random ``diag(d) @ P`` for the monomial groups of Table 1.
+
+    * ``signs=True``: d uniform in {-1, +1} (group of the Gaussian RBF).
+    * ``positive=True``: d lognormal as in :func:`random_grelu` (G_ReLU).
+    * otherwise: d = random sign times lognormal, i.e. any nonzero real (group of x^d).
+    """
+    if signs and positive:
+        raise ValueError("signs=True and positive=True are mutually exclusive")
+    perm = random_permutation(n, generator)
+    sign = torch.randint(0, 2, (n,), generator=generator, dtype=torch.float64) * 2 - 1
+    if signs:
+        d = sign
+    else:
+        z = torch.randn(n, generator=generator, dtype=torch.float64)
+        d = torch.exp(sigma * z - sigma**2 / 2)
+        if not positive:
+            d = sign * d
+    return grelu_matrix(perm, d.to(dtype))
+
+
+def random_gl(
+    n: int, generator: torch.Generator, *, dtype: torch.dtype = torch.float32
+) -> Tensor:
+    """Random element of GL_n: a standard normal matrix (invertible with probability 1)."""
+    return torch.randn(n, n, generator=generator, dtype=torch.float64).to(dtype)
+
+
+# ---------------------------------------------------------------------------
+# Table 1: activations, their intertwiner groups and phi
+# ---------------------------------------------------------------------------
+
+
+def _identity(x: Tensor) -> Tensor:
+    return x
+
+
+def _leaky_relu(x: Tensor, slope: float = 0.01) -> Tensor:
+    return torch.nn.functional.leaky_relu(x, negative_slope=slope)
+
+
+def _rbf(x: Tensor) -> Tensor:
+    """Gaussian RBF ``exp(-x^2 / 2)``."""
+    return torch.exp(-0.5 * x * x)
+
+
+def _polynomial(x: Tensor, d: int = 3) -> Tensor:
+    return x**d
+
+
+#: Elementwise activations of Table 1, name -> callable. ``leaky_relu`` takes ``slope``
+#: (default 0.01) and ``polynomial`` takes the degree ``d`` (default 3) as keywords.
+ACTIVATIONS = {
+    "identity": _identity,
+    "sigmoid": torch.sigmoid,
+    "relu": torch.relu,
+    "leaky_relu": _leaky_relu,
+    "rbf": _rbf,
+    "polynomial": _polynomial,
+}
+
+# Keywords of each activation; every Table 1 function accepts (and ignores) the keywords
+# of the other activations, so callers can pass one uniform set of options.
+_ACTIVATION_KWARGS = {"leaky_relu": ("slope",), "polynomial": ("d",)}
+_KNOWN_KWARGS = {"slope", "d"}
+
+_GELU_MESSAGE = (
+    "GELU has no nontrivial scaling symmetry: it is not positively homogeneous "
+    "(GELU(lambda x) != lambda GELU(x) for lambda > 0, lambda != 1; see "
+    "gelu_homogeneity_gap), so it is not in Table 1 and phi is not defined for it."
+)
+
+
+def _check_activation(activation: str, kw: dict, extra: tuple = ()) -> dict:
+    """Validate an activation name and keywords; return the defaults-filled keywords."""
+    if activation == "gelu":
+        raise ValueError(_GELU_MESSAGE)
+    if activation not in ACTIVATIONS:
+        raise ValueError(
+            f"unknown activation {activation!r}; known: {', '.join(sorted(ACTIVATIONS))}"
+        )
+    unknown = set(kw) - _KNOWN_KWARGS - set(extra)
+    if unknown:
+        raise TypeError(f"unexpected keyword(s) for {activation!r}: {sorted(unknown)}")
+    params = {"slope": 0.01, "d": 3}
+    params.update(kw)
+    if activation == "polynomial" and (int(params["d"]) != params["d"] or params["d"] < 1):
+        raise ValueError(f"polynomial degree d must be a positive integer, got {params['d']}")
+    return params
+
+
+def get_activation(activation: str, **kw):
+    """Return the elementwise activation as a one-argument callable, keywords bound."""
+    _check_activation(activation, kw)
+    fn = ACTIVATIONS[activation]
+    own = {k: kw[k] for k in _ACTIVATION_KWARGS.get(activation, ()) if k in kw}
+    return (lambda x: fn(x, **own)) if own else fn
+
+
+def random_group_element(
+    activation: str,
+    n: int,
+    generator: torch.Generator,
+    *,
+    dtype: torch.dtype = torch.float32,
+    **kw,
+) -> Tensor:
+    """Random (n, n) element of the intertwiner group G_sigma of Table 1.
+
+    identity: GL_n (standard normal matrix); sigmoid: permutations; relu / leaky_relu:
+    P·D with D positive (lognormal, keyword ``sigma``); rbf: P·D with D = ±1;
+    polynomial: P·D with D nonzero (random sign times lognormal).
+    """
+    params = _check_activation(activation, kw, extra=("sigma",))
+    sigma = params.get("sigma", 1.0)
+    # Degenerate cases that are really the identity activation, whose group is GL_n.
+    linear = (activation == "leaky_relu" and params["slope"] == 1) or (
+        activation == "polynomial" and params["d"] == 1
+    )
+    if activation == "identity" or linear:
+        return random_gl(n, generator, dtype=dtype)
+    if activation == "sigmoid":
+        return permutation_matrix(random_permutation(n, generator), dtype=dtype)
+    if activation in ("relu", "leaky_relu"):
+        return random_grelu(n, generator, sigma, dtype=dtype)
+    if activation == "rbf":
+        return random_permutation_scaling(n, generator, signs=True, dtype=dtype)
+    return random_permutation_scaling(n, generator, sigma=sigma, dtype=dtype)  # polynomial
+
+
+def phi(activation: str, A, **kw) -> Tensor:
+    """Table 1's phi: the matrix with ``sigma(A x) = phi(A) sigma(x)`` for A in G_sigma.
+
+    identity / sigmoid / relu / leaky_relu: A; rbf: abs(A); polynomial x^d: A ** d
+    elementwise. Raises ValueError for unknown activations and for "gelu".
+    """
+    params = _check_activation(activation, kw)
+    A = torch.as_tensor(A)
+    if activation == "rbf":
+        return A.abs()
+    if activation == "polynomial":
+        return A ** int(params["d"])
+    return A
+
+
+def gelu_homogeneity_gap(
+    lambdas, n_samples: int = 100_000, generator: torch.Generator | None = None
+) -> Tensor:
+    """Monte-Carlo ``E |GELU(lambda x) - lambda GELU(x)|`` with x ~ N(0, 1) (paper Fig. 17b).
+
+    One float64 value per entry of ``lambdas`` (same shape). The same x samples are used for
+    every lambda, so the gap is exactly 0 at lambda = 1. Without a generator a fixed seed
+    (0) is used rather than the global RNG.
+    """
+    if generator is None:
+        generator = torch.Generator().manual_seed(0)
+    lam = torch.as_tensor(lambdas, dtype=torch.float64)
+    x = torch.randn(n_samples, generator=generator, dtype=torch.float64)
+    gelu = torch.nn.functional.gelu
+    flat = lam.reshape(-1, 1)
+    gap = (gelu(flat * x) - flat * gelu(x)).abs().mean(dim=1)
+    return gap.reshape(lam.shape)
+
+
+# ---------------------------------------------------------------------------
+# Birkhoff polytope: Sinkhorn projection and Hungarian rounding (section 4)
+# ---------------------------------------------------------------------------
+
+
+def sinkhorn(P: Tensor, iters: int = 16, eps: float = 1e-12) -> Tensor:
+    """Approximately project onto doubly stochastic matrices, as in the paper's stitching.
+
+    ReLU(P), then ``iters`` rounds of: divide each column by its column sum, then each row
+    by its row sum (so rows sum to 1 exactly, columns approximately). Works on batches
+    ``(..., n, n)`` on any device and is differentiable; sums are clamped below by ``eps``
+    so an all-zero row or column stays zero instead of becoming NaN.
+    """
+    P = torch.relu(P)
+    for _ in range(iters):
+        P = P / P.sum(dim=-2, keepdim=True).clamp_min(eps)
+        P = P / P.sum(dim=-1, keepdim=True).clamp_min(eps)
+    return P
+
+
+def round_to_permutation(P) -> Tensor:
+    """Permutation maximising ``tr(P Qᵀ) = sum_i P[i, perm[i]]`` (Hungarian algorithm).
+
+    Returns ``perm`` (LongTensor) in the module convention ``Q[i, perm[i]] = 1``. Accepts a
+    torch tensor (result on its device) or a numpy array; batched input ``(..., n, n)``
+    gives ``(..., n)``.
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    device = P.device if isinstance(P, Tensor) else torch.device("cpu")
+    if isinstance(P, Tensor):
+        P = P.detach().to("cpu", torch.float64).numpy()
+    P = np.asarray(P, dtype=np.float64)
+    if P.ndim < 2 or P.shape[-1] != P.shape[-2]:
+        raise ValueError(f"expected square matrices (..., n, n), got shape {P.shape}")
+    n = P.shape[-1]
+    flat = P.reshape(-1, n, n)
+    # For a square matrix the row indices come back as arange(n), so the column indices are
+    # exactly perm[i] = column matched to row i.
+    perms = [linear_sum_assignment(m, maximize=True)[1] for m in flat]
+    out = torch.as_tensor(np.stack(perms).reshape(P.shape[:-1]), dtype=torch.long)
+    return out.to(device)
+
+
+# ---------------------------------------------------------------------------
+# Geodesics on SO(n)
+# ---------------------------------------------------------------------------
+
+
+def _rot2(theta: float) -> np.ndarray:
+    c, s = math.cos(theta), math.sin(theta)
+    return np.array([[c, -s], [s, c]])
+
+
+def rotation_power(Q, alpha: float) -> Tensor:
+    """``Q^alpha`` for Q in SO(n), along the minimal geodesic from I (alpha=0) to Q (alpha=1).
+
+    Uses the real Schur form Q = Z T Zᵀ (Z orthogonal, T block diagonal because Q is
+    normal): each 2x2 block is a plane rotation by theta in (-pi, pi], replaced by the
+    rotation by alpha * theta; +1 blocks stay 1; -1 eigenvalues (which come in pairs in
+    SO(n), possibly as separate 1x1 blocks) are paired into rotations by alpha * pi. Any
+    real alpha works and Q^a Q^b = Q^(a+b). Computed in float64; returns Q's dtype/device.
+    Raises ValueError if Q has an odd number of -1 eigenvalues (det Q = -1).
+    """
+    from scipy.linalg import schur
+
+    Qt = torch.as_tensor(Q)
+    dtype = Qt.dtype if Qt.is_floating_point() else torch.float64
+    Qn = Qt.detach().to("cpu", torch.float64).numpy()
+    n = Qn.shape[0]
+    if Qn.shape != (n, n):
+        raise ValueError(f"expected a square matrix, got shape {tuple(Qn.shape)}")
+    T, Z = schur(Qn, output="real")
+
+    Ta = np.zeros_like(T)
+    minus_ones = []
+    i = 0
+    while i < n:
+        if i + 1 < n and T[i + 1, i] != 0:  # LAPACK zeroes the subdiagonal between blocks
+            block = T[i : i + 2, i : i + 2]
+            # Average the symmetric parts so a slightly non-orthogonal block still gives
+            # the angle of its nearest rotation.
+            theta = math.atan2(
+                (block[1, 0] - block[0, 1]) / 2, (block[0, 0] + block[1, 1]) / 2
+            )
+            Ta[i : i + 2, i : i + 2] = _rot2(alpha * theta)
+            i += 2
+        else:
+            if T[i, i] > 0:
+                Ta[i, i] = 1.0
+            else:
+                minus_ones.append(i)
+            i += 1
+
+    if len(minus_ones) % 2:
+        raise ValueError("Q is not in SO(n): it has an odd number of -1 eigenvalues")
+    # Two -1 eigen-directions span a plane where Q acts as the rotation by pi.
+    for j, k in zip(minus_ones[0::2], minus_ones[1::2]):
+        R = _rot2(alpha * math.pi)
+        Ta[np.ix_([j, k], [j, k])] = R
+
+    out = Z @ Ta @ Z.T
+    return torch.as_tensor(out, dtype=dtype).to(Qt.device)

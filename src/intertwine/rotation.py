@@ -1,0 +1,136 @@
+"""The rotation penalty (paper section 3.3, Fig. 4): how much accuracy a network loses when the
+pre-activation of one layer is transformed by a group element and only the later layers may adapt.
+
+For a trained model and a site l: insert a fixed 1x1 convolution A right before the activation
+at l (so the pre-activation z becomes A z), freeze every parameter up to and including layer l,
+fine-tune the rest, and compare test accuracies. An element of the activation's intertwiner group
+(G_ReLU for ReLU) can be undone exactly by the next layer, so its penalty should be near zero; a
+random orthogonal A cannot, and costs accuracy.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from typing import Callable
+
+import pandas as pd
+import torch
+from torch import nn
+
+import intertwine
+from intertwine.data import Split
+from intertwine.training import TrainConfig, evaluate, train
+from intertwine.utils import config_hash
+
+
+class ChannelTransform(nn.Module):
+    """A fixed (non-trainable) linear map on the channel dimension: a 1x1 conv without bias."""
+
+    def __init__(self, matrix: torch.Tensor):
+        super().__init__()
+        self.register_buffer("matrix", matrix.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("ij,nj...->ni...", self.matrix.to(x.dtype), x)
+
+
+def transform_site(model: nn.Module, site: str, matrix: torch.Tensor) -> nn.Module:
+    """A copy of ``model`` whose pre-activation at ``site`` is multiplied by ``matrix``.
+
+    The activation module at ``site`` is replaced by ``Sequential(ChannelTransform, activation)``,
+    so the transformed model keeps every parameter name (prefixed ``.1`` only at the site).
+    """
+    model = copy.deepcopy(model)
+    parent_name, _, child = site.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    activation = getattr(parent, child)
+    device = next(model.parameters()).device
+    setattr(parent, child, nn.Sequential(ChannelTransform(matrix.to(device)), activation))
+    return model
+
+
+def freeze_through(model: nn.Module, site: str) -> list[str]:
+    """Freeze the parameters of every module registered before ``site``: the layers up to and
+    including it, since the zoo models register modules in forward order. Returns their names.
+
+    Batch-norm layers in the frozen part still use batch statistics while the rest trains (the
+    paper's experiment uses Myrtle without batch norm, where this does not arise).
+    """
+    order = {name: i for i, (name, _) in enumerate(model.named_modules())}
+    frozen = [name for name, _ in model.named_parameters()
+              if order[name.rpartition(".")[0]] < order[site]]
+    for name in frozen:
+        model.get_parameter(name).requires_grad_(False)
+    return frozen
+
+
+def rotation_trial(model: nn.Module, site: str, matrix: torch.Tensor, train_split: Split,
+                   val_split: Split, test_split: Split, config: TrainConfig,
+                   generator: torch.Generator, mean: torch.Tensor, std: torch.Tensor,
+                   label: str = "rotation", log: Callable[[str], None] = print) -> dict:
+    """Accuracy before the transform, right after it, and after fine-tuning the later layers."""
+    started = time.perf_counter()
+    acc = lambda m: evaluate(m, test_split, mean, std, config.eval_batch_size)  # noqa: E731
+    acc_before = acc(model)
+    transformed = transform_site(model, site, matrix)
+    acc_transformed = acc(transformed)
+    freeze_through(transformed, site)
+    result = train(transformed, train_split, val_split, config, generator, mean, std,
+                   label=label, log=log)
+    transformed.load_state_dict(result.state_dict)
+    return {"acc_before": acc_before, "acc_transformed": acc_transformed,
+            "acc_finetuned": acc(transformed), "finetune_seconds": time.perf_counter() - started}
+
+
+GROUPS = ("grelu", "orthogonal", "permutation")
+
+
+def sample_transform(group: str, n: int, generator: torch.Generator, sigma: float = 1.0) -> torch.Tensor:
+    """A random (n, n) element of ``group``: G_ReLU (permutation times lognormal scales),
+    Haar-orthogonal, or a permutation alone (the intertwiner group of the sigmoid)."""
+    from intertwine import groups
+
+    if group == "grelu":
+        return groups.random_grelu(n, generator, sigma)
+    if group == "orthogonal":
+        return groups.random_orthogonal(n, generator)
+    if group == "permutation":
+        return groups.permutation_matrix(groups.random_permutation(n, generator))
+    raise ValueError(f"rotation group {group!r} is not one of {GROUPS}")
+
+
+def run_trial(checkpoint: str, data_dir: str, site: str, group: str, trial: int, block: dict,
+              training: dict, global_seed: int = 0,
+              log: Callable[[str], None] = print) -> pd.DataFrame:
+    """One row of the rotation table: a zoo member, a site, a group element, fine-tuning."""
+    from intertwine import models
+    from intertwine.data import load_meta, load_split
+    from intertwine.utils import derive_seed, resolve_device
+    from intertwine.zoo import load_model
+
+    device = resolve_device(training.get("device", "auto"))
+    model, meta = load_model(checkpoint, device)
+    by_name = {s.name: s for s in models.sites(model)}
+    if site not in by_name:
+        raise ValueError(f"{checkpoint} has no site {site!r}; its sites are {list(by_name)}")
+    key = (global_seed, "rotation", meta["variant"], meta["seed"], site, group, trial)
+    generator = torch.Generator().manual_seed(derive_seed(*key, "element"))
+    matrix = sample_transform(group, by_name[site].channels, generator, block["lognormal_sigma"])
+    data_meta = load_meta(data_dir)
+    mean = torch.tensor(data_meta["mean"], device=device)
+    std = torch.tensor(data_meta["std"], device=device)
+    splits = [load_split(data_dir, s).to(device) for s in ("train", "val", "test")]
+    config = TrainConfig.from_block(training | {"epochs": block["epochs"]})
+    batches = torch.Generator(device=device).manual_seed(derive_seed(*key, "batches"))
+    label = f"{meta['variant']} seed {meta['seed']} {site} {group} trial {trial}"
+    row = rotation_trial(model, site, matrix, *splits, config, batches, mean, std, label, log)
+    log(f"{label}: accuracy {row['acc_before']:.4f} before, {row['acc_transformed']:.4f} "
+        f"transformed, {row['acc_finetuned']:.4f} after fine-tuning")
+    return pd.DataFrame([{
+        "variant": meta["variant"], "seed": meta["seed"], "site": site,
+        "inside_residual": by_name[site].inside_residual, "group": group, "trial": trial, **row,
+        "penalty": row["acc_before"] - row["acc_finetuned"], "epochs": block["epochs"],
+        "device": str(device),
+        "config_hash": config_hash({"rotation": block, "training": training, "seed": global_seed}),
+        "version": intertwine.__version__,
+    }])

@@ -1,0 +1,57 @@
+"""The rotation-penalty machinery: the inserted transform, freezing, and a tiny trial."""
+import torch
+
+from intertwine import models
+from intertwine.data import load_meta, load_split
+from intertwine.rotation import freeze_through, rotation_trial, transform_site
+from intertwine.training import TrainConfig
+
+SPEC = {"arch": "myrtle", "width_multiplier": 0.125, "batch_norm": False}
+
+
+def test_transform_multiplies_the_pre_activation():
+    torch.manual_seed(0)
+    model = models.build(SPEC).eval()
+    site = models.sites(model)[1]
+    matrix = torch.randn(site.channels, site.channels)
+    transformed = transform_site(model, site.name, matrix)
+    x = torch.randn(2, 3, 16, 16)
+    seen = {}
+    model.get_submodule(site.name).register_forward_hook(lambda m, i, o: seen.update(old=i[0]))
+    transformed.get_submodule(site.name)[1].register_forward_hook(lambda m, i, o: seen.update(new=i[0]))
+    model(x), transformed(x)
+    torch.testing.assert_close(seen["new"], torch.einsum("ij,njhw->nihw", matrix, seen["old"]))
+    assert isinstance(model.get_submodule(site.name), torch.nn.ReLU)  # the original is untouched
+
+
+def test_identity_transform_changes_nothing():
+    torch.manual_seed(0)
+    model = models.build(SPEC).eval()
+    site = models.sites(model)[2]
+    x = torch.randn(2, 3, 16, 16)
+    same = transform_site(model, site.name, torch.eye(site.channels))
+    torch.testing.assert_close(same(x), model(x))
+
+
+def test_freeze_through_freezes_exactly_the_earlier_layers():
+    model = models.build(SPEC)
+    frozen = freeze_through(model, "act2")
+    assert frozen == ["conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias"]
+    assert all(p.requires_grad for n, p in model.named_parameters() if n not in frozen)
+
+
+def test_rotation_trial_keeps_the_frozen_layers(tiny_shapes_dir):
+    torch.manual_seed(0)
+    model = models.build(SPEC)
+    meta = load_meta(tiny_shapes_dir)
+    mean, std = torch.tensor(meta["mean"]), torch.tensor(meta["std"])
+    train, val, test = (load_split(tiny_shapes_dir, s) for s in ("train", "val", "test"))
+    site = models.sites(model)[1]
+    matrix = torch.linalg.qr(torch.randn(site.channels, site.channels))[0]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    row = rotation_trial(model, site.name, matrix, train, val, test, TrainConfig(epochs=1),
+                         torch.Generator().manual_seed(0), mean, std, log=lambda _: None)
+    assert set(row) == {"acc_before", "acc_transformed", "acc_finetuned", "finetune_seconds"}
+    assert all(0 <= row[k] <= 1 for k in ("acc_before", "acc_transformed", "acc_finetuned"))
+    for key, value in model.state_dict().items():  # the zoo model itself is not modified
+        assert torch.equal(value, before[key])
