@@ -19,6 +19,7 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/zoo.smk"
+include: "workflow/rules/symmetry.smk"
 include: "workflow/rules/rotation.smk"
 include: "workflow/rules/figures.smk"
 
@@ -27,5 +28,6 @@ rule all:
     input:
         ZOO_TABLES,
         ZOO_FIGURES,
+        SYMMETRY_OUTPUTS,
         ROTATION_OUTPUTS,
     default_target: True

@@ -106,10 +106,25 @@ def test_tiny_run_outputs(tiny_run):
     assert "epoch 2/2" in (tiny_run / "results/logs/zoo/myrtle/seed0.log").read_text()
 
 
+def test_symmetry_and_rotation_tables(tiny_run):
+    symmetry = pd.read_parquet(tiny_run / "results/tables/symmetry.parquet")
+    assert set(symmetry["group"]) == {"grelu", "orthogonal"}
+    assert len(symmetry) == 2 * (4 + 19)  # both groups at every site of myrtle and resnet20
+    grelu = symmetry[symmetry["group"] == "grelu"]
+    assert (grelu["relative_change"] < 1e-10).all() and (grelu["representation_error"] < 1e-10).all()
+    orthogonal = symmetry[symmetry["group"] == "orthogonal"]
+    assert (orthogonal["relative_change"] > 1e-3).all()
+    rotation = pd.read_parquet(tiny_run / "results/tables/rotation.parquet")
+    assert sorted(rotation["group"]) == ["grelu", "orthogonal"] and set(rotation["site"]) == {"act2"}
+    assert (rotation["penalty"] == rotation["acc_before"] - rotation["acc_finetuned"]).all()
+    assert (tiny_run / "results/figures/rotation_penalty.png").stat().st_size > 1000
+
+
 def test_report(tiny_run):
     snakemake(tiny_run, "--report", "results/report.html")
     html = (tiny_run / "results/report.html").read_text()
-    assert "zoo_accuracy.png" in html and "zoo_summary.csv" in html
+    for item in ["zoo_accuracy.png", "zoo_summary.csv", "symmetry_summary.csv", "rotation_penalty.png"]:
+        assert item in html
 
 
 def test_rerun_has_nothing_to_do(tiny_run):
@@ -118,22 +133,28 @@ def test_rerun_has_nothing_to_do(tiny_run):
 
 def test_zoo_change_reruns_zoo_and_downstream(tiny_run, tmp_path):
     config = changed_config(tmp_path, "epochs.yaml", lambda c: c["zoo"]["training"].update(epochs=3))
-    assert planned_jobs(tiny_run, config) == {"train_member": 4, "zoo_table": 1, "zoo_figure": 1, "all": 1}
+    assert planned_jobs(tiny_run, config) == {
+        "train_member": 4, "zoo_table": 1, "zoo_figure": 1, "symmetry_check": 2, "symmetry_table": 1,
+        "rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "all": 1}
 
 
 def test_figure_change_reruns_figures_only(tiny_run, tmp_path):
     config = changed_config(tmp_path, "dpi.yaml", lambda c: c["figures"].update(dpi=61))
-    assert planned_jobs(tiny_run, config) == {"zoo_figure": 1, "all": 1}
+    assert planned_jobs(tiny_run, config) == {"zoo_figure": 1, "rotation_figure": 1, "all": 1}
 
 
-def test_later_stage_code_change_does_not_retrain(tiny_run):
-    figures_py = REPO / "src" / "intertwine" / "figures.py"
-    original = figures_py.read_bytes()
+@pytest.mark.parametrize("module, reruns", [
+    ("figures.py", {"zoo_figure": 1, "rotation_figure": 1, "all": 1}),
+    ("rotation.py", {"rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "all": 1}),
+])
+def test_later_stage_code_change_does_not_retrain(tiny_run, module, reruns):
+    source = REPO / "src" / "intertwine" / module
+    original = source.read_bytes()
     try:
-        figures_py.write_bytes(original + b"\n# an edit to the figure code\n")
-        assert planned_jobs(tiny_run) == {"zoo_figure": 1, "all": 1}
+        source.write_bytes(original + b"\n# an edit to this stage's code\n")
+        assert planned_jobs(tiny_run) == reruns
     finally:
-        figures_py.write_bytes(original)
+        source.write_bytes(original)
     assert planned_jobs(tiny_run) == {}
 
 

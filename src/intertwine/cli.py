@@ -79,6 +79,28 @@ def cmd_rotation(args) -> None:
     write_parquet(row, args.out, ROTATION)
 
 
+def cmd_symmetry(args) -> None:
+    from intertwine.symmetry import run_check
+    from intertwine.tables import SYMMETRY, write_parquet
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    write_parquet(run_check(args.checkpoint, args.data, args.config, args.global_seed, args.device),
+                  args.out, SYMMETRY)
+
+
+def cmd_symmetry_table(args) -> None:
+    from intertwine.symmetry import summarize
+    from intertwine.tables import SYMMETRY, read_parquet, write_parquet
+    from intertwine.utils import atomic_path
+
+    table = read_parquet(args.parts, SYMMETRY)
+    write_parquet(table, args.out, SYMMETRY)
+    with atomic_path(args.summary) as tmp:
+        summarize(table).to_csv(tmp, index=False, float_format="%.3g")
+
+
 def cmd_table(args) -> None:
     from intertwine import tables
 
@@ -143,6 +165,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", required=True, help="one-row .parquet")
     p.set_defaults(func=cmd_rotation)
+
+    p = sub.add_parser("symmetry", help="check the weight-space symmetry on one zoo member")
+    p.add_argument("--checkpoint", required=True, help="trained zoo member (.pt)")
+    p.add_argument("--data", required=True, help="data cache directory")
+    p.add_argument("--config", type=_json, required=True, help="the `symmetry` block (JSON)")
+    p.add_argument("--global-seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", required=True, help="per-model .parquet")
+    p.set_defaults(func=cmd_symmetry)
+
+    p = sub.add_parser("symmetry-table", help="aggregate the symmetry checks and summarise them")
+    p.add_argument("parts", nargs="+")
+    p.add_argument("--out", required=True, help="symmetry.parquet")
+    p.add_argument("--summary", required=True, help="summary .csv for the report")
+    p.set_defaults(func=cmd_symmetry_table)
 
     p = sub.add_parser("table", help="concatenate per-job Parquet files into a stage's table")
     p.add_argument("parts", nargs="+")

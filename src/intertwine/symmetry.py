@@ -306,10 +306,10 @@ def _check_link(name: str, link: _Link, out: _Element, src: _Element) -> None:
     pb = link.pad_before
     raise ValueError(
         f"site {name!r}: it follows {link.source!r} through the option-A (zero-padding) shortcut "
-        f"{link.shortcut!r}, so its element A must satisfy A E = E A_prev for the embedding E of "
-        f"{link.source!r}'s {n_in} channels at [{pb}, {pb + n_in}): act on that middle block "
-        f"exactly as {link.source!r}'s element and map the {n_out - n_in} zero-padded channels "
-        "only among themselves (a site missing from `elements` is the identity)"
+        f"{link.shortcut!r}, so its element A must satisfy A E = E A_prev, where E embeds the "
+        f"{n_in} channels of {link.source!r} at [{pb}, {pb + n_in}): A must act on that middle "
+        f"block exactly as the element of {link.source!r} and map the {n_out - n_in} zero-padded "
+        "channels only among themselves (a site missing from `elements` is the identity)"
     )
 
 
@@ -570,3 +570,82 @@ def site_representations(
         for handle in handles:
             handle.remove()
     return {n: seen[n] for n in names}
+
+
+# --- the workflow's self-check ------------------------------------------------------------------
+
+
+def check_symmetry(model: nn.Module, x: Tensor, group: str, generator: torch.Generator,
+                   sigma: float = 1.0) -> list[dict]:
+    """Act with random elements of `group` on each group of tied sites in turn (identity elsewhere)
+    and measure how the network function and the representations change.
+
+    One dict per site: ``max_abs_logit_change`` and ``relative_change`` (Frobenius norm of the
+    logit change over that of the logits) of the action on the site's tied group, and
+    ``representation_error``: ``||R'_s - A_s R_s|| / ||A_s R_s||`` for the new representation
+    R'_s and the old one R_s. A symmetry (G_ReLU for ReLU networks) gives zeros up to rounding;
+    a random orthogonal element gives neither.
+    """
+    model = model.eval()
+    names = [site.name for site in models.sites(model)]
+    logits = model(x).detach()
+    representations = site_representations(model, x)
+    drawn = random_elements(model, group, generator, sigma=sigma, dtype=x.dtype)
+    rows = []
+    for tied in site_groups(model):
+        acted = act_on_weights(model, {name: drawn[name] for name in tied})
+        new_logits = acted(x).detach()
+        new_representations = site_representations(acted, x, tied)
+        change = (new_logits - logits)
+        for name in tied:
+            expected = act_on_representation(representations[name], drawn[name])
+            error = (new_representations[name] - expected).norm() / expected.norm().clamp_min(1e-30)
+            rows.append({"site": name, "group": group,
+                         "max_abs_logit_change": change.abs().max().item(),
+                         "relative_change": (change.norm() / logits.norm()).item(),
+                         "representation_error": error.item()})
+    return sorted(rows, key=lambda row: names.index(row["site"]))
+
+
+def run_check(checkpoint: str, data_dir: str, block: dict, global_seed: int = 0,
+              device: str = "auto") -> "pd.DataFrame":
+    """The symmetry stage for one zoo member: `check_symmetry` for every configured group."""
+    import pandas as pd
+
+    import intertwine
+    from intertwine.data import load_meta, load_split
+    from intertwine.data.augment import normalize
+    from intertwine.utils import config_hash, derive_seed, resolve_device
+    from intertwine.zoo import load_model
+
+    device = resolve_device(device)
+    dtype = torch.float64 if block["float64"] else torch.float32
+    model, meta = load_model(checkpoint, device)
+    model = model.to(dtype)
+    data_meta = load_meta(data_dir)
+    test = load_split(data_dir, "test")
+    x = normalize(test.images[:block["images"]].to(device), torch.tensor(data_meta["mean"], device=device),
+                  torch.tensor(data_meta["std"], device=device)).to(dtype)
+    inside = {site.name: site.inside_residual for site in models.sites(model)}
+    rows = []
+    for group in block["groups"]:
+        generator = torch.Generator().manual_seed(
+            derive_seed(global_seed, "symmetry", meta["variant"], meta["seed"], group))
+        rows += check_symmetry(model, x, group, generator, block["lognormal_sigma"])
+    table = pd.DataFrame(rows)
+    table.insert(0, "variant", meta["variant"])
+    table.insert(1, "seed", meta["seed"])
+    table.insert(3, "inside_residual", table["site"].map(inside))
+    return table.assign(n_images=len(x), dtype=str(dtype).removeprefix("torch."),
+                        config_hash=config_hash({"symmetry": block, "seed": global_seed}),
+                        version=intertwine.__version__)
+
+
+def summarize(table: "pd.DataFrame") -> "pd.DataFrame":
+    """Per variant and group: the largest function change and representation error over sites
+    and seeds -- near zero for a symmetry, order one otherwise."""
+    grouped = table.groupby(["variant", "group"], sort=False)
+    return grouped.agg(seeds=("seed", "nunique"), sites=("site", "nunique"),
+                       max_relative_change=("relative_change", "max"),
+                       max_abs_logit_change=("max_abs_logit_change", "max"),
+                       max_representation_error=("representation_error", "max")).reset_index()

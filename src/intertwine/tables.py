@@ -39,6 +39,14 @@ ROTATION = pa.schema([
     pa.field("device", pa.string()), *PROVENANCE,
 ])
 
+SYMMETRY = pa.schema([
+    pa.field("variant", pa.string()), pa.field("seed", pa.int64()), pa.field("site", pa.string()),
+    pa.field("inside_residual", pa.bool_()), pa.field("group", pa.string()),
+    pa.field("max_abs_logit_change", pa.float64()), pa.field("relative_change", pa.float64()),
+    pa.field("representation_error", pa.float64()), pa.field("n_images", pa.int64()),
+    pa.field("dtype", pa.string()), *PROVENANCE,
+])
+
 
 def to_table(df: pd.DataFrame, schema: pa.Schema) -> pa.Table:
     """Cast ``df`` to ``schema``; a missing or extra column is an error that names it."""

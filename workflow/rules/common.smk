@@ -39,6 +39,7 @@ STAGE_CODE = {
     "data": ["data/__init__.py", "data/shapes.py", "data/cifar10.py"],
     "zoo": ["models", "data/augment.py", "training.py", "zoo.py"],
     "rotation": ["rotation.py", "groups.py"],
+    "symmetry": ["symmetry.py", "groups.py"],
     "tables": ["tables.py"],
     "figures": ["figures.py", "paper.py"],
 }
@@ -115,3 +116,13 @@ ROTATION_OUTPUTS = (
     else []
 )
 
+SYMMETRY = config["symmetry"]
+if SYMMETRY["seeds"] > config["zoo"]["seeds"]:
+    raise WorkflowError(f"config key symmetry.seeds: {SYMMETRY['seeds']} exceeds zoo.seeds "
+                        f"({config['zoo']['seeds']})")
+SYMMETRY_CHECKS = expand("results/symmetry/{variant}/seed{seed}.parquet", variant=VARIANTS,
+                         seed=range(SYMMETRY["seeds"]))
+SYMMETRY_OUTPUTS = (
+    ["results/tables/symmetry.parquet", "results/tables/symmetry_summary.csv"]
+    if SYMMETRY_CHECKS else []
+)

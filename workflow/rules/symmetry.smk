@@ -1,0 +1,42 @@
+rule symmetry_check:
+    input:
+        DATA_FILES,
+        checkpoint="results/zoo/{variant}/seed{seed}.pt",
+    output:
+        "results/symmetry/{variant}/seed{seed}.parquet",
+    params:
+        block=as_json(SYMMETRY),
+        seed=config["seed"],
+        device=config["device"],
+        code=code_hash("symmetry"),
+        data=lambda wildcards, input: os.path.dirname(input[0]),
+    resources:
+        gpu=1,
+    conda:
+        CONDA_ENV
+    log:
+        "results/logs/symmetry/{variant}/seed{seed}.log",
+    shell:
+        "intertwine symmetry --checkpoint {input.checkpoint} --data {params.data}"
+        " --config {params.block:q} --global-seed {params.seed} --device {params.device}"
+        " --out {output} > {log} 2>&1"
+
+
+rule symmetry_table:
+    input:
+        SYMMETRY_CHECKS,
+    output:
+        table="results/tables/symmetry.parquet",
+        summary=report(
+            "results/tables/symmetry_summary.csv",
+            caption="../report/symmetry_summary.rst",
+            category="Symmetry self-check",
+        ),
+    params:
+        code=code_hash("tables"),
+    conda:
+        CONDA_ENV
+    log:
+        "results/logs/tables/symmetry.log",
+    shell:
+        "intertwine symmetry-table {input} --out {output.table} --summary {output.summary} > {log} 2>&1"
