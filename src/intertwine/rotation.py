@@ -82,14 +82,17 @@ def rotation_trial(model: nn.Module, site: str, matrix: torch.Tensor, train_spli
             "acc_finetuned": acc(transformed), "finetune_seconds": time.perf_counter() - started}
 
 
-GROUPS = ("grelu", "orthogonal", "permutation")
+GROUPS = ("identity", "grelu", "orthogonal", "permutation")
 
 
 def sample_transform(group: str, n: int, generator: torch.Generator, sigma: float = 1.0) -> torch.Tensor:
     """A random (n, n) element of ``group``: G_ReLU (permutation times lognormal scales),
-    Haar-orthogonal, or a permutation alone (the intertwiner group of the sigmoid)."""
+    Haar-orthogonal, a permutation alone (the intertwiner group of the sigmoid), or the identity
+    (the control: what fine-tuning alone gains or loses)."""
     from intertwine import groups
 
+    if group == "identity":
+        return torch.eye(n)
     if group == "grelu":
         return groups.random_grelu(n, generator, sigma)
     if group == "orthogonal":
@@ -120,7 +123,10 @@ def run_trial(checkpoint: str, data_dir: str, site: str, group: str, trial: int,
     mean = torch.tensor(data_meta["mean"], device=device)
     std = torch.tensor(data_meta["std"], device=device)
     splits = [load_split(data_dir, s).to(device) for s in ("train", "val", "test")]
-    config = TrainConfig.from_block(training | {"epochs": block["epochs"]})
+    if block["train_images"]:
+        train = splits[0]
+        splits[0] = Split(train.images[:block["train_images"]], train.labels[:block["train_images"]])
+    config = TrainConfig.from_block(training | {"epochs": block["epochs"], "lr": block["lr"] or training["lr"]})
     batches = torch.Generator(device=device).manual_seed(derive_seed(*key, "batches"))
     label = f"{meta['variant']} seed {meta['seed']} {site} {group} trial {trial}"
     row = rotation_trial(model, site, matrix, *splits, config, batches, mean, std, label, log)

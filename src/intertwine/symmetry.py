@@ -627,12 +627,15 @@ def run_check(checkpoint: str, data_dir: str, block: dict, global_seed: int = 0,
     x = normalize(test.images[:block["images"]].to(device), torch.tensor(data_meta["mean"], device=device),
                   torch.tensor(data_meta["std"], device=device)).to(dtype)
     inside = {site.name: site.inside_residual for site in models.sites(model)}
+    homogeneous = all(isinstance(model.get_submodule(name), _POSITIVELY_HOMOGENEOUS) for name in inside)
     rows = []
     for group in block["groups"]:
+        if group == "grelu" and not homogeneous:
+            group = "permutation"  # the scalings are no symmetry of, e.g., a sigmoid network
         generator = torch.Generator().manual_seed(
             derive_seed(global_seed, "symmetry", meta["variant"], meta["seed"], group))
         rows += check_symmetry(model, x, group, generator, block["lognormal_sigma"])
-    table = pd.DataFrame(rows)
+    table = pd.DataFrame(rows).drop_duplicates(["site", "group"])
     table.insert(0, "variant", meta["variant"])
     table.insert(1, "seed", meta["seed"])
     table.insert(3, "inside_residual", table["site"].map(inside))

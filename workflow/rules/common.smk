@@ -32,7 +32,9 @@ DATASET = config["data"]["dataset"]
 DATA_DIR = f"results/data/{DATASET}"
 DATA_FILES = multiext(f"{DATA_DIR}/", "train.npz", "val.npz", "test.npz", "meta.json")
 VARIANTS = list(config["zoo"]["variants"])
-SEEDS = list(range(config["zoo"]["seeds"]))
+def zoo_seeds(variant):
+    return range(config["zoo"]["seeds_per_variant"].get(variant, config["zoo"]["seeds"]))
+
 
 # The library files each stage runs; a change to them reruns that stage (and its dependents) only.
 STAGE_CODE = {
@@ -62,7 +64,7 @@ def as_json(block):
 
 
 def zoo_outputs(pattern):
-    return expand(pattern, variant=VARIANTS, seed=SEEDS)
+    return [pattern.format(variant=v, seed=s) for v in VARIANTS for s in zoo_seeds(v)]
 
 
 ZOO_TABLES = ["results/tables/zoo.parquet", "results/tables/zoo_epochs.parquet"]
@@ -89,10 +91,8 @@ def check_subset(key, chosen, available):
 
 
 ROTATION = config["rotation"]
+check_subset("zoo.seeds_per_variant", config["zoo"]["seeds_per_variant"], VARIANTS)
 check_subset("rotation.variants", ROTATION["variants"], VARIANTS)
-if ROTATION["seeds"] > config["zoo"]["seeds"]:
-    raise WorkflowError(f"config key rotation.seeds: {ROTATION['seeds']} exceeds zoo.seeds "
-                        f"({config['zoo']['seeds']})")
 
 
 def rotation_sites(variant):
@@ -101,12 +101,20 @@ def rotation_sites(variant):
     return ROTATION["sites"] or available
 
 
+def members(key, variant, count):
+    """Seeds 0 .. count-1 of a variant, which the zoo must have trained."""
+    if count > len(zoo_seeds(variant)):
+        raise WorkflowError(f"config key {key}: {count} seeds of {variant!r} asked for, but the "
+                            f"zoo trains {len(zoo_seeds(variant))}")
+    return range(count)
+
+
 ROTATION_TRIALS = [
     f"results/rotation/{variant}/seed{seed}/{site}/{group}/trial{trial}.parquet"
-    for variant in ROTATION["variants"]
-    for seed in range(ROTATION["seeds"])
+    for variant, groups in ROTATION["variants"].items()
+    for seed in members("rotation.seeds", variant, ROTATION["seeds"])
     for site in rotation_sites(variant)
-    for group in ROTATION["groups"]
+    for group in groups
     for trial in range(ROTATION["trials"])
 ]
 ROTATION_OUTPUTS = (
@@ -117,11 +125,11 @@ ROTATION_OUTPUTS = (
 )
 
 SYMMETRY = config["symmetry"]
-if SYMMETRY["seeds"] > config["zoo"]["seeds"]:
-    raise WorkflowError(f"config key symmetry.seeds: {SYMMETRY['seeds']} exceeds zoo.seeds "
-                        f"({config['zoo']['seeds']})")
-SYMMETRY_CHECKS = expand("results/symmetry/{variant}/seed{seed}.parquet", variant=VARIANTS,
-                         seed=range(SYMMETRY["seeds"]))
+SYMMETRY_CHECKS = [
+    f"results/symmetry/{variant}/seed{seed}.parquet"
+    for variant in VARIANTS
+    for seed in range(min(SYMMETRY["seeds"], len(zoo_seeds(variant))))
+]
 SYMMETRY_OUTPUTS = (
     ["results/tables/symmetry.parquet", "results/tables/symmetry_summary.csv"]
     if SYMMETRY_CHECKS else []
