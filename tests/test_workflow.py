@@ -81,11 +81,14 @@ def test_paper_config_dag(tmp_path):
     per_variant = {}
     for variant, seed in re.findall(r"wildcards: variant=([^,\s]+), seed=(\d+)", text):
         per_variant.setdefault(variant, set()).add(int(seed))
-    variants = yaml.safe_load(config.read_text())["zoo"]["variants"]
-    assert len(variants) == 12
-    assert {v: len(seeds) for v, seeds in per_variant.items()} == {v: 100 for v in variants}
+    zoo = yaml.safe_load(config.read_text())["zoo"]
+    expected = {v: zoo["seeds_per_variant"].get(v, 100) for v in zoo["variants"]}
+    assert len(expected) == 13 and expected["myrtle_sigmoid_nobn"] == 3
+    assert {v: len(seeds) for v, seeds in per_variant.items()} == expected
     jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", text, re.M)}
-    assert jobs["train_member"] == 1200 and jobs["prepare_data"] == 1 and jobs["zoo_table"] == 1
+    assert jobs["train_member"] == 1203 and jobs["prepare_data"] == 1 and jobs["zoo_table"] == 1
+    # rotation: 4 sites x (3 groups for each of 2 variants) x 10 trials
+    assert jobs["rotation_trial"] == 4 * 6 * 10
 
 
 def test_tiny_run_outputs(tiny_run):
