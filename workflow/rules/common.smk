@@ -32,7 +32,10 @@ DATASET = config["data"]["dataset"]
 DATA_DIR = f"results/data/{DATASET}"
 DATA_FILES = multiext(f"{DATA_DIR}/", "train.npz", "val.npz", "test.npz", "meta.json")
 VARIANTS = list(config["zoo"]["variants"])
+
+
 def zoo_seeds(variant):
+    """The seeds the zoo trains for a variant: zoo.seeds, or its zoo.seeds_per_variant entry."""
     return range(config["zoo"]["seeds_per_variant"].get(variant, config["zoo"]["seeds"]))
 
 
@@ -90,8 +93,9 @@ def check_subset(key, chosen, available):
         raise WorkflowError(f"config key {key}: {unknown} not among {list(available)}")
 
 
-ROTATION = config["rotation"]
 check_subset("zoo.seeds_per_variant", config["zoo"]["seeds_per_variant"], VARIANTS)
+
+ROTATION = config["rotation"]
 check_subset("rotation.variants", ROTATION["variants"], VARIANTS)
 
 
@@ -132,5 +136,6 @@ SYMMETRY_CHECKS = [
 ]
 SYMMETRY_OUTPUTS = (
     ["results/tables/symmetry.parquet", "results/tables/symmetry_summary.csv"]
-    if SYMMETRY_CHECKS else []
+    if SYMMETRY_CHECKS
+    else []
 )

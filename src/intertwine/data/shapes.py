@@ -305,7 +305,7 @@ def generate_shapes(
     stretch: float = 0.1,
     color_jitter: float = 0.06,
     texture_contrast: float = 0.1,
-    texture_period: tuple[float, float] = (0.09, 0.16),
+    texture_period: tuple[float, float] = (0.12, 0.2),
     supersample: int = 2,
     return_factors: bool = False,
 ) -> dict[str, Any]:
