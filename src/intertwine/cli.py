@@ -56,22 +56,20 @@ def cmd_zoo_table(args) -> None:
 def cmd_zoo_figure(args) -> None:
     from intertwine.figures import save_figure, zoo_accuracy, zoo_summary
     from intertwine.paper import reported_accuracy
-    from intertwine.tables import ZOO, read_parquet
-    from intertwine.utils import atomic_path
+    from intertwine.tables import ZOO, read_parquet, write_csv
 
     zoo = read_parquet([args.zoo], ZOO)
     reported = ({name: reported_accuracy(spec) for name, spec in args.variants.items()}
                 if args.dataset == "cifar10" else {})
     save_figure(zoo_accuracy(zoo, reported), args.out, dpi=args.figures["dpi"])
-    with atomic_path(args.summary) as tmp:
-        zoo_summary(zoo, reported).to_csv(tmp, index=False)
+    write_csv(zoo_summary(zoo, reported), args.summary)
 
 
 def cmd_rotation(args) -> None:
+    import torch
+
     from intertwine.rotation import run_trial
     from intertwine.tables import ROTATION, write_parquet
-
-    import torch
 
     torch.set_num_threads(args.threads)
     row = run_trial(args.checkpoint, args.data, args.site, args.group, args.trial, args.config,
@@ -80,10 +78,10 @@ def cmd_rotation(args) -> None:
 
 
 def cmd_symmetry(args) -> None:
+    import torch
+
     from intertwine.symmetry import run_check
     from intertwine.tables import SYMMETRY, write_parquet
-
-    import torch
 
     torch.set_num_threads(args.threads)
     write_parquet(run_check(args.checkpoint, args.data, args.config, args.global_seed, args.device),
@@ -92,13 +90,11 @@ def cmd_symmetry(args) -> None:
 
 def cmd_symmetry_table(args) -> None:
     from intertwine.symmetry import summarize
-    from intertwine.tables import SYMMETRY, read_parquet, write_parquet
-    from intertwine.utils import atomic_path
+    from intertwine.tables import SYMMETRY, read_parquet, write_csv, write_parquet
 
     table = read_parquet(args.parts, SYMMETRY)
     write_parquet(table, args.out, SYMMETRY)
-    with atomic_path(args.summary) as tmp:
-        summarize(table).to_csv(tmp, index=False, float_format="%.3g")
+    write_csv(summarize(table), args.summary, float_format="%.3g")
 
 
 def cmd_table(args) -> None:

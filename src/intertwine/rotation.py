@@ -18,9 +18,11 @@ import torch
 from torch import nn
 
 import intertwine
-from intertwine.data import Split
+from intertwine import groups, models
+from intertwine.data import Split, load_meta, load_split
 from intertwine.training import TrainConfig, evaluate, train
-from intertwine.utils import config_hash
+from intertwine.utils import config_hash, derive_seed, resolve_device
+from intertwine.zoo import load_model
 
 
 class ChannelTransform(nn.Module):
@@ -89,8 +91,6 @@ def sample_transform(group: str, n: int, generator: torch.Generator, sigma: floa
     """A random (n, n) element of ``group``: G_ReLU (permutation times lognormal scales),
     Haar-orthogonal, a permutation alone (the intertwiner group of the sigmoid), or the identity
     (the control: what fine-tuning alone gains or loses)."""
-    from intertwine import groups
-
     if group == "identity":
         return torch.eye(n)
     if group == "grelu":
@@ -106,11 +106,6 @@ def run_trial(checkpoint: str, data_dir: str, site: str, group: str, trial: int,
               training: dict, global_seed: int = 0,
               log: Callable[[str], None] = print) -> pd.DataFrame:
     """One row of the rotation table: a zoo member, a site, a group element, fine-tuning."""
-    from intertwine import models
-    from intertwine.data import load_meta, load_split
-    from intertwine.utils import derive_seed, resolve_device
-    from intertwine.zoo import load_model
-
     device = resolve_device(training.get("device", "auto"))
     model, meta = load_model(checkpoint, device)
     by_name = {s.name: s for s in models.sites(model)}

@@ -64,6 +64,12 @@ def write_parquet(df: pd.DataFrame, path: str | Path, schema: pa.Schema) -> None
         pq.write_table(table, tmp)
 
 
+def write_csv(df: pd.DataFrame, path: str | Path, **options) -> None:
+    """Small summary tables for the report, written atomically."""
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False, **options)
+
+
 def read_parquet(paths, schema: pa.Schema | None = None) -> pd.DataFrame:
     """Read and concatenate Parquet files (optionally checked against ``schema``)."""
     tables = [pq.read_table(p, schema=schema) for p in paths]
