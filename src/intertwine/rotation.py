@@ -19,7 +19,7 @@ from torch import nn
 
 import intertwine
 from intertwine import groups, models
-from intertwine.data import Split, load_meta, load_split
+from intertwine.data import Split, channel_stats, load_split
 from intertwine.training import TrainConfig, evaluate, train
 from intertwine.utils import config_hash, derive_seed, resolve_device
 from intertwine.zoo import load_model
@@ -114,9 +114,7 @@ def run_trial(checkpoint: str, data_dir: str, site: str, group: str, trial: int,
     key = (global_seed, "rotation", meta["variant"], meta["seed"], site, group, trial)
     generator = torch.Generator().manual_seed(derive_seed(*key, "element"))
     matrix = sample_transform(group, by_name[site].channels, generator, block["lognormal_sigma"])
-    data_meta = load_meta(data_dir)
-    mean = torch.tensor(data_meta["mean"], device=device)
-    std = torch.tensor(data_meta["std"], device=device)
+    mean, std = channel_stats(data_dir, device)
     splits = [load_split(data_dir, s).to(device) for s in ("train", "val", "test")]
     if block["train_images"]:
         train = splits[0]

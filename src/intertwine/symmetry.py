@@ -613,7 +613,7 @@ def run_check(checkpoint: str, data_dir: str, block: dict, global_seed: int = 0,
     import pandas as pd
 
     import intertwine
-    from intertwine.data import load_meta, load_split
+    from intertwine.data import channel_stats, load_split
     from intertwine.data.augment import normalize
     from intertwine.utils import config_hash, derive_seed, resolve_device
     from intertwine.zoo import load_model
@@ -622,10 +622,8 @@ def run_check(checkpoint: str, data_dir: str, block: dict, global_seed: int = 0,
     dtype = torch.float64 if block["float64"] else torch.float32
     model, meta = load_model(checkpoint, device)
     model = model.to(dtype)
-    data_meta = load_meta(data_dir)
     test = load_split(data_dir, "test")
-    x = normalize(test.images[:block["images"]].to(device), torch.tensor(data_meta["mean"], device=device),
-                  torch.tensor(data_meta["std"], device=device)).to(dtype)
+    x = normalize(test.images[:block["images"]].to(device), *channel_stats(data_dir, device)).to(dtype)
     inside = {site.name: site.inside_residual for site in models.sites(model)}
     homogeneous = all(isinstance(model.get_submodule(name), _POSITIVELY_HOMOGENEOUS) for name in inside)
     rows = []

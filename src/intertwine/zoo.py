@@ -10,7 +10,7 @@ import torch
 
 import intertwine
 from intertwine import models
-from intertwine.data import load_meta, load_split
+from intertwine.data import channel_stats, load_meta, load_split
 from intertwine.training import TrainConfig, evaluate, train
 from intertwine.utils import atomic_path, config_hash, derive_seed, resolve_device
 
@@ -37,8 +37,7 @@ def train_member(spec: dict, variant: str, seed: int, data_dir: str | Path, trai
     if spec["num_classes"] != len(meta["classes"]):
         raise ValueError(f"variant {variant!r} has num_classes {spec['num_classes']} but the data set "
                          f"has {len(meta['classes'])} classes; set num_classes in its spec")
-    mean = torch.tensor(meta["mean"], device=device)
-    std = torch.tensor(meta["std"], device=device)
+    mean, std = channel_stats(data_dir, device)
     train_split = load_split(data_dir, "train").to(device)
     test_split = load_split(data_dir, "test").to(device)
     select_on = training.get("select_on", "val")

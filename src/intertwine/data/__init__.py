@@ -98,6 +98,12 @@ def load_meta(data_dir: str | Path) -> dict:
     return json.loads(path.read_text())
 
 
+def channel_stats(data_dir: str | Path, device: torch.device | str = "cpu"):
+    """The training set's per-channel mean and std (0..1 units), as tensors on ``device``."""
+    meta = load_meta(data_dir)
+    return (torch.tensor(meta["mean"], device=device), torch.tensor(meta["std"], device=device))
+
+
 def load_split(data_dir: str | Path, split: str) -> Split:
     """Read one cached split as tensors (on the CPU; move with ``.to(device)``)."""
     if split not in SPLITS:
