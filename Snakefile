@@ -21,6 +21,8 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/zoo.smk"
 include: "workflow/rules/symmetry.smk"
 include: "workflow/rules/rotation.smk"
+include: "workflow/rules/stitching.smk"
+include: "workflow/rules/similarity.smk"
 include: "workflow/rules/figures.smk"
 
 
@@ -30,4 +32,6 @@ rule all:
         ZOO_FIGURES,
         SYMMETRY_OUTPUTS,
         ROTATION_OUTPUTS,
+        STITCHING_OUTPUTS,
+        SIMILARITY_OUTPUTS,
     default_target: True

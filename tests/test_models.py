@@ -10,6 +10,8 @@ from intertwine.models import (
     Site,
     build,
     count_parameters,
+    forward_from,
+    forward_to,
     normalize_spec,
     sites,
 )
@@ -144,6 +146,38 @@ def test_sites_match_forward_hooks(defaults, arch):
     seen = _hooked_forward(model, [s.name for s in listed])
     # Each site is reached exactly once, in the listed order, with the listed channel count.
     assert seen == [(s.name, s.channels) for s in listed]
+
+
+@pytest.mark.parametrize("spec", [
+    {"arch": "myrtle", "width_multiplier": 0.25},
+    {"arch": "myrtle", "width_multiplier": 0.25, "batch_norm": False},
+    {"arch": "resnet20", "width_multiplier": 0.5},
+    {"arch": "resnet20", "width_multiplier": 0.5, "residual_activation": False},
+    {"arch": "resnet18", "width_multiplier": 0.125},
+])
+def test_forward_split_at_every_site_is_the_forward(spec):
+    torch.manual_seed(0)
+    model = build(spec).eval()
+    x = torch.randn(3, 3, 16, 16)
+    hooked = {}
+    handles = [model.get_submodule(s.name).register_forward_hook(
+        lambda _m, _i, out, name=s.name: hooked.setdefault(name, out)) for s in sites(model)]
+    with torch.no_grad():
+        expected = model(x)
+        for handle in handles:
+            handle.remove()
+        assert [name for name, _ in model.pieces() if name] == [s.name for s in sites(model)]
+        for site in sites(model):
+            state = forward_to(model, x, site.name)
+            # The state starts with the site's output; inside a block it also carries the skip input.
+            torch.testing.assert_close(state[0], hooked[site.name], rtol=0, atol=0)
+            assert len(state) == (2 if site.inside_residual else 1)
+            torch.testing.assert_close(forward_from(model, state, site.name), expected, rtol=0, atol=0)
+
+
+def test_forward_split_names_the_sites_on_a_typo(defaults):
+    with pytest.raises(ValueError, match="no site 'act9'.*act1"):
+        forward_to(defaults["myrtle"], torch.randn(1, 3, 8, 8), "act9")
 
 
 @pytest.mark.parametrize("arch", list(ARCHITECTURES))

@@ -3,7 +3,7 @@ import torch
 
 from intertwine import models
 from intertwine.data import load_meta, load_split
-from intertwine.rotation import freeze_through, rotation_trial, transform_site
+from intertwine.rotation import rotation_trial, transform_site
 from intertwine.training import TrainConfig
 
 SPEC = {"arch": "myrtle", "width_multiplier": 0.125, "batch_norm": False}
@@ -33,13 +33,6 @@ def test_identity_transform_changes_nothing():
     torch.testing.assert_close(same(x), model(x))
 
 
-def test_freeze_through_freezes_exactly_the_earlier_layers():
-    model = models.build(SPEC)
-    frozen = freeze_through(model, "act2")
-    assert frozen == ["conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias"]
-    assert all(p.requires_grad for n, p in model.named_parameters() if n not in frozen)
-
-
 def test_rotation_trial_keeps_the_frozen_layers(tiny_shapes_dir):
     torch.manual_seed(0)
     model = models.build(SPEC)
@@ -55,3 +48,24 @@ def test_rotation_trial_keeps_the_frozen_layers(tiny_shapes_dir):
     assert all(0 <= row[k] <= 1 for k in ("acc_before", "acc_transformed", "acc_finetuned"))
     for key, value in model.state_dict().items():  # the zoo model itself is not modified
         assert torch.equal(value, before[key])
+
+
+def test_stitched_front_is_frozen_in_eval_mode_and_back_trains():
+    torch.manual_seed(0)
+    spec = {"arch": "resnet20", "width_multiplier": 0.25}
+    front, back = models.build(spec), models.build(spec)
+    site = "layer2.1.act1"  # inside a block: the skip path must carry the front's block input
+    stitched = models.Stitched(front, back, site).train()
+    assert not front.training and back.training
+    assert not any(p.requires_grad for p in front.parameters())
+    x = torch.randn(4, 3, 16, 16)
+    stitched(x).sum().backward()
+    assert all(p.grad is None for p in front.parameters())
+    grads = {n for n, p in back.named_parameters() if p.grad is not None}
+    assert "layer2.1.conv2.weight" in grads and "fc.weight" in grads
+    assert "layer2.1.conv1.weight" not in grads and "conv1.weight" not in grads
+    # With the same weights on both sides it is the model itself (eval mode: same BN statistics).
+    back.load_state_dict(front.state_dict())
+    stitched.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(stitched(x), front(x))

@@ -89,6 +89,10 @@ def test_paper_config_dag(tmp_path):
     assert jobs["train_member"] == 1203 and jobs["prepare_data"] == 1 and jobs["zoo_table"] == 1
     # rotation: 4 sites x (3 groups for each of 2 variants) x 10 trials
     assert jobs["rotation_trial"] == 4 * 6 * 10
+    # stitching: pairs x (full, 6 ranks, grelu), one job covering every site of the variant
+    assert jobs["stitch_pair"] == (32 + 16 + 16) * 8
+    assert jobs["similarity_pair"] == 4 * 32  # Myrtle, constant-width Myrtle, ResNet20, ResNet18
+    assert sum(jobs.values()) < 10_000
 
 
 def test_tiny_run_outputs(tiny_run):
@@ -123,10 +127,49 @@ def test_symmetry_and_rotation_tables(tiny_run):
     assert (tiny_run / "results/figures/rotation_penalty.png").stat().st_size > 1000
 
 
+def test_stitching_table_and_figures(tiny_run):
+    table = pd.read_parquet(tiny_run / "results/tables/stitching.parquet")
+    assert list(table.columns[:5]) == ["variant", "pair", "seed_a", "seed_b", "site"]
+    assert len(table) == 3 * (1 + 2)  # three methods at one Myrtle and two ResNet20 sites
+    assert set(table["method"]) == {"full", "rank2", "grelu"}
+    assert (table["seed_a"] != table["seed_b"]).all()
+    assert dict(zip(table["site"], table["inside_residual"])) == {
+        "act2": False, "layer1.0.act1": True, "layer1.0.act2": False}
+    assert (table["penalty"] - ((table["acc_a"] + table["acc_b"]) / 2 - table["acc_stitched"])).abs().max() < 1e-12
+    grelu = table[table["method"] == "grelu"]
+    for perm, scales, channels in zip(grelu["permutation"], grelu["scales"], grelu["channels"]):
+        assert sorted(perm) == list(range(channels)) and len(scales) == channels
+    assert (grelu["stitch_params"] == grelu["channels"]).all()
+    assert table[table["method"] != "grelu"]["permutation"].isna().all()
+    summary = pd.read_csv(tiny_run / "results/tables/stitching_summary.csv")
+    assert len(summary) == len(table)  # one pair: one row per (variant, site, method)
+    for figure in ["stitching_penalty.png", "stitching_dimension.png"]:
+        assert (tiny_run / "results/figures" / figure).stat().st_size > 1000
+
+
+def test_similarity_table_and_figures(tiny_run):
+    table = pd.read_parquet(tiny_run / "results/tables/similarity.parquet")
+    assert list(table.columns[:8]) == ["variant", "pair", "seed_a", "seed_b", "site_a", "site_b",
+                                       "measure", "value"]
+    procrustes = table[table["measure"].str.endswith("procrustes")]
+    assert len(procrustes) == 2 * 2 * 4  # 2 pairs, 2 measures, Myrtle's 4 sites
+    assert (procrustes["site_a"] == procrustes["site_b"]).all() and procrustes["value"].between(0, 1).all()
+    cka = table[table["measure"].str.endswith("cka")]
+    assert len(cka) == 1 * 2 * 4 * 4 and set(cka["pair"]) == {0}  # 1 pair, 2 measures, 4x4 sites
+    assert (table["n_samples"] == 64).all()
+    summary = pd.read_csv(tiny_run / "results/tables/similarity_summary.csv")
+    assert set(summary["measure"]) == {"grelu_procrustes", "orthogonal_procrustes", "grelu_cka", "linear_cka"}
+    assert summary["paper"].isna().all()  # the paper's numbers are CIFAR-10 only
+    for figure in ["similarity_procrustes.png", "similarity_cka.png"]:
+        assert (tiny_run / "results/figures" / figure).stat().st_size > 1000
+
+
 def test_report(tiny_run):
     snakemake(tiny_run, "--report", "results/report.html")
     html = (tiny_run / "results/report.html").read_text()
-    for item in ["zoo_accuracy.png", "zoo_summary.csv", "symmetry_summary.csv", "rotation_penalty.png"]:
+    for item in ["zoo_accuracy.png", "zoo_summary.csv", "symmetry_summary.csv", "rotation_penalty.png",
+                 "stitching_penalty.png", "stitching_summary.csv", "similarity_cka.png",
+                 "similarity_summary.csv"]:
         assert item in html
 
 
@@ -138,17 +181,29 @@ def test_zoo_change_reruns_zoo_and_downstream(tiny_run, tmp_path):
     config = changed_config(tmp_path, "epochs.yaml", lambda c: c["zoo"]["training"].update(epochs=3))
     assert planned_jobs(tiny_run, config) == {
         "train_member": 4, "zoo_table": 1, "zoo_figure": 1, "symmetry_check": 2, "symmetry_table": 1,
-        "rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "all": 1}
+        "rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "all": 1,
+        "stitch_pair": 6, "stitching_table": 1, "stitching_figure": 1,
+        "similarity_pair": 2, "similarity_table": 1, "similarity_figure": 1}
 
 
 def test_figure_change_reruns_figures_only(tiny_run, tmp_path):
     config = changed_config(tmp_path, "dpi.yaml", lambda c: c["figures"].update(dpi=61))
-    assert planned_jobs(tiny_run, config) == {"zoo_figure": 1, "rotation_figure": 1, "all": 1}
+    assert planned_jobs(tiny_run, config) == {"zoo_figure": 1, "rotation_figure": 1,
+                                              "stitching_figure": 1, "similarity_figure": 1, "all": 1}
+
+
+def test_grelu_setting_reruns_grelu_stitching_only(tiny_run, tmp_path):
+    config = changed_config(tmp_path, "alpha.yaml", lambda c: c["stitching"].update(alpha=0.2))
+    assert planned_jobs(tiny_run, config) == {"stitch_pair": 2, "stitching_table": 1,
+                                              "stitching_figure": 1, "all": 1}
 
 
 @pytest.mark.parametrize("module, reruns", [
-    ("figures.py", {"zoo_figure": 1, "rotation_figure": 1, "all": 1}),
+    ("figures.py", {"zoo_figure": 1, "rotation_figure": 1, "stitching_figure": 1,
+                    "similarity_figure": 1, "all": 1}),
     ("rotation.py", {"rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "all": 1}),
+    ("stitching.py", {"stitch_pair": 6, "stitching_table": 1, "stitching_figure": 1, "all": 1}),
+    ("similarity.py", {"similarity_pair": 2, "similarity_table": 1, "similarity_figure": 1, "all": 1}),
 ])
 def test_later_stage_code_change_does_not_retrain(tiny_run, module, reruns):
     source = REPO / "src" / "intertwine" / module

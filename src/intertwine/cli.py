@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def _json(text: str):
@@ -77,6 +78,50 @@ def cmd_rotation(args) -> None:
     write_parquet(row, args.out, ROTATION)
 
 
+def cmd_stitch(args) -> None:
+    import torch
+
+    from intertwine.stitching import stitch_pair
+    from intertwine.tables import STITCHING, write_parquet
+
+    torch.set_num_threads(args.threads)
+    rows = stitch_pair(args.a, args.b, args.data, args.method, args.pair, args.config,
+                       args.training, args.sites, args.global_seed, log=_log)
+    write_parquet(rows, args.out, STITCHING)
+
+
+def cmd_similarity(args) -> None:
+    import torch
+
+    from intertwine.similarity import similarity_pair
+    from intertwine.tables import SIMILARITY, write_parquet
+
+    torch.set_num_threads(args.threads)
+    rows = similarity_pair(args.a, args.b, args.data, args.pair, args.config, args.procrustes,
+                           args.cka, args.global_seed, args.device, log=_log)
+    write_parquet(rows, args.out, SIMILARITY)
+
+
+def cmd_similarity_figure(args) -> None:
+    from intertwine.figures import save_figure, similarity_cka, similarity_procrustes, similarity_summary
+    from intertwine.tables import SIMILARITY, read_parquet, write_csv
+
+    from intertwine.paper import reported_procrustes
+
+    table = read_parquet([args.table], SIMILARITY)
+    paper = ({name: reported_procrustes(spec) for name, spec in args.variants.items()}
+             if args.dataset == "cifar10" else {})
+    others = {}
+    for path in args.other_formats:
+        others.setdefault(Path(path).stem, []).append(path)
+    if args.procrustes:
+        save_figure(similarity_procrustes(table, paper), [args.procrustes, *others.get(Path(args.procrustes).stem, [])],
+                    dpi=args.figures["dpi"])
+    if args.cka:
+        save_figure(similarity_cka(table), [args.cka, *others.get(Path(args.cka).stem, [])], dpi=args.figures["dpi"])
+    write_csv(similarity_summary(table, paper), args.summary)
+
+
 def cmd_symmetry(args) -> None:
     import torch
 
@@ -110,6 +155,20 @@ def cmd_rotation_figure(args) -> None:
 
     figure = rotation_penalty(read_parquet([args.table], ROTATION))
     save_figure(figure, args.out, dpi=args.figures["dpi"])
+
+
+def cmd_stitching_figure(args) -> None:
+    from intertwine.figures import save_figure, stitching_dimension, stitching_penalty, stitching_summary
+    from intertwine.tables import STITCHING, read_parquet, write_csv
+
+    table = read_parquet([args.table], STITCHING)
+    others = {Path(p).stem: [] for p in (args.penalty, args.dimension)}
+    for path in args.other_formats:
+        others.setdefault(Path(path).stem, []).append(path)
+    save_figure(stitching_penalty(table), [args.penalty, *others[Path(args.penalty).stem]], dpi=args.figures["dpi"])
+    save_figure(stitching_dimension(table), [args.dimension, *others[Path(args.dimension).stem]],
+                dpi=args.figures["dpi"])
+    write_csv(stitching_summary(table), args.summary)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,6 +221,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="one-row .parquet")
     p.set_defaults(func=cmd_rotation)
 
+    p = sub.add_parser("stitch", help="stitch one pair of zoo members with one method at each site")
+    p.add_argument("--a", required=True, help="zoo member f, whose layers run up to the site (.pt)")
+    p.add_argument("--b", required=True, help="zoo member g, whose layers run after the site (.pt)")
+    p.add_argument("--data", required=True, help="data cache directory")
+    p.add_argument("--method", required=True, help="full, grelu or rank<r> (e.g. rank4)")
+    p.add_argument("--pair", type=int, required=True, help="the pair's index (seeds the layers)")
+    p.add_argument("--sites", type=_json, default=None, help="JSON list of sites (default: all)")
+    p.add_argument("--config", type=_json, required=True, help="the `stitching` block (JSON)")
+    p.add_argument("--training", type=_json, required=True, help="the `zoo.training` block (JSON)")
+    p.add_argument("--global-seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", required=True, help=".parquet, one row per site")
+    p.set_defaults(func=cmd_stitch)
+
+    p = sub.add_parser("similarity", help="similarity measures between two zoo members at every site")
+    p.add_argument("--a", required=True, help="zoo member (.pt)")
+    p.add_argument("--b", required=True, help="zoo member (.pt)")
+    p.add_argument("--data", required=True, help="data cache directory")
+    p.add_argument("--pair", type=int, required=True, help="the pair's index")
+    p.add_argument("--procrustes", action="store_true", help="Procrustes measures at matching sites")
+    p.add_argument("--cka", action="store_true", help="CKA measures for every pair of sites")
+    p.add_argument("--config", type=_json, required=True, help="the `similarity` block (JSON)")
+    p.add_argument("--global-seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", required=True, help=".parquet, one row per (site_a, site_b, measure)")
+    p.set_defaults(func=cmd_similarity)
+
+    p = sub.add_parser("similarity-figure", help="Procrustes per site and CKA heatmaps (Table 2, Figs. 2, 5, 9-11)")
+    p.add_argument("--table", required=True, help="similarity.parquet")
+    p.add_argument("--dataset", required=True, help="the data set (the paper's numbers are shown for cifar10)")
+    p.add_argument("--variants", type=_json, required=True, help="the `zoo.variants` block (JSON)")
+    p.add_argument("--figures", type=_json, required=True, help="the `figures` block (JSON)")
+    p.add_argument("--procrustes", help="Procrustes figure (.png)")
+    p.add_argument("--cka", help="CKA heatmaps (.png)")
+    p.add_argument("--summary", required=True, help="summary table .csv")
+    p.add_argument("--other-formats", nargs="*", default=[], help="more files of the same figures, matched by name")
+    p.set_defaults(func=cmd_similarity_figure)
+
     p = sub.add_parser("symmetry", help="check the weight-space symmetry on one zoo member")
     p.add_argument("--checkpoint", required=True, help="trained zoo member (.pt)")
     p.add_argument("--data", required=True, help="data cache directory")
@@ -189,6 +287,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--figures", type=_json, required=True, help="the `figures` block (JSON)")
     p.add_argument("--out", nargs="+", required=True)
     p.set_defaults(func=cmd_rotation_figure)
+
+    p = sub.add_parser("stitching-figure", help="stitching penalty and layer dimension per site (Figs. 1, 6, 7)")
+    p.add_argument("--table", required=True, help="stitching.parquet")
+    p.add_argument("--figures", type=_json, required=True, help="the `figures` block (JSON)")
+    p.add_argument("--penalty", required=True, help="penalty figure (.png)")
+    p.add_argument("--dimension", required=True, help="parameter dimension figure (.png)")
+    p.add_argument("--summary", required=True, help="summary table .csv")
+    p.add_argument("--other-formats", nargs="*", default=[],
+                   help="more files of the same figures (.pdf, .svg), matched by file name")
+    p.set_defaults(func=cmd_stitching_figure)
     return parser
 
 

@@ -92,6 +92,179 @@ def rotation_penalty(table: pd.DataFrame) -> plt.Figure:
     return fig
 
 
+def _site_labels(rows: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """Sites in table order, and their tick labels with residual-internal sites marked *."""
+    first = rows.drop_duplicates("site")
+    return list(first["site"]), [f"{s}*" if inside else s for s, inside in
+                                 first[["site", "inside_residual"]].itertuples(index=False)]
+
+
+def _method_order(methods) -> list[str]:
+    """full, then ranks in increasing order, then grelu (and anything else) as they come."""
+    methods = list(dict.fromkeys(methods))
+    ranks = sorted((m for m in methods if m.startswith("rank")), key=lambda m: int(m[4:]))
+    return ([m for m in methods if m == "full"] + ranks
+            + [m for m in methods if m != "full" and not m.startswith("rank")])
+
+
+METHOD_LABELS = {"full": "full", "grelu": "G_ReLU"}
+
+
+def _method_style(method: str, index: int) -> dict:
+    if method == "grelu":
+        return {"color": "C3", "marker": "s", "linewidth": 2.0}
+    if method == "full":
+        return {"color": "black", "marker": "o", "linewidth": 1.5}
+    return {"color": plt.cm.viridis(0.15 + 0.7 * index), "marker": ".", "linewidth": 1.0,
+            "linestyle": "--"}
+
+
+def stitching_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per variant, site and method: penalty mean and 95% CI over pairs (points), stitched
+    accuracy, the layer's dimension, and for G_ReLU how far P was from a permutation."""
+    rows = []
+    for (variant, site, method), group in table.groupby(["variant", "site", "method"], sort=False):
+        mean, half = mean_ci(100 * group["penalty"])
+        rows.append({"variant": variant, "site": site,
+                     "inside_residual": bool(group["inside_residual"].iloc[0]), "method": method,
+                     "pairs": len(group), "penalty_mean": round(mean, 2), "penalty_ci95": round(half, 2),
+                     "acc_stitched_mean": round(100 * group["acc_stitched"].mean(), 2),
+                     "stitch_params": int(group["stitch_params"].iloc[0]),
+                     "off_permutation_mass": (round(float(group["off_permutation_mass"].mean()), 3)
+                                              if method == "grelu" else None)})
+    summary = pd.DataFrame(rows)
+    order = {m: i for i, m in enumerate(_method_order(summary["method"]))}
+    return summary.sort_values(["variant", "method"], key=lambda col: col.map(order) if col.name == "method"
+                               else col.map({v: i for i, v in enumerate(dict.fromkeys(table["variant"]))}),
+                               kind="stable").reset_index(drop=True)
+
+
+def stitching_penalty(table: pd.DataFrame) -> plt.Figure:
+    """Stitching penalty per site and method, mean with 95% CI over pairs, one panel per variant;
+    residual-internal sites marked * (the paper's Figs. 1, 6, 7)."""
+    variants = list(dict.fromkeys(table["variant"]))
+    fig, axes = plt.subplots(1, len(variants), figsize=(max(4.5, 0.45 * table["site"].nunique() + 2.5)
+                                                        * len(variants) ** 0.5 * 1.3, 3.8),
+                             squeeze=False)
+    for ax, variant in zip(axes[0], variants):
+        rows = table[table["variant"] == variant]
+        sites, labels = _site_labels(rows)
+        methods = _method_order(rows["method"])
+        ranks = [m for m in methods if m.startswith("rank")]
+        for method in methods:
+            stats_ = [mean_ci(100 * rows.loc[(rows["site"] == site) & (rows["method"] == method), "penalty"])
+                      for site in sites]
+            index = ranks.index(method) / max(1, len(ranks) - 1) if method in ranks else 0
+            ax.errorbar(range(len(sites)), [m for m, _ in stats_], yerr=[h for _, h in stats_],
+                        capsize=2, markersize=5, label=METHOD_LABELS.get(method, method.replace("rank", "rank ")),
+                        **_method_style(method, index))
+        ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
+        ax.axhline(0, color="gray", linewidth=0.8)
+        ax.set_title(f"{variant} ({rows['pair'].nunique()} pairs)")
+        ax.set_ylabel("stitching penalty (accuracy points)")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
+    return fig
+
+
+def stitching_dimension(table: pd.DataFrame) -> plt.Figure:
+    """Dimension of each stitching layer's parameter manifold per site: C for G_ReLU, 2Cr - r^2
+    for rank r, C^2 for full (log scale)."""
+    variants = list(dict.fromkeys(table["variant"]))
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.5 * len(variants), 3.4), squeeze=False)
+    for ax, variant in zip(axes[0], variants):
+        rows = table[table["variant"] == variant]
+        sites, labels = _site_labels(rows)
+        methods = _method_order(rows["method"])
+        ranks = [m for m in methods if m.startswith("rank")]
+        for method in methods:
+            dims = [rows.loc[(rows["site"] == site) & (rows["method"] == method), "stitch_params"].iloc[0]
+                    for site in sites]
+            index = ranks.index(method) / max(1, len(ranks) - 1) if method in ranks else 0
+            ax.plot(range(len(sites)), dims, label=METHOD_LABELS.get(method, method.replace("rank", "rank ")),
+                    **_method_style(method, index))
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
+        ax.set_title(variant)
+        ax.set_ylabel("parameter dimension")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
+    return fig
+
+
+MEASURE_LABELS = {"grelu_procrustes": "G_ReLU Procrustes", "orthogonal_procrustes": "orthogonal Procrustes",
+                  "grelu_cka": "G_ReLU CKA", "linear_cka": "linear CKA", "laplace_cka": "Laplace CKA",
+                  "channel_normalized_linear_cka": "linear CKA (channels normalised)"}
+
+
+def similarity_summary(table: pd.DataFrame, paper: dict[str, dict[str, dict[str, float]]]) -> pd.DataFrame:
+    """Procrustes per variant, site and measure (mean, 95% CI over pairs) beside the paper's value,
+    and the CKA of each site with the same site of the other model (the heatmaps' diagonal)."""
+    same = table[table["site_a"] == table["site_b"]]
+    rows = []
+    for (variant, site, measure), group in same.groupby(["variant", "site_a", "measure"], sort=False):
+        mean, half = mean_ci(group["value"])
+        rows.append({"variant": variant, "site": site, "measure": measure, "pairs": len(group),
+                     "mean": round(mean, 4), "ci95": round(half, 4),
+                     "paper": paper.get(variant, {}).get(measure, {}).get(site)})
+    return pd.DataFrame(rows)
+
+
+def similarity_procrustes(table: pd.DataFrame, paper: dict[str, dict[str, dict[str, float]]]) -> plt.Figure:
+    """G_ReLU vs orthogonal Procrustes similarity per site, mean with 95% CI over pairs, one panel
+    per variant; the paper's CIFAR-10 values as crosses where they exist (Table 2; Figs. 9, 10)."""
+    rows = table[table["measure"].str.endswith("procrustes")]
+    variants = list(dict.fromkeys(rows["variant"]))
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.4), squeeze=False)
+    for ax, variant in zip(axes[0], variants):
+        part = rows[rows["variant"] == variant]
+        sites = list(dict.fromkeys(part["site_a"]))
+        for k, measure in enumerate(dict.fromkeys(part["measure"])):
+            stats_ = [mean_ci(part.loc[(part["site_a"] == s) & (part["measure"] == measure), "value"]) for s in sites]
+            color = "C3" if measure.startswith("grelu") else "C0"
+            ax.errorbar(range(len(sites)), [m for m, _ in stats_], yerr=[h for _, h in stats_], capsize=3,
+                        marker="o", color=color, label=MEASURE_LABELS.get(measure, measure))
+            reported = paper.get(variant, {}).get(measure, {})
+            if reported:
+                ax.plot([i for i, s in enumerate(sites) if s in reported], [reported[s] for s in sites if s in reported],
+                        "x", color=color, markersize=8, label=f"paper ({MEASURE_LABELS.get(measure, measure)})")
+        ax.set_xticks(range(len(sites)), sites, rotation=45, ha="right", fontsize=8)
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{variant} ({part['pair'].nunique()} pairs)")
+        ax.set_ylabel("similarity")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def similarity_cka(table: pd.DataFrame) -> plt.Figure:
+    """CKA heatmaps, site of model a x site of model b, averaged over pairs: one row per variant,
+    one column per CKA measure (G_ReLU CKA beside linear CKA; Figs. 2, 5, 11)."""
+    rows = table[table["measure"].str.endswith("cka")]
+    variants = list(dict.fromkeys(rows["variant"]))
+    measures = list(dict.fromkeys(rows["measure"]))
+    fig, axes = plt.subplots(len(variants), len(measures), squeeze=False,
+                             figsize=(3.6 * len(measures) + 0.8, 3.3 * len(variants)))
+    for r, variant in enumerate(variants):
+        for c, measure in enumerate(measures):
+            part = rows[(rows["variant"] == variant) & (rows["measure"] == measure)]
+            sites = list(dict.fromkeys(part["site_a"]))
+            grid = part.groupby(["site_a", "site_b"])["value"].mean().unstack().loc[sites, sites]
+            image = axes[r][c].imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="magma")
+            ticks = range(len(sites))
+            axes[r][c].set_xticks(ticks, sites, rotation=90, fontsize=6)
+            axes[r][c].set_yticks(ticks, sites, fontsize=6)
+            axes[r][c].set_title(f"{variant}: {MEASURE_LABELS.get(measure, measure)} "
+                                 f"({part['pair'].nunique()} pairs)", fontsize=8)
+            axes[r][c].set_xlabel("site of model b", fontsize=7)
+            axes[r][c].set_ylabel("site of model a", fontsize=7)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="CKA")
+    return fig
+
+
 def save_figure(fig: plt.Figure, paths, dpi: int = 150) -> None:
     for path in paths:
         with atomic_path(path) as tmp:

@@ -20,3 +20,25 @@ def reported_accuracy(spec: dict) -> float | None:
     if arch == "resnet18" and activation == "relu" and spec.get("batch_norm", True):
         return 92.9
     return None
+
+
+# Procrustes similarities on the CIFAR-10 test set, mean over 32 pairs (Table 2: Myrtle, layers
+# 3/6/10/14 = our act1..act4; Table 4: constant-width Myrtle, layer 10 = act3).
+_MYRTLE_PROCRUSTES = {
+    "grelu_procrustes": {"act1": 0.621, "act2": 0.511, "act3": 0.443, "act4": 0.490},
+    "orthogonal_procrustes": {"act1": 0.772, "act2": 0.574, "act3": 0.509, "act4": 0.583},
+}
+_CONSTANT_WIDTH_MYRTLE_PROCRUSTES = {
+    "grelu_procrustes": {"act3": 0.569}, "orthogonal_procrustes": {"act3": 0.541},
+}
+
+
+def reported_procrustes(spec: dict) -> dict[str, dict[str, float]]:
+    """The paper's Procrustes similarities {measure: {site: value}} for a variant spec ({} if none)."""
+    if spec["arch"] != "myrtle" or spec.get("activation", "relu") != "relu" or not spec.get("batch_norm", True):
+        return {}
+    if spec.get("width_multiplier", 1.0) != 1.0:
+        return {}
+    if spec.get("constant_width") is None:
+        return _MYRTLE_PROCRUSTES
+    return _CONSTANT_WIDTH_MYRTLE_PROCRUSTES if spec["constant_width"] == 512 else {}

@@ -2,8 +2,9 @@
 pre-activation of one layer is transformed by a group element and only the later layers may adapt.
 
 For a trained model and a site l: insert a fixed 1x1 convolution A right before the activation
-at l (so the pre-activation z becomes A z), freeze every parameter up to and including layer l,
-fine-tune the rest, and compare test accuracies. An element of the activation's intertwiner group
+at l (so the pre-activation z becomes A z), freeze every layer up to and including l (they run
+in eval mode without autograd, so fine-tuning costs only the later layers), fine-tune the rest,
+and compare test accuracies. An element of the activation's intertwiner group
 (G_ReLU for ReLU) can be undone exactly by the next layer, so its penalty should be near zero; a
 random orthogonal A cannot, and costs accuracy.
 """
@@ -51,21 +52,6 @@ def transform_site(model: nn.Module, site: str, matrix: torch.Tensor) -> nn.Modu
     return model
 
 
-def freeze_through(model: nn.Module, site: str) -> list[str]:
-    """Freeze the parameters of every module registered before ``site``: the layers up to and
-    including it, since the zoo models register modules in forward order. Returns their names.
-
-    Batch-norm layers in the frozen part still use batch statistics while the rest trains (the
-    paper's experiment uses Myrtle without batch norm, where this does not arise).
-    """
-    order = {name: i for i, (name, _) in enumerate(model.named_modules())}
-    frozen = [name for name, _ in model.named_parameters()
-              if order[name.rpartition(".")[0]] < order[site]]
-    for name in frozen:
-        model.get_parameter(name).requires_grad_(False)
-    return frozen
-
-
 def rotation_trial(model: nn.Module, site: str, matrix: torch.Tensor, train_split: Split,
                    val_split: Split, test_split: Split, config: TrainConfig,
                    generator: torch.Generator, mean: torch.Tensor, std: torch.Tensor,
@@ -76,12 +62,14 @@ def rotation_trial(model: nn.Module, site: str, matrix: torch.Tensor, train_spli
     acc_before = acc(model)
     transformed = transform_site(model, site, matrix)
     acc_transformed = acc(transformed)
-    freeze_through(transformed, site)
-    result = train(transformed, train_split, val_split, config, generator, mean, std,
+    # The transformed layers up to the site stay frozen (run without autograd, in eval mode); a
+    # copy of the original model's later layers fine-tunes on top of them.
+    finetuned = models.Stitched(front=transformed, back=copy.deepcopy(model), site=site)
+    result = train(finetuned, train_split, val_split, config, generator, mean, std,
                    label=label, log=log)
-    transformed.load_state_dict(result.state_dict)
+    finetuned.load_state_dict(result.state_dict)
     return {"acc_before": acc_before, "acc_transformed": acc_transformed,
-            "acc_finetuned": acc(transformed), "finetune_seconds": time.perf_counter() - started}
+            "acc_finetuned": acc(finetuned), "finetune_seconds": time.perf_counter() - started}
 
 
 GROUPS = ("identity", "grelu", "orthogonal", "permutation")

@@ -39,6 +39,30 @@ ROTATION = pa.schema([
     pa.field("device", pa.string()), *PROVENANCE,
 ])
 
+STITCHING = pa.schema([
+    pa.field("variant", pa.string()), pa.field("pair", pa.int64()), pa.field("seed_a", pa.int64()),
+    pa.field("seed_b", pa.int64()), pa.field("site", pa.string()),
+    pa.field("inside_residual", pa.bool_()), pa.field("method", pa.string()),
+    pa.field("rank", pa.int64()), pa.field("alpha", pa.float64()),
+    pa.field("acc_a", pa.float64()), pa.field("acc_b", pa.float64()),
+    pa.field("acc_stitched", pa.float64()), pa.field("penalty", pa.float64()),
+    pa.field("stitch_params", pa.int64()),  # dimension of the layer's parameter manifold
+    pa.field("trainable_params", pa.int64()), pa.field("channels", pa.int64()),
+    pa.field("epochs", pa.int64()), pa.field("train_seconds", pa.float64()),
+    # G_ReLU only: the rounded layer (perm[i] = input channel feeding output channel i, and the
+    # scales) and the fraction of P's mass off that permutation before rounding.
+    pa.field("permutation", pa.list_(pa.int64())), pa.field("scales", pa.list_(pa.float64())),
+    pa.field("off_permutation_mass", pa.float64()),
+    pa.field("device", pa.string()), *PROVENANCE,
+])
+
+SIMILARITY = pa.schema([
+    pa.field("variant", pa.string()), pa.field("pair", pa.int64()), pa.field("seed_a", pa.int64()),
+    pa.field("seed_b", pa.int64()), pa.field("site_a", pa.string()), pa.field("site_b", pa.string()),
+    pa.field("measure", pa.string()), pa.field("value", pa.float64()),
+    pa.field("n_samples", pa.int64()), *PROVENANCE,
+])
+
 SYMMETRY = pa.schema([
     pa.field("variant", pa.string()), pa.field("seed", pa.int64()), pa.field("site", pa.string()),
     pa.field("inside_residual", pa.bool_()), pa.field("group", pa.string()),

@@ -11,6 +11,7 @@ from snakemake.utils import validate
 import intertwine
 from intertwine.config import describe_validation_error
 from intertwine.models import build, normalize_spec, sites
+from intertwine.stitching import draw_pairs
 
 try:
     validate(config, schema="../schemas/config.schema.yaml", set_default=True)
@@ -45,6 +46,8 @@ STAGE_CODE = {
     "zoo": ["models", "data/augment.py", "training.py", "zoo.py"],
     "rotation": ["rotation.py", "groups.py"],
     "symmetry": ["symmetry.py", "groups.py"],
+    "stitching": ["stitching.py", "groups.py"],
+    "similarity": ["similarity.py", "symmetry.py"],
     "tables": ["tables.py"],
     "figures": ["figures.py", "paper.py"],
 }
@@ -137,5 +140,91 @@ SYMMETRY_CHECKS = [
 SYMMETRY_OUTPUTS = (
     ["results/tables/symmetry.parquet", "results/tables/symmetry_summary.csv"]
     if SYMMETRY_CHECKS
+    else []
+)
+
+STITCHING = config["stitching"]
+check_subset("stitching.variants", STITCHING["variants"], VARIANTS)
+check_subset("stitching.pairs_per_variant", STITCHING["pairs_per_variant"], STITCHING["variants"])
+check_subset("stitching.sites", STITCHING["sites"], STITCHING["variants"])
+for _variant, _chosen in STITCHING["sites"].items():
+    check_subset(f"stitching.sites.{_variant}", _chosen, variant_sites(_variant))
+# One job per (variant, pair, method), covering the variant's sites: at the paper's scale a few
+# thousand jobs, and a change to one method's settings reruns that method only.
+STITCH_METHODS = [m for m in STITCHING["methods"] if m != "rank"] + (
+    [f"rank{r}" for r in STITCHING["ranks"]] if "rank" in STITCHING["methods"] else []
+)
+
+
+# Settings that only the G_ReLU layer reads: a change to them reruns the grelu jobs only.
+GRELU_ONLY = ("alpha", "scales_frozen_fraction", "sinkhorn_iters")
+NOT_PER_JOB = ("variants", "pairs", "pairs_per_variant", "sites", "methods", "ranks")
+
+
+def stitch_block(method):
+    """The stitching settings a job of this method uses, as JSON (its params)."""
+    skip = NOT_PER_JOB + (() if method == "grelu" else GRELU_ONLY)
+    return as_json({k: v for k, v in STITCHING.items() if k not in skip})
+
+
+def stitch_pairs(variant):
+    """The variant's (seed_a, seed_b) pairs, drawn from the global seed (see draw_pairs)."""
+    count = STITCHING["pairs_per_variant"].get(variant, STITCHING["pairs"])
+    return draw_pairs(len(zoo_seeds(variant)), count, config["seed"], "stitching", variant)
+
+
+def stitch_member(which):
+    """Input function: the checkpoint of member a or b of the job's pair."""
+    index = {"a": 0, "b": 1}[which]
+    return lambda wc: f"results/zoo/{wc.variant}/seed{stitch_pairs(wc.variant)[int(wc.pair)][index]}.pt"
+
+
+STITCH_JOBS = [
+    f"results/stitching/{variant}/pair{pair}/{method}.parquet"
+    for variant in STITCHING["variants"]
+    for pair in range(len(stitch_pairs(variant)))
+    for method in STITCH_METHODS
+]
+STITCHING_OUTPUTS = (
+    ["results/tables/stitching.parquet", "results/tables/stitching_summary.csv",
+     "results/figures/stitching_penalty.png", "results/figures/stitching_dimension.png"]
+    + extra_formats("results/figures/stitching_penalty")
+    + extra_formats("results/figures/stitching_dimension")
+    if STITCH_JOBS
+    else []
+)
+
+SIMILARITY = config["similarity"]
+check_subset("similarity.variants", SIMILARITY["variants"], VARIANTS)
+SIMILARITY_PAIRS = max(SIMILARITY["procrustes_pairs"], SIMILARITY["cka_pairs"])
+
+
+def similarity_pairs(variant):
+    return draw_pairs(len(zoo_seeds(variant)), SIMILARITY_PAIRS, config["seed"], "similarity", variant)
+
+
+def similarity_member(which):
+    index = {"a": 0, "b": 1}[which]
+    return lambda wc: f"results/zoo/{wc.variant}/seed{similarity_pairs(wc.variant)[int(wc.pair)][index]}.pt"
+
+
+def similarity_parts(pair):
+    """Which measures pair k computes: Procrustes for the first procrustes_pairs, CKA for the first cka_pairs."""
+    return (" --procrustes" if pair < SIMILARITY["procrustes_pairs"] else "") + (
+        " --cka" if pair < SIMILARITY["cka_pairs"] else "")
+
+
+SIMILARITY_JOBS = [
+    f"results/similarity/{variant}/pair{pair}.parquet"
+    for variant in SIMILARITY["variants"]
+    for pair in range(SIMILARITY_PAIRS)
+]
+SIMILARITY_FIGURES = (["results/figures/similarity_procrustes.png"] if SIMILARITY["procrustes_pairs"] else []) + (
+    ["results/figures/similarity_cka.png"] if SIMILARITY["cka_pairs"] else [])
+SIMILARITY_OUTPUTS = (
+    ["results/tables/similarity.parquet", "results/tables/similarity_summary.csv"]
+    + SIMILARITY_FIGURES
+    + [other for png in SIMILARITY_FIGURES for other in extra_formats(png[:-4])]
+    if SIMILARITY_JOBS
     else []
 )

@@ -47,3 +47,68 @@ rule rotation_figure:
     shell:
         "intertwine rotation-figure --table {input} --figures {params.figures:q}"
         " --out {output.png} {output.other_formats} > {log} 2>&1"
+
+
+rule stitching_figure:
+    input:
+        "results/tables/stitching.parquet",
+    output:
+        penalty=report(
+            "results/figures/stitching_penalty.png",
+            caption="../report/stitching_penalty.rst",
+            category="Model stitching",
+        ),
+        dimension=report(
+            "results/figures/stitching_dimension.png",
+            caption="../report/stitching_dimension.rst",
+            category="Model stitching",
+        ),
+        summary=report(
+            "results/tables/stitching_summary.csv",
+            caption="../report/stitching_summary.rst",
+            category="Model stitching",
+        ),
+        other_formats=extra_formats("results/figures/stitching_penalty")
+        + extra_formats("results/figures/stitching_dimension"),
+    params:
+        figures=as_json(config["figures"]),
+        code=code_hash("figures"),
+    conda:
+        CONDA_ENV
+    log:
+        "results/logs/figures/stitching.log",
+    shell:
+        "intertwine stitching-figure --table {input} --figures {params.figures:q}"
+        " --penalty {output.penalty} --dimension {output.dimension} --summary {output.summary}"
+        " --other-formats {output.other_formats} > {log} 2>&1"
+
+
+rule similarity_figure:
+    input:
+        "results/tables/similarity.parquet",
+    output:
+        figures=[
+            report(png, caption=f"../report/{os.path.basename(png)[:-4]}.rst", category="Similarity")
+            for png in SIMILARITY_FIGURES
+        ],
+        summary=report(
+            "results/tables/similarity_summary.csv",
+            caption="../report/similarity_summary.rst",
+            category="Similarity",
+        ),
+        other_formats=[other for png in SIMILARITY_FIGURES for other in extra_formats(png[:-4])],
+    params:
+        figures=as_json(config["figures"]),
+        variants=as_json(config["zoo"]["variants"]),
+        dataset=DATASET,
+        procrustes=" --procrustes results/figures/similarity_procrustes.png" if SIMILARITY["procrustes_pairs"] else "",
+        cka=" --cka results/figures/similarity_cka.png" if SIMILARITY["cka_pairs"] else "",
+        code=code_hash("figures"),
+    conda:
+        CONDA_ENV
+    log:
+        "results/logs/figures/similarity.log",
+    shell:
+        "intertwine similarity-figure --table {input} --dataset {params.dataset} --variants {params.variants:q}"
+        " --figures {params.figures:q}{params.procrustes}{params.cka} --summary {output.summary}"
+        " --other-formats {output.other_formats} > {log} 2>&1"

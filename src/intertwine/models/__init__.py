@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
+import torch
 from torch import nn
 
 from .myrtle import myrtle
@@ -34,8 +35,11 @@ __all__ = [
     "ARCHITECTURES",
     "Architecture",
     "Site",
+    "Stitched",
     "build",
     "count_parameters",
+    "forward_from",
+    "forward_to",
     "normalize_spec",
     "sites",
 ]
@@ -183,6 +187,67 @@ def sites(model: nn.Module) -> list[Site]:
             "method); build models with intertwine.models.build"
         )
     return [Site(name, int(channels), bool(inside)) for name, channels, inside in layout()]
+
+
+def _pieces(model: nn.Module, site: str) -> tuple[list, int]:
+    pieces = model.pieces()
+    names = [name for name, _ in pieces]
+    if site not in names:
+        raise ValueError(f"{type(model).__name__} has no site {site!r}; its sites are "
+                         f"{[name for name in names if name is not None]}")
+    return pieces, names.index(site)
+
+
+def forward_to(model: nn.Module, x: torch.Tensor, site: str) -> tuple[torch.Tensor, ...]:
+    """Run ``model`` on ``x`` up to and including the activation at ``site``.
+
+    Returns the state there: the site's output first, then what later layers still need from
+    before it (inside a residual block: the block input, which the skip path carries).
+    ``forward_from(model, forward_to(model, x, site), site)`` equals ``model(x)``.
+    """
+    pieces, stop = _pieces(model, site)
+    state: tuple[torch.Tensor, ...] = (x,)
+    for _, piece in pieces[:stop + 1]:
+        state = piece(*state)
+    return state
+
+
+def forward_from(model: nn.Module, state: tuple[torch.Tensor, ...], site: str) -> torch.Tensor:
+    """The logits of ``model`` from the state at ``site`` (see ``forward_to``); the state may come
+    from another model of the same variant, which is what stitching does."""
+    pieces, start = _pieces(model, site)
+    for _, piece in pieces[start + 1:]:
+        state = piece(*state)
+    return state[0]
+
+
+class Stitched(nn.Module):
+    """``back`` after ``site`` fed by ``front`` up to ``site``, through ``bridge`` on the channels:
+    the stitched network g_{>l} ∘ bridge ∘ f_{<=l} (Bansal et al.; the paper's section 4).
+
+    ``front`` is frozen: its parameters never train and it always runs in eval mode without
+    autograd, so its time and memory go to inference only. ``bridge`` and ``back`` train as their
+    own ``requires_grad`` flags say (stitching trains the bridge; the rotation penalty fine-tunes
+    the back). Inside a residual block the skip path carries ``front``'s block input.
+    """
+
+    def __init__(self, front: nn.Module, back: nn.Module, site: str, bridge: nn.Module | None = None):
+        super().__init__()
+        _pieces(front, site), _pieces(back, site)  # both must have the site
+        self.front, self.back, self.site = front, back, site
+        self.bridge = bridge if bridge is not None else nn.Identity()
+        self.front.requires_grad_(False)
+        self.front.eval()
+
+    def train(self, mode: bool = True) -> "Stitched":
+        super().train(mode)
+        self.front.eval()
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            state = forward_to(self.front, x, self.site)
+        return forward_from(self.back, (self.bridge(state[0]), *state[1:]), self.site)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -65,6 +65,17 @@ class Myrtle(nn.Module):
         x = self.pool4(self.act4(self.bn4(self.conv4(x))))
         return self.fc(self.flatten(self.global_pool(x)))
 
+    def pieces(self) -> list[tuple[str | None, Callable[..., tuple[torch.Tensor, ...]]]]:
+        """The forward pass cut at each site: (site, piece) pairs, each piece mapping the state
+        left by the previous one to the state at its site (a 1-tuple here; None names the head)."""
+        return [
+            ("act1", lambda x: (self.act1(self.bn1(self.conv1(x))),)),
+            ("act2", lambda x: (self.act2(self.bn2(self.conv2(x))),)),
+            ("act3", lambda x: (self.act3(self.bn3(self.conv3(self.pool2(x)))),)),
+            ("act4", lambda x: (self.act4(self.bn4(self.conv4(self.pool3(x)))),)),
+            (None, lambda x: (self.fc(self.flatten(self.global_pool(self.pool4(x)))),)),
+        ]
+
     def site_layout(self) -> list[tuple[str, int, bool]]:
         """(module name, channels, inside_residual) of each activation, in forward order."""
         convs = (self.conv1, self.conv2, self.conv3, self.conv4)

@@ -83,9 +83,15 @@ class BasicBlock(nn.Module):
         self.act2 = activation_layer() if residual_activation else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.act1(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return self.act2(out + self.shortcut(x))
+        return self.finish(self.start(x), x)
+
+    def start(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual branch up to the inner activation `act1`."""
+        return self.act1(self.bn1(self.conv1(x)))
+
+    def finish(self, inner: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The rest of the block, given `act1`'s output and the block input `x` (the skip path)."""
+        return self.act2(self.bn2(self.conv2(inner)) + self.shortcut(x))
 
 
 class ResNet(nn.Module):
@@ -138,6 +144,18 @@ class ResNet(nn.Module):
         for name in self.stage_names:
             x = getattr(self, name)(x)
         return self.fc(self.flatten(self.avgpool(x)))
+
+    def pieces(self) -> list[tuple[str | None, Callable[..., tuple[torch.Tensor, ...]]]]:
+        """The forward pass cut at each site: (site, piece) pairs, each piece mapping the state
+        left by the previous one to the state at its site. Inside a block the state is
+        (act1 output, block input), since the skip path still needs the block input."""
+        pieces: list = [("act", lambda x: (self.act(self.bn1(self.conv1(x))),))]
+        for name in self.stage_names:
+            for j, block in enumerate(getattr(self, name)):
+                pieces.append((f"{name}.{j}.act1", lambda x, b=block: (b.start(x), x)))
+                pieces.append((f"{name}.{j}.act2", lambda inner, x, b=block: (b.finish(inner, x),)))
+        pieces.append((None, lambda x: (self.fc(self.flatten(self.avgpool(x))),)))
+        return pieces
 
     def site_layout(self) -> list[tuple[str, int, bool]]:
         """(module name, channels, inside_residual) of each activation, in forward order."""

@@ -1,0 +1,722 @@
+"""Representation similarity measures with the symmetries of ReLU networks (Godfrey et al.,
+NeurIPS 2022, section 5 and appendix D.7).
+
+Every measure takes two activation tensors of shape (N, C, H, W) or (N, C) -- more generally
+(N, C, *spatial) -- computed on the same N inputs, and returns a float. Channels are the features
+the network's intertwiner groups act on; spatial positions are never permuted. Numpy arrays are
+converted; tensors stay on their device.
+
+* ``grelu_procrustes``: Procrustes distance minimised over G_ReLU (channel permutations times
+  positive channel scalings), turned into a similarity in [0, 1].
+* ``orthogonal_procrustes``: the classical orthogonal Procrustes similarity, in [0, 1].
+* ``grelu_cka``: CKA with the G_ReLU-invariant "max kernel" K_mn = max_c <x_mc, x_nc>.
+* ``linear_cka``: linear CKA (Kornblith et al. 2019) on the flattened features.
+* ``laplace_cka``: CKA with the Laplace kernel exp(-||x - y||_1 / bandwidth) on channel-normalised
+  features, a positive-definite kernel that shares the G_ReLU symmetry.
+* ``channel_normalized_linear_cka``: linear CKA after per-channel normalisation, as the paper's
+  released code computed its "linear CKA"; kept to compare with published figures.
+
+All CKAs use the unbiased HSIC_1 estimator (Song et al. 2012; Nguyen, Raghu & Kornblith 2021,
+eq. 3), so they need N >= 4 and can be slightly negative for unrelated representations.
+
+Precision: features are processed in their own floating dtype (float32 activations stay float32,
+float64 and numpy arrays in float64; integer and half inputs are promoted). Sums that cancel or run
+over many samples -- the HSIC reductions, per-channel statistics and the Procrustes cross-products --
+are accumulated in float64. With float32 inputs every measure agreed with its float64 value to
+1e-7 (N = 1000, 32 channels 8x8); the tests allow 1e-6.
+
+Memory: no N x N x C tensor is ever formed. Kernel matrices (N x N) are held; every other
+intermediate is blocked so that it stays within ``max_bytes`` (64 MiB by default).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Literal, Union
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+from torch import Tensor
+
+__all__ = [
+    "CKA_MEASURES",
+    "MEASURES",
+    "PROCRUSTES_MEASURES",
+    "cka_kernel",
+    "kernel_cka",
+    "site_features",
+    "similarity_pair",
+    "ProcrustesAccumulator",
+    "channel_normalized_linear_cka",
+    "grelu_cka",
+    "grelu_procrustes",
+    "laplace_cka",
+    "linear_cka",
+    "max_kernel",
+    "orthogonal_procrustes",
+    "unbiased_hsic",
+]
+
+ArrayLike = Union[Tensor, np.ndarray]
+DEFAULT_MAX_BYTES = 64 * 2**20
+_F64 = torch.float64
+
+
+# ---------------------------------------------------------------------------
+# Input handling
+# ---------------------------------------------------------------------------
+
+
+def _as_features(X: ArrayLike, name: str) -> Tensor:
+    """Detached floating tensor of shape (N, C, P), P the number of spatial positions (1 if none)."""
+    X = (X if isinstance(X, Tensor) else torch.as_tensor(np.asarray(X))).detach()
+    if X.ndim < 2 or X.shape[0] < 1 or X.shape[1] < 1:
+        raise ValueError(f"{name} must have shape (N, C) or (N, C, H, W) with N, C >= 1, "
+                         f"got {tuple(X.shape)}")
+    if X.is_complex():
+        raise ValueError(f"{name} must be real, got {X.dtype}")
+    if not X.is_floating_point():
+        X = X.to(_F64)
+    elif X.dtype in (torch.float16, torch.bfloat16):
+        # Half precision cannot hold kernel sums over thousands of terms.
+        X = X.to(torch.float32)
+    # A finite sum proves every entry finite without an N*C*H*W mask; check entries only if not.
+    if not bool(torch.isfinite(X.sum())) and not bool(torch.isfinite(X).all()):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return X.reshape(X.shape[0], X.shape[1], -1)
+
+
+def _check_pair(X: ArrayLike, Y: ArrayLike, min_samples: int, measure: str) -> tuple[Tensor, Tensor]:
+    X, Y = _as_features(X, "X"), _as_features(Y, "Y")
+    if X.shape[0] != Y.shape[0]:
+        raise ValueError(f"X and Y must hold the same samples (first axis), got N = {X.shape[0]} "
+                         f"and N = {Y.shape[0]}")
+    if X.shape[0] < min_samples:
+        raise ValueError(f"{measure} needs at least {min_samples} samples, got N = {X.shape[0]}")
+    if X.device != Y.device:
+        raise ValueError(f"X and Y must be on the same device, got {X.device} and {Y.device}")
+    dtype = torch.promote_types(X.dtype, Y.dtype)
+    return X.to(dtype), Y.to(dtype)
+
+
+def _normalize_channels_(X: Tensor, center: bool, channel_axis: int = 1) -> Tensor:
+    """In place on X, (N, C, P) or, with channel_axis=0, (C, N, P): each channel optionally
+    centred, then scaled to unit norm over samples and positions.
+
+    All-zero channels (dead ReLUs) stay zero instead of becoming NaN.
+    """
+    sample_axis = 1 - channel_axis
+    count = X.shape[sample_axis] * X.shape[2]
+    shape = [1, 1, 1]
+    shape[channel_axis] = -1
+    # Reduce over the contiguous positions in X's dtype, then over samples in float64: a float32
+    # reduction along the strided sample axis accumulates naively and loses ~N*eps (1e-4 relative
+    # at N = 1000, enough to move CKA by 1e-5). No float64 copy of X is made.
+    if center:
+        mean = X.sum(2).to(_F64).sum(sample_axis) / count
+        X.sub_(mean.to(X.dtype).view(shape))
+    norms = torch.linalg.vector_norm(X, dim=2).to(_F64).square().sum(sample_axis).sqrt()
+    norms = torch.where(norms > 0, norms, torch.ones_like(norms))
+    return X.div_(norms.to(X.dtype).view(shape))
+
+
+def _channel_normalize(X: Tensor, center: bool) -> Tensor:
+    """(N, C, P) -> a normalised copy (see ``_normalize_channels_``)."""
+    return _normalize_channels_(X.clone(), center)
+
+
+def _channel_major(X: Tensor) -> Tensor:
+    """(N, C, P) -> a new contiguous (C, N, P) tensor (never a view of X, so safe to modify)."""
+    out = torch.empty((X.shape[1], X.shape[0], X.shape[2]), dtype=X.dtype, device=X.device)
+    return out.copy_(X.transpose(0, 1))
+
+
+def _flatten_centered(X: Tensor) -> Tensor:
+    """(N, C, P) -> (N, C*P) with every feature centred over the samples.
+
+    Only for smaller sums: the unbiased HSIC ignores translations, so the float32 mean's rounding
+    (unlike in ``_channel_normalize``) does not reach the result.
+    """
+    X = X.reshape(X.shape[0], -1)
+    return X - X.mean(dim=0, keepdim=True)
+
+
+# ---------------------------------------------------------------------------
+# Unbiased HSIC and CKA
+# ---------------------------------------------------------------------------
+
+
+def _rows_per_block(n_cols: int, bytes_per_entry: int, max_bytes: int) -> int:
+    return max(1, max_bytes // max(1, n_cols * bytes_per_entry))
+
+
+def _offdiagonal_row_sums(K: Tensor, rows: int) -> Tensor:
+    n = K.shape[0]
+    sums = torch.empty(n, dtype=_F64, device=K.device)
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        sums[start:stop] = K[start:stop].to(_F64).sum(1)
+    return sums - torch.diagonal(K).to(_F64)
+
+
+def _u_centered_rows(K: Tensor, start: int, stop: int, row_sums: Tensor, total: float) -> Tensor:
+    """Rows start:stop of the U-centred K (Szekely & Rizzo 2014), in float64.
+
+    U_ij = K_ij - r_i/(n-2) - r_j/(n-2) + s/((n-1)(n-2)) off the diagonal, 0 on it, with r and s
+    the row and total sums of K with its diagonal zeroed. Then sum_ij U^K_ij U^L_ij / (n(n-3)) is
+    exactly Song et al.'s unbiased HSIC_1, but sums centred numbers: no cancellation between the
+    three large terms of the textbook formula.
+    """
+    n = K.shape[0]
+    block = K[start:stop].to(_F64, copy=True)
+    block -= (row_sums[start:stop, None] + row_sums[None, :]) / (n - 2)
+    block += total / ((n - 1) * (n - 2))
+    idx = torch.arange(start, stop, device=K.device)
+    block[idx - start, idx] = 0.0
+    return block
+
+
+def _hsic_triple(K: Tensor, L: Tensor, max_bytes: int) -> tuple[float, float, float]:
+    """(HSIC1(K, L), HSIC1(K, K), HSIC1(L, L)) in one blocked pass over both kernels."""
+    n = K.shape[0]
+    # Two float64 row blocks plus temporaries of the same size.
+    rows = _rows_per_block(n, 4 * 8, max_bytes)
+    rk, rl = _offdiagonal_row_sums(K, rows), _offdiagonal_row_sums(L, rows)
+    sk, sl = float(rk.sum()), float(rl.sum())
+    kl = kk = ll = 0.0
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        uk = _u_centered_rows(K, start, stop, rk, sk).view(-1)
+        ul = _u_centered_rows(L, start, stop, rl, sl).view(-1)
+        kl += float(torch.dot(uk, ul))
+        kk += float(torch.dot(uk, uk))
+        ll += float(torch.dot(ul, ul))
+    scale = n * (n - 3)
+    return kl / scale, kk / scale, ll / scale
+
+
+def _as_kernel(K: ArrayLike, name: str) -> Tensor:
+    K = (K if isinstance(K, Tensor) else torch.as_tensor(np.asarray(K))).detach()
+    if not K.is_floating_point():
+        K = K.to(_F64)
+    if not bool(torch.isfinite(K).all()):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return K
+
+
+def _check_kernels(K: Tensor, L: Tensor) -> None:
+    if K.ndim != 2 or K.shape[0] != K.shape[1] or K.shape != L.shape:
+        raise ValueError(f"K and L must be square and of the same shape, got {tuple(K.shape)} "
+                         f"and {tuple(L.shape)}")
+    if K.shape[0] < 4:
+        raise ValueError(f"the unbiased HSIC needs at least 4 samples (it divides by n(n-3)), "
+                         f"got n = {K.shape[0]}")
+
+
+def unbiased_hsic(K: ArrayLike, L: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> float:
+    """Unbiased HSIC_1 of two n x n kernel matrices (Song et al. 2012; Nguyen et al. 2021, eq. 3).
+
+    With K~, L~ the kernels with zeroed diagonals and 1 the all-ones vector,
+
+        HSIC_1 = [tr(K~ L~) + (1'K~1)(1'L~1) / ((n-1)(n-2)) - 2/(n-2) 1'K~L~1] / (n(n-3)).
+
+    Computed by U-centring both kernels in float64 row blocks of about ``max_bytes``. Needs n >= 4.
+    """
+    K, L = _as_kernel(K, "K"), _as_kernel(L, "L")
+    _check_kernels(K, L)
+    return _hsic_triple(K, L.to(K.device), max_bytes)[0]
+
+
+def _cka(K: Tensor, L: Tensor, max_bytes: int) -> float:
+    """HSIC1(K, L) / sqrt(HSIC1(K, K) HSIC1(L, L)); nan when a kernel is constant up to U-centring."""
+    _check_kernels(K, L)
+    kl, kk, ll = _hsic_triple(K, L, max_bytes)
+    return _cka_from_hsic(kl, kk, ll)
+
+
+def _cka_from_hsic(kl: float, kk: float, ll: float) -> float:
+    # HSIC1(K, K) is a sum of squares of the U-centred K, so never negative.
+    denominator = math.sqrt(max(kk, 0.0) * max(ll, 0.0))
+    return kl / denominator if denominator > 0 else float("nan")
+
+
+# ---------------------------------------------------------------------------
+# Kernels
+# ---------------------------------------------------------------------------
+
+
+def _max_kernel_blocks(n: int, c: int, itemsize: int, max_bytes: int) -> tuple[int, int]:
+    """(rows, channels) per block so that a (channels, rows, n) block fits in max_bytes."""
+    per_row = c * n * itemsize
+    if per_row <= max_bytes:
+        return min(n, max_bytes // per_row), c
+    # Even one row of all channels is too big: fall back to a running max over channel chunks.
+    return 1, max(1, max_bytes // (n * itemsize))
+
+
+def _max_kernel(Xc: Tensor, rows: int, channels: int) -> Tensor:
+    """Max kernel of channel-major features Xc (C, N, P): each channel's Gram block is a bmm slice."""
+    c, n, _ = Xc.shape
+    K = torch.empty(n, n, dtype=Xc.dtype, device=Xc.device)
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        block = None
+        for c0 in range(0, c, channels):
+            part = Xc[c0:c0 + channels]
+            # K is symmetric: only columns >= start are computed, the rest mirrors earlier blocks.
+            gram = torch.bmm(part[:, start:stop], part[:, start:].transpose(1, 2))
+            chunk_max = gram.amax(dim=0)
+            block = chunk_max if block is None else torch.maximum(block, chunk_max, out=block)
+        b = stop - start
+        # Exact symmetry on the diagonal square, whatever the rounding of the two triangles.
+        square = torch.triu(block[:, :b])
+        K[start:stop, start:stop] = square + torch.triu(square, 1).T
+        K[start:stop, stop:] = block[:, b:]
+        K[stop:, start:stop] = block[:, b:].T
+    return K
+
+
+def max_kernel(
+    X: ArrayLike,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    block_rows: int | None = None,
+    block_channels: int | None = None,
+) -> Tensor:
+    """The max kernel K_mn = max_c sum_{h,w} X_mchw X_nchw of features (N, C, H, W), as (N, N).
+
+    No normalisation is applied here (``grelu_cka`` centres and normalises channels first).
+    Computed in row blocks with batched matrix products and a running max over channel chunks,
+    upper triangle only: the largest intermediate is a (channels, rows, N) block of at most
+    ``max_bytes`` (rows and channels chosen from N and C; at least one row and one channel), beside
+    the (C, N, H*W) transposed copy of X and the N x N result. ``block_rows`` / ``block_channels``
+    override the choice.
+    """
+    X = _as_features(X, "X")
+    n, c, _ = X.shape
+    rows, channels = _max_kernel_blocks(n, c, X.element_size(), max_bytes)
+    return _max_kernel(_channel_major(X), block_rows or rows, block_channels or channels)
+
+
+def _linear_gram(X: Tensor) -> Tensor:
+    return X @ X.T
+
+
+def _l1_distances(X: Tensor, max_bytes: int) -> Tensor:
+    """(N, D) -> (N, N) pairwise L1 distances, computed by row blocks on the upper triangle."""
+    n = X.shape[0]
+    rows = _rows_per_block(n, X.element_size(), max_bytes)
+    D = torch.empty(n, n, dtype=X.dtype, device=X.device)
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        block = torch.cdist(X[start:stop], X[start:], p=1)
+        b = stop - start
+        square = torch.triu(block[:, :b], 1)
+        D[start:stop, start:stop] = square + square.T
+        D[start:stop, stop:] = block[:, b:]
+        D[stop:, start:stop] = block[:, b:].T
+    return D
+
+
+def _median_offdiagonal(D: Tensor) -> float:
+    """Median of the distances d(x_i, x_j), i < j (mean of the two middle values if even)."""
+    n = D.shape[0]
+    upper = D[torch.triu(torch.ones(n, n, dtype=torch.bool, device=D.device), 1)]
+    m = upper.numel()
+    lower_middle = float(upper.kthvalue((m + 1) // 2).values)
+    if m % 2:
+        return lower_middle
+    return 0.5 * (lower_middle + float(upper.kthvalue(m // 2 + 1).values))
+
+
+def _laplace_kernel(X: Tensor, bandwidth: float | None, max_bytes: int) -> Tensor:
+    D = _l1_distances(X, max_bytes)
+    if bandwidth is None:
+        bandwidth = _median_offdiagonal(D)
+        if bandwidth <= 0:
+            raise ValueError("the median heuristic gave bandwidth 0 (most samples are identical); "
+                             "pass bandwidth= explicitly")
+    elif not bandwidth > 0:
+        raise ValueError(f"bandwidth must be positive, got {bandwidth}")
+    return D.div_(-bandwidth).exp_()
+
+
+# ---------------------------------------------------------------------------
+# Procrustes
+# ---------------------------------------------------------------------------
+
+
+class ProcrustesAccumulator:
+    """Sufficient statistics of both Procrustes similarities, accumulated over batches.
+
+    ``update(x, y)`` takes paired batches (same inputs through both models) of shape
+    (B, C, H, W) / (B, C', H, W) or (B, C) / (B, C') and adds, in float64, the C x C'
+    cross-product M = sum_{n,h,w} x_nchw y_nc'hw and the per-channel squared norms. Whole feature
+    tensors are never needed: per-channel or global normalisation over the full set is applied
+    afterwards, exactly, as M_cc' / (||x_c|| ||y_c'||) or M / (||X|| ||Y||).
+    """
+
+    def __init__(self) -> None:
+        self.n_samples = 0
+        self.cross: Tensor | None = None
+        self.x_sq: Tensor | None = None
+        self.y_sq: Tensor | None = None
+        self._positions: int | None = None
+
+    def update(self, x: ArrayLike, y: ArrayLike) -> ProcrustesAccumulator:
+        x, y = _check_pair(x, y, 1, "Procrustes")
+        if x.shape[2] != y.shape[2]:
+            raise ValueError(f"Procrustes pairs spatial positions, so X and Y need the same number "
+                             f"of them, got {x.shape[2]} and {y.shape[2]}")
+        if self.cross is not None and (self.cross.shape != (x.shape[1], y.shape[1])
+                                       or self._positions != x.shape[2]):
+            raise ValueError(f"batch shapes (C={x.shape[1]}, C'={y.shape[1]}, positions="
+                             f"{x.shape[2]}) differ from earlier batches ({tuple(self.cross.shape)}, "
+                             f"positions={self._positions})")
+        # (C, B*P): channels as columns of the (samples x positions) by channels matrix.
+        xm = x.transpose(0, 1).reshape(x.shape[1], -1).to(_F64)
+        ym = y.transpose(0, 1).reshape(y.shape[1], -1).to(_F64)
+        cross, x_sq, y_sq = xm @ ym.T, xm.square().sum(1), ym.square().sum(1)
+        if self.cross is None:
+            self.cross, self.x_sq, self.y_sq, self._positions = cross, x_sq, y_sq, x.shape[2]
+        else:
+            self.cross += cross.to(self.cross.device)
+            self.x_sq += x_sq.to(self.x_sq.device)
+            self.y_sq += y_sq.to(self.y_sq.device)
+        self.n_samples += x.shape[0]
+        return self
+
+    def _state(self) -> tuple[Tensor, Tensor, Tensor]:
+        if self.cross is None:
+            raise ValueError("no batches accumulated yet: call update(x, y) first")
+        return self.cross, self.x_sq, self.y_sq
+
+    def grelu(self) -> float:
+        """G_ReLU Procrustes similarity 1 - delta / (2 sqrt(C)); see ``grelu_procrustes``."""
+        M, x_sq, y_sq = self._state()
+        c = M.shape[0]
+        if M.shape[0] != M.shape[1]:
+            raise ValueError(f"grelu_procrustes matches channels one to one, so X and Y need the "
+                             f"same number of channels, got {M.shape[0]} and {M.shape[1]}")
+        nx, ny = x_sq.sqrt(), y_sq.sqrt()
+        # Dead channels keep norm 1: they stay zero rather than becoming NaN.
+        nx, ny = torch.where(nx > 0, nx, 1.0), torch.where(ny > 0, ny, 1.0)
+        normalized = (M / (nx[:, None] * ny[None, :])).cpu().numpy()
+        rows, cols = linear_sum_assignment(normalized, maximize=True)
+        best_trace = float(normalized[rows, cols].sum())
+        # ||X~||^2 + ||Y~||^2 - 2 max_P tr(M~ P): equals 2C - 2 max tr without dead channels.
+        live = float((x_sq > 0).sum() + (y_sq > 0).sum())
+        delta = math.sqrt(max(0.0, live - 2.0 * best_trace))
+        return min(1.0, max(0.0, 1.0 - delta / (2.0 * math.sqrt(c))))
+
+    def orthogonal(self) -> float:
+        """Orthogonal Procrustes similarity 1 - sqrt(2 - 2 ||M||_*) / 2; see ``orthogonal_procrustes``."""
+        M, x_sq, y_sq = self._state()
+        total = float(x_sq.sum()) * float(y_sq.sum())
+        if total == 0:
+            raise ValueError("orthogonal Procrustes is undefined when X or Y is all zeros")
+        nuclear = float(torch.linalg.svdvals(M).sum()) / math.sqrt(total)
+        return min(1.0, max(0.0, 1.0 - math.sqrt(max(0.0, 2.0 - 2.0 * nuclear)) / 2.0))
+
+
+def _accumulate(X: Tensor, Y: Tensor, max_bytes: int) -> ProcrustesAccumulator:
+    n = X.shape[0]
+    # The float64 copies of one batch of both tensors stay within max_bytes.
+    per_sample = (X[0].numel() + Y[0].numel()) * 8
+    batch = max(1, max_bytes // per_sample)
+    acc = ProcrustesAccumulator()
+    for start in range(0, n, batch):
+        acc.update(X[start:start + batch], Y[start:start + batch])
+    return acc
+
+
+def grelu_procrustes(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> float:
+    """Procrustes similarity up to G_ReLU, in [0, 1] (1 iff Y = X A with A in G_ReLU).
+
+    Each channel is divided by its norm over samples and positions (no centring); with X~, Y~ the
+    (N*H*W, C) matrices, delta = min_P ||X~ - Y~ P||_F over permutation matrices P, found by the
+    Hungarian algorithm on M = X~' Y~ (delta^2 = 2C - 2 max_P tr(M P)), and the similarity is
+    1 - delta / (2 sqrt(C)). All-zero (dead) channels stay zero and count 0 in place of 1 in 2C.
+
+    Invariance group: G_ReLU acting on the channels of either argument -- permutations times
+    positive diagonal scalings -- i.e. f(X A, Y B) = f(X, Y) for A, B in G_ReLU. Symmetric in X, Y.
+    Needs equal channel counts and equal spatial shapes; spatial positions are paired, not matched.
+    Features are accumulated over sample batches of about ``max_bytes``.
+    """
+    X, Y = _check_pair(X, Y, 1, "grelu_procrustes")
+    if X.shape[1] != Y.shape[1]:
+        raise ValueError(f"grelu_procrustes matches channels one to one, so X and Y need the same "
+                         f"number of channels, got {X.shape[1]} and {Y.shape[1]}")
+    return _accumulate(X, Y, max_bytes).grelu()
+
+
+def orthogonal_procrustes(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> float:
+    """Orthogonal Procrustes similarity, in [0, 1] (1 iff Y = c X Q with Q orthogonal, c > 0).
+
+    The whole tensor is scaled to unit Frobenius norm (per-channel normalisation would not commute
+    with rotations of the channels); with M = X' Y the C x C' cross-product of the (N*H*W, C)
+    matrices, min_Q ||X - Y Q||_F^2 = 2 - 2 ||M||_* (nuclear norm), and the similarity is
+    1 - sqrt(2 - 2 ||M||_*) / 2. Different channel counts are allowed (the narrower one is
+    implicitly zero-padded).
+
+    Invariance group: O(C) acting on the channels of either argument, times positive isotropic
+    scaling. Symmetric in X, Y. Not invariant to translation (no centring).
+    """
+    X, Y = _check_pair(X, Y, 1, "orthogonal_procrustes")
+    return _accumulate(X, Y, max_bytes).orthogonal()
+
+
+# ---------------------------------------------------------------------------
+# CKA measures
+# ---------------------------------------------------------------------------
+
+
+def grelu_cka(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> float:
+    """CKA with the max kernel, invariant to G_ReLU (paper, section 5).
+
+    Each channel is centred (mean over samples and positions) and scaled to unit norm; then
+    U_mnc = sum_{h,w} X_mchw X_nchw, K_mn = max_c U_mnc, likewise L from Y, and
+    CKA = HSIC1(K, L) / sqrt(HSIC1(K, K) HSIC1(L, L)) with the unbiased HSIC_1. Channel counts
+    may differ; N >= 4.
+
+    Invariance group: per-channel translations and G_ReLU on the channels of either argument;
+    since U is quadratic in each channel, any monomial matrix (signed permutation times nonzero
+    diagonal) in fact. Symmetric in X, Y.
+
+    Memory: see ``max_kernel``. Beside the inputs and the two N x N kernels it holds one
+    normalised channel-major copy of one input at a time and a product block of at most
+    ``max_bytes``.
+    """
+    X, Y = _check_pair(X, Y, 4, "CKA")
+    kernels = []
+    for Z in (X, Y):
+        # Normalised in place on the channel-major copy the blocked products need: one copy of Z.
+        Zc = _normalize_channels_(_channel_major(Z), center=True, channel_axis=0)
+        rows, channels = _max_kernel_blocks(Zc.shape[1], Zc.shape[0], Zc.element_size(), max_bytes)
+        kernels.append(_max_kernel(Zc, rows, channels))
+        del Zc
+    return _cka(*kernels, max_bytes)
+
+
+def _linear_hsic_features(A: Tensor, B: Tensor, max_bytes: int) -> float:
+    """HSIC1(A A', B B') without forming the N x N Gram matrices: O(N D D') instead of O(N^2 D).
+
+    tr(K~ L~) = ||A'B||_F^2 - sum_i K_ii L_ii and K~ 1 = A (A' 1) - diag K, so every term of the
+    unbiased estimator is a feature-space product; ||A'B||_F^2 is summed over column blocks of A.
+    """
+    n = A.shape[0]
+    dk = torch.linalg.vector_norm(A, dim=1).to(_F64).square()
+    dl = torch.linalg.vector_norm(B, dim=1).to(_F64).square()
+    cols = _rows_per_block(B.shape[1], 8 + B.element_size(), max_bytes)
+    cross = 0.0
+    for start in range(0, A.shape[1], cols):
+        g = (A[:, start:start + cols].T @ B).to(_F64).view(-1)
+        cross += float(torch.dot(g, g))
+    rk = (A @ A.sum(0)).to(_F64) - dk
+    rl = (B @ B.sum(0)).to(_F64) - dl
+    trace = cross - float(torch.dot(dk, dl))
+    value = (trace + float(rk.sum()) * float(rl.sum()) / ((n - 1) * (n - 2))
+             - 2.0 / (n - 2) * float(torch.dot(rk, rl)))
+    return value / (n * (n - 3))
+
+
+def _linear_cka(X: Tensor, Y: Tensor, method: str, max_bytes: int) -> float:
+    # Linear CKA with the unbiased HSIC is translation-invariant; centring the features first only
+    # keeps the float sums small.
+    A, B = _flatten_centered(X), _flatten_centered(Y)
+    n, d, e = A.shape[0], A.shape[1], B.shape[1]
+    if method == "auto":
+        method = "features" if n * (d * d + e * e + d * e) <= n * n * (d + e) else "gram"
+    if method == "gram":
+        return _cka(_linear_gram(A), _linear_gram(B), max_bytes)
+    if method == "features":
+        return _cka_from_hsic(_linear_hsic_features(A, B, max_bytes),
+                              _linear_hsic_features(A, A, max_bytes),
+                              _linear_hsic_features(B, B, max_bytes))
+    raise ValueError(f"method must be 'auto', 'gram' or 'features', got {method!r}")
+
+
+def linear_cka(
+    X: ArrayLike,
+    Y: ArrayLike,
+    *,
+    method: Literal["auto", "gram", "features"] = "auto",
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> float:
+    """Linear CKA (Kornblith et al. 2019) on the flattened features (N, C*H*W), unbiased HSIC_1.
+
+    No per-channel normalisation. ``method="gram"`` forms the N x N Gram matrices (cheaper when
+    C*H*W > N), ``"features"`` works with the D x D' cross-products in column blocks (cheaper
+    and N x N-free when C*H*W < N); ``"auto"`` picks the cheaper. Channel counts may differ; N >= 4.
+
+    Invariance group: orthogonal transformations of the flattened features (in particular O(C)
+    on the channels), isotropic scaling and translation, of either argument. Symmetric in X, Y.
+    """
+    X, Y = _check_pair(X, Y, 4, "CKA")
+    return _linear_cka(X, Y, method, max_bytes)
+
+
+def channel_normalized_linear_cka(
+    X: ArrayLike,
+    Y: ArrayLike,
+    *,
+    method: Literal["auto", "gram", "features"] = "auto",
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> float:
+    """Linear CKA after centring each channel and scaling it to unit norm, the variant the paper's
+    released code reported as "linear CKA". Kept to compare with published figures.
+
+    Invariance group: per-channel translations and G_ReLU (indeed any monomial matrix) on the
+    channels, isotropic scaling; unlike ``linear_cka`` not O(C). Symmetric in X, Y.
+    """
+    X, Y = _check_pair(X, Y, 4, "CKA")
+    return _linear_cka(_channel_normalize(X, True), _channel_normalize(Y, True), method, max_bytes)
+
+
+def laplace_cka(
+    X: ArrayLike,
+    Y: ArrayLike,
+    bandwidth: float | tuple[float, float] | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> float:
+    """CKA with the Laplace kernel exp(-||x - y||_1 / bandwidth) on channel-normalised features.
+
+    Each channel is centred and scaled to unit norm (over samples and positions), the features are
+    flattened to (N, C*H*W) and compared by L1 distance. ``bandwidth`` is one value for both
+    kernels, a pair (X's, Y's), or None for the median heuristic: the median of the pairwise
+    distances d(x_i, x_j), i < j, of each representation. The kernel is positive definite (a
+    product of one-dimensional Laplace kernels). Cost O(N^2 C H W) without BLAS (torch.cdist).
+
+    Invariance group: per-channel translations and G_ReLU on the channels (the normalisation
+    removes the scales, the L1 norm ignores the order of coordinates; also channel sign flips),
+    of either argument. Symmetric in X, Y.
+    """
+    X, Y = _check_pair(X, Y, 4, "CKA")
+    bx, by = bandwidth if isinstance(bandwidth, tuple) else (bandwidth, bandwidth)
+    K = _laplace_kernel(_channel_normalize(X, True).reshape(X.shape[0], -1), bx, max_bytes)
+    L = _laplace_kernel(_channel_normalize(Y, True).reshape(Y.shape[0], -1), by, max_bytes)
+    return _cka(K, L, max_bytes)
+
+
+def cka_kernel(measure: str, X: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Tensor:
+    """The N x N kernel a CKA measure computes from one representation, so that
+    ``kernel_cka(cka_kernel(m, X), cka_kernel(m, Y)) == m(X, Y)`` for m in ``CKA_MEASURES``.
+
+    Comparing every site of one model with every site of another (the CKA heatmaps) then costs
+    one kernel per site instead of one per site pair. ``laplace_cka`` uses its median bandwidth.
+    """
+    X = _as_features(X, "X")
+    if X.shape[0] < 4:
+        raise ValueError(f"CKA needs at least 4 samples, got N = {X.shape[0]}")
+    if measure == "grelu_cka":
+        Xc = _normalize_channels_(_channel_major(X), center=True, channel_axis=0)
+        return _max_kernel(Xc, *_max_kernel_blocks(Xc.shape[1], Xc.shape[0], Xc.element_size(), max_bytes))
+    if measure == "linear_cka":
+        return _linear_gram(_flatten_centered(X))
+    if measure == "channel_normalized_linear_cka":
+        return _linear_gram(_flatten_centered(_channel_normalize(X, True)))
+    if measure == "laplace_cka":
+        return _laplace_kernel(_channel_normalize(X, True).reshape(X.shape[0], -1), None, max_bytes)
+    raise ValueError(f"unknown CKA measure {measure!r}; expected one of {CKA_MEASURES}")
+
+
+def kernel_cka(K: ArrayLike, L: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> float:
+    """CKA of two N x N kernels with the unbiased HSIC_1: HSIC1(K, L) / sqrt(HSIC1(K, K) HSIC1(L, L))."""
+    K, L = _as_kernel(K, "K"), _as_kernel(L, "L")
+    return _cka(K, L.to(K.device), max_bytes)
+
+
+CKA_MEASURES = ("grelu_cka", "linear_cka", "laplace_cka", "channel_normalized_linear_cka")
+PROCRUSTES_MEASURES = ("grelu_procrustes", "orthogonal_procrustes")
+
+MEASURES: dict[str, Callable[..., float]] = {
+    "grelu_procrustes": grelu_procrustes,
+    "orthogonal_procrustes": orthogonal_procrustes,
+    "grelu_cka": grelu_cka,
+    "linear_cka": linear_cka,
+    "laplace_cka": laplace_cka,
+    "channel_normalized_linear_cka": channel_normalized_linear_cka,
+}
+
+
+# ---------------------------------------------------------------------------
+# The workflow stage: every measure between two zoo members
+# ---------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def site_features(model: torch.nn.Module, images: Tensor, site: str, mean: Tensor, std: Tensor,
+                  batch_size: int = 500) -> Tensor:
+    """Activations of ``model`` (in eval mode) at ``site`` for uint8 ``images``, in batches."""
+    from intertwine import models
+    from intertwine.data.augment import normalize
+
+    model.eval()
+    return torch.cat([models.forward_to(model, normalize(images[i:i + batch_size], mean, std), site)[0]
+                      for i in range(0, len(images), batch_size)])
+
+
+def similarity_pair(checkpoint_a: str, checkpoint_b: str, data_dir: str, pair: int, block: dict,
+                    procrustes: bool, cka: bool, global_seed: int = 0, device: str = "auto",
+                    log: Callable[[str], None] = print) -> "pd.DataFrame":
+    """One row per (site_a, site_b, measure): Procrustes measures at matching sites, CKA measures
+    for every pair of sites (the heatmaps), on the first ``block["samples"]`` test images.
+
+    Procrustes statistics accumulate over batches of both models' activations; for CKA one kernel
+    per site and model is held (2 x sites kernels of N x N floats).
+    """
+    import pandas as pd
+
+    import intertwine
+    from intertwine import models
+    from intertwine.data import channel_stats, load_split
+    from intertwine.data.augment import normalize
+    from intertwine.symmetry import site_representations
+    from intertwine.utils import config_hash, resolve_device
+    from intertwine.zoo import load_model
+
+    device = resolve_device(device)
+    model_a, meta_a = load_model(checkpoint_a, device)
+    model_b, meta_b = load_model(checkpoint_b, device)
+    if meta_a["variant"] != meta_b["variant"]:
+        raise ValueError(f"{checkpoint_a} and {checkpoint_b} belong to different variants")
+    mean, std = channel_stats(data_dir, device)
+    test = load_split(data_dir, "test").to(device)
+    images = test.images[:block["samples"]] if block.get("samples") else test.images
+    sites = [s.name for s in models.sites(model_a)]
+    base = {"variant": meta_a["variant"], "pair": pair, "seed_a": meta_a["seed"], "seed_b": meta_b["seed"]}
+    rows = []
+    batch = block["batch_size"]
+    if procrustes:
+        accumulators = {site: ProcrustesAccumulator() for site in sites}
+        with torch.inference_mode():
+            model_a.eval(), model_b.eval()
+            for start in range(0, len(images), batch):
+                x = normalize(images[start:start + batch], mean, std)
+                # One forward pass per model and batch gives every site's activations.
+                reps_a, reps_b = site_representations(model_a, x), site_representations(model_b, x)
+                for site in sites:
+                    accumulators[site].update(reps_a[site], reps_b[site])
+        for site, acc in accumulators.items():
+            values = {"grelu_procrustes": acc.grelu, "orthogonal_procrustes": acc.orthogonal}
+            for measure in block["procrustes_measures"]:
+                rows.append({**base, "site_a": site, "site_b": site, "measure": measure,
+                             "value": values[measure]()})
+        log(f"{base['variant']} pair {pair}: Procrustes at {len(sites)} sites")
+    if cka:
+        for measure in block["cka_measures"]:
+            kernels = {}
+            for name, model in (("a", model_a), ("b", model_b)):
+                for site in sites:
+                    kernels[name, site] = cka_kernel(measure, site_features(model, images, site, mean, std, batch))
+            for site_a in sites:
+                for site_b in sites:
+                    rows.append({**base, "site_a": site_a, "site_b": site_b, "measure": measure,
+                                 "value": kernel_cka(kernels["a", site_a], kernels["b", site_b])})
+            log(f"{base['variant']} pair {pair}: {measure} for {len(sites)}x{len(sites)} site pairs")
+    table = pd.DataFrame(rows)
+    table["n_samples"] = len(images)
+    table["config_hash"] = config_hash({"similarity": block, "seed": global_seed})
+    table["version"] = intertwine.__version__
+    return table

@@ -1,0 +1,418 @@
+"""Model stitching (paper section 4, appendix D.2): how well do two networks' representations at a
+site match up to a class of stitching layers?
+
+The stitched network ``S(f, g, l, phi) = g_{>l} ∘ phi ∘ f_{<=l}`` runs model f up to the activation
+at site l, maps the channels there by a 1x1 convolution phi (no bias, no BN), and runs model g
+from there on. f and g stay frozen; only phi trains. The penalty is
+``(acc f + acc g) / 2 - acc S`` on the test set. Layers:
+
+- ``full``: any C x C matrix.
+- ``rank``: C -> r -> C, rank at most r (a manifold of dimension 2Cr - r^2).
+- ``grelu``: an element P D of the intertwiner group of ReLU (dimension C: the scales). P is kept
+  on the Birkhoff polytope of doubly stochastic matrices by projected gradient descent (ReLU and
+  Sinkhorn after each step, a -alpha ||P||_F term pulling it toward a vertex), D >= 0 by ReLU, D
+  held at I for the first part of training. At evaluation P is rounded to the nearest
+  permutation (Hungarian algorithm).
+
+``init: random`` starts each layer as the paper does (Kaiming-uniform matrices; P at the centre of
+the polytope, D = I). ``init: match`` (our addition) starts it from the layer of its class that
+best maps f's activations onto g's on a few training images: least squares (full), reduced-rank
+regression (rank r), the Hungarian match of normalised channels with least-squares scales
+(G_ReLU, ``match_grelu``). Same layer classes, same training; far fewer steps to a good layer.
+
+Before measuring, one no-gradient pass over the training data refreshes g's batch-norm running
+statistics for the final layer (the paper does this after rounding the G_ReLU layer; we do it for
+every method so that no method is measured with statistics that lag behind its layer).
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import pandas as pd
+import torch
+from torch import nn
+
+import intertwine
+from intertwine import groups, models
+from intertwine.data import Split, channel_stats, load_split
+from intertwine.data.augment import augment, normalize
+from intertwine.training import evaluate
+from intertwine.utils import config_hash, derive_seed, resolve_device
+from intertwine.zoo import load_model
+
+__all__ = [
+    "FullStitch", "RankStitch", "GReLUStitch", "StitchConfig", "METHODS", "build_layer",
+    "parse_method", "method_dimension", "match_grelu", "stitch", "fit", "refresh_batch_norm",
+    "stitch_pair", "draw_pairs",
+]
+
+
+def _channel_map(x: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+    """``matrix @ x`` on the channel dimension of (N, C, ...) activations: a 1x1 convolution."""
+    return torch.einsum("ij,nj...->ni...", matrix, x)
+
+
+def _channels_by_positions(x: torch.Tensor) -> torch.Tensor:
+    """(N, C, ...) activations as a (C, N * positions) float64 matrix."""
+    return x.transpose(0, 1).reshape(x.shape[1], -1).double()
+
+
+def least_squares_map(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The C x C matrix W minimising ||W x - y||^2 over every sample and position (a tiny ridge,
+    1e-6 of the mean channel energy, keeps dead channels from making it singular)."""
+    X, Y = _channels_by_positions(x), _channels_by_positions(y)
+    gram = X @ X.T
+    ridge = 1e-6 * gram.trace() / len(gram) + 1e-12
+    return torch.linalg.solve(gram + ridge * torch.eye(len(gram), dtype=gram.dtype, device=gram.device),
+                              X @ Y.T).T
+
+
+class FullStitch(nn.Module):
+    """Any linear map of the channels. Initialised like a 1x1 ``nn.Conv2d`` (Kaiming uniform)."""
+
+    def __init__(self, channels: int, generator: torch.Generator | None = None):
+        super().__init__()
+        bound = 1 / math.sqrt(channels)
+        self.weight = nn.Parameter((torch.rand(channels, channels, generator=generator) * 2 - 1) * bound)
+
+    def matrix(self) -> torch.Tensor:
+        return self.weight
+
+    @torch.no_grad()
+    def match(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Start from the least-squares map of activations x onto y."""
+        self.weight.copy_(least_squares_map(x, y))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _channel_map(x, self.matrix())
+
+
+class RankStitch(nn.Module):
+    """C -> r -> C: a linear map of rank at most r."""
+
+    def __init__(self, channels: int, rank: int, generator: torch.Generator | None = None):
+        super().__init__()
+        if not 1 <= rank <= channels:
+            raise ValueError(f"stitching rank {rank} must lie between 1 and the {channels} channels")
+        self.down = nn.Parameter((torch.rand(rank, channels, generator=generator) * 2 - 1) / math.sqrt(channels))
+        self.up = nn.Parameter((torch.rand(channels, rank, generator=generator) * 2 - 1) / math.sqrt(rank))
+
+    def matrix(self) -> torch.Tensor:
+        return self.up @ self.down
+
+    @torch.no_grad()
+    def match(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Start from the reduced-rank regression of y on x: the least-squares map projected onto
+        the top principal directions of its fitted values."""
+        W = least_squares_map(x, y)
+        fitted = W @ _channels_by_positions(x)
+        directions = torch.linalg.eigh(fitted @ fitted.T).eigenvectors[:, -self.down.shape[0]:]
+        self.up.copy_(directions)
+        self.down.copy_(directions.T @ W)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _channel_map(_channel_map(x, self.down), self.up)
+
+
+class GReLUStitch(nn.Module):
+    """``P diag(scales)`` with P doubly stochastic (a permutation once rounded) and scales >= 0.
+
+    P starts near the centre of the Birkhoff polytope (uniform plus a little seeded noise to break
+    the symmetry), the scales at 1. Call ``project()`` after every optimiser step and ``round()``
+    before evaluation.
+    """
+
+    def __init__(self, channels: int, generator: torch.Generator | None = None,
+                 sinkhorn_iters: int = 16, init_noise: float = 0.01):
+        super().__init__()
+        noise = torch.rand(channels, channels, generator=generator) * init_noise
+        self.sinkhorn_iters = sinkhorn_iters
+        self.P = nn.Parameter(groups.sinkhorn(torch.full((channels, channels), 1 / channels) + noise / channels,
+                                              sinkhorn_iters))
+        self.scales = nn.Parameter(torch.ones(channels))
+        self.register_buffer("permutation", torch.empty(0, dtype=torch.long))  # set by round()
+
+    @property
+    def rounded(self) -> bool:
+        return self.permutation.numel() > 0
+
+    def matrix(self) -> torch.Tensor:
+        P = groups.permutation_matrix(self.permutation).to(self.P) if self.rounded else self.P
+        return P * self.scales  # P @ diag(scales)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _channel_map(x, self.matrix())
+
+    @torch.no_grad()
+    def start_at(self, perm: torch.Tensor, output_scales: torch.Tensor) -> None:
+        """Start from the G_ReLU element ``diag(output_scales) Q`` (``Q[i, perm[i]] = 1``)
+        instead of the centre of the polytope."""
+        self.P.copy_(groups.permutation_matrix(perm).to(self.P))
+        self.scales.zero_().index_copy_(0, perm.to(self.scales.device), output_scales.to(self.scales))
+
+    def match(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Start from the G_ReLU element that best maps activations x onto y (``match_grelu``)."""
+        self.start_at(*match_grelu(x, y))
+
+    @torch.no_grad()
+    def project(self) -> None:
+        """Back onto the constraint set: P doubly stochastic (ReLU + Sinkhorn), scales >= 0."""
+        self.P.copy_(groups.sinkhorn(self.P, self.sinkhorn_iters))
+        self.scales.clamp_(min=0)
+
+    @torch.no_grad()
+    def round(self) -> None:
+        """Replace P by the permutation closest to it (Hungarian algorithm on tr(P Qᵀ))."""
+        self.permutation = groups.round_to_permutation(self.P).to(self.P.device)
+
+    def off_permutation_mass(self) -> float:
+        """How far P was from the permutation it rounds to: the fraction of P's mass (which is n)
+        outside that permutation's entries; 0 exactly when P is that permutation."""
+        perm = groups.round_to_permutation(self.P).to(self.P.device)
+        kept = self.P.detach().gather(1, perm[:, None]).sum()
+        return float(1 - kept / self.P.shape[0])
+
+
+def match_grelu(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The G_ReLU element that best maps activations ``x`` onto ``y`` (both (N, C, ...)): for each
+    output channel i the input channel perm[i] of highest normalised correlation, one to one
+    (Hungarian algorithm), then the least-squares nonnegative scale. Exact when y = A x for A in
+    G_ReLU and x has no two proportional channels. Returns (perm, scales): y_i ≈ scales[i] x_perm[i].
+    """
+    xs = x.transpose(0, 1).reshape(x.shape[1], -1).double()
+    ys = y.transpose(0, 1).reshape(y.shape[1], -1).double()
+    x_norm, y_norm = xs.norm(dim=1).clamp_min(1e-12), ys.norm(dim=1).clamp_min(1e-12)
+    correlation = (ys @ xs.T) / (y_norm[:, None] * x_norm[None, :])  # (out, in)
+    perm = groups.round_to_permutation(correlation).to(x.device)
+    scales = ((ys * xs[perm]).sum(1) / x_norm[perm] ** 2).clamp_min(0)
+    return perm, scales.to(x.dtype)
+
+
+METHODS = ("full", "rank", "grelu")
+
+
+def parse_method(method: str) -> tuple[str, int | None]:
+    """'full' -> ('full', None); 'rank4' -> ('rank', 4); 'grelu' -> ('grelu', None)."""
+    if method in ("full", "grelu"):
+        return method, None
+    if method.startswith("rank") and method[4:].isdigit() and int(method[4:]) > 0:
+        return "rank", int(method[4:])
+    raise ValueError(f"unknown stitching method {method!r}; expected full, grelu or rank<r> (e.g. rank4)")
+
+
+def method_dimension(method: str, channels: int) -> int:
+    """Dimension of the layer's parameter manifold: C^2 (full), 2Cr - r^2 (rank r, r <= C),
+    C (G_ReLU: the scales; the permutation is discrete)."""
+    kind, rank = parse_method(method)
+    if kind == "full":
+        return channels * channels
+    if kind == "grelu":
+        return channels
+    r = min(rank, channels)
+    return 2 * channels * r - r * r
+
+
+def build_layer(method: str, channels: int, generator: torch.Generator | None = None,
+                sinkhorn_iters: int = 16) -> nn.Module:
+    kind, rank = parse_method(method)
+    if kind == "full":
+        return FullStitch(channels, generator)
+    if kind == "rank":
+        return RankStitch(channels, min(rank, channels), generator)
+    return GReLUStitch(channels, generator, sinkhorn_iters)
+
+
+def stitch(f: nn.Module, g: nn.Module, site: str, layer: nn.Module) -> models.Stitched:
+    """The stitched network g_{>site} ∘ layer ∘ f_{<=site}. f and g are frozen (f runs in eval
+    mode without autograd; g keeps its mode, so its batch norm uses batch statistics while the
+    layer trains); only ``layer`` trains."""
+    g.requires_grad_(False)
+    return models.Stitched(front=f, back=g, site=site, bridge=layer)
+
+
+@dataclass
+class StitchConfig:
+    """The ``stitching`` config block's optimisation settings (defaults: PAPER.md)."""
+
+    epochs: int = 20
+    batch_size: int = 32
+    lr: float = 1e-3
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    alpha: float = 0.1
+    scales_frozen_fraction: float = 0.5
+    init: str = "random"
+    match_images: int = 500
+    sinkhorn_iters: int = 16
+    translate: int = 2
+    flip: bool = True
+    eval_batch_size: int = 1000
+
+    @classmethod
+    def from_block(cls, block: dict) -> "StitchConfig":
+        return cls(**{k: block[k] for k in cls.__dataclass_fields__ if k in block})
+
+
+def _optimizer(params, config: StitchConfig) -> torch.optim.Optimizer:
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum)
+    if config.optimizer == "adam":
+        return torch.optim.Adam(params, lr=config.lr)
+    raise ValueError(f"stitching optimizer {config.optimizer!r}: expected sgd or adam")
+
+
+def fit(stitched: models.Stitched, train_split: Split, config: StitchConfig,
+        generator: torch.Generator, mean: torch.Tensor, std: torch.Tensor,
+        label: str = "stitch", log: Callable[[str], None] = print) -> float:
+    """Train the stitching layer (only it) with cross-entropy; returns the seconds spent.
+
+    For a G_ReLU layer the loss adds ``-alpha ||P||_F``, every step is followed by the projection,
+    and the scales stay at their initial values (1, or matched) for the first
+    ``scales_frozen_fraction`` of the epochs.
+    """
+    layer = stitched.bridge
+    grelu = isinstance(layer, GReLUStitch)
+    optimizer = _optimizer([p for p in layer.parameters()], config)
+    loss_fn = nn.CrossEntropyLoss()
+    device = train_split.images.device
+    steps = math.ceil(len(train_split) / config.batch_size)
+    frozen_epochs = round(config.scales_frozen_fraction * config.epochs) if grelu else 0
+    started = time.perf_counter()
+    stitched.train()
+    for epoch in range(1, config.epochs + 1):
+        if grelu:
+            layer.scales.requires_grad_(epoch > frozen_epochs)
+        order = torch.randperm(len(train_split), device=device, generator=generator)
+        loss_sum = torch.zeros((), device=device)
+        for step in range(steps):
+            idx = order[step * config.batch_size:(step + 1) * config.batch_size]
+            x = augment(normalize(train_split.images[idx], mean, std), generator, config.translate, config.flip)
+            loss = loss_fn(stitched(x), train_split.labels[idx])
+            if grelu and config.alpha:
+                loss = loss - config.alpha * layer.P.norm()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if grelu:
+                layer.project()
+            loss_sum += loss.detach() * len(idx)
+        train_loss = loss_sum.item() / len(train_split)
+        if not math.isfinite(train_loss):
+            raise ValueError(f"{label}: stitching loss became {train_loss} in epoch {epoch}; "
+                             "lower stitching.lr")
+        log(f"{label} epoch {epoch}/{config.epochs} loss {train_loss:.4f}")
+    return time.perf_counter() - started
+
+
+@torch.no_grad()
+def refresh_batch_norm(stitched: models.Stitched, train_split: Split, mean: torch.Tensor,
+                       std: torch.Tensor, batch_size: int = 1000) -> None:
+    """Recompute the running statistics of the back model's batch norms over one pass of the
+    (unaugmented) training data through the stitched network: each becomes the plain average of
+    the per-batch statistics (batch norm's cumulative mode), not a momentum-weighted one."""
+    norms = [m for m in stitched.back.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    momenta = [m.momentum for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average over the pass
+    stitched.train()
+    for start in range(0, len(train_split), batch_size):
+        stitched(normalize(train_split.images[start:start + batch_size], mean, std))
+    for m, momentum in zip(norms, momenta):
+        m.momentum = momentum
+    stitched.eval()
+
+
+@torch.no_grad()
+def _activations_at_site(f: nn.Module, g: nn.Module, site: str, train_split: Split, mean: torch.Tensor,
+                         std: torch.Tensor, config: StitchConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """f's and g's activations at ``site`` (eval mode) on the first ``match_images`` training images."""
+    x = normalize(train_split.images[:config.match_images], mean, std)
+    was_training = g.training
+    g.eval()
+    try:
+        return models.forward_to(f, x, site)[0], models.forward_to(g, x, site)[0]
+    finally:
+        g.train(was_training)
+
+
+def draw_pairs(n_members: int, n_pairs: int, *key) -> list[tuple[int, int]]:
+    """``n_pairs`` ordered pairs of distinct zoo members, drawn uniformly with replacement from
+    ``range(n_members)`` by a generator seeded from ``key`` (e.g. the global seed, the stage and
+    the variant), so every run draws the same pairs."""
+    if n_members < 2:
+        raise ValueError(f"stitching needs at least 2 zoo members per variant, got {n_members}")
+    generator = torch.Generator().manual_seed(derive_seed(*key))
+    pairs = []
+    while len(pairs) < n_pairs:
+        a, b = torch.randint(n_members, (2,), generator=generator).tolist()
+        if a != b:
+            pairs.append((a, b))
+    return pairs
+
+
+def stitch_pair(checkpoint_a: str, checkpoint_b: str, data_dir: str, method: str, pair: int,
+                block: dict, training: dict, sites: list[str] | None = None, global_seed: int = 0,
+                log: Callable[[str], None] = print) -> pd.DataFrame:
+    """One row per site: stitch model a into model b with ``method`` at each site."""
+    device = resolve_device(training.get("device", "auto"))
+    f, meta_a = load_model(checkpoint_a, device)
+    g, meta_b = load_model(checkpoint_b, device)
+    if meta_a["spec"] != meta_b["spec"]:
+        raise ValueError(f"cannot stitch {checkpoint_a} into {checkpoint_b}: different model specs "
+                         f"({meta_a['spec']} vs {meta_b['spec']})")
+    available = {s.name: s for s in models.sites(f)}
+    for site in sites or []:
+        if site not in available:
+            raise ValueError(f"stitching.sites names {site!r}, which {meta_a['variant']} does not "
+                             f"have; its sites are {list(available)}")
+    chosen = [available[name] for name in (sites or available)]
+    config = StitchConfig.from_block(block | {k: training[k] for k in ("translate", "flip") if k in training})
+    kind, rank = parse_method(method)
+    mean, std = channel_stats(data_dir, device)
+    train_split, test_split = (load_split(data_dir, s).to(device) for s in ("train", "test"))
+    if block.get("train_images"):
+        train_split = Split(train_split.images[:block["train_images"]], train_split.labels[:block["train_images"]])
+    acc = lambda m: evaluate(m, test_split, mean, std, config.eval_batch_size)  # noqa: E731
+    acc_a, acc_b = acc(f), acc(g)
+    rows = []
+    for site in chosen:
+        key = (global_seed, "stitching", meta_a["variant"], pair, site.name, method)
+        layer = build_layer(method, site.channels, torch.Generator().manual_seed(derive_seed(*key, "init")),
+                            config.sinkhorn_iters).to(device)
+        stitched = stitch(f, copy.deepcopy(g), site.name, layer)
+        if config.init == "match":
+            layer.match(*_activations_at_site(f, g, site.name, train_split, mean, std, config))
+        label = f"{meta_a['variant']} pair {pair} ({meta_a['seed']}->{meta_b['seed']}) {site.name} {method}"
+        batches = torch.Generator(device=device).manual_seed(derive_seed(*key, "batches"))
+        seconds = fit(stitched, train_split, config, batches, mean, std, label, log)
+        extra = {"permutation": None, "scales": None, "off_permutation_mass": None}
+        if isinstance(layer, GReLUStitch):
+            extra["off_permutation_mass"] = layer.off_permutation_mass()
+            layer.round()
+            extra["permutation"] = layer.permutation.tolist()
+            # Stored as the element diag(scales) Q of intertwine.groups (Q[i, perm[i]] = 1).
+            extra["scales"] = layer.scales.detach()[layer.permutation].cpu().tolist()
+        refresh_batch_norm(stitched, train_split, mean, std, config.eval_batch_size)
+        acc_stitched = acc(stitched)
+        log(f"{label}: accuracy {acc_stitched:.4f} (a {acc_a:.4f}, b {acc_b:.4f})")
+        rows.append({
+            "variant": meta_a["variant"], "pair": pair, "seed_a": meta_a["seed"], "seed_b": meta_b["seed"],
+            "site": site.name, "inside_residual": site.inside_residual, "method": method,
+            "rank": rank, "alpha": config.alpha if kind == "grelu" else None,
+            "acc_a": acc_a, "acc_b": acc_b, "acc_stitched": acc_stitched,
+            "penalty": (acc_a + acc_b) / 2 - acc_stitched,
+            "stitch_params": method_dimension(method, site.channels),
+            "trainable_params": sum(p.numel() for p in layer.parameters()),
+            "channels": site.channels, "epochs": config.epochs, "train_seconds": seconds, **extra,
+            "device": str(device),
+            "config_hash": config_hash({"stitching": block, "training": training, "seed": global_seed}),
+            "version": intertwine.__version__,
+        })
+    return pd.DataFrame(rows)

@@ -1,0 +1,223 @@
+"""Stitching: the layers' parameterisations, the projection, the stitched network, and the
+exactness of G_ReLU stitching between a network and its transformed copy (Theorem 4.2)."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from intertwine import groups, models
+from intertwine.data import Split, load_meta, load_split
+from intertwine.data.augment import normalize
+from intertwine.stitching import (
+    FullStitch,
+    GReLUStitch,
+    RankStitch,
+    StitchConfig,
+    build_layer,
+    draw_pairs,
+    fit,
+    match_grelu,
+    method_dimension,
+    parse_method,
+    refresh_batch_norm,
+    stitch,
+)
+from intertwine.symmetry import act_on_weights, random_elements
+from intertwine.training import TrainConfig, evaluate, train
+
+
+def test_layers_map_channels_by_their_matrix():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 6, 3, 3)
+    for layer in (FullStitch(6, g), RankStitch(6, 2, g), GReLUStitch(6, g)):
+        expected = torch.einsum("ij,njhw->nihw", layer.matrix(), x)
+        torch.testing.assert_close(layer(x), expected)
+    assert torch.linalg.matrix_rank(RankStitch(6, 2, g).matrix()) == 2
+
+
+def test_method_names_and_dimensions():
+    assert parse_method("full") == ("full", None)
+    assert parse_method("rank16") == ("rank", 16)
+    assert parse_method("grelu") == ("grelu", None)
+    for bad in ("rank", "rank0", "orthogonal"):
+        with pytest.raises(ValueError, match="unknown stitching method"):
+            parse_method(bad)
+    assert method_dimension("full", 8) == 64
+    assert method_dimension("grelu", 8) == 8
+    assert method_dimension("rank2", 8) == 2 * 8 * 2 - 4
+    assert method_dimension("rank32", 8) == 64  # capped at full rank: all matrices
+    assert isinstance(build_layer("rank32", 8), RankStitch)
+    assert build_layer("rank32", 8).matrix().shape == (8, 8)
+
+
+def test_projection_keeps_p_doubly_stochastic_and_scales_nonnegative():
+    layer = GReLUStitch(10, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        # A gradient step leaves the polytope (entries of P are about 1/10).
+        layer.P.add_(0.05 * torch.randn(10, 10, generator=torch.Generator().manual_seed(1)))
+        layer.scales.sub_(torch.linspace(-1, 2, 10))
+    layer.project()
+    assert (layer.P >= 0).all() and (layer.scales >= 0).all()
+    torch.testing.assert_close(layer.P.sum(1), torch.ones(10))
+    torch.testing.assert_close(layer.P.sum(0), torch.ones(10), atol=1e-3, rtol=0)
+
+
+def test_rounding_gives_the_nearest_permutation_and_mass_off_it():
+    layer = GReLUStitch(5)
+    perm = torch.tensor([3, 0, 4, 1, 2])
+    target = groups.permutation_matrix(perm)
+    with torch.no_grad():
+        layer.P.copy_(0.8 * target + 0.2 / 5)  # doubly stochastic, 80 % of it on the permutation
+    assert layer.off_permutation_mass() == pytest.approx(1 - 0.8 - 0.2 / 5)
+    layer.round()
+    assert torch.equal(layer.permutation, perm)
+    torch.testing.assert_close(layer.matrix(), target)
+
+
+def test_pairs_are_distinct_members_and_reproducible():
+    pairs = draw_pairs(4, 50, 0, "stitching", "myrtle")
+    assert pairs == draw_pairs(4, 50, 0, "stitching", "myrtle")
+    assert pairs != draw_pairs(4, 50, 0, "stitching", "resnet20")
+    assert all(a != b and 0 <= a < 4 and 0 <= b < 4 for a, b in pairs)
+    assert len(set(pairs)) == 12  # with replacement: every ordered pair turns up in 50 draws
+    with pytest.raises(ValueError, match="at least 2 zoo members"):
+        draw_pairs(1, 3, 0)
+
+
+def test_stitched_network_inside_a_block_uses_the_front_skip_path():
+    torch.manual_seed(0)
+    spec = {"arch": "resnet20", "width_multiplier": 0.25}
+    f, g = models.build(spec).eval(), models.build(spec).eval()
+    site = "layer1.1.act1"
+    stitched = stitch(f, g, site, torch.nn.Identity()).eval()
+    x = torch.randn(3, 3, 16, 16)
+    # By hand: f's block input feeds g's block through the skip path.
+    with torch.no_grad():
+        block_input = f.layer1[0](f.act(f.bn1(f.conv1(x))))
+        out = g.layer1[1].finish(f.layer1[1].start(block_input), block_input)
+        expected = g.fc(g.flatten(g.avgpool(g.layer3(g.layer2(g.layer1[2](out))))))
+        torch.testing.assert_close(stitched(x), expected)
+    assert not any(p.requires_grad for p in (*f.parameters(), *g.parameters()))
+
+
+def test_refresh_batch_norm_recomputes_running_statistics():
+    torch.manual_seed(0)
+    spec = {"arch": "myrtle", "width_multiplier": 0.125}
+    f, g = models.build(spec), models.build(spec)
+    stitched = stitch(f, g, "act2", FullStitch(16))
+    images = torch.randint(0, 256, (40, 3, 16, 16), dtype=torch.uint8)
+    split = Split(images, torch.zeros(40, dtype=torch.long))
+    mean, std = torch.full((3,), 0.5), torch.full((3,), 0.25)
+    refresh_batch_norm(stitched, split, mean, std, batch_size=20)
+    # g.bn3 now holds the mean of its input over the 40 images (two equal batches).
+    with torch.no_grad():
+        x = (images.float() / 255 - 0.5) / 0.25
+        pre = g.conv3(g.pool2(stitched.bridge(f.act2(f.bn2(f.conv2(f.act1(f.bn1(f.conv1(x)))))))))
+    torch.testing.assert_close(g.bn3.running_mean, pre.mean((0, 2, 3)), atol=1e-5, rtol=1e-4)
+    assert not stitched.training and g.bn3.momentum == 0.1
+
+
+@pytest.fixture(scope="module")
+def trained_pair(tmp_path_factory):
+    """A small trained Myrtle f (about 70 % on 16-pixel shapes) and g = f acted on by random
+    G_ReLU elements at every site: the same function, with permuted and rescaled channels."""
+    from intertwine.data import build_dataset, write_dataset
+
+    root = tmp_path_factory.mktemp("data") / "shapes"
+    block = {"dataset": "shapes", "val_size": 100,
+             "shapes": {"train_size": 1100, "test_size": 300, "image_size": 16}}
+    write_dataset(root, *build_dataset(block, seed=0))
+    meta = load_meta(root)
+    mean, std = torch.tensor(meta["mean"]), torch.tensor(meta["std"])
+    splits = {s: load_split(root, s) for s in ("train", "val", "test")}
+    torch.manual_seed(0)
+    f = models.build({"arch": "myrtle", "width_multiplier": 0.125})
+    result = train(f, splits["train"], splits["val"], TrainConfig(epochs=12, lr=4e-3, lr_drops=2),
+                   torch.Generator().manual_seed(0), mean, std, log=lambda _: None)
+    f.load_state_dict(result.state_dict)
+    elements = random_elements(f, "grelu", torch.Generator().manual_seed(1), sigma=0.5)
+    g = act_on_weights(f, elements)
+    return f.eval(), g.eval(), elements, splits, mean, std
+
+
+def _stitch_and_measure(trained_pair, method, config, site="act2", keep_unrounded=False):
+    f, g, _, splits, mean, std = trained_pair
+    layer = build_layer(method, {s.name: s.channels for s in models.sites(f)}[site],
+                        torch.Generator().manual_seed(0))
+    stitched = stitch(f, copy.deepcopy(g), site, layer)
+    if config.init == "match":
+        x = normalize(splits["train"].images[:500], mean, std)
+        with torch.no_grad():
+            layer.match(models.forward_to(f, x, site)[0], models.forward_to(g, x, site)[0])
+    fit(stitched, splits["train"], config, torch.Generator().manual_seed(0), mean, std,
+        log=lambda _: None)
+    if keep_unrounded:
+        return layer, None, None
+    if isinstance(layer, GReLUStitch):
+        layer.round()
+    refresh_batch_norm(stitched, splits["train"], mean, std)  # as stitch_pair does
+    return layer, evaluate(stitched, splits["test"], mean, std), evaluate(g, splits["test"], mean, std)
+
+
+def test_match_grelu_recovers_the_element_from_activations(trained_pair):
+    f, g, elements, splits, mean, std = trained_pair
+    x = normalize(splits["train"].images[:200], mean, std)
+    with torch.no_grad():
+        perm, scales = match_grelu(models.forward_to(f, x, "act3")[0], models.forward_to(g, x, "act3")[0])
+    true_perm, true_scales = elements["act3"]
+    assert torch.equal(perm, true_perm)
+    torch.testing.assert_close(scales.double(), true_scales, rtol=1e-4, atol=0)
+
+
+STITCH = dict(translate=0, flip=False, optimizer="adam", alpha=0.1)
+
+
+def test_grelu_stitching_into_the_transformed_copy_is_exact(trained_pair):
+    """Theorem 4.2: g = f acted on by G_ReLU elements, so G_ReLU stitching at a site outside a
+    residual block reaches g's accuracy with the true permutation; a rank-1 layer does not."""
+    _, _, elements, *_ = trained_pair
+    config = StitchConfig(epochs=3, lr=1e-3, init="match", **STITCH)
+    layer, acc_stitched, acc_g = _stitch_and_measure(trained_pair, "grelu", config)
+    assert acc_g > 0.5  # well above chance (0.1), so a wrong layer would show
+    assert torch.equal(layer.permutation, elements["act2"][0])
+    assert acc_stitched >= acc_g - 0.02
+    _, acc_rank1, _ = _stitch_and_measure(trained_pair, "rank1", StitchConfig(epochs=3, lr=1e-2, **STITCH))
+    assert acc_rank1 < acc_stitched - 0.08
+
+
+def test_grelu_stitching_from_the_centre_of_the_polytope_finds_most_of_the_permutation(trained_pair):
+    """The paper's method (P from the centre of the Birkhoff polytope, gradient steps, Sinkhorn):
+    in 10 short epochs it already sends most channels where the true permutation does (a random
+    permutation matches 1 of 16 on average) and has moved P from the centre towards a vertex."""
+    _, _, elements, *_ = trained_pair
+    config = StitchConfig(epochs=10, lr=0.02, **STITCH)
+    start = GReLUStitch(16, torch.Generator().manual_seed(0)).off_permutation_mass()
+    layer, _, _ = _stitch_and_measure(trained_pair, "grelu", config, keep_unrounded=True)
+    assert layer.off_permutation_mass() < start - 0.2
+    layer.round()
+    assert (layer.permutation == elements["act2"][0]).float().mean() >= 0.6
+
+
+def test_matched_linear_layers_are_least_squares_fits():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(30, 6, 4, 4, generator=g)
+    A = torch.randn(6, 6, generator=g)
+    y = torch.einsum("ij,nj...->ni...", A, x)
+    full = FullStitch(6)
+    full.match(x, y)
+    torch.testing.assert_close(full.matrix(), A, atol=1e-4, rtol=1e-4)  # exact map recovered
+    # Rank r: the best rank-r map of y on x; for y = A x with whitened x that is A's truncated SVD.
+    rank = RankStitch(6, 2)
+    rank.match(x, y)
+    assert torch.linalg.matrix_rank(rank.matrix()) == 2
+    residual = lambda M: (torch.einsum("ij,nj...->ni...", M, x) - y).square().sum()  # noqa: E731
+    U, S, Vh = torch.linalg.svd(A)
+    truncated = U[:, :2] @ torch.diag(S[:2]) @ Vh[:2]
+    assert residual(rank.matrix()) <= residual(truncated) * 1.01
+    grelu = GReLUStitch(6)
+    perm, scales = torch.tensor([2, 0, 1, 5, 3, 4]), torch.linspace(0.5, 2, 6)
+    grelu.match(torch.relu(x), scales.view(1, -1, 1, 1) * torch.relu(x)[:, perm])
+    grelu.round()
+    torch.testing.assert_close(grelu.matrix(), groups.grelu_matrix(perm, scales), atol=1e-5, rtol=1e-5)
