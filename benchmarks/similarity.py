@@ -130,7 +130,8 @@ def all_measures(args, device: torch.device) -> None:
     X, Y = activations(args.n, args.channels, args.size, getattr(torch, args.dtype), device)
     print(f"all measures, N={args.n}, {args.channels} channels {args.size}x{args.size}, "
           f"{args.dtype}, {describe_device(device)}")
-    for name, measure in MEASURES.items():
+    for name in args.measures:
+        measure = MEASURES[name]
         measure(X[:16], Y[:16])  # warm-up: first-call costs (scipy import, thread pools) not timed
         started = time.perf_counter()
         value = measure(X, Y)
@@ -143,6 +144,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--all-measures", action="store_true",
                         help="time every measure instead of comparing grelu_cka with the baseline")
+    parser.add_argument("--measures", nargs="+", default=list(MEASURES), choices=list(MEASURES),
+                        help="with --all-measures: which to time (laplace_cka takes ~30 min at N=10000 on a CPU)")
     parser.add_argument("--n", type=int, help="samples (default 2000; 10000 with --all-measures)")
     parser.add_argument("--channels", type=int, help="channels (default 32)")
     parser.add_argument("--size", type=int, help="height = width (default 16)")

@@ -160,6 +160,10 @@ def stitching_penalty(table: pd.DataFrame) -> plt.Figure:
                         **_method_style(method, index))
         ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
         ax.axhline(0, color="gray", linewidth=0.8)
+        # Penalties lie in [-100, 100]; with few pairs a t interval can reach far beyond, so the
+        # axis follows the means and long bars run off it.
+        means = 100 * rows.groupby(["site", "method"])["penalty"].mean()
+        ax.set_ylim(max(-100.0, min(0.0, means.min()) - 10), min(100.0, means.max() + 15))
         ax.set_title(f"{variant} ({rows['pair'].nunique()} pairs)")
         ax.set_ylabel("stitching penalty (accuracy points)")
         ax.grid(axis="y", alpha=0.3)

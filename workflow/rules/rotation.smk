@@ -5,7 +5,7 @@ rule rotation_trial:
     output:
         "results/rotation/{variant}/seed{seed}/{site}/{group}/trial{trial}.parquet",
     params:
-        block=as_json(ROTATION),
+        block=as_json({k: v for k, v in ROTATION.items() if k not in ("variants", "seeds", "sites", "trials")}),
         training=as_json(config["zoo"]["training"] | {"device": config["device"]}),
         seed=config["seed"],
         code=code_hash("rotation"),

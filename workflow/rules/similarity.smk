@@ -6,7 +6,7 @@ rule similarity_pair:
     output:
         "results/similarity/{variant}/pair{pair}.parquet",
     params:
-        block=as_json({k: v for k, v in SIMILARITY.items() if k != "variants"}),
+        block=as_json({k: v for k, v in SIMILARITY.items() if k not in ("variants", "procrustes_pairs", "cka_pairs")}),
         parts=lambda wc: similarity_parts(int(wc.pair)),
         seed=config["seed"],
         device=config["device"],
