@@ -234,6 +234,8 @@ def test_protected_checkpoint_is_not_retrained_silently(tiny_run, tmp_path):
     (lambda c: c["zoo"]["variants"].update(bad={"arch": "resnet20", "constant_width": 8}),
      "config key zoo.variants.bad: unknown model option 'constant_width'"),
     (lambda c: c["zoo"]["variants"].update(bad={"arch": "vgg"}), "config key zoo.variants.bad.arch"),
+    (lambda c: c["zoo"].update(seeds=1), "config key stitching.variants: stitching pairs need at least 2"),
+    (lambda c: c["stitching"].update(variants=["resnet18"]), "config key stitching.variants: ['resnet18'] not among"),
 ])
 def test_config_errors_name_the_key(tmp_path, change, message):
     result = snakemake(tmp_path, "-n", config=changed_config(tmp_path, "bad.yaml", change), check=False)
@@ -244,7 +246,8 @@ def test_config_errors_name_the_key(tmp_path, change, message):
 def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
     config = changed_config(tmp_path, "slow.yaml", lambda c: (
         c["zoo"].update(seeds=1, variants={"myrtle": c["zoo"]["variants"]["myrtle"]}),
-        c["zoo"]["training"].update(epochs=200)))
+        c["zoo"]["training"].update(epochs=200), c["stitching"].update(variants=[], sites={}),
+        c["similarity"].update(variants=[])))
     workdir = tmp_path / "run"
     process = snakemake(workdir, config=config, stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL, start_new_session=True)
@@ -258,7 +261,8 @@ def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
     assert not list((workdir / "results/zoo").rglob("*.pt"))
     snakemake(workdir, "--unlock", config=config)
     finished = changed_config(tmp_path, "slow.yaml", lambda c: (
-        c["zoo"].update(seeds=1, variants={"myrtle": c["zoo"]["variants"]["myrtle"]})))
+        c["zoo"].update(seeds=1, variants={"myrtle": c["zoo"]["variants"]["myrtle"]}),
+        c["stitching"].update(variants=[], sites={}), c["similarity"].update(variants=[])))
     snakemake(workdir, config=finished)  # --rerun-incomplete comes from the default profile
     assert (workdir / "results/zoo/myrtle/seed0.pt").exists()
     assert planned_jobs(workdir, finished) == {}

@@ -250,8 +250,9 @@ def similarity_cka(table: pd.DataFrame) -> plt.Figure:
     rows = table[table["measure"].str.endswith("cka")]
     variants = list(dict.fromkeys(rows["variant"]))
     measures = list(dict.fromkeys(rows["measure"]))
-    fig, axes = plt.subplots(len(variants), len(measures), squeeze=False,
-                             figsize=(3.6 * len(measures) + 0.8, 3.3 * len(variants)))
+    panel = 2.6 + 0.16 * rows.groupby("variant")["site_a"].nunique().max()  # room for site labels
+    fig, axes = plt.subplots(len(variants), len(measures), squeeze=False, layout="constrained",
+                             figsize=(panel * len(measures) + 1.0, panel * len(variants)))
     for r, variant in enumerate(variants):
         for c, measure in enumerate(measures):
             part = rows[(rows["variant"] == variant) & (rows["measure"] == measure)]

@@ -146,7 +146,7 @@ SYMMETRY_OUTPUTS = (
 STITCHING = config["stitching"]
 check_subset("stitching.variants", STITCHING["variants"], VARIANTS)
 check_subset("stitching.pairs_per_variant", STITCHING["pairs_per_variant"], STITCHING["variants"])
-check_subset("stitching.sites", STITCHING["sites"], STITCHING["variants"])
+check_subset("stitching.sites", STITCHING["sites"], VARIANTS)
 for _variant, _chosen in STITCHING["sites"].items():
     check_subset(f"stitching.sites.{_variant}", _chosen, variant_sites(_variant))
 # One job per (variant, pair, method), covering the variant's sites: at the paper's scale a few
@@ -165,6 +165,17 @@ def stitch_block(method):
     """The stitching settings a job of this method uses, as JSON (its params)."""
     skip = NOT_PER_JOB + (() if method == "grelu" else GRELU_ONLY)
     return as_json({k: v for k, v in STITCHING.items() if k not in skip})
+
+
+def check_pairable(key, variants):
+    for variant in variants:
+        if len(zoo_seeds(variant)) < 2:
+            raise WorkflowError(f"config key {key}: {key.split('.')[0]} pairs need at least 2 zoo "
+                                f"members, but the zoo trains {len(zoo_seeds(variant))} of {variant!r}; "
+                                "raise zoo.seeds (or zoo.seeds_per_variant) or drop the variant")
+
+
+check_pairable("stitching.variants", STITCHING["variants"])
 
 
 def stitch_pairs(variant):
@@ -196,6 +207,7 @@ STITCHING_OUTPUTS = (
 
 SIMILARITY = config["similarity"]
 check_subset("similarity.variants", SIMILARITY["variants"], VARIANTS)
+check_pairable("similarity.variants", SIMILARITY["variants"])
 SIMILARITY_PAIRS = max(SIMILARITY["procrustes_pairs"], SIMILARITY["cka_pairs"])
 
 
