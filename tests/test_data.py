@@ -64,6 +64,26 @@ def test_imagefolder_layout(tmp_path, rng):
     assert data["test"][0].shape == (6, 3, 8, 8)
 
 
+def test_cifar10_cache_is_in_random_order(tmp_path, rng):
+    """Image folders come class by class; the cache must not, or a prefix is one class."""
+    from intertwine.data import build_dataset
+
+    for split, n in (("train", 6), ("test", 4)):
+        for name in CLASSES[:4]:
+            (tmp_path / split / name).mkdir(parents=True)
+            for i, img in enumerate(fake_images(n, rng)):
+                Image.fromarray(img).save(tmp_path / split / name / f"{i}.png")
+    block = {"dataset": "cifar10", "val_size": 4, "cifar10": {"root": str(tmp_path), "layout": "auto",
+                                                             "download": False}}
+    splits, _ = build_dataset(block, seed=0)
+    for split, n in (("train", 20), ("test", 16)):
+        labels = splits[split]["labels"]
+        assert len(labels) == n and sorted(np.bincount(labels)) != [0, 0, 0, n]
+        assert len(set(labels[: n // 2])) > 1 and list(labels) != sorted(labels)
+    again, _ = build_dataset(block, seed=0)
+    np.testing.assert_array_equal(again["train"]["images"], splits["train"]["images"])
+
+
 def test_missing_directory_says_what_to_do(tmp_path):
     with pytest.raises(DataNotFoundError, match="cifar-10-batches-py.*download: true"):
         load_cifar10(tmp_path / "nowhere")

@@ -50,8 +50,13 @@ def build_dataset(block: dict, seed: int) -> tuple[dict[str, dict[str, np.ndarra
 
         options = block["cifar10"]
         loaded = load_cifar10(options["root"], options["layout"], options["download"])
-        raw = {split: {"images": loaded[split][0], "labels": loaded[split][1]}
-               for split in ("train", "test")}
+        # Image folders list the images class by class. The cache holds each split in a fixed
+        # random order, so that any prefix a stage takes (stitching.train_images,
+        # similarity.samples, ...) is a uniform sample of it.
+        raw = {}
+        for split in ("train", "test"):
+            order = np.random.default_rng(derive_seed(seed, "cifar10", split)).permutation(len(loaded[split][1]))
+            raw[split] = {"images": loaded[split][0][order], "labels": loaded[split][1][order]}
         meta["classes"] = loaded["classes"]
     else:
         raise ValueError(f"data.dataset: {name!r} is not one of {DATASETS}")
