@@ -23,6 +23,7 @@ include: "workflow/rules/symmetry.smk"
 include: "workflow/rules/rotation.smk"
 include: "workflow/rules/stitching.smk"
 include: "workflow/rules/similarity.smk"
+include: "workflow/rules/dissection.smk"
 include: "workflow/rules/figures.smk"
 
 
@@ -34,4 +35,5 @@ rule all:
         ROTATION_OUTPUTS,
         STITCHING_OUTPUTS,
         SIMILARITY_OUTPUTS,
+        DISSECTION_OUTPUTS,
     default_target: True

@@ -19,6 +19,7 @@ from intertwine.groups import (
     random_rotation,
     round_to_permutation,
     rotation_power,
+    rotation_powers,
     sinkhorn,
 )
 
@@ -244,3 +245,12 @@ def test_rotation_power_dtype_geodesic_and_errors():
     torch.testing.assert_close(rotation_power(R, 0.5), expected, atol=1e-12, rtol=0)
     with pytest.raises(ValueError, match="SO"):
         rotation_power(torch.diag(torch.tensor([-1.0, 1.0, 1.0])), 0.5)
+
+
+def test_rotation_powers_share_one_decomposition():
+    Q = random_rotation(7, torch.Generator().manual_seed(5), dtype=torch.float64)
+    alphas = [0.0, 0.3, 1.0, 1.7]
+    for alpha, power in zip(alphas, rotation_powers(Q, alphas)):
+        torch.testing.assert_close(power, rotation_power(Q, alpha), atol=1e-10, rtol=0)
+    identity, same = rotation_powers(Q, [0.0, 1.0])  # no decomposition needed
+    assert torch.equal(identity, torch.eye(7, dtype=torch.float64)) and torch.equal(same, Q)

@@ -8,6 +8,7 @@ from torch import nn
 from intertwine.models import (
     ARCHITECTURES,
     Site,
+    Stitched,
     build,
     count_parameters,
     forward_from,
@@ -15,10 +16,17 @@ from intertwine.models import (
     normalize_spec,
     sites,
 )
+from intertwine.models.convnext import ConvNeXtBlock
 from intertwine.models.myrtle import PAPER_LAYER_INDEX
 from intertwine.models.resnet import ZeroPadShortcut
 
 ACTIVATION_TYPES = (nn.ReLU, nn.LeakyReLU, nn.GELU)
+
+
+def _is_identity_site(model: nn.Module, site: Site) -> bool:
+    """A residual output without an activation (ConvNeXt's ``out``, a ResNet's ``act2`` with
+    ``residual_activation: False``): a plain nn.Identity on the residual stream."""
+    return type(model.get_submodule(site.name)) is nn.Identity and not site.inside_residual
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +58,8 @@ def _hooked_forward(model: nn.Module, names: list[str], size: int = 32) -> list[
 
 
 @pytest.mark.parametrize(
-    "arch, expected", [("myrtle", 1_558_026), ("resnet20", 269_722), ("resnet18", 11_173_962)]
+    "arch, expected",
+    [("myrtle", 1_558_026), ("resnet20", 269_722), ("resnet18", 11_173_962), ("convnext", 1_596_874)],
 )
 def test_default_parameter_counts(defaults, arch, expected):
     assert count_parameters(defaults[arch]) == expected
@@ -97,6 +106,7 @@ def test_constant_width_myrtle():
         ("myrtle", [64, 128, 256, 512], [16, 32, 64, 128]),
         ("resnet20", [16, 32, 64], [4, 8, 16]),
         ("resnet18", [64, 128, 256, 512], [16, 32, 64, 128]),
+        ("convnext", [64, 128, 256, 512, 1024], [16, 32, 64, 128, 256]),  # C and 4C
     ],
 )
 def test_width_multiplier_shrinks_channels(defaults, arch, full, quarter):
@@ -142,7 +152,7 @@ def test_sites_match_forward_hooks(defaults, arch):
     model = defaults[arch]
     listed = sites(model)
     for site in listed:
-        assert isinstance(model.get_submodule(site.name), ACTIVATION_TYPES)
+        assert isinstance(model.get_submodule(site.name), ACTIVATION_TYPES) or _is_identity_site(model, site)
     seen = _hooked_forward(model, [s.name for s in listed])
     # Each site is reached exactly once, in the listed order, with the listed channel count.
     assert seen == [(s.name, s.channels) for s in listed]
@@ -154,6 +164,8 @@ def test_sites_match_forward_hooks(defaults, arch):
     {"arch": "resnet20", "width_multiplier": 0.5},
     {"arch": "resnet20", "width_multiplier": 0.5, "residual_activation": False},
     {"arch": "resnet18", "width_multiplier": 0.125},
+    {"arch": "convnext", "width_multiplier": 0.25},
+    {"arch": "convnext", "width_multiplier": 0.25, "activation": "relu"},
 ])
 def test_forward_split_at_every_site_is_the_forward(spec):
     torch.manual_seed(0)
@@ -184,7 +196,7 @@ def test_forward_split_names_the_sites_on_a_typo(defaults):
 def test_every_activation_module_is_a_site(defaults, arch):
     model = defaults[arch]
     activations = [name for name, m in model.named_modules() if isinstance(m, ACTIVATION_TYPES)]
-    assert activations == [s.name for s in sites(model)]
+    assert activations == [s.name for s in sites(model) if not _is_identity_site(model, s)]
 
 
 @pytest.mark.parametrize("arch", ["resnet20", "resnet18"])
@@ -207,6 +219,44 @@ def test_residual_activation_off_keeps_identity_sites(defaults, arch):
     with torch.no_grad():
         model(torch.randn(2, 3, 32, 32))
     assert (block_out["x"] < 0).any()
+
+
+def test_convnext_sites(defaults):
+    expected = []
+    for stage, channels in (("stage1", 64), ("stage2", 128), ("stage3", 256)):
+        for j in range(2):
+            expected += [Site(f"{stage}.{j}.act", 4 * channels, True),
+                         Site(f"{stage}.{j}.out", channels, False)]
+    assert sites(defaults["convnext"]) == expected
+
+
+def test_convnext_has_no_activation_on_the_residual_stream(defaults):
+    model = defaults["convnext"]
+    blocks = [m for m in model.modules() if isinstance(m, ConvNeXtBlock)]
+    assert len(blocks) == 6
+    for site in sites(model):
+        module = model.get_submodule(site.name)
+        if site.name.endswith(".out"):
+            assert type(module) is nn.Identity
+        else:
+            assert type(module) is nn.GELU and module.approximate == "none"
+    # Block 0 of stage 1 computes x + gamma * pwconv2(act(...)) and passes it on unchanged.
+    block = model.stage1[0]
+    x = torch.randn(2, 64, 8, 8)
+    with torch.no_grad():
+        expected = x + block.gamma * block.pwconv2(block.start(x))
+        torch.testing.assert_close(block(x), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("site", ["stage1.0.act", "stage2.0.act", "stage2.1.out", "stage3.1.out"])
+def test_convnext_stitched_to_itself_is_itself(site):
+    torch.manual_seed(0)
+    model = build({"arch": "convnext", "width_multiplier": 0.25}).eval()
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        expected = model(x)
+        stitched = Stitched(model, model, site, bridge=nn.Identity()).eval()
+        torch.testing.assert_close(stitched(x), expected, rtol=0, atol=0)
 
 
 def test_sites_same_across_seeds():
@@ -246,11 +296,31 @@ def test_gelu_and_num_classes():
         assert model(torch.randn(2, 3, 32, 32)).shape == (2, 7)
 
 
+@pytest.mark.parametrize(
+    "spec, kind",
+    [
+        ({"activation": "relu"}, nn.ReLU),
+        ({"activation": "leaky_relu", "negative_slope": 0.2}, nn.LeakyReLU),
+        ({"activation": "sigmoid"}, nn.Sigmoid),
+    ],
+)
+def test_convnext_activation_option_replaces_gelu(spec, kind):
+    model = build({"arch": "convnext", "width_multiplier": 0.125, **spec})
+    for site in sites(model):
+        module = model.get_submodule(site.name)
+        assert type(module) is (kind if site.inside_residual else nn.Identity)
+    assert not any(isinstance(m, nn.GELU) for m in model.modules())
+    if kind is nn.LeakyReLU:
+        assert model.stage2[1].act.negative_slope == 0.2
+    with torch.no_grad():
+        assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+
+
 @pytest.mark.parametrize("arch", list(ARCHITECTURES))
 def test_activation_modules_not_shared(defaults, arch):
     model = defaults[arch]
     activations = [m for m in model.modules() if isinstance(m, ACTIVATION_TYPES)]
-    assert len(activations) == len(sites(model))
+    assert len(activations) == len([s for s in sites(model) if not _is_identity_site(model, s)])
     assert len({id(m) for m in activations}) == len(activations)
     # modules() deduplicates shared instances; named_modules(remove_duplicate=False) would not.
     all_names = [n for n, m in model.named_modules(remove_duplicate=False)
@@ -290,9 +360,21 @@ def test_normalize_spec_fills_defaults_and_is_idempotent():
     assert normalize_spec({"arch": "myrtle"})["constant_width"] is None
 
 
+def test_convnext_spec_defaults_to_gelu():
+    assert normalize_spec({"arch": "convnext"}) == {
+        "arch": "convnext",
+        "activation": "gelu",
+        "negative_slope": 0.01,
+        "width_multiplier": 1.0,
+        "num_classes": 10,
+    }
+    leaky = normalize_spec({"arch": "convnext", "activation": "leaky_relu", "negative_slope": 0.1})
+    assert leaky["negative_slope"] == 0.1
+
+
 @pytest.mark.parametrize("spec", [{}, {"arch": "resnet50"}, {"activation": "relu"}])
 def test_bad_arch_lists_known(spec):
-    with pytest.raises(ValueError, match="known architectures: myrtle, resnet20, resnet18"):
+    with pytest.raises(ValueError, match="known architectures: myrtle, resnet20, resnet18, convnext"):
         build(spec)
 
 
@@ -302,6 +384,8 @@ def test_bad_arch_lists_known(spec):
         ({"arch": "myrtle", "widht_multiplier": 0.5}, "widht_multiplier"),
         ({"arch": "myrtle", "residual_activation": False}, "residual_activation"),
         ({"arch": "resnet20", "constant_width": 512}, "constant_width"),
+        ({"arch": "convnext", "batch_norm": False}, "batch_norm"),  # LayerNorm only
+        ({"arch": "convnext", "residual_activation": True}, "residual_activation"),
     ],
 )
 def test_unknown_option_names_key_and_allowed(spec, key):
@@ -323,6 +407,7 @@ def test_unknown_option_names_key_and_allowed(spec, key):
         ({"arch": "myrtle", "constant_width": True}, "constant_width"),
         ({"arch": "resnet20", "residual_activation": 0}, "residual_activation"),
         ({"arch": "resnet20", "negative_slope": 0.1}, "negative_slope"),  # relu: slope is a mistake
+        ({"arch": "convnext", "negative_slope": 0.1}, "negative_slope"),  # gelu by default
     ],
 )
 def test_bad_option_value_names_key(spec, key):
@@ -360,3 +445,17 @@ def test_resnet20_kaiming_init():
     w = model.layer3[1].conv1.weight
     expected = (2 / (64 * 9)) ** 0.5
     assert abs(w.std().item() - expected) / expected < 0.05
+
+
+def test_convnext_init():
+    # Kaiming-normal conv and linear weights (std sqrt(2 / fan_in)), zero biases, layer scale 1e-6.
+    torch.manual_seed(0)
+    model = build({"arch": "convnext"})
+    w = model.stage3[0].pwconv1.weight
+    expected = (2 / 256) ** 0.5
+    assert abs(w.std().item() - expected) / expected < 0.05
+    for module in model.modules():
+        if isinstance(module, (nn.Conv2d, nn.Linear)):
+            assert torch.count_nonzero(module.bias) == 0
+    for block in (m for m in model.modules() if isinstance(m, ConvNeXtBlock)):
+        assert torch.equal(block.gamma, torch.full_like(block.gamma, 1e-6))

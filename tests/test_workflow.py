@@ -83,31 +83,33 @@ def test_paper_config_dag(tmp_path):
         per_variant.setdefault(variant, set()).add(int(seed))
     zoo = yaml.safe_load(config.read_text())["zoo"]
     expected = {v: zoo["seeds_per_variant"].get(v, 100) for v in zoo["variants"]}
-    assert len(expected) == 13 and expected["myrtle_sigmoid_nobn"] == 3
+    assert len(expected) == 15 and expected["myrtle_sigmoid_nobn"] == 3 and expected["convnext"] == 10
     assert {v: len(seeds) for v, seeds in per_variant.items()} == expected
     jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", text, re.M)}
-    assert jobs["train_member"] == 1203 and jobs["prepare_data"] == 1 and jobs["zoo_table"] == 1
+    assert jobs["train_member"] == 1223 and jobs["prepare_data"] == 1 and jobs["zoo_table"] == 1
     # rotation: 4 sites x (3 groups for each of 2 variants) x 10 trials
     assert jobs["rotation_trial"] == 4 * 6 * 10
     # stitching: pairs x (full, 6 ranks, grelu), one job covering every site of the variant
     assert jobs["stitch_pair"] == (32 + 16 + 16) * 8
     assert jobs["similarity_pair"] == 4 * 32  # Myrtle, constant-width Myrtle, ResNet20, ResNet18
+    assert jobs["dissect_member"] == 3 * 10 and jobs["dissection_masks"] == 3
     assert sum(jobs.values()) < 10_000
 
 
 def test_tiny_run_outputs(tiny_run):
     zoo = pd.read_parquet(tiny_run / "results/tables/zoo.parquet")
-    assert sorted(zip(zoo["variant"], zoo["seed"])) == [("myrtle", 0), ("myrtle", 1),
+    assert sorted(zip(zoo["variant"], zoo["seed"])) == [("convnext", 0), ("myrtle", 0), ("myrtle", 1),
                                                         ("resnet20", 0), ("resnet20", 1)]
     assert list(zoo.columns[:2]) == ["variant", "seed"]
     assert zoo["test_acc"].between(0, 1).all() and (zoo["n_params"] > 0).all()
     epochs = pd.read_parquet(tiny_run / "results/tables/zoo_epochs.parquet")
-    assert len(epochs) == 4 * 2
+    assert len(epochs) == 5 * 2
     checkpoint = tiny_run / "results/zoo/myrtle/seed0.pt"
     assert not os.stat(checkpoint).st_mode & stat.S_IWUSR  # protected
     assert (tiny_run / "results/figures/zoo_accuracy.png").stat().st_size > 1000
     summary = pd.read_csv(tiny_run / "results/tables/zoo_summary.csv")
-    assert list(summary["variant"]) == ["myrtle", "resnet20"] and (summary["seeds"] == 2).all()
+    assert list(summary["variant"]) == ["myrtle", "resnet20", "convnext"]
+    assert list(summary["seeds"]) == [2, 2, 1]
     for log in ["data/shapes.log", "zoo/myrtle/seed0.log", "tables/zoo.log", "figures/zoo_accuracy.log"]:
         assert (tiny_run / "results/logs" / log).exists()
     assert "epoch 2/2" in (tiny_run / "results/logs/zoo/myrtle/seed0.log").read_text()
@@ -116,7 +118,7 @@ def test_tiny_run_outputs(tiny_run):
 def test_symmetry_and_rotation_tables(tiny_run):
     symmetry = pd.read_parquet(tiny_run / "results/tables/symmetry.parquet")
     assert set(symmetry["group"]) == {"grelu", "orthogonal"}
-    assert len(symmetry) == 2 * (4 + 19)  # both groups at every site of myrtle and resnet20
+    assert len(symmetry) == 2 * (4 + 19)  # both groups at every site of myrtle and resnet20 (not convnext)
     grelu = symmetry[symmetry["group"] == "grelu"]
     assert (grelu["relative_change"] < 1e-10).all() and (grelu["representation_error"] < 1e-10).all()
     orthogonal = symmetry[symmetry["group"] == "orthogonal"]
@@ -164,12 +166,37 @@ def test_similarity_table_and_figures(tiny_run):
         assert (tiny_run / "results/figures" / figure).stat().st_size > 1000
 
 
+def test_dissection_tables_and_figures(tiny_run):
+    table = pd.read_parquet(tiny_run / "results/tables/dissection.parquet")
+    # resnet20: each stage's output and the last site inside a block; convnext likewise
+    assert list(dict.fromkeys(table.loc[table["variant"] == "resnet20", "site"])) == [
+        "layer1.2.act2", "layer2.2.act2", "layer3.2.act2", "layer3.2.act1"]
+    assert list(dict.fromkeys(table.loc[table["variant"] == "convnext", "site"])) == [
+        "stage1.1.out", "stage2.1.out", "stage3.1.out", "stage3.1.act"]
+    assert len(table) == 2 * 4 * 3 * 2  # variants x sites x alphas x rotations
+    assert (table["n_interpretable"] <= table["n_units"]).all()
+    units = pd.read_parquet(tiny_run / "results/tables/dissection_units.parquet")
+    assert len(units) == table["n_units"].sum()
+    counted = units.groupby(["variant", "site", "alpha", "rotation_seed"])["detector"].sum()
+    assert (counted.to_numpy() == table.set_index(counted.index.names).loc[counted.index, "n_interpretable"].to_numpy()).all()
+    # alpha 0 is the unrotated basis: every draw gives the same units
+    at_zero = units[units["alpha"] == 0].pivot_table(index=["variant", "site", "unit"], columns="rotation_seed",
+                                                    values="iou")
+    assert (at_zero[0] == at_zero[1]).all()
+    summary = pd.read_csv(tiny_run / "results/tables/dissection_summary.csv")
+    assert set(summary["alpha"]) == {0.0, 0.5, 1.0} and summary["fraction_interpretable"].between(0, 1).all()
+    for figure in ["dissection_fraction.png", "dissection_categories.png", "dissection_masks_resnet20.png",
+                   "dissection_masks_convnext.png"]:
+        assert (tiny_run / "results/figures" / figure).stat().st_size > 1000
+
+
 def test_report(tiny_run):
     snakemake(tiny_run, "--report", "results/report.html")
     html = (tiny_run / "results/report.html").read_text()
     for item in ["zoo_accuracy.png", "zoo_summary.csv", "symmetry_summary.csv", "rotation_penalty.png",
                  "stitching_penalty.png", "stitching_summary.csv", "similarity_cka.png",
-                 "similarity_summary.csv"]:
+                 "similarity_summary.csv", "dissection_fraction.png", "dissection_categories.png",
+                 "dissection_masks_resnet20.png", "dissection_summary.csv"]:
         assert item in html
 
 
@@ -180,16 +207,18 @@ def test_rerun_has_nothing_to_do(tiny_run):
 def test_zoo_change_reruns_zoo_and_downstream(tiny_run, tmp_path):
     config = changed_config(tmp_path, "epochs.yaml", lambda c: c["zoo"]["training"].update(epochs=3))
     assert planned_jobs(tiny_run, config) == {
-        "train_member": 4, "zoo_table": 1, "zoo_figure": 1, "symmetry_check": 2, "symmetry_table": 1,
+        "train_member": 5, "zoo_table": 1, "zoo_figure": 1, "symmetry_check": 2, "symmetry_table": 1,
         "rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "all": 1,
         "stitch_pair": 6, "stitching_table": 1, "stitching_figure": 1,
-        "similarity_pair": 2, "similarity_table": 1, "similarity_figure": 1}
+        "similarity_pair": 2, "similarity_table": 1, "similarity_figure": 1,
+        "dissect_member": 2, "dissection_table": 1, "dissection_figure": 1, "dissection_masks": 2}
 
 
 def test_figure_change_reruns_figures_only(tiny_run, tmp_path):
     config = changed_config(tmp_path, "dpi.yaml", lambda c: c["figures"].update(dpi=61))
-    assert planned_jobs(tiny_run, config) == {"zoo_figure": 1, "rotation_figure": 1,
-                                              "stitching_figure": 1, "similarity_figure": 1, "all": 1}
+    assert planned_jobs(tiny_run, config) == {"zoo_figure": 1, "rotation_figure": 1, "stitching_figure": 1,
+                                              "similarity_figure": 1, "dissection_figure": 1,
+                                              "dissection_masks": 2, "all": 1}
 
 
 def test_grelu_setting_reruns_grelu_stitching_only(tiny_run, tmp_path):
@@ -200,10 +229,12 @@ def test_grelu_setting_reruns_grelu_stitching_only(tiny_run, tmp_path):
 
 @pytest.mark.parametrize("module, reruns", [
     ("figures.py", {"zoo_figure": 1, "rotation_figure": 1, "stitching_figure": 1,
-                    "similarity_figure": 1, "all": 1}),
+                    "similarity_figure": 1, "dissection_figure": 1, "dissection_masks": 2, "all": 1}),
     ("rotation.py", {"rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "all": 1}),
     ("stitching.py", {"stitch_pair": 6, "stitching_table": 1, "stitching_figure": 1, "all": 1}),
     ("similarity.py", {"similarity_pair": 2, "similarity_table": 1, "similarity_figure": 1, "all": 1}),
+    ("dissection.py", {"dissect_member": 2, "dissection_table": 1, "dissection_figure": 1,
+                       "dissection_masks": 2, "all": 1}),
 ])
 def test_later_stage_code_change_does_not_retrain(tiny_run, module, reruns):
     source = REPO / "src" / "intertwine" / module
@@ -236,6 +267,11 @@ def test_protected_checkpoint_is_not_retrained_silently(tiny_run, tmp_path):
     (lambda c: c["zoo"]["variants"].update(bad={"arch": "vgg"}), "config key zoo.variants.bad.arch"),
     (lambda c: c["zoo"].update(seeds=1), "config key stitching.variants: stitching pairs need at least 2"),
     (lambda c: c["stitching"].update(variants=["resnet18"]), "config key stitching.variants: ['resnet18'] not among"),
+    (lambda c: c["dissection"].update(sites={"resnet20": ["layer9.act"]}),
+     "config key dissection.sites.resnet20: ['layer9.act'] not among"),
+    (lambda c: c["dissection"].update(seeds=3), "config key dissection.seeds: 3 seeds of 'resnet20' asked for"),
+    (lambda c: c["dissection"].update(external={"r50": {"arch": "resnet50", "weights": "r50.pth"}}),
+     "set dissection.probe.broden to your Broden directory"),
 ])
 def test_config_errors_name_the_key(tmp_path, change, message):
     result = snakemake(tmp_path, "-n", config=changed_config(tmp_path, "bad.yaml", change), check=False)
@@ -247,7 +283,7 @@ def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
     config = changed_config(tmp_path, "slow.yaml", lambda c: (
         c["zoo"].update(seeds=1, variants={"myrtle": c["zoo"]["variants"]["myrtle"]}),
         c["zoo"]["training"].update(epochs=200), c["stitching"].update(variants=[], sites={}),
-        c["similarity"].update(variants=[])))
+        c["similarity"].update(variants=[]), c["dissection"].update(variants=[])))
     workdir = tmp_path / "run"
     process = snakemake(workdir, config=config, stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL, start_new_session=True)
@@ -262,7 +298,8 @@ def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
     snakemake(workdir, "--unlock", config=config)
     finished = changed_config(tmp_path, "slow.yaml", lambda c: (
         c["zoo"].update(seeds=1, variants={"myrtle": c["zoo"]["variants"]["myrtle"]}),
-        c["stitching"].update(variants=[], sites={}), c["similarity"].update(variants=[])))
+        c["stitching"].update(variants=[], sites={}), c["similarity"].update(variants=[]),
+        c["dissection"].update(variants=[])))
     snakemake(workdir, config=finished)  # --rerun-incomplete comes from the default profile
     assert (workdir / "results/zoo/myrtle/seed0.pt").exists()
     assert planned_jobs(workdir, finished) == {}

@@ -22,6 +22,14 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def _save(fig, path: str, other_formats: list[str], figures: dict) -> None:
+    """Save ``fig`` as ``path`` and as each of ``other_formats`` with the same file name stem."""
+    from intertwine.figures import save_figure
+
+    stem = Path(path).stem
+    save_figure(fig, [path, *(p for p in other_formats if Path(p).stem == stem)], dpi=figures["dpi"])
+
+
 def cmd_data(args) -> None:
     from intertwine.data import build_dataset, write_dataset
 
@@ -103,7 +111,7 @@ def cmd_similarity(args) -> None:
 
 
 def cmd_similarity_figure(args) -> None:
-    from intertwine.figures import save_figure, similarity_cka, similarity_procrustes, similarity_summary
+    from intertwine.figures import similarity_cka, similarity_procrustes, similarity_summary
     from intertwine.tables import SIMILARITY, read_parquet, write_csv
 
     from intertwine.paper import reported_procrustes
@@ -111,15 +119,60 @@ def cmd_similarity_figure(args) -> None:
     table = read_parquet([args.table], SIMILARITY)
     paper = ({name: reported_procrustes(spec) for name, spec in args.variants.items()}
              if args.dataset == "cifar10" else {})
-    others = {}
-    for path in args.other_formats:
-        others.setdefault(Path(path).stem, []).append(path)
     if args.procrustes:
-        save_figure(similarity_procrustes(table, paper), [args.procrustes, *others.get(Path(args.procrustes).stem, [])],
-                    dpi=args.figures["dpi"])
+        _save(similarity_procrustes(table, paper), args.procrustes, args.other_formats, args.figures)
     if args.cka:
-        save_figure(similarity_cka(table), [args.cka, *others.get(Path(args.cka).stem, [])], dpi=args.figures["dpi"])
+        _save(similarity_cka(table), args.cka, args.other_formats, args.figures)
     write_csv(similarity_summary(table, paper), args.summary)
+
+
+def cmd_dissect(args) -> None:
+    import torch
+
+    from intertwine.dissection import run_member
+    from intertwine.tables import DISSECTION, DISSECTION_UNITS, write_parquet
+
+    torch.set_num_threads(args.threads)
+    summary, units = run_member(args.checkpoint, args.data, args.sites, args.config, args.global_seed,
+                                args.device, log=_log)
+    write_parquet(units, args.units_out, DISSECTION_UNITS)
+    write_parquet(summary, args.out, DISSECTION)
+
+
+def cmd_dissect_external(args) -> None:
+    import torch
+
+    from intertwine.dissection import run_external
+    from intertwine.tables import DISSECTION, DISSECTION_UNITS, write_parquet
+
+    torch.set_num_threads(args.threads)
+    summary, units = run_external(args.name, args.arch, args.weights, args.sites, args.config,
+                                  args.global_seed, args.device, log=_log)
+    write_parquet(units, args.units_out, DISSECTION_UNITS)
+    write_parquet(summary, args.out, DISSECTION)
+
+
+def cmd_dissection_figure(args) -> None:
+    from intertwine.figures import dissection_categories, dissection_fraction, dissection_summary
+    from intertwine.tables import DISSECTION, DISSECTION_UNITS, read_parquet, write_csv
+
+    table = read_parquet([args.table], DISSECTION)
+    _save(dissection_fraction(table), args.fraction, args.other_formats, args.figures)
+    _save(dissection_categories(read_parquet([args.units], DISSECTION_UNITS), args.category_sites),
+          args.categories, args.other_formats, args.figures)
+    write_csv(dissection_summary(table), args.summary)
+
+
+def cmd_dissection_masks(args) -> None:
+    import torch
+
+    from intertwine.dissection import mask_panels
+    from intertwine.figures import dissection_masks
+
+    torch.set_num_threads(args.threads)
+    images, panels = mask_panels(args.checkpoint, args.data, args.site, args.config,
+                                 args.config["masks"]["alphas"], args.global_seed, args.device)
+    _save(dissection_masks(images.numpy(), panels), args.out, args.other_formats, args.figures)
 
 
 def cmd_symmetry(args) -> None:
@@ -158,16 +211,12 @@ def cmd_rotation_figure(args) -> None:
 
 
 def cmd_stitching_figure(args) -> None:
-    from intertwine.figures import save_figure, stitching_dimension, stitching_penalty, stitching_summary
+    from intertwine.figures import stitching_dimension, stitching_penalty, stitching_summary
     from intertwine.tables import STITCHING, read_parquet, write_csv
 
     table = read_parquet([args.table], STITCHING)
-    others = {Path(p).stem: [] for p in (args.penalty, args.dimension)}
-    for path in args.other_formats:
-        others.setdefault(Path(path).stem, []).append(path)
-    save_figure(stitching_penalty(table), [args.penalty, *others[Path(args.penalty).stem]], dpi=args.figures["dpi"])
-    save_figure(stitching_dimension(table), [args.dimension, *others[Path(args.dimension).stem]],
-                dpi=args.figures["dpi"])
+    _save(stitching_penalty(table), args.penalty, args.other_formats, args.figures)
+    _save(stitching_dimension(table), args.dimension, args.other_formats, args.figures)
     write_csv(stitching_summary(table), args.summary)
 
 
@@ -259,6 +308,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--summary", required=True, help="summary table .csv")
     p.add_argument("--other-formats", nargs="*", default=[], help="more files of the same figures, matched by name")
     p.set_defaults(func=cmd_similarity_figure)
+
+    p = sub.add_parser("dissect", help="network dissection of one zoo member under basis rotations (section 6)")
+    p.add_argument("--checkpoint", required=True, help="trained zoo member (.pt)")
+    p.add_argument("--data", required=True, help="data cache directory (normalisation, image size)")
+    p.add_argument("--sites", type=_json, required=True, help="JSON list of sites")
+    p.add_argument("--config", type=_json, required=True, help="the `dissection` block (JSON)")
+    p.add_argument("--global-seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", required=True, help=".parquet, one row per (site, alpha, rotation)")
+    p.add_argument("--units-out", required=True, help=".parquet, one row per unit of each")
+    p.set_defaults(func=cmd_dissect)
+
+    p = sub.add_parser("dissect-external", help="dissect a torchvision ImageNet model (local weights) on Broden")
+    p.add_argument("--name", required=True, help="the model's name in the tables (its `variant`)")
+    p.add_argument("--arch", required=True, help="resnet50 or convnext_tiny")
+    p.add_argument("--weights", required=True, help="state dict file (.pth)")
+    p.add_argument("--sites", type=_json, default=None, help="JSON list of module names (default: per arch)")
+    p.add_argument("--config", type=_json, required=True, help="the `dissection` block (JSON)")
+    p.add_argument("--global-seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", required=True)
+    p.add_argument("--units-out", required=True)
+    p.set_defaults(func=cmd_dissect_external)
+
+    p = sub.add_parser("dissection-figure", help="interpretable units vs rotation, by category (Figs. 3, 18-20)")
+    p.add_argument("--table", required=True, help="dissection.parquet")
+    p.add_argument("--units", required=True, help="dissection_units.parquet")
+    p.add_argument("--category-sites", type=_json, required=True, help="JSON {variant: site} for the category bars")
+    p.add_argument("--figures", type=_json, required=True, help="the `figures` block (JSON)")
+    p.add_argument("--fraction", required=True, help="fraction-vs-alpha figure (.png)")
+    p.add_argument("--categories", required=True, help="units-per-category figure (.png)")
+    p.add_argument("--summary", required=True, help="summary table .csv")
+    p.add_argument("--other-formats", nargs="*", default=[], help="more files of the same figures, matched by name")
+    p.set_defaults(func=cmd_dissection_figure)
+
+    p = sub.add_parser("dissection-masks", help="top units' regions over probe images (Figs. 21, 23, 25)")
+    p.add_argument("--checkpoint", required=True, help="trained zoo member (.pt)")
+    p.add_argument("--data", required=True, help="data cache directory")
+    p.add_argument("--site", required=True)
+    p.add_argument("--config", type=_json, required=True, help="the `dissection` block (JSON)")
+    p.add_argument("--figures", type=_json, required=True, help="the `figures` block (JSON)")
+    p.add_argument("--global-seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", required=True, help="figure (.png)")
+    p.add_argument("--other-formats", nargs="*", default=[])
+    p.set_defaults(func=cmd_dissection_masks)
 
     p = sub.add_parser("symmetry", help="check the weight-space symmetry on one zoo member")
     p.add_argument("--checkpoint", required=True, help="trained zoo member (.pt)")

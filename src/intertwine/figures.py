@@ -110,12 +110,16 @@ def _method_order(methods) -> list[str]:
 METHOD_LABELS = {"full": "full", "grelu": "G_ReLU"}
 
 
-def _method_style(method: str, index: int) -> dict:
+def _method_style(method: str, methods: list[str]) -> dict:
+    """Label and line style of a stitching method; ranks shade from dark to light by rank."""
+    label = METHOD_LABELS.get(method, method.replace("rank", "rank "))
     if method == "grelu":
-        return {"color": "C3", "marker": "s", "linewidth": 2.0}
+        return {"label": label, "color": "C3", "marker": "s", "linewidth": 2.0}
     if method == "full":
-        return {"color": "black", "marker": "o", "linewidth": 1.5}
-    return {"color": plt.cm.viridis(0.15 + 0.7 * index), "marker": ".", "linewidth": 1.0,
+        return {"label": label, "color": "black", "marker": "o", "linewidth": 1.5}
+    ranks = [m for m in methods if m.startswith("rank")]
+    shade = ranks.index(method) / max(1, len(ranks) - 1) if method in ranks else 0
+    return {"label": label, "color": plt.cm.viridis(0.15 + 0.7 * shade), "marker": ".", "linewidth": 1.0,
             "linestyle": "--"}
 
 
@@ -150,14 +154,11 @@ def stitching_penalty(table: pd.DataFrame) -> plt.Figure:
         rows = table[table["variant"] == variant]
         sites, labels = _site_labels(rows)
         methods = _method_order(rows["method"])
-        ranks = [m for m in methods if m.startswith("rank")]
         for method in methods:
             stats_ = [mean_ci(100 * rows.loc[(rows["site"] == site) & (rows["method"] == method), "penalty"])
                       for site in sites]
-            index = ranks.index(method) / max(1, len(ranks) - 1) if method in ranks else 0
             ax.errorbar(range(len(sites)), [m for m, _ in stats_], yerr=[h for _, h in stats_],
-                        capsize=2, markersize=5, label=METHOD_LABELS.get(method, method.replace("rank", "rank ")),
-                        **_method_style(method, index))
+                        capsize=2, markersize=5, **_method_style(method, methods))
         ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
         ax.axhline(0, color="gray", linewidth=0.8)
         # Penalties lie in [-100, 100]; with few pairs a t interval can reach far beyond, so the
@@ -181,13 +182,10 @@ def stitching_dimension(table: pd.DataFrame) -> plt.Figure:
         rows = table[table["variant"] == variant]
         sites, labels = _site_labels(rows)
         methods = _method_order(rows["method"])
-        ranks = [m for m in methods if m.startswith("rank")]
         for method in methods:
             dims = [rows.loc[(rows["site"] == site) & (rows["method"] == method), "stitch_params"].iloc[0]
                     for site in sites]
-            index = ranks.index(method) / max(1, len(ranks) - 1) if method in ranks else 0
-            ax.plot(range(len(sites)), dims, label=METHOD_LABELS.get(method, method.replace("rank", "rank ")),
-                    **_method_style(method, index))
+            ax.plot(range(len(sites)), dims, **_method_style(method, methods))
         ax.set_yscale("log")
         ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
         ax.set_title(variant)
@@ -267,6 +265,105 @@ def similarity_cka(table: pd.DataFrame) -> plt.Figure:
             axes[r][c].set_xlabel("site of model b", fontsize=7)
             axes[r][c].set_ylabel("site of model a", fontsize=7)
     fig.colorbar(image, ax=axes, shrink=0.8, label="CKA")
+    return fig
+
+
+def _dissection_draws(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows of independent (seed, draw) samples: alpha 0 is the same basis for every draw, so only
+    draw 0 counts there (otherwise the intervals would shrink by repetition)."""
+    return table[(table["alpha"] > 0) | (table["rotation_seed"] == table["rotation_seed"].min())]
+
+
+def dissection_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per variant, site and alpha: interpretable fraction and unique concepts, mean and 95% CI
+    over seeds and rotation draws."""
+    rows = []
+    for (variant, site, alpha), group in _dissection_draws(table).groupby(["variant", "site", "alpha"], sort=False):
+        fraction, fraction_ci = mean_ci(group["fraction_interpretable"])
+        unique, unique_ci = mean_ci(group["n_unique_concepts"])
+        rows.append({"variant": variant, "site": site, "inside_residual": group["inside_residual"].iloc[0],
+                     "alpha": alpha, "samples": len(group), "n_units": int(group["n_units"].iloc[0]),
+                     "fraction_interpretable": round(fraction, 4), "fraction_ci95": round(fraction_ci, 4),
+                     "unique_concepts": round(unique, 2), "unique_concepts_ci95": round(unique_ci, 2)})
+    return pd.DataFrame(rows)
+
+
+def dissection_fraction(table: pd.DataFrame) -> plt.Figure:
+    """Fraction of interpretable units (top) and unique detected concepts (bottom) against the
+    rotation alpha, one panel per variant, one line per site with a 95% CI band over seeds and
+    rotation draws (the paper's Figs. 3 and 19). Sites inside a residual block are dashed."""
+    summary = dissection_summary(table)
+    variants = list(dict.fromkeys(summary["variant"]))
+    fig, axes = plt.subplots(2, len(variants), figsize=(3.8 * len(variants), 6.0), squeeze=False,
+                             sharex=True)
+    for c, variant in enumerate(variants):
+        part = summary[summary["variant"] == variant]
+        for k, (site, rows) in enumerate(part.groupby("site", sort=False)):
+            style = {"color": f"C{k}", "linestyle": "--" if rows["inside_residual"].iloc[0] else "-",
+                     "marker": "."}
+            label = f"{site}{'*' if rows['inside_residual'].iloc[0] else ''} ({rows['n_units'].iloc[0]})"
+            for ax, column, ci in zip(axes[:, c], ("fraction_interpretable", "unique_concepts"),
+                                      ("fraction_ci95", "unique_concepts_ci95")):
+                mean, half = rows[column].to_numpy(), rows[ci].to_numpy()
+                ax.plot(rows["alpha"], mean, label=label, **style)
+                ax.fill_between(rows["alpha"], mean - half, mean + half, color=style["color"], alpha=0.15)
+        axes[0, c].set_title(variant)
+        axes[0, c].set_ylabel("fraction of interpretable units")
+        axes[0, c].set_ylim(bottom=0)
+        axes[1, c].set_ylabel("unique concepts detected")
+        axes[1, c].set_xlabel(r"rotation $\alpha$ (basis $Q^\alpha$)")
+        axes[1, c].set_ylim(bottom=0)
+        axes[0, c].legend(fontsize=7, title="site (units)", title_fontsize=7)
+        for ax in axes[:, c]:
+            ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def dissection_categories(units: pd.DataFrame, sites: dict[str, str], alphas=(0.0, 0.5, 1.0)) -> plt.Figure:
+    """Interpretable units per concept category at a few alphas (the grid values nearest to
+    ``alphas``), mean over seeds and rotation draws, at one site per variant (``sites``; the
+    paper's Figs. 18, 20, 22, 24)."""
+    variants = [v for v in dict.fromkeys(units["variant"]) if v in sites]
+    categories = list(dict.fromkeys(units["category"]))
+    grid = np.array(sorted(units["alpha"].unique()))
+    chosen = list(dict.fromkeys(float(grid[np.abs(grid - a).argmin()]) for a in alphas))
+    fig, axes = plt.subplots(1, len(variants), figsize=(3.8 * len(variants), 3.4), squeeze=False)
+    width = 0.8 / len(chosen)
+    for ax, variant in zip(axes[0], variants):
+        part = _dissection_draws(units[(units["variant"] == variant) & (units["site"] == sites[variant])])
+        for k, alpha in enumerate(chosen):
+            at = part[part["alpha"] == alpha]
+            samples = at.groupby(["seed", "rotation_seed"]).ngroups
+            counts = at[at["detector"]].groupby("category").size().reindex(categories, fill_value=0)
+            x = np.arange(len(categories)) + (k - (len(chosen) - 1) / 2) * width
+            ax.bar(x, counts.to_numpy() / max(1, samples), width, label=rf"$\alpha$ = {alpha:g}",
+                   color=plt.cm.viridis(0.1 + 0.8 * k / max(1, len(chosen) - 1)))
+        ax.set_xticks(range(len(categories)), categories)
+        ax.set_title(f"{variant}: {sites[variant]}", fontsize=9)
+        ax.set_ylabel("interpretable units (mean)")
+        ax.legend(fontsize=7)
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def dissection_masks(images: np.ndarray, panels: list[dict]) -> plt.Figure:
+    """Top units' regions over probe images (the paper's Figs. 21, 23, 25): one row per unit, its
+    best concept and IoU in the row title, each image dimmed outside the unit's thresholded,
+    upsampled activation. ``panels``: dicts with ``title`` and ``examples`` [(image index, mask)]."""
+    columns = max(len(p["examples"]) for p in panels)
+    fig, axes = plt.subplots(len(panels), columns, figsize=(1.3 * columns + 0.2, 1.45 * len(panels)),
+                             squeeze=False)
+    for row, panel in zip(axes, panels):
+        for ax in row:
+            ax.axis("off")
+        for ax, (index, mask) in zip(row, panel["examples"]):
+            image = images[index].transpose(1, 2, 0) / 255.0
+            ax.imshow(image * (0.25 + 0.75 * mask[..., None]), interpolation="nearest")
+            ax.contour(mask, levels=[0.5], colors="yellow", linewidths=0.6)
+        row[0].set_title(panel["title"], fontsize=7, loc="left")
+    fig.tight_layout()
     return fig
 
 

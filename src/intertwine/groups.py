@@ -34,6 +34,7 @@ __all__ = [
     "sinkhorn",
     "round_to_permutation",
     "rotation_power",
+    "rotation_powers",
 ]
 
 
@@ -368,6 +369,12 @@ def rotation_power(Q, alpha: float) -> Tensor:
     real alpha works and Q^a Q^b = Q^(a+b). Computed in float64; returns Q's dtype/device.
     Raises ValueError if Q has an odd number of -1 eigenvalues (det Q = -1).
     """
+    return rotation_powers(Q, [alpha])[0]
+
+
+def rotation_powers(Q, alphas) -> list[Tensor]:
+    """``[rotation_power(Q, a) for a in alphas]`` from one Schur decomposition (the costly part:
+    about 13 s for n = 2048 on one CPU core); alpha 0 and 1 give I and Q without one."""
     from scipy.linalg import schur
 
     Qt = torch.as_tensor(Q)
@@ -376,34 +383,36 @@ def rotation_power(Q, alpha: float) -> Tensor:
     n = Qn.shape[0]
     if Qn.shape != (n, n):
         raise ValueError(f"expected a square matrix, got shape {tuple(Qn.shape)}")
+    alphas = [float(a) for a in alphas]
+    if set(alphas) <= {0.0, 1.0}:
+        ends = {0.0: np.eye(n), 1.0: Qn}
+        return [torch.as_tensor(ends[a], dtype=dtype).to(Qt.device) for a in alphas]
     T, Z = schur(Qn, output="real")
 
-    Ta = np.zeros_like(T)
-    minus_ones = []
+    planes, ones, minus_ones = [], [], []  # (index, theta) of 2x2 blocks; indices of 1x1 blocks
     i = 0
     while i < n:
         if i + 1 < n and T[i + 1, i] != 0:  # LAPACK zeroes the subdiagonal between blocks
             block = T[i : i + 2, i : i + 2]
             # Average the symmetric parts so a slightly non-orthogonal block still gives
             # the angle of its nearest rotation.
-            theta = math.atan2(
-                (block[1, 0] - block[0, 1]) / 2, (block[0, 0] + block[1, 1]) / 2
-            )
-            Ta[i : i + 2, i : i + 2] = _rot2(alpha * theta)
+            planes.append((i, math.atan2((block[1, 0] - block[0, 1]) / 2, (block[0, 0] + block[1, 1]) / 2)))
             i += 2
         else:
-            if T[i, i] > 0:
-                Ta[i, i] = 1.0
-            else:
-                minus_ones.append(i)
+            (ones if T[i, i] > 0 else minus_ones).append(i)
             i += 1
-
     if len(minus_ones) % 2:
         raise ValueError("Q is not in SO(n): it has an odd number of -1 eigenvalues")
-    # Two -1 eigen-directions span a plane where Q acts as the rotation by pi.
-    for j, k in zip(minus_ones[0::2], minus_ones[1::2]):
-        R = _rot2(alpha * math.pi)
-        Ta[np.ix_([j, k], [j, k])] = R
 
-    out = Z @ Ta @ Z.T
-    return torch.as_tensor(out, dtype=dtype).to(Qt.device)
+    powers = []
+    for alpha in alphas:
+        Ta = np.zeros_like(T)
+        for i, theta in planes:
+            Ta[i : i + 2, i : i + 2] = _rot2(alpha * theta)
+        for i in ones:
+            Ta[i, i] = 1.0
+        # Two -1 eigen-directions span a plane where Q acts as the rotation by pi.
+        for j, k in zip(minus_ones[0::2], minus_ones[1::2]):
+            Ta[np.ix_([j, k], [j, k])] = _rot2(alpha * math.pi)
+        powers.append(torch.as_tensor(Z @ Ta @ Z.T, dtype=dtype).to(Qt.device))
+    return powers

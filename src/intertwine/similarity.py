@@ -44,7 +44,6 @@ __all__ = [
     "PROCRUSTES_MEASURES",
     "cka_kernel",
     "kernel_cka",
-    "site_features",
     "similarity_pair",
     "ProcrustesAccumulator",
     "channel_normalized_linear_cka",
@@ -645,18 +644,6 @@ MEASURES: dict[str, Callable[..., float]] = {
 # ---------------------------------------------------------------------------
 
 
-@torch.inference_mode()
-def site_features(model: torch.nn.Module, images: Tensor, site: str, mean: Tensor, std: Tensor,
-                  batch_size: int = 500) -> Tensor:
-    """Activations of ``model`` (in eval mode) at ``site`` for uint8 ``images``, in batches."""
-    from intertwine import models
-    from intertwine.data.augment import normalize
-
-    model.eval()
-    return torch.cat([models.forward_to(model, normalize(images[i:i + batch_size], mean, std), site)[0]
-                      for i in range(0, len(images), batch_size)])
-
-
 def similarity_pair(checkpoint_a: str, checkpoint_b: str, data_dir: str, pair: int, block: dict,
                     procrustes: bool, cka: bool, global_seed: int = 0, device: str = "auto",
                     log: Callable[[str], None] = print) -> "pd.DataFrame":
@@ -671,8 +658,6 @@ def similarity_pair(checkpoint_a: str, checkpoint_b: str, data_dir: str, pair: i
     import intertwine
     from intertwine import models
     from intertwine.data import channel_stats, load_split
-    from intertwine.data.augment import normalize
-    from intertwine.symmetry import site_representations
     from intertwine.utils import config_hash, resolve_device
     from intertwine.zoo import load_model
 
@@ -690,14 +675,12 @@ def similarity_pair(checkpoint_a: str, checkpoint_b: str, data_dir: str, pair: i
     batch = block["batch_size"]
     if procrustes:
         accumulators = {site: ProcrustesAccumulator() for site in sites}
-        with torch.inference_mode():
-            model_a.eval(), model_b.eval()
-            for start in range(0, len(images), batch):
-                x = normalize(images[start:start + batch], mean, std)
-                # One forward pass per model and batch gives every site's activations.
-                reps_a, reps_b = site_representations(model_a, x), site_representations(model_b, x)
-                for site in sites:
-                    accumulators[site].update(reps_a[site], reps_b[site])
+        for start in range(0, len(images), batch):
+            # One forward pass per model and batch gives every site's activations.
+            reps_a, reps_b = (models.site_activations(model, images[start:start + batch], sites, mean, std, batch)
+                              for model in (model_a, model_b))
+            for site in sites:
+                accumulators[site].update(reps_a[site], reps_b[site])
         for site, acc in accumulators.items():
             values = {"grelu_procrustes": acc.grelu, "orthogonal_procrustes": acc.orthogonal}
             for measure in block["procrustes_measures"]:
@@ -709,7 +692,8 @@ def similarity_pair(checkpoint_a: str, checkpoint_b: str, data_dir: str, pair: i
             kernels = {}
             for name, model in (("a", model_a), ("b", model_b)):
                 for site in sites:
-                    kernels[name, site] = cka_kernel(measure, site_features(model, images, site, mean, std, batch))
+                    features = models.site_activations(model, images, [site], mean, std, batch)[site]
+                    kernels[name, site] = cka_kernel(measure, features)
             for site_a in sites:
                 for site_b in sites:
                     rows.append({**base, "site_a": site_a, "site_b": site_b, "measure": measure,

@@ -329,19 +329,6 @@ def refresh_batch_norm(stitched: models.Stitched, train_split: Split, mean: torc
     stitched.eval()
 
 
-@torch.no_grad()
-def _activations_at_site(f: nn.Module, g: nn.Module, site: str, train_split: Split, mean: torch.Tensor,
-                         std: torch.Tensor, config: StitchConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """f's and g's activations at ``site`` (eval mode) on the first ``match_images`` training images."""
-    x = normalize(train_split.images[:config.match_images], mean, std)
-    was_training = g.training
-    g.eval()
-    try:
-        return models.forward_to(f, x, site)[0], models.forward_to(g, x, site)[0]
-    finally:
-        g.train(was_training)
-
-
 def draw_pairs(n_members: int, n_pairs: int, *key) -> list[tuple[int, int]]:
     """``n_pairs`` ordered pairs of distinct zoo members, drawn uniformly with replacement from
     ``range(n_members)`` by a generator seeded from ``key`` (e.g. the global seed, the stage and
@@ -388,7 +375,9 @@ def stitch_pair(checkpoint_a: str, checkpoint_b: str, data_dir: str, method: str
                             config.sinkhorn_iters).to(device)
         stitched = stitch(f, copy.deepcopy(g), site.name, layer)
         if config.init == "match":
-            layer.match(*_activations_at_site(f, g, site.name, train_split, mean, std, config))
+            images = train_split.images[:config.match_images]
+            layer.match(*(models.site_activations(model, images, [site.name], mean, std, len(images))[site.name]
+                          for model in (f, g)))
         label = f"{meta_a['variant']} pair {pair} ({meta_a['seed']}->{meta_b['seed']}) {site.name} {method}"
         batches = torch.Generator(device=device).manual_seed(derive_seed(*key, "batches"))
         seconds = fit(stitched, train_split, config, batches, mean, std, label, log)

@@ -88,6 +88,10 @@ __all__ = [
 #: Groups :func:`random_elements` can draw from.
 GROUPS = ("grelu", "permutation", "orthogonal")
 
+# The architectures whose wiring act_on_weights knows. (ConvNeXt has LayerNorm, whose intertwiner
+# group is smaller, and no symmetry check here.)
+ARCHS = ("myrtle", "resnet20", "resnet18")
+
 # Activations with sigma(d x) = d sigma(x) for d > 0, hence G_ReLU-equivariant with phi(A) = A.
 _POSITIVELY_HOMOGENEOUS = (nn.ReLU, nn.LeakyReLU, nn.Identity)
 

@@ -10,7 +10,9 @@ from snakemake.utils import validate
 
 import intertwine
 from intertwine.config import describe_validation_error
-from intertwine.models import build, normalize_spec, sites
+from intertwine import symmetry
+from intertwine.dissection import default_sites
+from intertwine.models import build, imagenet, normalize_spec, sites
 from intertwine.stitching import draw_pairs
 
 try:
@@ -47,7 +49,9 @@ STAGE_CODE = {
     "rotation": ["rotation.py", "groups.py"],
     "symmetry": ["symmetry.py", "groups.py"],
     "stitching": ["stitching.py", "groups.py"],
-    "similarity": ["similarity.py", "symmetry.py"],
+    "similarity": ["similarity.py"],
+    "dissection": ["dissection.py", "data/concepts.py", "data/broden.py", "data/shapes.py",
+                   "models/__init__.py", "models/imagenet.py", "groups.py"],
     "tables": ["tables.py"],
     "figures": ["figures.py", "paper.py"],
 }
@@ -135,6 +139,7 @@ SYMMETRY = config["symmetry"]
 SYMMETRY_CHECKS = [
     f"results/symmetry/{variant}/seed{seed}.parquet"
     for variant in VARIANTS
+    if config["zoo"]["variants"][variant]["arch"] in symmetry.ARCHS
     for seed in range(min(SYMMETRY["seeds"], len(zoo_seeds(variant))))
 ]
 SYMMETRY_OUTPUTS = (
@@ -238,5 +243,62 @@ SIMILARITY_OUTPUTS = (
     + SIMILARITY_FIGURES
     + [other for png in SIMILARITY_FIGURES for other in extra_formats(png[:-4])]
     if SIMILARITY_JOBS
+    else []
+)
+
+DISSECTION = config["dissection"]
+check_subset("dissection.variants", DISSECTION["variants"], VARIANTS)
+check_subset("dissection.sites", DISSECTION["sites"], DISSECTION["variants"])
+
+
+def dissection_sites(variant):
+    """The variant's configured sites, or default_sites: each stage's output and one inside a block."""
+    model_sites = sites(build(config["zoo"]["variants"][variant]))
+    chosen = DISSECTION["sites"].get(variant)
+    if chosen is None:
+        return default_sites(model_sites)
+    check_subset(f"dissection.sites.{variant}", chosen, [site.name for site in model_sites])
+    return chosen
+
+
+def mask_site(variant):
+    """The top-units figure's site: the variant's last dissected site on the residual stream."""
+    inside = {site.name: site.inside_residual for site in sites(build(config["zoo"]["variants"][variant]))}
+    chosen = dissection_sites(variant)
+    return ([site for site in chosen if not inside[site]] or chosen)[-1]
+
+
+# The stage's settings a job reads (the fan-out keys pick jobs; the masks figure has its own rule).
+DISSECTION_BLOCK = {k: v for k, v in DISSECTION.items() if k not in ("variants", "seeds", "sites", "external", "masks")}
+DISSECTION_BLOCK["probe"] = DISSECTION["probe"] | {
+    "shapes": {k: v for k, v in config["data"]["shapes"].items() if k not in ("train_size", "test_size", "image_size")}}
+DISSECTION_JOBS = [
+    f"results/dissection/{variant}/seed{seed}.parquet"
+    for variant in DISSECTION["variants"]
+    for seed in members("dissection.seeds", variant, DISSECTION["seeds"])
+] + [f"results/dissection/external/{name}.parquet" for name in DISSECTION["external"]]
+if DISSECTION["external"] and not DISSECTION["probe"]["broden"]:
+    raise WorkflowError("config key dissection.external: ImageNet models are dissected on Broden; "
+                        "set dissection.probe.broden to your Broden directory (e.g. broden1_224)")
+
+
+def external_sites(name):
+    model = DISSECTION["external"][name]
+    return model.get("sites") or imagenet.DEFAULT_SITES[model["arch"]]
+
+
+# The category figure's site per model: the masks figure's site, or an ImageNet model's last
+# residual-stream site.
+CATEGORY_SITES = {variant: mask_site(variant) for variant in DISSECTION["variants"]} | {
+    name: ([s for s in external_sites(name) if imagenet.on_residual_stream(s)] or external_sites(name))[-1]
+    for name in DISSECTION["external"]}
+DISSECTION_MASKS = [f"results/figures/dissection_masks_{variant}.png" for variant in DISSECTION["variants"]]
+DISSECTION_FIGURES = ["results/figures/dissection_fraction.png", "results/figures/dissection_categories.png"]
+DISSECTION_OUTPUTS = (
+    ["results/tables/dissection.parquet", "results/tables/dissection_units.parquet",
+     "results/tables/dissection_summary.csv"]
+    + DISSECTION_FIGURES + DISSECTION_MASKS
+    + [other for png in DISSECTION_FIGURES + DISSECTION_MASKS for other in extra_formats(png[:-4])]
+    if DISSECTION_JOBS
     else []
 )

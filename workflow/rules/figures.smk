@@ -112,3 +112,67 @@ rule similarity_figure:
         "intertwine similarity-figure --table {input} --dataset {params.dataset} --variants {params.variants:q}"
         " --figures {params.figures:q}{params.procrustes}{params.cka} --summary {output.summary}"
         " --other-formats {output.other_formats} > {log} 2>&1"
+
+
+rule dissection_figure:
+    input:
+        table="results/tables/dissection.parquet",
+        units="results/tables/dissection_units.parquet",
+    output:
+        figures=[
+            report(png, caption=f"../report/{os.path.basename(png)[:-4]}.rst", category="Dissection")
+            for png in DISSECTION_FIGURES
+        ],
+        summary=report(
+            "results/tables/dissection_summary.csv",
+            caption="../report/dissection_summary.rst",
+            category="Dissection",
+        ),
+        other_formats=[other for png in DISSECTION_FIGURES for other in extra_formats(png[:-4])],
+    params:
+        figures=as_json(config["figures"]),
+        category_sites=as_json(CATEGORY_SITES),
+        code=code_hash("figures"),
+    conda:
+        CONDA_ENV
+    log:
+        "results/logs/figures/dissection.log",
+    shell:
+        "intertwine dissection-figure --table {input.table} --units {input.units}"
+        " --category-sites {params.category_sites:q} --figures {params.figures:q}"
+        " --fraction {output.figures[0]} --categories {output.figures[1]} --summary {output.summary}"
+        " --other-formats {output.other_formats} > {log} 2>&1"
+
+
+rule dissection_masks:
+    input:
+        DATA_FILES,
+        checkpoint="results/zoo/{variant}/seed0.pt",
+        # Drawn after the stage's table, so a failing configuration stops there first.
+        table="results/tables/dissection.parquet",
+    output:
+        png=report(
+            "results/figures/dissection_masks_{variant}.png",
+            caption="../report/dissection_masks.rst",
+            category="Dissection",
+            subcategory="{variant}",
+        ),
+        other_formats=extra_formats("results/figures/dissection_masks_{variant}"),
+    params:
+        block=as_json(DISSECTION_BLOCK | {"masks": DISSECTION["masks"]}),
+        site=lambda wc: mask_site(wc.variant),
+        figures=as_json(config["figures"]),
+        seed=config["seed"],
+        device=config["device"],
+        code=[code_hash("dissection"), code_hash("figures")],
+        data=lambda wildcards, input: os.path.dirname(input[0]),
+    threads: config["zoo"]["training"]["threads"]
+    conda:
+        CONDA_ENV
+    log:
+        "results/logs/figures/dissection_masks_{variant}.log",
+    shell:
+        "intertwine dissection-masks --checkpoint {input.checkpoint} --data {params.data} --site {params.site}"
+        " --config {params.block:q} --figures {params.figures:q} --global-seed {params.seed}"
+        " --device {params.device} --threads {threads} --out {output.png}"
+        " --other-formats {output.other_formats} > {log} 2>&1"

@@ -3,18 +3,21 @@
 A spec is a dict such as ``{"arch": "resnet20", "activation": "leaky_relu", "negative_slope": 0.1}``.
 Options every architecture takes:
 
-- ``activation``: "relu" (default), "leaky_relu", "gelu" or "sigmoid" (whose intertwiner group is
-  the permutations only).
+- ``activation``: "relu" (default; "gelu" for convnext), "leaky_relu", "gelu" or "sigmoid" (whose
+  intertwiner group is the permutations only).
 - ``negative_slope``: LeakyReLU slope, default 0.01. Only meaningful with "leaky_relu"; with another
   activation any value other than the default is rejected, since it is most likely a config that
   forgot ``activation: leaky_relu``.
 - ``width_multiplier``: default 1.0; every width becomes ``max(1, round(width * multiplier))``.
-- ``batch_norm``: default True. Without it BN layers become ``nn.Identity`` (names unchanged).
+- ``batch_norm`` (all but convnext, which uses LayerNorm): default True. Without it BN layers
+  become ``nn.Identity`` (names unchanged).
 - ``num_classes``: default 10.
 
 Plus ``constant_width`` (myrtle: every conv gets that many channels, still scaled by
 ``width_multiplier``) and ``residual_activation`` (resnets: False replaces the activation after
-each residual addition by ``nn.Identity``, which stays a site).
+each residual addition by ``nn.Identity``, which stays a site). convnext (a small ConvNeXt, see
+:mod:`intertwine.models.convnext`) never has an activation on the residual stream: each block's
+output is an ``nn.Identity`` site ``stageS.J.out``, next to the inner activation ``stageS.J.act``.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 
+from .convnext import convnext
 from .myrtle import myrtle
 from .resnet import resnet18, resnet20
 
@@ -41,6 +45,7 @@ __all__ = [
     "forward_from",
     "forward_to",
     "normalize_spec",
+    "site_activations",
     "sites",
 ]
 
@@ -82,6 +87,12 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
         ),
         "resnet18": Architecture(
             resnet18, MappingProxyType({**_COMMON_OPTIONS, "residual_activation": True})
+        ),
+        # LayerNorm throughout, so no batch_norm option; GELU by default, as in ConvNeXt.
+        "convnext": Architecture(
+            convnext,
+            MappingProxyType({key: value for key, value in _COMMON_OPTIONS.items()
+                              if key != "batch_norm"} | {"activation": "gelu"}),
         ),
     }
 )
@@ -253,3 +264,37 @@ class Stitched(nn.Module):
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def site_activations(model: nn.Module, images: torch.Tensor, names, mean: torch.Tensor,
+                     std: torch.Tensor, batch_size: int = 250) -> dict[str, torch.Tensor]:
+    """The outputs of the modules ``names`` (sites, or any module names) for uint8 ``images``,
+    normalised with ``mean``/``std``, in batches, in eval mode without autograd.
+
+    Read by forward hooks, so any ``nn.Module`` works (torchvision's too); each output is copied
+    (a later in-place activation must not change it) and concatenated over batches on the
+    model's device.
+    """
+    from intertwine.data.augment import normalize
+
+    names = list(names)
+    seen: dict[str, list[torch.Tensor]] = {name: [] for name in names}
+    handles = [model.get_submodule(name).register_forward_hook(
+        lambda _module, _inputs, output, name=name: seen[name].append(output.detach().clone()))
+        for name in names]
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    try:
+        with torch.inference_mode():
+            for batch, start in enumerate(range(0, len(images), batch_size), start=1):
+                model(normalize(images[start:start + batch_size].to(device), mean, std))
+                reused = [name for name in names if len(seen[name]) != batch]
+                if reused:  # e.g. torchvision's Bottleneck applies one ReLU module three times
+                    raise ValueError(f"modules {reused} run more than once per forward pass, so "
+                                     "their output is ambiguous; name a module that runs once")
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.train(was_training)
+    return {name: torch.cat(outputs) for name, outputs in seen.items()}

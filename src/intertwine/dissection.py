@@ -1,0 +1,385 @@
+"""Network dissection (Bau et al. 2017) under rotations of the activation basis: the paper's
+section 6 and appendix F.
+
+For every unit (channel) at a site: its activation maps over a probe set with pixel-level concept
+masks (``intertwine.data.concepts.ConceptData``); a per-unit threshold at the top ``quantile``
+(0.5 %) of the unit's activations over the whole probe set; the maps upsampled (bilinear) to the
+mask size and thresholded; the IoU of that binary map with each concept's mask, summed over the
+whole probe set; the unit is a detector of its best concept when that IoU exceeds
+``iou_threshold`` (0.04).
+
+In a rotated basis the channels are first mixed by an orthogonal matrix R: unit i reads
+``sum_j R_ij a_j``. Since both the mixing and bilinear upsampling are linear, mixing the raw
+maps equals mixing the upsampled ones. The paper rotates by ``Q^alpha`` with Q Haar-random in
+SO(n), along the geodesic from I (alpha = 0) to Q (alpha = 1): ``dissect_rotations``.
+
+Thresholds follow NetDissect: quantiles of the raw (not upsampled) activations. They are exact,
+``numpy.quantile(values, 1 - quantile)`` with linear interpolation, computed in a stream from a
+running top-k per unit (k is about ``quantile`` of the values), so memory stays bounded by the
+batch, not the probe set.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from intertwine import groups, models
+from intertwine.data.concepts import ConceptData
+from intertwine.utils import derive_seed
+
+__all__ = [
+    "DEFAULT_IOU_THRESHOLD",
+    "DEFAULT_QUANTILE",
+    "dissect",
+    "dissect_activations",
+    "default_sites",
+    "dissect_rotations",
+    "draw_rotation",
+    "label_units",
+    "mask_panels",
+    "probe_concepts",
+    "run_external",
+    "run_member",
+    "summarize",
+    "summarize_units",
+    "top_examples",
+    "unit_iou",
+    "unit_thresholds",
+]
+
+DEFAULT_QUANTILE = 0.005
+DEFAULT_IOU_THRESHOLD = 0.04
+# Elements of float32 scratch per batch (64 MiB): bounds the memory of both passes.
+_BATCH_ELEMENTS = 16 * 2**20
+
+
+def _mixed(activations: Tensor, start: int, stop: int, basis: Tensor | None) -> Tensor:
+    """Float32 activations of images ``start:stop``, channels mixed by ``basis`` if given."""
+    a = activations[start:stop].float()
+    return a if basis is None else torch.einsum("ij,njhw->nihw", basis.to(a), a)
+
+
+def unit_thresholds(activations: Tensor, quantile: float = DEFAULT_QUANTILE,
+                    basis: Tensor | None = None) -> Tensor:
+    """Per unit, the value its top ``quantile`` of activations (over images and positions) exceed.
+
+    ``activations``: (N, C, h, w). Equals ``numpy.quantile(unit_values, 1 - quantile)`` (linear
+    interpolation) exactly: only the top ``k = M - floor((1 - quantile)(M - 1))`` of the M values
+    per unit matter, and they are kept in a running top-k over batches.
+    """
+    if not 0 <= quantile < 1:
+        raise ValueError(f"quantile must be in [0, 1), got {quantile}")
+    n, c, h, w = activations.shape
+    m = n * h * w
+    position = (1 - quantile) * (m - 1)
+    low = math.floor(position)
+    fraction = position - low
+    k = m - low  # ascending ranks low .. m - 1, i.e. the k largest values
+    top = None
+    step = max(1, _BATCH_ELEMENTS // (c * h * w))
+    for start in range(0, n, step):
+        values = _mixed(activations, start, start + step, basis)
+        values = values.transpose(0, 1).reshape(c, -1)
+        candidates = values if top is None else torch.cat([top, values], dim=1)
+        top = candidates.topk(min(k, candidates.shape[1]), dim=1).values
+    value_low = top[:, k - 1].double()
+    value_high = top[:, max(k - 2, 0)].double()
+    return (value_low + fraction * (value_high - value_low)).float()
+
+
+def unit_iou(activations: Tensor, labels: Tensor, n_concepts: int, thresholds: Tensor,
+             basis: Tensor | None = None) -> Tensor:
+    """(C, n_concepts) IoU of each unit's thresholded, upsampled maps with each concept's mask,
+    over the whole probe set.
+
+    ``labels``: (N, layers, H, W) label maps (0 none, k > 0 concept k - 1); a concept's mask is
+    its pixels in any layer. Activation maps are upsampled (bilinear) to (H, W).
+    """
+    n, c = activations.shape[:2]
+    size = tuple(labels.shape[-2:])
+    bins = n_concepts + 1
+    concept_area = torch.bincount(labels.reshape(-1).long(), minlength=bins)[:bins]
+    intersection = torch.zeros(c * bins, dtype=torch.long)
+    unit_area = torch.zeros(c, dtype=torch.long)
+    step = max(1, _BATCH_ELEMENTS // (c * size[0] * size[1]))
+    for start in range(0, n, step):
+        mixed = _mixed(activations, start, start + step, basis)
+        # A bilinear value is a convex combination of raw values, so a map whose raw maximum
+        # stays at or below its unit's threshold cannot fire anywhere: upsample only the others
+        # (about a tenth of them, since only the top `quantile` of each unit's values lie above).
+        live = (mixed.amax(dim=(2, 3)) > thresholds.view(1, -1)).nonzero(as_tuple=True)
+        maps = F.interpolate(mixed[live].unsqueeze(1), size=size, mode="bilinear", align_corners=False)
+        fired = maps.squeeze(1) > thresholds[live[1]].view(-1, 1, 1)
+        unit_area += torch.bincount(live[1], weights=fired.sum(dim=(1, 2)).double(), minlength=c).long()
+        which, y, x = fired.nonzero(as_tuple=True)
+        image, unit = live[0][which] + start, live[1][which]
+        for layer in range(labels.shape[1]):
+            hit = labels[image, layer, y, x].long()
+            intersection += torch.bincount(unit * bins + hit, minlength=c * bins)
+    intersection = intersection.view(c, bins)[:, 1:]
+    union = unit_area[:, None] + concept_area[None, 1:] - intersection
+    return intersection.double().div(union.clamp_min(1).double()).float()
+
+
+def label_units(iou: Tensor, concept_data: ConceptData,
+                iou_threshold: float = DEFAULT_IOU_THRESHOLD) -> pd.DataFrame:
+    """One row per unit: its best concept, that concept's category and IoU, and whether the unit
+    is a detector (best IoU > ``iou_threshold``)."""
+    best_iou, best = iou.max(dim=1)
+    return pd.DataFrame({
+        "unit": range(len(best)),
+        "concept": [concept_data.concepts[i] for i in best.tolist()],
+        "category": [concept_data.categories[i] for i in best.tolist()],
+        "iou": best_iou.double().numpy(),
+        "detector": (best_iou > iou_threshold).numpy(),
+    })
+
+
+def dissect_activations(activations: Tensor, concept_data: ConceptData, basis: Tensor | None = None,
+                        *, quantile: float = DEFAULT_QUANTILE,
+                        iou_threshold: float = DEFAULT_IOU_THRESHOLD) -> pd.DataFrame:
+    """Dissect precomputed activations (N, C, h, w) of the probe set's N images: ``label_units``
+    plus each unit's threshold. ``basis``: a (C, C) matrix mixing the channels first."""
+    if len(activations) != len(concept_data):
+        raise ValueError(f"{len(activations)} activation maps for {len(concept_data)} probe images")
+    if basis is not None and tuple(basis.shape) != (activations.shape[1],) * 2:
+        raise ValueError(f"basis must be ({activations.shape[1]}, {activations.shape[1]}) for "
+                         f"{activations.shape[1]} units, got {tuple(basis.shape)}")
+    thresholds = unit_thresholds(activations, quantile, basis)
+    iou = unit_iou(activations, concept_data.labels, len(concept_data.concepts), thresholds, basis)
+    units = label_units(iou, concept_data, iou_threshold)
+    units["threshold"] = thresholds.double().numpy()
+    return units
+
+
+def dissect(model: nn.Module, site: str, concept_data: ConceptData, basis: Tensor | None = None,
+            *, mean: Tensor, std: Tensor, quantile: float = DEFAULT_QUANTILE,
+            iou_threshold: float = DEFAULT_IOU_THRESHOLD, batch_size: int = 250) -> pd.DataFrame:
+    """Dissect ``model`` at ``site`` (a module name, read by a forward hook) over ``concept_data``.
+
+    ``mean``/``std``: the model's input normalisation (0..1 units). Returns one row per unit
+    (see ``label_units``), in the rotated basis when ``basis`` is given.
+    """
+    activations = models.site_activations(model, concept_data.images, [site], mean, std, batch_size)[site]
+    if activations.ndim != 4:
+        raise ValueError(f"site {site!r} gives {activations.ndim}-D outputs; dissection needs "
+                         "(N, C, h, w) feature maps")
+    return dissect_activations(activations, concept_data, basis, quantile=quantile,
+                               iou_threshold=iou_threshold)
+
+
+def summarize_units(units: pd.DataFrame) -> dict:
+    """Counts over one dissection: units, detectors, their fraction, distinct detected concepts."""
+    detectors = units[units["detector"]]
+    return {"n_units": len(units), "n_interpretable": len(detectors),
+            "fraction_interpretable": len(detectors) / max(1, len(units)),
+            "n_unique_concepts": detectors["concept"].nunique()}
+
+
+def default_sites(sites: list[models.Site]) -> list[str]:
+    """Where the stage dissects a model by default: the residual output of each stage (the last
+    residual-stream site of each top-level module holding blocks) plus the last site inside a
+    block (the paper's Fig. 19); every site of a network without blocks (Myrtle)."""
+    in_blocks = [site for site in sites if "." in site.name]
+    if not in_blocks:
+        return [site.name for site in sites]
+    stage_outputs = {site.name.split(".")[0]: site.name for site in in_blocks if not site.inside_residual}
+    inside = [site.name for site in in_blocks if site.inside_residual]
+    return list(stage_outputs.values()) + inside[-1:]
+
+
+def probe_concepts(probe: dict, image_size: list[int], global_seed: int = 0) -> ConceptData:
+    """The probe set of the dissection stage (the config's ``dissection.probe``) at the zoo's
+    image size: ``shapes`` images generated for the probe (the same for every model, drawn from
+    the global seed, with the data set's ``shapes`` options), or a Broden directory, resized."""
+    from intertwine.data import Split
+    from intertwine.data.concepts import shapes_concepts
+
+    if probe["source"] == "shapes":
+        from intertwine.data.shapes import generate_shapes
+
+        options = dict(probe.get("shapes", {}), image_size=int(image_size[0]))
+        arrays = generate_shapes(probe["images"], derive_seed(global_seed, "dissection", "probe"), **options)
+        return shapes_concepts(Split(*(torch.from_numpy(arrays[k]) for k in ("images", "labels", "concepts"))))
+    if probe["source"] == "broden":
+        from intertwine.data.broden import load_broden
+
+        if not probe.get("broden"):
+            raise ValueError("dissection.probe.source is 'broden' but dissection.probe.broden "
+                             "names no directory; set it to your Broden copy (e.g. broden1_224)")
+        return load_broden(probe["broden"], max_images=probe["images"]).resized(tuple(image_size))
+    raise ValueError(f"dissection.probe.source {probe['source']!r} is not 'shapes' or 'broden'")
+
+
+def draw_rotation(n: int, key: tuple, draw: int) -> Tensor:
+    """The ``draw``-th Haar-random Q in SO(n) for ``key`` (float64)."""
+    generator = torch.Generator().manual_seed(derive_seed(*key, draw))
+    return groups.random_rotation(n, generator, dtype=torch.float64)
+
+
+def rotation_key(global_seed: int, variant: str, seed: int, site: str) -> tuple:
+    return (global_seed, "dissection", variant, seed, site)
+
+
+def dissect_rotations(activations: Tensor, concept_data: ConceptData, alphas, rotations: int,
+                      key: tuple, quantile: float = DEFAULT_QUANTILE,
+                      iou_threshold: float = DEFAULT_IOU_THRESHOLD) -> pd.DataFrame:
+    """``dissect_activations`` in the basis ``Q^alpha`` for each alpha and each of ``rotations``
+    Haar draws of Q (draw k seeded by ``key + (k,)``): one row per (alpha, draw, unit), with
+    columns ``alpha`` and ``rotation_seed`` (k). Alpha 0 is dissected once and shared by the draws."""
+    tables = []
+    unrotated = None
+    rotated_alphas = [alpha for alpha in alphas if alpha != 0]
+    for draw in range(rotations):
+        bases = dict(zip(rotated_alphas, groups.rotation_powers(
+            draw_rotation(activations.shape[1], key, draw), rotated_alphas)))
+        for alpha in alphas:
+            if alpha == 0:
+                if unrotated is None:
+                    unrotated = dissect_activations(activations, concept_data, quantile=quantile,
+                                                    iou_threshold=iou_threshold)
+                units = unrotated.copy()
+            else:
+                units = dissect_activations(activations, concept_data, bases[alpha].float(),
+                                            quantile=quantile, iou_threshold=iou_threshold)
+            tables.append(units.assign(alpha=float(alpha), rotation_seed=draw))
+    return pd.concat(tables, ignore_index=True)
+
+
+def summarize(units: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``summarize_units`` for each group of ``keys`` (e.g. variant, seed, site, alpha, draw)."""
+    rows = [{**dict(zip(keys, values)), **summarize_units(group)}
+            for values, group in units.groupby(keys, sort=False)]
+    return pd.DataFrame(rows)
+
+
+def _dissect_sites(read_site: Callable[[str], Tensor], sites: list[str], inside: dict[str, bool],
+                   probe: ConceptData, block: dict, variant: str, seed: int, global_seed: int,
+                   log: Callable[[str], None]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``dissect_rotations`` at each site (activations from ``read_site``): (summary, units)."""
+    import time
+
+    import intertwine
+    from intertwine.utils import config_hash
+
+    tables = []
+    for site in sites:
+        started = time.perf_counter()
+        activations = read_site(site)
+        units = dissect_rotations(activations, probe, block["alphas"], block["rotations"],
+                                  rotation_key(global_seed, variant, seed, site),
+                                  block["quantile"], block["iou_threshold"])
+        tables.append(units.assign(site=site))
+        fractions = units.groupby("alpha")["detector"].mean()
+        log(f"{variant} seed {seed} {site}: {activations.shape[1]} units, interpretable fraction "
+            f"{fractions.iloc[0]:.3f} at alpha {fractions.index[0]:g}, {fractions.iloc[-1]:.3f} at "
+            f"alpha {fractions.index[-1]:g} ({time.perf_counter() - started:.1f}s)")
+    units = pd.concat(tables, ignore_index=True).assign(variant=variant, seed=seed)
+    keys = ["variant", "seed", "site", "alpha", "rotation_seed"]
+    summary = summarize(units, keys)
+    summary.insert(3, "inside_residual", summary["site"].map(inside))
+    summary = summary.assign(
+        n_images=len(probe), probe=block["probe"]["source"], quantile=block["quantile"],
+        iou_threshold=block["iou_threshold"],
+        config_hash=config_hash({"dissection": block, "seed": global_seed}),
+        version=intertwine.__version__)
+    return summary, units[keys + ["unit", "concept", "category", "iou", "threshold", "detector"]]
+
+
+def run_member(checkpoint: str, data_dir: str, sites: list[str], block: dict, global_seed: int = 0,
+               device: str = "auto", log: Callable[[str], None] = print) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The dissection stage for one zoo member: every site, alpha and rotation draw.
+
+    Returns (summary, units): one row per (site, alpha, draw) and one per unit of each.
+    """
+    from intertwine.data import channel_stats, load_meta
+    from intertwine.utils import resolve_device
+    from intertwine.zoo import load_model
+
+    device = resolve_device(device)
+    model, meta = load_model(checkpoint, device)
+    inside = {site.name: site.inside_residual for site in models.sites(model)}
+    unknown = [site for site in sites if site not in inside]
+    if unknown:
+        raise ValueError(f"{checkpoint} has no sites {unknown}; its sites are {list(inside)}")
+    probe = probe_concepts(block["probe"], load_meta(data_dir)["image_size"], global_seed)
+    mean, std = channel_stats(data_dir, device)
+
+    def read_site(site: str) -> Tensor:
+        return models.site_activations(model, probe.images, [site], mean, std, block["batch_size"])[site].cpu()
+
+    return _dissect_sites(read_site, sites, inside, probe, block, meta["variant"], meta["seed"],
+                          global_seed, log)
+
+
+def run_external(name: str, arch: str, weights: str, sites: list[str] | None, block: dict,
+                 global_seed: int = 0, device: str = "auto",
+                 log: Callable[[str], None] = print) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The dissection stage for a torchvision ImageNet model (``resnet50`` or ``convnext_tiny``)
+    loaded from a local weights file, on the Broden directory ``block["probe"]["broden"]`` at
+    its own image size: rows as ``run_member``'s with variant ``name`` and seed 0."""
+    from intertwine.data.broden import load_broden
+    from intertwine.models import imagenet
+    from intertwine.utils import resolve_device
+
+    if not block["probe"].get("broden"):
+        raise ValueError(f"dissection.external.{name} needs a Broden directory: set "
+                         "dissection.probe.broden to your copy (e.g. broden1_224)")
+    device = resolve_device(device)
+    model = imagenet.load_imagenet_model(arch, weights).to(device)
+    sites = list(sites or imagenet.DEFAULT_SITES[arch])
+    probe = load_broden(block["probe"]["broden"], max_images=block["probe"]["images"])
+    inside = {site: not imagenet.on_residual_stream(site) for site in sites}
+
+    def read_site(site: str) -> Tensor:
+        return imagenet.site_activations(model, arch, probe.images, [site], block["batch_size"])[site].cpu()
+
+    return _dissect_sites(read_site, sites, inside, probe, block, name, 0, global_seed, log)
+
+
+def top_examples(activations: Tensor, units: pd.DataFrame, basis: Tensor | None, size: tuple[int, int],
+                 n_units: int = 4, n_images: int = 4) -> list[dict]:
+    """The ``n_units`` units with the highest IoU (see ``dissect_activations``), each with the
+    ``n_images`` probe images where it peaks and its thresholded, upsampled map over each."""
+    panels = []
+    for row in units.sort_values("iou", ascending=False).head(n_units).itertuples():
+        weights = torch.eye(activations.shape[1])[row.unit] if basis is None else basis[row.unit]
+        maps = torch.einsum("j,njhw->nhw", weights.to(torch.float32), activations.float())
+        best = maps.amax(dim=(1, 2)).topk(min(n_images, len(maps))).indices
+        upsampled = F.interpolate(maps[best].unsqueeze(1), size=size, mode="bilinear", align_corners=False)
+        masks = (upsampled.squeeze(1) > row.threshold).numpy()
+        panels.append({"unit": row.unit, "concept": row.concept, "category": row.category, "iou": row.iou,
+                       "examples": list(zip(best.tolist(), masks))})
+    return panels
+
+
+def mask_panels(checkpoint: str, data_dir: str, site: str, block: dict, alphas, global_seed: int = 0,
+                device: str = "auto") -> tuple[Tensor, list[dict]]:
+    """Probe images and ``top_examples`` panels of one zoo member at ``site`` for each alpha in the
+    basis of rotation draw 0, as the dissection stage drew it."""
+    from intertwine.data import channel_stats, load_meta
+    from intertwine.utils import resolve_device
+    from intertwine.zoo import load_model
+
+    device = resolve_device(device)
+    model, meta = load_model(checkpoint, device)
+    probe = probe_concepts(block["probe"], load_meta(data_dir)["image_size"], global_seed)
+    mean, std = channel_stats(data_dir, device)
+    activations = models.site_activations(model, probe.images, [site], mean, std, block["batch_size"])[site].cpu()
+    q = draw_rotation(activations.shape[1], rotation_key(global_seed, meta["variant"], meta["seed"], site), 0)
+    panels = []
+    for alpha, power in zip(alphas, groups.rotation_powers(q, alphas)):
+        basis = None if alpha == 0 else power.float()
+        units = dissect_activations(activations, probe, basis, quantile=block["quantile"],
+                                    iou_threshold=block["iou_threshold"])
+        for panel in top_examples(activations, units, basis, tuple(probe.labels.shape[-2:]),
+                                  block["masks"]["units"], block["masks"]["images"]):
+            panel["title"] = (f"alpha {alpha:g}, unit {panel['unit']}: {panel['concept']} "
+                              f"({panel['category']}), IoU {panel['iou']:.3f}")
+            panels.append(panel)
+    return probe.images, panels

@@ -1,0 +1,155 @@
+"""torchvision's ImageNet classifiers with weights from a local file, for network dissection.
+
+Nothing is downloaded: the caller supplies the weights file (e.g. torchvision's own release,
+``torchvision.models.ResNet50_Weights.IMAGENET1K_V2.url``, fetched by hand). The models take
+images scaled to 0..1 and normalised with ``IMAGENET_MEAN`` and ``IMAGENET_STD``.
+
+``DEFAULT_SITES`` names the modules whose forward output the dissection reads with forward hooks
+(``model.get_submodule(name).register_forward_hook``): each stage's output on the residual
+stream, then one site inside the last block.
+
+- resnet50: ``layer1`` ... ``layer4`` (each stage's last Bottleneck output, after its ReLU), and
+  ``layer4.2.bn2``. torchvision's Bottleneck calls one ``relu`` module three times, so no module's
+  output is the block's inner representation on its own; ``bn2``'s output is the pre-activation
+  whose ReLU is the input of ``conv3`` (the 512-channel bottleneck representation, the analogue
+  of an activation site inside a residual block). ``feature_map`` applies that ReLU. (The ReLU
+  is in place, so a hook that keeps ``bn2``'s output without copying it sees it rectified anyway
+  once the forward pass is over; ``feature_map`` is right either way.)
+- convnext_tiny: ``features.1``, ``features.3``, ``features.5``, ``features.7`` (the stages;
+  ``features.0/2/4/6`` are the stem and the downsampling layers), and ``features.7.2.block.4``, the
+  GELU of the last block's MLP (3072 channels). Inside a ConvNeXt block the MLP runs channels-last
+  (``block.1`` permutes to ``(N, H, W, C)``, ``block.6`` back), so that output is ``(N, H, W,
+  C)``; ``feature_map`` permutes it to ``(N, C, H, W)``.
+
+Use ``feature_map`` (or ``site_activations``, which runs the hooks) to turn a hooked output into the
+``(N, C, H, W)`` representation of the site.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+IMAGENET_ARCHS = ("resnet50", "convnext_tiny")
+
+DEFAULT_SITES: dict[str, list[str]] = {
+    "resnet50": ["layer1", "layer2", "layer3", "layer4", "layer4.2.bn2"],
+    "convnext_tiny": ["features.1", "features.3", "features.5", "features.7",
+                      "features.7.2.block.4"],
+}
+
+# Hooked outputs that are not yet the representation: Bottleneck pre-activations (rectified by
+# the shared ReLU) and ConvNeXt block internals between the two Permutes (channels-last).
+_RESNET_PREACTIVATION = re.compile(r"^layer\d+\.\d+\.bn[12]$")
+_CONVNEXT_CHANNELS_LAST = re.compile(r"^features\.\d+\.\d+\.block\.[1-5]$")
+
+
+def _weights_urls(arch: str) -> str:
+    from torchvision import models
+
+    enum = {"resnet50": models.ResNet50_Weights, "convnext_tiny": models.ConvNeXt_Tiny_Weights}[arch]
+    return ", ".join(w.url for w in enum)
+
+
+def _check_arch(arch: str) -> None:
+    if arch not in IMAGENET_ARCHS:
+        raise ValueError(f"ImageNet arch {arch!r} is not one of {IMAGENET_ARCHS}")
+
+
+def build_imagenet_model(arch: str) -> nn.Module:
+    """The torchvision architecture with random weights (1000 classes); downloads nothing."""
+    from torchvision import models
+
+    _check_arch(arch)
+    return getattr(models, arch)(weights=None)
+
+
+def _state_dict(loaded, path: Path) -> dict[str, Tensor]:
+    if isinstance(loaded, dict):
+        for key in ("state_dict", "model"):
+            if key in loaded and isinstance(loaded[key], dict):
+                loaded = loaded[key]
+                break
+    if not isinstance(loaded, dict) or not all(isinstance(v, Tensor) for v in loaded.values()):
+        raise ValueError(f"{path} is not a state dict (a dict of tensors, possibly under a "
+                         f"'state_dict' or 'model' key); got {type(loaded).__name__}")
+    keys = list(loaded)
+    if keys and all(k.startswith("module.") for k in keys):  # saved from DataParallel / DDP
+        loaded = {k[len("module."):]: v for k, v in loaded.items()}
+    return loaded
+
+
+def load_imagenet_model(arch: str, weights_path: str | Path) -> nn.Module:
+    """Build torchvision's ``arch`` (``resnet50`` or ``convnext_tiny``) without weights, load the
+    state dict in ``weights_path`` (plain, or under a ``"state_dict"``/``"model"`` key; a
+    ``module.`` prefix is stripped), and return the model in eval mode on the CPU."""
+    _check_arch(arch)
+    path = Path(weights_path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such weights file for {arch}. Nothing is downloaded; "
+                                f"fetch torchvision's ImageNet weights yourself ({_weights_urls(arch)}) "
+                                f"or point at a state dict of torchvision.models.{arch}")
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unpickling failure means the same to the user
+        raise ValueError(f"{path} could not be read as a PyTorch state dict ({type(err).__name__}: "
+                         f"{err}); save one with torch.save(model.state_dict(), path)") from err
+    state = _state_dict(loaded, path)
+    with torch.device("meta"):  # no memory and no random initialisation: every tensor is loaded
+        model = build_imagenet_model(arch)
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    wrong_shape = [f"{k}: {tuple(state[k].shape)} in the file, {tuple(v.shape)} in the model"
+                   for k, v in expected.items() if k in state and state[k].shape != v.shape]
+    if missing or unexpected or wrong_shape:
+        raise ValueError(
+            f"{path} does not hold torchvision's {arch} weights: "
+            f"{len(missing)} keys missing (e.g. {missing[:5]}), "
+            f"{len(unexpected)} unexpected (e.g. {unexpected[:5]}), "
+            f"{len(wrong_shape)} of the wrong shape (e.g. {wrong_shape[:3]})")
+    model.load_state_dict({k: state[k].to(v.dtype) for k, v in expected.items()}, assign=True)
+    leftover = [name for name, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if leftover:  # a tensor outside the state dict (none in these architectures)
+        raise RuntimeError(f"{arch}: {leftover[:5]} were not loaded from {path}")
+    return model.eval()
+
+
+def feature_map(arch: str, site: str, output: Tensor) -> Tensor:
+    """The ``(N, C, H, W)`` representation at ``site`` from its module's hooked forward output:
+    ReLU for a resnet Bottleneck's ``bn1``/``bn2`` (the shared ReLU that follows them is not a
+    module of its own), channels-last to channels-first inside a ConvNeXt block's MLP."""
+    _check_arch(arch)
+    if arch == "resnet50" and _RESNET_PREACTIVATION.match(site):
+        output = torch.relu(output)
+    elif arch == "convnext_tiny" and _CONVNEXT_CHANNELS_LAST.match(site):
+        output = output.permute(0, 3, 1, 2)
+    if output.ndim != 4:
+        raise ValueError(f"{arch} site {site!r} gives a {output.ndim}-D output "
+                         f"{tuple(output.shape)}, not a feature map")
+    return output
+
+
+def on_residual_stream(site: str) -> bool:
+    """Whether ``site`` is a stage or block output (``layer4``, ``layer4.2``, ``features.7``,
+    ``features.7.2``) rather than a module inside a block."""
+    return re.fullmatch(r"(layer\d+|features\.\d+)(\.\d+)?", site) is not None
+
+
+def site_activations(model: nn.Module, arch: str, images: Tensor, sites: list[str] | None = None,
+                     batch_size: int = 64) -> dict[str, Tensor]:
+    """Each site's ``(N, C, H, W)`` representation (``DEFAULT_SITES[arch]`` by default) for uint8
+    ``images``, normalised with the ImageNet statistics: ``models.site_activations`` (forward
+    hooks) followed by ``feature_map``."""
+    from intertwine.models import site_activations as hooked
+
+    _check_arch(arch)
+    sites = list(DEFAULT_SITES[arch] if sites is None else sites)
+    device = next(model.parameters()).device
+    mean, std = torch.tensor(IMAGENET_MEAN, device=device), torch.tensor(IMAGENET_STD, device=device)
+    outputs = hooked(model, images, sites, mean, std, batch_size)
+    return {name: feature_map(arch, name, outputs[name]) for name in sites}

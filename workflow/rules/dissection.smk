@@ -1,0 +1,72 @@
+rule dissect_member:
+    input:
+        DATA_FILES,
+        checkpoint="results/zoo/{variant}/seed{seed}.pt",
+    output:
+        summary="results/dissection/{variant}/seed{seed}.parquet",
+        units="results/dissection/{variant}/seed{seed}.units.parquet",
+    params:
+        block=as_json(DISSECTION_BLOCK),
+        sites=lambda wc: as_json(dissection_sites(wc.variant)),
+        seed=config["seed"],
+        device=config["device"],
+        code=code_hash("dissection"),
+        data=lambda wildcards, input: os.path.dirname(input[0]),
+    threads: config["zoo"]["training"]["threads"]
+    resources:
+        gpu=1,
+    conda:
+        CONDA_ENV
+    log:
+        "results/logs/dissection/{variant}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/dissection/{variant}/seed{seed}.tsv"
+    shell:
+        "intertwine dissect --checkpoint {input.checkpoint} --data {params.data} --sites {params.sites:q}"
+        " --config {params.block:q} --global-seed {params.seed} --device {params.device}"
+        " --threads {threads} --out {output.summary} --units-out {output.units} > {log} 2>&1"
+
+
+rule dissect_external:
+    input:
+        weights=lambda wc: DISSECTION["external"][wc.name]["weights"],
+    output:
+        summary="results/dissection/external/{name}.parquet",
+        units="results/dissection/external/{name}.units.parquet",
+    params:
+        block=as_json(DISSECTION_BLOCK),
+        arch=lambda wc: DISSECTION["external"][wc.name]["arch"],
+        sites=lambda wc: as_json(external_sites(wc.name)),
+        seed=config["seed"],
+        device=config["device"],
+        code=code_hash("dissection"),
+    threads: config["zoo"]["training"]["threads"]
+    resources:
+        gpu=1,
+    conda:
+        CONDA_ENV
+    log:
+        "results/logs/dissection/external/{name}.log",
+    shell:
+        "intertwine dissect-external --name {wildcards.name} --arch {params.arch} --weights {input.weights}"
+        " --sites {params.sites:q} --config {params.block:q} --global-seed {params.seed}"
+        " --device {params.device} --threads {threads} --out {output.summary} --units-out {output.units}"
+        " > {log} 2>&1"
+
+
+rule dissection_table:
+    input:
+        summaries=DISSECTION_JOBS,
+        units=[job.replace(".parquet", ".units.parquet") for job in DISSECTION_JOBS],
+    output:
+        table="results/tables/dissection.parquet",
+        units="results/tables/dissection_units.parquet",
+    params:
+        code=code_hash("tables"),
+    conda:
+        CONDA_ENV
+    log:
+        "results/logs/tables/dissection.log",
+    shell:
+        "(intertwine table {input.summaries} --schema dissection --out {output.table}"
+        " && intertwine table {input.units} --schema dissection_units --out {output.units}) > {log} 2>&1"
