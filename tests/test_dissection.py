@@ -277,3 +277,20 @@ def test_broden_probe_is_resized_to_the_zoo_image_size(tmp_path, rng):
     assert probe.images.shape == (3, 3, 32, 32) and probe.labels.shape[-2:] == (32, 32)
     with pytest.raises(ValueError, match="names no directory"):
         probe_concepts({"source": "broden", "images": 3, "broden": None}, [32, 32])
+
+
+@pytest.mark.parametrize("arch", ["resnet20", "convnext", "myrtle"])
+def test_site_activations_equal_the_split_forward_pass(arch):
+    """Hooks (stopping once the sites have run) read what forward_to computes, batch by batch."""
+    from intertwine.data.augment import normalize
+    from intertwine.models import build, forward_to, site_activations, sites
+
+    torch.manual_seed(0)
+    model = build({"arch": arch, "width_multiplier": 0.125}).eval()
+    images = torch.randint(0, 256, (6, 3, 16, 16), dtype=torch.uint8)
+    mean, std = torch.full((3,), 0.5), torch.full((3,), 0.25)
+    names = [site.name for site in sites(model)]
+    read = site_activations(model, images, names[::3], mean, std, batch_size=4)
+    with torch.no_grad():
+        for name in names[::3]:
+            assert torch.equal(read[name], forward_to(model, normalize(images, mean, std), name)[0])

@@ -97,3 +97,11 @@ def test_atomic_writes_leave_nothing_on_failure_and_use_the_umask(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert target.read_text() == "whole" and target.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_recorded_test_acc_only_when_evaluated_in_float32():
+    from intertwine.zoo import recorded_test_acc
+
+    assert recorded_test_acc({"test_acc": 0.9, "test_dtype": "float32"}) == 0.9
+    assert recorded_test_acc({"test_acc": 0.9, "test_dtype": "bfloat16"}) is None
+    assert recorded_test_acc({"test_acc": 0.9}) is None  # written before the dtype was recorded

@@ -399,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from intertwine.training import DivergedError
+    from intertwine.utils import DivergedError
 
     args = build_parser().parse_args(argv)
     try:

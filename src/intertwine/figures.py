@@ -309,10 +309,11 @@ def dissection_fraction(table: pd.DataFrame) -> plt.Figure:
                 ax.fill_between(rows["alpha"], mean - half, mean + half, color=style["color"], alpha=0.15)
         axes[0, c].set_title(variant)
         axes[0, c].set_ylabel("fraction of interpretable units")
-        axes[0, c].set_ylim(bottom=0)
         axes[1, c].set_ylabel("unique concepts detected")
         axes[1, c].set_xlabel(r"rotation $\alpha$ (basis $Q^\alpha$)")
-        axes[1, c].set_ylim(bottom=0)
+        # With few seeds and draws a t interval can be wide: the axes follow the means.
+        axes[0, c].set_ylim(0, min(1.0, 1.3 * part["fraction_interpretable"].max() + 0.05))
+        axes[1, c].set_ylim(0, 1.3 * part["unique_concepts"].max() + 1)
         axes[0, c].legend(fontsize=7, title="site (units)", title_fontsize=7)
         for ax in axes[:, c]:
             ax.grid(alpha=0.3)

@@ -23,7 +23,7 @@ from intertwine import groups, models
 from intertwine.data import Split, channel_stats, load_split
 from intertwine.training import TrainConfig, evaluate, train
 from intertwine.utils import config_hash, derive_seed, resolve_device
-from intertwine.zoo import load_model
+from intertwine.zoo import load_model, recorded_test_acc
 
 
 class ChannelTransform(nn.Module):
@@ -55,11 +55,13 @@ def transform_site(model: nn.Module, site: str, matrix: torch.Tensor) -> nn.Modu
 def rotation_trial(model: nn.Module, site: str, matrix: torch.Tensor, train_split: Split,
                    val_split: Split, test_split: Split, config: TrainConfig,
                    generator: torch.Generator, mean: torch.Tensor, std: torch.Tensor,
-                   label: str = "rotation", log: Callable[[str], None] = print) -> dict:
-    """Accuracy before the transform, right after it, and after fine-tuning the later layers."""
+                   label: str = "rotation", log: Callable[[str], None] = print,
+                   acc_before: float | None = None) -> dict:
+    """Accuracy before the transform (``acc_before`` when known), right after it, and after
+    fine-tuning the later layers."""
     started = time.perf_counter()
     acc = lambda m: evaluate(m, test_split, mean, std, config.eval_batch_size)  # noqa: E731
-    acc_before = acc(model)
+    acc_before = acc(model) if acc_before is None else acc_before
     transformed = transform_site(model, site, matrix)
     acc_transformed = acc(transformed)
     # The transformed layers up to the site stay frozen (run without autograd, in eval mode); a
@@ -110,7 +112,8 @@ def run_trial(checkpoint: str, data_dir: str, site: str, group: str, trial: int,
     config = TrainConfig.from_block(training | {"epochs": block["epochs"], "lr": block["lr"] or training["lr"]})
     batches = torch.Generator(device=device).manual_seed(derive_seed(*key, "batches"))
     label = f"{meta['variant']} seed {meta['seed']} {site} {group} trial {trial}"
-    row = rotation_trial(model, site, matrix, *splits, config, batches, mean, std, label, log)
+    row = rotation_trial(model, site, matrix, *splits, config, batches, mean, std, label, log,
+                         acc_before=recorded_test_acc(meta))
     log(f"{label}: accuracy {row['acc_before']:.4f} before, {row['acc_transformed']:.4f} "
         f"transformed, {row['acc_finetuned']:.4f} after fine-tuning")
     return pd.DataFrame([{

@@ -42,7 +42,7 @@ from intertwine.data import Split, channel_stats, load_split
 from intertwine.data.augment import augment, normalize
 from intertwine.training import evaluate
 from intertwine.utils import config_hash, derive_seed, resolve_device
-from intertwine.zoo import load_model
+from intertwine.zoo import load_model, recorded_test_acc
 
 __all__ = [
     "FullStitch", "RankStitch", "GReLUStitch", "StitchConfig", "METHODS", "build_layer",
@@ -367,7 +367,10 @@ def stitch_pair(checkpoint_a: str, checkpoint_b: str, data_dir: str, method: str
     if block.get("train_images"):
         train_split = Split(train_split.images[:block["train_images"]], train_split.labels[:block["train_images"]])
     acc = lambda m: evaluate(m, test_split, mean, std, config.eval_batch_size)  # noqa: E731
-    acc_a, acc_b = acc(f), acc(g)
+    # f's and g's own accuracies come from their checkpoints when recorded in float32.
+    acc_a, acc_b = recorded_test_acc(meta_a), recorded_test_acc(meta_b)
+    acc_a = acc(f) if acc_a is None else acc_a
+    acc_b = acc(g) if acc_b is None else acc_b
     rows = []
     for site in chosen:
         key = (global_seed, "stitching", meta_a["variant"], pair, site.name, method)

@@ -15,8 +15,7 @@ from intertwine.data import Split
 from intertwine.data.augment import augment, normalize
 
 
-class DivergedError(RuntimeError):
-    """The training loss became NaN or infinite."""
+from intertwine.utils import DivergedError  # noqa: E402  (re-exported: raised by train)
 
 
 @dataclass

@@ -7,9 +7,14 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+
+class DivergedError(RuntimeError):
+    """The training loss became NaN or infinite."""
 
 
 def derive_seed(*keys: Any) -> int:
@@ -54,8 +59,10 @@ def write_json(obj: Any, path: str | os.PathLike) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def resolve_device(name: str = "auto") -> torch.device:
+def resolve_device(name: str = "auto") -> "torch.device":
     """`auto` picks CUDA when present, else CPU; `cuda` without a GPU is an error that says so."""
+    import torch  # here, so that table and figure jobs start without loading torch
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():

@@ -63,6 +63,8 @@ def train_member(spec: dict, variant: str, seed: int, data_dir: str | Path, trai
                   "state_dict": result.state_dict, "val_acc": result.val_acc, "test_acc": test_acc,
                   "best_epoch": result.best_epoch, "epochs": config.epochs, "n_params": n_params,
                   "train_seconds": seconds, "device": str(device), "select_on": select_on,
+                  # Later stages reuse test_acc rather than re-evaluating when it is float32.
+                  "test_dtype": "bfloat16" if config.bf16 and device.type == "cuda" else "float32",
                   **provenance}
     metrics = pd.DataFrame(result.history)
     metrics.insert(0, "variant", variant)
@@ -105,6 +107,13 @@ def load_weights(model: torch.nn.Module, path: str | Path, spec: dict | None = N
                          f"but it is being loaded into a {wanted}: the architectures differ "
                          f"({str(err).splitlines()[0]})") from err
     return checkpoint
+
+
+def recorded_test_acc(meta: dict) -> float | None:
+    """The member's test accuracy from its checkpoint when it was evaluated in float32, as every
+    later stage evaluates (then re-evaluating would give the same number); None otherwise, e.g.
+    for a zoo evaluated under bf16 autocast or a checkpoint that predates the record."""
+    return meta["test_acc"] if meta.get("test_dtype") == "float32" else None
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[torch.nn.Module, dict]:

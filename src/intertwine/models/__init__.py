@@ -266,33 +266,54 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+class _SitesRead(Exception):
+    """Raised by site_activations' hooks once every requested site has its output: the rest of
+    the forward pass is not needed."""
+
+
 def site_activations(model: nn.Module, images: torch.Tensor, names, mean: torch.Tensor,
                      std: torch.Tensor, batch_size: int = 250) -> dict[str, torch.Tensor]:
     """The outputs of the modules ``names`` (sites, or any module names) for uint8 ``images``,
     normalised with ``mean``/``std``, in batches, in eval mode without autograd.
 
-    Read by forward hooks, so any ``nn.Module`` works (torchvision's too); each output is copied
-    (a later in-place activation must not change it) and concatenated over batches on the
-    model's device.
+    Read by forward hooks, so any ``nn.Module`` works (torchvision's too). For the zoo's models,
+    whose sites run once per pass by construction, the pass stops once the last of them has run;
+    for others it runs to the end, so that a module run twice is caught (its output would be
+    ambiguous). Each output is copied (a later in-place activation must not change it) and
+    concatenated over batches on the model's device.
     """
     from intertwine.data.augment import normalize
 
     names = list(names)
     seen: dict[str, list[torch.Tensor]] = {name: [] for name in names}
-    handles = [model.get_submodule(name).register_forward_hook(
-        lambda _module, _inputs, output, name=name: seen[name].append(output.detach().clone()))
-        for name in names]
+    batch = 0
+    stop_early = hasattr(model, "site_layout")
+
+    def hook(name: str):
+        def read(_module, _inputs, output):
+            if len(seen[name]) == batch:  # e.g. torchvision's Bottleneck runs one ReLU three times
+                raise ValueError(f"module {name!r} runs more than once per forward pass, so its "
+                                 "output is ambiguous; name a module that runs once")
+            seen[name].append(output.detach().clone())
+            if stop_early and all(len(outputs) == batch for outputs in seen.values()):
+                raise _SitesRead
+        return read
+
+    handles = [model.get_submodule(name).register_forward_hook(hook(name)) for name in names]
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     try:
         with torch.inference_mode():
-            for batch, start in enumerate(range(0, len(images), batch_size), start=1):
-                model(normalize(images[start:start + batch_size].to(device), mean, std))
-                reused = [name for name in names if len(seen[name]) != batch]
-                if reused:  # e.g. torchvision's Bottleneck applies one ReLU module three times
-                    raise ValueError(f"modules {reused} run more than once per forward pass, so "
-                                     "their output is ambiguous; name a module that runs once")
+            for start in range(0, len(images), batch_size):
+                batch += 1
+                try:
+                    model(normalize(images[start:start + batch_size].to(device), mean, std))
+                except _SitesRead:
+                    pass
+                missing = [name for name in names if len(seen[name]) != batch]
+                if missing:
+                    raise ValueError(f"modules {missing} did not run in the forward pass")
     finally:
         for handle in handles:
             handle.remove()
