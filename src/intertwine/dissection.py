@@ -35,9 +35,9 @@ from intertwine.utils import derive_seed
 __all__ = [
     "DEFAULT_IOU_THRESHOLD",
     "DEFAULT_QUANTILE",
+    "default_sites",
     "dissect",
     "dissect_activations",
-    "default_sites",
     "dissect_rotations",
     "draw_rotation",
     "label_units",
