@@ -221,6 +221,14 @@ def test_figure_change_reruns_figures_only(tiny_run, tmp_path):
                                               "dissection_masks": 2, "all": 1}
 
 
+def test_per_variant_training_retrains_that_variant_only(tiny_run, tmp_path):
+    config = changed_config(tmp_path, "convnext_lr.yaml",
+                            lambda c: c["zoo"].update(training_per_variant={"convnext": {"lr": 0.004}}))
+    assert planned_jobs(tiny_run, config) == {
+        "train_member": 1, "zoo_table": 1, "zoo_figure": 1, "dissect_member": 1, "dissection_table": 1,
+        "dissection_figure": 1, "dissection_masks": 2, "all": 1}
+
+
 def test_grelu_setting_reruns_grelu_stitching_only(tiny_run, tmp_path):
     config = changed_config(tmp_path, "alpha.yaml", lambda c: c["stitching"].update(alpha=0.2))
     assert planned_jobs(tiny_run, config) == {"stitch_pair": 2, "stitching_table": 1,
@@ -270,6 +278,10 @@ def test_protected_checkpoint_is_not_retrained_silently(tiny_run, tmp_path):
     (lambda c: c["dissection"].update(sites={"resnet20": ["layer9.act"]}),
      "config key dissection.sites.resnet20: ['layer9.act'] not among"),
     (lambda c: c["dissection"].update(seeds=3), "config key dissection.seeds: 3 seeds of 'resnet20' asked for"),
+    (lambda c: c["zoo"].update(training_per_variant={"convnext": {"learning_rate": 0.1}}),
+     "config key zoo.training_per_variant.convnext: ['learning_rate'] not among"),
+    (lambda c: c["zoo"].update(training_per_variant={"vgg": {"lr": 0.1}}),
+     "config key zoo.training_per_variant: ['vgg'] not among"),
     (lambda c: c["dissection"].update(external={"r50": {"arch": "resnet50", "weights": "r50.pth"}}),
      "set dissection.probe.broden to your Broden directory"),
 ])

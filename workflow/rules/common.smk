@@ -101,6 +101,14 @@ def check_subset(key, chosen, available):
 
 
 check_subset("zoo.seeds_per_variant", config["zoo"]["seeds_per_variant"], VARIANTS)
+check_subset("zoo.training_per_variant", config["zoo"]["training_per_variant"], VARIANTS)
+for _variant, _override in config["zoo"]["training_per_variant"].items():
+    check_subset(f"zoo.training_per_variant.{_variant}", _override, config["zoo"]["training"])
+
+
+def zoo_training(variant):
+    """The training block of a variant's members: zoo.training with its per-variant overrides."""
+    return config["zoo"]["training"] | config["zoo"]["training_per_variant"].get(variant, {})
 
 ROTATION = config["rotation"]
 check_subset("rotation.variants", ROTATION["variants"], VARIANTS)

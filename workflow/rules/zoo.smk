@@ -6,7 +6,7 @@ rule train_member:
         metrics="results/zoo/{variant}/seed{seed}.metrics.parquet",
     params:
         spec=lambda wc: as_json(config["zoo"]["variants"][wc.variant]),
-        training=as_json(config["zoo"]["training"] | {"device": config["device"]}),
+        training=lambda wc: as_json(zoo_training(wc.variant) | {"device": config["device"]}),
         seed=config["seed"],
         code=code_hash("zoo"),
         data=lambda wildcards, input: os.path.dirname(input[0]),
