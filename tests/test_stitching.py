@@ -14,14 +14,19 @@ from intertwine.stitching import (
     FullStitch,
     GReLUStitch,
     RankStitch,
+    SoftSortStitch,
     StitchConfig,
     build_layer,
+    cv_split,
     draw_pairs,
     fit,
+    l1_method,
     match_grelu,
     method_dimension,
     parse_method,
     refresh_batch_norm,
+    select_alpha,
+    sparsity,
     stitch,
 )
 from intertwine.symmetry import act_on_weights, random_elements
@@ -31,7 +36,7 @@ from intertwine.training import TrainConfig, evaluate, train
 def test_layers_map_channels_by_their_matrix():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 6, 3, 3)
-    for layer in (FullStitch(6, g), RankStitch(6, 2, g), GReLUStitch(6, g)):
+    for layer in (FullStitch(6, g), RankStitch(6, 2, g), GReLUStitch(6, g), SoftSortStitch(6, g)):
         expected = torch.einsum("ij,njhw->nihw", layer.matrix(), x)
         torch.testing.assert_close(layer(x), expected)
     assert torch.linalg.matrix_rank(RankStitch(6, 2, g).matrix()) == 2
@@ -48,6 +53,16 @@ def test_method_names_and_dimensions():
     assert method_dimension("grelu", 8) == 8
     assert method_dimension("rank2", 8) == 2 * 8 * 2 - 4
     assert method_dimension("rank32", 8) == 64  # capped at full rank: all matrices
+    assert parse_method("l1_0.01") == ("l1", 0.01)
+    assert parse_method(l1_method(1e-3)) == ("l1", 1e-3) and l1_method(0.1) == "l1_0.1"
+    for method in ("grelu_cv", "softsort"):
+        assert parse_method(method) == (method, None) and method_dimension(method, 8) == 8
+    for bad in ("l1", "l1_", "l1_x", "l1_0", "l1_-1"):
+        with pytest.raises(ValueError, match="unknown stitching method"):
+            parse_method(bad)
+    assert method_dimension("l1_0.01", 8) == 64
+    assert isinstance(build_layer("softsort", 8), SoftSortStitch)
+    assert build_layer("l1_0.5", 8).l1_lambda == 0.5 and build_layer("full", 8).l1_lambda == 0
     assert isinstance(build_layer("rank32", 8), RankStitch)
     assert build_layer("rank32", 8).matrix().shape == (8, 8)
 
@@ -221,3 +236,132 @@ def test_matched_linear_layers_are_least_squares_fits():
     grelu.match(torch.relu(x), scales.view(1, -1, 1, 1) * torch.relu(x)[:, perm])
     grelu.round()
     torch.testing.assert_close(grelu.matrix(), groups.grelu_matrix(perm, scales), atol=1e-5, rtol=1e-5)
+
+
+def test_regularizers_are_the_papers_terms():
+    g = torch.Generator().manual_seed(0)
+    full = FullStitch(5, g, l1_lambda=0.01)
+    torch.testing.assert_close(full.regularizer(), 0.01 * full.weight.abs().sum())
+    assert FullStitch(5, g).regularizer() is None and RankStitch(5, 2, g).regularizer() is None
+    grelu = GReLUStitch(5, g, alpha=0.3)
+    torch.testing.assert_close(grelu.regularizer(), -0.3 * torch.linalg.matrix_norm(grelu.P))
+    assert GReLUStitch(5, g, alpha=0.0).regularizer() is None
+    assert SoftSortStitch(5, g).regularizer() is None
+
+
+def test_sparsity_is_the_fraction_of_near_zero_entries():
+    perm, scales = torch.tensor([2, 0, 1, 3]), torch.tensor([0.5, 2.0, 1.0, 3.0])
+    assert sparsity(groups.grelu_matrix(perm, scales)) == pytest.approx(1 - 1 / 4)
+    assert sparsity(torch.tensor([[1e-3, -2e-3], [0.0, -1e-4]])) == pytest.approx(3 / 4)
+    assert sparsity(torch.ones(3, 3)) == 0
+
+
+def test_softsort_rows_are_distributions_that_sort_the_scores():
+    layer = SoftSortStitch(6, torch.Generator().manual_seed(0))
+    assert layer.tau == pytest.approx(1 / 6)
+    P = layer.soft_permutation()
+    assert (P > 0).all()
+    torch.testing.assert_close(P.sum(1), torch.ones(6))
+    # Row i puts most mass on the input holding the i-th largest score; as tau -> 0 P becomes
+    # that permutation matrix.
+    order = layer.scores.detach().argsort(descending=True)
+    assert torch.equal(P.argmax(1), order)
+    # P diag(exp(lambda)): D scales the inputs; both the scores and lambda train.
+    with torch.no_grad():
+        layer.log_scales.copy_(torch.linspace(-1, 1, 6))
+    torch.testing.assert_close(layer.matrix(), layer.soft_permutation() * torch.linspace(-1, 1, 6).exp())
+    layer(torch.randn(2, 6, 3)).square().sum().backward()
+    assert layer.scores.grad.abs().sum() > 0 and layer.log_scales.grad.abs().sum() > 0
+    layer.tau = 1e-4
+    torch.testing.assert_close(layer.soft_permutation(), groups.permutation_matrix(order), atol=1e-6, rtol=0)
+
+
+def test_softsort_rounding_gives_a_permutation_where_the_argmax_does_not():
+    layer = SoftSortStitch(4, tau=0.5)
+    with torch.no_grad():
+        layer.scores.copy_(torch.tensor([1.0, 1.0, 0.1, 0.0]))  # tied scores
+    P = layer.soft_permutation()
+    assert P.argmax(1).tolist() == [0, 0, 2, 3]  # two rows argmax the same input: not a permutation
+    assert layer.off_permutation_mass() > 0
+    layer.round()
+    assert sorted(layer.permutation.tolist()) == [0, 1, 2, 3]
+    assert torch.equal(layer.permutation, groups.round_to_permutation(P))
+    torch.testing.assert_close(layer.matrix(), groups.permutation_matrix(layer.permutation))  # D = I
+
+
+def test_softsort_starts_at_a_given_element():
+    layer = SoftSortStitch(5)
+    perm, scales = torch.tensor([3, 0, 4, 1, 2]), torch.tensor([0.5, 1.0, 2.0, 0.0, 3.0])
+    layer.start_at(perm, scales)
+    assert torch.equal(layer.soft_permutation().argmax(1), perm)
+    layer.round()
+    assert torch.equal(layer.permutation, perm)
+    perm_out, scales_out = layer.rounded_layer()
+    assert perm_out == perm.tolist()
+    torch.testing.assert_close(torch.tensor(scales_out), scales.clamp_min(1e-6), rtol=1e-5, atol=0)
+
+
+def test_cross_validation_split_is_disjoint_and_covers_the_training_set():
+    fit_idx, held_idx = cv_split(1000, 0.2, torch.Generator().manual_seed(0))
+    assert len(held_idx) == 200 and len(fit_idx) == 800
+    assert not set(fit_idx.tolist()) & set(held_idx.tolist())
+    assert sorted(fit_idx.tolist() + held_idx.tolist()) == list(range(1000))
+    again = cv_split(1000, 0.2, torch.Generator().manual_seed(0))
+    assert torch.equal(again[1], held_idx)
+    assert not torch.equal(cv_split(1000, 0.2, torch.Generator().manual_seed(1))[1], held_idx)
+    for bad in (0.0, 1.0):
+        with pytest.raises(ValueError, match="cv_held_out"):
+            cv_split(10, bad, torch.Generator())
+    with pytest.raises(ValueError, match="train_images"):
+        cv_split(1, 0.5, torch.Generator())
+
+
+def test_softsort_stitching_into_the_transformed_copy_is_exact(trained_pair):
+    _, _, elements, *_ = trained_pair
+    config = StitchConfig(epochs=2, lr=1e-3, init="match", **STITCH)
+    layer, acc_stitched, acc_g = _stitch_and_measure(trained_pair, "softsort", config)
+    assert torch.equal(layer.permutation, elements["act2"][0])
+    assert acc_stitched >= acc_g - 0.02
+
+
+def test_l1_penalty_makes_full_stitching_sparser(trained_pair):
+    """Plain SGD as in the paper: each step moves a weight the data hardly needs by lr * lambda
+    toward 0 (8e-4 here, under the 1e-3 of the sparsity count), so a weight that reaches 0 stays
+    within it; from the Kaiming-uniform start (|W| <= 1/4 at 16 channels) some do in 4 epochs and
+    the L1 norm shrinks."""
+    config = StitchConfig(epochs=4, lr=0.02, translate=0, flip=False, optimizer="sgd")
+    plain, _, _ = _stitch_and_measure(trained_pair, "full", config)
+    sparse, _, _ = _stitch_and_measure(trained_pair, "l1_0.04", config)
+    assert sparsity(plain.matrix()) < 0.05
+    assert sparsity(sparse.matrix()) > sparsity(plain.matrix()) + 0.08
+    assert sparse.weight.abs().sum() < 0.7 * plain.weight.abs().sum()
+
+
+def test_alpha_by_cross_validation_measures_the_chosen_layer(trained_pair):
+    f, g, elements, splits, mean, std = trained_pair
+    x = normalize(splits["train"].images[:500], mean, std)
+    with torch.no_grad():
+        matched = models.forward_to(f, x, "act2")[0], models.forward_to(g, x, "act2")[0]
+    built = []
+
+    def make_layer(alpha):
+        layer = build_layer("grelu", 16, torch.Generator().manual_seed(0), alpha=alpha)
+        layer.match(*matched)
+        built.append(layer)
+        return layer
+
+    config = StitchConfig(epochs=1, lr=1e-3, alpha_grid=[0.0, 0.1, 10.0], cv_held_out=0.25, **STITCH)
+    stitched = stitch(f, copy.deepcopy(g), "act2", make_layer(0.1))
+    back = copy.deepcopy(stitched.back.state_dict())
+    log = []
+    chosen = select_alpha(make_layer, stitched, splits["train"], config, torch.Generator().manual_seed(0),
+                          mean, std, log=log.append)
+    assert chosen["cv_alphas"] == [0.0, 0.1, 10.0] and len(chosen["cv_accuracies"]) == 3
+    best = max(range(3), key=lambda i: (chosen["cv_accuracies"][i], -i))
+    assert chosen["alpha_selected"] == config.alpha_grid[best]
+    assert stitched.bridge is built[1 + best] and stitched.bridge.rounded  # the chosen run's own layer
+    assert [layer.alpha for layer in built[1:]] == [0.0, 0.1, 10.0]
+    assert torch.equal(stitched.bridge.permutation, elements["act2"][0])
+    for key, value in back.items():  # the back model is left as it was
+        torch.testing.assert_close(stitched.back.state_dict()[key], value)
+    assert chosen["seconds"] > 0 and any("held-out accuracy" in line for line in log)

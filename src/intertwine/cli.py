@@ -220,6 +220,37 @@ def cmd_stitching_figure(args) -> None:
     write_csv(stitching_summary(table), args.summary)
 
 
+def cmd_stitching_studies(args) -> None:
+    """The appendix studies' figures, each drawn only when its file is asked for."""
+    from intertwine import figures
+    from intertwine.tables import ZOO, read_parquet, write_csv
+
+    if args.slopes is not None and not isinstance(args.slopes, dict):
+        raise ValueError("--slopes must be a JSON object {variant: negative slope}")
+    if args.transformers is not None and not isinstance(args.transformers, list):
+        raise ValueError("--transformers must be a JSON list of variant names")
+    table = read_parquet([args.table])  # no schema: the studies read only the columns they need
+    save = lambda fig, path: _save(fig, path, args.other_formats, args.figures)  # noqa: E731
+    if args.leaky_relu or args.leaky_relu_table:
+        if args.zoo is None or args.slopes is None:
+            raise ValueError("--leaky-relu and --leaky-relu-table need --zoo and --slopes")
+        accuracy = figures.leaky_relu_accuracy(read_parquet([args.zoo], ZOO), args.slopes)
+        if args.leaky_relu_table:
+            write_csv(accuracy, args.leaky_relu_table)
+        if args.leaky_relu:
+            save(figures.leaky_relu_penalty(table, args.slopes, accuracy), args.leaky_relu)
+    if args.alpha_cv:
+        save(figures.alpha_selection(table), args.alpha_cv)
+    if args.l1:
+        save(figures.l1_sparsity(table), args.l1)
+    if args.softsort:
+        save(figures.softsort_comparison(table), args.softsort)
+    if args.transformer:
+        if not args.transformers:
+            raise ValueError("--transformer needs --transformers, the JSON list of transformer variants")
+        save(figures.transformer_penalty(table, args.transformers), args.transformer)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="intertwine", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -395,6 +426,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--other-formats", nargs="*", default=[],
                    help="more files of the same figures (.pdf, .svg), matched by file name")
     p.set_defaults(func=cmd_stitching_figure)
+
+    p = sub.add_parser("stitching-studies",
+                       help="appendix D stitching studies: LeakyReLU, alpha by CV, L1, SoftSort, transformers")
+    p.add_argument("--table", required=True, help="stitching.parquet")
+    p.add_argument("--zoo", help="zoo.parquet (for --leaky-relu, --leaky-relu-table)")
+    p.add_argument("--slopes", type=_json, help="JSON {variant: LeakyReLU negative slope}, ReLU 0")
+    p.add_argument("--transformers", type=_json, help="JSON list of the transformer variants")
+    p.add_argument("--figures", type=_json, required=True, help="the `figures` block (JSON)")
+    p.add_argument("--leaky-relu", help="G_ReLU penalty per slope and zoo accuracy (Fig. 8, Table 3; .png)")
+    p.add_argument("--leaky-relu-table", help="zoo accuracy per slope beside Table 3 (.csv)")
+    p.add_argument("--alpha-cv", help="alpha chosen by cross-validation (Figs. 13, 14; .png)")
+    p.add_argument("--l1", help="penalty against sparsity of L1-regularised stitching (Fig. 15; .png)")
+    p.add_argument("--softsort", help="SoftSort against Birkhoff G_ReLU stitching (D.2.2; .png)")
+    p.add_argument("--transformer", help="transformer stitching penalty (Fig. 12; .png)")
+    p.add_argument("--other-formats", nargs="*", default=[],
+                   help="more files of the same figures (.pdf, .svg), matched by file name")
+    p.set_defaults(func=cmd_stitching_studies)
     return parser
 
 

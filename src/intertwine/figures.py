@@ -6,6 +6,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -99,33 +100,62 @@ def _site_labels(rows: pd.DataFrame) -> tuple[list[str], list[str]]:
                                  first[["site", "inside_residual"]].itertuples(index=False)]
 
 
+def _l1_lambda(method: str) -> float | None:
+    """The penalty weight of an L1-regularised full layer ('l1_0.01' -> 0.01), else None."""
+    return float(method[3:]) if method.startswith("l1_") else None
+
+
+GRELU_METHODS = ("grelu", "grelu_cv", "softsort")  # layers rounded to a scaled permutation
+
+
 def _method_order(methods) -> list[str]:
-    """full, then ranks in increasing order, then grelu (and anything else) as they come."""
+    """full, L1-regularised full layers by increasing lambda, ranks in increasing order, G_ReLU,
+    G_ReLU with alpha by cross-validation, SoftSort, then anything else as it comes."""
     methods = list(dict.fromkeys(methods))
+    l1 = sorted((m for m in methods if m.startswith("l1_")), key=_l1_lambda)
     ranks = sorted((m for m in methods if m.startswith("rank")), key=lambda m: int(m[4:]))
-    return ([m for m in methods if m == "full"] + ranks
-            + [m for m in methods if m != "full" and not m.startswith("rank")])
+    grelu = [m for m in GRELU_METHODS if m in methods]
+    ordered = [m for m in methods if m == "full"] + l1 + ranks + grelu
+    return ordered + [m for m in methods if m not in ordered]
 
 
-METHOD_LABELS = {"full": "full", "grelu": "G_ReLU"}
+METHOD_LABELS = {"full": "full", "grelu": "G_ReLU", "grelu_cv": "G_ReLU (alpha by CV)",
+                 "softsort": "G_ReLU (SoftSort)"}
+
+
+def _method_label(method: str) -> str:
+    if method.startswith("l1_"):
+        return f"full + L1 λ={_l1_lambda(method):g}"
+    return METHOD_LABELS.get(method, method.replace("rank", "rank "))
 
 
 def _method_style(method: str, methods: list[str]) -> dict:
-    """Label and line style of a stitching method; ranks shade from dark to light by rank."""
-    label = METHOD_LABELS.get(method, method.replace("rank", "rank "))
-    if method == "grelu":
-        return {"label": label, "color": "C3", "marker": "s", "linewidth": 2.0}
-    if method == "full":
-        return {"label": label, "color": "black", "marker": "o", "linewidth": 1.5}
-    ranks = [m for m in methods if m.startswith("rank")]
-    shade = ranks.index(method) / max(1, len(ranks) - 1) if method in ranks else 0
-    return {"label": label, "color": plt.cm.viridis(0.15 + 0.7 * shade), "marker": ".", "linewidth": 1.0,
-            "linestyle": "--"}
+    """Label and line style of a stitching method; ranks (viridis) and L1 weights (copper) shade
+    from dark to light by rank and by lambda."""
+    label = _method_label(method)
+    fixed = {"grelu": {"color": "C3", "marker": "s", "linewidth": 2.0},
+             "grelu_cv": {"color": "darkred", "marker": "D", "linewidth": 1.5, "linestyle": "-."},
+             "softsort": {"color": "C4", "marker": "^", "linewidth": 1.5, "linestyle": "-."},
+             "full": {"color": "black", "marker": "o", "linewidth": 1.5}}
+    if method in fixed:
+        return {"label": label, **fixed[method]}
+    family, colormap, marker, linestyle = (("l1_", plt.cm.copper, "v", ":") if method.startswith("l1_")
+                                           else ("rank", plt.cm.viridis, ".", "--"))
+    members = [m for m in _method_order(methods) if m.startswith(family)]
+    shade = members.index(method) / max(1, len(members) - 1) if method in members else 0
+    return {"label": label, "color": colormap(0.15 + 0.7 * shade), "marker": marker, "linewidth": 1.0,
+            "linestyle": linestyle}
+
+
+def _mean_or_none(values, digits: int):
+    values = pd.Series(values, dtype=float).dropna()
+    return round(float(values.mean()), digits) if len(values) else None
 
 
 def stitching_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per variant, site and method: penalty mean and 95% CI over pairs (points), stitched
-    accuracy, the layer's dimension, and for G_ReLU how far P was from a permutation."""
+    accuracy, the layer's dimension, for G_ReLU layers how far P was from a permutation, the
+    layer's sparsity (where recorded) and its training time."""
     rows = []
     for (variant, site, method), group in table.groupby(["variant", "site", "method"], sort=False):
         mean, half = mean_ci(100 * group["penalty"])
@@ -134,13 +164,40 @@ def stitching_summary(table: pd.DataFrame) -> pd.DataFrame:
                      "pairs": len(group), "penalty_mean": round(mean, 2), "penalty_ci95": round(half, 2),
                      "acc_stitched_mean": round(100 * group["acc_stitched"].mean(), 2),
                      "stitch_params": int(group["stitch_params"].iloc[0]),
-                     "off_permutation_mass": (round(float(group["off_permutation_mass"].mean()), 3)
-                                              if method == "grelu" else None)})
+                     "off_permutation_mass": _mean_or_none(group["off_permutation_mass"], 3),
+                     "sparsity_mean": _mean_or_none(group["sparsity"], 3) if "sparsity" in group else None,
+                     "train_seconds_mean": _mean_or_none(group["train_seconds"], 1)})
     summary = pd.DataFrame(rows)
     order = {m: i for i, m in enumerate(_method_order(summary["method"]))}
     return summary.sort_values(["variant", "method"], key=lambda col: col.map(order) if col.name == "method"
                                else col.map({v: i for i, v in enumerate(dict.fromkeys(table["variant"]))}),
                                kind="stable").reset_index(drop=True)
+
+
+def _site_stats(rows: pd.DataFrame, sites: list[str], column: str = "penalty",
+                scale: float = 100.0) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and 95% CI half-width of ``scale * column`` per site (NaN where a site has no rows)."""
+    stats_ = [mean_ci(scale * rows.loc[rows["site"] == site, column]) if (rows["site"] == site).any()
+              else (np.nan, np.nan) for site in sites]
+    return np.array([m for m, _ in stats_]), np.array([h for _, h in stats_])
+
+
+def _penalty_panel(ax, rows: pd.DataFrame, title: str) -> None:
+    """Penalty per site, one line per method (mean, 95% CI over pairs); the axis follows the means."""
+    sites, labels = _site_labels(rows)
+    methods = _method_order(rows["method"])
+    for method in methods:
+        mean, half = _site_stats(rows[rows["method"] == method], sites)
+        ax.errorbar(range(len(sites)), mean, yerr=half, capsize=2, markersize=5, **_method_style(method, methods))
+    ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
+    ax.axhline(0, color="gray", linewidth=0.8)
+    # Penalties lie in [-100, 100]; with few pairs a t interval can reach far beyond, so the
+    # axis follows the means and long bars run off it.
+    means = 100 * rows.groupby(["site", "method"])["penalty"].mean()
+    ax.set_ylim(max(-100.0, min(0.0, means.min()) - 10), min(100.0, means.max() + 15))
+    ax.set_title(f"{title} ({rows['pair'].nunique()} pairs)")
+    ax.set_ylabel("stitching penalty (accuracy points)")
+    ax.grid(axis="y", alpha=0.3)
 
 
 def stitching_penalty(table: pd.DataFrame) -> plt.Figure:
@@ -151,23 +208,7 @@ def stitching_penalty(table: pd.DataFrame) -> plt.Figure:
                                                         * len(variants) ** 0.5 * 1.3, 3.8),
                              squeeze=False)
     for ax, variant in zip(axes[0], variants):
-        rows = table[table["variant"] == variant]
-        sites, labels = _site_labels(rows)
-        methods = _method_order(rows["method"])
-        for method in methods:
-            stats_ = [mean_ci(100 * rows.loc[(rows["site"] == site) & (rows["method"] == method), "penalty"])
-                      for site in sites]
-            ax.errorbar(range(len(sites)), [m for m, _ in stats_], yerr=[h for _, h in stats_],
-                        capsize=2, markersize=5, **_method_style(method, methods))
-        ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
-        ax.axhline(0, color="gray", linewidth=0.8)
-        # Penalties lie in [-100, 100]; with few pairs a t interval can reach far beyond, so the
-        # axis follows the means and long bars run off it.
-        means = 100 * rows.groupby(["site", "method"])["penalty"].mean()
-        ax.set_ylim(max(-100.0, min(0.0, means.min()) - 10), min(100.0, means.max() + 15))
-        ax.set_title(f"{variant} ({rows['pair'].nunique()} pairs)")
-        ax.set_ylabel("stitching penalty (accuracy points)")
-        ax.grid(axis="y", alpha=0.3)
+        _penalty_panel(ax, table[table["variant"] == variant], variant)
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     return fig
@@ -194,6 +235,208 @@ def stitching_dimension(table: pd.DataFrame) -> plt.Figure:
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     return fig
+
+
+def _study_rows(table: pd.DataFrame, mask, what: str, hint: str) -> pd.DataFrame:
+    """The rows a study figure draws, or a ValueError that says which configuration makes them."""
+    rows = table[mask]
+    if rows.empty:
+        raise ValueError(f"the stitching table has no rows for {what}: {hint}")
+    return rows
+
+
+def _paired(rows: pd.DataFrame, methods: list[str]) -> pd.DataFrame:
+    """Rows of those of ``methods`` present, kept only for (variant, pair, site) that have all of
+    them, so that methods are compared on the same pairs."""
+    rows = rows[rows["method"].isin(methods)]
+    present = rows.groupby(["variant", "pair", "site"])["method"].transform("nunique")
+    return rows[present == rows["method"].nunique()]
+
+
+def _slope_label(slope: float) -> str:
+    return "0 (ReLU)" if slope == 0 else f"{slope:g}"
+
+
+def leaky_relu_accuracy(zoo: pd.DataFrame, slopes: dict[str, float]) -> pd.DataFrame:
+    """Zoo test accuracy per LeakyReLU negative slope (``slopes``: variant -> slope, ReLU 0):
+    members, mean and 95% CI in %, beside the paper's Table 3 (empty where it has none)."""
+    from intertwine.paper import reported_leaky_accuracy
+
+    rows = []
+    for variant, slope in sorted(slopes.items(), key=lambda item: item[1]):
+        acc = 100 * zoo.loc[zoo["variant"] == variant, "test_acc"].to_numpy()
+        if len(acc) == 0:
+            continue
+        mean, half = mean_ci(acc)
+        rows.append({"slope": float(slope), "variant": variant, "members": len(acc),
+                     "test_acc_mean": round(mean, 2), "test_acc_ci95": round(half, 2),
+                     "paper_test_acc": reported_leaky_accuracy(slope)})
+    if not rows:
+        raise ValueError(f"the zoo has no members of the LeakyReLU variants {list(slopes)}: "
+                         "list them under zoo.variants")
+    return pd.DataFrame(rows)
+
+
+def leaky_relu_penalty(table: pd.DataFrame, slopes: dict[str, float], accuracy: pd.DataFrame) -> plt.Figure:
+    """Left: G_ReLU stitching penalty per site, one line per LeakyReLU slope (mean, 95% CI over
+    pairs; the paper's Fig. 8). Right: zoo test accuracy per slope (``accuracy``, from
+    :func:`leaky_relu_accuracy`) beside the paper's Table 3."""
+    rows = _study_rows(table, table["variant"].isin(list(slopes)) & (table["method"] == "grelu"),
+                       f"G_ReLU stitching of the LeakyReLU variants {list(slopes)}",
+                       "list them in stitching.variants and grelu in stitching.methods")
+    ordered = sorted((v for v in slopes if v in set(rows["variant"])), key=lambda v: slopes[v])
+    sites, labels = _site_labels(rows)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(max(5.0, 0.4 * len(sites) + 3.0) + 4.0, 3.8),
+                                      gridspec_kw={"width_ratios": [max(5.0, 0.4 * len(sites) + 3.0), 3.5]})
+    for k, variant in enumerate(ordered):
+        part = rows[rows["variant"] == variant]
+        mean, half = _site_stats(part, sites)
+        left.errorbar(range(len(sites)), mean, yerr=half, capsize=2, marker="o", markersize=4,
+                      color=plt.cm.viridis(0.9 * k / max(1, len(ordered) - 1)),
+                      label=f"{_slope_label(slopes[variant])} ({part['pair'].nunique()} pairs)")
+    left.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
+    left.axhline(0, color="gray", linewidth=0.8)
+    means = 100 * rows.groupby(["variant", "site"])["penalty"].mean()
+    left.set_ylim(max(-100.0, min(0.0, means.min()) - 10), min(100.0, means.max() + 15))
+    left.set_ylabel("G_ReLU stitching penalty (accuracy points)")
+    left.set_title("G_ReLU stitching per negative slope")
+    left.grid(axis="y", alpha=0.3)
+    left.legend(fontsize=7, title="slope", title_fontsize=7)
+
+    x = np.arange(len(accuracy))
+    right.errorbar(x, accuracy["test_acc_mean"], yerr=accuracy["test_acc_ci95"], fmt="o", color="black",
+                   capsize=3, label="ours (mean, 95% CI)")
+    paper = accuracy["paper_test_acc"].astype(float)
+    if paper.notna().any():
+        right.plot(x[paper.notna().to_numpy()], paper.dropna(), "x", color="C3", markersize=8,
+                   label="paper (Table 3, CIFAR-10)")
+    right.set_xticks(x, [_slope_label(s) for s in accuracy["slope"]], rotation=45, ha="right", fontsize=8)
+    right.set_xlabel("negative slope")
+    right.set_ylabel("zoo test accuracy (%)")
+    right.set_title("Zoo accuracy per slope")
+    right.grid(axis="y", alpha=0.3)
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def _chosen_alpha(rows: pd.DataFrame) -> np.ndarray:
+    if "alpha_selected" in rows and rows["alpha_selected"].notna().all():
+        return rows["alpha_selected"].to_numpy(dtype=float)
+    return rows["alpha"].to_numpy(dtype=float)
+
+
+def alpha_selection(table: pd.DataFrame) -> plt.Figure:
+    """One row per variant. Left: how many pairs chose each alpha of the cross-validation grid,
+    one bar per site (the paper's Figs. 13, 14). Right: penalty per site of G_ReLU with alpha by
+    cross-validation beside the fixed alpha, on the same pairs."""
+    cv = _study_rows(table, table["method"] == "grelu_cv", "G_ReLU with alpha by cross-validation",
+                     "add grelu_cv to stitching.methods")
+    chosen = _chosen_alpha(cv)
+    listed = ([float(a) for grid in cv["cv_alphas"] if isinstance(grid, (list, tuple, np.ndarray)) for a in grid]
+              if "cv_alphas" in cv else [])
+    grid = np.unique(np.round(np.concatenate([listed, chosen]), 12))
+    variants = list(dict.fromkeys(cv["variant"]))
+    n_sites = cv.groupby("variant")["site"].nunique().max()
+    width_left, width_right = max(4.0, 0.8 * len(grid) + 1.5), max(4.5, 0.4 * n_sites + 2.5)
+    height = 4.0 + 0.15 * np.ceil(n_sites / 5)  # the site legend sits under the histogram
+    fig, axes = plt.subplots(len(variants), 2, figsize=(width_left + width_right + 2.0, height * len(variants)),
+                             squeeze=False, gridspec_kw={"width_ratios": [width_left, width_right]})
+    for (hist, penalty), variant in zip(axes, variants):
+        rows = cv[cv["variant"] == variant]
+        picked = _chosen_alpha(rows)
+        sites, labels = _site_labels(rows)
+        width = 0.8 / len(sites)
+        for k, (site, label) in enumerate(zip(sites, labels)):
+            at = picked[(rows["site"] == site).to_numpy()]
+            counts = [int(np.isclose(at, alpha).sum()) for alpha in grid]
+            hist.bar(np.arange(len(grid)) + (k - (len(sites) - 1) / 2) * width, counts, width, label=label,
+                     color=plt.cm.viridis(0.9 * k / max(1, len(sites) - 1)))
+        hist.set_xticks(range(len(grid)), [f"{alpha:g}" for alpha in grid])
+        hist.set_xlabel(r"$\alpha$ chosen by cross-validation")
+        hist.set_ylabel("pairs")
+        hist.set_title(f"{variant}: chosen alpha per site ({rows['pair'].nunique()} pairs)")
+        hist.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        hist.grid(axis="y", alpha=0.3)
+        hist.legend(fontsize=6, title="site", title_fontsize=6, ncol=min(len(sites), 5),
+                    loc="upper center", bbox_to_anchor=(0.5, -0.2))
+        _penalty_panel(penalty, _paired(table[table["variant"] == variant], ["grelu", "grelu_cv"]), variant)
+        penalty.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def l1_sparsity(table: pd.DataFrame) -> plt.Figure:
+    """Stitching penalty against the layer's sparsity (fraction of entries |W_ij| <= 1e-3), one
+    point per pair and site, one colour per L1 weight, with the plain full layer (lambda 0) and
+    the G_ReLU layers (sparsity 1 - 1/C) for comparison; one panel per variant (the paper's Fig. 15)."""
+    l1 = _study_rows(table, table["method"].str.startswith("l1_"), "L1-regularised full stitching",
+                     "add l1_<lambda> methods (e.g. l1_0.01) to stitching.methods")
+    if "sparsity" not in table:
+        raise ValueError("the stitching table has no sparsity column: rerun the stitching stage")
+    variants = list(dict.fromkeys(l1["variant"]))
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.6 * len(variants) + 1.8, 3.8), squeeze=False)
+    for ax, variant in zip(axes[0], variants):
+        rows = table[(table["variant"] == variant)
+                     & (table["method"].str.startswith("l1_") | table["method"].isin(["full", *GRELU_METHODS]))]
+        methods = _method_order(rows["method"])
+        for method in methods:
+            part = rows[rows["method"] == method]
+            style = _method_style(method, methods)
+            if method == "full":
+                style["label"] = "full (λ=0)"
+            ax.scatter(part["sparsity"], 100 * part["penalty"], s=18, alpha=0.75, color=style["color"],
+                       marker=style["marker"], label=style["label"])
+        ax.axhline(0, color="gray", linewidth=0.8)
+        ax.set_xlim(-0.03, 1.03)
+        ax.set_xlabel("sparsity (fraction of |W_ij| <= 1e-3)")
+        ax.set_ylabel("stitching penalty (accuracy points)")
+        ax.set_title(f"{variant} ({rows['pair'].nunique()} pairs, {rows['site'].nunique()} sites)")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
+    return fig
+
+
+def softsort_comparison(table: pd.DataFrame) -> plt.Figure:
+    """One row per variant, on the pairs stitched by both: penalty per site of the SoftSort-
+    parameterised G_ReLU layer beside the Birkhoff one (left) and their training wall time per
+    site (right, log scale; the paper found SoftSort over 10x slower, appendix D.2.2)."""
+    soft = _study_rows(table, table["method"] == "softsort", "SoftSort stitching",
+                       "add softsort to stitching.methods")
+    variants = list(dict.fromkeys(soft["variant"]))
+    n_sites = soft.groupby("variant")["site"].nunique().max()
+    width = max(4.5, 0.4 * n_sites + 2.5)
+    fig, axes = plt.subplots(len(variants), 2, figsize=(2 * width + 1.0, 3.8 * len(variants)), squeeze=False)
+    for (penalty, seconds), variant in zip(axes, variants):
+        rows = _paired(table[table["variant"] == variant], ["grelu", "softsort"])
+        _penalty_panel(penalty, rows, variant)
+        penalty.legend(fontsize=7)
+        sites, labels = _site_labels(rows)
+        methods = _method_order(rows["method"])
+        for method in methods:
+            mean, half = _site_stats(rows[rows["method"] == method], sites, "train_seconds", 1.0)
+            seconds.errorbar(range(len(sites)), mean, yerr=half, capsize=2, markersize=5,
+                             **_method_style(method, methods))
+        total = rows.groupby("method")["train_seconds"].sum()
+        ratio = (f": SoftSort {total['softsort'] / total['grelu']:.1f}x G_ReLU's time"
+                 if {"softsort", "grelu"} <= set(total.index) and total["grelu"] > 0 else "")
+        seconds.set_yscale("log")
+        seconds.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
+        seconds.set_ylabel("training wall time (s)")
+        seconds.set_title(f"{variant}{ratio}", fontsize=9)
+        seconds.grid(axis="y", alpha=0.3)
+        seconds.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def transformer_penalty(table: pd.DataFrame, variants: list[str]) -> plt.Figure:
+    """Stitching penalty after each encoder block of the transformer ``variants`` (the paper's
+    Fig. 12): the full layer is there a linear map on each token's features."""
+    rows = _study_rows(table, table["variant"].isin(list(variants)), f"the transformer variants {list(variants)}",
+                       "list them in stitching.variants")
+    return stitching_penalty(rows)
 
 
 MEASURE_LABELS = {"grelu_procrustes": "G_ReLU Procrustes", "orthogonal_procrustes": "orthogonal Procrustes",

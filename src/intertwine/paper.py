@@ -1,8 +1,17 @@
 """Numbers reported by Godfrey et al. (NeurIPS 2022), for captions and side-by-side tables."""
 from __future__ import annotations
 
+import math
+
 # CIFAR-10 test accuracy (%) of the zoos (appendix D.1, Table 3).
 LEAKY_RESNET20_ACCURACY = {1e-4: 89.3, 1e-3: 89.4, 1e-2: 89.2, 0.1: 89.4, 0.5: 86.6, 0.9: 73.0, 1.0: 41.8}
+
+
+def reported_leaky_accuracy(slope: float) -> float | None:
+    """The paper's Table 3 accuracy (%) for a LeakyReLU ResNet20 of negative slope ``slope``
+    (None for slopes it did not train, ReLU's 0 included)."""
+    return next((acc for s, acc in LEAKY_RESNET20_ACCURACY.items() if math.isclose(s, slope, rel_tol=1e-9)),
+                None)
 
 
 def reported_accuracy(spec: dict) -> float | None:

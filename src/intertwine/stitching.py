@@ -14,6 +14,17 @@ from there on. f and g stay frozen; only phi trains. The penalty is
   held at I for the first part of training. At evaluation P is rounded to the nearest
   permutation (Hungarian algorithm).
 
+The appendix's variations (D.2.2, D.5, D.6), each a method of its own:
+
+- ``softsort``: the same group, P parameterised by SoftSort (a row-stochastic relaxation of
+  the permutation sorting a score vector; temperature tau, 1/C by default) and D = diag(exp(lambda)).
+  Rounded by the Hungarian algorithm too: a row argmax of P need not be a permutation.
+- ``grelu_cv``: the G_ReLU layer with alpha chosen by cross-validation: one short run per alpha of
+  ``alpha_grid`` on a random 80 % of the training images, scored on the disjoint 20 % (not
+  augmented); the best alpha's layer, its learned scales in place, is the one measured.
+- ``l1_<lambda>`` (e.g. ``l1_0.01``): the full layer with ``lambda * sum |W_ij|`` added to the loss;
+  its sparsity (the fraction of ``|W_ij| <= 1e-3``) is recorded for every method.
+
 ``init: random`` starts each layer as the paper does (Kaiming-uniform matrices; P at the centre of
 the polytope, D = I). ``init: match`` (our addition) starts it from the layer of its class that
 best maps f's activations onto g's on a few training images: least squares (full), reduced-rank
@@ -29,7 +40,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import pandas as pd
@@ -45,9 +56,10 @@ from intertwine.utils import config_hash, derive_seed, resolve_device
 from intertwine.zoo import load_model, recorded_test_acc
 
 __all__ = [
-    "FullStitch", "RankStitch", "GReLUStitch", "StitchConfig", "METHODS", "build_layer",
-    "parse_method", "method_dimension", "match_grelu", "stitch", "fit", "refresh_batch_norm",
-    "stitch_pair", "draw_pairs",
+    "FullStitch", "RankStitch", "GReLUStitch", "SoftSortStitch", "StitchConfig", "METHODS",
+    "G_RELU_METHODS", "build_layer", "parse_method", "l1_method", "method_dimension", "sparsity",
+    "cv_split", "match_grelu", "stitch", "fit", "select_alpha", "refresh_batch_norm", "stitch_pair",
+    "draw_pairs",
 ]
 
 
@@ -72,15 +84,20 @@ def least_squares_map(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 class FullStitch(nn.Module):
-    """Any linear map of the channels. Initialised like a 1x1 ``nn.Conv2d`` (Kaiming uniform)."""
+    """Any linear map of the channels. Initialised like a 1x1 ``nn.Conv2d`` (Kaiming uniform).
+    With ``l1_lambda`` > 0 training adds ``l1_lambda * sum |W_ij|`` to the loss (appendix D.6)."""
 
-    def __init__(self, channels: int, generator: torch.Generator | None = None):
+    def __init__(self, channels: int, generator: torch.Generator | None = None, l1_lambda: float = 0.0):
         super().__init__()
         bound = 1 / math.sqrt(channels)
         self.weight = nn.Parameter((torch.rand(channels, channels, generator=generator) * 2 - 1) * bound)
+        self.l1_lambda = l1_lambda
 
     def matrix(self) -> torch.Tensor:
         return self.weight
+
+    def regularizer(self) -> torch.Tensor | None:
+        return self.l1_lambda * self.weight.abs().sum() if self.l1_lambda else None
 
     @torch.no_grad()
     def match(self, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -103,6 +120,9 @@ class RankStitch(nn.Module):
 
     def matrix(self) -> torch.Tensor:
         return self.up @ self.down
+
+    def regularizer(self) -> None:
+        return None
 
     @torch.no_grad()
     def match(self, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -127,10 +147,11 @@ class GReLUStitch(nn.Module):
     """
 
     def __init__(self, channels: int, generator: torch.Generator | None = None,
-                 sinkhorn_iters: int = 16, init_noise: float = 0.01):
+                 sinkhorn_iters: int = 16, alpha: float = 0.1, init_noise: float = 0.01):
         super().__init__()
         noise = torch.rand(channels, channels, generator=generator) * init_noise
         self.sinkhorn_iters = sinkhorn_iters
+        self.alpha = alpha
         self.P = nn.Parameter(groups.sinkhorn(torch.full((channels, channels), 1 / channels) + noise / channels,
                                               sinkhorn_iters))
         self.scales = nn.Parameter(torch.ones(channels))
@@ -140,9 +161,23 @@ class GReLUStitch(nn.Module):
     def rounded(self) -> bool:
         return self.permutation.numel() > 0
 
+    def soft_permutation(self) -> torch.Tensor:
+        return self.P
+
+    def column_scales(self) -> torch.Tensor:
+        return self.scales
+
+    def scale_parameter(self) -> nn.Parameter:
+        """The parameter of D, held fixed for the first ``scales_frozen_fraction`` of training."""
+        return self.scales
+
     def matrix(self) -> torch.Tensor:
         P = groups.permutation_matrix(self.permutation).to(self.P) if self.rounded else self.P
         return P * self.scales  # P @ diag(scales)
+
+    def regularizer(self) -> torch.Tensor | None:
+        """``-alpha ||P||_F``: largest at the vertices of the polytope (the permutations)."""
+        return -self.alpha * self.P.norm() if self.alpha else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _channel_map(x, self.matrix())
@@ -167,14 +202,69 @@ class GReLUStitch(nn.Module):
     @torch.no_grad()
     def round(self) -> None:
         """Replace P by the permutation closest to it (Hungarian algorithm on tr(P Qᵀ))."""
-        self.permutation = groups.round_to_permutation(self.P).to(self.P.device)
+        self.permutation = groups.round_to_permutation(self.soft_permutation()).to(self.permutation.device)
 
+    @torch.no_grad()
     def off_permutation_mass(self) -> float:
         """How far P was from the permutation it rounds to: the fraction of P's mass (which is n)
         outside that permutation's entries; 0 exactly when P is that permutation."""
-        perm = groups.round_to_permutation(self.P).to(self.P.device)
-        kept = self.P.detach().gather(1, perm[:, None]).sum()
-        return float(1 - kept / self.P.shape[0])
+        P = self.soft_permutation()
+        perm = groups.round_to_permutation(P).to(P.device)
+        return float(1 - P.gather(1, perm[:, None]).sum() / P.shape[0])
+
+    def rounded_layer(self) -> tuple[list[int], list[float]]:
+        """The rounded layer as the element diag(scales) Q of intertwine.groups (Q[i, perm[i]] = 1):
+        (perm, scales), what the table stores."""
+        return self.permutation.tolist(), self.column_scales().detach()[self.permutation].cpu().tolist()
+
+
+class SoftSortStitch(GReLUStitch):
+    """The G_ReLU layer parameterised by SoftSort (Prillo & Eisenschlos 2020; the paper's D.2.2):
+    ``P = softmax_rows(-|sort(s) 1ᵀ - 1 sᵀ| / tau)`` for a score vector s (sorted descending, so row
+    i puts its mass on the input of the i-th largest score) and ``D = diag(exp(lambda))``. P is
+    row-stochastic by construction and tends to a permutation as tau -> 0; no projection is needed.
+    Scores start uniform in [0, 1), so tau = 1/C (the default) makes neighbours in the sort share
+    mass; lambda starts at 0 (D = I).
+    """
+
+    def __init__(self, channels: int, generator: torch.Generator | None = None, tau: float | None = None):
+        nn.Module.__init__(self)
+        self.tau = tau if tau else 1 / channels
+        self.alpha = 0.0
+        self.scores = nn.Parameter(torch.rand(channels, generator=generator))
+        self.log_scales = nn.Parameter(torch.zeros(channels))
+        self.register_buffer("permutation", torch.empty(0, dtype=torch.long))  # set by round()
+
+    def scale_parameter(self) -> nn.Parameter:
+        return self.log_scales
+
+    def soft_permutation(self) -> torch.Tensor:
+        ordered = self.scores.sort(descending=True).values
+        return torch.softmax(-(ordered[:, None] - self.scores[None, :]).abs() / self.tau, dim=1)
+
+    def column_scales(self) -> torch.Tensor:
+        return self.log_scales.exp()
+
+    def matrix(self) -> torch.Tensor:
+        if self.rounded:
+            return groups.permutation_matrix(self.permutation).to(self.scores) * self.column_scales()
+        return self.soft_permutation() * self.column_scales()
+
+    def regularizer(self) -> None:
+        return None
+
+    @torch.no_grad()
+    def start_at(self, perm: torch.Tensor, output_scales: torch.Tensor) -> None:
+        """Scores that sort into ``perm`` (input perm[i] gets the i-th largest score, spaced 1/C
+        as the random start is) and log scales of ``output_scales`` (zero scales become 1e-6)."""
+        n = len(perm)
+        perm = perm.to(self.scores.device)
+        self.scores.index_copy_(0, perm, torch.arange(n, 0, -1, dtype=self.scores.dtype, device=perm.device) / n)
+        self.log_scales.index_copy_(0, perm, output_scales.to(self.log_scales).clamp_min(1e-6).log())
+
+    @torch.no_grad()
+    def project(self) -> None:
+        pass
 
 
 def match_grelu(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -192,38 +282,76 @@ def match_grelu(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return perm, scales.to(x.dtype)
 
 
-METHODS = ("full", "rank", "grelu")
+METHODS = ("full", "rank", "grelu", "grelu_cv", "softsort", "l1")
+G_RELU_METHODS = ("grelu", "grelu_cv", "softsort")  # layers in the intertwiner group of ReLU
 
 
-def parse_method(method: str) -> tuple[str, int | None]:
-    """'full' -> ('full', None); 'rank4' -> ('rank', 4); 'grelu' -> ('grelu', None)."""
-    if method in ("full", "grelu"):
+def parse_method(method: str) -> tuple[str, int | float | None]:
+    """'full' -> ('full', None); 'rank4' -> ('rank', 4); 'l1_0.01' -> ('l1', 0.01); 'grelu',
+    'grelu_cv', 'softsort' -> (method, None)."""
+    if method in ("full", *G_RELU_METHODS):
         return method, None
     if method.startswith("rank") and method[4:].isdigit() and int(method[4:]) > 0:
         return "rank", int(method[4:])
-    raise ValueError(f"unknown stitching method {method!r}; expected full, grelu or rank<r> (e.g. rank4)")
+    if method.startswith("l1_"):
+        try:
+            strength = float(method[3:])
+        except ValueError:
+            strength = -1.0
+        if strength > 0:
+            return "l1", strength
+    raise ValueError(f"unknown stitching method {method!r}; expected full, rank<r> (e.g. rank4), "
+                     "l1_<lambda> (e.g. l1_0.01), grelu, grelu_cv or softsort")
+
+
+def l1_method(strength: float) -> str:
+    """The method name of full stitching with L1 strength ``strength`` (0.01 -> 'l1_0.01')."""
+    return f"l1_{strength:g}"
 
 
 def method_dimension(method: str, channels: int) -> int:
-    """Dimension of the layer's parameter manifold: C^2 (full), 2Cr - r^2 (rank r, r <= C),
-    C (G_ReLU: the scales; the permutation is discrete)."""
+    """Dimension of the layer's parameter manifold: C^2 (full, L1), 2Cr - r^2 (rank r, r <= C),
+    C (the G_ReLU layers: the scales; the permutation is discrete)."""
     kind, rank = parse_method(method)
-    if kind == "full":
+    if kind in ("full", "l1"):
         return channels * channels
-    if kind == "grelu":
+    if kind in G_RELU_METHODS:
         return channels
     r = min(rank, channels)
     return 2 * channels * r - r * r
 
 
 def build_layer(method: str, channels: int, generator: torch.Generator | None = None,
-                sinkhorn_iters: int = 16) -> nn.Module:
-    kind, rank = parse_method(method)
-    if kind == "full":
-        return FullStitch(channels, generator)
+                sinkhorn_iters: int = 16, alpha: float = 0.1, softsort_tau: float | None = None) -> nn.Module:
+    """A fresh stitching layer of ``method`` for ``channels`` channels (grelu_cv builds one
+    G_ReLU layer per alpha; this is the layer at ``alpha``)."""
+    kind, param = parse_method(method)
+    if kind in ("full", "l1"):
+        return FullStitch(channels, generator, l1_lambda=param or 0.0)
     if kind == "rank":
-        return RankStitch(channels, min(rank, channels), generator)
-    return GReLUStitch(channels, generator, sinkhorn_iters)
+        return RankStitch(channels, min(param, channels), generator)
+    if kind == "softsort":
+        return SoftSortStitch(channels, generator, softsort_tau)
+    return GReLUStitch(channels, generator, sinkhorn_iters, alpha)
+
+
+def sparsity(matrix: torch.Tensor, tolerance: float = 1e-3) -> float:
+    """The fraction of entries with ``|W_ij| <= tolerance`` (the paper's D.6; a scaled permutation
+    of n channels has 1 - 1/n)."""
+    return float((matrix.detach().abs() <= tolerance).double().mean())
+
+
+def cv_split(n: int, held_out: float, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Disjoint (fit, held-out) index sets covering ``range(n)``: a random ``held_out`` fraction
+    (at least one image) is held out."""
+    if not 0 < held_out < 1:
+        raise ValueError(f"stitching.cv_held_out must lie strictly between 0 and 1, got {held_out}")
+    n_held = max(1, round(held_out * n))
+    if n_held >= n:
+        raise ValueError(f"cannot hold out {n_held} of {n} training images for alpha's cross-validation; "
+                         "raise stitching.train_images")
+    order = torch.randperm(n, generator=generator)
+    return order[n_held:].sort().values, order[:n_held].sort().values
 
 
 def stitch(f: nn.Module, g: nn.Module, site: str, layer: nn.Module) -> models.Stitched:
@@ -248,6 +376,10 @@ class StitchConfig:
     init: str = "random"
     match_images: int = 500
     sinkhorn_iters: int = 16
+    softsort_tau: float | None = None
+    alpha_grid: list[float] = field(default_factory=lambda: [0.001, 0.01, 0.1, 1.0, 10.0])
+    cv_held_out: float = 0.2
+    cv_epochs: int | None = None
     translate: int = 2
     flip: bool = True
     eval_batch_size: int = 1000
@@ -268,11 +400,11 @@ def _optimizer(params, config: StitchConfig) -> torch.optim.Optimizer:
 def fit(stitched: models.Stitched, train_split: Split, config: StitchConfig,
         generator: torch.Generator, mean: torch.Tensor, std: torch.Tensor,
         label: str = "stitch", log: Callable[[str], None] = print) -> float:
-    """Train the stitching layer (only it) with cross-entropy; returns the seconds spent.
+    """Train the stitching layer (only it) with cross-entropy plus the layer's regularizer (G_ReLU:
+    ``-alpha ||P||_F``; L1: ``lambda sum |W|``); returns the seconds spent.
 
-    For a G_ReLU layer the loss adds ``-alpha ||P||_F``, every step is followed by the projection,
-    and the scales stay at their initial values (1, or matched) for the first
-    ``scales_frozen_fraction`` of the epochs.
+    A G_ReLU layer is projected back onto its constraint set after every step, and its scales stay
+    at their initial values (1, or matched) for the first ``scales_frozen_fraction`` of the epochs.
     """
     layer = stitched.bridge
     grelu = isinstance(layer, GReLUStitch)
@@ -285,15 +417,16 @@ def fit(stitched: models.Stitched, train_split: Split, config: StitchConfig,
     stitched.train()
     for epoch in range(1, config.epochs + 1):
         if grelu:
-            layer.scales.requires_grad_(epoch > frozen_epochs)
+            layer.scale_parameter().requires_grad_(epoch > frozen_epochs)
         order = torch.randperm(len(train_split), device=device, generator=generator)
         loss_sum = torch.zeros((), device=device)
         for step in range(steps):
             idx = order[step * config.batch_size:(step + 1) * config.batch_size]
             x = augment(normalize(train_split.images[idx], mean, std), generator, config.translate, config.flip)
             loss = loss_fn(stitched(x), train_split.labels[idx])
-            if grelu and config.alpha:
-                loss = loss - config.alpha * layer.P.norm()
+            penalty = layer.regularizer()
+            if penalty is not None:
+                loss = loss + penalty
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -306,6 +439,37 @@ def fit(stitched: models.Stitched, train_split: Split, config: StitchConfig,
                              "lower stitching.lr")
         log(f"{label} epoch {epoch}/{config.epochs} loss {train_loss:.4f}")
     return time.perf_counter() - started
+
+
+def select_alpha(make_layer: Callable[[float], GReLUStitch], stitched: models.Stitched, train_split: Split,
+                 config: StitchConfig, generator: torch.Generator, mean: torch.Tensor, std: torch.Tensor,
+                 label: str = "stitch", log: Callable[[str], None] = print) -> dict:
+    """Alpha of the G_ReLU layer by cross-validation (the paper's D.5): a disjoint split of
+    ``train_split`` (``cv_held_out`` of it held out), one run of ``cv_epochs`` per alpha of
+    ``alpha_grid`` on the rest, each from the same start (``make_layer(alpha)``) and without the
+    scales' head start; each run's rounded layer is scored on the held-out images (no
+    augmentation, batch-norm statistics refreshed on the fit part). Leaves the best alpha's layer
+    (the first of equal scores) in ``stitched.bridge`` and returns what the table records."""
+    fit_idx, held_idx = cv_split(len(train_split), config.cv_held_out, generator)
+    fit_part = Split(train_split.images[fit_idx], train_split.labels[fit_idx])
+    held_part = Split(train_split.images[held_idx], train_split.labels[held_idx])
+    run_config = replace(config, epochs=config.cv_epochs or config.epochs, scales_frozen_fraction=0.0)
+    back = copy.deepcopy(stitched.back.state_dict())
+    scores, layers, seconds = [], [], 0.0
+    for alpha in config.alpha_grid:
+        stitched.back.load_state_dict(back)
+        stitched.bridge = make_layer(alpha)
+        seconds += fit(stitched, fit_part, run_config, generator, mean, std, f"{label} alpha {alpha:g}", log)
+        stitched.bridge.round()
+        refresh_batch_norm(stitched, fit_part, mean, std, config.eval_batch_size)
+        scores.append(evaluate(stitched, held_part, mean, std, config.eval_batch_size))
+        layers.append(stitched.bridge)
+        log(f"{label} alpha {alpha:g}: held-out accuracy {scores[-1]:.4f}")
+    best = max(range(len(scores)), key=lambda i: (scores[i], -i))
+    stitched.bridge = layers[best]
+    stitched.back.load_state_dict(back)
+    return {"alpha_selected": config.alpha_grid[best], "cv_alphas": list(config.alpha_grid),
+            "cv_accuracies": scores, "seconds": seconds}
 
 
 @torch.no_grad()
@@ -361,7 +525,7 @@ def stitch_pair(checkpoint_a: str, checkpoint_b: str, data_dir: str, method: str
                              f"have; its sites are {list(available)}")
     chosen = [available[name] for name in (sites or available)]
     config = StitchConfig.from_block(block | {k: training[k] for k in ("translate", "flip") if k in training})
-    kind, rank = parse_method(method)
+    kind, param = parse_method(method)
     mean, std = channel_stats(data_dir, device)
     train_split, test_split = (load_split(data_dir, s).to(device) for s in ("train", "test"))
     if block.get("train_images"):
@@ -374,35 +538,53 @@ def stitch_pair(checkpoint_a: str, checkpoint_b: str, data_dir: str, method: str
     rows = []
     for site in chosen:
         key = (global_seed, "stitching", meta_a["variant"], pair, site.name, method)
-        layer = build_layer(method, site.channels, torch.Generator().manual_seed(derive_seed(*key, "init")),
-                            config.sinkhorn_iters).to(device)
-        stitched = stitch(f, copy.deepcopy(g), site.name, layer)
+        init_generator = torch.Generator().manual_seed(derive_seed(*key, "init"))
+        start = init_generator.get_state()  # every alpha of grelu_cv starts from the same layer
+        matched = None
         if config.init == "match":
             images = train_split.images[:config.match_images]
-            layer.match(*(models.site_activations(model, images, [site.name], mean, std, len(images))[site.name]
-                          for model in (f, g)))
+            matched = [models.site_activations(model, images, [site.name], mean, std, len(images))[site.name]
+                       for model in (f, g)]
+
+        def make_layer(alpha: float = config.alpha) -> nn.Module:
+            init_generator.set_state(start)
+            layer = build_layer(method, site.channels, init_generator, config.sinkhorn_iters, alpha,
+                                config.softsort_tau).to(device)
+            if matched is not None:
+                layer.match(*matched)
+            return layer
+
+        stitched = stitch(f, copy.deepcopy(g), site.name, make_layer())
         label = f"{meta_a['variant']} pair {pair} ({meta_a['seed']}->{meta_b['seed']}) {site.name} {method}"
         batches = torch.Generator(device=device).manual_seed(derive_seed(*key, "batches"))
-        seconds = fit(stitched, train_split, config, batches, mean, std, label, log)
-        extra = {"permutation": None, "scales": None, "off_permutation_mass": None}
+        extra = {"alpha": config.alpha if kind == "grelu" else None, "alpha_selected": None,
+                 "cv_alphas": None, "cv_accuracies": None}
+        if kind == "grelu_cv":
+            chosen_alpha = select_alpha(make_layer, stitched, train_split, config, batches, mean, std, label, log)
+            seconds = chosen_alpha.pop("seconds")
+            extra |= chosen_alpha | {"alpha": chosen_alpha["alpha_selected"]}
+        else:
+            seconds = fit(stitched, train_split, config, batches, mean, std, label, log)
+        layer = stitched.bridge
+        extra |= {"permutation": None, "scales": None, "off_permutation_mass": None}
         if isinstance(layer, GReLUStitch):
-            extra["off_permutation_mass"] = layer.off_permutation_mass()
-            layer.round()
-            extra["permutation"] = layer.permutation.tolist()
-            # Stored as the element diag(scales) Q of intertwine.groups (Q[i, perm[i]] = 1).
-            extra["scales"] = layer.scales.detach()[layer.permutation].cpu().tolist()
+            if not layer.rounded:
+                extra["off_permutation_mass"] = layer.off_permutation_mass()
+                layer.round()
+            extra["permutation"], extra["scales"] = layer.rounded_layer()
         refresh_batch_norm(stitched, train_split, mean, std, config.eval_batch_size)
         acc_stitched = acc(stitched)
         log(f"{label}: accuracy {acc_stitched:.4f} (a {acc_a:.4f}, b {acc_b:.4f})")
         rows.append({
             "variant": meta_a["variant"], "pair": pair, "seed_a": meta_a["seed"], "seed_b": meta_b["seed"],
             "site": site.name, "inside_residual": site.inside_residual, "method": method,
-            "rank": rank, "alpha": config.alpha if kind == "grelu" else None,
+            "rank": param if kind == "rank" else None, "l1_lambda": param if kind == "l1" else None,
             "acc_a": acc_a, "acc_b": acc_b, "acc_stitched": acc_stitched,
             "penalty": (acc_a + acc_b) / 2 - acc_stitched,
             "stitch_params": method_dimension(method, site.channels),
             "trainable_params": sum(p.numel() for p in layer.parameters()),
-            "channels": site.channels, "epochs": config.epochs, "train_seconds": seconds, **extra,
+            "channels": site.channels, "epochs": config.epochs, "train_seconds": seconds,
+            "sparsity": sparsity(layer.matrix()), **extra,
             "device": str(device),
             "config_hash": config_hash({"stitching": block, "training": training, "seed": global_seed}),
             "version": intertwine.__version__,

@@ -13,7 +13,7 @@ from intertwine.config import describe_validation_error
 from intertwine import symmetry
 from intertwine.dissection import default_sites
 from intertwine.models import build, imagenet, normalize_spec, sites
-from intertwine.stitching import draw_pairs
+from intertwine.stitching import draw_pairs, l1_method, parse_method
 
 try:
     validate(config, schema="../schemas/config.schema.yaml", set_default=True)
@@ -162,22 +162,43 @@ check_subset("stitching.pairs_per_variant", STITCHING["pairs_per_variant"], STIT
 check_subset("stitching.sites", STITCHING["sites"], VARIANTS)
 for _variant, _chosen in STITCHING["sites"].items():
     check_subset(f"stitching.sites.{_variant}", _chosen, variant_sites(_variant))
-# One job per (variant, pair, method), covering the variant's sites: at the paper's scale a few
-# thousand jobs, and a change to one method's settings reruns that method only.
-STITCH_METHODS = [m for m in STITCHING["methods"] if m != "rank"] + (
-    [f"rank{r}" for r in STITCHING["ranks"]] if "rank" in STITCHING["methods"] else []
-)
+check_subset("stitching.methods_per_variant", STITCHING["methods_per_variant"], STITCHING["variants"])
 
 
-# Settings that only the G_ReLU layer reads: a change to them reruns the grelu jobs only.
-GRELU_ONLY = ("alpha", "scales_frozen_fraction", "sinkhorn_iters")
-NOT_PER_JOB = ("variants", "pairs", "pairs_per_variant", "sites", "methods", "ranks")
+def stitch_methods(variant):
+    """The variant's stitching methods as job names: `rank` becomes rank<r> per entry of ranks,
+    `l1` becomes l1_<lambda> per entry of l1_lambdas."""
+    expanded = []
+    for method in STITCHING["methods_per_variant"].get(variant, STITCHING["methods"]):
+        if method == "rank":
+            expanded += [f"rank{r}" for r in STITCHING["ranks"]]
+        elif method == "l1":
+            expanded += [l1_method(strength) for strength in STITCHING["l1_lambdas"]]
+        else:
+            expanded.append(method)
+    return expanded
+
+
+# The settings only some methods read: a change to them reruns those methods' jobs only.
+METHOD_ONLY = {
+    "grelu": ("alpha", "scales_frozen_fraction", "sinkhorn_iters"),
+    "grelu_cv": ("alpha_grid", "cv_held_out", "cv_epochs", "sinkhorn_iters"),
+    "softsort": ("softsort_tau", "scales_frozen_fraction"),
+}
+NOT_PER_JOB = ("variants", "pairs", "pairs_per_variant", "pairs_per_method", "sites", "methods",
+               "methods_per_variant", "ranks", "l1_lambdas", "settings_per_method")
+for _method, _override in STITCHING["settings_per_method"].items():
+    check_subset(f"stitching.settings_per_method.{_method}", _override,
+                 [k for k in STITCHING if k not in NOT_PER_JOB])
 
 
 def stitch_block(method):
-    """The stitching settings a job of this method uses, as JSON (its params)."""
-    skip = NOT_PER_JOB + (() if method == "grelu" else GRELU_ONLY)
-    return as_json({k: v for k, v in STITCHING.items() if k not in skip})
+    """The stitching settings a job of this method uses, with the method's own overrides, as
+    JSON (its params)."""
+    kind = parse_method(method)[0]
+    skip = set(NOT_PER_JOB) | {k for keys in METHOD_ONLY.values() for k in keys} - set(METHOD_ONLY.get(kind, ()))
+    block = {k: v for k, v in STITCHING.items() if k not in skip}
+    return as_json(block | STITCHING["settings_per_method"].get(kind, {}))
 
 
 def check_pairable(key, variants):
@@ -203,17 +224,61 @@ def stitch_member(which):
     return lambda wc: f"results/zoo/{wc.variant}/seed{stitch_pairs(wc.variant)[int(wc.pair)][index]}.pt"
 
 
+def method_pairs(variant, method):
+    """How many of the variant's pairs a method runs on: the first pairs_per_method of them."""
+    pairs = len(stitch_pairs(variant))
+    return min(pairs, STITCHING["pairs_per_method"].get(parse_method(method)[0], pairs))
+
+
 STITCH_JOBS = [
     f"results/stitching/{variant}/pair{pair}/{method}.parquet"
     for variant in STITCHING["variants"]
-    for pair in range(len(stitch_pairs(variant)))
-    for method in STITCH_METHODS
+    for method in stitch_methods(variant)
+    for pair in range(method_pairs(variant, method))
 ]
+
+
+def spec_option(variant, key):
+    return normalize_spec(config["zoo"]["variants"][variant])[key]
+
+
+# The appendix's stitching studies, each drawn when the config asks for it:
+# - LeakyReLU sweep (D.3): G_ReLU stitching of variants that differ only in the activation's
+#   negative slope (a ReLU variant counts as slope 0), when two or more slopes are stitched.
+def _sweep_key(variant):
+    spec = normalize_spec(config["zoo"]["variants"][variant])
+    return as_json({k: v for k, v in spec.items() if k not in ("activation", "negative_slope")})
+
+
+_LEAKY = [v for v in STITCHING["variants"] if "grelu" in stitch_methods(v)
+          and spec_option(v, "activation") in ("relu", "leaky_relu")]
+_LEAKY_BASE = next((_sweep_key(v) for v in _LEAKY if spec_option(v, "activation") == "leaky_relu"), None)
+LEAKY_SLOPES = {v: spec_option(v, "negative_slope") if spec_option(v, "activation") == "leaky_relu" else 0.0
+                for v in _LEAKY if _sweep_key(v) == _LEAKY_BASE}
+if len(set(LEAKY_SLOPES.values())) < 2:
+    LEAKY_SLOPES = {}
+# - Transformers (D.4): the CCT variants stitched.
+TRANSFORMERS = [v for v in STITCHING["variants"] if spec_option(v, "arch") == "cct"]
+_KINDS = {parse_method(m)[0] for v in STITCHING["variants"] for m in stitch_methods(v)}
+STUDY_FIGURES = {
+    flag: f"results/figures/stitching_{name}.png"
+    for flag, name, wanted in [
+        ("leaky-relu", "leaky_relu", bool(LEAKY_SLOPES)),
+        ("alpha-cv", "alpha_cv", "grelu_cv" in _KINDS),
+        ("l1", "l1_sparsity", "l1" in _KINDS),
+        ("softsort", "softsort", "softsort" in _KINDS),
+        ("transformer", "transformer", bool(TRANSFORMERS)),
+    ]
+    if wanted
+}
+STUDY_OUTPUTS = list(STUDY_FIGURES.values()) + (["results/tables/leaky_relu_accuracy.csv"] if LEAKY_SLOPES else [])
 STITCHING_OUTPUTS = (
     ["results/tables/stitching.parquet", "results/tables/stitching_summary.csv",
      "results/figures/stitching_penalty.png", "results/figures/stitching_dimension.png"]
     + extra_formats("results/figures/stitching_penalty")
     + extra_formats("results/figures/stitching_dimension")
+    + STUDY_OUTPUTS
+    + [other for png in STUDY_FIGURES.values() for other in extra_formats(png[:-4])]
     if STITCH_JOBS
     else []
 )

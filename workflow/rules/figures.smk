@@ -176,3 +176,35 @@ rule dissection_masks:
         " --config {params.block:q} --figures {params.figures:q} --global-seed {params.seed}"
         " --device {params.device} --threads {threads} --out {output.png}"
         " --other-formats {output.other_formats} > {log} 2>&1"
+
+
+rule stitching_studies_figure:
+    input:
+        table="results/tables/stitching.parquet",
+        zoo="results/tables/zoo.parquet",
+    output:
+        figures=[
+            report(png, caption=f"../report/{os.path.basename(png)[:-4]}.rst", category="Stitching studies")
+            for png in STUDY_FIGURES.values()
+        ],
+        tables=[
+            report(csv, caption=f"../report/{os.path.basename(csv)[:-4]}.rst", category="Stitching studies")
+            for csv in STUDY_OUTPUTS
+            if csv.endswith(".csv")
+        ],
+        other_formats=[other for png in STUDY_FIGURES.values() for other in extra_formats(png[:-4])],
+    params:
+        figures=as_json(config["figures"]),
+        paths=" ".join(f"--{flag} {png}" for flag, png in STUDY_FIGURES.items())
+        + (" --leaky-relu-table results/tables/leaky_relu_accuracy.csv" if LEAKY_SLOPES else ""),
+        slopes=as_json(LEAKY_SLOPES),
+        transformers=as_json(TRANSFORMERS),
+        code=code_hash("figures"),
+    conda:
+        CONDA_ENV
+    log:
+        "results/logs/figures/stitching_studies.log",
+    shell:
+        "intertwine stitching-studies --table {input.table} --zoo {input.zoo} --slopes {params.slopes:q}"
+        " --transformers {params.transformers:q} --figures {params.figures:q} {params.paths}"
+        " --other-formats {output.other_formats} > {log} 2>&1"

@@ -3,13 +3,13 @@
 A spec is a dict such as ``{"arch": "resnet20", "activation": "leaky_relu", "negative_slope": 0.1}``.
 Options every architecture takes:
 
-- ``activation``: "relu" (default; "gelu" for convnext), "leaky_relu", "gelu" or "sigmoid" (whose
-  intertwiner group is the permutations only).
+- ``activation``: "relu" (default; "gelu" for convnext and cct), "leaky_relu", "gelu" or "sigmoid"
+  (whose intertwiner group is the permutations only).
 - ``negative_slope``: LeakyReLU slope, default 0.01. Only meaningful with "leaky_relu"; with another
   activation any value other than the default is rejected, since it is most likely a config that
   forgot ``activation: leaky_relu``.
 - ``width_multiplier``: default 1.0; every width becomes ``max(1, round(width * multiplier))``.
-- ``batch_norm`` (all but convnext, which uses LayerNorm): default True. Without it BN layers
+- ``batch_norm`` (all but convnext and cct, which use LayerNorm): default True. Without it BN layers
   become ``nn.Identity`` (names unchanged).
 - ``num_classes``: default 10.
 
@@ -18,6 +18,9 @@ Plus ``constant_width`` (myrtle: every conv gets that many channels, still scale
 each residual addition by ``nn.Identity``, which stays a site). convnext (a small ConvNeXt, see
 :mod:`intertwine.models.convnext`) never has an activation on the residual stream: each block's
 output is an ``nn.Identity`` site ``stageS.J.out``, next to the inner activation ``stageS.J.act``.
+cct (a Compact Convolutional Transformer, see :mod:`intertwine.models.cct`) likewise, with sites
+``blocks.K.act`` (the MLP activation) and ``blocks.K.out`` (the block output), channels-first
+(N, channels, tokens); its ``depth`` option (default 2) is the number of encoder blocks.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 
+from .cct import cct
 from .convnext import convnext
 from .myrtle import myrtle
 from .resnet import resnet18, resnet20
@@ -94,6 +98,12 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
             MappingProxyType({key: value for key, value in _COMMON_OPTIONS.items()
                               if key != "batch_norm"} | {"activation": "gelu"}),
         ),
+        # A transformer: LayerNorm only and GELU by default too.
+        "cct": Architecture(
+            cct,
+            MappingProxyType({key: value for key, value in _COMMON_OPTIONS.items()
+                              if key != "batch_norm"} | {"activation": "gelu", "depth": 2}),
+        ),
     }
 )
 
@@ -114,7 +124,7 @@ def _check_value(key: str, value: Any) -> Any:
         if not isinstance(value, bool):
             raise fail("true or false")
         return value
-    if key == "num_classes":
+    if key in ("num_classes", "depth"):
         if not is_int or value < 1:
             raise fail("a positive integer")
         return int(value)

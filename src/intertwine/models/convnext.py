@@ -30,13 +30,22 @@ from typing import Callable, Sequence
 
 import torch
 from torch import nn
-from torchvision.models.convnext import LayerNorm2d
+from torch.nn import functional as F
 
 from .resnet import _scaled
 
 __all__ = ["ConvNeXt", "ConvNeXtBlock", "LayerNorm2d", "convnext"]
 
 _LN_EPS = 1e-6  # ConvNeXt's LayerNorm epsilon
+
+
+class LayerNorm2d(nn.LayerNorm):
+    """LayerNorm over the channels of an (N, C, H, W) tensor: torchvision's ``LayerNorm2d``
+    (same parameters), written out because importing torchvision costs every job ~3 s."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.layer_norm(x.permute(0, 2, 3, 1), self.normalized_shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
 
 
 class ConvNeXtBlock(nn.Module):
