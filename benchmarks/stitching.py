@@ -1,5 +1,7 @@
 """Steps/s of G_ReLU stitching (projected gradient descent: ReLU + Sinkhorn after every step) vs
-full stitching on the same pair of models, site and data, through intertwine.stitching.fit.
+full stitching on the same pair of models, site and data, through intertwine.stitching.fit; and
+of the SoftSort parameterisation of the same layer (the paper's D.2.2 found it >10x slower than
+the Birkhoff layer).
 
     python benchmarks/stitching.py [--arch myrtle] [--width-multiplier 0.25] [--site act2] [--n 2000]
 
@@ -86,10 +88,12 @@ def main() -> None:
     config = StitchConfig(epochs=1, batch_size=args.batch_size)
     full = steps_per_second("full", f, g, args.site, channels, split, mean, std, config, device)
     grelu = steps_per_second("grelu", f, g, args.site, channels, split, mean, std, config, device)
+    softsort = steps_per_second("softsort", f, g, args.site, channels, split, mean, std, config, device)
     print(f"stitching {spec} at {args.site} ({channels} channels), {args.n} images, batch "
           f"{args.batch_size}, {describe_device(device)}")
     print(f"full {full:.1f} steps/s, G_ReLU {grelu:.1f} steps/s: G_ReLU costs {full / grelu:.2f}x "
           "full stitching per step")
+    print(f"SoftSort {softsort:.1f} steps/s: the Birkhoff G_ReLU layer is {grelu / softsort:.2f}x faster per step")
     ours, baseline = frozen_front_speedup(f, g, args.site, channels, split, mean, std, config, device)
     print(f"frozen front without autograd {ours:.1f} steps/s vs with autograd {baseline:.1f} steps/s: "
           f"{ours / baseline:.2f}x")

@@ -54,7 +54,7 @@ def test_depth_and_width(width, depth, dim):
         expected += [Site(f"blocks.{k}.act", 2 * dim, True), Site(f"blocks.{k}.out", dim, False)]
     assert sites(model) == expected
     assert dim % model.blocks[0].attn.heads == 0 and model.blocks[0].attn.heads == 2
-    assert model.tokenizer[-1].out_channels == dim
+    assert model.tokenizer[-1].conv.out_channels == dim
 
 
 @pytest.mark.parametrize("size, tokens", [(32, 64), (16, 16)])
@@ -80,19 +80,20 @@ def test_positional_embedding_resized_only_for_other_sizes():
     with torch.no_grad():
         tokens = model._embed(x)
         plain = x
-        for conv in model.tokenizer:
-            plain = nn.functional.max_pool2d(nn.functional.relu(conv(plain)), 3, 2, 1)
+        for layer in model.tokenizer:
+            plain = nn.functional.max_pool2d(nn.functional.relu(layer.conv(plain)), 3, 2, 1)
         torch.testing.assert_close(tokens, (plain + model.pos_embedding).flatten(2))
         small = torch.randn(2, 3, 16, 16)
         plain = small
-        for conv in model.tokenizer:
-            plain = nn.functional.max_pool2d(nn.functional.relu(conv(plain)), 3, 2, 1)
+        for layer in model.tokenizer:
+            plain = nn.functional.max_pool2d(nn.functional.relu(layer.conv(plain)), 3, 2, 1)
         pos = nn.functional.interpolate(model.pos_embedding, size=(4, 4), mode="bilinear")
         torch.testing.assert_close(model._embed(small), (plain + pos).flatten(2))
 
 
-def test_forward_split_at_every_site_is_the_forward():
-    model = _tiny(depth=3)
+@pytest.mark.parametrize("tokenizer_norm", [False, True])
+def test_forward_split_at_every_site_is_the_forward(tokenizer_norm):
+    model = _tiny(depth=3, tokenizer_norm=tokenizer_norm)
     x = torch.randn(3, 3, 32, 32)
     with torch.no_grad():
         expected = model(x)
@@ -160,8 +161,10 @@ def test_self_attention_is_multihead_attention():
 
 @pytest.mark.parametrize("method", ["full", "grelu"])
 @pytest.mark.parametrize("site", ["blocks.0.out", "blocks.1.act"])
-def test_stitch_trains_only_the_bridge(method, site):
-    f, g = _tiny(seed=1).train(), _tiny(seed=2).train()
+@pytest.mark.parametrize("tokenizer_norm", [False, True])
+def test_stitch_trains_only_the_bridge(method, site, tokenizer_norm):
+    f = _tiny(seed=1, tokenizer_norm=tokenizer_norm).train()
+    g = _tiny(seed=2, tokenizer_norm=tokenizer_norm).train()
     assert not torch.equal(f.blocks[0].fc1.weight, g.blocks[0].fc1.weight)
     channels = {s.name: s.channels for s in sites(f)}[site]
     layer = build_layer(method, channels, torch.Generator().manual_seed(0))
@@ -195,6 +198,7 @@ def test_spec_defaults_and_depth_validation():
         "width_multiplier": 1.0,
         "num_classes": 10,
         "depth": 2,
+        "tokenizer_norm": False,
     }
     assert normalize_spec({"arch": "cct", "depth": 7})["depth"] == 7
     for bad in (0, -1, 2.5, True, "3", None):
@@ -204,6 +208,8 @@ def test_spec_defaults_and_depth_validation():
         build({"arch": "convnext", "depth": 2})
     with pytest.raises(ValueError, match="'batch_norm'"):
         build({"arch": "cct", "batch_norm": False})
+    with pytest.raises(ValueError, match="'tokenizer_norm'.*true or false"):
+        build({"arch": "cct", "tokenizer_norm": 1})
     with pytest.raises(ValueError, match="negative_slope"):
         build({"arch": "cct", "negative_slope": 0.1})  # gelu by default
 
@@ -214,7 +220,7 @@ def test_init():
     weight = model.blocks[1].fc1.weight
     assert abs(weight.std().item() - 0.02) < 0.001
     assert abs(model.pos_embedding.std().item() - 0.2) < 0.01
-    conv = model.tokenizer[1].weight
+    conv = model.tokenizer[1].conv.weight
     expected = (2 / (128 * 9)) ** 0.5  # kaiming-normal
     assert abs(conv.std().item() - expected) / expected < 0.05
     for module in model.modules():
@@ -228,4 +234,22 @@ def test_init():
 def test_registered():
     assert "cct" in models.ARCHITECTURES
     assert set(models.ARCHITECTURES["cct"].options) == {
-        "activation", "negative_slope", "width_multiplier", "num_classes", "depth"}
+        "activation", "negative_slope", "width_multiplier", "num_classes", "depth", "tokenizer_norm"}
+
+
+def test_tokenizer_norm_standardises_each_image_and_channel():
+    plain, normed = _tiny(), _tiny(tokenizer_norm=True)
+    assert all(type(layer.norm) is nn.Identity for layer in plain.tokenizer)
+    norms = [(layer.norm.num_groups, layer.norm.num_channels) for layer in normed.tokenizer]
+    assert norms == [(8, 8), (16, 16)]  # a group per channel
+    # Only the norms' affine parameters are added; the same seed gives the same other weights.
+    assert count_parameters(normed) == count_parameters(plain) + 2 * (8 + 16)
+    assert all(torch.equal(value, normed.state_dict()[key]) for key, value in plain.state_dict().items())
+    x = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        grid = normed.tokenizer(x)
+        torch.testing.assert_close(grid.mean(dim=(2, 3)), torch.zeros(4, 16), rtol=0, atol=1e-5)
+        torch.testing.assert_close(grid.var(dim=(2, 3), correction=0), torch.ones(4, 16), rtol=0, atol=1e-3)
+        # Per image: no batch statistics, the same in training and evaluation mode.
+        torch.testing.assert_close(normed(x)[:1], normed(x[:1]))
+        torch.testing.assert_close(normed.train()(x), normed.eval()(x))

@@ -106,8 +106,6 @@ def test_penalty_figure_and_summary_take_the_new_methods():
     assert first.set_index("method")["sparsity_mean"]["grelu"] == pytest.approx(1 - 1 / 8, abs=1e-3)
     assert first.set_index("method")["off_permutation_mass"].isna().tolist() == [True, True, True,
                                                                                  False, False, False]
-    # A table from before the studies (no sparsity column) still summarises.
-    assert figures.stitching_summary(table.drop(columns="sparsity"))["sparsity_mean"].isna().all()
 
 
 def test_leaky_relu_accuracy_table():

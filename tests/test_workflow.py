@@ -83,14 +83,18 @@ def test_paper_config_dag(tmp_path):
         per_variant.setdefault(variant, set()).add(int(seed))
     zoo = yaml.safe_load(config.read_text())["zoo"]
     expected = {v: zoo["seeds_per_variant"].get(v, 100) for v in zoo["variants"]}
-    assert len(expected) == 15 and expected["myrtle_sigmoid_nobn"] == 3 and expected["convnext"] == 10
+    assert len(expected) == 16 and expected["myrtle_sigmoid_nobn"] == 3 and expected["convnext"] == 10
+    assert expected["cct"] == 10
     assert {v: len(seeds) for v, seeds in per_variant.items()} == expected
     jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", text, re.M)}
-    assert jobs["train_member"] == 1223 and jobs["prepare_data"] == 1 and jobs["zoo_table"] == 1
+    assert jobs["train_member"] == 1233 and jobs["prepare_data"] == 1 and jobs["zoo_table"] == 1
     # rotation: 4 sites x (3 groups for each of 2 variants) x 10 trials
     assert jobs["rotation_trial"] == 4 * 6 * 10
-    # stitching: pairs x (full, 6 ranks, grelu), one job covering every site of the variant
-    assert jobs["stitch_pair"] == (32 + 16 + 16) * 8
+    # stitching: pairs x methods, one job covering every site of the variant: Myrtle with full, 6
+    # ranks, grelu and the appendix's grelu_cv, softsort and 3 L1 strengths; the ResNets with full,
+    # 6 ranks and grelu; the 7 LeakyReLU ResNet20s with grelu; the CCT with full and grelu
+    assert jobs["stitch_pair"] == 32 * 13 + (16 + 16) * 8 + 7 * 16 + 16 * 2
+    assert jobs["stitching_studies_figure"] == 1
     assert jobs["similarity_pair"] == 4 * 32  # Myrtle, constant-width Myrtle, ResNet20, ResNet18
     assert jobs["dissect_member"] == 3 * 10 and jobs["dissection_masks"] == 3
     assert sum(jobs.values()) < 10_000
@@ -98,18 +102,19 @@ def test_paper_config_dag(tmp_path):
 
 def test_tiny_run_outputs(tiny_run):
     zoo = pd.read_parquet(tiny_run / "results/tables/zoo.parquet")
-    assert sorted(zip(zoo["variant"], zoo["seed"])) == [("convnext", 0), ("myrtle", 0), ("myrtle", 1),
+    assert sorted(zip(zoo["variant"], zoo["seed"])) == [("cct", 0), ("cct", 1), ("convnext", 0), ("myrtle", 0),
+                                                        ("myrtle", 1), ("myrtle_leaky", 0), ("myrtle_leaky", 1),
                                                         ("resnet20", 0), ("resnet20", 1)]
     assert list(zoo.columns[:2]) == ["variant", "seed"]
     assert zoo["test_acc"].between(0, 1).all() and (zoo["n_params"] > 0).all()
     epochs = pd.read_parquet(tiny_run / "results/tables/zoo_epochs.parquet")
-    assert len(epochs) == 5 * 2
+    assert len(epochs) == 9 * 2
     checkpoint = tiny_run / "results/zoo/myrtle/seed0.pt"
     assert not os.stat(checkpoint).st_mode & stat.S_IWUSR  # protected
     assert (tiny_run / "results/figures/zoo_accuracy.png").stat().st_size > 1000
     summary = pd.read_csv(tiny_run / "results/tables/zoo_summary.csv")
-    assert list(summary["variant"]) == ["myrtle", "resnet20", "convnext"]
-    assert list(summary["seeds"]) == [2, 2, 1]
+    assert list(summary["variant"]) == ["myrtle", "resnet20", "convnext", "myrtle_leaky", "cct"]
+    assert list(summary["seeds"]) == [2, 2, 1, 2, 2]
     for log in ["data/shapes.log", "zoo/myrtle/seed0.log", "tables/zoo.log", "figures/zoo_accuracy.log"]:
         assert (tiny_run / "results/logs" / log).exists()
     assert "epoch 2/2" in (tiny_run / "results/logs/zoo/myrtle/seed0.log").read_text()
@@ -118,7 +123,8 @@ def test_tiny_run_outputs(tiny_run):
 def test_symmetry_and_rotation_tables(tiny_run):
     symmetry = pd.read_parquet(tiny_run / "results/tables/symmetry.parquet")
     assert set(symmetry["group"]) == {"grelu", "orthogonal"}
-    assert len(symmetry) == 2 * (4 + 19)  # both groups at every site of myrtle and resnet20 (not convnext)
+    # both groups at every site of myrtle, resnet20 and myrtle_leaky (not convnext, cct)
+    assert len(symmetry) == 2 * (4 + 19 + 4)
     grelu = symmetry[symmetry["group"] == "grelu"]
     assert (grelu["relative_change"] < 1e-10).all() and (grelu["representation_error"] < 1e-10).all()
     orthogonal = symmetry[symmetry["group"] == "orthogonal"]
@@ -132,21 +138,38 @@ def test_symmetry_and_rotation_tables(tiny_run):
 def test_stitching_table_and_figures(tiny_run):
     table = pd.read_parquet(tiny_run / "results/tables/stitching.parquet")
     assert list(table.columns[:5]) == ["variant", "pair", "seed_a", "seed_b", "site"]
-    assert len(table) == 3 * (1 + 2)  # three methods at one Myrtle and two ResNet20 sites
-    assert set(table["method"]) == {"full", "rank2", "grelu"}
+    methods = table.groupby("variant")["method"].agg(set).to_dict()
+    assert methods == {"myrtle": {"full", "rank2", "grelu", "grelu_cv", "softsort", "l1_0.01"},
+                       "resnet20": {"full", "rank2", "grelu"}, "myrtle_leaky": {"grelu"},
+                       "cct": {"full", "grelu"}}
+    assert len(table) == 6 + 3 * 2 + 1 + 2  # Myrtle at act2, ResNet20 at two sites, one each
     assert (table["seed_a"] != table["seed_b"]).all()
     assert dict(zip(table["site"], table["inside_residual"])) == {
-        "act2": False, "layer1.0.act1": True, "layer1.0.act2": False}
+        "act2": False, "layer1.0.act1": True, "layer1.0.act2": False, "blocks.1.out": False}
     assert (table["penalty"] - ((table["acc_a"] + table["acc_b"]) / 2 - table["acc_stitched"])).abs().max() < 1e-12
-    grelu = table[table["method"] == "grelu"]
-    for perm, scales, channels in zip(grelu["permutation"], grelu["scales"], grelu["channels"]):
+    group = table[table["method"].isin(["grelu", "grelu_cv", "softsort"])]
+    for perm, scales, channels in zip(group["permutation"], group["scales"], group["channels"]):
         assert sorted(perm) == list(range(channels)) and len(scales) == channels
-    assert (grelu["stitch_params"] == grelu["channels"]).all()
-    assert table[table["method"] != "grelu"]["permutation"].isna().all()
+    assert (group["stitch_params"] == group["channels"]).all()
+    # a rounded G_ReLU layer is a scaled permutation: at least 1 - 1/C of its entries are 0
+    assert (group["sparsity"] >= 1 - 1 / group["channels"] - 1e-12).all()
+    assert table[~table["method"].isin(["grelu", "grelu_cv", "softsort"])]["permutation"].isna().all()
+    l1 = table[table["method"] == "l1_0.01"]
+    assert (l1["l1_lambda"] == 0.01).all() and (l1["epochs"] == 2).all()  # settings_per_method
+    assert table[table["method"] != "l1_0.01"]["l1_lambda"].isna().all() and table["sparsity"].between(0, 1).all()
+    cv = table[table["method"] == "grelu_cv"].iloc[0]
+    assert list(cv["cv_alphas"]) == [0.1, 1.0] and len(cv["cv_accuracies"]) == 2
+    assert cv["alpha_selected"] in (0.1, 1.0) and cv["alpha"] == cv["alpha_selected"]
+    assert table[table["method"] != "grelu_cv"]["alpha_selected"].isna().all()
     summary = pd.read_csv(tiny_run / "results/tables/stitching_summary.csv")
     assert len(summary) == len(table)  # one pair: one row per (variant, site, method)
-    for figure in ["stitching_penalty.png", "stitching_dimension.png"]:
+    for figure in ["stitching_penalty.png", "stitching_dimension.png", "stitching_leaky_relu.png",
+                   "stitching_alpha_cv.png", "stitching_l1_sparsity.png", "stitching_softsort.png",
+                   "stitching_transformer.png"]:
         assert (tiny_run / "results/figures" / figure).stat().st_size > 1000
+    leaky = pd.read_csv(tiny_run / "results/tables/leaky_relu_accuracy.csv")
+    assert list(leaky["slope"]) == [0.0, 0.5] and list(leaky["variant"]) == ["myrtle", "myrtle_leaky"]
+    assert leaky["paper_test_acc"].tolist()[1] == 86.6
 
 
 def test_similarity_table_and_figures(tiny_run):
@@ -196,7 +219,9 @@ def test_report(tiny_run):
     for item in ["zoo_accuracy.png", "zoo_summary.csv", "symmetry_summary.csv", "rotation_penalty.png",
                  "stitching_penalty.png", "stitching_summary.csv", "similarity_cka.png",
                  "similarity_summary.csv", "dissection_fraction.png", "dissection_categories.png",
-                 "dissection_masks_resnet20.png", "dissection_summary.csv"]:
+                 "dissection_masks_resnet20.png", "dissection_summary.csv", "stitching_leaky_relu.png",
+                 "leaky_relu_accuracy.csv", "stitching_alpha_cv.png", "stitching_l1_sparsity.png",
+                 "stitching_softsort.png", "stitching_transformer.png"]:
         assert item in html
 
 
@@ -207,9 +232,9 @@ def test_rerun_has_nothing_to_do(tiny_run):
 def test_zoo_change_reruns_zoo_and_downstream(tiny_run, tmp_path):
     config = changed_config(tmp_path, "epochs.yaml", lambda c: c["zoo"]["training"].update(epochs=3))
     assert planned_jobs(tiny_run, config) == {
-        "train_member": 5, "zoo_table": 1, "zoo_figure": 1, "symmetry_check": 2, "symmetry_table": 1,
+        "train_member": 9, "zoo_table": 1, "zoo_figure": 1, "symmetry_check": 3, "symmetry_table": 1,
         "rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "all": 1,
-        "stitch_pair": 6, "stitching_table": 1, "stitching_figure": 1,
+        "stitch_pair": 12, "stitching_table": 1, "stitching_figure": 1, "stitching_studies_figure": 1,
         "similarity_pair": 2, "similarity_table": 1, "similarity_figure": 1,
         "dissect_member": 2, "dissection_table": 1, "dissection_figure": 1, "dissection_masks": 2}
 
@@ -217,8 +242,8 @@ def test_zoo_change_reruns_zoo_and_downstream(tiny_run, tmp_path):
 def test_figure_change_reruns_figures_only(tiny_run, tmp_path):
     config = changed_config(tmp_path, "dpi.yaml", lambda c: c["figures"].update(dpi=61))
     assert planned_jobs(tiny_run, config) == {"zoo_figure": 1, "rotation_figure": 1, "stitching_figure": 1,
-                                              "similarity_figure": 1, "dissection_figure": 1,
-                                              "dissection_masks": 2, "all": 1}
+                                              "stitching_studies_figure": 1, "similarity_figure": 1,
+                                              "dissection_figure": 1, "dissection_masks": 2, "all": 1}
 
 
 def test_per_variant_training_retrains_that_variant_only(tiny_run, tmp_path):
@@ -226,20 +251,33 @@ def test_per_variant_training_retrains_that_variant_only(tiny_run, tmp_path):
                             lambda c: c["zoo"].update(training_per_variant={"convnext": {"lr": 0.004}}))
     assert planned_jobs(tiny_run, config) == {
         "train_member": 1, "zoo_table": 1, "zoo_figure": 1, "dissect_member": 1, "dissection_table": 1,
-        "dissection_figure": 1, "dissection_masks": 2, "all": 1}
+        "dissection_figure": 1, "dissection_masks": 2,
+        "stitching_studies_figure": 1,  # its LeakyReLU table reads the zoo's accuracies
+        "all": 1}
 
 
-def test_grelu_setting_reruns_grelu_stitching_only(tiny_run, tmp_path):
-    config = changed_config(tmp_path, "alpha.yaml", lambda c: c["stitching"].update(alpha=0.2))
-    assert planned_jobs(tiny_run, config) == {"stitch_pair": 2, "stitching_table": 1,
-                                              "stitching_figure": 1, "all": 1}
+STITCHING_RERUN = {"stitching_table": 1, "stitching_figure": 1, "stitching_studies_figure": 1, "all": 1}
+
+
+@pytest.mark.parametrize("change, jobs", [
+    # grelu of myrtle, resnet20, myrtle_leaky and cct
+    ({"alpha": 0.2}, 4),
+    ({"sinkhorn_iters": 8}, 5),  # and grelu_cv
+    ({"alpha_grid": [0.5, 1.0]}, 1),
+    ({"softsort_tau": 0.05}, 1),
+    ({"settings_per_method": {"l1": {"epochs": 3}}}, 1),
+    ({"l1_lambdas": [0.01, 0.1]}, 1),  # a new method; the existing l1_0.01 job stays
+])
+def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change, jobs):
+    config = changed_config(tmp_path, "method.yaml", lambda c: c["stitching"].update(change))
+    assert planned_jobs(tiny_run, config) == {"stitch_pair": jobs, **STITCHING_RERUN}
 
 
 @pytest.mark.parametrize("module, reruns", [
-    ("figures.py", {"zoo_figure": 1, "rotation_figure": 1, "stitching_figure": 1,
+    ("figures.py", {"zoo_figure": 1, "rotation_figure": 1, "stitching_figure": 1, "stitching_studies_figure": 1,
                     "similarity_figure": 1, "dissection_figure": 1, "dissection_masks": 2, "all": 1}),
     ("rotation.py", {"rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "all": 1}),
-    ("stitching.py", {"stitch_pair": 6, "stitching_table": 1, "stitching_figure": 1, "all": 1}),
+    ("stitching.py", {"stitch_pair": 12, **STITCHING_RERUN}),
     ("similarity.py", {"similarity_pair": 2, "similarity_table": 1, "similarity_figure": 1, "all": 1}),
     ("dissection.py", {"dissect_member": 2, "dissection_table": 1, "dissection_figure": 1,
                        "dissection_masks": 2, "all": 1}),
@@ -286,6 +324,15 @@ def test_protected_checkpoint_is_not_retrained_silently(tiny_run, tmp_path):
      "config key zoo.training_per_variant: ['vgg'] not among"),
     (lambda c: c["dissection"].update(external={"r50": {"arch": "resnet50", "weights": "r50.pth"}}),
      "set dissection.probe.broden to your Broden directory"),
+    (lambda c: c["stitching"].update(methods_per_variant={"vgg": ["grelu"]}),
+     "config key stitching.methods_per_variant: ['vgg'] not among"),
+    (lambda c: c["stitching"].update(methods_per_variant={"myrtle": ["orthogonal"]}),
+     "config key stitching.methods_per_variant.myrtle.0: 'orthogonal' is not one of"),
+    (lambda c: c["stitching"].update(settings_per_method={"l1": {"epoch": 3}}),
+     "config key stitching.settings_per_method.l1: ['epoch'] not among"),
+    (lambda c: c["stitching"].update(settings_per_method={"lasso": {"epochs": 3}}),
+     "stitching.settings_per_method"),
+    (lambda c: c["zoo"]["variants"]["cct"].update(depth=0), "config key zoo.variants.cct.depth"),
 ])
 def test_config_errors_name_the_key(tmp_path, change, message):
     result = snakemake(tmp_path, "-n", config=changed_config(tmp_path, "bad.yaml", change), check=False)

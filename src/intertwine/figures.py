@@ -155,7 +155,7 @@ def _mean_or_none(values, digits: int):
 def stitching_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per variant, site and method: penalty mean and 95% CI over pairs (points), stitched
     accuracy, the layer's dimension, for G_ReLU layers how far P was from a permutation, the
-    layer's sparsity (where recorded) and its training time."""
+    layer's sparsity and its training time."""
     rows = []
     for (variant, site, method), group in table.groupby(["variant", "site", "method"], sort=False):
         mean, half = mean_ci(100 * group["penalty"])
@@ -165,7 +165,7 @@ def stitching_summary(table: pd.DataFrame) -> pd.DataFrame:
                      "acc_stitched_mean": round(100 * group["acc_stitched"].mean(), 2),
                      "stitch_params": int(group["stitch_params"].iloc[0]),
                      "off_permutation_mass": _mean_or_none(group["off_permutation_mass"], 3),
-                     "sparsity_mean": _mean_or_none(group["sparsity"], 3) if "sparsity" in group else None,
+                     "sparsity_mean": _mean_or_none(group["sparsity"], 3),
                      "train_seconds_mean": _mean_or_none(group["train_seconds"], 1)})
     summary = pd.DataFrame(rows)
     order = {m: i for i, m in enumerate(_method_order(summary["method"]))}

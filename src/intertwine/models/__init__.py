@@ -20,7 +20,8 @@ each residual addition by ``nn.Identity``, which stays a site). convnext (a smal
 output is an ``nn.Identity`` site ``stageS.J.out``, next to the inner activation ``stageS.J.act``.
 cct (a Compact Convolutional Transformer, see :mod:`intertwine.models.cct`) likewise, with sites
 ``blocks.K.act`` (the MLP activation) and ``blocks.K.out`` (the block output), channels-first
-(N, channels, tokens); its ``depth`` option (default 2) is the number of encoder blocks.
+(N, channels, tokens); its ``depth`` option (default 2) is the number of encoder blocks, and
+``tokenizer_norm`` (default False, as in CCT) adds an instance norm after each tokenizer layer.
 """
 from __future__ import annotations
 
@@ -98,11 +99,13 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
             MappingProxyType({key: value for key, value in _COMMON_OPTIONS.items()
                               if key != "batch_norm"} | {"activation": "gelu"}),
         ),
-        # A transformer: LayerNorm only and GELU by default too.
+        # A transformer: no batch norm either (LayerNorm, and the tokenizer's optional instance
+        # norm); GELU by default too.
         "cct": Architecture(
             cct,
             MappingProxyType({key: value for key, value in _COMMON_OPTIONS.items()
-                              if key != "batch_norm"} | {"activation": "gelu", "depth": 2}),
+                              if key != "batch_norm"}
+                             | {"activation": "gelu", "depth": 2, "tokenizer_norm": False}),
         ),
     }
 )
@@ -120,7 +123,7 @@ def _check_value(key: str, value: Any) -> Any:
         if value not in ACTIVATIONS:
             raise fail("one of " + ", ".join(map(repr, ACTIVATIONS)))
         return value
-    if key in ("batch_norm", "residual_activation"):
+    if key in ("batch_norm", "residual_activation", "tokenizer_norm"):
         if not isinstance(value, bool):
             raise fail("true or false")
         return value

@@ -1,8 +1,9 @@
 """A Compact Convolutional Transformer (Hassani et al. 2021, "Escaping the Big Data Paradigm with
 Compact Transformers") for CIFAR-sized inputs, the transformer of the paper's appendix D.4.
 
-- tokenizer ``tokenizer``: 2 layers, each a 3x3 conv without bias, a ReLU and a 3x3 stride-2 max
-  pool (padding 1), 64 then D channels: 32x32 pixels -> 8x8 = 64 tokens of dimension D.
+- tokenizer ``tokenizer``: 2 layers (:class:`TokenizerLayer`), each a 3x3 conv without bias, a
+  ReLU and a 3x3 stride-2 max pool (padding 1), 64 then D channels: 32x32 pixels -> 8x8 = 64
+  tokens of dimension D. With ``tokenizer_norm`` each layer ends in an instance norm (below).
 - a learnable positional embedding ``pos_embedding`` on the 8x8 token grid (truncated normal,
   std 0.2, as CCT's), bilinearly resized for inputs other than 32x32.
 - encoder blocks ``blocks.0``, ``blocks.1``, ... (:class:`CCTBlock`), pre-norm: x + MHSA(LN(x)),
@@ -26,6 +27,20 @@ site is wider than the residual stream, as in ConvNeXt; the head count stays 2 a
 (the embedding dimension is rounded to a multiple of it); no dropout, attention dropout or
 stochastic depth. Initialisation as CCT's: linear weights truncated-normal with std 0.02, zero
 biases, conv weights kaiming-normal, LayerNorms at 1 and 0.
+
+``tokenizer_norm`` (not in CCT; off by default): each tokenizer layer's pooled output is
+standardised per image and channel over its positions, then scaled and shifted per channel (a
+GroupNorm with one group per channel: no batch statistics, the same in training and evaluation).
+Measured with the default config's zoo training (4 epochs of Adam, lr 2e-3, batch 32, on the
+4,000 ``shapes`` training images, one CPU thread) at ``width_multiplier`` 0.5: as in CCT the
+network stays near chance for two epochs and ends at 16-23 % test accuracy (three seeds; 66 %
+after 10 epochs without lr drops), with the norm it reaches 59-73 % in 40-44 s. Nothing else
+came close: a channels LayerNorm (over the channels at each position) or a GroupNorm with one
+group in its place 21-24 %, the instance norm before the ReLU instead of after the pool 57-59 %,
+only after the last layer 37-51 %, batch norm 38-44 %; kaiming-normal or PyTorch's default
+linear init, MLP ratio 1, 4 heads, a positional embedding std of 1 or a sine-cosine one, lr 1e-3
+or 3e-3 without the norm all 16-29 %. The shapes' random colours on random backgrounds seem to be
+what per-image normalisation removes; batch-normalised CNNs learn them without it.
 """
 from __future__ import annotations
 
@@ -37,7 +52,7 @@ from torch import nn
 
 from .resnet import _scaled
 
-__all__ = ["CCT", "CCTBlock", "SelfAttention", "cct"]
+__all__ = ["CCT", "CCTBlock", "SelfAttention", "TokenizerLayer", "cct"]
 
 _LN_EPS = 1e-5  # nn.LayerNorm's default, as CCT
 
@@ -93,6 +108,26 @@ class CCTBlock(nn.Module):
         return self.out(x + self.fc2(inner.transpose(1, 2)).transpose(1, 2))
 
 
+class TokenizerLayer(nn.Module):
+    """conv 3x3 (no bias) - ReLU - max pool 3x3 stride 2 - ``norm``: with ``norm`` an instance
+    norm (each image's channels standardised over the positions, then a per-channel affine map;
+    not in CCT, see the module docstring), else an ``nn.Identity``. The ReLU is functional, so it
+    is not a site."""
+
+    def __init__(self, in_channels: int, out_channels: int, norm: bool) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1, bias=False)
+        # GroupNorm with a group per channel: the same for every batch, no running statistics.
+        self.norm = nn.GroupNorm(out_channels, out_channels) if norm else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Channels-last: PyTorch's CPU max pool runs about 10x faster on it than on NCHW, and a
+        # training step of the default CPU model about 10 % (25 % with the norm) faster. The
+        # result is the same up to the conv's rounding.
+        x = x.contiguous(memory_format=torch.channels_last)
+        return self.norm(F.max_pool2d(F.relu(self.conv(x)), kernel_size=3, stride=2, padding=1))
+
+
 class CCT(nn.Module):
     """Convolutional tokenizer, positional embedding, encoder blocks `blocks.0`, `blocks.1`, ...,
     LayerNorm, sequence pooling, linear head."""
@@ -106,13 +141,14 @@ class CCT(nn.Module):
         tokenizer_widths: tuple[int, ...],
         num_classes: int = 10,
         activation_layer: Callable[[], nn.Module] = nn.GELU,
+        tokenizer_norm: bool = False,
         image_size: int = 32,
     ) -> None:
         super().__init__()
         widths = (3, *tokenizer_widths, dim)
-        self.tokenizer = nn.ModuleList(
-            nn.Conv2d(c_in, c_out, kernel_size=3, padding=1, bias=False)
-            for c_in, c_out in zip(widths[:-1], widths[1:])
+        self.tokenizer = nn.Sequential(
+            *(TokenizerLayer(c_in, c_out, tokenizer_norm)
+              for c_in, c_out in zip(widths[:-1], widths[1:]))
         )
         grid = image_size
         for _ in self.tokenizer:
@@ -140,11 +176,7 @@ class CCT(nn.Module):
 
     def _embed(self, x: torch.Tensor) -> torch.Tensor:
         """Images (N, 3, H, W) to tokens (N, D, T), positional embedding added."""
-        # Channels-last: PyTorch's CPU max pool is about 10x faster on it than on NCHW (and the
-        # tokenizer's step 25 % faster); the result is the same up to the convs' rounding.
-        x = x.contiguous(memory_format=torch.channels_last)
-        for conv in self.tokenizer:
-            x = F.max_pool2d(F.relu(conv(x)), kernel_size=3, stride=2, padding=1)
+        x = self.tokenizer(x)
         pos = self.pos_embedding
         if x.shape[-2:] != pos.shape[-2:]:
             pos = F.interpolate(pos, size=x.shape[-2:], mode="bilinear", align_corners=False)
@@ -188,11 +220,15 @@ def cct(
     width_multiplier: float = 1.0,
     activation_layer: Callable[[], nn.Module] = nn.GELU,
     depth: int = 2,
+    tokenizer_norm: bool = False,
 ) -> CCT:
     """CIFAR CCT: tokenizer widths 64/D, embedding dimension D = 128, 2 heads, MLP dimension 2D
     (widths scaled by `width_multiplier`, D rounded to a multiple of the heads), `depth` encoder
-    blocks."""
+    blocks (349,515 parameters with the defaults; 90,795 at width 0.5, 90,987 with
+    `tokenizer_norm`, which trains the default zoo's 4 epochs in 40-44 s on one CPU thread to
+    59-73 % on shapes; 4,002,443 at width 2 and depth 7, about CCT-7/3x2's 3.85M)."""
     heads = 2
     (tokenizer_width,) = _scaled((64,), width_multiplier)
     dim = heads * _scaled((128 // heads,), width_multiplier)[0]  # the head dimension scales
-    return CCT(depth, dim, heads, 2 * dim, (tokenizer_width,), num_classes, activation_layer)
+    return CCT(depth, dim, heads, 2 * dim, (tokenizer_width,), num_classes, activation_layer,
+               tokenizer_norm)
