@@ -333,6 +333,7 @@ def test_protected_checkpoint_is_not_retrained_silently(tiny_run, tmp_path):
     (lambda c: c["stitching"].update(settings_per_method={"lasso": {"epochs": 3}}),
      "stitching.settings_per_method"),
     (lambda c: c["zoo"]["variants"]["cct"].update(depth=0), "config key zoo.variants.cct.depth"),
+    (lambda c: c["dissection"].update(variants=["cct"]), "config key dissection.variants: 'cct' is a transformer"),
 ])
 def test_config_errors_name_the_key(tmp_path, change, message):
     result = snakemake(tmp_path, "-n", config=changed_config(tmp_path, "bad.yaml", change), check=False)

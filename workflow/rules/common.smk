@@ -321,6 +321,11 @@ SIMILARITY_OUTPUTS = (
 
 DISSECTION = config["dissection"]
 check_subset("dissection.variants", DISSECTION["variants"], VARIANTS)
+for _variant in DISSECTION["variants"]:
+    if spec_option(_variant, "arch") == "cct":
+        raise WorkflowError(f"config key dissection.variants: {_variant!r} is a transformer, whose sites "
+                            "are token sequences, not the spatial maps dissection overlays on concept "
+                            "masks; dissect convolutional variants")
 check_subset("dissection.sites", DISSECTION["sites"], DISSECTION["variants"])
 
 
