@@ -344,7 +344,8 @@ def test_config_errors_name_the_key(tmp_path, change, message):
 def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
     config = changed_config(tmp_path, "slow.yaml", lambda c: (
         c["zoo"].update(seeds=1, seeds_per_variant={}, variants={"myrtle": c["zoo"]["variants"]["myrtle"]}),
-        c["zoo"]["training"].update(epochs=200), c["stitching"].update(variants=[], sites={}),
+        c["zoo"]["training"].update(epochs=200),
+        c["stitching"].update(variants=[], sites={}, methods_per_variant={}),
         c["similarity"].update(variants=[]), c["dissection"].update(variants=[])))
     workdir = tmp_path / "run"
     process = snakemake(workdir, config=config, stdout=subprocess.DEVNULL,
@@ -360,7 +361,7 @@ def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
     snakemake(workdir, "--unlock", config=config)
     finished = changed_config(tmp_path, "slow.yaml", lambda c: (
         c["zoo"].update(seeds=1, seeds_per_variant={}, variants={"myrtle": c["zoo"]["variants"]["myrtle"]}),
-        c["stitching"].update(variants=[], sites={}), c["similarity"].update(variants=[]),
+        c["stitching"].update(variants=[], sites={}, methods_per_variant={}), c["similarity"].update(variants=[]),
         c["dissection"].update(variants=[])))
     snakemake(workdir, config=finished)  # --rerun-incomplete comes from the default profile
     assert (workdir / "results/zoo/myrtle/seed0.pt").exists()
