@@ -200,6 +200,16 @@ def _penalty_panel(ax, rows: pd.DataFrame, title: str) -> None:
     ax.grid(axis="y", alpha=0.3)
 
 
+def _legend_of_every_panel(axes) -> None:
+    """One legend beside the last panel with every label drawn in any panel (variants may use
+    different methods), each once."""
+    entries = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    axes[-1].legend(entries.values(), entries.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+
+
 def stitching_penalty(table: pd.DataFrame) -> plt.Figure:
     """Stitching penalty per site and method, mean with 95% CI over pairs, one panel per variant;
     residual-internal sites marked * (the paper's Figs. 1, 6, 7)."""
@@ -209,7 +219,7 @@ def stitching_penalty(table: pd.DataFrame) -> plt.Figure:
                              squeeze=False)
     for ax, variant in zip(axes[0], variants):
         _penalty_panel(ax, table[table["variant"] == variant], variant)
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    _legend_of_every_panel(axes[0])
     fig.tight_layout()
     return fig
 
@@ -232,7 +242,7 @@ def stitching_dimension(table: pd.DataFrame) -> plt.Figure:
         ax.set_title(variant)
         ax.set_ylabel("parameter dimension")
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    _legend_of_every_panel(axes[0])
     fig.tight_layout()
     return fig
 
@@ -393,7 +403,7 @@ def l1_sparsity(table: pd.DataFrame) -> plt.Figure:
         ax.set_ylabel("stitching penalty (accuracy points)")
         ax.set_title(f"{variant} ({rows['pair'].nunique()} pairs, {rows['site'].nunique()} sites)")
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    _legend_of_every_panel(axes[0])
     fig.tight_layout()
     return fig
 
