@@ -29,11 +29,5 @@ include: "workflow/rules/figures.smk"
 
 rule all:
     input:
-        ZOO_TABLES,
-        ZOO_FIGURES,
-        SYMMETRY_OUTPUTS,
-        ROTATION_OUTPUTS,
-        STITCHING_OUTPUTS,
-        SIMILARITY_OUTPUTS,
-        DISSECTION_OUTPUTS,
+        PLAN.all_outputs,
     default_target: True

@@ -14,7 +14,8 @@ import torch
 from common import baseline_loader, benchmark_data, describe_device, ratio_line, throughput
 from intertwine import models
 from intertwine.data import Split
-from intertwine.training import TrainConfig, train
+from intertwine.settings import TrainConfig
+from intertwine.training import train
 from intertwine.utils import resolve_device
 
 

@@ -294,3 +294,33 @@ def test_site_activations_equal_the_split_forward_pass(arch):
     with torch.no_grad():
         for name in names[::3]:
             assert torch.equal(read[name], forward_to(model, normalize(images, mean, std), name)[0])
+
+
+def test_masks_figure_shows_the_members_own_dissection(tmp_path, tiny_shapes_dir):
+    """dissection_masks labels units from dissect_member's units table (not a second dissection):
+    the same units, IoUs and thresholds as the table at each alpha of rotation draw 0."""
+    from intertwine import models
+    from intertwine.jobs import Job
+    from intertwine.jobs.dissection import dissect_member, dissection_masks
+    from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
+
+    torch.manual_seed(0)
+    spec = models.normalize_spec({"arch": "resnet20", "width_multiplier": 0.25})
+    path = tmp_path / "seed0.pt"
+    save_checkpoint({"format": CHECKPOINT_FORMAT, "state_dict": models.build(spec).state_dict(), "spec": spec,
+                     "variant": "r", "seed": 0}, path)
+    block = {"alphas": [0.0, 0.5, 1.0], "rotations": 1, "quantile": 0.005, "iou_threshold": 0.04,
+             "batch_size": 16, "probe": {"source": "shapes", "images": 24},
+             "masks": {"units": 2, "images": 3, "alphas": [0.0, 1.0]}}
+    job = Job("cpu", tiny_shapes_dir, log=lambda _: None)
+    _, units = dissect_member(job, str(path), ["layer3.2.act2"], block)
+    images, panels = dissection_masks(job, str(path), "layer3.2.act2", block, units)
+    assert len(images) == 24 and len(panels) == 2 * 2
+    for panel, alpha in zip(panels, [0.0, 0.0, 1.0, 1.0]):
+        row = units[(units["alpha"] == alpha) & (units["rotation_seed"] == 0) & (units["unit"] == panel["unit"])]
+        assert panel["iou"] == row["iou"].item() and panel["concept"] == row["concept"].item()
+        assert len(panel["examples"]) == 3
+    with pytest.raises(ValueError, match=r"masks.alphas \[0.25\] are not among dissection.alphas"):
+        dissection_masks(job, str(path), "layer3.2.act2", block | {"masks": block["masks"] | {"alphas": [0.25]}}, units)
+    with pytest.raises(ValueError, match="hold 0 units of r seed 0 at layer2.2.act2"):
+        dissection_masks(job, str(path), "layer2.2.act2", block, units)

@@ -175,7 +175,7 @@ def test_sinkhorn_doubly_stochastic():
 
 
 def test_sinkhorn_relu_first_and_grad():
-    P = torch.randn(5, 5, generator=gen(), dtype=torch.float64) + 0.5
+    P = torch.randn(5, 5, generator=gen(), dtype=torch.float64) + 0.5 + 2 * torch.eye(5, dtype=torch.float64)
     P.requires_grad_(True)
     S = sinkhorn(P)
     assert (S[P.detach() < 0] == 0).all()  # negatives clipped before normalising
@@ -254,3 +254,59 @@ def test_rotation_powers_share_one_decomposition():
         torch.testing.assert_close(power, rotation_power(Q, alpha), atol=1e-10, rtol=0)
     identity, same = rotation_powers(Q, [0.0, 1.0])  # no decomposition needed
     assert torch.equal(identity, torch.eye(7, dtype=torch.float64)) and torch.equal(same, Q)
+
+
+# ---------------------------------------------------------------------------
+# Invalid input: an error that says what is wrong, never a wrong result
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("perm, message", [
+    ([0, 0, 1], r"repeated \[0\], missing \[2\]"),
+    ([0, 3, 1], r"out of range \[3\]"),
+    ([-1, 0, 1], r"out of range \[-1\]"),
+    ([[0, 1], [1, 0]], "one-dimensional"),
+    ([0.5, 1.0], "holds integers"),
+])
+def test_permutation_helpers_refuse_non_permutations(perm, message):
+    with pytest.raises(ValueError, match=message):
+        permutation_matrix(perm)
+    with pytest.raises(ValueError, match=message):
+        grelu_matrix(perm, torch.ones(torch.as_tensor(perm).numel()))
+
+
+def test_grelu_matrix_checks_its_scales():
+    with pytest.raises(ValueError, match="nonnegative"):
+        grelu_matrix([1, 0], torch.tensor([1.0, -2.0]))
+    with pytest.raises(ValueError, match=r"one entry per index of perm \(3\), got shape \(2,\)"):
+        grelu_matrix([1, 0, 2], torch.ones(2))
+    with pytest.raises(ValueError, match="finite"):
+        grelu_matrix([1, 0], torch.tensor([1.0, float("nan")]))
+    assert torch.equal(grelu_matrix([1, 0], torch.tensor([0.0, 2.0])), torch.tensor([[0.0, 0.0], [2.0, 0.0]]))
+
+
+@pytest.mark.parametrize("P, message", [
+    (torch.full((3, 3), float("nan")), "NaN or infinite"),
+    (-torch.ones(3, 3), "no positive entry"),
+    (torch.zeros(3, 3), "no positive entry"),
+    (torch.tensor([[1.0, 0.0], [1.0, 0.0]]), "no positive entry"),  # an empty column
+    (torch.ones(2, 3), "square"),
+])
+def test_sinkhorn_refuses_what_it_cannot_project(P, message):
+    with pytest.raises(ValueError, match=message):
+        sinkhorn(P)
+
+
+def test_rotation_power_refuses_non_rotations():
+    Q = random_rotation(6, gen())
+    with pytest.raises(ValueError, match="not orthogonal"):
+        rotation_power(2 * Q, 0.5)
+    with pytest.raises(ValueError, match="not orthogonal"):
+        rotation_power(torch.randn(6, 6, generator=gen()), 0.5)
+    with pytest.raises(ValueError, match="alpha must be finite"):
+        rotation_power(Q, float("nan"))
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        rotation_power(torch.full((3, 3), float("nan")), 0.5)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        round_to_permutation(torch.full((3, 3), float("nan")))
+    torch.testing.assert_close(rotation_power(Q.float(), 1.0), Q.float())  # float32 rounding is fine

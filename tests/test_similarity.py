@@ -441,7 +441,8 @@ def test_similarity_pair_of_a_model_with_its_grelu_transform(tmp_path, tiny_shap
     """A zoo member against itself acted on by G_ReLU elements: every G_ReLU measure is 1 at
     every site, orthogonal Procrustes too (G_ReLU elements with unit scales are orthogonal)."""
     from intertwine import models
-    from intertwine.similarity import similarity_pair
+    from intertwine.jobs import Job
+    from intertwine.jobs.similarity import similarity_pair
     from intertwine.symmetry import act_on_weights, random_elements
     from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
 
@@ -457,8 +458,8 @@ def test_similarity_pair_of_a_model_with_its_grelu_transform(tmp_path, tiny_shap
         paths.append(str(path))
     block = {"samples": 48, "batch_size": 20, "procrustes_measures": ["grelu_procrustes", "orthogonal_procrustes"],
              "cka_measures": ["grelu_cka", "linear_cka"]}
-    table = similarity_pair(*paths, str(tiny_shapes_dir), 0, block, procrustes=True, cka=True,
-                            device="cpu", log=lambda _: None)
+    table = similarity_pair(Job("cpu", tiny_shapes_dir, log=lambda _: None), *paths, 0, block,
+                            procrustes=True, cka=True)
     assert set(table["measure"]) == {"grelu_procrustes", "orthogonal_procrustes", "grelu_cka", "linear_cka"}
     assert (table["n_samples"] == 48).all() and (table[["seed_a", "seed_b"]].to_numpy() == [0, 1]).all()
     cka = table[table["measure"] == "grelu_cka"]

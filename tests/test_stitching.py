@@ -12,25 +12,24 @@ from intertwine.data import Split, load_meta, load_split
 from intertwine.data.augment import normalize
 from intertwine.stitching import (
     FullStitch,
+    GReLULayer,
     GReLUStitch,
     RankStitch,
     SoftSortStitch,
-    StitchConfig,
     build_layer,
     cv_split,
     draw_pairs,
     fit,
-    l1_method,
     match_grelu,
     method_dimension,
-    parse_method,
     refresh_batch_norm,
     select_alpha,
     sparsity,
     stitch,
 )
 from intertwine.symmetry import act_on_weights, random_elements
-from intertwine.training import TrainConfig, evaluate, train
+from intertwine.settings import StitchConfig, TrainConfig, l1_method, parse_method
+from intertwine.training import evaluate, train
 
 
 def test_layers_map_channels_by_their_matrix():
@@ -89,6 +88,28 @@ def test_rounding_gives_the_nearest_permutation_and_mass_off_it():
     layer.round()
     assert torch.equal(layer.permutation, perm)
     torch.testing.assert_close(layer.matrix(), target)
+
+
+def test_mass_then_rounding_runs_the_hungarian_algorithm_once(monkeypatch):
+    calls = []
+    hungarian = groups.round_to_permutation
+    monkeypatch.setattr(groups, "round_to_permutation", lambda P: calls.append(1) or hungarian(P))
+    g = torch.Generator().manual_seed(0)
+    for layer in (GReLUStitch(6, g), SoftSortStitch(6, g)):
+        assert isinstance(layer, GReLULayer)
+        calls.clear()
+        P = layer.soft_permutation().detach().clone()
+        mass = layer.off_permutation_mass()
+        assert layer.round() == mass  # as stitch_pair does: the mass, then the rounding
+        assert len(calls) == 1
+        assert torch.equal(layer.permutation, hungarian(P))
+        assert mass == pytest.approx(float(1 - P.gather(1, layer.permutation[:, None]).sum() / 6))
+        with torch.no_grad():  # a new P is rounded afresh
+            (layer.P if isinstance(layer, GReLUStitch) else layer.scores).mul_(-1)
+        layer.round()
+        assert len(calls) == 2
+    assert not isinstance(SoftSortStitch(4), GReLUStitch)
+    assert all(isinstance(build_layer(m, 4), GReLULayer) for m in ("grelu", "grelu_cv", "softsort"))
 
 
 def test_pairs_are_distinct_members_and_reproducible():
@@ -170,7 +191,7 @@ def _stitch_and_measure(trained_pair, method, config, site="act2", keep_unrounde
         log=lambda _: None)
     if keep_unrounded:
         return layer, None, None
-    if isinstance(layer, GReLUStitch):
+    if isinstance(layer, GReLULayer):
         layer.round()
     refresh_batch_norm(stitched, splits["train"], mean, std)  # as stitch_pair does
     return layer, evaluate(stitched, splits["test"], mean, std), evaluate(g, splits["test"], mean, std)
@@ -350,7 +371,7 @@ def test_alpha_by_cross_validation_measures_the_chosen_layer(trained_pair):
         built.append(layer)
         return layer
 
-    config = StitchConfig(epochs=1, lr=1e-3, alpha_grid=[0.0, 0.1, 10.0], cv_held_out=0.25, **STITCH)
+    config = StitchConfig(epochs=1, lr=1e-3, alpha_grid=[0.0, 0.1, 10.0], cv_held_out=0.25, cv_epochs=None, **STITCH)
     stitched = stitch(f, copy.deepcopy(g), "act2", make_layer(0.1))
     back = copy.deepcopy(stitched.back.state_dict())
     log = []

@@ -14,7 +14,6 @@ from intertwine.symmetry import (
     element_matrix,
     random_elements,
     site_groups,
-    site_representations,
 )
 
 SPECS = {
@@ -76,7 +75,7 @@ def test_grelu_action_preserves_function_and_moves_representations(zoo, key):
     x = _x()
     with torch.no_grad():
         assert _rel(acted(x), model(x)) < 1e-10
-    old, new = site_representations(model, x), site_representations(acted, x)
+    old, new = models.site_activations(model, x), models.site_activations(acted, x)
     for site in models.sites(model):  # inside blocks too, with that block's free element
         expected = act_on_representation(old[site.name], elements[site.name])
         assert _rel(new[site.name], expected) < 1e-10, site.name
@@ -348,9 +347,9 @@ def test_element_helpers_follow_the_groups_convention():
                                                                           a + 0.1, x))
 
 
-def test_site_representations_and_groups(zoo):
+def test_site_activations_of_normalised_inputs_and_groups(zoo):
     model = zoo["resnet20"]
-    reps = site_representations(model, _x())
+    reps = models.site_activations(model, _x())  # no mean/std: inputs as they are
     assert list(reps) == [s.name for s in models.sites(model)]
     assert reps["layer3.2.act2"].shape == (8, 16, 4, 4)
     groups = site_groups(model)

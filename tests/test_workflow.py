@@ -223,6 +223,11 @@ def test_report(tiny_run):
                  "leaky_relu_accuracy.csv", "stitching_alpha_cv.png", "stitching_l1_sparsity.png",
                  "stitching_softsort.png", "stitching_transformer.png"]:
         assert item in html
+    # The opening gives each variant's seeds, zoo.seeds_per_variant included (tests/test_report_text.py).
+    zoo = yaml.safe_load(TINY.read_text())["zoo"]
+    for variant in zoo["variants"]:
+        n = zoo["seeds_per_variant"].get(variant, zoo["seeds"])
+        assert re.search(rf"(?<!\d){n} seeds? (each )?of [^;]*\b{re.escape(variant)}\b", html), variant
 
 
 def test_rerun_has_nothing_to_do(tiny_run):
@@ -314,28 +319,14 @@ def test_protected_checkpoint_is_not_retrained_silently(tiny_run, tmp_path):
      "config key zoo.variants.bad: unknown model option 'constant_width'"),
     (lambda c: c["zoo"]["variants"].update(bad={"arch": "vgg"}), "config key zoo.variants.bad.arch"),
     (lambda c: c["zoo"].update(seeds=1), "config key stitching.variants: stitching pairs need at least 2"),
-    (lambda c: c["stitching"].update(variants=["resnet18"]), "config key stitching.variants: ['resnet18'] not among"),
-    (lambda c: c["dissection"].update(sites={"resnet20": ["layer9.act"]}),
-     "config key dissection.sites.resnet20: ['layer9.act'] not among"),
-    (lambda c: c["dissection"].update(seeds=3), "config key dissection.seeds: 3 seeds of 'resnet20' asked for"),
-    (lambda c: c["zoo"].update(training_per_variant={"convnext": {"learning_rate": 0.1}}),
-     "config key zoo.training_per_variant.convnext: ['learning_rate'] not among"),
-    (lambda c: c["zoo"].update(training_per_variant={"vgg": {"lr": 0.1}}),
-     "config key zoo.training_per_variant: ['vgg'] not among"),
-    (lambda c: c["dissection"].update(external={"r50": {"arch": "resnet50", "weights": "r50.pth"}}),
-     "set dissection.probe.broden to your Broden directory"),
-    (lambda c: c["stitching"].update(methods_per_variant={"vgg": ["grelu"]}),
-     "config key stitching.methods_per_variant: ['vgg'] not among"),
     (lambda c: c["stitching"].update(methods_per_variant={"myrtle": ["orthogonal"]}),
      "config key stitching.methods_per_variant.myrtle.0: 'orthogonal' is not one of"),
-    (lambda c: c["stitching"].update(settings_per_method={"l1": {"epoch": 3}}),
-     "config key stitching.settings_per_method.l1: ['epoch'] not among"),
     (lambda c: c["stitching"].update(settings_per_method={"lasso": {"epochs": 3}}),
      "stitching.settings_per_method"),
     (lambda c: c["zoo"]["variants"]["cct"].update(depth=0), "config key zoo.variants.cct.depth"),
-    (lambda c: c["dissection"].update(variants=["cct"]), "config key dissection.variants: 'cct' is a transformer"),
 ])
 def test_config_errors_name_the_key(tmp_path, change, message):
+    """Schema errors, and the plan's cross-checks (each tested in test_plan.py) as Snakemake shows them."""
     result = snakemake(tmp_path, "-n", config=changed_config(tmp_path, "bad.yaml", change), check=False)
     assert result.returncode != 0
     assert message in result.stdout + result.stderr
@@ -371,3 +362,14 @@ def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
 def test_lint_is_clean(tmp_path):
     result = snakemake(tmp_path, "--lint")
     assert "Congratulations, your workflow is in a good condition" in result.stdout + result.stderr
+
+
+def test_runs_from_an_environment_that_is_not_activated(tmp_path):
+    """`.venv/bin/snakemake` without `source .venv/bin/activate`: the jobs still find `intertwine`."""
+    bare = os.environ | {"PATH": "/usr/bin:/bin"}
+    command = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
+               "--configfile", str(TINY), "--cores", "1", "--until", "prepare_data"]
+    result = subprocess.run(command, env=bare, capture_output=True, text=True)
+    log = tmp_path / "results/logs/data/shapes.log"
+    assert result.returncode == 0, result.stderr[-2000:] + (log.read_text() if log.exists() else "")
+    assert (tmp_path / "results/data/shapes/meta.json").exists()

@@ -7,11 +7,14 @@ import torch
 
 from intertwine import models
 from intertwine.data import load_split
-from intertwine.training import DivergedError, TrainConfig, lr_factor, train
-from intertwine.zoo import load_model, load_weights, save_checkpoint, train_member, zoo_table
+from intertwine.settings import TrainConfig
+from intertwine.training import DivergedError, lr_factor, train
+from intertwine.jobs import Job
+from intertwine.jobs.zoo import train_member
+from intertwine.zoo import load_model, load_weights, save_checkpoint, zoo_table
 
 SPEC = {"arch": "myrtle", "width_multiplier": 0.125}
-TRAINING = {"epochs": 2, "batch_size": 32, "device": "cpu"}
+TRAINING = {"epochs": 2, "batch_size": 32}
 
 
 def state_hash(state_dict):
@@ -31,9 +34,9 @@ def test_lr_schedule_has_four_even_drops():
 
 def test_training_is_bit_identical_and_seed_dependent(tiny_shapes_dir):
     torch.set_num_threads(1)
-    first, metrics = train_member(SPEC, "m", 0, tiny_shapes_dir, TRAINING)
-    second, _ = train_member(SPEC, "m", 0, tiny_shapes_dir, TRAINING)
-    other, _ = train_member(SPEC, "m", 1, tiny_shapes_dir, TRAINING)
+    first, metrics = train_member(Job("cpu", tiny_shapes_dir), "m", 0, SPEC, TRAINING)
+    second, _ = train_member(Job("cpu", tiny_shapes_dir), "m", 0, SPEC, TRAINING)
+    other, _ = train_member(Job("cpu", tiny_shapes_dir), "m", 1, SPEC, TRAINING)
     assert state_hash(first["state_dict"]) == state_hash(second["state_dict"])
     assert state_hash(first["state_dict"]) != state_hash(other["state_dict"])
     assert list(metrics["epoch"]) == [1, 2] and metrics["kept"].sum() == 1
@@ -43,7 +46,7 @@ def test_training_is_bit_identical_and_seed_dependent(tiny_shapes_dir):
 
 def test_training_learns(tiny_shapes_dir):
     torch.set_num_threads(1)
-    checkpoint, metrics = train_member(SPEC, "m", 0, tiny_shapes_dir, TRAINING | {"epochs": 6})
+    checkpoint, metrics = train_member(Job("cpu", tiny_shapes_dir), "m", 0, SPEC, TRAINING | {"epochs": 6})
     assert metrics["train_loss"].iloc[-1] < metrics["train_loss"].iloc[0]
 
 
@@ -57,7 +60,7 @@ def test_nan_loss_names_model_and_epoch(tiny_shapes_dir):
 
 
 def test_checkpoints_are_never_overwritten_and_check_architecture(tiny_shapes_dir, tmp_path):
-    checkpoint, _ = train_member(SPEC, "m", 0, tiny_shapes_dir, TRAINING | {"epochs": 1})
+    checkpoint, _ = train_member(Job("cpu", tiny_shapes_dir), "m", 0, SPEC, TRAINING | {"epochs": 1})
     path = tmp_path / "zoo" / "seed0.pt"
     save_checkpoint(checkpoint, path)
     with pytest.raises(FileExistsError, match="never overwritten"):

@@ -1,12 +1,16 @@
 """Command line: ``intertwine <stage> ...``, the only thing the workflow's rules call.
 
-Config blocks are passed as JSON strings, exactly as the workflow holds them, so any job can be
-rerun by hand from the command its log prints.
+Each torch job's subcommand is named like its rule and its function in ``intertwine.jobs``
+(``stitch-pair``: rule ``stitch_pair``, ``jobs.stitching.stitch_pair``) and takes the options every job
+shares: ``--data``, ``--global-seed``, ``--device``, ``--threads``. Config blocks are passed as
+JSON strings, exactly as the workflow holds them, and every command first logs itself, so any job
+can be rerun by hand from the command its log prints.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -30,27 +34,91 @@ def _save(fig, path: str, other_formats: list[str], figures: dict) -> None:
     save_figure(fig, [path, *(p for p in other_formats if Path(p).stem == stem)], dpi=figures["dpi"])
 
 
-def cmd_data(args) -> None:
+def _job(args):
+    """The job context of a torch command's shared options."""
+    from intertwine.jobs import Job
+
+    return Job(args.device, args.data, args.global_seed, _log)
+
+
+def cmd_prepare_data(args) -> None:
     from intertwine.data import build_dataset, write_dataset
 
-    splits, meta = build_dataset(args.config, args.seed)
+    splits, meta = build_dataset(args.config, args.global_seed)
     write_dataset(args.out, splits, meta)
     _log(f"{meta['dataset']}: " + ", ".join(f"{k} {v}" for k, v in meta["sizes"].items())
          + f" images of {meta['image_size']} pixels in {args.out}")
 
 
-def cmd_train(args) -> None:
-    import torch
-
+def cmd_train_member(args) -> None:
+    from intertwine.jobs.zoo import train_member
     from intertwine.tables import ZOO_EPOCHS, write_parquet
-    from intertwine.zoo import refuse_overwrite, save_checkpoint, train_member
+    from intertwine.zoo import refuse_overwrite, save_checkpoint
 
-    refuse_overwrite(args.checkpoint)  # fail before training, not after
-    torch.set_num_threads(args.threads)
-    checkpoint, metrics = train_member(args.spec, args.variant, args.seed, args.data,
-                                       args.training, args.global_seed, args.checkpoint, log=_log)
+    refuse_overwrite(args.out)  # fail before training, not after
+    checkpoint, metrics = train_member(_job(args), args.variant, args.seed, args.spec, args.training, args.out)
     write_parquet(metrics, args.metrics, ZOO_EPOCHS)
-    save_checkpoint(checkpoint, args.checkpoint)
+    save_checkpoint(checkpoint, args.out)
+
+
+def cmd_rotation_trial(args) -> None:
+    from intertwine.jobs.rotation import rotation_trial
+    from intertwine.tables import ROTATION, write_parquet
+
+    row = rotation_trial(_job(args), args.checkpoint, args.site, args.group, args.trial, args.config,
+                         args.training)
+    write_parquet(row, args.out, ROTATION)
+
+
+def cmd_stitch_pair(args) -> None:
+    from intertwine.jobs.stitching import stitch_pair
+    from intertwine.tables import STITCHING, write_parquet
+
+    rows = stitch_pair(_job(args), args.a, args.b, args.method, args.pair, args.config, args.sites)
+    write_parquet(rows, args.out, STITCHING)
+
+
+def cmd_similarity_pair(args) -> None:
+    from intertwine.jobs.similarity import similarity_pair
+    from intertwine.tables import SIMILARITY, write_parquet
+
+    rows = similarity_pair(_job(args), args.a, args.b, args.pair, args.config, args.procrustes, args.cka)
+    write_parquet(rows, args.out, SIMILARITY)
+
+
+def cmd_symmetry_check(args) -> None:
+    from intertwine.jobs.symmetry import symmetry_check
+    from intertwine.tables import SYMMETRY, write_parquet
+
+    write_parquet(symmetry_check(_job(args), args.checkpoint, args.config), args.out, SYMMETRY)
+
+
+def cmd_dissect_member(args) -> None:
+    from intertwine.jobs.dissection import dissect_member
+    from intertwine.tables import DISSECTION, DISSECTION_UNITS, write_parquet
+
+    summary, units = dissect_member(_job(args), args.checkpoint, args.sites, args.config)
+    write_parquet(units, args.units_out, DISSECTION_UNITS)
+    write_parquet(summary, args.out, DISSECTION)
+
+
+def cmd_dissect_external(args) -> None:
+    from intertwine.jobs.dissection import dissect_external
+    from intertwine.tables import DISSECTION, DISSECTION_UNITS, write_parquet
+
+    summary, units = dissect_external(_job(args), args.name, args.arch, args.weights, args.config, args.sites)
+    write_parquet(units, args.units_out, DISSECTION_UNITS)
+    write_parquet(summary, args.out, DISSECTION)
+
+
+def cmd_dissection_masks(args) -> None:
+    from intertwine.figures import dissection_masks as draw_masks
+    from intertwine.jobs.dissection import dissection_masks
+    from intertwine.tables import DISSECTION_UNITS, read_parquet
+
+    units = read_parquet([args.units], DISSECTION_UNITS)
+    images, panels = dissection_masks(_job(args), args.checkpoint, args.site, args.config, units)
+    _save(draw_masks(images.numpy(), panels), args.out, args.other_formats, args.figures)
 
 
 def cmd_zoo_table(args) -> None:
@@ -60,130 +128,6 @@ def cmd_zoo_table(args) -> None:
     epochs = read_parquet(args.metrics, ZOO_EPOCHS)
     write_parquet(epochs, args.epochs_out, ZOO_EPOCHS)
     write_parquet(zoo_table([epochs]), args.out, ZOO)
-
-
-def cmd_zoo_figure(args) -> None:
-    from intertwine.figures import save_figure, zoo_accuracy, zoo_summary
-    from intertwine.paper import reported_accuracy
-    from intertwine.tables import ZOO, read_parquet, write_csv
-
-    zoo = read_parquet([args.zoo], ZOO)
-    reported = ({name: reported_accuracy(spec) for name, spec in args.variants.items()}
-                if args.dataset == "cifar10" else {})
-    save_figure(zoo_accuracy(zoo, reported), args.out, dpi=args.figures["dpi"])
-    write_csv(zoo_summary(zoo, reported), args.summary)
-
-
-def cmd_rotation(args) -> None:
-    import torch
-
-    from intertwine.rotation import run_trial
-    from intertwine.tables import ROTATION, write_parquet
-
-    torch.set_num_threads(args.threads)
-    row = run_trial(args.checkpoint, args.data, args.site, args.group, args.trial, args.config,
-                    args.training, args.global_seed, log=_log)
-    write_parquet(row, args.out, ROTATION)
-
-
-def cmd_stitch(args) -> None:
-    import torch
-
-    from intertwine.stitching import stitch_pair
-    from intertwine.tables import STITCHING, write_parquet
-
-    torch.set_num_threads(args.threads)
-    rows = stitch_pair(args.a, args.b, args.data, args.method, args.pair, args.config,
-                       args.training, args.sites, args.global_seed, log=_log)
-    write_parquet(rows, args.out, STITCHING)
-
-
-def cmd_similarity(args) -> None:
-    import torch
-
-    from intertwine.similarity import similarity_pair
-    from intertwine.tables import SIMILARITY, write_parquet
-
-    torch.set_num_threads(args.threads)
-    rows = similarity_pair(args.a, args.b, args.data, args.pair, args.config, args.procrustes,
-                           args.cka, args.global_seed, args.device, log=_log)
-    write_parquet(rows, args.out, SIMILARITY)
-
-
-def cmd_similarity_figure(args) -> None:
-    from intertwine.figures import similarity_cka, similarity_procrustes, similarity_summary
-    from intertwine.tables import SIMILARITY, read_parquet, write_csv
-
-    from intertwine.paper import reported_procrustes
-
-    table = read_parquet([args.table], SIMILARITY)
-    paper = ({name: reported_procrustes(spec) for name, spec in args.variants.items()}
-             if args.dataset == "cifar10" else {})
-    if args.procrustes:
-        _save(similarity_procrustes(table, paper), args.procrustes, args.other_formats, args.figures)
-    if args.cka:
-        _save(similarity_cka(table), args.cka, args.other_formats, args.figures)
-    write_csv(similarity_summary(table, paper), args.summary)
-
-
-def cmd_dissect(args) -> None:
-    import torch
-
-    from intertwine.dissection import run_member
-    from intertwine.tables import DISSECTION, DISSECTION_UNITS, write_parquet
-
-    torch.set_num_threads(args.threads)
-    summary, units = run_member(args.checkpoint, args.data, args.sites, args.config, args.global_seed,
-                                args.device, log=_log)
-    write_parquet(units, args.units_out, DISSECTION_UNITS)
-    write_parquet(summary, args.out, DISSECTION)
-
-
-def cmd_dissect_external(args) -> None:
-    import torch
-
-    from intertwine.dissection import run_external
-    from intertwine.tables import DISSECTION, DISSECTION_UNITS, write_parquet
-
-    torch.set_num_threads(args.threads)
-    summary, units = run_external(args.name, args.arch, args.weights, args.sites, args.config,
-                                  args.global_seed, args.device, log=_log)
-    write_parquet(units, args.units_out, DISSECTION_UNITS)
-    write_parquet(summary, args.out, DISSECTION)
-
-
-def cmd_dissection_figure(args) -> None:
-    from intertwine.figures import dissection_categories, dissection_fraction, dissection_summary
-    from intertwine.tables import DISSECTION, DISSECTION_UNITS, read_parquet, write_csv
-
-    table = read_parquet([args.table], DISSECTION)
-    _save(dissection_fraction(table), args.fraction, args.other_formats, args.figures)
-    _save(dissection_categories(read_parquet([args.units], DISSECTION_UNITS), args.category_sites),
-          args.categories, args.other_formats, args.figures)
-    write_csv(dissection_summary(table), args.summary)
-
-
-def cmd_dissection_masks(args) -> None:
-    import torch
-
-    from intertwine.dissection import mask_panels
-    from intertwine.figures import dissection_masks
-
-    torch.set_num_threads(args.threads)
-    images, panels = mask_panels(args.checkpoint, args.data, args.site, args.config,
-                                 args.config["masks"]["alphas"], args.global_seed, args.device)
-    _save(dissection_masks(images.numpy(), panels), args.out, args.other_formats, args.figures)
-
-
-def cmd_symmetry(args) -> None:
-    import torch
-
-    from intertwine.symmetry import run_check
-    from intertwine.tables import SYMMETRY, write_parquet
-
-    torch.set_num_threads(args.threads)
-    write_parquet(run_check(args.checkpoint, args.data, args.config, args.global_seed, args.device),
-                  args.out, SYMMETRY)
 
 
 def cmd_symmetry_table(args) -> None:
@@ -202,12 +146,23 @@ def cmd_table(args) -> None:
     tables.write_parquet(tables.read_parquet(args.parts, schema), args.out, schema)
 
 
+def cmd_zoo_figure(args) -> None:
+    from intertwine.figures import zoo_accuracy, zoo_summary
+    from intertwine.paper import reported_accuracy
+    from intertwine.tables import ZOO, read_parquet, write_csv
+
+    zoo = read_parquet([args.zoo], ZOO)
+    reported = ({name: reported_accuracy(spec) for name, spec in args.variants.items()}
+                if args.dataset == "cifar10" else {})
+    _save(zoo_accuracy(zoo, reported), args.out, args.other_formats, args.figures)
+    write_csv(zoo_summary(zoo, reported), args.summary)
+
+
 def cmd_rotation_figure(args) -> None:
-    from intertwine.figures import rotation_penalty, save_figure
+    from intertwine.figures import rotation_penalty
     from intertwine.tables import ROTATION, read_parquet
 
-    figure = rotation_penalty(read_parquet([args.table], ROTATION))
-    save_figure(figure, args.out, dpi=args.figures["dpi"])
+    _save(rotation_penalty(read_parquet([args.table], ROTATION)), args.out, args.other_formats, args.figures)
 
 
 def cmd_stitching_figure(args) -> None:
@@ -234,11 +189,12 @@ def cmd_stitching_studies(args) -> None:
     if args.leaky_relu or args.leaky_relu_table:
         if args.zoo is None or args.slopes is None:
             raise ValueError("--leaky-relu and --leaky-relu-table need --zoo and --slopes")
-        accuracy = figures.leaky_relu_accuracy(read_parquet([args.zoo], ZOO), args.slopes)
+        zoo = read_parquet([args.zoo], ZOO)
+        accuracy = figures.leaky_relu_accuracy(zoo, args.slopes)
         if args.leaky_relu_table:
             write_csv(accuracy, args.leaky_relu_table)
         if args.leaky_relu:
-            save(figures.leaky_relu_penalty(table, args.slopes, accuracy), args.leaky_relu)
+            save(figures.leaky_relu_penalty(table, args.slopes, accuracy, zoo), args.leaky_relu)
     if args.alpha_cv:
         save(figures.alpha_selection(table), args.alpha_cv)
     if args.l1:
@@ -251,205 +207,173 @@ def cmd_stitching_studies(args) -> None:
         save(figures.transformer_penalty(table, args.transformers), args.transformer)
 
 
+def cmd_similarity_figure(args) -> None:
+    from intertwine.figures import similarity_cka, similarity_procrustes, similarity_summary
+    from intertwine.tables import SIMILARITY, read_parquet, write_csv
+
+    from intertwine.paper import reported_procrustes
+
+    table = read_parquet([args.table], SIMILARITY)
+    paper = ({name: reported_procrustes(spec) for name, spec in args.variants.items()}
+             if args.dataset == "cifar10" else {})
+    if args.procrustes:
+        _save(similarity_procrustes(table, paper), args.procrustes, args.other_formats, args.figures)
+    if args.cka:
+        _save(similarity_cka(table), args.cka, args.other_formats, args.figures)
+    write_csv(similarity_summary(table, paper), args.summary)
+
+
+def cmd_dissection_figure(args) -> None:
+    from intertwine.figures import dissection_categories, dissection_fraction, dissection_summary
+    from intertwine.tables import DISSECTION, DISSECTION_UNITS, read_parquet, write_csv
+
+    table = read_parquet([args.table], DISSECTION)
+    _save(dissection_fraction(table), args.fraction, args.other_formats, args.figures)
+    _save(dissection_categories(read_parquet([args.units], DISSECTION_UNITS), args.category_sites),
+          args.categories, args.other_formats, args.figures)
+    write_csv(dissection_summary(table), args.summary)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="intertwine", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("data", help="generate or decode the data set into the cache")
-    p.add_argument("--config", type=_json, required=True, help="the config's `data` block (JSON)")
-    p.add_argument("--seed", type=int, default=0, help="the config's global seed")
-    p.add_argument("--out", required=True, help="cache directory, e.g. results/data/shapes")
-    p.set_defaults(func=cmd_data)
+    # Options every torch job takes, and those of every figure command: one parent parser each.
+    job = argparse.ArgumentParser(add_help=False)
+    job.add_argument("--data", help="data cache directory, e.g. results/data/shapes (read by every job "
+                                    "but dissect-external)")
+    job.add_argument("--global-seed", type=int, default=0, help="the config's seed")
+    job.add_argument("--device", default="auto", help="torch device: auto (CUDA when present), cpu, cuda[:n]")
+    job.add_argument("--threads", type=int, default=1, help="CPU threads for torch")
+    figure = argparse.ArgumentParser(add_help=False)
+    figure.add_argument("--figures", type=_json, required=True, help="the `figures` block (JSON)")
+    figure.add_argument("--other-formats", nargs="*", default=[],
+                        help="more files of the same figures (.pdf, .svg), matched by file name")
+    # Options several commands take in the same sense, each defined once here.
+    same = {
+        "--checkpoint": dict(required=True, help="trained zoo member (.pt)"),
+        "--a": dict(required=True, help="zoo member a (.pt); stitching: f, whose layers run up to the site"),
+        "--b": dict(required=True, help="zoo member b (.pt); stitching: g, whose layers run after the site"),
+        "--pair": dict(type=int, required=True, help="the pair's index (seeds its random draws)"),
+        "--site": dict(required=True, help="activation site"),
+        "--training": dict(type=_json, required=True, help="the variant's `zoo.training` block (JSON)"),
+        "--units-out": dict(required=True, help=".parquet, one row per unit of each --out row"),
+        "--table": dict(required=True, help="the stage's table (.parquet)"),
+        "--summary": dict(required=True, help="summary table .csv"),
+        "--variants": dict(type=_json, required=True, help="the `zoo.variants` block (JSON)"),
+        "--dataset": dict(required=True, help="the data set (the paper's numbers are shown for cifar10)"),
+    }
 
-    p = sub.add_parser("train", help="train one zoo member")
-    p.add_argument("--data", required=True, help="data cache directory")
+    def command(name, func, help, parents=(), out=None, config=None, options=()):
+        """A subcommand; ``out`` is the help of its --out, ``config`` the config block its
+        --config holds, ``options`` those of ``same`` it takes."""
+        p = sub.add_parser(name, help=help, description=help, parents=list(parents))
+        p.set_defaults(func=func)
+        if out:
+            p.add_argument("--out", required=True, help=out)
+        if config:
+            p.add_argument("--config", type=_json, required=True, help=f"the `{config}` block (JSON)")
+        for option in options:
+            p.add_argument(option, **same[option])
+        return p
+
+    # --- torch jobs, named like their rules and their functions in intertwine.jobs
+    p = command("prepare-data", cmd_prepare_data, "generate or decode the data set into the cache",
+                out="cache directory, e.g. results/data/shapes", config="data")
+    p.add_argument("--global-seed", type=int, default=0, help="the config's seed")
+    p = command("train-member", cmd_train_member, "train one zoo member", [job],
+                out="its checkpoint .pt (never overwritten)", options=["--training"])
     p.add_argument("--variant", required=True)
-    p.add_argument("--spec", type=_json, required=True, help="the variant's model spec (JSON)")
     p.add_argument("--seed", type=int, required=True, help="zoo member seed")
-    p.add_argument("--training", type=_json, required=True, help="the `zoo.training` block (JSON)")
-    p.add_argument("--global-seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="CPU threads for torch")
-    p.add_argument("--checkpoint", required=True, help="output .pt (never overwritten)")
+    p.add_argument("--spec", type=_json, required=True, help="the variant's model spec (JSON)")
     p.add_argument("--metrics", required=True, help="output per-epoch metrics .parquet")
-    p.set_defaults(func=cmd_train)
-
-    p = sub.add_parser("zoo-table", help="aggregate per-model metrics into the zoo tables")
-    p.add_argument("metrics", nargs="+", help="per-model metrics .parquet files")
-    p.add_argument("--out", required=True, help="zoo.parquet: one row per model")
-    p.add_argument("--epochs-out", required=True, help="zoo_epochs.parquet: one row per epoch")
-    p.set_defaults(func=cmd_zoo_table)
-
-    p = sub.add_parser("zoo-figure", help="accuracy distribution per variant and its summary")
-    p.add_argument("--zoo", required=True, help="zoo.parquet")
-    p.add_argument("--variants", type=_json, required=True, help="the `zoo.variants` block (JSON)")
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--figures", type=_json, required=True, help="the `figures` block (JSON)")
-    p.add_argument("--out", nargs="+", required=True, help="figure files (.png, .pdf, ...)")
-    p.add_argument("--summary", required=True, help="summary table .csv")
-    p.set_defaults(func=cmd_zoo_figure)
-
-    p = sub.add_parser("rotation", help="one rotation-penalty trial (paper section 3.3)")
-    p.add_argument("--checkpoint", required=True, help="trained zoo member (.pt)")
-    p.add_argument("--data", required=True, help="data cache directory")
-    p.add_argument("--site", required=True, help="activation site whose pre-activation is transformed")
-    p.add_argument("--group", required=True, help="grelu, orthogonal or permutation")
+    p = command("rotation-trial", cmd_rotation_trial, "one rotation-penalty trial (paper section 3.3)",
+                [job], out="one-row .parquet", config="rotation", options=["--checkpoint", "--site", "--training"])
+    p.add_argument("--group", required=True, help="identity, grelu, orthogonal or permutation")
     p.add_argument("--trial", type=int, required=True)
-    p.add_argument("--config", type=_json, required=True, help="the `rotation` block (JSON)")
-    p.add_argument("--training", type=_json, required=True, help="the `zoo.training` block (JSON)")
-    p.add_argument("--global-seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", required=True, help="one-row .parquet")
-    p.set_defaults(func=cmd_rotation)
-
-    p = sub.add_parser("stitch", help="stitch one pair of zoo members with one method at each site")
-    p.add_argument("--a", required=True, help="zoo member f, whose layers run up to the site (.pt)")
-    p.add_argument("--b", required=True, help="zoo member g, whose layers run after the site (.pt)")
-    p.add_argument("--data", required=True, help="data cache directory")
-    p.add_argument("--method", required=True, help="full, grelu or rank<r> (e.g. rank4)")
-    p.add_argument("--pair", type=int, required=True, help="the pair's index (seeds the layers)")
+    p = command("stitch-pair", cmd_stitch_pair, "stitch a pair of zoo members with one method at each site",
+                [job], out=".parquet, one row per site", config="stitching", options=["--a", "--b", "--pair"])
+    p.add_argument("--method", required=True, help="full, rank<r>, l1_<lambda>, grelu, grelu_cv or softsort")
     p.add_argument("--sites", type=_json, default=None, help="JSON list of sites (default: all)")
-    p.add_argument("--config", type=_json, required=True, help="the `stitching` block (JSON)")
-    p.add_argument("--training", type=_json, required=True, help="the `zoo.training` block (JSON)")
-    p.add_argument("--global-seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", required=True, help=".parquet, one row per site")
-    p.set_defaults(func=cmd_stitch)
-
-    p = sub.add_parser("similarity", help="similarity measures between two zoo members at every site")
-    p.add_argument("--a", required=True, help="zoo member (.pt)")
-    p.add_argument("--b", required=True, help="zoo member (.pt)")
-    p.add_argument("--data", required=True, help="data cache directory")
-    p.add_argument("--pair", type=int, required=True, help="the pair's index")
+    p = command("similarity-pair", cmd_similarity_pair, "similarity measures between two zoo members",
+                [job], out=".parquet, one row per (site_a, site_b, measure)", config="similarity",
+                options=["--a", "--b", "--pair"])
     p.add_argument("--procrustes", action="store_true", help="Procrustes measures at matching sites")
     p.add_argument("--cka", action="store_true", help="CKA measures for every pair of sites")
-    p.add_argument("--config", type=_json, required=True, help="the `similarity` block (JSON)")
-    p.add_argument("--global-seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", required=True, help=".parquet, one row per (site_a, site_b, measure)")
-    p.set_defaults(func=cmd_similarity)
-
-    p = sub.add_parser("similarity-figure", help="Procrustes per site and CKA heatmaps (Table 2, Figs. 2, 5, 9-11)")
-    p.add_argument("--table", required=True, help="similarity.parquet")
-    p.add_argument("--dataset", required=True, help="the data set (the paper's numbers are shown for cifar10)")
-    p.add_argument("--variants", type=_json, required=True, help="the `zoo.variants` block (JSON)")
-    p.add_argument("--figures", type=_json, required=True, help="the `figures` block (JSON)")
-    p.add_argument("--procrustes", help="Procrustes figure (.png)")
-    p.add_argument("--cka", help="CKA heatmaps (.png)")
-    p.add_argument("--summary", required=True, help="summary table .csv")
-    p.add_argument("--other-formats", nargs="*", default=[], help="more files of the same figures, matched by name")
-    p.set_defaults(func=cmd_similarity_figure)
-
-    p = sub.add_parser("dissect", help="network dissection of one zoo member under basis rotations (section 6)")
-    p.add_argument("--checkpoint", required=True, help="trained zoo member (.pt)")
-    p.add_argument("--data", required=True, help="data cache directory (normalisation, image size)")
+    command("symmetry-check", cmd_symmetry_check, "check the weight-space symmetry on one zoo member",
+            [job], out="per-model .parquet", config="symmetry", options=["--checkpoint"])
+    p = command("dissect-member", cmd_dissect_member, "network dissection of one zoo member under basis "
+                "rotations (section 6)", [job], out=".parquet, one row per (site, alpha, rotation)",
+                config="dissection", options=["--checkpoint", "--units-out"])
     p.add_argument("--sites", type=_json, required=True, help="JSON list of sites")
-    p.add_argument("--config", type=_json, required=True, help="the `dissection` block (JSON)")
-    p.add_argument("--global-seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", required=True, help=".parquet, one row per (site, alpha, rotation)")
-    p.add_argument("--units-out", required=True, help=".parquet, one row per unit of each")
-    p.set_defaults(func=cmd_dissect)
-
-    p = sub.add_parser("dissect-external", help="dissect a torchvision ImageNet model (local weights) on Broden")
+    p = command("dissect-external", cmd_dissect_external, "dissect a torchvision ImageNet model (local "
+                "weights) on Broden", [job], out=".parquet, one row per (site, alpha, rotation)",
+                config="dissection", options=["--units-out"])
     p.add_argument("--name", required=True, help="the model's name in the tables (its `variant`)")
     p.add_argument("--arch", required=True, help="resnet50 or convnext_tiny")
     p.add_argument("--weights", required=True, help="state dict file (.pth)")
     p.add_argument("--sites", type=_json, default=None, help="JSON list of module names (default: per arch)")
-    p.add_argument("--config", type=_json, required=True, help="the `dissection` block (JSON)")
-    p.add_argument("--global-seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", required=True)
-    p.add_argument("--units-out", required=True)
-    p.set_defaults(func=cmd_dissect_external)
+    p = command("dissection-masks", cmd_dissection_masks, "top units' regions over probe images (Figs. 21, "
+                "23, 25)", [job, figure], out="figure (.png)", config="dissection",
+                options=["--checkpoint", "--site"])
+    p.add_argument("--units", required=True, help="the member's dissection units (seed0.units.parquet)")
 
-    p = sub.add_parser("dissection-figure", help="interpretable units vs rotation, by category (Figs. 3, 18-20)")
-    p.add_argument("--table", required=True, help="dissection.parquet")
-    p.add_argument("--units", required=True, help="dissection_units.parquet")
-    p.add_argument("--category-sites", type=_json, required=True, help="JSON {variant: site} for the category bars")
-    p.add_argument("--figures", type=_json, required=True, help="the `figures` block (JSON)")
-    p.add_argument("--fraction", required=True, help="fraction-vs-alpha figure (.png)")
-    p.add_argument("--categories", required=True, help="units-per-category figure (.png)")
-    p.add_argument("--summary", required=True, help="summary table .csv")
-    p.add_argument("--other-formats", nargs="*", default=[], help="more files of the same figures, matched by name")
-    p.set_defaults(func=cmd_dissection_figure)
-
-    p = sub.add_parser("dissection-masks", help="top units' regions over probe images (Figs. 21, 23, 25)")
-    p.add_argument("--checkpoint", required=True, help="trained zoo member (.pt)")
-    p.add_argument("--data", required=True, help="data cache directory")
-    p.add_argument("--site", required=True)
-    p.add_argument("--config", type=_json, required=True, help="the `dissection` block (JSON)")
-    p.add_argument("--figures", type=_json, required=True, help="the `figures` block (JSON)")
-    p.add_argument("--global-seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", required=True, help="figure (.png)")
-    p.add_argument("--other-formats", nargs="*", default=[])
-    p.set_defaults(func=cmd_dissection_masks)
-
-    p = sub.add_parser("symmetry", help="check the weight-space symmetry on one zoo member")
-    p.add_argument("--checkpoint", required=True, help="trained zoo member (.pt)")
-    p.add_argument("--data", required=True, help="data cache directory")
-    p.add_argument("--config", type=_json, required=True, help="the `symmetry` block (JSON)")
-    p.add_argument("--global-seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", required=True, help="per-model .parquet")
-    p.set_defaults(func=cmd_symmetry)
-
-    p = sub.add_parser("symmetry-table", help="aggregate the symmetry checks and summarise them")
+    # --- tables
+    p = command("zoo-table", cmd_zoo_table, "aggregate per-model metrics into the zoo tables",
+                out="zoo.parquet: one row per model")
+    p.add_argument("metrics", nargs="+", help="per-model metrics .parquet files")
+    p.add_argument("--epochs-out", required=True, help="zoo_epochs.parquet: one row per epoch")
+    p = command("symmetry-table", cmd_symmetry_table, "aggregate the symmetry checks and summarise them",
+                out="symmetry.parquet", options=["--summary"])
     p.add_argument("parts", nargs="+")
-    p.add_argument("--out", required=True, help="symmetry.parquet")
-    p.add_argument("--summary", required=True, help="summary .csv for the report")
-    p.set_defaults(func=cmd_symmetry_table)
-
-    p = sub.add_parser("table", help="concatenate per-job Parquet files into a stage's table")
+    p = command("table", cmd_table, "concatenate per-job Parquet files into a stage's table", out="the table")
     p.add_argument("parts", nargs="+")
     p.add_argument("--schema", required=True, help="the table's schema in intertwine.tables, e.g. rotation")
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=cmd_table)
 
-    p = sub.add_parser("rotation-figure", help="rotation penalty per site and group (Fig. 4)")
-    p.add_argument("--table", required=True, help="rotation.parquet")
-    p.add_argument("--figures", type=_json, required=True, help="the `figures` block (JSON)")
-    p.add_argument("--out", nargs="+", required=True)
-    p.set_defaults(func=cmd_rotation_figure)
-
-    p = sub.add_parser("stitching-figure", help="stitching penalty and layer dimension per site (Figs. 1, 6, 7)")
-    p.add_argument("--table", required=True, help="stitching.parquet")
-    p.add_argument("--figures", type=_json, required=True, help="the `figures` block (JSON)")
+    # --- figures
+    p = command("zoo-figure", cmd_zoo_figure, "accuracy distribution per variant and its summary", [figure],
+                out="figure (.png)", options=["--variants", "--dataset", "--summary"])
+    p.add_argument("--zoo", required=True, help="zoo.parquet")
+    command("rotation-figure", cmd_rotation_figure, "rotation penalty per site and group (Fig. 4)", [figure],
+            out="figure (.png)", options=["--table"])
+    p = command("stitching-figure", cmd_stitching_figure, "stitching penalty and layer dimension per site "
+                "(Figs. 1, 6, 7)", [figure], options=["--table", "--summary"])
     p.add_argument("--penalty", required=True, help="penalty figure (.png)")
     p.add_argument("--dimension", required=True, help="parameter dimension figure (.png)")
-    p.add_argument("--summary", required=True, help="summary table .csv")
-    p.add_argument("--other-formats", nargs="*", default=[],
-                   help="more files of the same figures (.pdf, .svg), matched by file name")
-    p.set_defaults(func=cmd_stitching_figure)
-
-    p = sub.add_parser("stitching-studies",
-                       help="appendix D stitching studies: LeakyReLU, alpha by CV, L1, SoftSort, transformers")
-    p.add_argument("--table", required=True, help="stitching.parquet")
+    p = command("stitching-studies", cmd_stitching_studies, "appendix D stitching studies: LeakyReLU, alpha "
+                "by CV, L1, SoftSort, transformers", [figure], options=["--table"])
     p.add_argument("--zoo", help="zoo.parquet (for --leaky-relu, --leaky-relu-table)")
     p.add_argument("--slopes", type=_json, help="JSON {variant: LeakyReLU negative slope}, ReLU 0")
     p.add_argument("--transformers", type=_json, help="JSON list of the transformer variants")
-    p.add_argument("--figures", type=_json, required=True, help="the `figures` block (JSON)")
     p.add_argument("--leaky-relu", help="G_ReLU penalty per slope and zoo accuracy (Fig. 8, Table 3; .png)")
     p.add_argument("--leaky-relu-table", help="zoo accuracy per slope beside Table 3 (.csv)")
     p.add_argument("--alpha-cv", help="alpha chosen by cross-validation (Figs. 13, 14; .png)")
     p.add_argument("--l1", help="penalty against sparsity of L1-regularised stitching (Fig. 15; .png)")
     p.add_argument("--softsort", help="SoftSort against Birkhoff G_ReLU stitching (D.2.2; .png)")
     p.add_argument("--transformer", help="transformer stitching penalty (Fig. 12; .png)")
-    p.add_argument("--other-formats", nargs="*", default=[],
-                   help="more files of the same figures (.pdf, .svg), matched by file name")
-    p.set_defaults(func=cmd_stitching_studies)
+    p = command("similarity-figure", cmd_similarity_figure, "Procrustes per site and CKA heatmaps (Table 2, "
+                "Figs. 2, 5, 9-11)", [figure], options=["--table", "--dataset", "--variants", "--summary"])
+    p.add_argument("--procrustes", help="Procrustes figure (.png)")
+    p.add_argument("--cka", help="CKA heatmaps (.png)")
+    p = command("dissection-figure", cmd_dissection_figure, "interpretable units vs rotation, by category "
+                "(Figs. 3, 18-20)", [figure], options=["--table", "--summary"])
+    p.add_argument("--units", required=True, help="dissection_units.parquet")
+    p.add_argument("--category-sites", type=_json, required=True, help="JSON {variant: site} for the category bars")
+    p.add_argument("--fraction", required=True, help="fraction-vs-alpha figure (.png)")
+    p.add_argument("--categories", required=True, help="units-per-category figure (.png)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     from intertwine.utils import DivergedError
 
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    _log(shlex.join(["intertwine", *argv]))  # the job's log starts with the command that reruns it
+    if "threads" in vars(args):  # a torch job: torch is imported here, not for tables and figures
+        import torch
+
+        torch.set_num_threads(args.threads)
     try:
         args.func(args)
     except (OSError, ValueError, DivergedError) as err:  # the user's to fix: no traceback

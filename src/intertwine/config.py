@@ -15,4 +15,7 @@ def describe_validation_error(error) -> str:
         first = f"{where}.{unknown[0]}" if error.absolute_path else unknown[0]
         return (f"config key {first}: unknown key (misspelt?); the keys allowed under {where} "
                 f"are: {allowed}")
+    if error.validator == "uniqueItems":
+        return (f"config key {where}: {error.instance} lists an item more than once; list each once "
+                "(a repeated item would run the same jobs twice and count them as independent evidence)")
     return f"config key {where}: {error.message}"

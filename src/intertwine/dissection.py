@@ -40,11 +40,10 @@ __all__ = [
     "dissect_activations",
     "dissect_rotations",
     "draw_rotation",
+    "dissect_sites",
     "label_units",
-    "mask_panels",
     "probe_concepts",
-    "run_external",
-    "run_member",
+    "rotated_bases",
     "summarize",
     "summarize_units",
     "top_examples",
@@ -226,6 +225,14 @@ def rotation_key(global_seed: int, variant: str, seed: int, site: str) -> tuple:
     return (global_seed, "dissection", variant, seed, site)
 
 
+def rotated_bases(n: int, key: tuple, draw: int, alphas) -> dict[float, Tensor | None]:
+    """The float32 basis ``Q^alpha`` for each of ``alphas`` (None for alpha 0: the units as they
+    are), Q the ``draw``-th Haar draw for ``key``: the bases ``dissect_rotations`` dissects in."""
+    rotated = [alpha for alpha in alphas if alpha != 0]
+    powers = dict(zip(rotated, groups.rotation_powers(draw_rotation(n, key, draw), rotated)))
+    return {alpha: None if alpha == 0 else powers[alpha].float() for alpha in alphas}
+
+
 def dissect_rotations(activations: Tensor, concept_data: ConceptData, alphas, rotations: int,
                       key: tuple, quantile: float = DEFAULT_QUANTILE,
                       iou_threshold: float = DEFAULT_IOU_THRESHOLD) -> pd.DataFrame:
@@ -234,10 +241,8 @@ def dissect_rotations(activations: Tensor, concept_data: ConceptData, alphas, ro
     columns ``alpha`` and ``rotation_seed`` (k). Alpha 0 is dissected once and shared by the draws."""
     tables = []
     unrotated = None
-    rotated_alphas = [alpha for alpha in alphas if alpha != 0]
     for draw in range(rotations):
-        bases = dict(zip(rotated_alphas, groups.rotation_powers(
-            draw_rotation(activations.shape[1], key, draw), rotated_alphas)))
+        bases = rotated_bases(activations.shape[1], key, draw, alphas)
         for alpha in alphas:
             if alpha == 0:
                 if unrotated is None:
@@ -245,7 +250,7 @@ def dissect_rotations(activations: Tensor, concept_data: ConceptData, alphas, ro
                                                     iou_threshold=iou_threshold)
                 units = unrotated.copy()
             else:
-                units = dissect_activations(activations, concept_data, bases[alpha].float(),
+                units = dissect_activations(activations, concept_data, bases[alpha],
                                             quantile=quantile, iou_threshold=iou_threshold)
             tables.append(units.assign(alpha=float(alpha), rotation_seed=draw))
     return pd.concat(tables, ignore_index=True)
@@ -258,14 +263,13 @@ def summarize(units: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _dissect_sites(read_site: Callable[[str], Tensor], sites: list[str], inside: dict[str, bool],
-                   probe: ConceptData, block: dict, variant: str, seed: int, global_seed: int,
-                   log: Callable[[str], None]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``dissect_rotations`` at each site (activations from ``read_site``): (summary, units)."""
+def dissect_sites(read_site: Callable[[str], Tensor], sites: list[str], inside: dict[str, bool],
+                  probe: ConceptData, block: dict, variant: str, seed: int, global_seed: int,
+                  log: Callable[[str], None] = print) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``dissect_rotations`` at each site (activations from ``read_site``) as the config's
+    ``dissection`` block says: (summary, units), one row per (site, alpha, draw) and one per unit
+    of each (the stage's tables but for their provenance)."""
     import time
-
-    import intertwine
-    from intertwine.utils import config_hash
 
     tables = []
     for site in sites:
@@ -283,63 +287,9 @@ def _dissect_sites(read_site: Callable[[str], Tensor], sites: list[str], inside:
     keys = ["variant", "seed", "site", "alpha", "rotation_seed"]
     summary = summarize(units, keys)
     summary.insert(3, "inside_residual", summary["site"].map(inside))
-    summary = summary.assign(
-        n_images=len(probe), probe=block["probe"]["source"], quantile=block["quantile"],
-        iou_threshold=block["iou_threshold"],
-        config_hash=config_hash({"dissection": block, "seed": global_seed}),
-        version=intertwine.__version__)
+    summary = summary.assign(n_images=len(probe), probe=block["probe"]["source"], quantile=block["quantile"],
+                             iou_threshold=block["iou_threshold"])
     return summary, units[keys + ["unit", "concept", "category", "iou", "threshold", "detector"]]
-
-
-def run_member(checkpoint: str, data_dir: str, sites: list[str], block: dict, global_seed: int = 0,
-               device: str = "auto", log: Callable[[str], None] = print) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The dissection stage for one zoo member: every site, alpha and rotation draw.
-
-    Returns (summary, units): one row per (site, alpha, draw) and one per unit of each.
-    """
-    from intertwine.data import channel_stats, load_meta
-    from intertwine.utils import resolve_device
-    from intertwine.zoo import load_model
-
-    device = resolve_device(device)
-    model, meta = load_model(checkpoint, device)
-    inside = {site.name: site.inside_residual for site in models.sites(model)}
-    unknown = [site for site in sites if site not in inside]
-    if unknown:
-        raise ValueError(f"{checkpoint} has no sites {unknown}; its sites are {list(inside)}")
-    probe = probe_concepts(block["probe"], load_meta(data_dir)["image_size"], global_seed)
-    mean, std = channel_stats(data_dir, device)
-
-    def read_site(site: str) -> Tensor:
-        return models.site_activations(model, probe.images, [site], mean, std, block["batch_size"])[site].cpu()
-
-    return _dissect_sites(read_site, sites, inside, probe, block, meta["variant"], meta["seed"],
-                          global_seed, log)
-
-
-def run_external(name: str, arch: str, weights: str, sites: list[str] | None, block: dict,
-                 global_seed: int = 0, device: str = "auto",
-                 log: Callable[[str], None] = print) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The dissection stage for a torchvision ImageNet model (``resnet50`` or ``convnext_tiny``)
-    loaded from a local weights file, on the Broden directory ``block["probe"]["broden"]`` at
-    its own image size: rows as ``run_member``'s with variant ``name`` and seed 0."""
-    from intertwine.data.broden import load_broden
-    from intertwine.models import imagenet
-    from intertwine.utils import resolve_device
-
-    if not block["probe"].get("broden"):
-        raise ValueError(f"dissection.external.{name} needs a Broden directory: set "
-                         "dissection.probe.broden to your copy (e.g. broden1_224)")
-    device = resolve_device(device)
-    model = imagenet.load_imagenet_model(arch, weights).to(device)
-    sites = list(sites or imagenet.DEFAULT_SITES[arch])
-    probe = load_broden(block["probe"]["broden"], max_images=block["probe"]["images"])
-    inside = {site: not imagenet.on_residual_stream(site) for site in sites}
-
-    def read_site(site: str) -> Tensor:
-        return imagenet.site_activations(model, arch, probe.images, [site], block["batch_size"])[site].cpu()
-
-    return _dissect_sites(read_site, sites, inside, probe, block, name, 0, global_seed, log)
 
 
 def top_examples(activations: Tensor, units: pd.DataFrame, basis: Tensor | None, size: tuple[int, int],
@@ -356,30 +306,3 @@ def top_examples(activations: Tensor, units: pd.DataFrame, basis: Tensor | None,
         panels.append({"unit": row.unit, "concept": row.concept, "category": row.category, "iou": row.iou,
                        "examples": list(zip(best.tolist(), masks))})
     return panels
-
-
-def mask_panels(checkpoint: str, data_dir: str, site: str, block: dict, alphas, global_seed: int = 0,
-                device: str = "auto") -> tuple[Tensor, list[dict]]:
-    """Probe images and ``top_examples`` panels of one zoo member at ``site`` for each alpha in the
-    basis of rotation draw 0, as the dissection stage drew it."""
-    from intertwine.data import channel_stats, load_meta
-    from intertwine.utils import resolve_device
-    from intertwine.zoo import load_model
-
-    device = resolve_device(device)
-    model, meta = load_model(checkpoint, device)
-    probe = probe_concepts(block["probe"], load_meta(data_dir)["image_size"], global_seed)
-    mean, std = channel_stats(data_dir, device)
-    activations = models.site_activations(model, probe.images, [site], mean, std, block["batch_size"])[site].cpu()
-    q = draw_rotation(activations.shape[1], rotation_key(global_seed, meta["variant"], meta["seed"], site), 0)
-    panels = []
-    for alpha, power in zip(alphas, groups.rotation_powers(q, alphas)):
-        basis = None if alpha == 0 else power.float()
-        units = dissect_activations(activations, probe, basis, quantile=block["quantile"],
-                                    iou_threshold=block["iou_threshold"])
-        for panel in top_examples(activations, units, basis, tuple(probe.labels.shape[-2:]),
-                                  block["masks"]["units"], block["masks"]["images"]):
-            panel["title"] = (f"alpha {alpha:g}, unit {panel['unit']}: {panel['concept']} "
-                              f"({panel['category']}), IoU {panel['iou']:.3f}")
-            panels.append(panel)
-    return probe.images, panels

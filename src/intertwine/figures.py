@@ -24,6 +24,31 @@ def mean_ci(values, confidence: float = 0.95) -> tuple[float, float]:
     return float(values.mean()), float(half)
 
 
+MIN_INTERVAL_VALUES = 3  # figures draw a t interval from this many values on, the values below it
+
+
+def interval_half_width(values, confidence: float = 0.95) -> float:
+    """Half-width of the Student-t interval a figure draws around the mean of ``values``: NaN (no
+    interval) below ``MIN_INTERVAL_VALUES`` values, where from 2 values t = 12.7 makes it span
+    the axis; figures draw those values themselves instead. The tables keep ``mean_ci``'s."""
+    values = np.asarray(values, dtype=float)
+    return mean_ci(values, confidence)[1] if len(values) >= MIN_INTERVAL_VALUES else float("nan")
+
+
+def _drawn_half(half, n) -> np.ndarray:
+    """A table's half-widths ``half``, each from ``n`` values, as figures draw them: NaN below
+    ``MIN_INTERVAL_VALUES``."""
+    return np.where(np.asarray(n) >= MIN_INTERVAL_VALUES, np.asarray(half, dtype=float), np.nan)
+
+
+def _few_values(ax, x, values, color, marker="o") -> None:
+    """Draw ``values`` at ``x`` when too few for an interval but more than one (one is its mean)."""
+    values = np.asarray(values, dtype=float)
+    if 1 < len(values) < MIN_INTERVAL_VALUES:
+        ax.scatter(np.full(len(values), x), values, s=10, alpha=0.6, color=color,
+                   marker="o" if marker == "." else marker, zorder=3)  # "." would be too small to see
+
+
 def zoo_summary(zoo: pd.DataFrame, reported: dict[str, float | None]) -> pd.DataFrame:
     """Per variant: seeds, test accuracy mean, sd and 95% CI (in %), and the paper's number."""
     rows = []
@@ -47,8 +72,7 @@ def zoo_accuracy(zoo: pd.DataFrame, reported: dict[str, float | None]) -> plt.Fi
     for i, variant in enumerate(variants):
         acc = 100 * zoo.loc[zoo["variant"] == variant, "test_acc"].to_numpy()
         ax.scatter(i + rng.uniform(-0.15, 0.15, len(acc)), acc, s=12, alpha=0.6, color="C0")
-        mean, half = mean_ci(acc)
-        ax.errorbar(i + 0.3, mean, yerr=half, fmt="o", color="black", capsize=3)
+        ax.errorbar(i + 0.3, acc.mean(), yerr=interval_half_width(acc), fmt="o", color="black", capsize=3)
         if reported.get(variant) is not None:
             ax.plot(i + 0.3, reported[variant], "x", color="C3", markersize=8)
     if any(value is not None for value in reported.values()):
@@ -77,11 +101,13 @@ def rotation_penalty(table: pd.DataFrame) -> plt.Figure:
         groups = list(dict.fromkeys(rows["group"]))
         width = 0.8 / len(groups)
         for k, group in enumerate(groups):
-            stats_ = [mean_ci(100 * rows.loc[(rows["site"] == site) & (rows["group"] == group), "penalty"])
+            values = [100 * rows.loc[(rows["site"] == site) & (rows["group"] == group), "penalty"].to_numpy()
                       for site in sites]
             x = np.arange(len(sites)) + (k - (len(groups) - 1) / 2) * width
-            ax.bar(x, [m for m, _ in stats_], width, yerr=[h for _, h in stats_], capsize=3,
+            ax.bar(x, [v.mean() for v in values], width, yerr=[interval_half_width(v) for v in values], capsize=3,
                    label=GROUP_LABELS.get(group, group), color=f"C{k}")
+            for at, v in zip(x, values):
+                _few_values(ax, at, v, "black")
         labels = [f"{site}*" if inside else site for site, inside in
                   rows.drop_duplicates("site")[["site", "inside_residual"]].itertuples(index=False)]
         ax.set_xticks(range(len(sites)), labels, rotation=30, ha="right")
@@ -174,12 +200,15 @@ def stitching_summary(table: pd.DataFrame) -> pd.DataFrame:
                                kind="stable").reset_index(drop=True)
 
 
-def _site_stats(rows: pd.DataFrame, sites: list[str], column: str = "penalty",
-                scale: float = 100.0) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and 95% CI half-width of ``scale * column`` per site (NaN where a site has no rows)."""
-    stats_ = [mean_ci(scale * rows.loc[rows["site"] == site, column]) if (rows["site"] == site).any()
-              else (np.nan, np.nan) for site in sites]
-    return np.array([m for m, _ in stats_]), np.array([h for _, h in stats_])
+def _site_errorbar(ax, rows: pd.DataFrame, sites: list[str], column: str = "penalty", scale: float = 100.0,
+                   **style) -> None:
+    """One line of the mean of ``scale * column`` per site (none where a site has no rows) with its
+    95% CI, or below ``MIN_INTERVAL_VALUES`` values the values themselves."""
+    values = [scale * rows.loc[rows["site"] == site, column].to_numpy(dtype=float) for site in sites]
+    mean = [v.mean() if len(v) else np.nan for v in values]
+    ax.errorbar(range(len(sites)), mean, yerr=[interval_half_width(v) for v in values], capsize=2, **style)
+    for x, v in enumerate(values):
+        _few_values(ax, x, v, style.get("color"), style.get("marker", "o"))
 
 
 def _penalty_panel(ax, rows: pd.DataFrame, title: str) -> None:
@@ -187,8 +216,7 @@ def _penalty_panel(ax, rows: pd.DataFrame, title: str) -> None:
     sites, labels = _site_labels(rows)
     methods = _method_order(rows["method"])
     for method in methods:
-        mean, half = _site_stats(rows[rows["method"] == method], sites)
-        ax.errorbar(range(len(sites)), mean, yerr=half, capsize=2, markersize=5, **_method_style(method, methods))
+        _site_errorbar(ax, rows[rows["method"] == method], sites, markersize=5, **_method_style(method, methods))
     ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
     ax.axhline(0, color="gray", linewidth=0.8)
     # Penalties lie in [-100, 100]; with few pairs a t interval can reach far beyond, so the
@@ -287,10 +315,12 @@ def leaky_relu_accuracy(zoo: pd.DataFrame, slopes: dict[str, float]) -> pd.DataF
     return pd.DataFrame(rows)
 
 
-def leaky_relu_penalty(table: pd.DataFrame, slopes: dict[str, float], accuracy: pd.DataFrame) -> plt.Figure:
+def leaky_relu_penalty(table: pd.DataFrame, slopes: dict[str, float], accuracy: pd.DataFrame,
+                       zoo: pd.DataFrame | None = None) -> plt.Figure:
     """Left: G_ReLU stitching penalty per site, one line per LeakyReLU slope (mean, 95% CI over
     pairs; the paper's Fig. 8). Right: zoo test accuracy per slope (``accuracy``, from
-    :func:`leaky_relu_accuracy`) beside the paper's Table 3."""
+    :func:`leaky_relu_accuracy`; the members' own accuracies from ``zoo`` where too few for an
+    interval) beside the paper's Table 3."""
     rows = _study_rows(table, table["variant"].isin(list(slopes)) & (table["method"] == "grelu"),
                        f"G_ReLU stitching of the LeakyReLU variants {list(slopes)}",
                        "list them in stitching.variants and grelu in stitching.methods")
@@ -300,10 +330,9 @@ def leaky_relu_penalty(table: pd.DataFrame, slopes: dict[str, float], accuracy: 
                                       gridspec_kw={"width_ratios": [max(5.0, 0.4 * len(sites) + 3.0), 3.5]})
     for k, variant in enumerate(ordered):
         part = rows[rows["variant"] == variant]
-        mean, half = _site_stats(part, sites)
-        left.errorbar(range(len(sites)), mean, yerr=half, capsize=2, marker="o", markersize=4,
-                      color=plt.cm.viridis(0.9 * k / max(1, len(ordered) - 1)),
-                      label=f"{_slope_label(slopes[variant])} ({part['pair'].nunique()} pairs)")
+        _site_errorbar(left, part, sites, marker="o", markersize=4,
+                       color=plt.cm.viridis(0.9 * k / max(1, len(ordered) - 1)),
+                       label=f"{_slope_label(slopes[variant])} ({part['pair'].nunique()} pairs)")
     left.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
     left.axhline(0, color="gray", linewidth=0.8)
     means = 100 * rows.groupby(["variant", "site"])["penalty"].mean()
@@ -314,8 +343,11 @@ def leaky_relu_penalty(table: pd.DataFrame, slopes: dict[str, float], accuracy: 
     left.legend(fontsize=7, title="slope", title_fontsize=7)
 
     x = np.arange(len(accuracy))
-    right.errorbar(x, accuracy["test_acc_mean"], yerr=accuracy["test_acc_ci95"], fmt="o", color="black",
-                   capsize=3, label="ours (mean, 95% CI)")
+    right.errorbar(x, accuracy["test_acc_mean"], yerr=_drawn_half(accuracy["test_acc_ci95"], accuracy["members"]),
+                   fmt="o", color="black", capsize=3, label="ours (mean, 95% CI)")
+    if zoo is not None:
+        for at, variant in zip(x, accuracy["variant"]):
+            _few_values(right, at, 100 * zoo.loc[zoo["variant"] == variant, "test_acc"].to_numpy(), "black")
     paper = accuracy["paper_test_acc"].astype(float)
     if paper.notna().any():
         right.plot(x[paper.notna().to_numpy()], paper.dropna(), "x", color="C3", markersize=8,
@@ -323,6 +355,8 @@ def leaky_relu_penalty(table: pd.DataFrame, slopes: dict[str, float], accuracy: 
     right.set_xticks(x, [_slope_label(s) for s in accuracy["slope"]], rotation=45, ha="right", fontsize=8)
     right.set_xlabel("negative slope")
     right.set_ylabel("zoo test accuracy (%)")
+    bottom, top = right.get_ylim()
+    right.set_ylim(max(0.0, bottom), min(100.0, top))  # an interval may reach past 100 %
     right.set_title("Zoo accuracy per slope")
     right.grid(axis="y", alpha=0.3)
     right.legend(fontsize=7)
@@ -425,9 +459,8 @@ def softsort_comparison(table: pd.DataFrame) -> plt.Figure:
         sites, labels = _site_labels(rows)
         methods = _method_order(rows["method"])
         for method in methods:
-            mean, half = _site_stats(rows[rows["method"] == method], sites, "train_seconds", 1.0)
-            seconds.errorbar(range(len(sites)), mean, yerr=half, capsize=2, markersize=5,
-                             **_method_style(method, methods))
+            _site_errorbar(seconds, rows[rows["method"] == method], sites, "train_seconds", 1.0, markersize=5,
+                           **_method_style(method, methods))
         total = rows.groupby("method")["train_seconds"].sum()
         ratio = (f": SoftSort {total['softsort'] / total['grelu']:.1f}x G_ReLU's time"
                  if {"softsort", "grelu"} <= set(total.index) and total["grelu"] > 0 else "")
@@ -477,10 +510,13 @@ def similarity_procrustes(table: pd.DataFrame, paper: dict[str, dict[str, dict[s
         part = rows[rows["variant"] == variant]
         sites = list(dict.fromkeys(part["site_a"]))
         for k, measure in enumerate(dict.fromkeys(part["measure"])):
-            stats_ = [mean_ci(part.loc[(part["site_a"] == s) & (part["measure"] == measure), "value"]) for s in sites]
+            values = [part.loc[(part["site_a"] == s) & (part["measure"] == measure), "value"].to_numpy(dtype=float)
+                      for s in sites]
             color = "C3" if measure.startswith("grelu") else "C0"
-            ax.errorbar(range(len(sites)), [m for m, _ in stats_], yerr=[h for _, h in stats_], capsize=3,
-                        marker="o", color=color, label=MEASURE_LABELS.get(measure, measure))
+            ax.errorbar(range(len(sites)), [v.mean() for v in values], yerr=[interval_half_width(v) for v in values],
+                        capsize=3, marker="o", color=color, label=MEASURE_LABELS.get(measure, measure))
+            for at, v in enumerate(values):
+                _few_values(ax, at, v, color)
             reported = paper.get(variant, {}).get(measure, {})
             if reported:
                 ax.plot([i for i, s in enumerate(sites) if s in reported], [reported[s] for s in sites if s in reported],
@@ -546,6 +582,7 @@ def dissection_fraction(table: pd.DataFrame) -> plt.Figure:
     rotation alpha, one panel per variant, one line per site with a 95% CI band over seeds and
     rotation draws (the paper's Figs. 3 and 19). Sites inside a residual block are dashed."""
     summary = dissection_summary(table)
+    draws = _dissection_draws(table)
     variants = list(dict.fromkeys(summary["variant"]))
     fig, axes = plt.subplots(2, len(variants), figsize=(3.8 * len(variants), 6.0), squeeze=False,
                              sharex=True)
@@ -555,11 +592,15 @@ def dissection_fraction(table: pd.DataFrame) -> plt.Figure:
             style = {"color": f"C{k}", "linestyle": "--" if rows["inside_residual"].iloc[0] else "-",
                      "marker": "."}
             label = f"{site}{'*' if rows['inside_residual'].iloc[0] else ''} ({rows['n_units'].iloc[0]})"
-            for ax, column, ci in zip(axes[:, c], ("fraction_interpretable", "unique_concepts"),
-                                      ("fraction_ci95", "unique_concepts_ci95")):
-                mean, half = rows[column].to_numpy(), rows[ci].to_numpy()
+            samples = draws[(draws["variant"] == variant) & (draws["site"] == site)]
+            for ax, column, ci, drawn in zip(axes[:, c], ("fraction_interpretable", "unique_concepts"),
+                                             ("fraction_ci95", "unique_concepts_ci95"),
+                                             ("fraction_interpretable", "n_unique_concepts")):
+                mean, half = rows[column].to_numpy(), _drawn_half(rows[ci], rows["samples"])
                 ax.plot(rows["alpha"], mean, label=label, **style)
                 ax.fill_between(rows["alpha"], mean - half, mean + half, color=style["color"], alpha=0.15)
+                for alpha, at in samples.groupby("alpha")[drawn]:
+                    _few_values(ax, alpha, at, style["color"])
         axes[0, c].set_title(variant)
         axes[0, c].set_ylabel("fraction of interpretable units")
         axes[1, c].set_ylabel("unique concepts detected")

@@ -43,30 +43,66 @@ __all__ = [
 # ---------------------------------------------------------------------------
 
 
+def check_permutation(perm) -> Tensor:
+    """``perm`` as a LongTensor, if it is a permutation of 0 .. n-1 (else a ValueError saying why)."""
+    perm = torch.as_tensor(perm)
+    if perm.dtype == torch.bool or perm.is_complex() or (perm.is_floating_point() and not torch.equal(perm, perm.round())):
+        raise ValueError(f"a permutation holds integers, got {perm.tolist() if perm.numel() <= 16 else perm.dtype}")
+    perm = perm.long()
+    if perm.ndim != 1:
+        raise ValueError(f"a permutation is one-dimensional, got shape {tuple(perm.shape)}")
+    n = perm.numel()
+    counts = torch.bincount(perm.clamp(0, n), minlength=n + 1)[:n] if n else perm
+    if n and (perm.min() < 0 or perm.max() >= n or (counts != 1).any()):
+        repeated = [i for i in range(n) if counts[i] > 1]
+        raise ValueError(f"{perm.tolist() if n <= 16 else 'perm'} is not a permutation of 0..{n - 1}: "
+                         f"it must hold each index once (repeated {repeated[:8]}, missing "
+                         f"{[i for i in range(n) if counts[i] == 0][:8]}, out of range "
+                         f"{[i for i in perm.tolist() if not 0 <= i < n][:8]})")
+    return perm
+
+
 def permutation_matrix(perm, *, dtype: torch.dtype = torch.float32) -> Tensor:
     """Return the (n, n) permutation matrix ``P`` with ``P[i, perm[i]] = 1``."""
-    perm = torch.as_tensor(perm, dtype=torch.long)
+    perm = check_permutation(perm)
     n = perm.numel()
     P = torch.zeros(n, n, dtype=dtype, device=perm.device)
     P[torch.arange(n, device=perm.device), perm] = 1
     return P
 
 
+def monomial_matrix(perm, values) -> Tensor:
+    """Return ``diag(values) @ P`` with ``P[i, perm[i]] = 1``: ``A[i, perm[i]] = values[i]``.
+
+    ``A`` has dtype/device of ``values`` (any finite values: signed ones give the groups of odd
+    activations).
+    """
+    values = torch.as_tensor(values)
+    if not values.is_floating_point():
+        values = values.to(torch.float32)
+    perm = check_permutation(perm).to(values.device)
+    n = perm.numel()
+    if values.shape != (n,):
+        raise ValueError(f"scales must have one entry per index of perm ({n}), got shape {tuple(values.shape)}")
+    if not torch.isfinite(values).all():
+        raise ValueError("the scales must be finite")
+    rows = torch.arange(n, device=values.device)
+    # Scatter instead of diag(values) @ P: no n^3 matmul, no -0.0 entries, and still
+    # differentiable with respect to ``values``.
+    zeros = torch.zeros(n, n, dtype=values.dtype, device=values.device)
+    return zeros.index_put((rows, perm), values)
+
+
 def grelu_matrix(perm, scales) -> Tensor:
-    """Return ``A = diag(scales) @ P`` with ``P[i, perm[i]] = 1``.
+    """Return ``A = diag(scales) @ P`` with ``P[i, perm[i]] = 1`` and ``scales >= 0`` (the group
+    G_ReLU has positive scales; a stitching layer's may be 0).
 
     ``A`` has dtype/device of ``scales``; ``A[i, perm[i]] = scales[i]``.
     """
-    scales = torch.as_tensor(scales)
-    if not scales.is_floating_point():
-        scales = scales.to(torch.float32)
-    perm = torch.as_tensor(perm, dtype=torch.long, device=scales.device)
-    n = perm.numel()
-    rows = torch.arange(n, device=scales.device)
-    # Scatter instead of diag(scales) @ P: no n^3 matmul, no -0.0 entries, and still
-    # differentiable with respect to ``scales``.
-    zeros = torch.zeros(n, n, dtype=scales.dtype, device=scales.device)
-    return zeros.index_put((rows, perm), scales)
+    if (torch.as_tensor(scales) < 0).any():
+        raise ValueError("G_ReLU scales must be nonnegative (the group's are positive); for signed "
+                         "scales use groups.monomial_matrix")
+    return monomial_matrix(perm, scales)
 
 
 # ---------------------------------------------------------------------------
@@ -159,7 +195,7 @@ def random_permutation_scaling(
         d = torch.exp(sigma * z - sigma**2 / 2)
         if not positive:
             d = sign * d
-    return grelu_matrix(perm, d.to(dtype))
+    return monomial_matrix(perm, d.to(dtype))
 
 
 def random_gl(
@@ -315,10 +351,19 @@ def sinkhorn(P: Tensor, iters: int = 16, eps: float = 1e-12) -> Tensor:
 
     ReLU(P), then ``iters`` rounds of: divide each column by its column sum, then each row
     by its row sum (so rows sum to 1 exactly, columns approximately). Works on batches
-    ``(..., n, n)`` on any device and is differentiable; sums are clamped below by ``eps``
-    so an all-zero row or column stays zero instead of becoming NaN.
+    ``(..., n, n)`` on any device and is differentiable. A non-finite entry, or a row or
+    column with no positive entry (which no scaling makes stochastic), is a ValueError.
     """
+    if P.ndim < 2 or P.shape[-1] != P.shape[-2]:
+        raise ValueError(f"sinkhorn: expected square matrices (..., n, n), got shape {tuple(P.shape)}")
+    if not torch.isfinite(P).all():
+        raise ValueError("sinkhorn: the matrix has NaN or infinite entries (a diverged step? lower the "
+                         "learning rate)")
     P = torch.relu(P)
+    positive = P > 0
+    if not (positive.any(-1).all() and positive.any(-2).all()):
+        raise ValueError("sinkhorn: a row or column has no positive entry, so no doubly stochastic "
+                         "matrix has its support (a collapsed layer? lower the learning rate)")
     for _ in range(iters):
         P = P / P.sum(dim=-2, keepdim=True).clamp_min(eps)
         P = P / P.sum(dim=-1, keepdim=True).clamp_min(eps)
@@ -340,6 +385,8 @@ def round_to_permutation(P) -> Tensor:
     P = np.asarray(P, dtype=np.float64)
     if P.ndim < 2 or P.shape[-1] != P.shape[-2]:
         raise ValueError(f"expected square matrices (..., n, n), got shape {P.shape}")
+    if not np.isfinite(P).all():
+        raise ValueError("round_to_permutation: the matrix has NaN or infinite entries")
     n = P.shape[-1]
     flat = P.reshape(-1, n, n)
     # For a square matrix the row indices come back as arange(n), so the column indices are
@@ -380,10 +427,19 @@ def rotation_powers(Q, alphas) -> list[Tensor]:
     Qt = torch.as_tensor(Q)
     dtype = Qt.dtype if Qt.is_floating_point() else torch.float64
     Qn = Qt.detach().to("cpu", torch.float64).numpy()
-    n = Qn.shape[0]
-    if Qn.shape != (n, n):
+    n = Qn.shape[0] if Qn.ndim else 0
+    if Qn.ndim != 2 or Qn.shape != (n, n):
         raise ValueError(f"expected a square matrix, got shape {tuple(Qn.shape)}")
+    if not np.isfinite(Qn).all():
+        raise ValueError("rotation_power: Q has NaN or infinite entries")
+    # float32 rounding leaves about 1e-6 per entry; a matrix further from orthogonal has no geodesic.
+    tolerance = 1e-4 if Qt.dtype in (torch.float16, torch.bfloat16, torch.float32) else 1e-8
+    if n and np.abs(Qn.T @ Qn - np.eye(n)).max() > tolerance * max(1, n) ** 0.5:
+        raise ValueError(f"rotation_power: Q is not orthogonal (max |QᵀQ - I| = "
+                         f"{np.abs(Qn.T @ Qn - np.eye(n)).max():.2g}); pass a rotation, e.g. groups.random_rotation")
     alphas = [float(a) for a in alphas]
+    if not all(math.isfinite(a) for a in alphas):
+        raise ValueError(f"rotation_power: alpha must be finite, got {alphas}")
     if set(alphas) <= {0.0, 1.0}:
         ends = {0.0: np.eye(n), 1.0: Qn}
         return [torch.as_tensor(ends[a], dtype=dtype).to(Qt.device) for a in alphas]

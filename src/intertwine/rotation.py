@@ -14,16 +14,13 @@ import copy
 import time
 from typing import Callable
 
-import pandas as pd
 import torch
 from torch import nn
 
-import intertwine
 from intertwine import groups, models
-from intertwine.data import Split, channel_stats, load_split
-from intertwine.training import TrainConfig, evaluate, train
-from intertwine.utils import config_hash, derive_seed, resolve_device
-from intertwine.zoo import load_model, recorded_test_acc
+from intertwine.data import Split
+from intertwine.settings import TrainConfig
+from intertwine.training import evaluate, train
 
 
 class ChannelTransform(nn.Module):
@@ -90,37 +87,3 @@ def sample_transform(group: str, n: int, generator: torch.Generator, sigma: floa
     if group == "permutation":
         return groups.permutation_matrix(groups.random_permutation(n, generator))
     raise ValueError(f"rotation group {group!r} is not one of {GROUPS}")
-
-
-def run_trial(checkpoint: str, data_dir: str, site: str, group: str, trial: int, block: dict,
-              training: dict, global_seed: int = 0,
-              log: Callable[[str], None] = print) -> pd.DataFrame:
-    """One row of the rotation table: a zoo member, a site, a group element, fine-tuning."""
-    device = resolve_device(training.get("device", "auto"))
-    model, meta = load_model(checkpoint, device)
-    by_name = {s.name: s for s in models.sites(model)}
-    if site not in by_name:
-        raise ValueError(f"{checkpoint} has no site {site!r}; its sites are {list(by_name)}")
-    key = (global_seed, "rotation", meta["variant"], meta["seed"], site, group, trial)
-    generator = torch.Generator().manual_seed(derive_seed(*key, "element"))
-    matrix = sample_transform(group, by_name[site].channels, generator, block["lognormal_sigma"])
-    mean, std = channel_stats(data_dir, device)
-    splits = [load_split(data_dir, s).to(device) for s in ("train", "val", "test")]
-    if block["train_images"]:
-        train = splits[0]
-        splits[0] = Split(train.images[:block["train_images"]], train.labels[:block["train_images"]])
-    config = TrainConfig.from_block(training | {"epochs": block["epochs"], "lr": block["lr"] or training["lr"]})
-    batches = torch.Generator(device=device).manual_seed(derive_seed(*key, "batches"))
-    label = f"{meta['variant']} seed {meta['seed']} {site} {group} trial {trial}"
-    row = rotation_trial(model, site, matrix, *splits, config, batches, mean, std, label, log,
-                         acc_before=recorded_test_acc(meta))
-    log(f"{label}: accuracy {row['acc_before']:.4f} before, {row['acc_transformed']:.4f} "
-        f"transformed, {row['acc_finetuned']:.4f} after fine-tuning")
-    return pd.DataFrame([{
-        "variant": meta["variant"], "seed": meta["seed"], "site": site,
-        "inside_residual": by_name[site].inside_residual, "group": group, "trial": trial, **row,
-        "penalty": row["acc_before"] - row["acc_finetuned"], "epochs": block["epochs"],
-        "device": str(device),
-        "config_hash": config_hash({"rotation": block, "training": training, "seed": global_seed}),
-        "version": intertwine.__version__,
-    }])

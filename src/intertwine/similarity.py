@@ -44,7 +44,6 @@ __all__ = [
     "PROCRUSTES_MEASURES",
     "cka_kernel",
     "kernel_cka",
-    "similarity_pair",
     "ProcrustesAccumulator",
     "channel_normalized_linear_cka",
     "grelu_cka",
@@ -53,6 +52,8 @@ __all__ = [
     "linear_cka",
     "max_kernel",
     "orthogonal_procrustes",
+    "site_cka",
+    "site_procrustes",
     "unbiased_hsic",
 ]
 
@@ -640,67 +641,36 @@ MEASURES: dict[str, Callable[..., float]] = {
 
 
 # ---------------------------------------------------------------------------
-# The workflow stage: every measure between two zoo members
+# Between two models: every site's activations on the same images
 # ---------------------------------------------------------------------------
 
 
-def similarity_pair(checkpoint_a: str, checkpoint_b: str, data_dir: str, pair: int, block: dict,
-                    procrustes: bool, cka: bool, global_seed: int = 0, device: str = "auto",
-                    log: Callable[[str], None] = print) -> "pd.DataFrame":
-    """One row per (site_a, site_b, measure): Procrustes measures at matching sites, CKA measures
-    for every pair of sites (the heatmaps), on the first ``block["samples"]`` test images.
+def site_procrustes(model_a: torch.nn.Module, model_b: torch.nn.Module, images: Tensor, sites: list[str],
+                    mean: Tensor, std: Tensor, batch_size: int) -> dict[str, ProcrustesAccumulator]:
+    """Procrustes statistics of the two models' activations at each of ``sites`` (the same site in
+    both) on uint8 ``images``, accumulated over batches: one forward pass per model and batch
+    gives every site's activations."""
+    from intertwine.models import site_activations
 
-    Procrustes statistics accumulate over batches of both models' activations; for CKA one kernel
-    per site and model is held (2 x sites kernels of N x N floats).
-    """
-    import pandas as pd
+    accumulators = {site: ProcrustesAccumulator() for site in sites}
+    for start in range(0, len(images), batch_size):
+        reps_a, reps_b = (site_activations(model, images[start:start + batch_size], sites, mean, std, batch_size)
+                          for model in (model_a, model_b))
+        for site in sites:
+            accumulators[site].update(reps_a[site], reps_b[site])
+    return accumulators
 
-    import intertwine
-    from intertwine import models
-    from intertwine.data import channel_stats, load_split
-    from intertwine.utils import config_hash, resolve_device
-    from intertwine.zoo import load_model
 
-    device = resolve_device(device)
-    model_a, meta_a = load_model(checkpoint_a, device)
-    model_b, meta_b = load_model(checkpoint_b, device)
-    if meta_a["variant"] != meta_b["variant"]:
-        raise ValueError(f"{checkpoint_a} and {checkpoint_b} belong to different variants")
-    mean, std = channel_stats(data_dir, device)
-    test = load_split(data_dir, "test").to(device)
-    images = test.images[:block["samples"]] if block.get("samples") else test.images
-    sites = [s.name for s in models.sites(model_a)]
-    base = {"variant": meta_a["variant"], "pair": pair, "seed_a": meta_a["seed"], "seed_b": meta_b["seed"]}
-    rows = []
-    batch = block["batch_size"]
-    if procrustes:
-        accumulators = {site: ProcrustesAccumulator() for site in sites}
-        for start in range(0, len(images), batch):
-            # One forward pass per model and batch gives every site's activations.
-            reps_a, reps_b = (models.site_activations(model, images[start:start + batch], sites, mean, std, batch)
-                              for model in (model_a, model_b))
-            for site in sites:
-                accumulators[site].update(reps_a[site], reps_b[site])
-        for site, acc in accumulators.items():
-            values = {"grelu_procrustes": acc.grelu, "orthogonal_procrustes": acc.orthogonal}
-            for measure in block["procrustes_measures"]:
-                rows.append({**base, "site_a": site, "site_b": site, "measure": measure,
-                             "value": values[measure]()})
-        log(f"{base['variant']} pair {pair}: Procrustes at {len(sites)} sites")
-    if cka:
-        for measure in block["cka_measures"]:
-            kernels = {}
-            for name, model in (("a", model_a), ("b", model_b)):
-                for site in sites:
-                    features = models.site_activations(model, images, [site], mean, std, batch)[site]
-                    kernels[name, site] = cka_kernel(measure, features)
-            for site_a in sites:
-                for site_b in sites:
-                    rows.append({**base, "site_a": site_a, "site_b": site_b, "measure": measure,
-                                 "value": kernel_cka(kernels["a", site_a], kernels["b", site_b])})
-            log(f"{base['variant']} pair {pair}: {measure} for {len(sites)}x{len(sites)} site pairs")
-    table = pd.DataFrame(rows)
-    table["n_samples"] = len(images)
-    table["config_hash"] = config_hash({"similarity": block, "seed": global_seed})
-    table["version"] = intertwine.__version__
-    return table
+def site_cka(measure: str, model_a: torch.nn.Module, model_b: torch.nn.Module, images: Tensor,
+             sites: list[str], mean: Tensor, std: Tensor, batch_size: int) -> dict[tuple[str, str], float]:
+    """The CKA ``measure`` between model a at each of ``sites`` and model b at each of ``sites``
+    (every pair, for the heatmaps) on uint8 ``images``; one N x N kernel per model and site is held."""
+    from intertwine.models import site_activations
+
+    kernels = {}
+    for name, model in (("a", model_a), ("b", model_b)):
+        for site in sites:
+            kernels[name, site] = cka_kernel(measure, site_activations(model, images, [site], mean, std,
+                                                                       batch_size)[site])
+    return {(site_a, site_b): kernel_cka(kernels["a", site_a], kernels["b", site_b])
+            for site_a in sites for site_b in sites}

@@ -40,25 +40,23 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable
 
-import pandas as pd
 import torch
 from torch import nn
 
-import intertwine
 from intertwine import groups, models
-from intertwine.data import Split, channel_stats, load_split
+from intertwine.data import Split
 from intertwine.data.augment import augment, normalize
+from intertwine.settings import G_RELU_METHODS, StitchConfig, parse_method
 from intertwine.training import evaluate
-from intertwine.utils import config_hash, derive_seed, resolve_device
-from intertwine.zoo import load_model, recorded_test_acc
+from intertwine.utils import derive_seed
 
 __all__ = [
-    "FullStitch", "RankStitch", "GReLUStitch", "SoftSortStitch", "StitchConfig", "METHODS",
-    "G_RELU_METHODS", "build_layer", "parse_method", "l1_method", "method_dimension", "sparsity",
-    "cv_split", "match_grelu", "stitch", "fit", "select_alpha", "refresh_batch_norm", "stitch_pair",
+    "FullStitch", "RankStitch", "GReLULayer", "GReLUStitch", "SoftSortStitch", "build_layer",
+    "method_dimension", "sparsity",
+    "cv_split", "match_grelu", "stitch", "fit", "select_alpha", "refresh_batch_norm", "stitch_site",
     "draw_pairs",
 ]
 
@@ -138,7 +136,91 @@ class RankStitch(nn.Module):
         return _channel_map(_channel_map(x, self.down), self.up)
 
 
-class GReLUStitch(nn.Module):
+class GReLULayer(nn.Module):
+    """What the two layers in the intertwiner group of ReLU share: ``P diag(d)`` with P a soft
+    permutation (``soft_permutation()``) and d >= 0 the column scales (``column_scales()``),
+    rounded before evaluation to the permutation nearest P (Hungarian algorithm). Subclasses
+    give the parameterisation: ``GReLUStitch`` (P on the Birkhoff polytope) and
+    ``SoftSortStitch`` (P by SoftSort). ``isinstance(layer, GReLULayer)`` means "either".
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("permutation", torch.empty(0, dtype=torch.long))  # set by round()
+        self._nearest: tuple[torch.Tensor, torch.Tensor] | None = None  # (P, its nearest permutation)
+
+    def soft_permutation(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def column_scales(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def scale_parameter(self) -> nn.Parameter:
+        """The parameter of D, held fixed for the first ``scales_frozen_fraction`` of training."""
+        raise NotImplementedError
+
+    def regularizer(self) -> torch.Tensor | None:
+        return None
+
+    def project(self) -> None:
+        """Back onto the constraint set after an optimiser step (nothing to do by default)."""
+
+    def start_at(self, perm: torch.Tensor, output_scales: torch.Tensor) -> None:
+        """Start from the G_ReLU element ``diag(output_scales) Q`` (``Q[i, perm[i]] = 1``)."""
+        raise NotImplementedError
+
+    @property
+    def rounded(self) -> bool:
+        return self.permutation.numel() > 0
+
+    def matrix(self) -> torch.Tensor:
+        scales = self.column_scales()
+        P = groups.permutation_matrix(self.permutation).to(scales) if self.rounded else self.soft_permutation()
+        return P * scales  # P @ diag(scales)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _channel_map(x, self.matrix())
+
+    def match(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Start from the G_ReLU element that best maps activations x onto y (``match_grelu``)."""
+        self.start_at(*match_grelu(x, y))
+
+    @torch.no_grad()
+    def nearest_permutation(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(P, the permutation closest to P): the Hungarian algorithm on tr(P Qᵀ), run once per
+        value of P, so ``off_permutation_mass()`` and ``round()`` in turn share one run."""
+        P = self.soft_permutation()
+        cached = self._nearest
+        if cached is None or not (cached[0].shape == P.shape and cached[0].dtype == P.dtype
+                                  and cached[0].device == P.device and torch.equal(cached[0], P)):
+            cached = self._nearest = (P.detach().clone(), groups.round_to_permutation(P))
+        return P, cached[1]
+
+    @torch.no_grad()
+    def round(self) -> float:
+        """Replace P by the permutation closest to it (Hungarian algorithm on tr(P Qᵀ)); returns
+        how far P was from it (``off_permutation_mass()`` before rounding)."""
+        P, perm = self.nearest_permutation()
+        self.permutation = perm.to(self.permutation.device, copy=True)
+        return _off_permutation_mass(P, perm)
+
+    @torch.no_grad()
+    def off_permutation_mass(self) -> float:
+        """How far P was from the permutation it rounds to: the fraction of P's mass (which is n)
+        outside that permutation's entries; 0 exactly when P is that permutation."""
+        return _off_permutation_mass(*self.nearest_permutation())
+
+    def rounded_layer(self) -> tuple[list[int], list[float]]:
+        """The rounded layer as the element diag(scales) Q of intertwine.groups (Q[i, perm[i]] = 1):
+        (perm, scales), what the table stores."""
+        return self.permutation.tolist(), self.column_scales().detach()[self.permutation].cpu().tolist()
+
+
+def _off_permutation_mass(P: torch.Tensor, perm: torch.Tensor) -> float:
+    return float(1 - P.gather(1, perm.to(P.device)[:, None]).sum() / P.shape[0])
+
+
+class GReLUStitch(GReLULayer):
     """``P diag(scales)`` with P doubly stochastic (a permutation once rounded) and scales >= 0.
 
     P starts near the centre of the Birkhoff polytope (uniform plus a little seeded noise to break
@@ -155,11 +237,6 @@ class GReLUStitch(nn.Module):
         self.P = nn.Parameter(groups.sinkhorn(torch.full((channels, channels), 1 / channels) + noise / channels,
                                               sinkhorn_iters))
         self.scales = nn.Parameter(torch.ones(channels))
-        self.register_buffer("permutation", torch.empty(0, dtype=torch.long))  # set by round()
-
-    @property
-    def rounded(self) -> bool:
-        return self.permutation.numel() > 0
 
     def soft_permutation(self) -> torch.Tensor:
         return self.P
@@ -168,19 +245,11 @@ class GReLUStitch(nn.Module):
         return self.scales
 
     def scale_parameter(self) -> nn.Parameter:
-        """The parameter of D, held fixed for the first ``scales_frozen_fraction`` of training."""
         return self.scales
-
-    def matrix(self) -> torch.Tensor:
-        P = groups.permutation_matrix(self.permutation).to(self.P) if self.rounded else self.P
-        return P * self.scales  # P @ diag(scales)
 
     def regularizer(self) -> torch.Tensor | None:
         """``-alpha ||P||_F``: largest at the vertices of the polytope (the permutations)."""
         return -self.alpha * self.P.norm() if self.alpha else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _channel_map(x, self.matrix())
 
     @torch.no_grad()
     def start_at(self, perm: torch.Tensor, output_scales: torch.Tensor) -> None:
@@ -189,36 +258,14 @@ class GReLUStitch(nn.Module):
         self.P.copy_(groups.permutation_matrix(perm).to(self.P))
         self.scales.zero_().index_copy_(0, perm.to(self.scales.device), output_scales.to(self.scales))
 
-    def match(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        """Start from the G_ReLU element that best maps activations x onto y (``match_grelu``)."""
-        self.start_at(*match_grelu(x, y))
-
     @torch.no_grad()
     def project(self) -> None:
         """Back onto the constraint set: P doubly stochastic (ReLU + Sinkhorn), scales >= 0."""
         self.P.copy_(groups.sinkhorn(self.P, self.sinkhorn_iters))
         self.scales.clamp_(min=0)
 
-    @torch.no_grad()
-    def round(self) -> None:
-        """Replace P by the permutation closest to it (Hungarian algorithm on tr(P Qᵀ))."""
-        self.permutation = groups.round_to_permutation(self.soft_permutation()).to(self.permutation.device)
 
-    @torch.no_grad()
-    def off_permutation_mass(self) -> float:
-        """How far P was from the permutation it rounds to: the fraction of P's mass (which is n)
-        outside that permutation's entries; 0 exactly when P is that permutation."""
-        P = self.soft_permutation()
-        perm = groups.round_to_permutation(P).to(P.device)
-        return float(1 - P.gather(1, perm[:, None]).sum() / P.shape[0])
-
-    def rounded_layer(self) -> tuple[list[int], list[float]]:
-        """The rounded layer as the element diag(scales) Q of intertwine.groups (Q[i, perm[i]] = 1):
-        (perm, scales), what the table stores."""
-        return self.permutation.tolist(), self.column_scales().detach()[self.permutation].cpu().tolist()
-
-
-class SoftSortStitch(GReLUStitch):
+class SoftSortStitch(GReLULayer):
     """The G_ReLU layer parameterised by SoftSort (Prillo & Eisenschlos 2020; the paper's D.2.2):
     ``P = softmax_rows(-|sort(s) 1ᵀ - 1 sᵀ| / tau)`` for a score vector s (sorted descending, so row
     i puts its mass on the input of the i-th largest score) and ``D = diag(exp(lambda))``. P is
@@ -228,12 +275,10 @@ class SoftSortStitch(GReLUStitch):
     """
 
     def __init__(self, channels: int, generator: torch.Generator | None = None, tau: float | None = None):
-        nn.Module.__init__(self)
+        super().__init__()
         self.tau = tau if tau else 1 / channels
-        self.alpha = 0.0
         self.scores = nn.Parameter(torch.rand(channels, generator=generator))
         self.log_scales = nn.Parameter(torch.zeros(channels))
-        self.register_buffer("permutation", torch.empty(0, dtype=torch.long))  # set by round()
 
     def scale_parameter(self) -> nn.Parameter:
         return self.log_scales
@@ -245,14 +290,6 @@ class SoftSortStitch(GReLUStitch):
     def column_scales(self) -> torch.Tensor:
         return self.log_scales.exp()
 
-    def matrix(self) -> torch.Tensor:
-        if self.rounded:
-            return groups.permutation_matrix(self.permutation).to(self.scores) * self.column_scales()
-        return self.soft_permutation() * self.column_scales()
-
-    def regularizer(self) -> None:
-        return None
-
     @torch.no_grad()
     def start_at(self, perm: torch.Tensor, output_scales: torch.Tensor) -> None:
         """Scores that sort into ``perm`` (input perm[i] gets the i-th largest score, spaced 1/C
@@ -261,10 +298,6 @@ class SoftSortStitch(GReLUStitch):
         perm = perm.to(self.scores.device)
         self.scores.index_copy_(0, perm, torch.arange(n, 0, -1, dtype=self.scores.dtype, device=perm.device) / n)
         self.log_scales.index_copy_(0, perm, output_scales.to(self.log_scales).clamp_min(1e-6).log())
-
-    @torch.no_grad()
-    def project(self) -> None:
-        pass
 
 
 def match_grelu(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -280,33 +313,6 @@ def match_grelu(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.T
     perm = groups.round_to_permutation(correlation).to(x.device)
     scales = ((ys * xs[perm]).sum(1) / x_norm[perm] ** 2).clamp_min(0)
     return perm, scales.to(x.dtype)
-
-
-METHODS = ("full", "rank", "grelu", "grelu_cv", "softsort", "l1")
-G_RELU_METHODS = ("grelu", "grelu_cv", "softsort")  # layers in the intertwiner group of ReLU
-
-
-def parse_method(method: str) -> tuple[str, int | float | None]:
-    """'full' -> ('full', None); 'rank4' -> ('rank', 4); 'l1_0.01' -> ('l1', 0.01); 'grelu',
-    'grelu_cv', 'softsort' -> (method, None)."""
-    if method in ("full", *G_RELU_METHODS):
-        return method, None
-    if method.startswith("rank") and method[4:].isdigit() and int(method[4:]) > 0:
-        return "rank", int(method[4:])
-    if method.startswith("l1_"):
-        try:
-            strength = float(method[3:])
-        except ValueError:
-            strength = -1.0
-        if strength > 0:
-            return "l1", strength
-    raise ValueError(f"unknown stitching method {method!r}; expected full, rank<r> (e.g. rank4), "
-                     "l1_<lambda> (e.g. l1_0.01), grelu, grelu_cv or softsort")
-
-
-def l1_method(strength: float) -> str:
-    """The method name of full stitching with L1 strength ``strength`` (0.01 -> 'l1_0.01')."""
-    return f"l1_{strength:g}"
 
 
 def method_dimension(method: str, channels: int) -> int:
@@ -362,33 +368,6 @@ def stitch(f: nn.Module, g: nn.Module, site: str, layer: nn.Module) -> models.St
     return models.Stitched(front=f, back=g, site=site, bridge=layer)
 
 
-@dataclass
-class StitchConfig:
-    """The ``stitching`` config block's optimisation settings (defaults: PAPER.md)."""
-
-    epochs: int = 20
-    batch_size: int = 32
-    lr: float = 1e-3
-    optimizer: str = "sgd"
-    momentum: float = 0.0
-    alpha: float = 0.1
-    scales_frozen_fraction: float = 0.5
-    init: str = "random"
-    match_images: int = 500
-    sinkhorn_iters: int = 16
-    softsort_tau: float | None = None
-    alpha_grid: list[float] = field(default_factory=lambda: [0.001, 0.01, 0.1, 1.0, 10.0])
-    cv_held_out: float = 0.2
-    cv_epochs: int | None = None
-    translate: int = 2
-    flip: bool = True
-    eval_batch_size: int = 1000
-
-    @classmethod
-    def from_block(cls, block: dict) -> "StitchConfig":
-        return cls(**{k: block[k] for k in cls.__dataclass_fields__ if k in block})
-
-
 def _optimizer(params, config: StitchConfig) -> torch.optim.Optimizer:
     if config.optimizer == "sgd":
         return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum)
@@ -407,7 +386,7 @@ def fit(stitched: models.Stitched, train_split: Split, config: StitchConfig,
     at their initial values (1, or matched) for the first ``scales_frozen_fraction`` of the epochs.
     """
     layer = stitched.bridge
-    grelu = isinstance(layer, GReLUStitch)
+    grelu = isinstance(layer, GReLULayer)
     optimizer = _optimizer([p for p in layer.parameters()], config)
     loss_fn = nn.CrossEntropyLoss()
     device = train_split.images.device
@@ -508,85 +487,50 @@ def draw_pairs(n_members: int, n_pairs: int, *key) -> list[tuple[int, int]]:
     return pairs
 
 
-def stitch_pair(checkpoint_a: str, checkpoint_b: str, data_dir: str, method: str, pair: int,
-                block: dict, training: dict, sites: list[str] | None = None, global_seed: int = 0,
-                log: Callable[[str], None] = print) -> pd.DataFrame:
-    """One row per site: stitch model a into model b with ``method`` at each site."""
-    device = resolve_device(training.get("device", "auto"))
-    f, meta_a = load_model(checkpoint_a, device)
-    g, meta_b = load_model(checkpoint_b, device)
-    if meta_a["spec"] != meta_b["spec"]:
-        raise ValueError(f"cannot stitch {checkpoint_a} into {checkpoint_b}: different model specs "
-                         f"({meta_a['spec']} vs {meta_b['spec']})")
-    available = {s.name: s for s in models.sites(f)}
-    for site in sites or []:
-        if site not in available:
-            raise ValueError(f"stitching.sites names {site!r}, which {meta_a['variant']} does not "
-                             f"have; its sites are {list(available)}")
-    chosen = [available[name] for name in (sites or available)]
-    config = StitchConfig.from_block(block | {k: training[k] for k in ("translate", "flip") if k in training})
-    kind, param = parse_method(method)
-    mean, std = channel_stats(data_dir, device)
-    train_split, test_split = (load_split(data_dir, s).to(device) for s in ("train", "test"))
-    if block.get("train_images"):
-        train_split = Split(train_split.images[:block["train_images"]], train_split.labels[:block["train_images"]])
-    acc = lambda m: evaluate(m, test_split, mean, std, config.eval_batch_size)  # noqa: E731
-    # f's and g's own accuracies come from their checkpoints when recorded in float32.
-    acc_a, acc_b = recorded_test_acc(meta_a), recorded_test_acc(meta_b)
-    acc_a = acc(f) if acc_a is None else acc_a
-    acc_b = acc(g) if acc_b is None else acc_b
-    rows = []
-    for site in chosen:
-        key = (global_seed, "stitching", meta_a["variant"], pair, site.name, method)
-        init_generator = torch.Generator().manual_seed(derive_seed(*key, "init"))
-        start = init_generator.get_state()  # every alpha of grelu_cv starts from the same layer
-        matched = None
-        if config.init == "match":
-            images = train_split.images[:config.match_images]
-            matched = [models.site_activations(model, images, [site.name], mean, std, len(images))[site.name]
-                       for model in (f, g)]
+def stitch_site(f: nn.Module, g: nn.Module, site: models.Site, method: str, config: StitchConfig,
+                train_split: Split, mean: torch.Tensor, std: torch.Tensor, key: tuple,
+                label: str = "stitch", log: Callable[[str], None] = print) -> tuple[models.Stitched, dict]:
+    """Stitch f into a copy of g at ``site`` with a fresh layer of ``method`` and train it; every
+    random draw comes from generators seeded from ``key`` (the layer's start, the batches).
+    A G_ReLU layer is rounded, and g's batch-norm statistics are refreshed for the final layer.
 
-        def make_layer(alpha: float = config.alpha) -> nn.Module:
-            init_generator.set_state(start)
-            layer = build_layer(method, site.channels, init_generator, config.sinkhorn_iters, alpha,
-                                config.softsort_tau).to(device)
-            if matched is not None:
-                layer.match(*matched)
-            return layer
+    Returns the stitched network, ready to evaluate, and its layer's columns of the table.
+    """
+    kind = parse_method(method)[0]
+    device = train_split.images.device
+    init_generator = torch.Generator().manual_seed(derive_seed(*key, "init"))
+    start = init_generator.get_state()  # every alpha of grelu_cv starts from the same layer
+    matched = None
+    if config.init == "match":
+        images = train_split.images[:config.match_images]
+        matched = [models.site_activations(model, images, [site.name], mean, std, len(images))[site.name]
+                   for model in (f, g)]
 
-        stitched = stitch(f, copy.deepcopy(g), site.name, make_layer())
-        label = f"{meta_a['variant']} pair {pair} ({meta_a['seed']}->{meta_b['seed']}) {site.name} {method}"
-        batches = torch.Generator(device=device).manual_seed(derive_seed(*key, "batches"))
-        extra = {"alpha": config.alpha if kind == "grelu" else None, "alpha_selected": None,
-                 "cv_alphas": None, "cv_accuracies": None}
-        if kind == "grelu_cv":
-            chosen_alpha = select_alpha(make_layer, stitched, train_split, config, batches, mean, std, label, log)
-            seconds = chosen_alpha.pop("seconds")
-            extra |= chosen_alpha | {"alpha": chosen_alpha["alpha_selected"]}
-        else:
-            seconds = fit(stitched, train_split, config, batches, mean, std, label, log)
-        layer = stitched.bridge
-        extra |= {"permutation": None, "scales": None, "off_permutation_mass": None}
-        if isinstance(layer, GReLUStitch):
-            if not layer.rounded:
-                extra["off_permutation_mass"] = layer.off_permutation_mass()
-                layer.round()
-            extra["permutation"], extra["scales"] = layer.rounded_layer()
-        refresh_batch_norm(stitched, train_split, mean, std, config.eval_batch_size)
-        acc_stitched = acc(stitched)
-        log(f"{label}: accuracy {acc_stitched:.4f} (a {acc_a:.4f}, b {acc_b:.4f})")
-        rows.append({
-            "variant": meta_a["variant"], "pair": pair, "seed_a": meta_a["seed"], "seed_b": meta_b["seed"],
-            "site": site.name, "inside_residual": site.inside_residual, "method": method,
-            "rank": param if kind == "rank" else None, "l1_lambda": param if kind == "l1" else None,
-            "acc_a": acc_a, "acc_b": acc_b, "acc_stitched": acc_stitched,
-            "penalty": (acc_a + acc_b) / 2 - acc_stitched,
-            "stitch_params": method_dimension(method, site.channels),
-            "trainable_params": sum(p.numel() for p in layer.parameters()),
-            "channels": site.channels, "epochs": config.epochs, "train_seconds": seconds,
-            "sparsity": sparsity(layer.matrix()), **extra,
-            "device": str(device),
-            "config_hash": config_hash({"stitching": block, "training": training, "seed": global_seed}),
-            "version": intertwine.__version__,
-        })
-    return pd.DataFrame(rows)
+    def make_layer(alpha: float = config.alpha) -> nn.Module:
+        init_generator.set_state(start)
+        layer = build_layer(method, site.channels, init_generator, config.sinkhorn_iters, alpha,
+                            config.softsort_tau).to(device)
+        if matched is not None:
+            layer.match(*matched)
+        return layer
+
+    stitched = stitch(f, copy.deepcopy(g), site.name, make_layer())
+    batches = torch.Generator(device=device).manual_seed(derive_seed(*key, "batches"))
+    columns = {"alpha": config.alpha if kind == "grelu" else None, "alpha_selected": None,
+               "cv_alphas": None, "cv_accuracies": None}
+    if kind == "grelu_cv":
+        chosen = select_alpha(make_layer, stitched, train_split, config, batches, mean, std, label, log)
+        seconds = chosen.pop("seconds")
+        columns |= chosen | {"alpha": chosen["alpha_selected"]}
+    else:
+        seconds = fit(stitched, train_split, config, batches, mean, std, label, log)
+    layer = stitched.bridge
+    columns |= {"permutation": None, "scales": None, "off_permutation_mass": None}
+    if isinstance(layer, GReLULayer):
+        if not layer.rounded:
+            columns["off_permutation_mass"] = layer.off_permutation_mass()
+            layer.round()
+        columns["permutation"], columns["scales"] = layer.rounded_layer()
+    refresh_batch_norm(stitched, train_split, mean, std, config.eval_batch_size)
+    return stitched, columns | {"train_seconds": seconds, "sparsity": sparsity(layer.matrix()),
+                                "trainable_params": sum(p.numel() for p in layer.parameters())}

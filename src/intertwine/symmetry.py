@@ -65,7 +65,7 @@ import copy
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import torch
 from torch import Tensor, nn
@@ -81,8 +81,10 @@ __all__ = [
     "act_on_weights",
     "element_matrix",
     "random_elements",
+    "check_symmetry",
+    "checked_group",
     "site_groups",
-    "site_representations",
+    "summarize",
 ]
 
 #: Groups :func:`random_elements` can draw from.
@@ -546,36 +548,6 @@ def random_elements(
     return out
 
 
-# --- representations --------------------------------------------------------------------------
-
-
-def site_representations(
-    model: nn.Module, x: Tensor, names: Iterable[str] | None = None
-) -> dict[str, Tensor]:
-    """The output of each activation site (all sites by default) for input `x`, by forward hooks.
-
-    Runs one forward pass under ``torch.no_grad()`` in the model's current mode (call
-    ``model.eval()`` first for BN running statistics). Returns detached tensors, keyed by site
-    name in forward order.
-    """
-    names = [s.name for s in models.sites(model)] if names is None else list(names)
-    seen: dict[str, Tensor] = {}
-
-    def hook(name):
-        def fn(_module, _inputs, output):
-            seen[name] = output.detach()
-        return fn
-
-    handles = [model.get_submodule(n).register_forward_hook(hook(n)) for n in names]
-    try:
-        with torch.no_grad():
-            model(x)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return {n: seen[n] for n in names}
-
-
 # --- the workflow's self-check ------------------------------------------------------------------
 
 
@@ -593,13 +565,13 @@ def check_symmetry(model: nn.Module, x: Tensor, group: str, generator: torch.Gen
     model = model.eval()
     names = [site.name for site in models.sites(model)]
     logits = model(x).detach()
-    representations = site_representations(model, x)
+    representations = models.site_activations(model, x, batch_size=len(x))
     drawn = random_elements(model, group, generator, sigma=sigma, dtype=x.dtype)
     rows = []
     for tied in site_groups(model):
         acted = act_on_weights(model, {name: drawn[name] for name in tied})
         new_logits = acted(x).detach()
-        new_representations = site_representations(acted, x, tied)
+        new_representations = models.site_activations(acted, x, tied, batch_size=len(x))
         change = (new_logits - logits)
         for name in tied:
             expected = act_on_representation(representations[name], drawn[name])
@@ -611,39 +583,13 @@ def check_symmetry(model: nn.Module, x: Tensor, group: str, generator: torch.Gen
     return sorted(rows, key=lambda row: names.index(row["site"]))
 
 
-def run_check(checkpoint: str, data_dir: str, block: dict, global_seed: int = 0,
-              device: str = "auto") -> "pd.DataFrame":
-    """The symmetry stage for one zoo member: `check_symmetry` for every configured group."""
-    import pandas as pd
-
-    import intertwine
-    from intertwine.data import channel_stats, load_split
-    from intertwine.data.augment import normalize
-    from intertwine.utils import config_hash, derive_seed, resolve_device
-    from intertwine.zoo import load_model
-
-    device = resolve_device(device)
-    dtype = torch.float64 if block["float64"] else torch.float32
-    model, meta = load_model(checkpoint, device)
-    model = model.to(dtype)
-    test = load_split(data_dir, "test")
-    x = normalize(test.images[:block["images"]].to(device), *channel_stats(data_dir, device)).to(dtype)
-    inside = {site.name: site.inside_residual for site in models.sites(model)}
-    homogeneous = all(isinstance(model.get_submodule(name), _POSITIVELY_HOMOGENEOUS) for name in inside)
-    rows = []
-    for group in block["groups"]:
-        if group == "grelu" and not homogeneous:
-            group = "permutation"  # the scalings are no symmetry of, e.g., a sigmoid network
-        generator = torch.Generator().manual_seed(
-            derive_seed(global_seed, "symmetry", meta["variant"], meta["seed"], group))
-        rows += check_symmetry(model, x, group, generator, block["lognormal_sigma"])
-    table = pd.DataFrame(rows).drop_duplicates(["site", "group"])
-    table.insert(0, "variant", meta["variant"])
-    table.insert(1, "seed", meta["seed"])
-    table.insert(3, "inside_residual", table["site"].map(inside))
-    return table.assign(n_images=len(x), dtype=str(dtype).removeprefix("torch."),
-                        config_hash=config_hash({"symmetry": block, "seed": global_seed}),
-                        version=intertwine.__version__)
+def checked_group(model: nn.Module, group: str) -> str:
+    """The group the self-check draws from for the config's ``group``: permutations instead of
+    G_ReLU when an activation is not positively homogeneous (the scalings are no symmetry of,
+    e.g., a sigmoid network)."""
+    homogeneous = all(isinstance(model.get_submodule(site.name), _POSITIVELY_HOMOGENEOUS)
+                      for site in models.sites(model))
+    return "permutation" if group == "grelu" and not homogeneous else group
 
 
 def summarize(table: "pd.DataFrame") -> "pd.DataFrame":

@@ -1,4 +1,9 @@
-"""Explicit Parquet schemas (keys first, then values, then provenance) and atomic writes."""
+"""Explicit Parquet schemas (keys first, then values, then provenance) and atomic writes.
+
+Each schema names its key columns (``keys``): a table holds one row per key, and reading per-job
+files checks each file against the schema, so a stale, foreign or half-written file is an error
+that names it rather than a column of nulls or a row counted twice.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,7 +24,7 @@ ZOO_EPOCHS = pa.schema([
     pa.field("kept", pa.bool_()), pa.field("epoch_seconds", pa.float64()),
     pa.field("n_params", pa.int64()), pa.field("device", pa.string()),
     pa.field("checkpoint", pa.string()), *PROVENANCE,
-])
+], metadata={"keys": "variant seed epoch"})
 
 ZOO = pa.schema([
     pa.field("variant", pa.string()), pa.field("seed", pa.int64()),
@@ -27,7 +32,7 @@ ZOO = pa.schema([
     pa.field("n_params", pa.int64()), pa.field("epochs", pa.int64()),
     pa.field("best_epoch", pa.int64()), pa.field("train_seconds", pa.float64()),
     pa.field("device", pa.string()), pa.field("checkpoint", pa.string()), *PROVENANCE,
-])
+], metadata={"keys": "variant seed"})
 
 ROTATION = pa.schema([
     pa.field("variant", pa.string()), pa.field("seed", pa.int64()), pa.field("site", pa.string()),
@@ -37,7 +42,7 @@ ROTATION = pa.schema([
     pa.field("acc_finetuned", pa.float64()), pa.field("penalty", pa.float64()),
     pa.field("epochs", pa.int64()), pa.field("finetune_seconds", pa.float64()),
     pa.field("device", pa.string()), *PROVENANCE,
-])
+], metadata={"keys": "variant seed site group trial"})
 
 STITCHING = pa.schema([
     pa.field("variant", pa.string()), pa.field("pair", pa.int64()), pa.field("seed_a", pa.int64()),
@@ -60,14 +65,14 @@ STITCHING = pa.schema([
     pa.field("cv_alphas", pa.list_(pa.float64())), pa.field("cv_accuracies", pa.list_(pa.float64())),
     pa.field("alpha_selected", pa.float64()),
     pa.field("device", pa.string()), *PROVENANCE,
-])
+], metadata={"keys": "variant pair site method"})
 
 SIMILARITY = pa.schema([
     pa.field("variant", pa.string()), pa.field("pair", pa.int64()), pa.field("seed_a", pa.int64()),
     pa.field("seed_b", pa.int64()), pa.field("site_a", pa.string()), pa.field("site_b", pa.string()),
     pa.field("measure", pa.string()), pa.field("value", pa.float64()),
     pa.field("n_samples", pa.int64()), *PROVENANCE,
-])
+], metadata={"keys": "variant pair site_a site_b measure"})
 
 DISSECTION = pa.schema([
     pa.field("variant", pa.string()), pa.field("seed", pa.int64()), pa.field("site", pa.string()),
@@ -77,14 +82,14 @@ DISSECTION = pa.schema([
     pa.field("fraction_interpretable", pa.float64()), pa.field("n_unique_concepts", pa.int64()),
     pa.field("n_images", pa.int64()), pa.field("probe", pa.string()),
     pa.field("quantile", pa.float64()), pa.field("iou_threshold", pa.float64()), *PROVENANCE,
-])
+], metadata={"keys": "variant seed site alpha rotation_seed"})
 
 DISSECTION_UNITS = pa.schema([
     pa.field("variant", pa.string()), pa.field("seed", pa.int64()), pa.field("site", pa.string()),
     pa.field("alpha", pa.float64()), pa.field("rotation_seed", pa.int64()),
     pa.field("unit", pa.int64()), pa.field("concept", pa.string()), pa.field("category", pa.string()),
     pa.field("iou", pa.float64()), pa.field("threshold", pa.float64()), pa.field("detector", pa.bool_()),
-])
+], metadata={"keys": "variant seed site alpha rotation_seed unit"})
 
 SYMMETRY = pa.schema([
     pa.field("variant", pa.string()), pa.field("seed", pa.int64()), pa.field("site", pa.string()),
@@ -92,7 +97,7 @@ SYMMETRY = pa.schema([
     pa.field("max_abs_logit_change", pa.float64()), pa.field("relative_change", pa.float64()),
     pa.field("representation_error", pa.float64()), pa.field("n_images", pa.int64()),
     pa.field("dtype", pa.string()), *PROVENANCE,
-])
+], metadata={"keys": "variant seed site group"})
 
 
 def to_table(df: pd.DataFrame, schema: pa.Schema) -> pa.Table:
@@ -117,7 +122,63 @@ def write_csv(df: pd.DataFrame, path: str | Path, **options) -> None:
         df.to_csv(tmp, index=False, **options)
 
 
+def keys(schema: pa.Schema) -> list[str]:
+    """The key columns of a table: one row per combination."""
+    return schema.metadata[b"keys"].decode().split()
+
+
+def _file_schema(path: str | Path) -> pa.Schema:
+    try:
+        return pq.read_schema(path)
+    except (OSError, pa.ArrowException) as err:
+        raise ValueError(f"{path}: not a readable Parquet file ({err}); delete it and rerun its "
+                         "job (Snakemake reruns a missing output)") from None
+
+
+def _compatible(found: pa.DataType, expected: pa.DataType) -> bool:
+    """Whether a column of type ``found`` reads as ``expected`` without losing its meaning."""
+    if found.equals(expected) or pa.types.is_null(found):
+        return True
+    for kind in (pa.types.is_string, pa.types.is_large_string), (pa.types.is_integer,), (pa.types.is_floating,):
+        if any(test(found) for test in kind) and any(test(expected) for test in kind):
+            return True
+    if pa.types.is_list(expected) and (pa.types.is_list(found) or pa.types.is_large_list(found)):
+        return _compatible(found.value_type, expected.value_type)
+    return False
+
+
+def check_columns(path: str | Path, schema: pa.Schema) -> None:
+    """``path``'s columns and types are ``schema``'s; else an error naming the file and the columns."""
+    found = _file_schema(path)
+    missing = [name for name in schema.names if name not in found.names]
+    mistyped = [f"{name} ({found.field(name).type}, expected {schema.field(name).type})"
+                for name in schema.names
+                if name in found.names and not _compatible(found.field(name).type, schema.field(name).type)]
+    if missing or mistyped:
+        raise ValueError(f"{path}: does not have the table's columns (missing {missing}, mistyped "
+                         f"{mistyped}); it was written by another stage or an older version: delete "
+                         "it and rerun its job")
+
+
 def read_parquet(paths, schema: pa.Schema | None = None) -> pd.DataFrame:
-    """Read and concatenate Parquet files (optionally checked against ``schema``)."""
-    tables = [pq.read_table(p, schema=schema) for p in paths]
-    return pa.concat_tables(tables).to_pandas() if tables else pd.DataFrame()
+    """Read and concatenate per-job Parquet files, each given once; with ``schema``, each file is
+    checked against it and the rows must be one per key."""
+    paths = [str(path) for path in paths]
+    repeated = sorted({path for path in paths if paths.count(path) > 1})
+    if repeated:
+        raise ValueError(f"{repeated[0]} is given more than once; give each file once (a repeated "
+                         "file would count its rows as independent evidence)")
+    for path in paths:
+        _file_schema(path) if schema is None else check_columns(path, schema)
+    if schema is None:
+        tables = [pq.read_table(path) for path in paths]
+        return pa.concat_tables(tables).to_pandas() if tables else pd.DataFrame()
+    tables = [pq.read_table(path, schema=schema) for path in paths]
+    df = pa.concat_tables(tables).to_pandas() if tables else schema.empty_table().to_pandas()
+    if schema.metadata and b"keys" in schema.metadata:
+        twice = df[df.duplicated(keys(schema), keep=False)]
+        if len(twice):
+            row = twice.iloc[0][keys(schema)].to_dict()
+            raise ValueError(f"two rows for the same key {row} in {len(paths)} file(s); each key once "
+                             "(the same job's output given twice, or two jobs writing one key)")
+    return df

@@ -13,28 +13,10 @@ from torch import nn
 
 from intertwine.data import Split
 from intertwine.data.augment import augment, normalize
+from intertwine.settings import TrainConfig
 
 
 from intertwine.utils import DivergedError  # noqa: E402  (re-exported: raised by train)
-
-
-@dataclass
-class TrainConfig:
-    epochs: int = 50
-    batch_size: int = 32
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    lr_drops: int = 4
-    lr_drop_factor: float = 0.5
-    translate: int = 2
-    flip: bool = True
-    bf16: bool = False
-    channels_last: bool = False
-    eval_batch_size: int = 1000
-
-    @classmethod
-    def from_block(cls, block: dict) -> "TrainConfig":
-        return cls(**{k: block[k] for k in cls.__dataclass_fields__ if k in block})
 
 
 @dataclass

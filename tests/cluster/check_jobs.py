@@ -1,14 +1,25 @@
 """Check a Snakemake run through the SLURM executor against what SLURM recorded.
 
-    python check_jobs.py --snakemake-log snakemake.log --jobs jobs.txt [--gpu-rule train_member]
+    python check_jobs.py --snakemake-log snakemake.log --jobcomp jobcomp.txt \
+        --job-starts job_starts.txt [--gpu-rule train_member]
 
-`jobs.txt` is `scontrol show job --oneliner`. From the Snakemake log we take every job
-that was submitted to SLURM (`rule X:` blocks; `localrule X:` ran on the submit host),
-its resources and the SLURM job id it got. Then, for each of them, `scontrol` must show
-a job of this run (job name = the plugin's SLURM run ID, comment = rule_<X>...) that
-COMPLETED with exit code 0:0, with a GPU request (TresPerJob/TresPerNode/... gres:gpu)
-exactly when the rule asked for one (`gpu=`, `gpu_model=` or a gpu `gres=`). Prints a
-one-line summary; exits non-zero with the reasons when a check fails.
+The SLURM side comes from files that slurmctld writes while the jobs run, so the check
+works however long ago a job ended (`scontrol show job` forgets a finished job after
+MinJobAge, and there is no accounting database for sacct):
+
+* `jobcomp.txt`: JobCompType=jobcomp/filetxt, one line per finished job, with its
+  final state (`JobId=.. Name=.. JobState=COMPLETED ... ExitCode=0:0`).
+* `job_starts.txt`: the PrologSlurmctld of tests/cluster/run.sh appends the job's
+  `scontrol show job --oneliner` as it starts, for what the completion record lacks:
+  the comment and the GPU request (TresPerJob/TresPerNode/... gres:gpu).
+
+From the Snakemake log we take every job that was submitted to SLURM (`rule X:`
+blocks; `localrule X:` ran on the submit host), its resources and the SLURM job id it
+got. Then, for each of them, SLURM must have recorded a job of this run (job name =
+the plugin's SLURM run ID, comment = rule_<X>...) that COMPLETED with exit code 0:0,
+with a GPU request exactly when the rule asked for one (`gpu=`, `gpu_model=` or a
+gpu `gres=`). Prints a one-line summary; exits non-zero with the reasons when a check
+fails.
 """
 
 import argparse
@@ -67,8 +78,9 @@ def wants_gpu(resources):
     return gpu > 0 or bool(res.get("gpu_model")) or "gpu" in res.get("gres", "")
 
 
-def parse_scontrol(text):
-    """`scontrol show job --oneliner` -> {jobid: {field: value}}."""
+def parse_records(text):
+    """Lines of `Key=value` tokens (jobcomp/filetxt, `scontrol show job --oneliner`)
+    -> {JobId: {field: value}}; a later line for a job (after a requeue) wins."""
     out = {}
     for line in text.splitlines():
         fields = {}
@@ -81,6 +93,15 @@ def parse_scontrol(text):
     return out
 
 
+def read_records(path):
+    """parse_records of a file; {} when it does not exist (no job wrote to it)."""
+    try:
+        with open(path) as fh:
+            return parse_records(fh.read())
+    except FileNotFoundError:
+        return {}
+
+
 def gpu_request(fields):
     """The GPU part of a SLURM job's request, '' when there is none."""
     return ",".join(
@@ -91,15 +112,18 @@ def gpu_request(fields):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--snakemake-log", required=True)
-    ap.add_argument("--jobs", required=True, help="output of scontrol show job --oneliner")
+    ap.add_argument("--jobcomp", required=True,
+                    help="job completion records (JobCompType=jobcomp/filetxt, JobCompLoc)")
+    ap.add_argument("--job-starts", required=True,
+                    help="scontrol show job --oneliner of each job as it started")
     ap.add_argument("--gpu-rule", default="train_member",
                     help="a rule that must have run with a GPU request ('' for none)")
     args = ap.parse_args()
 
     with open(args.snakemake_log) as fh:
         run_id, jobs, slurm_ids, local = parse_snakemake_log(fh.read())
-    with open(args.jobs) as fh:
-        slurm = parse_scontrol(fh.read())
+    ended = read_records(args.jobcomp)
+    started = read_records(args.job_starts)
 
     errors = []
     if run_id is None:
@@ -116,21 +140,24 @@ def main():
         if sid is None:
             errors.append(f"{what}: Snakemake job {sm_id} was never submitted with sbatch")
             continue
-        fields = slurm.get(sid)
+        fields, start = ended.get(sid), started.get(sid)
         if fields is None:
-            errors.append(f"{what}: SLURM job {sid} unknown to scontrol (MinJobAge too low?)")
+            errors.append(f"{what}: SLURM job {sid} has no completion record in {args.jobcomp}")
             continue
-        if run_id and fields.get("JobName") != run_id:
-            errors.append(f"{what}: SLURM job {sid} has name {fields.get('JobName')}, not the run ID {run_id}")
-        comment = fields.get("Comment", "")
-        if comment != f"rule_{rule}" and not comment.startswith(f"rule_{rule}_wildcards_"):
-            errors.append(f"{what}: SLURM job {sid} has comment {comment!r}, expected rule_{rule}...")
+        if run_id and fields.get("Name") != run_id:
+            errors.append(f"{what}: SLURM job {sid} has name {fields.get('Name')}, not the run ID {run_id}")
         if fields.get("JobState") != "COMPLETED" or fields.get("ExitCode") != "0:0":
             errors.append(
                 f"{what}: SLURM job {sid} is {fields.get('JobState')} with exit code "
                 f"{fields.get('ExitCode')}, expected COMPLETED 0:0"
             )
-        expected, got = wants_gpu(job["resources"]), gpu_request(fields)
+        if start is None:
+            errors.append(f"{what}: SLURM job {sid} has no start record in {args.job_starts}")
+            continue
+        comment = start.get("Comment", "")
+        if comment != f"rule_{rule}" and not comment.startswith(f"rule_{rule}_wildcards_"):
+            errors.append(f"{what}: SLURM job {sid} has comment {comment!r}, expected rule_{rule}...")
+        expected, got = wants_gpu(job["resources"]), gpu_request(start)
         if expected and not got:
             errors.append(f"{what}: asks for a GPU ({job['resources']}) but SLURM job {sid} has no GPU request")
         if got and not expected:

@@ -4,9 +4,16 @@
 # Builds a private SLURM cluster on this machine (Debian's slurmctld + slurmd +
 # munge; one node on 127.0.0.1 with two placeholder GPUs, no accounting database),
 # runs the workflow through the cluster profile with every rule submitted by sbatch,
-# then checks with `scontrol show job` that the jobs ran as SLURM jobs, finished
-# with exit code 0:0, and that rules tagged `resources: gpu=...` (and only those)
-# were submitted with a GPU request. Stops everything it started on exit.
+# then checks SLURM's own records that the jobs ran as SLURM jobs, finished with exit
+# code 0:0, and that rules tagged `resources: gpu=...` (and only those) were submitted
+# with a GPU request. Stops everything it started on exit.
+#
+# Those records are files that slurmctld writes as the jobs go (jobcomp/filetxt when a
+# job ends; a PrologSlurmctld that saves `scontrol show job` when it starts), not a
+# `scontrol show job` at the end: slurmctld
+# forgets a finished job MinJobAge seconds after it ended, so a run longer than that
+# would lose the first jobs. To prove the checks do not need slurmctld's memory, the
+# script shortens MinJobAge after the run and waits until slurmctld forgot every job.
 #
 # Needs root (apt-get, daemons). Debian/Ubuntu only. Environment overrides:
 #   CLUSTER_SNAKEFILE   workflow to run            (default: <repo>/Snakefile)
@@ -83,7 +90,7 @@ cleanup() {
     if [[ $rc -ne 0 ]]; then
         printf 'cluster: FAILED during: %s (exit %s)\n' "$FAILED_STEP" "$rc" >&2
         if [[ -n $CTLD_PID ]] && kill -0 "$CTLD_PID" 2>/dev/null; then
-            printf '\n----- squeue / scontrol show job -----\n' >&2
+            printf '\n----- squeue -t all -----\n' >&2
             squeue -t all -o '%.8i %.24k %.10T %.20r' >&2 2>&1
         fi
         print_logs
@@ -255,7 +262,14 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 # No accounting database: sacct does not work, job status comes from squeue.
 AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
+# The durable record of each finished job (name, state, exit code): one line per job,
+# appended by slurmctld when the job ends. check_jobs.py reads it; unlike the job
+# records in slurmctld's memory, it does not expire (MinJobAge).
+JobCompType=jobcomp/filetxt
+JobCompLoc=$TMP/jobcomp.txt
+# What that record lacks (comment, GPU request; GPUs are no TRES without slurmdbd):
+# this script saves the job's record as scontrol shows it when the job starts.
+PrologSlurmctld=$TMP/prolog_slurmctld.sh
 MpiDefault=none
 SwitchType=switch/none
 ReturnToService=2
@@ -264,7 +278,8 @@ MailProg=/bin/true
 # copy. Commands inside jobs need that: the jobstep plugin drops SLURM_* variables
 # (SLURM_CONF too) before it calls srun, and /etc/slurm/slurm.conf is not written.
 SlurmctldParameters=enable_configless
-# Finished jobs stay visible to squeue/scontrol for 10 minutes.
+# Finished jobs stay visible to squeue for 10 minutes: Snakemake's status checks use
+# squeue and come at most 180 s apart. The job checks do not need this (see (f)).
 MinJobAge=600
 SchedulerParameters=sched_interval=2
 # The node declares at least 4 CPUs and plenty of memory (config_overrides: slurmd
@@ -277,6 +292,23 @@ for p in $PARTITIONS; do
     if [[ $p == "$DEFAULT_PARTITION" ]]; then default=YES; else default=NO; fi
     echo "PartitionName=$p Nodes=$NODE Default=$default MaxTime=INFINITE State=UP" >>"$TMP/slurm.conf"
 done
+# slurmctld runs this (through slurmscriptd, holding no lock) as each job starts, with
+# SLURM_JOB_ID but neither SLURM_CONF nor PATH in its environment. It always exits 0:
+# a job whose PrologSlurmctld fails is requeued. A missing line fails the check.
+cat >"$TMP/prolog_slurmctld.sh" <<EOF
+#!/bin/sh
+# PrologSlurmctld written by tests/cluster/run.sh: the job's record, one line per start.
+export SLURM_CONF="$TMP/slurm.conf"
+for try in 1 2 3; do
+    if rec=\$($(command -v scontrol) show job --oneliner "\$SLURM_JOB_ID"); then
+        printf '%s\\n' "\$rec" >>"$TMP/job_starts.txt"
+        exit 0
+    fi
+    sleep 1
+done
+exit 0
+EOF
+chmod 755 "$TMP/prolog_slurmctld.sh"
 # Nothing from an outer SLURM job or the user's sbatch defaults leaks into this cluster.
 while IFS= read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(SLURM_|SBATCH_|SRUN_|SALLOC_)' || true)
 export SLURM_CONF="$TMP/slurm.conf"
@@ -311,7 +343,7 @@ FAILED_STEP="running the workflow through $PROFILE (snakemake)"
 WORK="$TMP/work"
 mkdir -p "$WORK"
 # --slurm-status-command squeue: there is no accounting database for sacct;
-#   MinJobAge=600 keeps finished jobs visible to squeue.
+#   MinJobAge=600 keeps finished jobs visible to squeue while Snakemake runs.
 # --retries 0: a failure here is a bug to report, not something to retry.
 # Status checks every 2 s at first (the plugin backs off by 10 s while nothing finishes).
 cmd=(snakemake
@@ -344,11 +376,33 @@ if [[ $rc -ne 0 ]]; then
     die "snakemake exited with $rc (log above)"
 fi
 
-# --- (f) what SLURM saw ----------------------------------------------------------------
+# --- (f) slurmctld forgets the jobs ---------------------------------------------------
+# Shorten MinJobAge and wait until slurmctld has dropped every job from its memory, as
+# it does by itself MinJobAge after each job's end when a run is long. The checks below
+# must pass from the record files alone: reading `scontrol show job` here, as this
+# script once did, finds nothing (and failed when the workflow ran over MinJobAge).
+FAILED_STEP="expiring the job records in slurmctld (MinJobAge)"
+t=$SECONDS
+n_known=$(squeue -h -t all -o '%i' | wc -l)
+sed -i 's/^MinJobAge=.*/MinJobAge=5/' "$TMP/slurm.conf"
+scontrol reconfigure || die "scontrol reconfigure failed"
+age=$(scontrol show config | awk '$1 == "MinJobAge" {print $3}')
+[[ $age == 5 ]] || die "MinJobAge is '$age', not 5, after scontrol reconfigure"
+left=$n_known
+for ((i = 0; i < 90; i++)); do  # slurmctld purges every 10 s with this MinJobAge
+    left=$(squeue -h -t all -o '%i' | wc -l)
+    [[ $left -eq 0 ]] && break
+    sleep 1
+done
+[[ $left -eq 0 ]] || { squeue -t all >&2; die "slurmctld still holds $left job records 90 s after MinJobAge=5"; }
+T_EXPIRE=$((SECONDS - t))
+log "slurmctld dropped its job records ($n_known left after the run) in ${T_EXPIRE} s"
+
+# --- (g) what SLURM recorded ---------------------------------------------------------------
 FAILED_STEP="checking the SLURM jobs"
-scontrol show job --oneliner >"$TMP/jobs.txt" 2>&1 || die "scontrol show job failed: $(cat "$TMP/jobs.txt")"
-"$PYTHON" "$HERE/check_jobs.py" --snakemake-log "$TMP/snakemake.log" --jobs "$TMP/jobs.txt" \
-    --gpu-rule "$GPU_RULE" >"$TMP/summary" || { tail -n 40 "$TMP/snakemake.log" >&2; die "job checks failed (see above)"; }
+"$PYTHON" "$HERE/check_jobs.py" --snakemake-log "$TMP/snakemake.log" \
+    --jobcomp "$TMP/jobcomp.txt" --job-starts "$TMP/job_starts.txt" --gpu-rule "$GPU_RULE" \
+    >"$TMP/summary" || { tail -n 40 "$TMP/snakemake.log" >&2; die "job checks failed (see above)"; }
 FAILED_STEP="done"
-log "timings: apt ${T_APT} s, daemons ${T_DAEMONS} s, workflow ${T_RUN} s, total $((SECONDS - T0)) s"
+log "timings: apt ${T_APT} s, daemons ${T_DAEMONS} s, workflow ${T_RUN} s, record expiry ${T_EXPIRE} s, total $((SECONDS - T0)) s"
 echo "cluster: $(cat "$TMP/summary")"

@@ -13,4 +13,4 @@ rule prepare_data:
     benchmark:
         f"results/benchmarks/data/{DATASET}.tsv"
     shell:
-        "intertwine data --config {params.block:q} --seed {params.seed} --out {params.out} > {log} 2>&1"
+        "intertwine prepare-data --config {params.block:q} --global-seed {params.seed} --out {params.out} > {log} 2>&1"

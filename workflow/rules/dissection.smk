@@ -6,13 +6,13 @@ rule dissect_member:
         summary="results/dissection/{variant}/seed{seed}.parquet",
         units="results/dissection/{variant}/seed{seed}.units.parquet",
     params:
-        block=as_json(DISSECTION_BLOCK),
-        sites=lambda wc: as_json(dissection_sites(wc.variant)),
+        block=as_json(PLAN.dissection_block()),
+        sites=lambda wc: as_json(PLAN.dissection_sites(wc.variant)),
         seed=config["seed"],
         device=config["device"],
         code=code_hash("dissection"),
-        data=lambda wildcards, input: os.path.dirname(input[0]),
-    threads: config["zoo"]["training"]["threads"]
+        data=data_dir,
+    threads: THREADS
     resources:
         gpu=1,
     conda:
@@ -22,25 +22,25 @@ rule dissect_member:
     benchmark:
         "results/benchmarks/dissection/{variant}/seed{seed}.tsv"
     shell:
-        "intertwine dissect --checkpoint {input.checkpoint} --data {params.data} --sites {params.sites:q}"
+        "intertwine dissect-member --checkpoint {input.checkpoint} --data {params.data} --sites {params.sites:q}"
         " --config {params.block:q} --global-seed {params.seed} --device {params.device}"
         " --threads {threads} --out {output.summary} --units-out {output.units} > {log} 2>&1"
 
 
 rule dissect_external:
     input:
-        weights=lambda wc: DISSECTION["external"][wc.name]["weights"],
+        weights=lambda wc: config["dissection"]["external"][wc.name]["weights"],
     output:
         summary="results/dissection/external/{name}.parquet",
         units="results/dissection/external/{name}.units.parquet",
     params:
-        block=as_json(DISSECTION_BLOCK),
-        arch=lambda wc: DISSECTION["external"][wc.name]["arch"],
-        sites=lambda wc: as_json(external_sites(wc.name)),
+        block=as_json(PLAN.dissection_block()),
+        arch=lambda wc: config["dissection"]["external"][wc.name]["arch"],
+        sites=lambda wc: as_json(PLAN.external_sites(wc.name)),
         seed=config["seed"],
         device=config["device"],
         code=code_hash("dissection"),
-    threads: config["zoo"]["training"]["threads"]
+    threads: THREADS
     resources:
         gpu=1,
     conda:
@@ -56,8 +56,8 @@ rule dissect_external:
 
 rule dissection_table:
     input:
-        summaries=DISSECTION_JOBS,
-        units=[job.replace(".parquet", ".units.parquet") for job in DISSECTION_JOBS],
+        summaries=PLAN.dissection_jobs,
+        units=[job.replace(".parquet", ".units.parquet") for job in PLAN.dissection_jobs],
     output:
         table="results/tables/dissection.parquet",
         units="results/tables/dissection_units.parquet",

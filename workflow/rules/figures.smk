@@ -7,7 +7,7 @@ rule zoo_figure:
             caption="../report/zoo_accuracy.rst",
             category="Model zoo",
         ),
-        other_formats=extra_formats("results/figures/zoo_accuracy"),
+        other_formats=PLAN.extra_formats("results/figures/zoo_accuracy"),
         summary=report(
             "results/tables/zoo_summary.csv",
             caption="../report/zoo_summary.rst",
@@ -24,7 +24,8 @@ rule zoo_figure:
         "results/logs/figures/zoo_accuracy.log",
     shell:
         "intertwine zoo-figure --zoo {input} --variants {params.variants:q} --dataset {params.dataset}"
-        " --figures {params.figures:q} --out {output.png} {output.other_formats} --summary {output.summary} > {log} 2>&1"
+        " --figures {params.figures:q} --out {output.png} --other-formats {output.other_formats}"
+        " --summary {output.summary} > {log} 2>&1"
 
 
 rule rotation_figure:
@@ -36,7 +37,7 @@ rule rotation_figure:
             caption="../report/rotation_penalty.rst",
             category="Rotation penalty",
         ),
-        other_formats=extra_formats("results/figures/rotation_penalty"),
+        other_formats=PLAN.extra_formats("results/figures/rotation_penalty"),
     params:
         figures=as_json(config["figures"]),
         code=code_hash("figures"),
@@ -46,7 +47,7 @@ rule rotation_figure:
         "results/logs/figures/rotation_penalty.log",
     shell:
         "intertwine rotation-figure --table {input} --figures {params.figures:q}"
-        " --out {output.png} {output.other_formats} > {log} 2>&1"
+        " --out {output.png} --other-formats {output.other_formats} > {log} 2>&1"
 
 
 rule stitching_figure:
@@ -68,8 +69,8 @@ rule stitching_figure:
             caption="../report/stitching_summary.rst",
             category="Model stitching",
         ),
-        other_formats=extra_formats("results/figures/stitching_penalty")
-        + extra_formats("results/figures/stitching_dimension"),
+        other_formats=PLAN.extra_formats("results/figures/stitching_penalty")
+        + PLAN.extra_formats("results/figures/stitching_dimension"),
     params:
         figures=as_json(config["figures"]),
         code=code_hash("figures"),
@@ -89,20 +90,20 @@ rule similarity_figure:
     output:
         figures=[
             report(png, caption=f"../report/{os.path.basename(png)[:-4]}.rst", category="Similarity")
-            for png in SIMILARITY_FIGURES
+            for png in PLAN.similarity_figures
         ],
         summary=report(
             "results/tables/similarity_summary.csv",
             caption="../report/similarity_summary.rst",
             category="Similarity",
         ),
-        other_formats=[other for png in SIMILARITY_FIGURES for other in extra_formats(png[:-4])],
+        other_formats=[other for png in PLAN.similarity_figures for other in PLAN.extra_formats(png[:-4])],
     params:
         figures=as_json(config["figures"]),
         variants=as_json(config["zoo"]["variants"]),
         dataset=DATASET,
-        procrustes=" --procrustes results/figures/similarity_procrustes.png" if SIMILARITY["procrustes_pairs"] else "",
-        cka=" --cka results/figures/similarity_cka.png" if SIMILARITY["cka_pairs"] else "",
+        procrustes=" --procrustes results/figures/similarity_procrustes.png" if config["similarity"]["procrustes_pairs"] else "",
+        cka=" --cka results/figures/similarity_cka.png" if config["similarity"]["cka_pairs"] else "",
         code=code_hash("figures"),
     conda:
         CONDA_ENV
@@ -121,17 +122,17 @@ rule dissection_figure:
     output:
         figures=[
             report(png, caption=f"../report/{os.path.basename(png)[:-4]}.rst", category="Dissection")
-            for png in DISSECTION_FIGURES
+            for png in PLAN.DISSECTION_FIGURES
         ],
         summary=report(
             "results/tables/dissection_summary.csv",
             caption="../report/dissection_summary.rst",
             category="Dissection",
         ),
-        other_formats=[other for png in DISSECTION_FIGURES for other in extra_formats(png[:-4])],
+        other_formats=[other for png in PLAN.DISSECTION_FIGURES for other in PLAN.extra_formats(png[:-4])],
     params:
         figures=as_json(config["figures"]),
-        category_sites=as_json(CATEGORY_SITES),
+        category_sites=as_json(PLAN.category_sites),
         code=code_hash("figures"),
     conda:
         CONDA_ENV
@@ -148,6 +149,8 @@ rule dissection_masks:
     input:
         DATA_FILES,
         checkpoint="results/zoo/{variant}/seed0.pt",
+        # The units as the member's dissection labelled them (thresholds, IoU): not recomputed.
+        units="results/dissection/{variant}/seed0.units.parquet",
         # Drawn after the stage's table, so a failing configuration stops there first.
         table="results/tables/dissection.parquet",
     output:
@@ -157,23 +160,23 @@ rule dissection_masks:
             category="Dissection",
             subcategory="{variant}",
         ),
-        other_formats=extra_formats("results/figures/dissection_masks_{variant}"),
+        other_formats=PLAN.extra_formats("results/figures/dissection_masks_{variant}"),
     params:
-        block=as_json(DISSECTION_BLOCK | {"masks": DISSECTION["masks"]}),
-        site=lambda wc: mask_site(wc.variant),
+        block=as_json(PLAN.dissection_block("masks")),
+        site=lambda wc: PLAN.mask_site(wc.variant),
         figures=as_json(config["figures"]),
         seed=config["seed"],
         device=config["device"],
         code=[code_hash("dissection"), code_hash("figures")],
-        data=lambda wildcards, input: os.path.dirname(input[0]),
-    threads: config["zoo"]["training"]["threads"]
+        data=data_dir,
+    threads: THREADS
     conda:
         CONDA_ENV
     log:
         "results/logs/figures/dissection_masks_{variant}.log",
     shell:
         "intertwine dissection-masks --checkpoint {input.checkpoint} --data {params.data} --site {params.site}"
-        " --config {params.block:q} --figures {params.figures:q} --global-seed {params.seed}"
+        " --units {input.units} --config {params.block:q} --figures {params.figures:q} --global-seed {params.seed}"
         " --device {params.device} --threads {threads} --out {output.png}"
         " --other-formats {output.other_formats} > {log} 2>&1"
 
@@ -185,20 +188,19 @@ rule stitching_studies_figure:
     output:
         figures=[
             report(png, caption=f"../report/{os.path.basename(png)[:-4]}.rst", category="Stitching studies")
-            for png in STUDY_FIGURES.values()
+            for png in PLAN.study_figures.values()
         ],
         tables=[
             report(csv, caption=f"../report/{os.path.basename(csv)[:-4]}.rst", category="Stitching studies")
-            for csv in STUDY_OUTPUTS
-            if csv.endswith(".csv")
+            for csv in PLAN.study_tables
         ],
-        other_formats=[other for png in STUDY_FIGURES.values() for other in extra_formats(png[:-4])],
+        other_formats=[other for png in PLAN.study_figures.values() for other in PLAN.extra_formats(png[:-4])],
     params:
         figures=as_json(config["figures"]),
-        paths=" ".join(f"--{flag} {png}" for flag, png in STUDY_FIGURES.items())
-        + (" --leaky-relu-table results/tables/leaky_relu_accuracy.csv" if LEAKY_SLOPES else ""),
-        slopes=as_json(LEAKY_SLOPES),
-        transformers=as_json(TRANSFORMERS),
+        paths=" ".join(f"--{flag} {png}" for flag, png in PLAN.study_figures.items())
+        + (" --leaky-relu-table results/tables/leaky_relu_accuracy.csv" if PLAN.leaky_slopes else ""),
+        slopes=as_json(PLAN.leaky_slopes),
+        transformers=as_json(PLAN.transformers),
         code=code_hash("figures"),
     conda:
         CONDA_ENV

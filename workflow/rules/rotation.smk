@@ -5,12 +5,13 @@ rule rotation_trial:
     output:
         "results/rotation/{variant}/seed{seed}/{site}/{group}/trial{trial}.parquet",
     params:
-        block=as_json({k: v for k, v in ROTATION.items() if k not in ("variants", "seeds", "sites", "trials")}),
-        training=as_json(config["zoo"]["training"] | {"device": config["device"]}),
+        block=as_json(PLAN.rotation_block),
+        training=as_json(PLAN.train_block()),
         seed=config["seed"],
+        device=config["device"],
         code=code_hash("rotation"),
-        data=lambda wildcards, input: os.path.dirname(input[0]),
-    threads: config["zoo"]["training"]["threads"]
+        data=data_dir,
+    threads: THREADS
     resources:
         gpu=1,
     conda:
@@ -20,15 +21,15 @@ rule rotation_trial:
     benchmark:
         "results/benchmarks/rotation/{variant}/seed{seed}/{site}/{group}/trial{trial}.tsv"
     shell:
-        "intertwine rotation --checkpoint {input.checkpoint} --data {params.data} --site {wildcards.site}"
+        "intertwine rotation-trial --checkpoint {input.checkpoint} --data {params.data} --site {wildcards.site}"
         " --group {wildcards.group} --trial {wildcards.trial} --config {params.block:q}"
-        " --training {params.training:q} --global-seed {params.seed} --threads {threads}"
-        " --out {output} > {log} 2>&1"
+        " --training {params.training:q} --global-seed {params.seed} --device {params.device}"
+        " --threads {threads} --out {output} > {log} 2>&1"
 
 
 rule rotation_table:
     input:
-        ROTATION_TRIALS,
+        PLAN.rotation_trials,
     output:
         "results/tables/rotation.parquet",
     params:

@@ -1,18 +1,18 @@
 rule similarity_pair:
     input:
         DATA_FILES,
-        a=similarity_member("a"),
-        b=similarity_member("b"),
+        a=member(PLAN.similarity_pairs, "a"),
+        b=member(PLAN.similarity_pairs, "b"),
     output:
         "results/similarity/{variant}/pair{pair}.parquet",
     params:
-        block=as_json({k: v for k, v in SIMILARITY.items() if k not in ("variants", "procrustes_pairs", "cka_pairs")}),
-        parts=lambda wc: similarity_parts(int(wc.pair)),
+        block=as_json(PLAN.similarity_block),
+        parts=lambda wc: PLAN.similarity_parts(int(wc.pair)),
         seed=config["seed"],
         device=config["device"],
         code=code_hash("similarity"),
-        data=lambda wildcards, input: os.path.dirname(input[0]),
-    threads: config["zoo"]["training"]["threads"]
+        data=data_dir,
+    threads: THREADS
     resources:
         gpu=1,
     conda:
@@ -22,14 +22,14 @@ rule similarity_pair:
     benchmark:
         "results/benchmarks/similarity/{variant}/pair{pair}.tsv"
     shell:
-        "intertwine similarity --a {input.a} --b {input.b} --data {params.data} --pair {wildcards.pair}"
+        "intertwine similarity-pair --a {input.a} --b {input.b} --data {params.data} --pair {wildcards.pair}"
         "{params.parts} --config {params.block:q} --global-seed {params.seed} --device {params.device}"
         " --threads {threads} --out {output} > {log} 2>&1"
 
 
 rule similarity_table:
     input:
-        SIMILARITY_JOBS,
+        PLAN.similarity_jobs,
     output:
         "results/tables/similarity.parquet",
     params:

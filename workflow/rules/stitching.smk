@@ -1,18 +1,18 @@
 rule stitch_pair:
     input:
         DATA_FILES,
-        a=stitch_member("a"),
-        b=stitch_member("b"),
+        a=member(PLAN.stitch_pairs, "a"),
+        b=member(PLAN.stitch_pairs, "b"),
     output:
         "results/stitching/{variant}/pair{pair}/{method}.parquet",
     params:
-        block=lambda wc: stitch_block(wc.method),
-        sites=lambda wc: as_json(STITCHING["sites"].get(wc.variant)),
-        training=as_json(config["zoo"]["training"] | {"device": config["device"]}),
+        block=lambda wc: as_json(PLAN.stitch_block(wc.method)),
+        sites=lambda wc: as_json(config["stitching"]["sites"].get(wc.variant)),
         seed=config["seed"],
+        device=config["device"],
         code=code_hash("stitching"),
-        data=lambda wildcards, input: os.path.dirname(input[0]),
-    threads: config["zoo"]["training"]["threads"]
+        data=data_dir,
+    threads: THREADS
     resources:
         gpu=1,
     conda:
@@ -22,15 +22,15 @@ rule stitch_pair:
     benchmark:
         "results/benchmarks/stitching/{variant}/pair{pair}/{method}.tsv"
     shell:
-        "intertwine stitch --a {input.a} --b {input.b} --data {params.data} --method {wildcards.method}"
+        "intertwine stitch-pair --a {input.a} --b {input.b} --data {params.data} --method {wildcards.method}"
         " --pair {wildcards.pair} --sites {params.sites:q} --config {params.block:q}"
-        " --training {params.training:q} --global-seed {params.seed} --threads {threads}"
+        " --global-seed {params.seed} --device {params.device} --threads {threads}"
         " --out {output} > {log} 2>&1"
 
 
 rule stitching_table:
     input:
-        STITCH_JOBS,
+        PLAN.stitch_jobs,
     output:
         "results/tables/stitching.parquet",
     params:

@@ -5,11 +5,11 @@ rule symmetry_check:
     output:
         "results/symmetry/{variant}/seed{seed}.parquet",
     params:
-        block=as_json(SYMMETRY),
+        block=as_json(PLAN.symmetry_block),
         seed=config["seed"],
         device=config["device"],
         code=code_hash("symmetry"),
-        data=lambda wildcards, input: os.path.dirname(input[0]),
+        data=data_dir,
     resources:
         gpu=1,
     conda:
@@ -17,14 +17,14 @@ rule symmetry_check:
     log:
         "results/logs/symmetry/{variant}/seed{seed}.log",
     shell:
-        "intertwine symmetry --checkpoint {input.checkpoint} --data {params.data}"
+        "intertwine symmetry-check --checkpoint {input.checkpoint} --data {params.data}"
         " --config {params.block:q} --global-seed {params.seed} --device {params.device}"
         " --out {output} > {log} 2>&1"
 
 
 rule symmetry_table:
     input:
-        SYMMETRY_CHECKS,
+        PLAN.symmetry_checks,
     output:
         table="results/tables/symmetry.parquet",
         summary=report(

@@ -6,11 +6,12 @@ rule train_member:
         metrics="results/zoo/{variant}/seed{seed}.metrics.parquet",
     params:
         spec=lambda wc: as_json(config["zoo"]["variants"][wc.variant]),
-        training=lambda wc: as_json(zoo_training(wc.variant) | {"device": config["device"]}),
+        training=lambda wc: as_json(PLAN.train_block(wc.variant)),
         seed=config["seed"],
+        device=config["device"],
         code=code_hash("zoo"),
-        data=lambda wildcards, input: os.path.dirname(input[0]),
-    threads: config["zoo"]["training"]["threads"]
+        data=data_dir,
+    threads: THREADS
     resources:
         gpu=1,
     conda:
@@ -20,15 +21,15 @@ rule train_member:
     benchmark:
         "results/benchmarks/zoo/{variant}/seed{seed}.tsv"
     shell:
-        "intertwine train --data {params.data} --variant {wildcards.variant} --seed {wildcards.seed}"
+        "intertwine train-member --data {params.data} --variant {wildcards.variant} --seed {wildcards.seed}"
         " --spec {params.spec:q} --training {params.training:q} --global-seed {params.seed}"
-        " --threads {threads} --checkpoint {output.checkpoint} --metrics {output.metrics}"
+        " --device {params.device} --threads {threads} --out {output.checkpoint} --metrics {output.metrics}"
         " > {log} 2>&1"
 
 
 rule zoo_table:
     input:
-        zoo_outputs("results/zoo/{variant}/seed{seed}.metrics.parquet"),
+        PLAN.zoo_outputs("results/zoo/{variant}/seed{seed}.metrics.parquet"),
     output:
         zoo="results/tables/zoo.parquet",
         epochs="results/tables/zoo_epochs.parquet",

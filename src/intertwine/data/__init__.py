@@ -99,7 +99,7 @@ def load_meta(data_dir: str | Path) -> dict:
     path = Path(data_dir) / "meta.json"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run the data stage first "
-                                f"(`intertwine data ... --out {data_dir}`, or snakemake)")
+                                f"(`intertwine prepare-data ... --out {data_dir}`, or snakemake)")
     return json.loads(path.read_text())
 
 

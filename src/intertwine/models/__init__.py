@@ -284,10 +284,11 @@ class _SitesRead(Exception):
     the forward pass is not needed."""
 
 
-def site_activations(model: nn.Module, images: torch.Tensor, names, mean: torch.Tensor,
-                     std: torch.Tensor, batch_size: int = 250) -> dict[str, torch.Tensor]:
-    """The outputs of the modules ``names`` (sites, or any module names) for uint8 ``images``,
-    normalised with ``mean``/``std``, in batches, in eval mode without autograd.
+def site_activations(model: nn.Module, images: torch.Tensor, names=None, mean: torch.Tensor | None = None,
+                     std: torch.Tensor | None = None, batch_size: int = 250) -> dict[str, torch.Tensor]:
+    """The outputs of the modules ``names`` (sites, or any module names; every site by default)
+    for uint8 ``images`` normalised with ``mean``/``std`` (or, without them, for ``images`` as
+    they are: inputs already normalised), in batches, in eval mode without autograd.
 
     Read by forward hooks, so any ``nn.Module`` works (torchvision's too). For the zoo's models,
     whose sites run once per pass by construction, the pass stops once the last of them has run;
@@ -297,7 +298,7 @@ def site_activations(model: nn.Module, images: torch.Tensor, names, mean: torch.
     """
     from intertwine.data.augment import normalize
 
-    names = list(names)
+    names = [site.name for site in sites(model)] if names is None else list(names)
     seen: dict[str, list[torch.Tensor]] = {name: [] for name in names}
     batch = 0
     stop_early = hasattr(model, "site_layout")
@@ -321,7 +322,8 @@ def site_activations(model: nn.Module, images: torch.Tensor, names, mean: torch.
             for start in range(0, len(images), batch_size):
                 batch += 1
                 try:
-                    model(normalize(images[start:start + batch_size].to(device), mean, std))
+                    x = images[start:start + batch_size].to(device)
+                    model(x if mean is None else normalize(x, mean, std))
                 except _SitesRead:
                     pass
                 missing = [name for name in names if len(seen[name]) != batch]

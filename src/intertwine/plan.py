@@ -1,0 +1,480 @@
+"""The job plan: from a validated config, which jobs each stage runs, what each job is given, and
+which files each stage writes. Plain Python, no Snakemake: the workflow's rules read it, the
+tests check it, and a person can ask it what a config would run (`Plan(config).stitch_jobs`).
+
+How a setting flows, e.g. `stitching.lr`:
+  1. the config YAML, or the default in `config.schema.yaml` (filled in by validation);
+  2. `Plan.stitch_block(method)`: the settings a job of that method reads, one `StitchConfig`
+     field each (`settings.py`), as the rule's `params` (so a change reruns those jobs only);
+  3. the rule's shell command passes them as JSON to `intertwine stitch-pair --config`;
+  4. the job builds `StitchConfig.from_block(...)`, and `stitching.fit` makes its optimiser.
+
+A stage adds: its job list and outputs here, a rule file, a CLI command, a library module.
+Cross-checks of the config that the schema cannot express are in `Plan.errors()`: each names the
+config key and the fix. Methods that build models cache them (`variant_sites`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+
+import jsonschema
+
+from intertwine.settings import (
+    DissectionConfig,
+    RotationConfig,
+    SimilarityConfig,
+    StitchConfig,
+    SymmetryConfig,
+    TrainConfig,
+    expand_methods,
+    method_kind,
+    schema_block,
+)
+
+ZOO_TABLES = ["results/tables/zoo.parquet", "results/tables/zoo_epochs.parquet"]
+
+
+class ConfigError(ValueError):
+    """A config the schema accepts but the plan cannot run; the message names the key."""
+
+
+def as_json(block) -> str:
+    """A config block as one JSON string: what a rule's params carry and its shell command passes."""
+    return json.dumps(block, sort_keys=True)
+
+
+@functools.cache
+def _sites(spec_json: str) -> tuple:
+    """The sites of a model spec, from a freshly built model (the same for every seed)."""
+    from intertwine.models import build, sites  # torch: only when sites are asked for
+
+    return tuple(sites(build(json.loads(spec_json))))
+
+
+def distinct_pairs(n_members: int, symmetric: bool) -> int:
+    """How many distinct pairs ``n_members`` members form: n(n-1), or n(n-1)/2 for a symmetric measure."""
+    return n_members * (n_members - 1) // (2 if symmetric else 1)
+
+
+def draw_pairs(n_members: int, n_pairs: int, *key, symmetric: bool = False) -> list[tuple[int, int]]:
+    """``n_pairs`` distinct ordered pairs of distinct zoo members, drawn uniformly from
+    ``range(n_members)`` by a generator seeded from ``key`` (e.g. the global seed, the stage and
+    the variant), so every run draws the same pairs. A pair already drawn (or, when
+    ``symmetric``, its reverse) is drawn again: the same pair twice is not independent evidence."""
+    import torch
+
+    from intertwine.utils import derive_seed
+
+    if n_members < 2:
+        raise ValueError(f"pairs need at least 2 zoo members per variant, got {n_members}")
+    available = distinct_pairs(n_members, symmetric)
+    if n_pairs > available:
+        raise ValueError(f"{n_pairs} pairs asked for, but {n_members} members form only {available} "
+                         f"distinct {'unordered ' if symmetric else ''}pairs")
+    generator = torch.Generator().manual_seed(derive_seed(*key))
+    pairs: list[tuple[int, int]] = []
+    while len(pairs) < n_pairs:
+        a, b = torch.randint(n_members, (2,), generator=generator).tolist()
+        if a != b and (a, b) not in pairs and not (symmetric and (b, a) in pairs):
+            pairs.append((a, b))
+    return pairs
+
+
+class Plan:
+    """The jobs and outputs of every stage for one validated config (schema defaults filled)."""
+
+    def __init__(self, config: dict):
+        self.config = config
+        self.zoo = config["zoo"]
+        self.rotation = config["rotation"]
+        self.symmetry = config["symmetry"]
+        self.stitching = config["stitching"]
+        self.similarity = config["similarity"]
+        self.dissection = config["dissection"]
+        self.variants = list(self.zoo["variants"])
+
+    # --- shared -------------------------------------------------------------------------------
+
+    def spec(self, variant: str) -> dict:
+        from intertwine.models import normalize_spec
+
+        return normalize_spec(self.zoo["variants"][variant])
+
+    def variant_sites(self, variant: str) -> list:
+        """The variant's sites (name, channels, inside_residual), in forward order."""
+        return list(_sites(as_json(self.zoo["variants"][variant])))
+
+    def site_names(self, variant: str) -> list[str]:
+        return [site.name for site in self.variant_sites(variant)]
+
+    def extra_formats(self, stem: str) -> list[str]:
+        """A figure's files besides its .png (which the report shows), one per configured format."""
+        return [f"{stem}.{ext}" for ext in self.config["figures"]["formats"] if ext != "png"]
+
+    def figure_files(self, pngs: list[str]) -> list[str]:
+        """The .png files and their other formats."""
+        return pngs + [other for png in pngs for other in self.extra_formats(png[:-4])]
+
+    # --- zoo ----------------------------------------------------------------------------------
+
+    def zoo_seeds(self, variant: str) -> range:
+        """The seeds the zoo trains for a variant: zoo.seeds, or its zoo.seeds_per_variant entry."""
+        return range(self.zoo["seeds_per_variant"].get(variant, self.zoo["seeds"]))
+
+    def zoo_outputs(self, pattern: str) -> list[str]:
+        return [pattern.format(variant=v, seed=s) for v in self.variants for s in self.zoo_seeds(v)]
+
+    def train_block(self, variant: str | None = None) -> dict:
+        """The training settings of a variant's members: zoo.training with its per-variant
+        overrides (``None``: zoo.training as written, which rotation trials fine-tune with)."""
+        block = self.zoo["training"] | self.zoo["training_per_variant"].get(variant, {})
+        return TrainConfig.job_block({"zoo.training": block})
+
+    @property
+    def zoo_figures(self) -> list[str]:
+        return self.figure_files(["results/figures/zoo_accuracy.png"]) + ["results/tables/zoo_summary.csv"]
+
+    def members(self, key: str, variant: str, count: int) -> range:
+        """Seeds 0 .. count-1 of a variant, which the zoo must have trained."""
+        if count > len(self.zoo_seeds(variant)):
+            raise ConfigError(f"config key {key}: {count} seeds of {variant!r} asked for, but the "
+                              f"zoo trains {len(self.zoo_seeds(variant))}")
+        return range(count)
+
+    # --- symmetry -----------------------------------------------------------------------------
+
+    @functools.cached_property
+    def symmetry_checks(self) -> list[str]:
+        from intertwine.symmetry import ARCHS  # the architectures whose weight action it knows
+
+        return [
+            f"results/symmetry/{variant}/seed{seed}.parquet"
+            for variant in self.variants
+            if self.zoo["variants"][variant]["arch"] in ARCHS
+            for seed in range(min(self.symmetry["seeds"], len(self.zoo_seeds(variant))))
+        ]
+
+    @property
+    def symmetry_block(self) -> dict:
+        return SymmetryConfig.job_block({"symmetry": self.symmetry})
+
+    @property
+    def symmetry_outputs(self) -> list[str]:
+        if not self.symmetry_checks:
+            return []
+        return ["results/tables/symmetry.parquet", "results/tables/symmetry_summary.csv"]
+
+    # --- rotation -----------------------------------------------------------------------------
+
+    def rotation_sites(self, variant: str) -> list[str]:
+        return self.rotation["sites"] or self.site_names(variant)
+
+    @functools.cached_property
+    def rotation_trials(self) -> list[str]:
+        return [
+            f"results/rotation/{variant}/seed{seed}/{site}/{group}/trial{trial}.parquet"
+            for variant, groups in self.rotation["variants"].items()
+            for seed in self.members("rotation.seeds", variant, self.rotation["seeds"])
+            for site in self.rotation_sites(variant)
+            for group in groups
+            for trial in range(self.rotation["trials"])
+        ]
+
+    @property
+    def rotation_block(self) -> dict:
+        return RotationConfig.job_block({"rotation": self.rotation})
+
+    @property
+    def rotation_outputs(self) -> list[str]:
+        if not self.rotation_trials:
+            return []
+        return ["results/tables/rotation.parquet"] + self.figure_files(["results/figures/rotation_penalty.png"])
+
+    # --- stitching ----------------------------------------------------------------------------
+
+    def stitch_methods(self, variant: str) -> list[str]:
+        """The variant's stitching methods as job names (rank<r>, l1_<lambda>, ...)."""
+        methods = self.stitching["methods_per_variant"].get(variant, self.stitching["methods"])
+        return expand_methods(methods, self.stitching["ranks"], self.stitching["l1_lambdas"])
+
+    def stitch_block(self, method: str) -> dict:
+        """The settings a job of this method reads, with the method's own overrides."""
+        kind = method_kind(method)
+        stitching = self.stitching | self.stitching["settings_per_method"].get(kind, {})
+        return StitchConfig.job_block({"stitching": stitching, "zoo.training": self.zoo["training"]}, kind)
+
+    def stitch_pairs(self, variant: str) -> list[tuple[int, int]]:
+        """The variant's (seed_a, seed_b) pairs, drawn from the global seed."""
+        count = self.stitching["pairs_per_variant"].get(variant, self.stitching["pairs"])
+        return self._pairs("stitching", variant, count)
+
+    def method_pairs(self, variant: str, method: str) -> int:
+        """How many of the variant's pairs a method runs on: the first pairs_per_method of them."""
+        pairs = len(self.stitch_pairs(variant))
+        return min(pairs, self.stitching["pairs_per_method"].get(method_kind(method), pairs))
+
+    @functools.cached_property
+    def stitch_jobs(self) -> list[str]:
+        return [
+            f"results/stitching/{variant}/pair{pair}/{method}.parquet"
+            for variant in self.stitching["variants"]
+            for method in self.stitch_methods(variant)
+            for pair in range(self.method_pairs(variant, method))
+        ]
+
+    @functools.cached_property
+    def leaky_slopes(self) -> dict[str, float]:
+        """The LeakyReLU sweep (appendix D.3): G_ReLU-stitched variants that differ only in the
+        activation's negative slope (a ReLU variant counts as slope 0), when two or more slopes
+        are stitched; {variant: slope}, else empty."""
+        def rest(variant):
+            return as_json({k: v for k, v in self.spec(variant).items() if k not in ("activation", "negative_slope")})
+
+        candidates = [v for v in self.stitching["variants"] if "grelu" in self.stitch_methods(v)
+                      and self.spec(v)["activation"] in ("relu", "leaky_relu")]
+        base = next((rest(v) for v in candidates if self.spec(v)["activation"] == "leaky_relu"), None)
+        slopes = {v: self.spec(v)["negative_slope"] if self.spec(v)["activation"] == "leaky_relu" else 0.0
+                  for v in candidates if rest(v) == base}
+        return slopes if len(set(slopes.values())) >= 2 else {}
+
+    @functools.cached_property
+    def transformers(self) -> list[str]:
+        """The transformer variants stitched (appendix D.4)."""
+        return [v for v in self.stitching["variants"] if self.spec(v)["arch"] == "cct"]
+
+    @functools.cached_property
+    def study_figures(self) -> dict[str, str]:
+        """The appendix's stitching studies the config asks for: {CLI flag: figure}."""
+        kinds = {method_kind(m) for v in self.stitching["variants"] for m in self.stitch_methods(v)}
+        studies = [("leaky-relu", "leaky_relu", bool(self.leaky_slopes)),
+                   ("alpha-cv", "alpha_cv", "grelu_cv" in kinds),
+                   ("l1", "l1_sparsity", "l1" in kinds),
+                   ("softsort", "softsort", "softsort" in kinds),
+                   ("transformer", "transformer", bool(self.transformers))]
+        return {flag: f"results/figures/stitching_{name}.png" for flag, name, wanted in studies if wanted}
+
+    @property
+    def study_tables(self) -> list[str]:
+        return ["results/tables/leaky_relu_accuracy.csv"] if self.leaky_slopes else []
+
+    @property
+    def stitching_outputs(self) -> list[str]:
+        if not self.stitch_jobs:
+            return []
+        return (["results/tables/stitching.parquet", "results/tables/stitching_summary.csv"]
+                + self.figure_files(["results/figures/stitching_penalty.png", "results/figures/stitching_dimension.png"])
+                + self.figure_files(list(self.study_figures.values())) + self.study_tables)
+
+    # --- similarity ---------------------------------------------------------------------------
+
+    @property
+    def similarity_pair_count(self) -> int:
+        return max(self.similarity["procrustes_pairs"], self.similarity["cka_pairs"])
+
+    def similarity_pairs(self, variant: str) -> list[tuple[int, int]]:
+        """The variant's pairs; the measures are symmetric, so (a, b) and (b, a) are one pair."""
+        return self._pairs("similarity", variant, self.similarity_pair_count, symmetric=True)
+
+    def similarity_parts(self, pair: int) -> str:
+        """Which measures pair k computes, as CLI flags: Procrustes for the first procrustes_pairs,
+        CKA for the first cka_pairs."""
+        return (" --procrustes" if pair < self.similarity["procrustes_pairs"] else "") + (
+            " --cka" if pair < self.similarity["cka_pairs"] else "")
+
+    @property
+    def similarity_block(self) -> dict:
+        return SimilarityConfig.job_block({"similarity": self.similarity})
+
+    @functools.cached_property
+    def similarity_jobs(self) -> list[str]:
+        return [f"results/similarity/{variant}/pair{pair}.parquet"
+                for variant in self.similarity["variants"] for pair in range(self.similarity_pair_count)]
+
+    @property
+    def similarity_figures(self) -> list[str]:
+        return (["results/figures/similarity_procrustes.png"] if self.similarity["procrustes_pairs"] else []) + (
+            ["results/figures/similarity_cka.png"] if self.similarity["cka_pairs"] else [])
+
+    @property
+    def similarity_outputs(self) -> list[str]:
+        if not self.similarity_jobs:
+            return []
+        return (["results/tables/similarity.parquet", "results/tables/similarity_summary.csv"]
+                + self.figure_files(self.similarity_figures))
+
+    # --- dissection ---------------------------------------------------------------------------
+
+    def dissection_sites(self, variant: str) -> list[str]:
+        """The variant's configured sites, or each stage's output and one inside a block."""
+        from intertwine.dissection import default_sites
+
+        chosen = self.dissection["sites"].get(variant)
+        return default_sites(self.variant_sites(variant)) if chosen is None else chosen
+
+    def mask_site(self, variant: str) -> str:
+        """The top-units figure's site: the variant's last dissected site on the residual stream."""
+        inside = {site.name: site.inside_residual for site in self.variant_sites(variant)}
+        chosen = self.dissection_sites(variant)
+        return ([site for site in chosen if not inside[site]] or chosen)[-1]
+
+    def external_sites(self, name: str) -> list[str]:
+        from intertwine.models import imagenet
+
+        model = self.dissection["external"][name]
+        return model.get("sites") or imagenet.DEFAULT_SITES[model["arch"]]
+
+    def dissection_block(self, kind: str | None = None) -> dict:
+        """The settings a dissection job reads (``kind="masks"``: the masks figure's too); the probe
+        images are drawn with the data set's `shapes` options."""
+        block = DissectionConfig.job_block({"dissection": self.dissection}, kind)
+        shapes = {k: v for k, v in self.config["data"]["shapes"].items()
+                  if k not in ("train_size", "test_size", "image_size")}
+        return block | {"probe": block["probe"] | {"shapes": shapes}}
+
+    @functools.cached_property
+    def dissection_jobs(self) -> list[str]:
+        return [
+            f"results/dissection/{variant}/seed{seed}.parquet"
+            for variant in self.dissection["variants"]
+            for seed in self.members("dissection.seeds", variant, self.dissection["seeds"])
+        ] + [f"results/dissection/external/{name}.parquet" for name in self.dissection["external"]]
+
+    @functools.cached_property
+    def category_sites(self) -> dict[str, str]:
+        """The category figure's site per model: the masks figure's site, or an ImageNet model's
+        last residual-stream site."""
+        from intertwine.models import imagenet
+
+        zoo = {variant: self.mask_site(variant) for variant in self.dissection["variants"]}
+        return zoo | {name: ([s for s in self.external_sites(name) if imagenet.on_residual_stream(s)]
+                             or self.external_sites(name))[-1]
+                      for name in self.dissection["external"]}
+
+    @property
+    def dissection_masks(self) -> list[str]:
+        return [f"results/figures/dissection_masks_{variant}.png" for variant in self.dissection["variants"]]
+
+    DISSECTION_FIGURES = ["results/figures/dissection_fraction.png", "results/figures/dissection_categories.png"]
+
+    @property
+    def dissection_outputs(self) -> list[str]:
+        if not self.dissection_jobs:
+            return []
+        return (["results/tables/dissection.parquet", "results/tables/dissection_units.parquet",
+                 "results/tables/dissection_summary.csv"]
+                + self.figure_files(self.DISSECTION_FIGURES + self.dissection_masks))
+
+    # --- everything ---------------------------------------------------------------------------
+
+    @property
+    def all_outputs(self) -> list[str]:
+        return (ZOO_TABLES + self.zoo_figures + self.symmetry_outputs + self.rotation_outputs
+                + self.stitching_outputs + self.similarity_outputs + self.dissection_outputs)
+
+    def _pairs(self, stage: str, variant: str, count: int, symmetric: bool = False) -> list[tuple[int, int]]:
+        return draw_pairs(len(self.zoo_seeds(variant)), count, self.config["seed"], stage, variant,
+                          symmetric=symmetric)
+
+    def errors(self) -> list[str]:
+        """Every cross-check of the config the schema cannot express, as messages that name the
+        key and the fix (empty when the plan can run)."""
+        from intertwine.models import normalize_spec
+
+        errors = []
+
+        def subset(key, chosen, available):
+            unknown = sorted(set(chosen) - set(available))
+            if unknown:
+                errors.append(f"config key {key}: {unknown} not among {list(available)}")
+            return not unknown
+
+        def pairable(key, variants, count_key, count, symmetric):
+            for variant in variants:
+                if variant not in self.variants:
+                    continue
+                members = len(self.zoo_seeds(variant))
+                if members < 2:
+                    errors.append(f"config key {key}: {key.split('.')[0]} pairs need at least 2 zoo "
+                                  f"members, but the zoo trains {members} of {variant!r}; raise "
+                                  "zoo.seeds (or zoo.seeds_per_variant) or drop the variant")
+                elif count(variant) > distinct_pairs(members, symmetric):
+                    errors.append(f"config key {count_key}: {count(variant)} pairs of {variant!r} asked "
+                                  f"for, but its {members} zoo members form only "
+                                  f"{distinct_pairs(members, symmetric)} distinct pairs"
+                                  f"{' (the measures are symmetric)' if symmetric else ''}; ask for at "
+                                  "most that many, or raise zoo.seeds (or zoo.seeds_per_variant)")
+
+        def members(key, variants, count):
+            for variant in variants:
+                if variant in self.variants:
+                    try:
+                        self.members(key, variant, count)
+                    except ConfigError as err:
+                        errors.append(str(err))
+
+        for name, spec in self.zoo["variants"].items():
+            try:
+                normalize_spec(spec)
+            except ValueError as err:
+                errors.append(f"config key zoo.variants.{name}: {err}")
+        if errors:  # the checks below build models from the specs
+            return errors
+
+        def overrides(key, override, block):
+            """Per-variant or per-method overrides: known keys, each valid as in ``block``."""
+            if subset(key, override, schema_block(block)["properties"]):
+                for name, value in override.items():
+                    try:
+                        jsonschema.validate(value, schema_block(block)["properties"][name])
+                    except jsonschema.ValidationError as err:
+                        errors.append(f"config key {key}.{name}: {err.message}")
+
+        subset("zoo.seeds_per_variant", self.zoo["seeds_per_variant"], self.variants)
+        if subset("zoo.training_per_variant", self.zoo["training_per_variant"], self.variants):
+            for variant, override in self.zoo["training_per_variant"].items():
+                overrides(f"zoo.training_per_variant.{variant}", override, "zoo.training")
+
+        if subset("rotation.variants", self.rotation["variants"], self.variants):
+            for variant in self.rotation["variants"]:
+                subset("rotation.sites", self.rotation["sites"], self.site_names(variant))
+            members("rotation.seeds", self.rotation["variants"], self.rotation["seeds"])
+
+        stitching = self.stitching
+        if subset("stitching.variants", stitching["variants"], self.variants):
+            subset("stitching.pairs_per_variant", stitching["pairs_per_variant"], stitching["variants"])
+            if subset("stitching.sites", stitching["sites"], self.variants):
+                for variant, chosen in stitching["sites"].items():
+                    subset(f"stitching.sites.{variant}", chosen, self.site_names(variant))
+            subset("stitching.methods_per_variant", stitching["methods_per_variant"], stitching["variants"])
+            pairable("stitching.variants", stitching["variants"], "stitching.pairs",
+                     lambda v: stitching["pairs_per_variant"].get(v, stitching["pairs"]), symmetric=False)
+        per_method = [f.metadata["key"].split(".")[-1] for f in dataclasses.fields(StitchConfig)
+                      if f.metadata["key"].startswith("stitching.")]
+        for method, override in stitching["settings_per_method"].items():
+            if subset(f"stitching.settings_per_method.{method}", override, per_method):
+                overrides(f"stitching.settings_per_method.{method}", override, "stitching")
+
+        if subset("similarity.variants", self.similarity["variants"], self.variants):
+            pairable("similarity.variants", self.similarity["variants"],
+                     "similarity.procrustes_pairs" if self.similarity["procrustes_pairs"] >= self.similarity["cka_pairs"]
+                     else "similarity.cka_pairs", lambda v: self.similarity_pair_count, symmetric=True)
+
+        dissection = self.dissection
+        if subset("dissection.variants", dissection["variants"], self.variants):
+            for variant in dissection["variants"]:
+                if self.spec(variant)["arch"] == "cct":
+                    errors.append(f"config key dissection.variants: {variant!r} is a transformer, whose "
+                                  "sites are token sequences, not the spatial maps dissection overlays on "
+                                  "concept masks; dissect convolutional variants")
+            members("dissection.seeds", dissection["variants"], dissection["seeds"])
+            if subset("dissection.sites", dissection["sites"], dissection["variants"]):
+                for variant, chosen in dissection["sites"].items():
+                    subset(f"dissection.sites.{variant}", chosen, self.site_names(variant))
+        if dissection["external"] and not dissection["probe"]["broden"]:
+            errors.append("config key dissection.external: ImageNet models are dissected on Broden; "
+                          "set dissection.probe.broden to your Broden directory (e.g. broden1_224)")
+        return errors
+
+

@@ -1,0 +1,219 @@
+"""Every setting's one definition, and the stitching method names.
+
+`config.schema.yaml` beside this file is the one source of every config key: its type, its
+default and its description. The workflow validates a config against it (filling the defaults),
+and the dataclasses below, which the library's functions take, read their defaults from it, so
+`StitchConfig()` is the schema's `stitching` block. Their `from_block` refuses unknown keys.
+
+A per-job block is built from a dataclass's fields (`job_block`): a setting a job does not read
+is not in its params, so changing it reruns nothing. Settings only some stitching methods read
+are marked on their field (`only_for=`), so a change to them reruns those methods' jobs only.
+
+Torch-free: the workflow imports it at parse time.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
+
+
+@functools.cache
+def schema() -> dict:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def schema_block(key: str) -> dict:
+    """The schema of a config block by its dotted key, e.g. ``"zoo.training"``."""
+    node = schema()
+    for part in key.split("."):
+        node = node["properties"][part]
+    return node
+
+
+def default(node: dict) -> Any:
+    """The default a validated config holds for a schema node (an object's nested defaults too)."""
+    value = node.get("default")
+    if isinstance(value, dict) and "properties" in node:
+        value = {k: default(sub) for k, sub in node["properties"].items() if "default" in sub} | value
+    return value
+
+
+def _setting(key: str, only_for: tuple[str, ...] | None = None) -> Any:
+    """A dataclass field whose default is the schema's default of config key ``key``; ``only_for``
+    names the kinds of job that read it (stitching methods; `masks`)."""
+    block, name = key.rsplit(".", 1)
+    default_value = default(schema_block(block)["properties"][name])
+    metadata = {"key": key} | ({"only_for": only_for} if only_for else {})
+    if isinstance(default_value, (list, dict)):
+        return dataclasses.field(default_factory=lambda: copy.deepcopy(default_value), metadata=metadata)
+    return dataclasses.field(default=default_value, metadata=metadata)
+
+
+class _Settings:
+    """``from_block``, ``job_block`` and the field list shared by the settings dataclasses."""
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_block(cls, block: dict, where: str = ""):
+        """The settings in ``block`` (a dict of config keys); a key not among them is an error."""
+        unknown = sorted(set(block) - set(cls.names()))
+        if unknown:
+            raise ValueError(f"config key {where or cls.__name__}.{unknown[0]}: not a setting of "
+                             f"{cls.__name__}; its settings are {', '.join(cls.names())}")
+        return cls(**block)
+
+    @classmethod
+    def job_block(cls, sources: dict[str, dict], kind: str | None = None) -> dict:
+        """The settings a job of ``kind`` reads, from the validated config blocks ``sources``
+        (keyed by dotted block key, e.g. ``{"stitching": ..., "zoo.training": ...}``); a field
+        marked ``only_for`` other kinds is left out."""
+        block = {}
+        for f in dataclasses.fields(cls):
+            if kind not in f.metadata.get("only_for", (kind,)):
+                continue
+            source, name = f.metadata["key"].rsplit(".", 1)
+            block[f.name] = sources[source][name]
+        return block
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(_Settings):
+    """How a zoo member trains (config ``zoo.training``; the rotation stage fine-tunes with it)."""
+
+    epochs: int = _setting("zoo.training.epochs")
+    batch_size: int = _setting("zoo.training.batch_size")
+    lr: float = _setting("zoo.training.lr")
+    weight_decay: float = _setting("zoo.training.weight_decay")
+    lr_drops: int = _setting("zoo.training.lr_drops")
+    lr_drop_factor: float = _setting("zoo.training.lr_drop_factor")
+    translate: int = _setting("zoo.training.translate")
+    flip: bool = _setting("zoo.training.flip")
+    select_on: str = _setting("zoo.training.select_on")
+    bf16: bool = _setting("zoo.training.bf16")
+    channels_last: bool = _setting("zoo.training.channels_last")
+    eval_batch_size: int = _setting("zoo.training.eval_batch_size")
+
+
+@dataclasses.dataclass(frozen=True)
+class StitchConfig(_Settings):
+    """How a stitching layer trains (config ``stitching``, with the zoo's augmentation)."""
+
+    epochs: int = _setting("stitching.epochs")
+    batch_size: int = _setting("stitching.batch_size")
+    lr: float = _setting("stitching.lr")
+    optimizer: str = _setting("stitching.optimizer")
+    momentum: float = _setting("stitching.momentum")
+    init: str = _setting("stitching.init")
+    match_images: int = _setting("stitching.match_images")
+    train_images: int | None = _setting("stitching.train_images")
+    eval_batch_size: int = _setting("stitching.eval_batch_size")
+    translate: int = _setting("zoo.training.translate")
+    flip: bool = _setting("zoo.training.flip")
+    alpha: float = _setting("stitching.alpha", only_for=("grelu",))
+    scales_frozen_fraction: float = _setting("stitching.scales_frozen_fraction", only_for=("grelu", "softsort"))
+    sinkhorn_iters: int = _setting("stitching.sinkhorn_iters", only_for=("grelu", "grelu_cv"))
+    softsort_tau: float | None = _setting("stitching.softsort_tau", only_for=("softsort",))
+    alpha_grid: list[float] = _setting("stitching.alpha_grid", only_for=("grelu_cv",))
+    cv_held_out: float = _setting("stitching.cv_held_out", only_for=("grelu_cv",))
+    cv_epochs: int | None = _setting("stitching.cv_epochs", only_for=("grelu_cv",))
+
+
+@dataclasses.dataclass(frozen=True)
+class RotationConfig(_Settings):
+    """A rotation-penalty trial's fine-tuning (config ``rotation``; the rest is ``zoo.training``'s)."""
+
+    epochs: int = _setting("rotation.epochs")
+    lr: float | None = _setting("rotation.lr")
+    train_images: int | None = _setting("rotation.train_images")
+    lognormal_sigma: float = _setting("rotation.lognormal_sigma")
+
+
+@dataclasses.dataclass(frozen=True)
+class SymmetryConfig(_Settings):
+    """The weight-space symmetry check on a trained member (config ``symmetry``)."""
+
+    groups: list[str] = _setting("symmetry.groups")
+    images: int = _setting("symmetry.images")
+    float64: bool = _setting("symmetry.float64")
+    lognormal_sigma: float = _setting("symmetry.lognormal_sigma")
+
+
+@dataclasses.dataclass(frozen=True)
+class SimilarityConfig(_Settings):
+    """The similarity measures of a pair (config ``similarity``)."""
+
+    procrustes_measures: list[str] = _setting("similarity.procrustes_measures")
+    cka_measures: list[str] = _setting("similarity.cka_measures")
+    samples: int | None = _setting("similarity.samples")
+    batch_size: int = _setting("similarity.batch_size")
+
+
+@dataclasses.dataclass(frozen=True)
+class DissectionConfig(_Settings):
+    """Network dissection of a member (config ``dissection``; ``masks`` for the masks figure only)."""
+
+    alphas: list[float] = _setting("dissection.alphas")
+    rotations: int = _setting("dissection.rotations")
+    quantile: float = _setting("dissection.quantile")
+    iou_threshold: float = _setting("dissection.iou_threshold")
+    batch_size: int = _setting("dissection.batch_size")
+    probe: dict = _setting("dissection.probe")
+    masks: dict = _setting("dissection.masks", only_for=("masks",))
+
+
+# --- Stitching method names: the one grammar of the plan, the stitching module and the figures.
+
+METHODS = ("full", "rank", "grelu", "grelu_cv", "softsort", "l1")
+G_RELU_METHODS = ("grelu", "grelu_cv", "softsort")  # layers in the intertwiner group of ReLU
+
+
+def parse_method(method: str) -> tuple[str, int | float | None]:
+    """'full' -> ('full', None); 'rank4' -> ('rank', 4); 'l1_0.01' -> ('l1', 0.01); 'grelu',
+    'grelu_cv', 'softsort' -> (method, None)."""
+    if method in ("full", *G_RELU_METHODS):
+        return method, None
+    if method.startswith("rank") and method[4:].isdigit() and int(method[4:]) > 0:
+        return "rank", int(method[4:])
+    if method.startswith("l1_"):
+        try:
+            strength = float(method[3:])
+        except ValueError:
+            strength = -1.0
+        if strength > 0:
+            return "l1", strength
+    raise ValueError(f"unknown stitching method {method!r}; expected full, rank<r> (e.g. rank4), "
+                     "l1_<lambda> (e.g. l1_0.01), grelu, grelu_cv or softsort")
+
+
+def method_kind(method: str) -> str:
+    """The config's name of a job's method: 'rank4' -> 'rank', 'l1_0.01' -> 'l1'."""
+    return parse_method(method)[0]
+
+
+def l1_method(strength: float) -> str:
+    """The method name of full stitching with L1 strength ``strength`` (0.01 -> 'l1_0.01')."""
+    return f"l1_{strength:g}"
+
+
+def expand_methods(methods: list[str], ranks: list[int], l1_lambdas: list[float]) -> list[str]:
+    """The config's methods as job names: `rank` becomes rank<r> per rank, `l1` l1_<lambda> per
+    strength."""
+    expanded = []
+    for method in methods:
+        if method == "rank":
+            expanded += [f"rank{r}" for r in ranks]
+        elif method == "l1":
+            expanded += [l1_method(strength) for strength in l1_lambdas]
+        else:
+            expanded.append(method)
+    return expanded

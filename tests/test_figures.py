@@ -1,0 +1,87 @@
+"""The figures' intervals: a Student-t 95 % interval from 3 values on; below that the values
+themselves and no interval (the tables keep their half-widths); accuracy axes within [0, 100]."""
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.collections import PathCollection
+from matplotlib.container import ErrorbarContainer
+from scipy import stats
+from test_study_figures import SLOPES, stitching_rows, zoo_rows
+
+from intertwine import figures
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def drawn_intervals(ax) -> list[int]:
+    """Per errorbar line of ``ax``, how many of its points have an interval drawn."""
+    return [sum(len(segment) > 0 for segment in c.lines[2][0].get_segments())
+            for c in ax.containers if isinstance(c, ErrorbarContainer)]
+
+
+def points(ax) -> int:
+    return sum(len(c.get_offsets()) for c in ax.collections if isinstance(c, PathCollection))
+
+
+def test_no_interval_below_three_values_and_the_t_interval_from_three():
+    assert figures.MIN_INTERVAL_VALUES == 3
+    for values in ([], [0.5], [0.2, 0.9]):
+        assert math.isnan(figures.interval_half_width(values))
+    values = [1.0, 2.0, 3.0]  # sd 1: half-width t(0.975, 2) / sqrt(3)
+    assert figures.interval_half_width(values) == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)
+    values = np.array([0.3, 0.1, 0.4, 0.15, 0.9])
+    expected = stats.t.ppf(0.975, 4) * values.std(ddof=1) / math.sqrt(5)
+    assert figures.interval_half_width(values) == pytest.approx(expected)
+    # The tables are unchanged: mean_ci still gives 2 values their (wide) interval.
+    assert figures.mean_ci([0.2, 0.9])[1] == pytest.approx(stats.t.ppf(0.975, 1) * 0.35)
+    drawn = figures._drawn_half([1.0, 2.0, 3.0, 0.0], [2, 3, 10, 1])
+    assert np.isnan(drawn[[0, 3]]).all() and drawn[1:3].tolist() == [2.0, 3.0]
+
+
+@pytest.mark.parametrize("pairs", [2, 3])
+def test_penalty_figure_draws_intervals_from_three_pairs_and_the_pairs_below(pairs):
+    table = stitching_rows(methods=("full", "grelu"), pairs=pairs)
+    for ax in [ax for ax in figures.stitching_penalty(table).axes if ax.containers]:
+        if pairs < 3:  # each site's 2 penalties as points, no interval
+            assert drawn_intervals(ax) == [0, 0] and points(ax) == 2 * 3 * pairs
+        else:
+            assert drawn_intervals(ax) == [3, 3] and points(ax) == 0
+    summary = figures.stitching_summary(table)
+    assert (summary["penalty_ci95"] > 0).all()  # the table keeps its intervals
+
+
+def test_leaky_relu_accuracy_panel_stays_within_0_and_100_percent():
+    zoo = zoo_rows(members=3)
+    zoo.loc[zoo["variant"] == "leaky_0.5", "test_acc"] = [0.999, 0.90, 0.998]  # its interval passes 100 %
+    accuracy = figures.leaky_relu_accuracy(zoo, SLOPES)
+    assert (accuracy["test_acc_mean"] + accuracy["test_acc_ci95"]).max() > 100
+    table = stitching_rows(variants=tuple(SLOPES), methods=("grelu",))
+    _, right = figures.leaky_relu_penalty(table, SLOPES, accuracy, zoo).axes
+    bottom, top = right.get_ylim()
+    assert 0 <= bottom < top <= 100
+    assert drawn_intervals(right) == [3] and points(right) == 0
+
+
+def test_leaky_relu_accuracy_panel_shows_two_members_not_their_interval():
+    zoo = zoo_rows(members=2)
+    accuracy = figures.leaky_relu_accuracy(zoo, SLOPES)
+    assert (accuracy["test_acc_ci95"] > 0).all()  # the table keeps its intervals
+    table = stitching_rows(variants=tuple(SLOPES), methods=("grelu",))
+    _, right = figures.leaky_relu_penalty(table, SLOPES, accuracy, zoo).axes
+    assert drawn_intervals(right) == [0] and points(right) == 2 * 3
+
+
+def test_zoo_figure_draws_an_interval_only_from_three_seeds():
+    zoo = pd.concat([zoo_rows({"myrtle": 0.0}, members=2), zoo_rows({"resnet20": 0.0}, members=4)])
+    ax = figures.zoo_accuracy(zoo, {}).axes[0]
+    assert drawn_intervals(ax)[:2] == [0, 1]  # myrtle's 2 seeds: no interval; resnet20's 4: one
+    assert points(ax) == 6  # every member is drawn anyway

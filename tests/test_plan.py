@@ -1,0 +1,183 @@
+"""The job plan: which jobs and outputs a config gives, what each job is given, and the config
+cross-checks, without Snakemake (milliseconds each; the workflow tests run the same plan)."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from intertwine.plan import Plan, _sites, draw_pairs
+from intertwine.settings import SCHEMA_PATH
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load(path: str | Path, change=None) -> dict:
+    config = yaml.safe_load((REPO / path).read_text())
+    if change is not None:
+        change(config)
+    validate(config, str(SCHEMA_PATH), set_default=True)
+    return config
+
+
+@pytest.fixture(scope="module")
+def tiny() -> dict:
+    return load("tests/configs/tiny.yaml")
+
+
+def test_shipped_configs_plan_without_errors():
+    for path in ("config/config.yaml", "config/paper.yaml", "tests/configs/tiny.yaml"):
+        assert Plan(load(path)).errors() == [], path
+
+
+def test_paper_plan_counts():
+    plan = Plan(load("config/paper.yaml"))
+    assert len(plan.stitch_jobs) == 816
+    assert len(set(plan.stitch_jobs)) == len(plan.stitch_jobs)
+    assert set(plan.leaky_slopes.values()) == {0.0, 0.0001, 0.001, 0.01, 0.1, 0.5, 0.9, 1.0}
+
+
+def test_tiny_plan_jobs(tiny):
+    plan = Plan(tiny)
+    assert list(plan.zoo_seeds("convnext")) == [0] and list(plan.zoo_seeds("myrtle")) == [0, 1, 2]
+    assert plan.stitch_methods("myrtle") == ["full", "rank2", "grelu", "grelu_cv", "softsort", "l1_0.01"]
+    assert plan.stitch_methods("resnet20") == ["full", "rank2", "grelu"]
+    assert "results/stitching/myrtle/pair0/l1_0.01.parquet" in plan.stitch_jobs
+    assert len(plan.stitch_jobs) == 6 + 3 + 1 + 2
+    assert plan.rotation_trials == [f"results/rotation/myrtle/seed0/act2/{g}/trial0.parquet"
+                                     for g in ("grelu", "orthogonal")]
+    # The symmetry check runs on the architectures whose weight action it knows.
+    assert plan.symmetry_checks == ["results/symmetry/myrtle/seed0.parquet", "results/symmetry/resnet20/seed0.parquet",
+                                    "results/symmetry/myrtle_leaky/seed0.parquet"]
+    assert plan.similarity_jobs == ["results/similarity/myrtle/pair0.parquet", "results/similarity/myrtle/pair1.parquet"]
+    assert plan.similarity_parts(0) == " --procrustes --cka" and plan.similarity_parts(1) == " --procrustes"
+    assert plan.leaky_slopes == {"myrtle": 0.0, "myrtle_leaky": 0.5}
+    assert plan.transformers == ["cct"]
+    assert set(plan.study_figures) == {"leaky-relu", "alpha-cv", "l1", "softsort", "transformer"}
+    assert plan.dissection_jobs == ["results/dissection/resnet20/seed0.parquet", "results/dissection/convnext/seed0.parquet"]
+    assert plan.category_sites == {v: plan.mask_site(v) for v in ("resnet20", "convnext")}
+    # tiny.yaml draws png only: no other formats.
+    assert all(path.endswith((".png", ".csv", ".parquet")) for path in plan.all_outputs)
+
+
+def test_figure_formats_follow_the_config(tiny):
+    plan = Plan(copy.deepcopy(tiny) | {"figures": {"formats": ["png", "pdf", "svg"], "dpi": 60}})
+    assert "results/figures/rotation_penalty.svg" in plan.rotation_outputs
+    assert "results/figures/stitching_softsort.pdf" in plan.stitching_outputs
+
+
+def test_stages_off_have_no_outputs(tiny):
+    config = copy.deepcopy(tiny)
+    for stage in ("rotation", "stitching", "similarity", "dissection"):
+        config[stage]["variants"] = {} if stage == "rotation" else []
+    config["stitching"].update(sites={}, methods_per_variant={})
+    config["symmetry"]["seeds"] = 0
+    plan = Plan(config)
+    assert plan.errors() == []
+    assert plan.all_outputs == ["results/tables/zoo.parquet", "results/tables/zoo_epochs.parquet",
+                                "results/figures/zoo_accuracy.png", "results/tables/zoo_summary.csv"]
+
+
+def test_stitch_block_holds_what_the_method_reads(tiny):
+    plan = Plan(tiny)
+    full, grelu, cv, l1 = (plan.stitch_block(m) for m in ("full", "grelu", "grelu_cv", "l1_0.01"))
+    assert "alpha" not in full and grelu["alpha"] == 0.1 and "alpha_grid" not in grelu
+    assert cv["alpha_grid"] == [0.1, 1.0] and cv["cv_epochs"] == 1 and "alpha" not in cv
+    assert l1["epochs"] == 2 and full["epochs"] == 1  # settings_per_method: {l1: {epochs: 2}}
+    # The zoo's augmentation, and nothing that only picks jobs.
+    assert full["translate"] == 2 and full["flip"] is True
+    assert not {"variants", "pairs", "methods", "ranks", "settings_per_method"} & set(full)
+
+
+def test_training_blocks(tiny):
+    config = copy.deepcopy(tiny)
+    config["zoo"]["training_per_variant"] = {"resnet20": {"lr": 0.004}}
+    plan = Plan(config)
+    assert plan.train_block("resnet20")["lr"] == 0.004 and plan.train_block("myrtle")["lr"] == 0.001
+    assert plan.train_block()["lr"] == 0.001  # rotation fine-tunes with zoo.training as written
+    assert "threads" not in plan.train_block("myrtle")  # the rule's threads, not a training setting
+
+
+def test_rotation_similarity_dissection_blocks(tiny):
+    plan = Plan(tiny)
+    assert set(plan.rotation_block) == {"epochs", "lr", "train_images", "lognormal_sigma"}
+    assert set(plan.similarity_block) == {"procrustes_measures", "cka_measures", "samples", "batch_size"}
+    assert "seeds" not in plan.symmetry_block and plan.symmetry_block["images"] == 16
+    block = plan.dissection_block()
+    assert "masks" not in block and plan.dissection_block("masks")["masks"]["units"] == 2
+    assert block["probe"]["images"] == 64 and block["probe"]["shapes"]["clutter"] == 3
+    assert "train_size" not in block["probe"]["shapes"]
+
+
+def test_pairs_are_deterministic_and_distinct():
+    pairs = draw_pairs(6, 20, 0, "stitching", "myrtle")
+    assert pairs == draw_pairs(6, 20, 0, "stitching", "myrtle")
+    assert pairs != draw_pairs(6, 20, 0, "stitching", "resnet20")
+    assert all(a != b and 0 <= a < 6 and 0 <= b < 6 for a, b in pairs)
+    assert len(set(pairs)) == 20
+    # Every ordered pair of 4 members, or every unordered one for a symmetric measure.
+    assert len(set(draw_pairs(4, 12, 0, "s", "v"))) == 12
+    unordered = draw_pairs(4, 6, 0, "s", "v", symmetric=True)
+    assert len({frozenset(pair) for pair in unordered}) == 6
+    with pytest.raises(ValueError, match="at least 2 zoo members"):
+        draw_pairs(1, 3, 0)
+    with pytest.raises(ValueError, match="3 members form only 3 distinct unordered pairs"):
+        draw_pairs(3, 4, 0, symmetric=True)
+
+
+def test_models_are_built_once_per_spec(tiny):
+    _sites.cache_clear()
+    plan = Plan(tiny)
+    plan.errors()
+    plan.all_outputs
+    for variant in plan.variants:
+        plan.site_names(variant)
+    assert _sites.cache_info().misses <= len(plan.variants)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: c["zoo"].update(seeds=1), "config key stitching.variants: stitching pairs need at least 2"),
+    (lambda c: c["stitching"].update(variants=["resnet18"]), "config key stitching.variants: ['resnet18'] not among"),
+    (lambda c: c["stitching"].update(sites={"myrtle": ["act9"]}), "config key stitching.sites.myrtle: ['act9'] not among"),
+    (lambda c: c["dissection"].update(sites={"resnet20": ["layer9.act"]}),
+     "config key dissection.sites.resnet20: ['layer9.act'] not among"),
+    (lambda c: c["dissection"].update(seeds=3), "config key dissection.seeds: 3 seeds of 'resnet20' asked for"),
+    (lambda c: c["rotation"].update(seeds=4), "config key rotation.seeds: 4 seeds of 'myrtle' asked for"),
+    (lambda c: c["rotation"].update(sites=["act9"]), "config key rotation.sites: ['act9'] not among"),
+    (lambda c: c["zoo"].update(training_per_variant={"convnext": {"learning_rate": 0.1}}),
+     "config key zoo.training_per_variant.convnext: ['learning_rate'] not among"),
+    (lambda c: c["zoo"].update(training_per_variant={"vgg": {"lr": 0.1}}),
+     "config key zoo.training_per_variant: ['vgg'] not among"),
+    (lambda c: c["zoo"].update(seeds_per_variant={"vgg": 2}), "config key zoo.seeds_per_variant: ['vgg'] not among"),
+    (lambda c: c["dissection"].update(external={"r50": {"arch": "resnet50", "weights": "r50.pth"}}),
+     "set dissection.probe.broden to your Broden directory"),
+    (lambda c: c["stitching"].update(methods_per_variant={"vgg": ["grelu"]}),
+     "config key stitching.methods_per_variant: ['vgg'] not among"),
+    (lambda c: c["stitching"].update(pairs_per_variant={"vgg": 2}), "config key stitching.pairs_per_variant: ['vgg']"),
+    (lambda c: c["stitching"].update(settings_per_method={"l1": {"epoch": 3}}),
+     "config key stitching.settings_per_method.l1: ['epoch'] not among"),
+    (lambda c: c["stitching"].update(settings_per_method={"l1": {"translate": 0}}),
+     "config key stitching.settings_per_method.l1: ['translate'] not among"),
+    (lambda c: c["similarity"].update(variants=["convnext"]), "config key similarity.variants: similarity pairs"),
+    (lambda c: c["zoo"].update(training_per_variant={"convnext": {"epochs": "3"}}),
+     "config key zoo.training_per_variant.convnext.epochs: '3' is not of type 'integer'"),
+    (lambda c: c["zoo"].update(training_per_variant={"convnext": {"epochs": -4}}),
+     "config key zoo.training_per_variant.convnext.epochs: -4 is less than the minimum of 1"),
+    (lambda c: c["stitching"].update(settings_per_method={"l1": {"epochs": 0}}),
+     "config key stitching.settings_per_method.l1.epochs: 0 is less than the minimum of 1"),
+    (lambda c: c["stitching"].update(settings_per_method={"grelu": {"optimizer": "lbfgs"}}),
+     "config key stitching.settings_per_method.grelu.optimizer: 'lbfgs' is not one of"),
+    (lambda c: c["similarity"].update(procrustes_pairs=4),
+     "config key similarity.procrustes_pairs: 4 pairs of 'myrtle' asked for, but its 3 zoo members form only 3"),
+    (lambda c: c["stitching"].update(pairs_per_variant={"resnet20": 3}),
+     "config key stitching.pairs: 3 pairs of 'resnet20' asked for, but its 2 zoo members form only 2"),
+    (lambda c: c["dissection"].update(variants=["cct"]), "config key dissection.variants: 'cct' is a transformer"),
+    (lambda c: c["zoo"]["variants"].update(bad={"arch": "resnet20", "constant_width": 8}),
+     "config key zoo.variants.bad: unknown model option 'constant_width'"),
+])
+def test_config_errors_name_the_key(change, message):
+    errors = Plan(load("tests/configs/tiny.yaml", change)).errors()
+    assert any(message in error for error in errors), errors

@@ -1,0 +1,91 @@
+"""One definition per setting: the schema holds every default; the settings dataclasses take
+theirs from it, read every key a job is given, and refuse keys they do not know."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from intertwine import settings
+from intertwine.settings import (
+    DissectionConfig,
+    RotationConfig,
+    SimilarityConfig,
+    StitchConfig,
+    SymmetryConfig,
+    TrainConfig,
+    expand_methods,
+    method_kind,
+    schema_block,
+)
+
+SETTINGS = [TrainConfig, StitchConfig, RotationConfig, SymmetryConfig, SimilarityConfig, DissectionConfig]
+
+# The keys of each block that pick jobs (the plan reads them) rather than configure one.
+FAN_OUT = {
+    "zoo.training": {"threads"},
+    "stitching": {"variants", "pairs", "pairs_per_variant", "pairs_per_method", "sites", "methods",
+                  "methods_per_variant", "ranks", "l1_lambdas", "settings_per_method"},
+    "rotation": {"variants", "seeds", "sites", "trials"},
+    "symmetry": {"seeds"},
+    "similarity": {"variants", "procrustes_pairs", "cka_pairs"},
+    "dissection": {"variants", "seeds", "sites", "external"},
+}
+
+
+@pytest.mark.parametrize("cls", SETTINGS, ids=lambda cls: cls.__name__)
+def test_defaults_are_the_schemas(cls):
+    instance = cls()
+    for field in dataclasses.fields(cls):
+        block, name = field.metadata["key"].rsplit(".", 1)
+        assert getattr(instance, field.name) == settings.default(schema_block(block)["properties"][name]), field.name
+
+
+@pytest.mark.parametrize("block", FAN_OUT)
+def test_every_schema_key_is_a_setting_or_picks_jobs(block):
+    """A key added to the schema must be read by a job (a settings field) or by the plan."""
+    read = {f.metadata["key"].rsplit(".", 1)[1] for cls in SETTINGS for f in dataclasses.fields(cls)
+            if f.metadata["key"].rsplit(".", 1)[0] == block}
+    keys = set(schema_block(block)["properties"])
+    assert read & FAN_OUT[block] == set()
+    assert keys == read | FAN_OUT[block]
+
+
+def test_from_block_refuses_unknown_keys():
+    assert StitchConfig.from_block({"lr": 0.1}).lr == 0.1
+    with pytest.raises(ValueError, match=r"config key stitching\.learning_rate: not a setting of StitchConfig"):
+        StitchConfig.from_block({"learning_rate": 0.1}, "stitching")
+    with pytest.raises(ValueError, match="device"):
+        TrainConfig.from_block({"device": "cpu"})
+
+
+def test_job_block_reads_each_field_from_its_key():
+    stitching = {name: f"s.{name}" for name in schema_block("stitching")["properties"]}
+    training = {name: f"t.{name}" for name in schema_block("zoo.training")["properties"]}
+    grelu = StitchConfig.job_block({"stitching": stitching, "zoo.training": training}, "grelu")
+    assert grelu["lr"] == "s.lr" and grelu["translate"] == "t.translate" and grelu["alpha"] == "s.alpha"
+    assert "alpha_grid" not in grelu and "softsort_tau" not in grelu
+    full = StitchConfig.job_block({"stitching": stitching, "zoo.training": training}, "full")
+    assert set(grelu) - set(full) == {"alpha", "scales_frozen_fraction", "sinkhorn_iters"}
+    # A job block is exactly what from_block takes back.
+    assert StitchConfig.from_block(full) == StitchConfig(**full)
+
+
+def test_settings_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        TrainConfig().lr = 1.0
+
+
+def test_method_names():
+    assert expand_methods(["full", "rank", "l1", "grelu"], [1, 4], [0.01]) == ["full", "rank1", "rank4", "l1_0.01", "grelu"]
+    assert [method_kind(m) for m in ("rank4", "l1_0.01", "grelu_cv")] == ["rank", "l1", "grelu_cv"]
+    with pytest.raises(ValueError, match="unknown stitching method 'rank0'"):
+        method_kind("rank0")
+
+
+def test_settings_module_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, intertwine.settings; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,80 @@
+"""Tables: per-job files are checked against their schema, given once, one row per key."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from intertwine import tables
+
+
+def _row(**change) -> dict:
+    row = {"variant": "myrtle", "pair": 0, "seed_a": 0, "seed_b": 1, "site_a": "act1", "site_b": "act1",
+           "measure": "linear_cka", "value": 0.9, "n_samples": 64, "config_hash": "abc", "version": "0"}
+    return row | change
+
+
+def _write(path, rows, schema=tables.SIMILARITY):
+    tables.write_parquet(pd.DataFrame(rows), path, schema)
+    return path
+
+
+def test_reads_and_concatenates(tmp_path):
+    a = _write(tmp_path / "a.parquet", [_row()])
+    b = _write(tmp_path / "b.parquet", [_row(pair=1)])
+    df = tables.read_parquet([a, b], tables.SIMILARITY)
+    assert list(df["pair"]) == [0, 1] and list(df.columns) == tables.SIMILARITY.names
+
+
+def test_every_schema_names_its_keys():
+    for name in ("ZOO", "ZOO_EPOCHS", "ROTATION", "STITCHING", "SIMILARITY", "DISSECTION", "DISSECTION_UNITS", "SYMMETRY"):
+        schema = getattr(tables, name)
+        assert set(tables.keys(schema)) <= set(schema.names) and "variant" in tables.keys(schema)
+
+
+def test_a_file_given_twice_is_refused(tmp_path):
+    a = _write(tmp_path / "a.parquet", [_row()])
+    with pytest.raises(ValueError, match="a.parquet is given more than once"):
+        tables.read_parquet([a, str(a)], tables.SIMILARITY)
+
+
+def test_duplicate_key_rows_are_refused(tmp_path):
+    a = _write(tmp_path / "a.parquet", [_row()])
+    b = _write(tmp_path / "b.parquet", [_row(value=0.5)])
+    with pytest.raises(ValueError, match="two rows for the same key .*'measure': 'linear_cka'"):
+        tables.read_parquet([a, b], tables.SIMILARITY)
+
+
+def test_missing_or_mistyped_columns_name_the_file(tmp_path):
+    missing = tmp_path / "missing.parquet"
+    pd.DataFrame([_row()]).drop(columns=["value"]).to_parquet(missing)
+    with pytest.raises(ValueError, match=r"missing.parquet: does not have the table's columns \(missing \['value'\].*delete it"):
+        tables.read_parquet([missing], tables.SIMILARITY)
+    mistyped = tmp_path / "mistyped.parquet"
+    pd.DataFrame([_row(value="high")]).to_parquet(mistyped)
+    with pytest.raises(ValueError, match=r"mistyped \['value \((large_)?string, expected double\)'\]"):
+        tables.read_parquet([mistyped], tables.SIMILARITY)
+
+
+def test_another_stages_file_is_refused(tmp_path):
+    zoo = tmp_path / "seed0.metrics.parquet"
+    pd.DataFrame([{"variant": "myrtle", "seed": 0}]).to_parquet(zoo)
+    with pytest.raises(ValueError, match="seed0.metrics.parquet: does not have the table's columns"):
+        tables.read_parquet([zoo], tables.STITCHING)
+
+
+@pytest.mark.parametrize("content", [b"", b"not parquet at all", None])
+def test_unreadable_files_name_the_file_and_the_fix(tmp_path, content):
+    path = tmp_path / "job.parquet"
+    if content is None:  # a file cut short, as by a full disk
+        _write(path, [_row()])
+        path.write_bytes(path.read_bytes()[:40])
+    else:
+        path.write_bytes(content)
+    for schema in (tables.SIMILARITY, None):
+        with pytest.raises(ValueError, match="job.parquet: not a readable Parquet file .*delete it and rerun"):
+            tables.read_parquet([path], schema)
+
+
+def test_write_refuses_a_frame_that_does_not_match(tmp_path):
+    with pytest.raises(ValueError, match=r"missing columns \['n_samples'\]"):
+        _write(tmp_path / "x.parquet", [{k: v for k, v in _row().items() if k != "n_samples"}])
