@@ -18,7 +18,6 @@ from intertwine.stitching import (
     SoftSortStitch,
     build_layer,
     cv_split,
-    draw_pairs,
     fit,
     match_grelu,
     method_dimension,
@@ -110,16 +109,6 @@ def test_mass_then_rounding_runs_the_hungarian_algorithm_once(monkeypatch):
         assert len(calls) == 2
     assert not isinstance(SoftSortStitch(4), GReLUStitch)
     assert all(isinstance(build_layer(m, 4), GReLULayer) for m in ("grelu", "grelu_cv", "softsort"))
-
-
-def test_pairs_are_distinct_members_and_reproducible():
-    pairs = draw_pairs(4, 50, 0, "stitching", "myrtle")
-    assert pairs == draw_pairs(4, 50, 0, "stitching", "myrtle")
-    assert pairs != draw_pairs(4, 50, 0, "stitching", "resnet20")
-    assert all(a != b and 0 <= a < 4 and 0 <= b < 4 for a, b in pairs)
-    assert len(set(pairs)) == 12  # with replacement: every ordered pair turns up in 50 draws
-    with pytest.raises(ValueError, match="at least 2 zoo members"):
-        draw_pairs(1, 3, 0)
 
 
 def test_stitched_network_inside_a_block_uses_the_front_skip_path():

@@ -103,12 +103,12 @@ def test_paper_config_dag(tmp_path):
 def test_tiny_run_outputs(tiny_run):
     zoo = pd.read_parquet(tiny_run / "results/tables/zoo.parquet")
     assert sorted(zip(zoo["variant"], zoo["seed"])) == [("cct", 0), ("cct", 1), ("convnext", 0), ("myrtle", 0),
-                                                        ("myrtle", 1), ("myrtle_leaky", 0), ("myrtle_leaky", 1),
+                                                        ("myrtle", 1), ("myrtle", 2), ("myrtle_leaky", 0), ("myrtle_leaky", 1),
                                                         ("resnet20", 0), ("resnet20", 1)]
     assert list(zoo.columns[:2]) == ["variant", "seed"]
     assert zoo["test_acc"].between(0, 1).all() and (zoo["n_params"] > 0).all()
     epochs = pd.read_parquet(tiny_run / "results/tables/zoo_epochs.parquet")
-    assert len(epochs) == 9 * 2
+    assert len(epochs) == 10 * 2
     checkpoint = tiny_run / "results/zoo/myrtle/seed0.pt"
     assert not os.stat(checkpoint).st_mode & stat.S_IWUSR  # protected
     assert (tiny_run / "results/figures/zoo_accuracy.png").stat().st_size > 1000
@@ -237,7 +237,7 @@ def test_rerun_has_nothing_to_do(tiny_run):
 def test_zoo_change_reruns_zoo_and_downstream(tiny_run, tmp_path):
     config = changed_config(tmp_path, "epochs.yaml", lambda c: c["zoo"]["training"].update(epochs=3))
     assert planned_jobs(tiny_run, config) == {
-        "train_member": 9, "zoo_table": 1, "zoo_figure": 1, "symmetry_check": 3, "symmetry_table": 1,
+        "train_member": 10, "zoo_table": 1, "zoo_figure": 1, "symmetry_check": 3, "symmetry_table": 1,
         "rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "all": 1,
         "stitch_pair": 12, "stitching_table": 1, "stitching_figure": 1, "stitching_studies_figure": 1,
         "similarity_pair": 2, "similarity_table": 1, "similarity_figure": 1,

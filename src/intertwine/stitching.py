@@ -57,7 +57,6 @@ __all__ = [
     "FullStitch", "RankStitch", "GReLULayer", "GReLUStitch", "SoftSortStitch", "build_layer",
     "method_dimension", "sparsity",
     "cv_split", "match_grelu", "stitch", "fit", "select_alpha", "refresh_batch_norm", "stitch_site",
-    "draw_pairs",
 ]
 
 
@@ -470,21 +469,6 @@ def refresh_batch_norm(stitched: models.Stitched, train_split: Split, mean: torc
     for m, momentum in zip(norms, momenta):
         m.momentum = momentum
     stitched.eval()
-
-
-def draw_pairs(n_members: int, n_pairs: int, *key) -> list[tuple[int, int]]:
-    """``n_pairs`` ordered pairs of distinct zoo members, drawn uniformly with replacement from
-    ``range(n_members)`` by a generator seeded from ``key`` (e.g. the global seed, the stage and
-    the variant), so every run draws the same pairs."""
-    if n_members < 2:
-        raise ValueError(f"stitching needs at least 2 zoo members per variant, got {n_members}")
-    generator = torch.Generator().manual_seed(derive_seed(*key))
-    pairs = []
-    while len(pairs) < n_pairs:
-        a, b = torch.randint(n_members, (2,), generator=generator).tolist()
-        if a != b:
-            pairs.append((a, b))
-    return pairs
 
 
 def stitch_site(f: nn.Module, g: nn.Module, site: models.Site, method: str, config: StitchConfig,
