@@ -27,6 +27,10 @@ include: "workflow/rules/dissection.smk"
 include: "workflow/rules/figures.smk"
 
 
+onstart:
+    check_device()  # device: cuda without a GPU stops a local run before its first job (common.smk)
+
+
 rule all:
     input:
         PLAN.all_outputs,

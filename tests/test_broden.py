@@ -340,3 +340,13 @@ def test_wrong_weights_give_clear_errors(saved_models, tmp_path):
         load_imagenet_model("resnet50", junk)
     with pytest.raises(ValueError, match="not one of"):
         load_imagenet_model("vgg16", path)
+
+
+def test_truncated_image_is_named(broden):
+    from intertwine.data.cifar10 import DataCorruptError
+
+    root, _ = broden
+    image = next((root / "images").rglob("*.jpg"), None) or next((root / "images").rglob("*.png"))
+    image.write_bytes(image.read_bytes()[:60])
+    with pytest.raises(DataCorruptError, match=rf"{image.name} cannot be read as an image.*damaged"):
+        load_broden(root)

@@ -1,5 +1,6 @@
 """The data cache, CIFAR-10 loading in both layouts (tiny fake data), and the augmentation."""
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -160,3 +161,63 @@ def test_normalize():
     images = torch.full((1, 3, 2, 2), 51, dtype=torch.uint8)
     out = normalize(images, torch.tensor([0.2, 0.1, 0.0]), torch.tensor([1.0, 0.5, 0.2]))
     torch.testing.assert_close(out[0, :, 0, 0], torch.tensor([0.0, 0.2, 1.0]))
+
+
+# --- unreadable files name themselves, what is wrong and how to recover -------------------------
+
+
+@pytest.mark.parametrize("suffix, keep", [("png", 0.5), ("png", 20), ("jpg", 0.5), ("png", 0)])
+def test_truncated_image_in_image_folders_names_the_file(tmp_path, rng, suffix, keep):
+    """PIL said "image file is truncated" (or "Truncated File Read") without the file."""
+    from intertwine.data.cifar10 import DataCorruptError
+
+    for split in ("train", "test"):
+        for name in CLASSES[:2]:
+            (tmp_path / split / name).mkdir(parents=True)
+            for i, img in enumerate(fake_images(2, rng, 16)):
+                Image.fromarray(img).save(tmp_path / split / name / f"{i}.{suffix}")
+    broken = tmp_path / "test" / CLASSES[1] / f"1.{suffix}"
+    data = broken.read_bytes()
+    broken.write_bytes(data[:int(keep * len(data)) if isinstance(keep, float) else keep])
+    with pytest.raises(DataCorruptError, match=rf"^{re.escape(str(broken))} cannot be read as an image \(.+\): the "
+                                               rf"copy of the data set under {re.escape(str(tmp_path))} is damaged.*"
+                                               r"Copy the data set again.*rerun the data stage"):
+        load_cifar10(tmp_path)
+
+
+def test_damaged_cache_names_the_file_and_the_fix(tiny_shapes_dir):
+    path = tiny_shapes_dir / "train.npz"
+    data = path.read_bytes()
+    for keep in (0, 100, len(data) // 2):
+        path.write_bytes(data[:keep])
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} is unreadable \(.+\): the data cache is "
+                                             rf"damaged.*Delete {re.escape(str(tiny_shapes_dir))} and rerun the "
+                                             "data stage"):
+            load_split(tiny_shapes_dir, "train")
+    np.savez(path, pixels=np.zeros(3))
+    with pytest.raises(ValueError, match=r"train\.npz is not a cached split \(it lacks \['images', 'labels'\]\)"):
+        load_split(tiny_shapes_dir, "train")
+    meta = tiny_shapes_dir / "meta.json"
+    meta.write_text(meta.read_text()[:40])
+    with pytest.raises(ValueError, match=r"meta\.json is not valid JSON .*Delete"):
+        load_meta(tiny_shapes_dir)
+
+
+def test_normalize_refuses_float_images():
+    """Float images in [0, 1] were divided by 255 once more, silently."""
+    with pytest.raises(ValueError, match="normalize takes uint8 images"):
+        normalize(torch.rand(2, 3, 4, 4), torch.zeros(3), torch.ones(3))
+
+
+def test_data_block_takes_defaults_and_names_a_bad_key():
+    """prepare-data indexed the block: a block without val_size ended in a KeyError traceback."""
+    block = {"dataset": "shapes", "shapes": {"train_size": 40, "test_size": 16, "image_size": 16}}
+    splits, meta = build_dataset(block | {"val_size": 8}, seed=0)
+    assert meta["sizes"] == {"test": 16, "train": 32, "val": 8}
+    with pytest.raises(ValueError, match=r"data\.val_size: 1000 must be between 1 and the training set size minus one"):
+        build_dataset(block, seed=0)  # the default val_size, 1000, is more than 40 images hold
+    with pytest.raises(ValueError, match=r"config key data\.shapes: Additional properties are not allowed "
+                                         r"\('train_sise' was unexpected\)"):
+        build_dataset({"dataset": "shapes", "shapes": {"train_sise": 40}}, seed=0)
+    with pytest.raises(ValueError, match=r"config key data\.dataset: 'mnist' is not one of"):
+        build_dataset({"dataset": "mnist"}, seed=0)

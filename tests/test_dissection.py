@@ -324,3 +324,17 @@ def test_masks_figure_shows_the_members_own_dissection(tmp_path, tiny_shapes_dir
         dissection_masks(job, str(path), "layer3.2.act2", block | {"masks": block["masks"] | {"alphas": [0.25]}}, units)
     with pytest.raises(ValueError, match="hold 0 units of r seed 0 at layer2.2.act2"):
         dissection_masks(job, str(path), "layer2.2.act2", block, units)
+
+
+def test_dissection_refuses_activations_it_cannot_dissect(rng):
+    """NaN activations gave NaN thresholds, so no unit fired: zero detectors, silently."""
+    labels = _blobs(rng)
+    data = _concept_data(labels)
+    activations = torch.from_numpy(rng.uniform(0, 1, (labels.shape[0], 3, 8, 8)).astype(np.float32))
+    activations[0, 1, 2, 2] = float("nan")
+    with pytest.raises(ValueError, match="activations contain NaN"):
+        dissect_activations(activations, data)
+    with pytest.raises(ValueError, match=r"needs \(N, C, h, w\) feature maps.*got shape \(0, 3, 8, 8\)"):
+        dissect_activations(activations[:0], data)
+    with pytest.raises(ValueError, match=r"got shape \(\d+, 3\)"):
+        dissect_activations(activations[:, :, 0, 0], data)

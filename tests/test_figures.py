@@ -85,3 +85,20 @@ def test_zoo_figure_draws_an_interval_only_from_three_seeds():
     ax = figures.zoo_accuracy(zoo, {}).axes[0]
     assert drawn_intervals(ax)[:2] == [0, 1]  # myrtle's 2 seeds: no interval; resnet20's 4: one
     assert points(ax) == 6  # every member is drawn anyway
+
+
+def test_stitching_convergence_names_the_layers_that_did_not_converge():
+    table = stitching_rows(methods=("full", "grelu", "softsort"))
+    late = (table["site"] == "act2") & (table["method"] == "softsort")
+    table.loc[late, "off_permutation_mass"] = 0.6
+    fig = figures.stitching_convergence(table)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[:2] == ["myrtle: not converged at act2 (softsort)", "resnet20: not converged at act2 (softsort)"]
+    assert len(fig.axes[0].lines) == 3 * 2 + 1  # one curve per site and G_ReLU method, and the 0.3 line
+    summary = figures.stitching_summary(table)
+    converged = summary.set_index(["variant", "site", "method"])["converged"]
+    assert converged[("myrtle", "act2", "softsort")] is False and converged[("myrtle", "act1", "grelu")] is True
+    assert converged[("myrtle", "act1", "full")] is None
+    assert "penalty_start_mean" in summary
+    empty = figures.stitching_convergence(table[table["method"] == "full"])
+    assert empty.axes[0].get_title() == "(no G_ReLU layer trained)"

@@ -459,3 +459,37 @@ def test_convnext_init():
             assert torch.count_nonzero(module.bias) == 0
     for block in (m for m in model.modules() if isinstance(m, ConvNeXtBlock)):
         assert torch.equal(block.gamma, torch.full_like(block.gamma, 1e-6))
+
+
+def test_stitched_checks_the_widths_at_the_site():
+    """A bridge of the wrong width was accepted until the forward pass (an einsum error)."""
+    from intertwine.models import Stitched
+
+    f, g = build({"arch": "myrtle", "width_multiplier": 0.125}), build({"arch": "myrtle", "width_multiplier": 0.125})
+    with pytest.raises(ValueError, match=r"the stitching layer maps 8 channels to 8, but site 'act2' has 16 channels "
+                                         r"in front \(f, run up to it\) and 16 in back .*build_layer\(method, 16\)"):
+        Stitched(f, g, "act2", nn.Conv2d(8, 8, 1, bias=False))
+    wide = build({"arch": "myrtle", "width_multiplier": 0.25})
+    with pytest.raises(ValueError, match=r"site 'act2' has 16 channels in front .* but 32 in back"):
+        Stitched(f, wide, "act2")
+    assert Stitched(f, g, "act2", nn.Conv2d(16, 16, 1, bias=False))(torch.randn(2, 3, 16, 16)).shape == (2, 10)
+
+
+@pytest.mark.parametrize("key, value", [("width_multiplier", float("inf")), ("negative_slope", float("nan")),
+                                        ("negative_slope", float("-inf"))])
+def test_non_finite_options_are_refused(key, value):
+    spec = {"arch": "resnet20", "activation": "leaky_relu", key: value}
+    with pytest.raises(ValueError, match=f"model option '{key}': expected a .*finite"):
+        normalize_spec(spec)
+
+
+def test_site_activations_refuses_empty_input_and_batch_size():
+    from intertwine.models import site_activations
+
+    model = build({"arch": "myrtle", "width_multiplier": 0.125})
+    with pytest.raises(ValueError, match="no images given"):  # was torch.cat's error
+        site_activations(model, torch.zeros(0, 3, 16, 16, dtype=torch.uint8), ["act1"])
+    with pytest.raises(ValueError, match="batch size must be at least 1, got 0"):
+        site_activations(model, torch.zeros(2, 3, 16, 16, dtype=torch.uint8), ["act1"], batch_size=0)
+    with pytest.raises(ValueError, match="normalize takes uint8 images"):  # float images were scaled twice
+        site_activations(model, torch.rand(2, 3, 16, 16), ["act1"], torch.zeros(3), torch.ones(3))

@@ -69,3 +69,20 @@ def test_stitched_front_is_frozen_in_eval_mode_and_back_trains():
     stitched.eval()
     with torch.no_grad():
         torch.testing.assert_close(stitched(x), front(x))
+
+
+def test_transform_of_the_wrong_size_is_refused_before_the_forward_pass():
+    import pytest
+
+    from intertwine.rotation import sample_transform
+
+    model = models.build(SPEC).eval()
+    with pytest.raises(ValueError, match=r"site 'act2' has 16 channels, so its transform must be a 16x16 "
+                                         r"matrix, got \(8, 8\)"):
+        transform_site(model, "act2", torch.eye(8))
+    with pytest.raises(ValueError, match="NaN"):
+        transform_site(model, "act2", torch.full((16, 16), float("nan")))
+    with pytest.raises(ValueError, match="has no site 'act9'"):
+        transform_site(model, "act9", torch.eye(16))
+    with pytest.raises(ValueError, match="needs n >= 1 channels, got 0"):  # was an empty matrix
+        sample_transform("grelu", 0, torch.Generator())

@@ -66,9 +66,12 @@ def test_job_block_reads_each_field_from_its_key():
     assert grelu["lr"] == "s.lr" and grelu["translate"] == "t.translate" and grelu["alpha"] == "s.alpha"
     assert "alpha_grid" not in grelu and "softsort_tau" not in grelu
     full = StitchConfig.job_block({"stitching": stitching, "zoo.training": training}, "full")
-    assert set(grelu) - set(full) == {"alpha", "scales_frozen_fraction", "sinkhorn_iters"}
-    # A job block is exactly what from_block takes back.
-    assert StitchConfig.from_block(full) == StitchConfig(**full)
+    assert set(grelu) - set(full) == {"alpha", "scales_frozen_fraction", "sinkhorn_iters", "permutation_step"}
+    # A job block of a validated config is exactly what from_block takes back.
+    defaults = {"stitching": {k: settings.default(v) for k, v in schema_block("stitching")["properties"].items()},
+                "zoo.training": {k: settings.default(v) for k, v in schema_block("zoo.training")["properties"].items()}}
+    block = StitchConfig.job_block(defaults, "softsort")
+    assert StitchConfig.from_block(block) == StitchConfig(**block) == StitchConfig()
 
 
 def test_settings_are_frozen():
@@ -89,3 +92,31 @@ def test_settings_module_does_not_import_torch():
 
     code = "import sys, intertwine.settings; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_affects_results_false_fields_are_in_run_block_not_job_block():
+    training = {name: f"t.{name}" for name in schema_block("zoo.training")["properties"]}
+    assert "eval_batch_size" not in TrainConfig.job_block({"zoo.training": training})
+    assert TrainConfig.run_block({"zoo.training": training}) == {"eval_batch_size": "t.eval_batch_size"}
+    together = TrainConfig.job_block({"zoo.training": training}) | TrainConfig.run_block({"zoo.training": training})
+    assert set(together) == set(TrainConfig.names())
+    quiet = [f.metadata["key"] for cls in SETTINGS for f in dataclasses.fields(cls)
+             if f.metadata.get("affects_results") is False]
+    assert quiet == ["zoo.training.eval_batch_size"]  # stitching's changes the batch-norm refresh
+
+
+def test_from_block_fills_defaults_and_checks_each_value_against_the_schema():
+    settings_ = DissectionConfig.from_block({"probe": {"images": 16, "shapes": {"clutter": 0}}}, "dissection")
+    assert settings_.probe == {"source": "shapes", "images": 16, "broden": None, "shapes": {"clutter": 0}}
+    assert settings_.alphas == DissectionConfig().alphas
+    for block, message in [
+        ({"epochs": "two"}, r"config key stitching\.epochs: 'two' is not of type 'integer'"),
+        ({"epochs": 0}, r"config key stitching\.epochs: 0 is less than the minimum of 1"),
+        ({"optimizer": "rmsprop"}, r"config key stitching\.optimizer: 'rmsprop' is not one of \['sgd', 'adam'\]"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            StitchConfig.from_block(block, "stitching")
+    with pytest.raises(ValueError, match=r"config key dissection\.probe\.source: 'web' is not one of"):
+        DissectionConfig.from_block({"probe": {"source": "web"}}, "dissection")
+    with pytest.raises(ValueError, match=r"config block similarity: expected a mapping"):
+        SimilarityConfig.from_block(["grelu_cka"], "similarity")

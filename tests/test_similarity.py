@@ -10,6 +10,7 @@ import torch
 from intertwine.groups import random_grelu, random_orthogonal
 from intertwine.similarity import (
     MEASURES,
+    ConstantRepresentationError,
     ProcrustesAccumulator,
     channel_normalized_linear_cka,
     grelu_cka,
@@ -172,7 +173,7 @@ def test_symmetric(measure):
 def test_procrustes_in_unit_interval(measure):
     for seed in range(5):
         X = features(seed, relu=seed % 2 == 0)
-        for Y in (related(X, seed + 1), features(seed + 20), -X, torch.zeros_like(X) + 1):
+        for Y in (related(X, seed + 1), features(seed + 20), -X):
             assert 0.0 <= MEASURES[measure](X, Y) <= 1.0
 
 
@@ -341,11 +342,70 @@ def test_dead_channels_do_not_give_nan(measure):
         assert value == pytest.approx(1.0, abs=1e-7)
 
 
-@pytest.mark.parametrize("measure", ["grelu_cka", "linear_cka", "channel_normalized_linear_cka"])
-def test_constant_representation_gives_nan(measure):
-    # Every kernel of a constant representation is U-centred to zero: CKA is 0/0.
+def constant_representations(X):
+    """Representations the same for every sample: all zero (every unit dead), one value, and one
+    sample's features repeated (varying over channels and positions, not over the inputs)."""
+    return {"zeros": torch.zeros_like(X), "two": torch.full_like(X, 2.0), "repeated": X[:1].expand_as(X).clone()}
+
+
+@pytest.mark.parametrize("measure", list(MEASURES))
+@pytest.mark.parametrize("kind", ["zeros", "two", "repeated"])
+def test_constant_representation_is_an_error_naming_the_argument(measure, kind):
+    """One behaviour for every measure: the CKAs were 0/0 = NaN, G_ReLU Procrustes of zeros 0.5,
+    orthogonal Procrustes of zeros an error and of the others a number."""
     X = features(0)
-    assert np.isnan(MEASURES[measure](X, torch.full_like(X, 2.0)))
+    constant = constant_representations(X)[kind]
+    with pytest.raises(ConstantRepresentationError, match=r"^Y is the same for each of its 40 samples.*"
+                                                          f"{measure} is undefined"):
+        MEASURES[measure](X, constant)
+    with pytest.raises(ConstantRepresentationError, match="^X is the same") as caught:
+        MEASURES[measure](constant, X)
+    assert isinstance(caught.value, ValueError) and caught.value.which == "X"
+
+
+def test_one_sample_is_constant_only_when_zero():
+    """Procrustes takes one sample (its positions are the data); only all zeros is constant then."""
+    X = features(0)[:1]
+    assert 0 <= grelu_procrustes(X, related(X)) <= 1
+    with pytest.raises(ConstantRepresentationError, match="each of its 1 samples"):
+        orthogonal_procrustes(X, torch.zeros_like(X))
+
+
+def test_constant_kernel_and_accumulator():
+    from intertwine.similarity import cka_kernel, kernel_cka
+
+    X = features(0)
+    with pytest.raises(ConstantRepresentationError, match="kernel L is constant"):
+        kernel_cka(cka_kernel("linear_cka", X), torch.ones(40, 40, dtype=F64))
+    with pytest.raises(ConstantRepresentationError, match="X is the same"):
+        cka_kernel("grelu_cka", torch.zeros_like(X))
+    acc = ProcrustesAccumulator()
+    zeros = torch.zeros_like(X)
+    acc.update(X[:20], zeros[:20]).update(X[20:], zeros[20:])  # constant over both batches
+    assert acc.constant() == "Y"
+    with pytest.raises(ConstantRepresentationError, match="Y is the same for each of its 40 samples"):
+        acc.grelu()
+    varying = ProcrustesAccumulator().update(X[:1], related(X)[:1]).update(X[1:2], related(X)[1:2])
+    assert varying.constant() is None  # each batch of one sample is constant, the two are not
+
+
+def test_site_measures_name_the_model_and_site():
+    from intertwine import models
+    from intertwine.similarity import site_cka, site_procrustes
+
+    torch.manual_seed(0)
+    spec = {"arch": "myrtle", "width_multiplier": 0.125}
+    alive, dead = models.build(spec).eval(), models.build(spec).eval()
+    with torch.no_grad():  # bn2 outputs -1: every unit of act2 is dead on every input
+        dead.bn2.weight.zero_(), dead.bn2.bias.fill_(-1.0)
+    images = torch.randint(0, 256, (12, 3, 16, 16), dtype=torch.uint8, generator=gen(0))
+    mean, std = torch.full((3,), 0.5), torch.full((3,), 0.25)
+    with pytest.raises(ConstantRepresentationError, match="^model b at site act2: its representation is the "
+                                                          "same for each of its 12 samples") as caught:
+        site_procrustes(alive, dead, images, ["act1", "act2"], mean, std, 5)
+    assert (caught.value.which, caught.value.site) == ("b", "act2")
+    with pytest.raises(ConstantRepresentationError, match="^model a at site act2:.*grelu_cka is undefined"):
+        site_cka("grelu_cka", dead, alive, images, ["act1", "act2"], mean, std, 5)
 
 
 @pytest.mark.parametrize("measure", ["orthogonal_procrustes"] + CKAS)
@@ -403,7 +463,7 @@ def test_bad_inputs():
         grelu_cka(X, torch.full_like(X, float("nan")))
     with pytest.raises(ValueError, match="shape"):
         linear_cka(torch.ones(10), torch.ones(10))
-    with pytest.raises(ValueError, match="all zeros"):
+    with pytest.raises(ValueError, match="same for each of its"):
         orthogonal_procrustes(X, torch.zeros_like(X))
     with pytest.raises(ValueError, match="bandwidth"):
         laplace_cka(X, X, bandwidth=0.0)
@@ -468,3 +528,28 @@ def test_similarity_pair_of_a_model_with_its_grelu_transform(tmp_path, tiny_shap
     assert np.allclose(diagonal["value"], 1, atol=1e-5)
     off = cka[cka["site_a"] != cka["site_b"]]
     assert (off["value"] < 0.999).all()
+
+
+def test_similarity_pair_names_the_member_and_site_of_a_constant_representation(tmp_path, tiny_shapes_dir):
+    from intertwine import models
+    from intertwine.jobs import Job
+    from intertwine.jobs.similarity import similarity_pair
+    from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
+
+    torch.manual_seed(0)
+    spec = {"arch": "myrtle", "width_multiplier": 0.125}
+    alive, dead = models.build(spec).eval(), models.build(spec).eval()
+    with torch.no_grad():
+        dead.bn3.weight.zero_(), dead.bn3.bias.fill_(-1.0)  # act3 is 0 on every input
+    paths = []
+    for seed, model in enumerate((alive, dead)):
+        paths.append(str(tmp_path / f"seed{seed}.pt"))
+        save_checkpoint({"format": CHECKPOINT_FORMAT, "state_dict": model.state_dict(),
+                         "spec": models.normalize_spec(spec), "variant": "myrtle", "seed": seed}, paths[-1])
+    job = Job("cpu", tiny_shapes_dir, log=lambda _: None)
+    with pytest.raises(ValueError, match=r"myrtle pair 0: model b at site act3: its representation is the same "
+                                         r"for each of its 48 samples.*Check .*seed1\.pt \(if it is dead at act3, "
+                                         r"delete it.*similarity\.samples"):
+        similarity_pair(job, *paths, 0, {"samples": 48}, procrustes=True, cka=False)
+    with pytest.raises(ValueError, match=r"model b at site act3:.*linear_cka is undefined.*seed1\.pt"):
+        similarity_pair(job, *paths, 0, {"samples": 48, "cka_measures": ["linear_cka"]}, procrustes=False, cka=True)

@@ -25,6 +25,7 @@ from intertwine.stitching import (
     select_alpha,
     sparsity,
     stitch,
+    stitch_site,
 )
 from intertwine.symmetry import act_on_weights, random_elements
 from intertwine.settings import StitchConfig, TrainConfig, l1_method, parse_method
@@ -170,7 +171,7 @@ def trained_pair(tmp_path_factory):
 def _stitch_and_measure(trained_pair, method, config, site="act2", keep_unrounded=False):
     f, g, _, splits, mean, std = trained_pair
     layer = build_layer(method, {s.name: s.channels for s in models.sites(f)}[site],
-                        torch.Generator().manual_seed(0))
+                        torch.Generator().manual_seed(0), permutation_step=config.permutation_step)
     stitched = stitch(f, copy.deepcopy(g), site, layer)
     if config.init == "match":
         x = normalize(splits["train"].images[:500], mean, std)
@@ -212,17 +213,72 @@ def test_grelu_stitching_into_the_transformed_copy_is_exact(trained_pair):
     assert acc_rank1 < acc_stitched - 0.08
 
 
-def test_grelu_stitching_from_the_centre_of_the_polytope_finds_most_of_the_permutation(trained_pair):
-    """The paper's method (P from the centre of the Birkhoff polytope, gradient steps, Sinkhorn):
-    in 10 short epochs it already sends most channels where the true permutation does (a random
-    permutation matches 1 of 16 on average) and has moved P from the centre towards a vertex."""
+@pytest.mark.parametrize("optimizer, lr, momentum", [("sgd", 0.3, 0.9), ("adam", 0.02, 0.0)])
+def test_grelu_stitching_from_the_centre_recovers_the_element(trained_pair, optimizer, lr, momentum):
+    """The paper's start (P at the centre of the Birkhoff polytope, scales 1): P's mirror-descent
+    steps find the true permutation exactly with either optimizer of the scales, P ends near that
+    vertex, and the rounded layer is as good as g. The bound, 2 points (6 of 300 test images): the
+    stitched network's batch-norm statistics are refreshed on the training data, which alone moves
+    the accuracy of the exact element's layer by 1.0 to 1.3 points here (with the thread count)."""
     _, _, elements, *_ = trained_pair
-    config = StitchConfig(epochs=10, lr=0.02, **STITCH)
-    start = GReLUStitch(16, torch.Generator().manual_seed(0)).off_permutation_mass()
-    layer, _, _ = _stitch_and_measure(trained_pair, "grelu", config, keep_unrounded=True)
-    assert layer.off_permutation_mass() < start - 0.2
+    config = StitchConfig(epochs=16, lr=lr, momentum=momentum, optimizer=optimizer, translate=0, flip=False,
+                          init="random", permutation_step=0.3)
+    layer, acc_stitched, acc_g = _stitch_and_measure(trained_pair, "grelu", config)
+    assert layer.off_permutation_mass() < 0.05  # P itself, before it was rounded
+    assert torch.equal(layer.permutation, elements["act2"][0])
+    assert acc_stitched >= acc_g - 0.02
+
+
+@pytest.mark.parametrize("optimizer, lr", [("sgd", 0.02), ("adam", 1e-3)])
+def test_grelu_stitching_from_the_match_keeps_it(trained_pair, optimizer, lr):
+    """From ``init: match`` (the true element here), training never drifts off the vertex: with
+    Adam, P used to diffuse toward the centre (its steps of about lr per entry, whatever the
+    gradient, turned into noise by ReLU and Sinkhorn)."""
+    _, _, elements, *_ = trained_pair
+    config = StitchConfig(epochs=4, lr=lr, optimizer=optimizer, init="match", translate=0, flip=False)
+    f, g, _, splits, mean, std = trained_pair
+    layer = build_layer("grelu", 16, torch.Generator().manual_seed(0))
+    stitched = stitch(f, copy.deepcopy(g), "act2", layer)
+    x = normalize(splits["train"].images[:500], mean, std)
+    with torch.no_grad():
+        layer.match(models.forward_to(f, x, "act2")[0], models.forward_to(g, x, "act2")[0])
+    run = fit(stitched, splits["train"], config, torch.Generator().manual_seed(0), mean, std, log=lambda _: None)
+    assert len(run.off_permutation_mass) == 4 and max(run.off_permutation_mass) < 0.05
     layer.round()
-    assert (layer.permutation == elements["act2"][0]).float().mean() >= 0.6
+    assert torch.equal(layer.permutation, elements["act2"][0])
+
+
+@pytest.fixture(scope="module")
+def independent_pair(trained_pair):
+    """f of ``trained_pair`` and h, the same architecture trained from another seed."""
+    f, _, _, splits, mean, std = trained_pair
+    torch.manual_seed(1)
+    h = models.build({"arch": "myrtle", "width_multiplier": 0.125})
+    result = train(h, splits["train"], splits["val"], TrainConfig(epochs=12, lr=4e-3, lr_drops=2),
+                   torch.Generator().manual_seed(1), mean, std, log=lambda _: None)
+    h.load_state_dict(result.state_dict)
+    return f, h.eval(), splits, mean, std
+
+
+@pytest.mark.parametrize("optimizer, lr", [("sgd", 0.02), ("adam", 1e-3)])
+def test_grelu_stitching_of_independent_models_converges_and_costs_nothing(independent_pair, optimizer, lr):
+    """Two independently trained models: at every site P ends near a permutation (off-permutation
+    mass at most 0.3) and training does not lose accuracy against the matched start. The bound:
+    the rounded layer after training scores at least its start minus two standard errors of an
+    accuracy on the 300 test images (2 sqrt(p(1-p)/300), 5.3 points at p = 0.7)."""
+    f, h, splits, mean, std = independent_pair
+    config = StitchConfig(epochs=3, lr=lr, optimizer=optimizer, init="match", match_images=500,
+                          translate=0, flip=False)
+    accuracy = lambda net: evaluate(net, splits["test"], mean, std)  # noqa: E731
+    for site in models.sites(f):
+        stitched, columns = stitch_site(f, h, site, "grelu", config, splits["train"], mean, std,
+                                        (0, site.name), log=lambda _: None, accuracy=accuracy)
+        stitched_acc = accuracy(stitched)
+        start = columns["acc_start"]
+        bound = 2 * (start * (1 - start) / len(splits["test"])) ** 0.5
+        assert columns["off_permutation_mass"] <= 0.3, site.name
+        assert len(columns["off_permutation_mass_by_epoch"]) == 3
+        assert stitched_acc >= start - bound, (site.name, start, stitched_acc)
 
 
 def test_matched_linear_layers_are_least_squares_fits():
@@ -283,7 +339,28 @@ def test_softsort_rows_are_distributions_that_sort_the_scores():
     layer(torch.randn(2, 6, 3)).square().sum().backward()
     assert layer.scores.grad.abs().sum() > 0 and layer.log_scales.grad.abs().sum() > 0
     layer.tau = 1e-4
+    layer.anneal(0.0)  # the temperature is tau at the start of training
     torch.testing.assert_close(layer.soft_permutation(), groups.permutation_matrix(order), atol=1e-6, rtol=0)
+
+
+def test_softsort_hardens_over_training(trained_pair):
+    """The temperature falls from tau to hardening * tau, so the SoftSort layer ends near the
+    permutation it is rounded to (at a fixed tau = 1/C its P keeps about half its mass off it)."""
+    layer = SoftSortStitch(6, torch.Generator().manual_seed(0), tau=0.2, hardening=0.1)
+    layer.anneal(0.5)
+    assert layer.temperature == pytest.approx(0.2 * 0.1 ** 0.5)
+    f, g, elements, splits, mean, std = trained_pair
+    for hardening, bound in [(0.1, (0.0, 0.05)), (1.0, (0.3, 1.0))]:
+        layer = build_layer("softsort", 16, torch.Generator().manual_seed(0), softsort_hardening=hardening)
+        stitched = stitch(f, copy.deepcopy(g), "act2", layer)
+        x = normalize(splits["train"].images[:500], mean, std)
+        with torch.no_grad():
+            layer.match(models.forward_to(f, x, "act2")[0], models.forward_to(g, x, "act2")[0])
+        config = StitchConfig(epochs=2, init="match", optimizer="adam", translate=0, flip=False,
+                              softsort_hardening=hardening)
+        run = fit(stitched, splits["train"], config, torch.Generator().manual_seed(0), mean, std, log=lambda _: None)
+        assert bound[0] <= run.off_permutation_mass[-1] <= bound[1], hardening
+        assert torch.equal(layer.nearest_permutation()[1], elements["act2"][0])
 
 
 def test_softsort_rounding_gives_a_permutation_where_the_argmax_does_not():

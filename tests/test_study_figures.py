@@ -28,7 +28,7 @@ def stitching_rows(variants=("myrtle", "resnet20"), sites=("act1", "act2", "act3
             for k, site in enumerate(sites):
                 for method in methods:
                     acc_a, acc_b, acc = 0.9, 0.88, 0.89 - rng.uniform(0, 0.3)
-                    grelu = method in figures.GRELU_METHODS
+                    grelu = method in figures.G_RELU_METHODS
                     l1 = figures._l1_lambda(method)
                     alpha = GRID[(pair + k) % len(GRID)] if method == "grelu_cv" else (0.1 if grelu else None)
                     rows.append({
@@ -42,7 +42,9 @@ def stitching_rows(variants=("myrtle", "resnet20"), sites=("act1", "act2", "act3
                         "train_seconds": (12.0 if method == "softsort" else 1.0) * (1 + rng.uniform()),
                         "permutation": list(rng.permutation(channels)) if grelu else None,
                         "scales": list(rng.uniform(0.5, 2, channels)) if grelu else None,
+                        "penalty_start": (acc_a + acc_b) / 2 - acc + 0.02,
                         "off_permutation_mass": 0.1 if grelu else None, "device": "cpu",
+                        "off_permutation_mass_by_epoch": [0.3, 0.1] if grelu else None,
                         "config_hash": "abc", "version": "0", "l1_lambda": l1,
                         "sparsity": 1 - 1 / channels if grelu else (min(1.0, 50 * l1) if l1 else 0.0),
                         "alpha_selected": alpha if method == "grelu_cv" else None,

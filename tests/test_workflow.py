@@ -114,7 +114,7 @@ def test_tiny_run_outputs(tiny_run):
     assert (tiny_run / "results/figures/zoo_accuracy.png").stat().st_size > 1000
     summary = pd.read_csv(tiny_run / "results/tables/zoo_summary.csv")
     assert list(summary["variant"]) == ["myrtle", "resnet20", "convnext", "myrtle_leaky", "cct"]
-    assert list(summary["seeds"]) == [2, 2, 1, 2, 2]
+    assert list(summary["seeds"]) == [3, 2, 1, 2, 2]  # tiny.yaml: myrtle 3, convnext 1
     for log in ["data/shapes.log", "zoo/myrtle/seed0.log", "tables/zoo.log", "figures/zoo_accuracy.log"]:
         assert (tiny_run / "results/logs" / log).exists()
     assert "epoch 2/2" in (tiny_run / "results/logs/zoo/myrtle/seed0.log").read_text()
@@ -161,9 +161,15 @@ def test_stitching_table_and_figures(tiny_run):
     assert list(cv["cv_alphas"]) == [0.1, 1.0] and len(cv["cv_accuracies"]) == 2
     assert cv["alpha_selected"] in (0.1, 1.0) and cv["alpha"] == cv["alpha_selected"]
     assert table[table["method"] != "grelu_cv"]["alpha_selected"].isna().all()
+    # What training added, and how close each G_ReLU layer came to a permutation, epoch by epoch.
+    assert table["penalty_start"].notna().all()
+    assert (group["off_permutation_mass"].between(0, 1)).all()
+    grelu = table[table["method"] == "grelu"]
+    assert all(len(curve) == epochs for curve, epochs in zip(grelu["off_permutation_mass_by_epoch"], grelu["epochs"]))
     summary = pd.read_csv(tiny_run / "results/tables/stitching_summary.csv")
     assert len(summary) == len(table)  # one pair: one row per (variant, site, method)
-    for figure in ["stitching_penalty.png", "stitching_dimension.png", "stitching_leaky_relu.png",
+    for figure in ["stitching_penalty.png", "stitching_dimension.png", "stitching_convergence.png",
+                   "stitching_leaky_relu.png",
                    "stitching_alpha_cv.png", "stitching_l1_sparsity.png", "stitching_softsort.png",
                    "stitching_transformer.png"]:
         assert (tiny_run / "results/figures" / figure).stat().st_size > 1000
@@ -251,6 +257,21 @@ def test_figure_change_reruns_figures_only(tiny_run, tmp_path):
                                               "dissection_figure": 1, "dissection_masks": 2, "all": 1}
 
 
+def test_settings_that_cannot_change_a_result_rerun_nothing(tiny_run, tmp_path):
+    """zoo.training.eval_batch_size reaches the jobs as a resources entry and threads as the rules'
+    threads, neither a rerun trigger; the job's command still carries them, so it replays."""
+    config = changed_config(tmp_path, "speed.yaml", lambda c: (
+        c["zoo"]["training"].update(eval_batch_size=7, threads=2),
+        c["zoo"].update(training_per_variant={"convnext": {"eval_batch_size": 5}})))
+    assert planned_jobs(tiny_run, config) == {}
+    command = (tiny_run / "results/logs/zoo/myrtle/seed0.log").read_text().splitlines()[0]
+    assert command.startswith("intertwine train-member ") and " --eval-batch-size 1000 " in command
+    # stitching.eval_batch_size is also the batch of the batch-norm refresh, so it changes the
+    # stitched accuracy (settings.StitchConfig): its jobs rerun.
+    config = changed_config(tmp_path, "stitch_eval.yaml", lambda c: c["stitching"].update(eval_batch_size=7))
+    assert planned_jobs(tiny_run, config) == {"stitch_pair": 12, **STITCHING_RERUN}
+
+
 def test_per_variant_training_retrains_that_variant_only(tiny_run, tmp_path):
     config = changed_config(tmp_path, "convnext_lr.yaml",
                             lambda c: c["zoo"].update(training_per_variant={"convnext": {"lr": 0.004}}))
@@ -330,6 +351,20 @@ def test_config_errors_name_the_key(tmp_path, change, message):
     result = snakemake(tmp_path, "-n", config=changed_config(tmp_path, "bad.yaml", change), check=False)
     assert result.returncode != 0
     assert message in result.stdout + result.stderr
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
+def test_cuda_device_without_a_gpu_stops_before_any_job(tmp_path):
+    """It failed only after the data stage, in the first torch job. (With a cluster executor the
+    check is left to the jobs: a login node has no GPU while the jobs do.)"""
+    config = changed_config(tmp_path, "cuda.yaml", lambda c: c.update(device="cuda"))
+    result = snakemake(tmp_path / "run", config=config, check=False)
+    assert result.returncode != 0
+    assert re.search(r"config key device: 'cuda', but no CUDA GPU is visible here .*, and this run executes its "
+                     r"jobs on this machine, so every torch job would fail\. Set device: auto .* or device: cpu",
+                     result.stderr), result.stderr[-3000:]
+    assert not (tmp_path / "run" / "results").exists()  # not even the data stage ran
+    assert snakemake(tmp_path / "run", "-n", config=config).returncode == 0  # a dry run plans as before
 
 
 def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):

@@ -1,5 +1,6 @@
 """Training loop, determinism, divergence, checkpoints."""
 import hashlib
+import re
 
 import pandas as pd
 import pytest
@@ -108,3 +109,117 @@ def test_recorded_test_acc_only_when_evaluated_in_float32():
     assert recorded_test_acc({"test_acc": 0.9, "test_dtype": "float32"}) == 0.9
     assert recorded_test_acc({"test_acc": 0.9, "test_dtype": "bfloat16"}) is None
     assert recorded_test_acc({"test_acc": 0.9}) is None  # written before the dtype was recorded
+
+
+# --- unreadable checkpoints: every error names the file, what is wrong, and how to recover ------
+
+
+def a_checkpoint(path):
+    from intertwine.zoo import CHECKPOINT_FORMAT
+
+    spec = models.normalize_spec(SPEC)
+    torch.save({"format": CHECKPOINT_FORMAT, "variant": "m", "spec": spec, "seed": 0,
+                "state_dict": models.build(spec).state_dict()}, path)
+    return path
+
+
+@pytest.mark.parametrize("keep", [0, 10, 1000, 0.5, -100])
+def test_truncated_checkpoint_names_the_file_and_the_fix(tmp_path, keep):
+    """A copy cut short: torch said `[Errno 22] Invalid argument`, `PytorchStreamReader failed ...`
+    or nothing (EOFError), without the file."""
+    from intertwine.zoo import CheckpointError
+
+    path = a_checkpoint(tmp_path / "seed0.pt")
+    data = path.read_bytes()
+    path.write_bytes(data[:int(keep * len(data)) if isinstance(keep, float) else keep])
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(path))} is not a readable intertwine checkpoint: "
+                                              r"it is truncated or damaged \(.*\)\. Delete it \(rm -f .*seed0\.pt.*"
+                                              r"rerun its job: snakemake retrains that member"):
+        load_model(path)
+
+
+def test_a_file_that_is_not_a_checkpoint_is_refused_without_unsafe_advice(tmp_path):
+    """torch's own message advises weights_only=False, which would run the file's code."""
+    import pathlib
+
+    from intertwine.zoo import CheckpointError, read_checkpoint
+
+    path = tmp_path / "objects.pt"
+    torch.save({"format": "x", "where": pathlib.PurePosixPath("a")}, path)  # any object but data
+    with pytest.raises(CheckpointError, match=r"objects\.pt is not a readable intertwine checkpoint: it holds "
+                                              r"Python objects.*Delete it") as caught:
+        read_checkpoint(path)
+    assert "weights_only" not in str(caught.value)
+    (tmp_path / "notes.pt").write_text("not a checkpoint")
+    with pytest.raises(CheckpointError, match=r"notes\.pt is not a readable"):
+        read_checkpoint(tmp_path / "notes.pt")
+    torch.save({"state_dict": {}}, tmp_path / "plain.pt")
+    with pytest.raises(CheckpointError, match=r"plain\.pt is not an intertwine checkpoint"):
+        read_checkpoint(tmp_path / "plain.pt")
+    from intertwine.zoo import CHECKPOINT_FORMAT
+
+    torch.save({"format": CHECKPOINT_FORMAT, "spec": SPEC}, tmp_path / "partial.pt")
+    with pytest.raises(CheckpointError, match=r"partial\.pt is an incomplete checkpoint \(it lacks "
+                                              r"\['variant', 'seed', 'state_dict'\]\)"):
+        read_checkpoint(tmp_path / "partial.pt")
+    with pytest.raises(FileNotFoundError, match=r"missing\.pt: no such checkpoint"):
+        read_checkpoint(tmp_path / "missing.pt")
+
+
+def test_checkpoint_whose_weights_do_not_fit_its_spec(tmp_path):
+    from intertwine.zoo import CheckpointError
+
+    path = a_checkpoint(tmp_path / "seed0.pt")
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["spec"] = models.normalize_spec({"arch": "resnet20"})
+    torch.save(checkpoint, path)
+    with pytest.raises(CheckpointError, match=r"seed0\.pt holds weights that do not fit its own spec"):
+        load_model(path)
+
+
+def test_truncated_checkpoint_fails_a_downstream_job_with_one_line(tmp_path, tiny_shapes_dir):
+    import subprocess
+    import sys
+
+    path = a_checkpoint(tmp_path / "seed0.pt")
+    path.write_bytes(path.read_bytes()[:5000])
+    result = subprocess.run([sys.executable, "-m", "intertwine", "symmetry-check", "--checkpoint", str(path),
+                             "--data", str(tiny_shapes_dir), "--config", "{}", "--device", "cpu",
+                             "--out", str(tmp_path / "out.parquet")], capture_output=True, text=True)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"intertwine symmetry-check: error: {path} is not a readable intertwine checkpoint" in result.stderr
+
+
+# --- training and evaluation refuse what has no answer ------------------------------------------
+
+
+def test_empty_splits_are_errors_not_zero_accuracy(tiny_shapes_dir):
+    from intertwine.data import Split
+    from intertwine.training import evaluate
+
+    split = load_split(tiny_shapes_dir, "train")
+    empty = Split(split.images[:0], split.labels[:0])
+    model = models.build(SPEC)
+    mean, std = torch.full((3,), 0.5), torch.full((3,), 0.25)
+    with pytest.raises(ValueError, match="the split is empty"):  # was 0.0
+        evaluate(model, empty, mean, std)
+    with pytest.raises(ValueError, match="batch size must be at least 1, got 0"):  # was range()'s error
+        evaluate(model, split, mean, std, batch_size=0)
+    with pytest.raises(ValueError, match="m seed 0: cannot train on 0 training and 128 validation"):
+        train(model, empty, split, TrainConfig(epochs=1), torch.Generator(), mean, std, label="m seed 0")
+
+
+def test_job_takes_an_incomplete_training_block_and_eval_batch_size_apart(tiny_shapes_dir):
+    """Keys the block lacks take the schema's defaults (were KeyErrors in the jobs that indexed
+    dicts); eval_batch_size, passed apart by the workflow, changes neither the weights nor the
+    provenance hash, which is over the block as given."""
+    torch.set_num_threads(1)
+    job = Job("cpu", tiny_shapes_dir, log=lambda _: None)
+    first, metrics = train_member(job, "m", 0, SPEC, {"epochs": 1, "batch_size": 32})
+    second, _ = train_member(job, "m", 0, SPEC, {"epochs": 1, "batch_size": 32}, eval_batch_size=7)
+    assert state_hash(first["state_dict"]) == state_hash(second["state_dict"])
+    assert first["config_hash"] == second["config_hash"] and first["val_acc"] == second["val_acc"]
+    with pytest.raises(ValueError, match=r"config key zoo\.training\.eval_batch_size: 0 is less than"):
+        train_member(job, "m", 0, SPEC, {"epochs": 1}, eval_batch_size=0)
+    with pytest.raises(ValueError, match=r"config key zoo\.training\.epochs: 'two' is not of type 'integer'"):
+        train_member(job, "m", 0, SPEC, {"epochs": "two"})

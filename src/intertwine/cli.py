@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -20,6 +21,85 @@ def _json(text: str):
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise argparse.ArgumentTypeError(f"not valid JSON ({err}): {text[:80]}") from err
+
+
+def _json_object(text: str) -> dict:
+    """A JSON object (a config block, a spec, {name: value})."""
+    value = _json(text)
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object {{...}}, got {text[:80]}")
+    return value
+
+
+def _json_names(text: str) -> list[str]:
+    """A JSON list of distinct strings, e.g. '["act1", "act2"]'."""
+    value = _json(text)
+    if not (isinstance(value, list) and all(isinstance(item, str) for item in value)):
+        raise argparse.ArgumentTypeError(f"expected a JSON list of strings, e.g. '[\"act1\", \"act2\"]', "
+                                         f"got {text[:80]}")
+    repeated = sorted({item for item in value if value.count(item) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"{repeated} listed more than once")
+    return value
+
+
+def _json_names_or_null(text: str) -> list[str] | None:
+    """``_json_names``, or JSON null for the default."""
+    return None if _json(text) is None else _json_names(text)
+
+
+def _json_numbers(text: str) -> dict[str, float]:
+    """A JSON object of numbers, e.g. '{"resnet20": 0, "resnet20_leaky": 0.5}'."""
+    value = _json_object(text)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values()):
+        raise argparse.ArgumentTypeError(f"expected a JSON object of numbers, got {text[:80]}")
+    return value
+
+
+def _integer(minimum: int):
+    """An argparse type: an integer of at least ``minimum``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+    parse.__name__ = "integer"  # argparse names the type in its messages
+    return parse
+
+
+def _device(text: str) -> str:
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", text):
+        raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:<n>, got {text!r}")
+    return text
+
+
+def _method(text: str) -> str:
+    from intertwine.settings import parse_method
+
+    try:
+        parse_method(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
+def _schema_enum(*path: str) -> list[str]:
+    """The values the config schema allows at ``path`` (an enum), so the CLI takes the same."""
+    from intertwine.settings import schema
+
+    node = schema()
+    for part in path:
+        node = node[part]
+    return list(node["enum"])
+
+
+# The tables `intertwine table --schema` writes: the pyarrow schemas of intertwine.tables (named
+# here, so that the parser does not import pyarrow; tests/test_cli.py checks the two agree).
+TABLE_SCHEMAS = ("zoo", "zoo_epochs", "symmetry", "rotation", "stitching", "similarity", "dissection",
+                 "dissection_units")
 
 
 def _log(message: str) -> None:
@@ -56,7 +136,8 @@ def cmd_train_member(args) -> None:
     from intertwine.zoo import refuse_overwrite, save_checkpoint
 
     refuse_overwrite(args.out)  # fail before training, not after
-    checkpoint, metrics = train_member(_job(args), args.variant, args.seed, args.spec, args.training, args.out)
+    checkpoint, metrics = train_member(_job(args), args.variant, args.seed, args.spec, args.training, args.out,
+                                       eval_batch_size=args.eval_batch_size)
     write_parquet(metrics, args.metrics, ZOO_EPOCHS)
     save_checkpoint(checkpoint, args.out)
 
@@ -66,7 +147,7 @@ def cmd_rotation_trial(args) -> None:
     from intertwine.tables import ROTATION, write_parquet
 
     row = rotation_trial(_job(args), args.checkpoint, args.site, args.group, args.trial, args.config,
-                         args.training)
+                         args.training, eval_batch_size=args.eval_batch_size)
     write_parquet(row, args.out, ROTATION)
 
 
@@ -166,12 +247,13 @@ def cmd_rotation_figure(args) -> None:
 
 
 def cmd_stitching_figure(args) -> None:
-    from intertwine.figures import stitching_dimension, stitching_penalty, stitching_summary
+    from intertwine.figures import stitching_convergence, stitching_dimension, stitching_penalty, stitching_summary
     from intertwine.tables import STITCHING, read_parquet, write_csv
 
     table = read_parquet([args.table], STITCHING)
     _save(stitching_penalty(table), args.penalty, args.other_formats, args.figures)
     _save(stitching_dimension(table), args.dimension, args.other_formats, args.figures)
+    _save(stitching_convergence(table), args.convergence, args.other_formats, args.figures)
     write_csv(stitching_summary(table), args.summary)
 
 
@@ -180,10 +262,6 @@ def cmd_stitching_studies(args) -> None:
     from intertwine import figures
     from intertwine.tables import ZOO, read_parquet, write_csv
 
-    if args.slopes is not None and not isinstance(args.slopes, dict):
-        raise ValueError("--slopes must be a JSON object {variant: negative slope}")
-    if args.transformers is not None and not isinstance(args.transformers, list):
-        raise ValueError("--transformers must be a JSON list of variant names")
     table = read_parquet([args.table])  # no schema: the studies read only the columns they need
     save = lambda fig, path: _save(fig, path, args.other_formats, args.figures)  # noqa: E731
     if args.leaky_relu or args.leaky_relu_table:
@@ -243,10 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument("--data", help="data cache directory, e.g. results/data/shapes (read by every job "
                                     "but dissect-external)")
     job.add_argument("--global-seed", type=int, default=0, help="the config's seed")
-    job.add_argument("--device", default="auto", help="torch device: auto (CUDA when present), cpu, cuda[:n]")
-    job.add_argument("--threads", type=int, default=1, help="CPU threads for torch")
+    job.add_argument("--device", type=_device, default="auto",
+                     help="torch device: auto (CUDA when present), cpu, cuda[:n]")
+    job.add_argument("--threads", type=_integer(1), default=1, help="CPU threads for torch (at least 1)")
     figure = argparse.ArgumentParser(add_help=False)
-    figure.add_argument("--figures", type=_json, required=True, help="the `figures` block (JSON)")
+    figure.add_argument("--figures", type=_json_object, required=True, help="the `figures` block (JSON)")
     figure.add_argument("--other-formats", nargs="*", default=[],
                         help="more files of the same figures (.pdf, .svg), matched by file name")
     # Options several commands take in the same sense, each defined once here.
@@ -254,14 +333,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint": dict(required=True, help="trained zoo member (.pt)"),
         "--a": dict(required=True, help="zoo member a (.pt); stitching: f, whose layers run up to the site"),
         "--b": dict(required=True, help="zoo member b (.pt); stitching: g, whose layers run after the site"),
-        "--pair": dict(type=int, required=True, help="the pair's index (seeds its random draws)"),
+        "--pair": dict(type=_integer(0), required=True, help="the pair's index (seeds its random draws)"),
         "--site": dict(required=True, help="activation site"),
-        "--training": dict(type=_json, required=True, help="the variant's `zoo.training` block (JSON)"),
+        "--training": dict(type=_json_object, required=True, help="the variant's `zoo.training` block (JSON)"),
+        "--eval-batch-size": dict(type=_integer(1), default=None,
+                                  help="evaluation batch size (zoo.training.eval_batch_size; speed only, "
+                                       "so the workflow passes it beside --training)"),
         "--units-out": dict(required=True, help=".parquet, one row per unit of each --out row"),
         "--table": dict(required=True, help="the stage's table (.parquet)"),
         "--summary": dict(required=True, help="summary table .csv"),
-        "--variants": dict(type=_json, required=True, help="the `zoo.variants` block (JSON)"),
-        "--dataset": dict(required=True, help="the data set (the paper's numbers are shown for cifar10)"),
+        "--variants": dict(type=_json_object, required=True, help="the `zoo.variants` block (JSON)"),
+        "--dataset": dict(required=True, choices=_schema_enum("properties", "data", "properties", "dataset"),
+                          help="the data set (the paper's numbers are shown for cifar10)"),
     }
 
     def command(name, func, help, parents=(), out=None, config=None, options=()):
@@ -272,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
         if out:
             p.add_argument("--out", required=True, help=out)
         if config:
-            p.add_argument("--config", type=_json, required=True, help=f"the `{config}` block (JSON)")
+            p.add_argument("--config", type=_json_object, required=True, help=f"the `{config}` block (JSON)")
         for option in options:
             p.add_argument(option, **same[option])
         return p
@@ -282,19 +365,24 @@ def build_parser() -> argparse.ArgumentParser:
                 out="cache directory, e.g. results/data/shapes", config="data")
     p.add_argument("--global-seed", type=int, default=0, help="the config's seed")
     p = command("train-member", cmd_train_member, "train one zoo member", [job],
-                out="its checkpoint .pt (never overwritten)", options=["--training"])
+                out="its checkpoint .pt (never overwritten)", options=["--training", "--eval-batch-size"])
     p.add_argument("--variant", required=True)
-    p.add_argument("--seed", type=int, required=True, help="zoo member seed")
-    p.add_argument("--spec", type=_json, required=True, help="the variant's model spec (JSON)")
+    p.add_argument("--seed", type=_integer(0), required=True, help="zoo member seed")
+    p.add_argument("--spec", type=_json_object, required=True, help="the variant's model spec (JSON)")
     p.add_argument("--metrics", required=True, help="output per-epoch metrics .parquet")
     p = command("rotation-trial", cmd_rotation_trial, "one rotation-penalty trial (paper section 3.3)",
-                [job], out="one-row .parquet", config="rotation", options=["--checkpoint", "--site", "--training"])
-    p.add_argument("--group", required=True, help="identity, grelu, orthogonal or permutation")
-    p.add_argument("--trial", type=int, required=True)
+                [job], out="one-row .parquet", config="rotation",
+                options=["--checkpoint", "--site", "--training", "--eval-batch-size"])
+    p.add_argument("--group", required=True,
+                   choices=_schema_enum("properties", "rotation", "properties", "variants",
+                                        "additionalProperties", "items"))
+    p.add_argument("--trial", type=_integer(0), required=True)
     p = command("stitch-pair", cmd_stitch_pair, "stitch a pair of zoo members with one method at each site",
                 [job], out=".parquet, one row per site", config="stitching", options=["--a", "--b", "--pair"])
-    p.add_argument("--method", required=True, help="full, rank<r>, l1_<lambda>, grelu, grelu_cv or softsort")
-    p.add_argument("--sites", type=_json, default=None, help="JSON list of sites (default: all)")
+    p.add_argument("--method", type=_method, required=True,
+                   help="full, rank<r>, l1_<lambda>, grelu, grelu_cv or softsort")
+    p.add_argument("--sites", type=_json_names_or_null, default=None,
+                   help="JSON list of sites, or null for all (the default)")
     p = command("similarity-pair", cmd_similarity_pair, "similarity measures between two zoo members",
                 [job], out=".parquet, one row per (site_a, site_b, measure)", config="similarity",
                 options=["--a", "--b", "--pair"])
@@ -305,14 +393,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("dissect-member", cmd_dissect_member, "network dissection of one zoo member under basis "
                 "rotations (section 6)", [job], out=".parquet, one row per (site, alpha, rotation)",
                 config="dissection", options=["--checkpoint", "--units-out"])
-    p.add_argument("--sites", type=_json, required=True, help="JSON list of sites")
+    p.add_argument("--sites", type=_json_names, required=True, help="JSON list of sites")
     p = command("dissect-external", cmd_dissect_external, "dissect a torchvision ImageNet model (local "
                 "weights) on Broden", [job], out=".parquet, one row per (site, alpha, rotation)",
                 config="dissection", options=["--units-out"])
     p.add_argument("--name", required=True, help="the model's name in the tables (its `variant`)")
-    p.add_argument("--arch", required=True, help="resnet50 or convnext_tiny")
+    p.add_argument("--arch", required=True,
+                   choices=_schema_enum("properties", "dissection", "properties", "external",
+                                        "additionalProperties", "properties", "arch"))
     p.add_argument("--weights", required=True, help="state dict file (.pth)")
-    p.add_argument("--sites", type=_json, default=None, help="JSON list of module names (default: per arch)")
+    p.add_argument("--sites", type=_json_names_or_null, default=None,
+                   help="JSON list of module names, or null for the arch's default")
     p = command("dissection-masks", cmd_dissection_masks, "top units' regions over probe images (Figs. 21, "
                 "23, 25)", [job, figure], out="figure (.png)", config="dissection",
                 options=["--checkpoint", "--site"])
@@ -328,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("parts", nargs="+")
     p = command("table", cmd_table, "concatenate per-job Parquet files into a stage's table", out="the table")
     p.add_argument("parts", nargs="+")
-    p.add_argument("--schema", required=True, help="the table's schema in intertwine.tables, e.g. rotation")
+    p.add_argument("--schema", required=True, choices=TABLE_SCHEMAS, help="the table's schema in intertwine.tables")
 
     # --- figures
     p = command("zoo-figure", cmd_zoo_figure, "accuracy distribution per variant and its summary", [figure],
@@ -340,11 +431,12 @@ def build_parser() -> argparse.ArgumentParser:
                 "(Figs. 1, 6, 7)", [figure], options=["--table", "--summary"])
     p.add_argument("--penalty", required=True, help="penalty figure (.png)")
     p.add_argument("--dimension", required=True, help="parameter dimension figure (.png)")
+    p.add_argument("--convergence", required=True, help="G_ReLU layers' off-permutation mass per epoch (.png)")
     p = command("stitching-studies", cmd_stitching_studies, "appendix D stitching studies: LeakyReLU, alpha "
                 "by CV, L1, SoftSort, transformers", [figure], options=["--table"])
     p.add_argument("--zoo", help="zoo.parquet (for --leaky-relu, --leaky-relu-table)")
-    p.add_argument("--slopes", type=_json, help="JSON {variant: LeakyReLU negative slope}, ReLU 0")
-    p.add_argument("--transformers", type=_json, help="JSON list of the transformer variants")
+    p.add_argument("--slopes", type=_json_numbers, help="JSON {variant: LeakyReLU negative slope}, ReLU 0")
+    p.add_argument("--transformers", type=_json_names, help="JSON list of the transformer variants")
     p.add_argument("--leaky-relu", help="G_ReLU penalty per slope and zoo accuracy (Fig. 8, Table 3; .png)")
     p.add_argument("--leaky-relu-table", help="zoo accuracy per slope beside Table 3 (.csv)")
     p.add_argument("--alpha-cv", help="alpha chosen by cross-validation (Figs. 13, 14; .png)")
@@ -358,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("dissection-figure", cmd_dissection_figure, "interpretable units vs rotation, by category "
                 "(Figs. 3, 18-20)", [figure], options=["--table", "--summary"])
     p.add_argument("--units", required=True, help="dissection_units.parquet")
-    p.add_argument("--category-sites", type=_json, required=True, help="JSON {variant: site} for the category bars")
+    p.add_argument("--category-sites", type=_json_object, required=True, help="JSON {variant: site} for the category bars")
     p.add_argument("--fraction", required=True, help="fraction-vs-alpha figure (.png)")
     p.add_argument("--categories", required=True, help="units-per-category figure (.png)")
     return parser

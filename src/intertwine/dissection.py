@@ -143,7 +143,17 @@ def dissect_activations(activations: Tensor, concept_data: ConceptData, basis: T
                         *, quantile: float = DEFAULT_QUANTILE,
                         iou_threshold: float = DEFAULT_IOU_THRESHOLD) -> pd.DataFrame:
     """Dissect precomputed activations (N, C, h, w) of the probe set's N images: ``label_units``
-    plus each unit's threshold. ``basis``: a (C, C) matrix mixing the channels first."""
+    plus each unit's threshold. ``basis``: a (C, C) matrix mixing the channels first.
+    Activations must be (N, C, h, w) with N, C >= 1 and finite: NaN thresholds would make no unit
+    fire, silently."""
+    if activations.ndim != 4 or activations.shape[0] < 1 or activations.shape[1] < 1:
+        raise ValueError(f"dissection needs (N, C, h, w) feature maps of at least one image and unit, "
+                         f"got shape {tuple(activations.shape)}")
+    if activations.is_floating_point() and not bool(torch.isfinite(activations).all()):
+        raise ValueError("the activations contain NaN or infinite values (a diverged model?): no unit "
+                         "can be dissected")
+    if basis is not None and not bool(torch.isfinite(basis).all()):
+        raise ValueError("the basis contains NaN or infinite values")
     if len(activations) != len(concept_data):
         raise ValueError(f"{len(activations)} activation maps for {len(concept_data)} probe images")
     if basis is not None and tuple(basis.shape) != (activations.shape[1],) * 2:

@@ -12,6 +12,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from intertwine.settings import G_RELU_METHODS, parse_method  # noqa: E402
 from intertwine.utils import atomic_path  # noqa: E402
 
 
@@ -128,10 +129,8 @@ def _site_labels(rows: pd.DataFrame) -> tuple[list[str], list[str]]:
 
 def _l1_lambda(method: str) -> float | None:
     """The penalty weight of an L1-regularised full layer ('l1_0.01' -> 0.01), else None."""
-    return float(method[3:]) if method.startswith("l1_") else None
-
-
-GRELU_METHODS = ("grelu", "grelu_cv", "softsort")  # layers rounded to a scaled permutation
+    kind, param = parse_method(method)
+    return param if kind == "l1" else None
 
 
 def _method_order(methods) -> list[str]:
@@ -140,7 +139,7 @@ def _method_order(methods) -> list[str]:
     methods = list(dict.fromkeys(methods))
     l1 = sorted((m for m in methods if m.startswith("l1_")), key=_l1_lambda)
     ranks = sorted((m for m in methods if m.startswith("rank")), key=lambda m: int(m[4:]))
-    grelu = [m for m in GRELU_METHODS if m in methods]
+    grelu = [m for m in G_RELU_METHODS if m in methods]
     ordered = [m for m in methods if m == "full"] + l1 + ranks + grelu
     return ordered + [m for m in methods if m not in ordered]
 
@@ -188,9 +187,11 @@ def stitching_summary(table: pd.DataFrame) -> pd.DataFrame:
         rows.append({"variant": variant, "site": site,
                      "inside_residual": bool(group["inside_residual"].iloc[0]), "method": method,
                      "pairs": len(group), "penalty_mean": round(mean, 2), "penalty_ci95": round(half, 2),
+                     "penalty_start_mean": _mean_or_none(100 * group["penalty_start"], 2),
                      "acc_stitched_mean": round(100 * group["acc_stitched"].mean(), 2),
                      "stitch_params": int(group["stitch_params"].iloc[0]),
                      "off_permutation_mass": _mean_or_none(group["off_permutation_mass"], 3),
+                     "converged": _converged(group),
                      "sparsity_mean": _mean_or_none(group["sparsity"], 3),
                      "train_seconds_mean": _mean_or_none(group["train_seconds"], 1)})
     summary = pd.DataFrame(rows)
@@ -236,6 +237,44 @@ def _legend_of_every_panel(axes) -> None:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(label, handle)
     axes[-1].legend(entries.values(), entries.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+
+
+CONVERGED_MASS = 0.3  # a G_ReLU layer whose P ends with more mass off its permutation did not converge
+
+
+def _converged(rows: pd.DataFrame) -> bool | None:
+    """Whether every G_ReLU layer of ``rows`` ended near its permutation (None for other layers)."""
+    mass = rows["off_permutation_mass"].dropna()
+    return bool((mass <= CONVERGED_MASS).all()) if len(mass) else None
+
+
+def stitching_convergence(table: pd.DataFrame) -> plt.Figure:
+    """How far each G_ReLU layer's P is from the permutation it rounds to after each epoch (mean
+    over pairs), per variant, site and method; layers ending above ``CONVERGED_MASS`` are named
+    in the panel's title as not converged."""
+    rows = table[table["off_permutation_mass_by_epoch"].notna()] if "off_permutation_mass_by_epoch" in table else table.iloc[:0]
+    variants = list(dict.fromkeys(rows["variant"])) or ["(no G_ReLU layer trained)"]
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants) ** 0.8, 3.6), squeeze=False)
+    for ax, variant in zip(axes[0], variants):
+        mine = rows[rows["variant"] == variant]
+        sites = list(dict.fromkeys(mine["site"]))
+        colors = {site: plt.cm.viridis(i / max(1, len(sites) - 1)) for i, site in enumerate(sites)}
+        styles = {"grelu": "-", "grelu_cv": "-.", "softsort": ":"}
+        for (site, method), group in mine.groupby(["site", "method"], sort=False):
+            curves = np.array([list(curve) for curve in group["off_permutation_mass_by_epoch"]], dtype=float)
+            ax.plot(range(1, curves.shape[1] + 1), curves.mean(0), marker="o", markersize=3,
+                    color=colors[site], linestyle=styles.get(method, "-"),
+                    label=f"{site} {_method_label(method)}")
+        ax.axhline(CONVERGED_MASS, color="grey", linewidth=0.8, linestyle="--")
+        late = mine[mine["off_permutation_mass"] > CONVERGED_MASS]
+        title = variant if late.empty else f"{variant}: not converged at " + ", ".join(
+            sorted({f"{r.site} ({r.method})" for r in late.itertuples()}))
+        ax.set(title=title, xlabel="epoch", ylabel="off-permutation mass of P", ylim=(0, 1))
+        ax.title.set_fontsize(8 if late.empty else 7)
+        if len(mine):
+            ax.legend(fontsize=6)
+    fig.tight_layout()
+    return fig
 
 
 def stitching_penalty(table: pd.DataFrame) -> plt.Figure:
@@ -422,7 +461,7 @@ def l1_sparsity(table: pd.DataFrame) -> plt.Figure:
     fig, axes = plt.subplots(1, len(variants), figsize=(4.6 * len(variants) + 1.8, 3.8), squeeze=False)
     for ax, variant in zip(axes[0], variants):
         rows = table[(table["variant"] == variant)
-                     & (table["method"].str.startswith("l1_") | table["method"].isin(["full", *GRELU_METHODS]))]
+                     & (table["method"].str.startswith("l1_") | table["method"].isin(["full", *G_RELU_METHODS]))]
         methods = _method_order(rows["method"])
         for method in methods:
             part = rows[rows["method"] == method]

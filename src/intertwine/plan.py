@@ -6,6 +6,8 @@ How a setting flows, e.g. `stitching.lr`:
   1. the config YAML, or the default in `config.schema.yaml` (filled in by validation);
   2. `Plan.stitch_block(method)`: the settings a job of that method reads, one `StitchConfig`
      field each (`settings.py`), as the rule's `params` (so a change reruns those jobs only);
+     a setting that cannot change a result (`zoo.training.eval_batch_size`: `Plan.train_run`)
+     goes to the job as a `resources:` entry instead, which no rerun trigger reads;
   3. the rule's shell command passes them as JSON to `intertwine stitch-pair --config`;
   4. the job builds `StitchConfig.from_block(...)`, and `stitching.fit` makes its optimiser.
 
@@ -131,6 +133,12 @@ class Plan:
         overrides (``None``: zoo.training as written, which rotation trials fine-tune with)."""
         block = self.zoo["training"] | self.zoo["training_per_variant"].get(variant, {})
         return TrainConfig.job_block({"zoo.training": block})
+
+    def train_run(self, variant: str | None = None) -> dict:
+        """The training settings beside ``train_block`` that cannot change a result
+        (``eval_batch_size``): the rules pass them as ``resources``, not ``params``."""
+        block = self.zoo["training"] | self.zoo["training_per_variant"].get(variant, {})
+        return TrainConfig.run_block({"zoo.training": block})
 
     @property
     def zoo_figures(self) -> list[str]:
@@ -264,7 +272,8 @@ class Plan:
         if not self.stitch_jobs:
             return []
         return (["results/tables/stitching.parquet", "results/tables/stitching_summary.csv"]
-                + self.figure_files(["results/figures/stitching_penalty.png", "results/figures/stitching_dimension.png"])
+                + self.figure_files(["results/figures/stitching_penalty.png", "results/figures/stitching_dimension.png",
+                                     "results/figures/stitching_convergence.png"])
                 + self.figure_files(list(self.study_figures.values())) + self.study_tables)
 
     # --- similarity ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ random orthogonal A cannot, and costs accuracy.
 from __future__ import annotations
 
 import copy
+import numbers
 import time
 from typing import Callable
 
@@ -40,6 +41,14 @@ def transform_site(model: nn.Module, site: str, matrix: torch.Tensor) -> nn.Modu
     The activation module at ``site`` is replaced by ``Sequential(ChannelTransform, activation)``,
     so the transformed model keeps every parameter name (prefixed ``.1`` only at the site).
     """
+    channels = {s.name: s.channels for s in models.sites(model)}
+    if site not in channels:
+        raise ValueError(f"{type(model).__name__} has no site {site!r}; its sites are {list(channels)}")
+    if tuple(matrix.shape) != (channels[site], channels[site]):
+        raise ValueError(f"site {site!r} has {channels[site]} channels, so its transform must be a "
+                         f"{channels[site]}x{channels[site]} matrix, got {tuple(matrix.shape)}")
+    if matrix.is_floating_point() and not bool(torch.isfinite(matrix).all()):
+        raise ValueError(f"the transform at site {site!r} contains NaN or infinite values")
     model = copy.deepcopy(model)
     parent_name, _, child = site.rpartition(".")
     parent = model.get_submodule(parent_name) if parent_name else model
@@ -78,6 +87,8 @@ def sample_transform(group: str, n: int, generator: torch.Generator, sigma: floa
     """A random (n, n) element of ``group``: G_ReLU (permutation times lognormal scales),
     Haar-orthogonal, a permutation alone (the intertwiner group of the sigmoid), or the identity
     (the control: what fine-tuning alone gains or loses)."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"a transform of the channels needs n >= 1 channels, got {n!r}")
     if group == "identity":
         return torch.eye(n)
     if group == "grelu":

@@ -8,6 +8,10 @@ and the dataclasses below, which the library's functions take, read their defaul
 A per-job block is built from a dataclass's fields (`job_block`): a setting a job does not read
 is not in its params, so changing it reruns nothing. Settings only some stitching methods read
 are marked on their field (`only_for=`), so a change to them reruns those methods' jobs only.
+Settings that cannot change a result, only how fast it comes (`affects_results=False`, e.g.
+`zoo.training.eval_batch_size`), are left out of the block too: `run_block` gives them, and the
+workflow passes them to the job beside its params (a `resources:` entry), so changing them reruns
+nothing either.
 
 Torch-free: the workflow imports it at parse time.
 """
@@ -45,12 +49,42 @@ def default(node: dict) -> Any:
     return value
 
 
-def _setting(key: str, only_for: tuple[str, ...] | None = None) -> Any:
+def fill_defaults(value: Any, node: dict) -> Any:
+    """``value`` with the schema node's defaults for the keys it lacks, at every depth (what
+    validation with ``set_default`` does to a config); other values are returned as they are."""
+    if not isinstance(value, dict) or "properties" not in node:
+        return value
+    filled = {k: default(sub) for k, sub in node["properties"].items() if k not in value and "default" in sub}
+    return filled | {k: fill_defaults(v, node["properties"][k]) if k in node["properties"] else v
+                     for k, v in value.items()}
+
+
+def checked_block(block: Any, key: str) -> dict:
+    """The config block ``key`` (e.g. ``"data"``) as given, its missing keys filled with the
+    schema's defaults and the whole checked against the schema: a ValueError names the config key
+    of the first value that does not fit."""
+    import jsonschema
+
+    node = schema_block(key)
+    if not isinstance(block, dict):
+        raise ValueError(f"config block {key}: expected a mapping of settings, got {block!r}")
+    block = fill_defaults(block, node)
+    try:
+        jsonschema.validate(block, node)
+    except jsonschema.ValidationError as err:
+        path = "".join(f".{part}" for part in err.absolute_path)
+        raise ValueError(f"config key {key}{path}: {err.message}") from None
+    return block
+
+
+def _setting(key: str, only_for: tuple[str, ...] | None = None, affects_results: bool = True) -> Any:
     """A dataclass field whose default is the schema's default of config key ``key``; ``only_for``
-    names the kinds of job that read it (stitching methods; `masks`)."""
+    names the kinds of job that read it (stitching methods; `masks`); ``affects_results=False``
+    marks a setting that changes only how fast a job runs, never what it computes."""
     block, name = key.rsplit(".", 1)
     default_value = default(schema_block(block)["properties"][name])
-    metadata = {"key": key} | ({"only_for": only_for} if only_for else {})
+    metadata = ({"key": key} | ({"only_for": only_for} if only_for else {})
+                | ({} if affects_results else {"affects_results": False}))
     if isinstance(default_value, (list, dict)):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default_value), metadata=metadata)
     return dataclasses.field(default=default_value, metadata=metadata)
@@ -65,25 +99,65 @@ class _Settings:
 
     @classmethod
     def from_block(cls, block: dict, where: str = ""):
-        """The settings in ``block`` (a dict of config keys); a key not among them is an error."""
+        """The settings in ``block`` (a dict of config keys), the schema's defaults for the keys it
+        lacks (nested ones too, e.g. ``dissection.probe.images``). A key not among the settings,
+        or a value of the wrong type or range, is an error naming the config key."""
+        import jsonschema  # here: the workflow imports this module at parse time
+
+        where = where or cls.__name__
+        if not isinstance(block, dict):
+            raise ValueError(f"config block {where}: expected a mapping of settings, got {block!r}")
         unknown = sorted(set(block) - set(cls.names()))
         if unknown:
-            raise ValueError(f"config key {where or cls.__name__}.{unknown[0]}: not a setting of "
+            raise ValueError(f"config key {where}.{unknown[0]}: not a setting of "
                              f"{cls.__name__}; its settings are {', '.join(cls.names())}")
-        return cls(**block)
+        values = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in block:
+                continue
+            source, name = f.metadata["key"].rsplit(".", 1)
+            node = schema_block(source)["properties"][name]
+            value = block[f.name]
+            if isinstance(value, dict) and "properties" in node:
+                # Nested defaults filled; keys the plan adds (dissection.probe.shapes) pass unchecked.
+                value = fill_defaults(value, node)
+                checked = {k: v for k, v in value.items() if k in node["properties"]}
+            else:
+                checked = value
+            try:
+                jsonschema.validate(checked, node)
+            except jsonschema.ValidationError as err:
+                path = "".join(f".{part}" for part in err.absolute_path)
+                raise ValueError(f"config key {where}.{f.name}{path}: {err.message}") from None
+            values[f.name] = value
+        return cls(**values)
+
+    @classmethod
+    def _fields_from(cls, sources: dict[str, dict], kind: str | None, affects_results: bool) -> dict:
+        block = {}
+        for f in dataclasses.fields(cls):
+            if kind not in f.metadata.get("only_for", (kind,)):
+                continue
+            if f.metadata.get("affects_results", True) != affects_results:
+                continue
+            source, name = f.metadata["key"].rsplit(".", 1)
+            block[f.name] = sources[source][name]
+        return block
 
     @classmethod
     def job_block(cls, sources: dict[str, dict], kind: str | None = None) -> dict:
         """The settings a job of ``kind`` reads, from the validated config blocks ``sources``
         (keyed by dotted block key, e.g. ``{"stitching": ..., "zoo.training": ...}``); a field
-        marked ``only_for`` other kinds is left out."""
-        block = {}
-        for f in dataclasses.fields(cls):
-            if kind not in f.metadata.get("only_for", (kind,)):
-                continue
-            source, name = f.metadata["key"].rsplit(".", 1)
-            block[f.name] = sources[source][name]
-        return block
+        marked ``only_for`` other kinds is left out, and so is one that cannot change a result
+        (``affects_results=False``: see ``run_block``)."""
+        return cls._fields_from(sources, kind, affects_results=True)
+
+    @classmethod
+    def run_block(cls, sources: dict[str, dict], kind: str | None = None) -> dict:
+        """The settings of a job of ``kind`` that cannot change its result, only its speed
+        (``affects_results=False``): not in ``job_block``, so not in the rule's params, and
+        passed to the job beside them (``job_block | run_block`` is every setting it reads)."""
+        return cls._fields_from(sources, kind, affects_results=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +175,9 @@ class TrainConfig(_Settings):
     select_on: str = _setting("zoo.training.select_on")
     bf16: bool = _setting("zoo.training.bf16")
     channels_last: bool = _setting("zoo.training.channels_last")
-    eval_batch_size: int = _setting("zoo.training.eval_batch_size")
+    # Evaluation runs in eval mode, one image at a time as far as the result goes: the batch size
+    # changes the speed and memory only (checked: bit-identical weights and accuracies).
+    eval_batch_size: int = _setting("zoo.training.eval_batch_size", affects_results=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,13 +192,18 @@ class StitchConfig(_Settings):
     init: str = _setting("stitching.init")
     match_images: int = _setting("stitching.match_images")
     train_images: int | None = _setting("stitching.train_images")
+    # Not affects_results=False, unlike zoo.training's: it is also the batch of the pass that
+    # refreshes g's batch-norm statistics (`refresh_batch_norm`, an average of per-batch
+    # statistics), so it changes the stitched accuracy.
     eval_batch_size: int = _setting("stitching.eval_batch_size")
     translate: int = _setting("zoo.training.translate")
     flip: bool = _setting("zoo.training.flip")
     alpha: float = _setting("stitching.alpha", only_for=("grelu",))
     scales_frozen_fraction: float = _setting("stitching.scales_frozen_fraction", only_for=("grelu", "softsort"))
     sinkhorn_iters: int = _setting("stitching.sinkhorn_iters", only_for=("grelu", "grelu_cv"))
+    permutation_step: float = _setting("stitching.permutation_step", only_for=("grelu", "grelu_cv"))
     softsort_tau: float | None = _setting("stitching.softsort_tau", only_for=("softsort",))
+    softsort_hardening: float = _setting("stitching.softsort_hardening", only_for=("softsort",))
     alpha_grid: list[float] = _setting("stitching.alpha_grid", only_for=("grelu_cv",))
     cv_held_out: float = _setting("stitching.cv_held_out", only_for=("grelu_cv",))
     cv_epochs: int | None = _setting("stitching.cv_epochs", only_for=("grelu_cv",))

@@ -19,6 +19,14 @@ converted; tensors stay on their device.
 All CKAs use the unbiased HSIC_1 estimator (Song et al. 2012; Nguyen, Raghu & Kornblith 2021,
 eq. 3), so they need N >= 4 and can be slightly negative for unrelated representations.
 
+Constant representations: a representation that is the same for every one of its N samples (zero
+variance over the inputs, e.g. a layer whose units are all dead on them; with one sample, an
+all-zero one) carries no information about the inputs, and no measure is defined on it (the CKAs
+would be 0/0, G_ReLU Procrustes of all zeros 0.5). Every measure, ``kernel_cka`` on a kernel that
+is constant up to centring, and ``ProcrustesAccumulator``'s results raise
+``ConstantRepresentationError`` (a ``ValueError``) saying which argument it is; ``site_procrustes``
+and ``site_cka`` add the model and the site. No measure returns NaN.
+
 Precision: features are processed in their own floating dtype (float32 activations stay float32,
 float64 and numpy arrays in float64; integer and half inputs are promoted). Sums that cancel or run
 over many samples -- the HSIC reductions, per-channel statistics and the Procrustes cross-products --
@@ -40,6 +48,7 @@ from torch import Tensor
 
 __all__ = [
     "CKA_MEASURES",
+    "ConstantRepresentationError",
     "MEASURES",
     "PROCRUSTES_MEASURES",
     "cka_kernel",
@@ -84,6 +93,35 @@ def _as_features(X: ArrayLike, name: str) -> Tensor:
     if not bool(torch.isfinite(X.sum())) and not bool(torch.isfinite(X).all()):
         raise ValueError(f"{name} contains NaN or infinite values")
     return X.reshape(X.shape[0], X.shape[1], -1)
+
+
+class ConstantRepresentationError(ValueError):
+    """A representation is the same for every sample (or all zero): no similarity is defined.
+    ``which`` names the argument or model ("X"/"Y", "a"/"b"), ``site`` the site when known."""
+
+    def __init__(self, message: str, which: str | None = None, site: str | None = None):
+        super().__init__(message)
+        self.which, self.site = which, site
+
+
+def _constant_message(which: str, n: int, measure: str) -> str:
+    return (f"{which} is the same for each of its {n} samples (zero variance over the inputs, e.g. "
+            f"a layer whose units are all dead on them), so {measure} is undefined: a similarity "
+            "compares how two representations vary across inputs")
+
+
+def _is_constant(lowest: Tensor, highest: Tensor, n: int) -> bool:
+    """Whether features whose per-entry minimum and maximum over the samples are ``lowest`` and
+    ``highest`` are constant: the same for every sample, or (one sample) all zero."""
+    if n > 1:
+        return bool(torch.equal(lowest, highest))
+    return not bool(highest.any())
+
+
+def _require_variation(X: Tensor, which: str, measure: str) -> None:
+    """``ConstantRepresentationError`` if (N, C, P) features ``X`` are constant (see the module)."""
+    if _is_constant(X.amin(0), X.amax(0), X.shape[0]):
+        raise ConstantRepresentationError(_constant_message(which, X.shape[0], measure), which)
 
 
 def _check_pair(X: ArrayLike, Y: ArrayLike, min_samples: int, measure: str) -> tuple[Tensor, Tensor]:
@@ -228,16 +266,28 @@ def unbiased_hsic(K: ArrayLike, L: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BY
 
 
 def _cka(K: Tensor, L: Tensor, max_bytes: int) -> float:
-    """HSIC1(K, L) / sqrt(HSIC1(K, K) HSIC1(L, L)); nan when a kernel is constant up to U-centring."""
+    """HSIC1(K, L) / sqrt(HSIC1(K, K) HSIC1(L, L)); an error when a kernel is constant up to
+    U-centring (``_cka_from_hsic``)."""
     _check_kernels(K, L)
     kl, kk, ll = _hsic_triple(K, L, max_bytes)
-    return _cka_from_hsic(kl, kk, ll)
+    return _cka_from_hsic(kl, kk, ll, float(K.abs().max()), float(L.abs().max()))
 
 
-def _cka_from_hsic(kl: float, kk: float, ll: float) -> float:
+# HSIC1(K, K) below (this * max |K_ij|)^2 is rounding: U-centring a constant kernel in float64
+# leaves entries of about n * 1e-16 of its size, not the 0 it is.
+_CONSTANT_KERNEL = 1e-10
+
+
+def _cka_from_hsic(kl: float, kk: float, ll: float, scale_k: float, scale_l: float) -> float:
+    """CKA from the three HSICs; ``scale_k``, ``scale_l`` bound the kernels' entries (max |K_ij|),
+    against which a zero HSIC1(K, K), i.e. a kernel constant up to centring, is recognised."""
     # HSIC1(K, K) is a sum of squares of the U-centred K, so never negative.
-    denominator = math.sqrt(max(kk, 0.0) * max(ll, 0.0))
-    return kl / denominator if denominator > 0 else float("nan")
+    for which, own, scale in (("K", kk, scale_k), ("L", ll, scale_l)):
+        if not own > (_CONSTANT_KERNEL * scale) ** 2:
+            raise ConstantRepresentationError(
+                f"kernel {which} is constant up to centring (HSIC1({which}, {which}) = {own:.3g}), so CKA "
+                "is 0/0: its representation is the same for every sample", which)
+    return kl / math.sqrt(kk * ll)
 
 
 # ---------------------------------------------------------------------------
@@ -362,6 +412,7 @@ class ProcrustesAccumulator:
         self.x_sq: Tensor | None = None
         self.y_sq: Tensor | None = None
         self._positions: int | None = None
+        self._ranges: list[Tensor] | None = None  # per-entry (min x, max x, min y, max y) over samples
 
     def update(self, x: ArrayLike, y: ArrayLike) -> ProcrustesAccumulator:
         x, y = _check_pair(x, y, 1, "Procrustes")
@@ -377,23 +428,41 @@ class ProcrustesAccumulator:
         xm = x.transpose(0, 1).reshape(x.shape[1], -1).to(_F64)
         ym = y.transpose(0, 1).reshape(y.shape[1], -1).to(_F64)
         cross, x_sq, y_sq = xm @ ym.T, xm.square().sum(1), ym.square().sum(1)
+        ranges = [x.amin(0), x.amax(0), y.amin(0), y.amax(0)]
         if self.cross is None:
             self.cross, self.x_sq, self.y_sq, self._positions = cross, x_sq, y_sq, x.shape[2]
+            self._ranges = ranges
         else:
             self.cross += cross.to(self.cross.device)
             self.x_sq += x_sq.to(self.x_sq.device)
             self.y_sq += y_sq.to(self.y_sq.device)
+            for i, (old, new) in enumerate(zip(self._ranges, ranges)):
+                combine = torch.minimum if i % 2 == 0 else torch.maximum
+                self._ranges[i] = combine(old, new.to(old.device, old.dtype))
         self.n_samples += x.shape[0]
         return self
 
-    def _state(self) -> tuple[Tensor, Tensor, Tensor]:
+    def constant(self) -> str | None:
+        """Which of the accumulated representations is constant over the samples ("X" or "Y",
+        X first), or None: the measures are undefined then (see the module docstring)."""
+        if self.cross is None:
+            return None
+        low_x, high_x, low_y, high_y = self._ranges
+        if _is_constant(low_x, high_x, self.n_samples):
+            return "X"
+        return "Y" if _is_constant(low_y, high_y, self.n_samples) else None
+
+    def _state(self, measure: str) -> tuple[Tensor, Tensor, Tensor]:
         if self.cross is None:
             raise ValueError("no batches accumulated yet: call update(x, y) first")
+        which = self.constant()
+        if which:
+            raise ConstantRepresentationError(_constant_message(which, self.n_samples, measure), which)
         return self.cross, self.x_sq, self.y_sq
 
     def grelu(self) -> float:
         """G_ReLU Procrustes similarity 1 - delta / (2 sqrt(C)); see ``grelu_procrustes``."""
-        M, x_sq, y_sq = self._state()
+        M, x_sq, y_sq = self._state("grelu_procrustes")
         c = M.shape[0]
         if M.shape[0] != M.shape[1]:
             raise ValueError(f"grelu_procrustes matches channels one to one, so X and Y need the "
@@ -411,10 +480,8 @@ class ProcrustesAccumulator:
 
     def orthogonal(self) -> float:
         """Orthogonal Procrustes similarity 1 - sqrt(2 - 2 ||M||_*) / 2; see ``orthogonal_procrustes``."""
-        M, x_sq, y_sq = self._state()
+        M, x_sq, y_sq = self._state("orthogonal_procrustes")
         total = float(x_sq.sum()) * float(y_sq.sum())
-        if total == 0:
-            raise ValueError("orthogonal Procrustes is undefined when X or Y is all zeros")
         nuclear = float(torch.linalg.svdvals(M).sum()) / math.sqrt(total)
         return min(1.0, max(0.0, 1.0 - math.sqrt(max(0.0, 2.0 - 2.0 * nuclear)) / 2.0))
 
@@ -488,6 +555,7 @@ def grelu_cka(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES)
     ``max_bytes``.
     """
     X, Y = _check_pair(X, Y, 4, "CKA")
+    _require_variation(X, "X", "grelu_cka"), _require_variation(Y, "Y", "grelu_cka")
     kernels = []
     for Z in (X, Y):
         # Normalised in place on the channel-major copy the blocked products need: one copy of Z.
@@ -530,9 +598,12 @@ def _linear_cka(X: Tensor, Y: Tensor, method: str, max_bytes: int) -> float:
     if method == "gram":
         return _cka(_linear_gram(A), _linear_gram(B), max_bytes)
     if method == "features":
+        # max_i ||a_i||^2 bounds every entry of the Gram matrix A A' (Cauchy-Schwarz).
         return _cka_from_hsic(_linear_hsic_features(A, B, max_bytes),
                               _linear_hsic_features(A, A, max_bytes),
-                              _linear_hsic_features(B, B, max_bytes))
+                              _linear_hsic_features(B, B, max_bytes),
+                              float(torch.linalg.vector_norm(A, dim=1).max()) ** 2,
+                              float(torch.linalg.vector_norm(B, dim=1).max()) ** 2)
     raise ValueError(f"method must be 'auto', 'gram' or 'features', got {method!r}")
 
 
@@ -553,6 +624,7 @@ def linear_cka(
     on the channels), isotropic scaling and translation, of either argument. Symmetric in X, Y.
     """
     X, Y = _check_pair(X, Y, 4, "CKA")
+    _require_variation(X, "X", "linear_cka"), _require_variation(Y, "Y", "linear_cka")
     return _linear_cka(X, Y, method, max_bytes)
 
 
@@ -570,6 +642,8 @@ def channel_normalized_linear_cka(
     channels, isotropic scaling; unlike ``linear_cka`` not O(C). Symmetric in X, Y.
     """
     X, Y = _check_pair(X, Y, 4, "CKA")
+    for Z, which in ((X, "X"), (Y, "Y")):
+        _require_variation(Z, which, "channel_normalized_linear_cka")
     return _linear_cka(_channel_normalize(X, True), _channel_normalize(Y, True), method, max_bytes)
 
 
@@ -593,6 +667,7 @@ def laplace_cka(
     of either argument. Symmetric in X, Y.
     """
     X, Y = _check_pair(X, Y, 4, "CKA")
+    _require_variation(X, "X", "laplace_cka"), _require_variation(Y, "Y", "laplace_cka")
     bx, by = bandwidth if isinstance(bandwidth, tuple) else (bandwidth, bandwidth)
     K = _laplace_kernel(_channel_normalize(X, True).reshape(X.shape[0], -1), bx, max_bytes)
     L = _laplace_kernel(_channel_normalize(Y, True).reshape(Y.shape[0], -1), by, max_bytes)
@@ -609,6 +684,9 @@ def cka_kernel(measure: str, X: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES
     X = _as_features(X, "X")
     if X.shape[0] < 4:
         raise ValueError(f"CKA needs at least 4 samples, got N = {X.shape[0]}")
+    if measure not in CKA_MEASURES:
+        raise ValueError(f"unknown CKA measure {measure!r}; expected one of {CKA_MEASURES}")
+    _require_variation(X, "X", measure)
     if measure == "grelu_cka":
         Xc = _normalize_channels_(_channel_major(X), center=True, channel_axis=0)
         return _max_kernel(Xc, *_max_kernel_blocks(Xc.shape[1], Xc.shape[0], Xc.element_size(), max_bytes))
@@ -658,6 +736,13 @@ def site_procrustes(model_a: torch.nn.Module, model_b: torch.nn.Module, images: 
                           for model in (model_a, model_b))
         for site in sites:
             accumulators[site].update(reps_a[site], reps_b[site])
+    for site, acc in accumulators.items():
+        which = acc.constant()
+        if which:
+            model = {"X": "a", "Y": "b"}[which]
+            raise ConstantRepresentationError(
+                f"model {model} at site {site}: " + _constant_message("its representation", acc.n_samples,
+                                                                      "every Procrustes measure"), model, site)
     return accumulators
 
 
@@ -670,7 +755,12 @@ def site_cka(measure: str, model_a: torch.nn.Module, model_b: torch.nn.Module, i
     kernels = {}
     for name, model in (("a", model_a), ("b", model_b)):
         for site in sites:
-            kernels[name, site] = cka_kernel(measure, site_activations(model, images, [site], mean, std,
-                                                                       batch_size)[site])
+            activations = site_activations(model, images, [site], mean, std, batch_size)[site]
+            try:
+                kernels[name, site] = cka_kernel(measure, activations)
+            except ConstantRepresentationError:
+                raise ConstantRepresentationError(
+                    f"model {name} at site {site}: " + _constant_message("its representation", len(activations),
+                                                                         measure), name, site) from None
     return {(site_a, site_b): kernel_cka(kernels["a", site_a], kernels["b", site_b])
             for site_a in sites for site_b in sites}

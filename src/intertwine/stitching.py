@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -161,6 +162,13 @@ class GReLULayer(nn.Module):
     def regularizer(self) -> torch.Tensor | None:
         return None
 
+    def optimized_parameters(self) -> list[nn.Parameter]:
+        """The parameters the optimiser steps (all by default; ``GReLUStitch`` steps P itself)."""
+        return list(self.parameters())
+
+    def anneal(self, progress: float) -> None:
+        """Told the fraction of training done (0 to 1) before each step (nothing by default)."""
+
     def project(self) -> None:
         """Back onto the constraint set after an optimiser step (nothing to do by default)."""
 
@@ -215,6 +223,10 @@ class GReLULayer(nn.Module):
         return self.permutation.tolist(), self.column_scales().detach()[self.permutation].cpu().tolist()
 
 
+# Under ``init: match``, the fraction of each row of P off the matched permutation at the start.
+MATCH_OFF_MASS = 0.01
+
+
 def _off_permutation_mass(P: torch.Tensor, perm: torch.Tensor) -> float:
     return float(1 - P.gather(1, perm.to(P.device)[:, None]).sum() / P.shape[0])
 
@@ -223,16 +235,26 @@ class GReLUStitch(GReLULayer):
     """``P diag(scales)`` with P doubly stochastic (a permutation once rounded) and scales >= 0.
 
     P starts near the centre of the Birkhoff polytope (uniform plus a little seeded noise to break
-    the symmetry), the scales at 1. Call ``project()`` after every optimiser step and ``round()``
-    before evaluation.
+    the symmetry), the scales at 1. The optimiser steps the scales only; P takes a mirror-descent
+    step of its own (``step_permutation``): ``P <- Sinkhorn(P * exp(-step * grad / max|grad|))``.
+    A multiplicative step is the natural one on the polytope: its size is relative to each entry,
+    so an entry near 0 stays near 0 unless the gradient keeps favouring it, and the iterates
+    approach a vertex instead of diffusing to the centre, as additive steps of a fixed size (Adam's,
+    about ``lr`` per entry whatever the gradient) do once ReLU and Sinkhorn turn them into
+    noise. Normalising by the largest gradient entry makes the step independent of the loss's
+    scale and of the optimiser chosen for the rest. Call ``project()`` after every optimiser step
+    and ``round()`` before evaluation.
     """
 
     def __init__(self, channels: int, generator: torch.Generator | None = None,
-                 sinkhorn_iters: int = 16, alpha: float = 0.1, init_noise: float = 0.01):
+                 sinkhorn_iters: int = 16, alpha: float = 0.1, step: float = 0.1, init_noise: float = 0.01):
         super().__init__()
+        if channels < 1:
+            raise ValueError(f"a G_ReLU layer needs at least one channel, got {channels}")
         noise = torch.rand(channels, channels, generator=generator) * init_noise
         self.sinkhorn_iters = sinkhorn_iters
         self.alpha = alpha
+        self.step = step
         self.P = nn.Parameter(groups.sinkhorn(torch.full((channels, channels), 1 / channels) + noise / channels,
                                               sinkhorn_iters))
         self.scales = nn.Parameter(torch.ones(channels))
@@ -246,6 +268,9 @@ class GReLUStitch(GReLULayer):
     def scale_parameter(self) -> nn.Parameter:
         return self.scales
 
+    def optimized_parameters(self) -> list[nn.Parameter]:
+        return [self.scales]
+
     def regularizer(self) -> torch.Tensor | None:
         """``-alpha ||P||_F``: largest at the vertices of the polytope (the permutations)."""
         return -self.alpha * self.P.norm() if self.alpha else None
@@ -253,14 +278,28 @@ class GReLUStitch(GReLULayer):
     @torch.no_grad()
     def start_at(self, perm: torch.Tensor, output_scales: torch.Tensor) -> None:
         """Start from the G_ReLU element ``diag(output_scales) Q`` (``Q[i, perm[i]] = 1``)
-        instead of the centre of the polytope."""
-        self.P.copy_(groups.permutation_matrix(perm).to(self.P))
+        instead of the centre of the polytope: P is Q with ``MATCH_OFF_MASS`` of each row's mass
+        spread over the other entries, so that training can still move it (a multiplicative step
+        never moves an entry that is exactly 0)."""
+        n = len(perm)
+        Q = groups.permutation_matrix(perm).to(self.P)
+        self.P.copy_((1 - MATCH_OFF_MASS) * Q + MATCH_OFF_MASS / n if n > 1 else Q)
         self.scales.zero_().index_copy_(0, perm.to(self.scales.device), output_scales.to(self.scales))
 
     @torch.no_grad()
-    def project(self) -> None:
-        """Back onto the constraint set: P doubly stochastic (ReLU + Sinkhorn), scales >= 0."""
+    def step_permutation(self) -> None:
+        """The mirror-descent step of P (see the class), from the gradient of the last backward."""
+        grad, self.P.grad = self.P.grad, None
+        if grad is not None and self.step:
+            largest = grad.abs().max()
+            if largest > 0:
+                self.P.mul_(torch.exp(-self.step * grad / largest))
         self.P.copy_(groups.sinkhorn(self.P, self.sinkhorn_iters))
+
+    @torch.no_grad()
+    def project(self) -> None:
+        """Back onto the constraint set: P by its own step (``step_permutation``), scales >= 0."""
+        self.step_permutation()
         self.scales.clamp_(min=0)
 
 
@@ -271,20 +310,33 @@ class SoftSortStitch(GReLULayer):
     row-stochastic by construction and tends to a permutation as tau -> 0; no projection is needed.
     Scores start uniform in [0, 1), so tau = 1/C (the default) makes neighbours in the sort share
     mass; lambda starts at 0 (D = I).
+
+    At a fixed tau, P stays as soft as its scores' spacing allows (about half its mass off the
+    permutation at spacing tau), and rounding it at the end throws that away. So training hardens
+    it: the temperature falls geometrically from tau to ``hardening * tau`` (``anneal``), and the
+    layer trained last is nearly the permutation it rounds to. ``hardening=1`` keeps tau fixed.
     """
 
-    def __init__(self, channels: int, generator: torch.Generator | None = None, tau: float | None = None):
+    def __init__(self, channels: int, generator: torch.Generator | None = None, tau: float | None = None,
+                 hardening: float = 0.1):
         super().__init__()
+        if channels < 1:
+            raise ValueError(f"a SoftSort layer needs at least one channel, got {channels}")
         self.tau = tau if tau else 1 / channels
+        self.hardening = hardening
+        self.temperature = self.tau
         self.scores = nn.Parameter(torch.rand(channels, generator=generator))
         self.log_scales = nn.Parameter(torch.zeros(channels))
+
+    def anneal(self, progress: float) -> None:
+        self.temperature = self.tau * self.hardening ** min(max(progress, 0.0), 1.0)
 
     def scale_parameter(self) -> nn.Parameter:
         return self.log_scales
 
     def soft_permutation(self) -> torch.Tensor:
         ordered = self.scores.sort(descending=True).values
-        return torch.softmax(-(ordered[:, None] - self.scores[None, :]).abs() / self.tau, dim=1)
+        return torch.softmax(-(ordered[:, None] - self.scores[None, :]).abs() / self.temperature, dim=1)
 
     def column_scales(self) -> torch.Tensor:
         return self.log_scales.exp()
@@ -304,20 +356,50 @@ def match_grelu(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.T
     output channel i the input channel perm[i] of highest normalised correlation, one to one
     (Hungarian algorithm), then the least-squares nonnegative scale. Exact when y = A x for A in
     G_ReLU and x has no two proportional channels. Returns (perm, scales): y_i ≈ scales[i] x_perm[i].
+
+    Computed in float64; the scales come back in x's floating dtype (the default dtype for integer
+    activations). x and y must have one shape with N >= 1 and C >= 1, and finite values.
     """
+    _check_activations(x, y, "match_grelu")
     xs = x.transpose(0, 1).reshape(x.shape[1], -1).double()
     ys = y.transpose(0, 1).reshape(y.shape[1], -1).double()
     x_norm, y_norm = xs.norm(dim=1).clamp_min(1e-12), ys.norm(dim=1).clamp_min(1e-12)
     correlation = (ys @ xs.T) / (y_norm[:, None] * x_norm[None, :])  # (out, in)
     perm = groups.round_to_permutation(correlation).to(x.device)
     scales = ((ys * xs[perm]).sum(1) / x_norm[perm] ** 2).clamp_min(0)
-    return perm, scales.to(x.dtype)
+    return perm, scales.to(x.dtype if x.is_floating_point() else torch.get_default_dtype())
+
+
+def _check_activations(x: torch.Tensor, y: torch.Tensor, what: str) -> None:
+    """Paired activations f -> g at one site: tensors of one shape (N, C, ...), N >= 1 and
+    C >= 1, real and finite."""
+    for name, t in (("x", x), ("y", y)):
+        if not isinstance(t, torch.Tensor) or t.ndim < 2 or t.is_complex() or t.dtype == torch.bool:
+            raise ValueError(f"{what}: {name} must be a real tensor of activations (N, C, ...), got "
+                             f"{type(t).__name__ if not isinstance(t, torch.Tensor) else (t.dtype, tuple(t.shape))}")
+    if x.shape != y.shape:
+        raise ValueError(f"{what}: x and y must be activations of the same N inputs at one site, of one "
+                         f"shape (N, C, ...), got {tuple(x.shape)} and {tuple(y.shape)}")
+    if x.shape[0] < 1 or x.shape[1] < 1:
+        raise ValueError(f"{what}: needs at least one sample and one channel, got shape {tuple(x.shape)} "
+                         "(e.g. stitching.match_images is 0, or the training split is empty)")
+    for name, t in (("x", x), ("y", y)):
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{what}: {name} contains NaN or infinite values")
+
+
+def _check_channels(channels) -> int:
+    if isinstance(channels, bool) or not isinstance(channels, numbers.Integral) or channels < 1:
+        raise ValueError(f"a stitching layer needs channels >= 1 (the site's channel count, "
+                         f"models.Site.channels), got {channels!r}")
+    return int(channels)
 
 
 def method_dimension(method: str, channels: int) -> int:
     """Dimension of the layer's parameter manifold: C^2 (full, L1), 2Cr - r^2 (rank r, r <= C),
     C (the G_ReLU layers: the scales; the permutation is discrete)."""
     kind, rank = parse_method(method)
+    channels = _check_channels(channels)
     if kind in ("full", "l1"):
         return channels * channels
     if kind in G_RELU_METHODS:
@@ -327,17 +409,20 @@ def method_dimension(method: str, channels: int) -> int:
 
 
 def build_layer(method: str, channels: int, generator: torch.Generator | None = None,
-                sinkhorn_iters: int = 16, alpha: float = 0.1, softsort_tau: float | None = None) -> nn.Module:
+                sinkhorn_iters: int = 16, alpha: float = 0.1, softsort_tau: float | None = None,
+                permutation_step: float = 0.1, softsort_hardening: float = 0.1) -> nn.Module:
     """A fresh stitching layer of ``method`` for ``channels`` channels (grelu_cv builds one
-    G_ReLU layer per alpha; this is the layer at ``alpha``)."""
+    G_ReLU layer per alpha; this is the layer at ``alpha``). ``channels`` must be at least 1; a
+    rank above it gives a layer of full rank."""
     kind, param = parse_method(method)
+    channels = _check_channels(channels)
     if kind in ("full", "l1"):
         return FullStitch(channels, generator, l1_lambda=param or 0.0)
     if kind == "rank":
         return RankStitch(channels, min(param, channels), generator)
     if kind == "softsort":
-        return SoftSortStitch(channels, generator, softsort_tau)
-    return GReLUStitch(channels, generator, sinkhorn_iters, alpha)
+        return SoftSortStitch(channels, generator, softsort_tau, softsort_hardening)
+    return GReLUStitch(channels, generator, sinkhorn_iters, alpha, permutation_step)
 
 
 def sparsity(matrix: torch.Tensor, tolerance: float = 1e-3) -> float:
@@ -362,9 +447,11 @@ def cv_split(n: int, held_out: float, generator: torch.Generator) -> tuple[torch
 def stitch(f: nn.Module, g: nn.Module, site: str, layer: nn.Module) -> models.Stitched:
     """The stitched network g_{>site} ∘ layer ∘ f_{<=site}. f and g are frozen (f runs in eval
     mode without autograd; g keeps its mode, so its batch norm uses batch statistics while the
-    layer trains); only ``layer`` trains."""
+    layer trains); only ``layer`` trains. A layer built for another channel count than the site's
+    is an error naming both (``models.Stitched``)."""
+    stitched = models.Stitched(front=f, back=g, site=site, bridge=layer)  # checks before changing g
     g.requires_grad_(False)
-    return models.Stitched(front=f, back=g, site=site, bridge=layer)
+    return stitched
 
 
 def _optimizer(params, config: StitchConfig) -> torch.optim.Optimizer:
@@ -375,22 +462,32 @@ def _optimizer(params, config: StitchConfig) -> torch.optim.Optimizer:
     raise ValueError(f"stitching optimizer {config.optimizer!r}: expected sgd or adam")
 
 
+@dataclass
+class Fit:
+    """What ``fit`` reports: its seconds, and a G_ReLU layer's off-permutation mass after each epoch."""
+
+    seconds: float
+    off_permutation_mass: list[float] = field(default_factory=list)
+
+
 def fit(stitched: models.Stitched, train_split: Split, config: StitchConfig,
         generator: torch.Generator, mean: torch.Tensor, std: torch.Tensor,
-        label: str = "stitch", log: Callable[[str], None] = print) -> float:
+        label: str = "stitch", log: Callable[[str], None] = print) -> Fit:
     """Train the stitching layer (only it) with cross-entropy plus the layer's regularizer (G_ReLU:
-    ``-alpha ||P||_F``; L1: ``lambda sum |W|``); returns the seconds spent.
+    ``-alpha ||P||_F``; L1: ``lambda sum |W|``).
 
-    A G_ReLU layer is projected back onto its constraint set after every step, and its scales stay
-    at their initial values (1, or matched) for the first ``scales_frozen_fraction`` of the epochs.
+    A G_ReLU layer is projected back onto its constraint set after every step (the Birkhoff
+    layer's P by its own mirror-descent step), and its scales stay at their initial values (1, or
+    matched) for the first ``scales_frozen_fraction`` of the epochs.
     """
     layer = stitched.bridge
     grelu = isinstance(layer, GReLULayer)
-    optimizer = _optimizer([p for p in layer.parameters()], config)
+    optimizer = _optimizer(layer.optimized_parameters() if grelu else list(layer.parameters()), config)
     loss_fn = nn.CrossEntropyLoss()
     device = train_split.images.device
     steps = math.ceil(len(train_split) / config.batch_size)
     frozen_epochs = round(config.scales_frozen_fraction * config.epochs) if grelu else 0
+    result = Fit(0.0)
     started = time.perf_counter()
     stitched.train()
     for epoch in range(1, config.epochs + 1):
@@ -399,6 +496,8 @@ def fit(stitched: models.Stitched, train_split: Split, config: StitchConfig,
         order = torch.randperm(len(train_split), device=device, generator=generator)
         loss_sum = torch.zeros((), device=device)
         for step in range(steps):
+            if grelu:
+                layer.anneal(((epoch - 1) * steps + step) / (config.epochs * steps))
             idx = order[step * config.batch_size:(step + 1) * config.batch_size]
             x = augment(normalize(train_split.images[idx], mean, std), generator, config.translate, config.flip)
             loss = loss_fn(stitched(x), train_split.labels[idx])
@@ -415,8 +514,15 @@ def fit(stitched: models.Stitched, train_split: Split, config: StitchConfig,
         if not math.isfinite(train_loss):
             raise ValueError(f"{label}: stitching loss became {train_loss} in epoch {epoch}; "
                              "lower stitching.lr")
-        log(f"{label} epoch {epoch}/{config.epochs} loss {train_loss:.4f}")
-    return time.perf_counter() - started
+        if grelu:
+            layer.anneal(epoch / config.epochs)
+            result.off_permutation_mass.append(layer.off_permutation_mass())
+        mass = f", off-permutation mass {result.off_permutation_mass[-1]:.3f}" if grelu else ""
+        log(f"{label} epoch {epoch}/{config.epochs} loss {train_loss:.4f}{mass}")
+    if grelu:
+        layer.anneal(1.0)  # the layer as training ends, which rounding compares against
+    result.seconds = time.perf_counter() - started
+    return result
 
 
 def select_alpha(make_layer: Callable[[float], GReLUStitch], stitched: models.Stitched, train_split: Split,
@@ -433,12 +539,12 @@ def select_alpha(make_layer: Callable[[float], GReLUStitch], stitched: models.St
     held_part = Split(train_split.images[held_idx], train_split.labels[held_idx])
     run_config = replace(config, epochs=config.cv_epochs or config.epochs, scales_frozen_fraction=0.0)
     back = copy.deepcopy(stitched.back.state_dict())
-    scores, layers, seconds = [], [], 0.0
+    scores, layers, fits, masses = [], [], [], []
     for alpha in config.alpha_grid:
         stitched.back.load_state_dict(back)
         stitched.bridge = make_layer(alpha)
-        seconds += fit(stitched, fit_part, run_config, generator, mean, std, f"{label} alpha {alpha:g}", log)
-        stitched.bridge.round()
+        fits.append(fit(stitched, fit_part, run_config, generator, mean, std, f"{label} alpha {alpha:g}", log))
+        masses.append(stitched.bridge.round())
         refresh_batch_norm(stitched, fit_part, mean, std, config.eval_batch_size)
         scores.append(evaluate(stitched, held_part, mean, std, config.eval_batch_size))
         layers.append(stitched.bridge)
@@ -447,7 +553,8 @@ def select_alpha(make_layer: Callable[[float], GReLUStitch], stitched: models.St
     stitched.bridge = layers[best]
     stitched.back.load_state_dict(back)
     return {"alpha_selected": config.alpha_grid[best], "cv_alphas": list(config.alpha_grid),
-            "cv_accuracies": scores, "seconds": seconds}
+            "cv_accuracies": scores, "seconds": sum(run.seconds for run in fits),
+            "off_permutation_mass": masses[best], "off_permutation_mass_by_epoch": fits[best].off_permutation_mass}
 
 
 @torch.no_grad()
@@ -473,12 +580,15 @@ def refresh_batch_norm(stitched: models.Stitched, train_split: Split, mean: torc
 
 def stitch_site(f: nn.Module, g: nn.Module, site: models.Site, method: str, config: StitchConfig,
                 train_split: Split, mean: torch.Tensor, std: torch.Tensor, key: tuple,
-                label: str = "stitch", log: Callable[[str], None] = print) -> tuple[models.Stitched, dict]:
+                label: str = "stitch", log: Callable[[str], None] = print,
+                accuracy: Callable[[models.Stitched], float] | None = None) -> tuple[models.Stitched, dict]:
     """Stitch f into a copy of g at ``site`` with a fresh layer of ``method`` and train it; every
     random draw comes from generators seeded from ``key`` (the layer's start, the batches).
     A G_ReLU layer is rounded, and g's batch-norm statistics are refreshed for the final layer.
 
-    Returns the stitched network, ready to evaluate, and its layer's columns of the table.
+    With ``accuracy`` (a stitched network -> its test accuracy), the layer before training is
+    measured too (``acc_start``: rounded, batch norm refreshed), so a table shows what training
+    added. Returns the stitched network, ready to evaluate, and its layer's columns of the table.
     """
     kind = parse_method(method)[0]
     device = train_split.images.device
@@ -493,27 +603,37 @@ def stitch_site(f: nn.Module, g: nn.Module, site: models.Site, method: str, conf
     def make_layer(alpha: float = config.alpha) -> nn.Module:
         init_generator.set_state(start)
         layer = build_layer(method, site.channels, init_generator, config.sinkhorn_iters, alpha,
-                            config.softsort_tau).to(device)
+                            config.softsort_tau, config.permutation_step, config.softsort_hardening).to(device)
         if matched is not None:
             layer.match(*matched)
         return layer
 
     stitched = stitch(f, copy.deepcopy(g), site.name, make_layer())
-    batches = torch.Generator(device=device).manual_seed(derive_seed(*key, "batches"))
     columns = {"alpha": config.alpha if kind == "grelu" else None, "alpha_selected": None,
-               "cv_alphas": None, "cv_accuracies": None}
+               "cv_alphas": None, "cv_accuracies": None, "acc_start": None}
+    if accuracy is not None:  # the layer before training, measured as the trained one will be
+        before = copy.deepcopy(stitched)
+        if isinstance(before.bridge, GReLULayer):
+            before.bridge.round()
+        refresh_batch_norm(before, train_split, mean, std, config.eval_batch_size)
+        columns["acc_start"] = accuracy(before)
+        del before
+    batches = torch.Generator(device=device).manual_seed(derive_seed(*key, "batches"))
+    columns |= {"permutation": None, "scales": None, "off_permutation_mass": None,
+                "off_permutation_mass_by_epoch": None}
     if kind == "grelu_cv":
         chosen = select_alpha(make_layer, stitched, train_split, config, batches, mean, std, label, log)
         seconds = chosen.pop("seconds")
         columns |= chosen | {"alpha": chosen["alpha_selected"]}
     else:
-        seconds = fit(stitched, train_split, config, batches, mean, std, label, log)
+        run = fit(stitched, train_split, config, batches, mean, std, label, log)
+        seconds = run.seconds
+        if run.off_permutation_mass:
+            columns["off_permutation_mass_by_epoch"] = run.off_permutation_mass
     layer = stitched.bridge
-    columns |= {"permutation": None, "scales": None, "off_permutation_mass": None}
     if isinstance(layer, GReLULayer):
         if not layer.rounded:
-            columns["off_permutation_mass"] = layer.off_permutation_mass()
-            layer.round()
+            columns["off_permutation_mass"] = layer.round()
         columns["permutation"], columns["scales"] = layer.rounded_layer()
     refresh_batch_norm(stitched, train_split, mean, std, config.eval_batch_size)
     return stitched, columns | {"train_seconds": seconds, "sparsity": sparsity(layer.matrix()),

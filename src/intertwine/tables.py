@@ -52,6 +52,8 @@ STITCHING = pa.schema([
     pa.field("rank", pa.int64()), pa.field("l1_lambda", pa.float64()), pa.field("alpha", pa.float64()),
     pa.field("acc_a", pa.float64()), pa.field("acc_b", pa.float64()),
     pa.field("acc_stitched", pa.float64()), pa.field("penalty", pa.float64()),
+    # the penalty of the layer before training (its start: matched under init: match; rounded)
+    pa.field("penalty_start", pa.float64()),
     pa.field("stitch_params", pa.int64()),  # dimension of the layer's parameter manifold
     pa.field("trainable_params", pa.int64()), pa.field("channels", pa.int64()),
     pa.field("epochs", pa.int64()),
@@ -61,6 +63,7 @@ STITCHING = pa.schema([
     # the scales) and the fraction of P's mass off that permutation before rounding.
     pa.field("permutation", pa.list_(pa.int64())), pa.field("scales", pa.list_(pa.float64())),
     pa.field("off_permutation_mass", pa.float64()),
+    pa.field("off_permutation_mass_by_epoch", pa.list_(pa.float64())),  # after each epoch of training
     # grelu_cv only: the alpha grid, each alpha's held-out accuracy, the alpha chosen
     pa.field("cv_alphas", pa.list_(pa.float64())), pa.field("cv_accuracies", pa.list_(pa.float64())),
     pa.field("alpha_selected", pa.float64()),

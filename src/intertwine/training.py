@@ -41,7 +41,12 @@ def _autocast(device: torch.device, bf16: bool):
 @torch.inference_mode()
 def evaluate(model: nn.Module, split: Split, mean: torch.Tensor, std: torch.Tensor,
              batch_size: int = 1000, bf16: bool = False, channels_last: bool = False) -> float:
-    """Top-1 accuracy of ``model`` (in eval mode) on a split that lives on the model's device."""
+    """Top-1 accuracy of ``model`` (in eval mode) on a split that lives on the model's device; an
+    empty split or a batch size below 1 is an error (an empty split has no accuracy, not 0)."""
+    if len(split) == 0:
+        raise ValueError("evaluate: the split is empty, so it has no accuracy")
+    if batch_size < 1:
+        raise ValueError(f"evaluate: batch size must be at least 1, got {batch_size}")
     was_training = model.training
     model.eval()
     correct = 0
@@ -63,6 +68,9 @@ def train(model: nn.Module, train_split: Split, val_split: Split, config: TrainC
     Splits, ``mean``/``std`` and ``generator`` must live on the model's device; every random
     choice (order, translations, flips) comes from ``generator``.
     """
+    if len(train_split) == 0 or len(val_split) == 0:
+        raise ValueError(f"{label}: cannot train on {len(train_split)} training and {len(val_split)} "
+                         "validation images; both splits need at least one")
     device = train_split.images.device
     memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
     model.to(memory_format=memory_format)

@@ -59,13 +59,32 @@ def write_json(obj: Any, path: str | os.PathLike) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def cuda_problem(name: str) -> str | None:
+    """Why torch device ``name`` (``cuda`` or ``cuda:<n>``) cannot be used here, or None."""
+    import torch
+
+    if not torch.cuda.is_available():
+        build = "a CPU-only torch build" if torch.version.cuda is None else f"torch for CUDA {torch.version.cuda}"
+        return f"no CUDA GPU is visible here ({build})"
+    index = int(name.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        return f"only {torch.cuda.device_count()} CUDA GPU(s) are visible here (cuda:0 ...)"
+    return None
+
+
 def resolve_device(name: str = "auto") -> "torch.device":
-    """`auto` picks CUDA when present, else CPU; `cuda` without a GPU is an error that says so."""
+    """`auto` picks CUDA when present, else CPU; a CUDA device that is not there (no GPU, or not
+    that many) is a ValueError that says so and what to set instead."""
+    import re
+
     import torch  # here, so that table and figure jobs start without loading torch
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device: {name!r} was requested but no CUDA GPU is visible; "
-                           "set device: auto (or cpu) in the config")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", name):
+        raise ValueError(f"device {name!r}: expected auto, cpu, cuda or cuda:<n>")
+    problem = name.startswith("cuda") and cuda_problem(name)
+    if problem:
+        raise ValueError(f"device: {name!r} was requested but {problem}; set device: auto (CUDA when "
+                         "present, else the CPU) or cpu in the config")
     return torch.device(name)

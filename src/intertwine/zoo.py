@@ -2,6 +2,7 @@
 ``intertwine.jobs.zoo.train_member``.)"""
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pandas as pd
@@ -26,10 +27,44 @@ def save_checkpoint(checkpoint: dict, path: str | Path) -> None:
         torch.save(checkpoint, tmp)
 
 
+# What every checkpoint holds (``jobs.zoo.train_member`` writes more).
+CHECKPOINT_KEYS = ("format", "variant", "spec", "seed", "state_dict")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be read; the message names it and says how to recover."""
+
+
+def _recover(path: str | Path) -> str:
+    return (f"Delete it (rm -f {path}: the workflow write-protects checkpoints) and rerun its job: snakemake "
+            "retrains that member (train_member), and every job that read it reruns after")
+
+
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
-    checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    """A checkpoint's contents, loaded with torch's weights-only unpickler. A file that is not one
+    (truncated by an interrupted copy or a full disk, or another kind of file) is a
+    ``CheckpointError`` naming it and saying how to recover; a missing one a FileNotFoundError."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such checkpoint; train it first (snakemake {path})")
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - torch raises OSError, RuntimeError, EOFError, KeyError, ...
+        if isinstance(err, pickle.UnpicklingError) and "weights_only" in str(err):
+            what = ("it holds Python objects that are neither tensors nor plain data, which a checkpoint "
+                    "never does, so it is not loaded")
+        else:
+            what = (f"it is truncated or damaged ({type(err).__name__}: "
+                    f"{(str(err).splitlines() or [''])[0][:120]})")
+        raise CheckpointError(f"{path} is not a readable intertwine checkpoint: {what}. "
+                              f"{_recover(path)}") from None
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not an intertwine checkpoint ({CHECKPOINT_FORMAT})")
+        raise CheckpointError(f"{path} is not an intertwine checkpoint ({CHECKPOINT_FORMAT}: a dict with "
+                              f"format {CHECKPOINT_FORMAT!r}). {_recover(path)}")
+    missing = [key for key in CHECKPOINT_KEYS if key not in checkpoint]
+    if missing or not isinstance(checkpoint["state_dict"], dict):
+        raise CheckpointError(f"{path} is an incomplete checkpoint (it lacks {missing or ['a state_dict']}). "
+                              f"{_recover(path)}")
     return checkpoint
 
 
@@ -56,8 +91,12 @@ def recorded_test_acc(meta: dict) -> float | None:
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[torch.nn.Module, dict]:
     """Rebuild a zoo member from its checkpoint: ``(model in eval mode, checkpoint metadata)``."""
     checkpoint = read_checkpoint(path, device)
-    model = models.build(checkpoint["spec"]).to(device)
-    model.load_state_dict(checkpoint.pop("state_dict"))
+    try:
+        model = models.build(checkpoint["spec"]).to(device)
+        model.load_state_dict(checkpoint.pop("state_dict"))
+    except (TypeError, ValueError, RuntimeError) as err:  # a spec or weights that do not fit
+        raise CheckpointError(f"{path} holds weights that do not fit its own spec {checkpoint['spec']} "
+                              f"({(str(err).splitlines() or [''])[0][:200]}). {_recover(path)}") from None
     return model.eval(), checkpoint
 
 

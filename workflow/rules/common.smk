@@ -28,6 +28,31 @@ _errors = PLAN.errors()
 if _errors:
     raise WorkflowError("\n".join(_errors))
 
+
+# device: cuda on a machine without a GPU would fail every torch job, the first after the data
+# stage. The Snakefile is parsed before Snakemake picks its executor (snakemake.api: the workflow
+# is included when the DAG API is made, `Workflow.execute` receives the executor plugin later), so
+# the check waits for `onstart` (in the Snakefile), which runs in the main Snakemake process
+# before any job (not on dry runs, not in jobs: those get --no-hooks), once `workflow.local_exec`
+# says whether this process runs the jobs. A cluster executor is left alone: its login node need
+# not have the GPUs its jobs get.
+def check_device():
+    device = config["device"]
+    if not device.startswith("cuda") or not workflow.local_exec:
+        return
+    from intertwine.utils import cuda_problem
+
+    problem = cuda_problem(device)
+    if problem:
+        raise WorkflowError(
+            f"config key device: {device!r}, but {problem}, and this run executes its jobs on this "
+            "machine, so every torch job would fail. Set device: auto (CUDA when present, else the "
+            "CPU) or device: cpu in the config (or --config device=cpu), or run where the GPU is "
+            "(e.g. through the cluster profile: --workflow-profile profiles/slurm)"
+        )
+
+
+
 # Rules call the `intertwine` command of the environment that runs Snakemake, also when that
 # environment is not activated (`.venv/bin/snakemake ...`): then its bin directory goes first on
 # every job's PATH.
@@ -47,7 +72,7 @@ CONDA_ENV = "../../environment.yml"
 DATASET = config["data"]["dataset"]
 DATA_DIR = f"results/data/{DATASET}"
 DATA_FILES = multiext(f"{DATA_DIR}/", "train.npz", "val.npz", "test.npz", "meta.json")
-THREADS = config["zoo"]["training"]["threads"]
+THREADS = config["zoo"]["training"]["threads"]  # the rules' threads directive (no rerun trigger)
 
 # The library files each stage runs; a change to them reruns that stage (and its dependents) only.
 STAGE_CODE = {
@@ -57,7 +82,7 @@ STAGE_CODE = {
     "symmetry": ["symmetry.py", "groups.py", "jobs/__init__.py", "jobs/symmetry.py"],
     "stitching": ["stitching.py", "groups.py", "jobs/__init__.py", "jobs/stitching.py"],
     "similarity": ["similarity.py", "jobs/__init__.py", "jobs/similarity.py"],
-    "dissection": ["dissection.py", "data/concepts.py", "data/broden.py", "data/shapes.py",
+    "dissection": ["dissection.py", "data/concepts.py", "data/broden.py", "data/cifar10.py", "data/shapes.py",
                    "models/__init__.py", "models/imagenet.py", "groups.py", "jobs/__init__.py",
                    "jobs/dissection.py"],
     "tables": ["tables.py"],

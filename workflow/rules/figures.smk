@@ -64,13 +64,19 @@ rule stitching_figure:
             caption="../report/stitching_dimension.rst",
             category="Model stitching",
         ),
+        convergence=report(
+            "results/figures/stitching_convergence.png",
+            caption="../report/stitching_convergence.rst",
+            category="Model stitching",
+        ),
         summary=report(
             "results/tables/stitching_summary.csv",
             caption="../report/stitching_summary.rst",
             category="Model stitching",
         ),
         other_formats=PLAN.extra_formats("results/figures/stitching_penalty")
-        + PLAN.extra_formats("results/figures/stitching_dimension"),
+        + PLAN.extra_formats("results/figures/stitching_dimension")
+        + PLAN.extra_formats("results/figures/stitching_convergence"),
     params:
         figures=as_json(config["figures"]),
         code=code_hash("figures"),
@@ -80,7 +86,8 @@ rule stitching_figure:
         "results/logs/figures/stitching.log",
     shell:
         "intertwine stitching-figure --table {input} --figures {params.figures:q}"
-        " --penalty {output.penalty} --dimension {output.dimension} --summary {output.summary}"
+        " --penalty {output.penalty} --dimension {output.dimension} --convergence {output.convergence}"
+        " --summary {output.summary}"
         " --other-formats {output.other_formats} > {log} 2>&1"
 
 

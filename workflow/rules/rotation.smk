@@ -14,6 +14,7 @@ rule rotation_trial:
     threads: THREADS
     resources:
         gpu=1,
+        eval_batch_size=PLAN.train_run()["eval_batch_size"],  # not a params: see zoo.smk
     conda:
         CONDA_ENV
     log:
@@ -23,7 +24,8 @@ rule rotation_trial:
     shell:
         "intertwine rotation-trial --checkpoint {input.checkpoint} --data {params.data} --site {wildcards.site}"
         " --group {wildcards.group} --trial {wildcards.trial} --config {params.block:q}"
-        " --training {params.training:q} --global-seed {params.seed} --device {params.device}"
+        " --training {params.training:q} --eval-batch-size {resources.eval_batch_size}"
+        " --global-seed {params.seed} --device {params.device}"
         " --threads {threads} --out {output} > {log} 2>&1"
 
 

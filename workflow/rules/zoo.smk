@@ -14,6 +14,9 @@ rule train_member:
     threads: THREADS
     resources:
         gpu=1,
+        # Settings that cannot change a result (Plan.train_run): here, not in params, so that
+        # changing them reruns nothing.
+        eval_batch_size=lambda wc: PLAN.train_run(wc.variant)["eval_batch_size"],
     conda:
         CONDA_ENV
     log:
@@ -23,7 +26,8 @@ rule train_member:
     shell:
         "intertwine train-member --data {params.data} --variant {wildcards.variant} --seed {wildcards.seed}"
         " --spec {params.spec:q} --training {params.training:q} --global-seed {params.seed}"
-        " --device {params.device} --threads {threads} --out {output.checkpoint} --metrics {output.metrics}"
+        " --eval-batch-size {resources.eval_batch_size} --device {params.device} --threads {threads}"
+        " --out {output.checkpoint} --metrics {output.metrics}"
         " > {log} 2>&1"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import json
 from pathlib import Path
+import zipfile
 
 import numpy as np
 import torch
@@ -34,7 +35,12 @@ class Split:
 
 
 def build_dataset(block: dict, seed: int) -> tuple[dict[str, dict[str, np.ndarray]], dict]:
-    """Generate or read the configured data set; return its splits as arrays and its metadata."""
+    """Generate or read the configured data set; return its splits as arrays and its metadata.
+    ``block`` is the config's ``data`` block: keys it lacks take the schema's defaults, and a key
+    or value the schema does not allow is an error naming it."""
+    from intertwine.settings import checked_block
+
+    block = checked_block(block, "data")
     name = block["dataset"]
     meta = {"dataset": name}
     if name == "shapes":
@@ -95,12 +101,25 @@ def write_dataset(out_dir: str | Path, splits: dict, meta: dict) -> None:
     write_json(meta, out_dir / "meta.json")
 
 
+def _damaged(path: Path, what: str) -> ValueError:
+    return ValueError(f"{path} is {what}: the data cache is damaged (e.g. a full disk or an interrupted "
+                      f"copy). Delete {path.parent} and rerun the data stage (snakemake reruns "
+                      "prepare_data and everything after it; the data are decoded again from the source)")
+
+
 def load_meta(data_dir: str | Path) -> dict:
     path = Path(data_dir) / "meta.json"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run the data stage first "
                                 f"(`intertwine prepare-data ... --out {data_dir}`, or snakemake)")
-    return json.loads(path.read_text())
+    try:
+        meta = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise _damaged(path, f"not valid JSON ({err})") from None
+    missing = [key for key in ("dataset", "classes", "mean", "std", "image_size") if key not in meta]
+    if not isinstance(meta, dict) or missing:
+        raise _damaged(path, f"not the data stage's metadata (it lacks {missing or 'a mapping'})")
+    return meta
 
 
 def channel_stats(data_dir: str | Path, device: torch.device | str = "cpu"):
@@ -116,7 +135,19 @@ def load_split(data_dir: str | Path, split: str) -> Split:
     path = Path(data_dir) / f"{split}.npz"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run the data stage first")
-    with np.load(path) as arrays:
-        concepts = arrays["concepts"] if "concepts" in arrays else None
-        return Split(torch.from_numpy(arrays["images"]), torch.from_numpy(arrays["labels"]),
-                     None if concepts is None else torch.from_numpy(concepts))
+    try:
+        with np.load(path) as arrays:
+            missing = [key for key in ("images", "labels") if key not in arrays]
+            if missing:
+                raise _damaged(path, f"not a cached split (it lacks {missing})")
+            concepts = arrays["concepts"] if "concepts" in arrays else None
+            split_ = Split(torch.from_numpy(arrays["images"]), torch.from_numpy(arrays["labels"]),
+                           None if concepts is None else torch.from_numpy(concepts))
+    except (OSError, EOFError, zipfile.BadZipFile, ValueError) as err:  # numpy's errors on a damaged file
+        if str(err).startswith(str(path)):
+            raise
+        raise _damaged(path, f"unreadable ({type(err).__name__}: {err})") from None
+    if split_.images.dtype != torch.uint8 or split_.images.ndim != 4 or len(split_.images) != len(split_.labels):
+        raise _damaged(path, f"not a cached split (images {split_.images.dtype} {tuple(split_.images.shape)}, "
+                             f"{len(split_.labels)} labels)")
+    return split_

@@ -5,7 +5,11 @@ import torch
 
 
 def normalize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """uint8 (N, C, H, W) -> float, each channel standardised with the training set's statistics."""
+    """uint8 (N, C, H, W) -> float, each channel standardised with the training set's statistics.
+    Other dtypes are an error: float images in [0, 1] would silently be divided by 255 again."""
+    if images.dtype != torch.uint8:
+        raise ValueError(f"normalize takes uint8 images (0..255), got {images.dtype}; pass images as the "
+                         "data cache holds them, or already-normalised inputs without mean and std")
     return (images.float().div_(255.0) - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)
 
 

@@ -146,12 +146,11 @@ def _primary_categories(root: Path, loaded: list[str], size: int,
 
 
 def _decode_image(path: Path, root: Path) -> np.ndarray:
-    from PIL import Image
+    from intertwine.data.cifar10 import read_image
 
     if not path.is_file():
         raise BrodenNotFoundError(f"{path} (named in index.csv) is missing; {_expected(root)}")
-    with Image.open(path) as image:
-        return np.asarray(image.convert("RGB"), dtype=np.uint8)
+    return read_image(path, root)
 
 
 def load_broden(root: str | Path, *, max_images: int | None = None,

@@ -30,6 +30,27 @@ def _expected(root: Path) -> str:
             "Point data.cifar10.root in the config at such a directory.")
 
 
+class DataCorruptError(ValueError):
+    """A file of the data set cannot be read; the message names it and how to recover."""
+
+
+def read_image(path: str | Path, root: str | Path) -> np.ndarray:
+    """An image file as an RGB uint8 array (H, W, 3), decoded completely now (PIL decodes lazily);
+    a truncated or unreadable file is a ``DataCorruptError`` naming it."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            return np.asarray(image.convert("RGB"), dtype=np.uint8)
+    except (OSError, SyntaxError, ValueError) as err:  # PIL: "image file is truncated", "cannot identify ..."
+        if isinstance(err, FileNotFoundError):
+            raise
+        raise DataCorruptError(f"{path} cannot be read as an image ({err}): the copy of the data set under "
+                               f"{root} is damaged (e.g. an interrupted copy). Copy the data set again (or "
+                               "this file from the original), then rerun the data stage (snakemake: "
+                               "prepare_data)") from None
+
+
 def detect_layout(root: Path) -> str | None:
     if (root / "cifar-10-batches-py").is_dir():
         return "torchvision"
@@ -83,7 +104,7 @@ def _load_imagefolder(root: Path) -> dict:
             raise DataNotFoundError(f"{root / split}: {err}; {_expected(root)}") from err
         images = []
         for path, _ in dataset.samples:
-            array = np.asarray(dataset.loader(path), dtype=np.uint8)
+            array = read_image(path, root)
             if images and array.shape != images[0].shape:
                 raise ValueError(f"{path} is {array.shape[1]}x{array.shape[0]} but the first image "
                                  f"of {root / split} is {images[0].shape[1]}x{images[0].shape[0]}; "

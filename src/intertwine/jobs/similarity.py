@@ -5,30 +5,46 @@ import pandas as pd
 
 from intertwine import models, similarity
 from intertwine.jobs import Job
+from intertwine.settings import SimilarityConfig
 
 
 def similarity_pair(job: Job, a: str, b: str, pair: int, block: dict, procrustes: bool,
                     cka: bool) -> pd.DataFrame:
     """One row per (site_a, site_b, measure) of zoo members a and b on the first
     ``block["samples"]`` test images: Procrustes measures at matching sites (``procrustes``),
-    CKA measures for every pair of sites (``cka``)."""
+    CKA measures for every pair of sites (``cka``). Keys ``block`` lacks take the schema's
+    defaults."""
+    settings = SimilarityConfig.from_block(block, "similarity")
     model_a, meta_a = job.model(a)
     model_b, meta_b = job.model(b)
     if meta_a["variant"] != meta_b["variant"]:
         raise ValueError(f"{a} and {b} belong to different variants")
-    images = job.split("test", block.get("samples")).images
+    images = job.split("test", settings.samples).images
     sites = [s.name for s in models.sites(model_a)]
-    reads = (model_a, model_b, images, sites, *job.stats(), block["batch_size"])
+    reads = (model_a, model_b, images, sites, *job.stats(), settings.batch_size)
     base = {"variant": meta_a["variant"], "pair": pair, "seed_a": meta_a["seed"], "seed_b": meta_b["seed"]}
+    try:
+        rows = _rows(job, base, settings, reads, procrustes, cka, len(sites))
+    except similarity.ConstantRepresentationError as err:
+        member = {"a": a, "b": b}.get(err.which, f"{a} or {b}")
+        raise ValueError(f"{base['variant']} pair {pair}: {err}. Check {member} (if it is dead at "
+                         f"{err.site}, delete it and rerun its train_member job to retrain it), or compare "
+                         "on more test images (similarity.samples)") from None
+    return pd.DataFrame(rows).assign(n_samples=len(images), **job.provenance({"similarity": block}, device=False))
+
+
+def _rows(job: Job, base: dict, settings: SimilarityConfig, reads: tuple, procrustes: bool, cka: bool,
+          n_sites: int) -> list[dict]:
+    pair = base["pair"]
     rows = []
     if procrustes:
         for site, acc in similarity.site_procrustes(*reads).items():
             values = {"grelu_procrustes": acc.grelu, "orthogonal_procrustes": acc.orthogonal}
             rows += [{**base, "site_a": site, "site_b": site, "measure": measure, "value": values[measure]()}
-                     for measure in block["procrustes_measures"]]
-        job.log(f"{base['variant']} pair {pair}: Procrustes at {len(sites)} sites")
-    for measure in block["cka_measures"] if cka else []:
+                     for measure in settings.procrustes_measures]
+        job.log(f"{base['variant']} pair {pair}: Procrustes at {n_sites} sites")
+    for measure in settings.cka_measures if cka else []:
         rows += [{**base, "site_a": site_a, "site_b": site_b, "measure": measure, "value": value}
                  for (site_a, site_b), value in similarity.site_cka(measure, *reads).items()]
-        job.log(f"{base['variant']} pair {pair}: {measure} for {len(sites)}x{len(sites)} site pairs")
-    return pd.DataFrame(rows).assign(n_samples=len(images), **job.provenance({"similarity": block}, device=False))
+        job.log(f"{base['variant']} pair {pair}: {measure} for {n_sites}x{n_sites} site pairs")
+    return rows

@@ -37,15 +37,18 @@ def stitch_pair(job: Job, a: str, b: str, method: str, pair: int, block: dict,
         label = f"{meta_a['variant']} pair {pair} ({meta_a['seed']}->{meta_b['seed']}) {site.name} {method}"
         key = (job.global_seed, "stitching", meta_a["variant"], pair, site.name, method)
         stitched, layer = stitching.stitch_site(f, g, site, method, config, train_split, mean, std, key,
-                                                label, job.log)
-        acc_stitched = acc(stitched)
-        job.log(f"{label}: accuracy {acc_stitched:.4f} (a {acc_a:.4f}, b {acc_b:.4f})")
+                                                label, job.log, accuracy=acc)
+        acc_stitched, acc_start = acc(stitched), layer.pop("acc_start")
+        job.log(f"{label}: accuracy {acc_stitched:.4f} (before training {acc_start:.4f}; a {acc_a:.4f}, "
+                f"b {acc_b:.4f})")
         rows.append({
             "variant": meta_a["variant"], "pair": pair, "seed_a": meta_a["seed"], "seed_b": meta_b["seed"],
             "site": site.name, "inside_residual": site.inside_residual, "method": method,
-            "rank": param if kind == "rank" else None, "l1_lambda": param if kind == "l1" else None,
+            # the rank the layer has: rank<r> above the site's channels runs as full rank
+            "rank": min(param, site.channels) if kind == "rank" else None,
+            "l1_lambda": param if kind == "l1" else None,
             "acc_a": acc_a, "acc_b": acc_b, "acc_stitched": acc_stitched,
-            "penalty": (acc_a + acc_b) / 2 - acc_stitched,
+            "penalty": (acc_a + acc_b) / 2 - acc_stitched, "penalty_start": (acc_a + acc_b) / 2 - acc_start,
             "stitch_params": stitching.method_dimension(method, site.channels),
             "channels": site.channels, "epochs": config.epochs, **layer,
             **job.provenance({"stitching": block}),

@@ -9,20 +9,23 @@ import torch
 from intertwine import models, symmetry
 from intertwine.data.augment import normalize
 from intertwine.jobs import Job
+from intertwine.settings import SymmetryConfig
 
 
 def symmetry_check(job: Job, checkpoint: str, block: dict) -> pd.DataFrame:
     """The symmetry self-check of one zoo member: ``symmetry.check_symmetry`` for every
-    configured group, on the first ``block["images"]`` test images."""
-    dtype = torch.float64 if block["float64"] else torch.float32
+    configured group, on the first ``block["images"]`` test images (keys ``block`` lacks take the
+    schema's defaults)."""
+    settings = SymmetryConfig.from_block(block, "symmetry")
+    dtype = torch.float64 if settings.float64 else torch.float32
     model, meta = job.model(checkpoint)
     model = copy.deepcopy(model).to(dtype)  # the loaded model stays as it is
-    x = normalize(job.split("test", block["images"]).images, *job.stats()).to(dtype)
+    x = normalize(job.split("test", settings.images).images, *job.stats()).to(dtype)
     rows = []
-    for group in block["groups"]:
+    for group in settings.groups:
         group = symmetry.checked_group(model, group)
         generator = torch.Generator().manual_seed(job.seed("symmetry", meta["variant"], meta["seed"], group))
-        rows += symmetry.check_symmetry(model, x, group, generator, block["lognormal_sigma"])
+        rows += symmetry.check_symmetry(model, x, group, generator, settings.lognormal_sigma)
     table = pd.DataFrame(rows).drop_duplicates(["site", "group"])
     table.insert(0, "variant", meta["variant"])
     table.insert(1, "seed", meta["seed"])

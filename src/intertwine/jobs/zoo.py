@@ -15,13 +15,17 @@ from intertwine.zoo import CHECKPOINT_FORMAT
 
 
 def train_member(job: Job, variant: str, seed: int, spec: dict, training: dict,
-                 checkpoint_path: str | Path = "") -> tuple[dict, pd.DataFrame]:
+                 checkpoint_path: str | Path = "", eval_batch_size: int | None = None) -> tuple[dict, pd.DataFrame]:
     """Train one zoo member; return its checkpoint (a dict) and its per-epoch metrics.
 
-    ``training`` is the variant's ``zoo.training`` block. The same (variant, seed, spec, data,
-    training, global seed) gives bit-identical weights on the CPU.
+    ``training`` is the variant's ``zoo.training`` block (keys it lacks take the schema's
+    defaults); ``eval_batch_size``, when given, replaces its ``eval_batch_size``, which changes the
+    speed only (the workflow passes it apart, so that it is not in the provenance hash, which is
+    over ``training`` as given). The same (variant, seed, spec, data, training, global seed) gives
+    bit-identical weights on the CPU.
     """
-    config = TrainConfig.from_block(training, "zoo.training")
+    config = TrainConfig.from_block(training | ({} if eval_batch_size is None else {"eval_batch_size": eval_batch_size}),
+                                    "zoo.training")
     spec = models.normalize_spec(spec)
     classes = len(job.meta()["classes"])
     if spec["num_classes"] != classes:

@@ -138,12 +138,12 @@ def _check_value(key: str, value: Any) -> Any:
             raise fail("a positive integer or null")
         return int(value)
     if key == "width_multiplier":
-        if not is_real or not value > 0:
-            raise fail("a positive number")
+        if not is_real or not 0 < value < float("inf"):
+            raise fail("a positive finite number")
         return float(value)
     if key == "negative_slope":
-        if not is_real:
-            raise fail("a number")
+        if not is_real or not abs(value) < float("inf"):
+            raise fail("a finite number")
         return float(value)
     raise AssertionError(f"no check for option {key!r}")  # a registry option without a check
 
@@ -258,6 +258,7 @@ class Stitched(nn.Module):
     def __init__(self, front: nn.Module, back: nn.Module, site: str, bridge: nn.Module | None = None):
         super().__init__()
         _pieces(front, site), _pieces(back, site)  # both must have the site
+        _check_bridge(front, back, site, bridge)
         self.front, self.back, self.site = front, back, site
         self.bridge = bridge if bridge is not None else nn.Identity()
         self.front.requires_grad_(False)
@@ -272,6 +273,45 @@ class Stitched(nn.Module):
         with torch.no_grad():
             state = forward_to(self.front, x, self.site)
         return forward_from(self.back, (self.bridge(state[0]), *state[1:]), self.site)
+
+
+def _site_channels(model: nn.Module, site: str) -> int | None:
+    return next((s.channels for s in sites(model) if s.name == site), None) if hasattr(model, "site_layout") else None
+
+
+def _bridge_shape(bridge: nn.Module | None) -> tuple[int, int] | None:
+    """(channels out, channels in) of a bridge on the channels, when its modules say it: a layer
+    with a ``matrix()`` (the stitching layers) or a convolution; None when unknown (nn.Identity
+    maps any width to itself)."""
+    if bridge is None or isinstance(bridge, nn.Identity):
+        return None
+    if callable(getattr(bridge, "matrix", None)):
+        with torch.no_grad():
+            matrix = bridge.matrix()
+        if isinstance(matrix, torch.Tensor) and matrix.ndim == 2:
+            return tuple(matrix.shape)
+    if isinstance(bridge, nn.modules.conv._ConvNd):
+        return bridge.out_channels, bridge.in_channels
+    return None
+
+
+def _check_bridge(front: nn.Module, back: nn.Module, site: str, bridge: nn.Module | None) -> None:
+    """The channels at ``site`` agree: front's output, the bridge's input and output, back's input."""
+    c_front, c_back = _site_channels(front, site), _site_channels(back, site)
+    shape = _bridge_shape(bridge)
+    if shape is None:
+        if c_front is not None and c_back is not None and c_front != c_back:
+            raise ValueError(f"site {site!r} has {c_front} channels in front (the model run up to it) but "
+                             f"{c_back} in back (the model run after it): a bridge of {c_front} -> {c_back} "
+                             "channels is needed between them")
+        return
+    out_channels, in_channels = shape
+    if (c_front is not None and in_channels != c_front) or (c_back is not None and out_channels != c_back):
+        fix = (f"build it for the site's {c_front} channels: stitching.build_layer(method, {c_front})"
+               if c_front == c_back else f"it must map {c_front} channels to {c_back}")
+        raise ValueError(f"the stitching layer maps {in_channels} channels to {out_channels}, but site {site!r} "
+                         f"has {c_front} channels in front (f, run up to it) and {c_back} in back (g, run after "
+                         f"it): {fix}")
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -298,6 +338,10 @@ def site_activations(model: nn.Module, images: torch.Tensor, names=None, mean: t
     """
     from intertwine.data.augment import normalize
 
+    if len(images) == 0:
+        raise ValueError("site_activations: no images given (an empty batch has no activations)")
+    if batch_size < 1:
+        raise ValueError(f"site_activations: batch size must be at least 1, got {batch_size}")
     names = [site.name for site in sites(model)] if names is None else list(names)
     seen: dict[str, list[torch.Tensor]] = {name: [] for name in names}
     batch = 0
