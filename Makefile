@@ -8,7 +8,7 @@ SNAKEMAKE := $(BIN)/snakemake --workflow-profile profiles/default --cores $(CORE
 # Rules call the `intertwine` console script, so the venv comes first on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: .venv run report test test-cluster dry-run-paper clean
+.PHONY: .venv run report test test-cluster format dry-run-paper clean
 
 .venv: $(VENV)/.installed
 
@@ -26,6 +26,10 @@ report: .venv
 
 test: .venv
 	$(BIN)/python -m pytest
+
+format: .venv
+	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/snakefmt Snakefile workflow/rules
 
 test-cluster: .venv
 	bash tests/cluster/run.sh

@@ -32,6 +32,6 @@ onstart:
 
 
 rule all:
+    default_target: True
     input:
         PLAN.all_outputs,
-    default_target: True

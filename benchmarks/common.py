@@ -1,5 +1,6 @@
 """The baseline input pipeline the benchmarks compare against: a torchvision-style data set of PIL
 images with per-sample transforms, batched by a DataLoader (the usual CIFAR-10 recipe)."""
+
 from __future__ import annotations
 
 import time
@@ -38,15 +39,22 @@ class ArrayDataset(VisionDataset):
 
 def baseline_loader(images, labels, mean, std, batch_size, workers=0, seed=0):
     fill = tuple(int(round(255 * m)) for m in mean.tolist())
-    transform = transforms.Compose([
-        transforms.RandomCrop(images.shape[-1], padding=2, fill=fill),
-        transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(),
-        transforms.Normalize(mean.tolist(), std.tolist()),
-    ])
+    transform = transforms.Compose(
+        [
+            transforms.RandomCrop(images.shape[-1], padding=2, fill=fill),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize(mean.tolist(), std.tolist()),
+        ]
+    )
     return torch.utils.data.DataLoader(
-        ArrayDataset(images, labels, transform), batch_size=batch_size, shuffle=True,
-        num_workers=workers, generator=torch.Generator().manual_seed(seed), drop_last=True)
+        ArrayDataset(images, labels, transform),
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=workers,
+        generator=torch.Generator().manual_seed(seed),
+        drop_last=True,
+    )
 
 
 def throughput(batches: Iterable, step: Callable, device: torch.device) -> float:

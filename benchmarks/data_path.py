@@ -3,6 +3,7 @@ torchvision data set with per-sample transforms behind a DataLoader, on the same
 
     python benchmarks/data_path.py [--n 10000] [--batch-size 32] [--workers 0] [--device auto]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,7 @@ def ours(images, labels, mean, std, batch_size, device) -> float:
     started = time.perf_counter()
     seen = 0
     for start in range(0, len(labels) - batch_size + 1, batch_size):
-        idx = order[start:start + batch_size]
+        idx = order[start : start + batch_size]
         x = augment(normalize(images[idx], mean, std), generator)
         y = labels[idx]
         seen += len(y)
@@ -48,8 +49,10 @@ def main() -> None:
     ours(*data, args.batch_size, device)  # warm-up
     a = ours(*data, args.batch_size, device)
     b = baseline(*data, args.batch_size, device, args.workers)
-    print(f"data path, {args.n} images 32x32, batch {args.batch_size}, {describe_device(device)}, "
-          f"baseline with {args.workers} DataLoader workers")
+    print(
+        f"data path, {args.n} images 32x32, batch {args.batch_size}, {describe_device(device)}, "
+        f"baseline with {args.workers} DataLoader workers"
+    )
     print(ratio_line("augmented batches", a, b))
 
 

@@ -10,6 +10,7 @@ with each concept from boolean masks (one pass per concept over all pixels). Bot
 IoUs (checked). The default layer is ResNet20's stage-3 output at half width on `shapes`
 (32 units at 8x8, masks at 32x32), the probe size of config/paper.yaml's scale being 5000.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,9 @@ def baseline(activations: torch.Tensor, labels: torch.Tensor, n_concepts: int, q
     n, c = activations.shape[:2]
     values = activations.transpose(0, 1).reshape(c, -1).double().numpy()
     thresholds = torch.from_numpy(np.quantile(values, 1 - quantile, axis=1)).float()
-    upsampled = F.interpolate(activations, size=tuple(labels.shape[-2:]), mode="bilinear", align_corners=False)
+    upsampled = F.interpolate(
+        activations, size=tuple(labels.shape[-2:]), mode="bilinear", align_corners=False
+    )
     fired = upsampled > thresholds.view(1, -1, 1, 1)
     iou = torch.zeros(c, n_concepts)
     for k in range(n_concepts):
@@ -59,8 +62,10 @@ def main() -> None:
     noise = torch.randn(args.images, args.units, args.size, args.size, generator=generator)
     activations = F.avg_pool2d(noise, 3, stride=1, padding=1).relu()
     k = len(probe.concepts)
-    print(f"{args.images} images, {args.units} units at {args.size}x{args.size}, masks {args.mask}x{args.mask}, "
-          f"{k} concepts; {describe_device(torch.device('cpu'))}")
+    print(
+        f"{args.images} images, {args.units} units at {args.size}x{args.size}, masks {args.mask}x{args.mask}, "
+        f"{k} concepts; {describe_device(torch.device('cpu'))}"
+    )
 
     started = time.perf_counter()
     ours = unit_iou(activations, probe.labels, k, unit_thresholds(activations, args.quantile))
@@ -69,8 +74,10 @@ def main() -> None:
     theirs = baseline(activations, probe.labels, k, args.quantile)
     baseline_seconds = time.perf_counter() - started
     torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
-    print(f"dissection: intertwine {ours_seconds:.2f} s, baseline {baseline_seconds:.2f} s, "
-          f"ratio {baseline_seconds / ours_seconds:.1f}x faster (same IoUs)")
+    print(
+        f"dissection: intertwine {ours_seconds:.2f} s, baseline {baseline_seconds:.2f} s, "
+        f"ratio {baseline_seconds / ours_seconds:.1f}x faster (same IoUs)"
+    )
 
 
 if __name__ == "__main__":

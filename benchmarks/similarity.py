@@ -13,6 +13,7 @@ many minutes on a CPU). Each side of the comparison runs in a fresh process so t
 memory can be read: the process's high-water mark (ru_maxrss on CPU,
 torch.cuda.max_memory_allocated on GPU) minus the memory in use once the activations exist.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,7 +52,7 @@ def activations(n: int, channels: int, size: int, dtype: torch.dtype, device: to
         z = torch.randn(min(256, n - start), channels, size, size, generator=g)
         x = torch.einsum("nchw,cd->ndhw", z, mix).relu()
         y = (torch.einsum("nchw,cd->ndhw", x, W) + 0.5 * torch.randn(x.shape, generator=g)).relu()
-        X[start:start + len(z)], Y[start:start + len(z)] = x, y
+        X[start : start + len(z)], Y[start : start + len(z)] = x, y
     return X, Y
 
 
@@ -89,8 +90,9 @@ def _peak_growth(device: torch.device, marker: int) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - marker  # Linux: KiB
 
 
-def timed_in_process(method: str, n: int, channels: int, size: int, dtype: str, device: str,
-                     threads: int) -> tuple[float, float, int]:
+def timed_in_process(
+    method: str, n: int, channels: int, size: int, dtype: str, device: str, threads: int
+) -> tuple[float, float, int]:
     """(seconds, CKA, peak memory growth in bytes) of one method; meant for a fresh process."""
     torch.set_num_threads(threads)
     device = resolve_device(device)
@@ -106,30 +108,41 @@ def timed_in_process(method: str, n: int, channels: int, size: int, dtype: str, 
 def compare(args, device: torch.device) -> None:
     context = multiprocessing.get_context("spawn")
     shape = (args.n, args.channels, args.size, args.dtype, args.device, torch.get_num_threads())
-    print(f"grelu_cka, N={args.n}, {args.channels} channels {args.size}x{args.size}, {args.dtype}, "
-          f"{describe_device(device)}", flush=True)
+    print(
+        f"grelu_cka, N={args.n}, {args.channels} channels {args.size}x{args.size}, {args.dtype}, "
+        f"{describe_device(device)}",
+        flush=True,
+    )
     results = {}
     for method in ("blocked", "per-row"):
         with context.Pool(1) as pool:
             seconds, value, peak = results[method] = pool.apply(timed_in_process, (method, *shape))
-        print(f"  {method:8s} {seconds:7.2f} s   CKA {value:.9f}   peak memory growth "
-              f"{peak / MiB:.0f} MiB", flush=True)
+        print(
+            f"  {method:8s} {seconds:7.2f} s   CKA {value:.9f}   peak memory growth {peak / MiB:.0f} MiB",
+            flush=True,
+        )
     (t_ours, v_ours, _), (t_base, v_base, _) = results["blocked"], results["per-row"]
-    print(ratio_line("max-kernel CKA", args.n / t_ours, args.n / t_base, unit="samples/s")
-          + f"; |CKA difference| {abs(v_ours - v_base):.1e}")
+    print(
+        ratio_line("max-kernel CKA", args.n / t_ours, args.n / t_base, unit="samples/s")
+        + f"; |CKA difference| {abs(v_ours - v_base):.1e}"
+    )
     itemsize = torch.empty(0, dtype=getattr(torch, args.dtype)).element_size()
     rows, chans = _max_kernel_blocks(args.n, args.channels, itemsize, DEFAULT_MAX_BYTES)
-    print(f"  largest intermediate (analytic): blocked ({chans}, {rows}, {args.n}) block "
-          f"{chans * rows * args.n * itemsize / MiB:.1f} MiB, per-row ({args.n}, {args.channels}) "
-          f"row {args.n * args.channels * itemsize / MiB:.2f} MiB; both hold "
-          f"normalised copies of X and Y and two {args.n}x{args.n} kernels "
-          f"({2 * args.n**2 * itemsize / MiB:.0f} MiB)")
+    print(
+        f"  largest intermediate (analytic): blocked ({chans}, {rows}, {args.n}) block "
+        f"{chans * rows * args.n * itemsize / MiB:.1f} MiB, per-row ({args.n}, {args.channels}) "
+        f"row {args.n * args.channels * itemsize / MiB:.2f} MiB; both hold "
+        f"normalised copies of X and Y and two {args.n}x{args.n} kernels "
+        f"({2 * args.n**2 * itemsize / MiB:.0f} MiB)"
+    )
 
 
 def all_measures(args, device: torch.device) -> None:
     X, Y = activations(args.n, args.channels, args.size, getattr(torch, args.dtype), device)
-    print(f"all measures, N={args.n}, {args.channels} channels {args.size}x{args.size}, "
-          f"{args.dtype}, {describe_device(device)}")
+    print(
+        f"all measures, N={args.n}, {args.channels} channels {args.size}x{args.size}, "
+        f"{args.dtype}, {describe_device(device)}"
+    )
     for name in args.measures:
         measure = MEASURES[name]
         measure(X[:16], Y[:16])  # warm-up: first-call costs (scipy import, thread pools) not timed
@@ -142,10 +155,18 @@ def all_measures(args, device: torch.device) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--all-measures", action="store_true",
-                        help="time every measure instead of comparing grelu_cka with the baseline")
-    parser.add_argument("--measures", nargs="+", default=list(MEASURES), choices=list(MEASURES),
-                        help="with --all-measures: which to time (laplace_cka takes ~30 min at N=10000 on a CPU)")
+    parser.add_argument(
+        "--all-measures",
+        action="store_true",
+        help="time every measure instead of comparing grelu_cka with the baseline",
+    )
+    parser.add_argument(
+        "--measures",
+        nargs="+",
+        default=list(MEASURES),
+        choices=list(MEASURES),
+        help="with --all-measures: which to time (laplace_cka takes ~30 min at N=10000 on a CPU)",
+    )
     parser.add_argument("--n", type=int, help="samples (default 2000; 10000 with --all-measures)")
     parser.add_argument("--channels", type=int, help="channels (default 32)")
     parser.add_argument("--size", type=int, help="height = width (default 16)")
@@ -156,8 +177,9 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     defaults = (10000, 32, 16) if args.all_measures else (2000, 32, 16)
-    args.n, args.channels, args.size = (v if v is not None else d for v, d in
-                                        zip((args.n, args.channels, args.size), defaults))
+    args.n, args.channels, args.size = (
+        v if v is not None else d for v, d in zip((args.n, args.channels, args.size), defaults)
+    )
     device = resolve_device(args.device)
     if args.all_measures:
         all_measures(args, device)

@@ -9,6 +9,7 @@ Also times the stitched network with its frozen front run with autograd (a plain
 of f's and g's modules, everything requiring grad except that only the layer is optimised),
 the usual way of writing it, against ours (front in inference, no graph).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,9 @@ from intertwine.utils import resolve_device
 def steps_per_second(method, f, g, site, channels, split, mean, std, config, device) -> float:
     layer = build_layer(method, channels, torch.Generator().manual_seed(0)).to(device)
     stitched = stitch(f, copy.deepcopy(g), site, layer)
-    seconds = fit(stitched, split, config, torch.Generator(device=device).manual_seed(0), mean, std,
-                  log=lambda _: None)
+    seconds = fit(
+        stitched, split, config, torch.Generator(device=device).manual_seed(0), mean, std, log=lambda _: None
+    )
     return config.epochs * -(-len(split) // config.batch_size) / seconds
 
 
@@ -53,8 +55,10 @@ def frozen_front_speedup(f, g, site, channels, split, mean, std, config, device)
     for model in (ours_model, baseline):
         layer = model.bridge if model is ours_model else model.layer
         optimizer = torch.optim.SGD(layer.parameters(), lr=config.lr)
-        x = ((split.images[:config.batch_size].float() / 255) - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)
-        y = split.labels[:config.batch_size]
+        x = ((split.images[: config.batch_size].float() / 255) - mean.view(1, -1, 1, 1)) / std.view(
+            1, -1, 1, 1
+        )
+        y = split.labels[: config.batch_size]
         steps = 30
         for warm in (True, False):
             started = time.perf_counter()
@@ -90,14 +94,22 @@ def main() -> None:
     full = steps_per_second("full", f, g, args.site, channels, split, mean, std, config, device)
     grelu = steps_per_second("grelu", f, g, args.site, channels, split, mean, std, config, device)
     softsort = steps_per_second("softsort", f, g, args.site, channels, split, mean, std, config, device)
-    print(f"stitching {spec} at {args.site} ({channels} channels), {args.n} images, batch "
-          f"{args.batch_size}, {describe_device(device)}")
-    print(f"full {full:.1f} steps/s, G_ReLU {grelu:.1f} steps/s: G_ReLU costs {full / grelu:.2f}x "
-          "full stitching per step")
-    print(f"SoftSort {softsort:.1f} steps/s: the Birkhoff G_ReLU layer is {grelu / softsort:.2f}x faster per step")
+    print(
+        f"stitching {spec} at {args.site} ({channels} channels), {args.n} images, batch "
+        f"{args.batch_size}, {describe_device(device)}"
+    )
+    print(
+        f"full {full:.1f} steps/s, G_ReLU {grelu:.1f} steps/s: G_ReLU costs {full / grelu:.2f}x "
+        "full stitching per step"
+    )
+    print(
+        f"SoftSort {softsort:.1f} steps/s: the Birkhoff G_ReLU layer is {grelu / softsort:.2f}x faster per step"
+    )
     ours, baseline = frozen_front_speedup(f, g, args.site, channels, split, mean, std, config, device)
-    print(f"frozen front without autograd {ours:.1f} steps/s vs with autograd {baseline:.1f} steps/s: "
-          f"{ours / baseline:.2f}x")
+    print(
+        f"frozen front without autograd {ours:.1f} steps/s vs with autograd {baseline:.1f} steps/s: "
+        f"{ours / baseline:.2f}x"
+    )
 
 
 if __name__ == "__main__":

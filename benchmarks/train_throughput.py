@@ -3,6 +3,7 @@ fed by a torchvision data set + per-sample transforms + DataLoader, on the same 
 
     python benchmarks/train_throughput.py [--arch myrtle] [--width-multiplier 0.25] [--n 4000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,7 @@ def ours(spec, images, labels, mean, std, config, device) -> float:
     torch.manual_seed(0)
     model = models.build(spec).to(device)
     split = Split(images, labels).to(device)
-    tiny_val = Split(images[:config.batch_size], labels[:config.batch_size]).to(device)
+    tiny_val = Split(images[: config.batch_size], labels[: config.batch_size]).to(device)
     generator = torch.Generator(device=device).manual_seed(0)
     started = time.perf_counter()
     train(model, split, tiny_val, config, generator, mean.to(device), std.to(device), log=lambda _: None)
@@ -46,7 +47,8 @@ def baseline(spec, images, labels, mean, std, config, device, workers) -> float:
 
     batches = itertools.chain.from_iterable(
         baseline_loader(images, labels, mean, std, config.batch_size, workers, seed=epoch)
-        for epoch in range(config.epochs))
+        for epoch in range(config.epochs)
+    )
     return throughput(batches, step, device)
 
 
@@ -66,8 +68,10 @@ def main() -> None:
     data = benchmark_data(args.n)
     a = ours(spec, *data, config, device)
     b = baseline(spec, *data, config, device, args.workers)
-    print(f"training {spec}, {args.n} images x {args.epochs} epochs, batch {args.batch_size}, "
-          f"{describe_device(device)}, baseline with {args.workers} DataLoader workers")
+    print(
+        f"training {spec}, {args.n} images x {args.epochs} epochs, batch {args.batch_size}, "
+        f"{describe_device(device)}, baseline with {args.workers} DataLoader workers"
+    )
     print(ratio_line("training", a, b))
 
 

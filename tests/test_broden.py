@@ -1,4 +1,5 @@
 """The Broden loader (on a tiny fake Broden directory) and the local-weights ImageNet models."""
+
 import csv
 
 import numpy as np
@@ -72,12 +73,20 @@ def make_broden(root, rng, image_size=16, seg_size=8):
         return rng.choice(np.array([0] + choices), size=(s, s))
 
     drawn = [  # (image name, split, {column: entries}, image format)
-        ("ade20k/a.jpg", "train", {"color": [seg([1])], "object": [seg([2, 3, 150])],
-                                    "part": [seg([4, 300]), seg([5, 300])],
-                                    "material": [seg([3])], "scene": [6], "texture": [7, 8]},
-         "JPEG"),
-        ("ade20k/b.png", "val", {"object": [seg([2, 299])], "part": [seg([4])], "scene": [6]},
-         "PNG"),
+        (
+            "ade20k/a.jpg",
+            "train",
+            {
+                "color": [seg([1])],
+                "object": [seg([2, 3, 150])],
+                "part": [seg([4, 300]), seg([5, 300])],
+                "material": [seg([3])],
+                "scene": [6],
+                "texture": [7, 8],
+            },
+            "JPEG",
+        ),
+        ("ade20k/b.png", "val", {"object": [seg([2, 299])], "part": [seg([4])], "scene": [6]}, "PNG"),
         ("dtd/c.png", "train", {"texture": [8]}, "PNG"),
         ("ade20k/d.png", "train", {"object": [seg([256, 3])], "part": [], "scene": [6]}, "PNG"),
     ]
@@ -87,8 +96,7 @@ def make_broden(root, rng, image_size=16, seg_size=8):
         Image.fromarray(pixels).save(root / "images" / name, format=fmt)
         with Image.open(root / "images" / name) as im:  # what a decoder gives (JPEG is lossy)
             pixels = np.asarray(im.convert("RGB"))
-        row = {"image": name, "split": split, "ih": image_size, "iw": image_size,
-               "sh": s, "sw": s}
+        row = {"image": name, "split": split, "ih": image_size, "iw": image_size, "sh": s, "sw": s}
         for column in COLUMNS:
             entries = []
             for j, entry in enumerate(cells.get(column, [])):
@@ -101,19 +109,40 @@ def make_broden(root, rng, image_size=16, seg_size=8):
         out.append({"image": pixels, "cells": cells, "split": split})
     _write_csv(root / "index.csv", ["image", "split", "ih", "iw", "sh", "sw"] + COLUMNS, index)
 
-    labels = [{"number": k, "name": _label(k)[0], "category": _label(k)[1], "frequency": 1,
-               "coverage": 1.0, "syns": ""} for k in range(1, N_LABELS + 1)]
-    _write_csv(root / "label.csv", ["number", "name", "category", "frequency", "coverage", "syns"],
-               labels)
+    labels = [
+        {
+            "number": k,
+            "name": _label(k)[0],
+            "category": _label(k)[1],
+            "frequency": 1,
+            "coverage": 1.0,
+            "syns": "",
+        }
+        for k in range(1, N_LABELS + 1)
+    ]
+    _write_csv(root / "label.csv", ["number", "name", "category", "frequency", "coverage", "syns"], labels)
     category_order = ["color", "object", "part", "material", "scene", "texture"]
-    _write_csv(root / "category.csv", ["name", "first", "last", "count", "frequency"],
-               [{"name": c, "first": 1, "last": N_LABELS, "count": 1, "frequency": 1}
-                for c in category_order])
+    _write_csv(
+        root / "category.csv",
+        ["name", "first", "last", "count", "frequency"],
+        [{"name": c, "first": 1, "last": N_LABELS, "count": 1, "frequency": 1} for c in category_order],
+    )
     for c in category_order:
         members = [k for k in range(1, N_LABELS + 1) if c in _label(k)[2]]
-        _write_csv(root / f"c_{c}.csv", ["code", "number", "name", "frequency", "coverage"],
-                   [{"code": i + 1, "number": k, "name": _label(k)[0], "frequency": 1,
-                     "coverage": _label(k)[2][c]} for i, k in enumerate(members)])
+        _write_csv(
+            root / f"c_{c}.csv",
+            ["code", "number", "name", "frequency", "coverage"],
+            [
+                {
+                    "code": i + 1,
+                    "number": k,
+                    "name": _label(k)[0],
+                    "frequency": 1,
+                    "coverage": _label(k)[2][c],
+                }
+                for i, k in enumerate(members)
+            ],
+        )
     return out
 
 
@@ -148,8 +177,15 @@ def test_label_maps_images_and_concepts(broden):
     assert len(data.concepts) == N_LABELS
     assert data.concepts[0] == "red-c" and data.concepts[299] == "door-knob"
     assert data.concepts[149] == "thing150"
-    assert [data.categories[k - 1] for k in (1, 2, 3, 4, 6, 7, 300)] == \
-        ["color", "object", "object", "part", "scene", "texture", "part"]
+    assert [data.categories[k - 1] for k in (1, 2, 3, 4, 6, 7, 300)] == [
+        "color",
+        "object",
+        "object",
+        "part",
+        "scene",
+        "texture",
+        "part",
+    ]
 
 
 def test_overlapping_parts_stay_in_separate_layers(broden):
@@ -218,8 +254,11 @@ def test_size_mismatch_is_named(broden):
     rows = _read_csv(root / "index.csv")
     rows[2]["ih"] = "20"
     _write_csv(root / "index.csv", list(rows[0]), rows)
-    with pytest.raises(ValueError, match=r"'dtd/c\.png' is 20x16.*first selected image "
-                                         r"'ade20k/a\.jpg' is 16x16.*one size"):
+    with pytest.raises(
+        ValueError,
+        match=r"'dtd/c\.png' is 20x16.*first selected image "
+        r"'ade20k/a\.jpg' is 16x16.*one size",
+    ):
         load_broden(root)
     assert len(load_broden(root, split="val")) == 1  # the mismatch is outside this selection
 
@@ -271,8 +310,12 @@ def test_load_imagenet_model(arch, saved_models):
     source, path = saved_models[arch]
     model = load_imagenet_model(arch, path)
     assert not model.training
-    images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
-    x = (images.float() / 255 - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+    images = torch.randint(
+        0, 256, (2, 3, 64, 64), dtype=torch.uint8, generator=torch.Generator().manual_seed(1)
+    )
+    x = (images.float() / 255 - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(
+        IMAGENET_STD
+    ).view(1, 3, 1, 1)
     with torch.no_grad():
         assert torch.equal(model(x), source(x))
 
@@ -280,12 +323,17 @@ def test_load_imagenet_model(arch, saved_models):
     assert list(maps) == DEFAULT_SITES[arch]
     seen, handles = {}, []
     for site in DEFAULT_SITES[arch]:
+
         def hook(_module, _inputs, output, site=site):
             seen[site] = output.detach().clone()
+
         handles.append(model.get_submodule(site).register_forward_hook(hook))
     if arch == "resnet50":  # the inner site's representation is the input of conv3
-        handles.append(model.layer4[2].conv3.register_forward_pre_hook(
-            lambda _m, args: seen.__setitem__("conv3 input", args[0].clone())))
+        handles.append(
+            model.layer4[2].conv3.register_forward_pre_hook(
+                lambda _m, args: seen.__setitem__("conv3 input", args[0].clone())
+            )
+        )
     with torch.no_grad():
         model(x)
     for handle in handles:
@@ -320,8 +368,11 @@ def test_wrapped_state_dicts_load(saved_models, tmp_path):
 
 def test_wrong_weights_give_clear_errors(saved_models, tmp_path):
     _, path = saved_models["resnet50"]
-    with pytest.raises(ValueError, match=r"resnet50\.pth does not hold torchvision's convnext_tiny "
-                                         r"weights: \d+ keys missing \(e\.g\. \['features"):
+    with pytest.raises(
+        ValueError,
+        match=r"resnet50\.pth does not hold torchvision's convnext_tiny "
+        r"weights: \d+ keys missing \(e\.g\. \['features",
+    ):
         load_imagenet_model("convnext_tiny", path)
     state = torch.load(path, weights_only=True)
     state["fc.weight"] = state["fc.weight"][:10]
@@ -329,8 +380,11 @@ def test_wrong_weights_give_clear_errors(saved_models, tmp_path):
     state["extra.weight"] = torch.zeros(1)
     bad = tmp_path / "bad.pth"
     torch.save(state, bad)
-    with pytest.raises(ValueError, match=r"bad\.pth.*1 keys missing \(e\.g\. \['fc\.bias'\]\), "
-                                         r"1 unexpected.*extra\.weight.*1 of the wrong shape"):
+    with pytest.raises(
+        ValueError,
+        match=r"bad\.pth.*1 keys missing \(e\.g\. \['fc\.bias'\]\), "
+        r"1 unexpected.*extra\.weight.*1 of the wrong shape",
+    ):
         load_imagenet_model("resnet50", bad)
     with pytest.raises(FileNotFoundError, match=r"missing\.pth.*download\.pytorch\.org"):
         load_imagenet_model("resnet50", tmp_path / "missing.pth")

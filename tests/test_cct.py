@@ -1,5 +1,6 @@
 """The Compact Convolutional Transformer (``arch: cct``): sites, channels-first layout, the split
 forward pass, stitching at its blocks, spec validation."""
+
 from __future__ import annotations
 
 import pytest
@@ -35,14 +36,20 @@ def test_default_sites_and_size():
     model = build({"arch": "cct"})
     assert isinstance(model, CCT)
     assert count_parameters(model) == 349_515
-    assert sites(model) == [Site("blocks.0.act", 256, True), Site("blocks.0.out", 128, False),
-                            Site("blocks.1.act", 256, True), Site("blocks.1.out", 128, False)]
+    assert sites(model) == [
+        Site("blocks.0.act", 256, True),
+        Site("blocks.0.out", 128, False),
+        Site("blocks.1.act", 256, True),
+        Site("blocks.1.out", 128, False),
+    ]
     for site in sites(model):
         module = model.get_submodule(site.name)
         assert type(module) is (nn.GELU if site.inside_residual else nn.Identity)
     # The tokenizer's ReLUs are functional: the encoder's activations are the only modules.
     assert [name for name, m in model.named_modules() if isinstance(m, (nn.ReLU, nn.GELU))] == [
-        "blocks.0.act", "blocks.1.act"]
+        "blocks.0.act",
+        "blocks.1.act",
+    ]
 
 
 @pytest.mark.parametrize("width, depth, dim", [(0.25, 3, 32), (0.5, 1, 64), (2.0, 7, 256), (0.3, 2, 38)])
@@ -61,9 +68,12 @@ def test_depth_and_width(width, depth, dim):
 def test_every_site_is_channels_first(size, tokens):
     model = _tiny(depth=3)
     seen = {}
-    handles = [model.get_submodule(s.name).register_forward_hook(
-        lambda _m, _i, out, name=s.name: seen.setdefault(name, []).append(out.shape))
-        for s in sites(model)]
+    handles = [
+        model.get_submodule(s.name).register_forward_hook(
+            lambda _m, _i, out, name=s.name: seen.setdefault(name, []).append(out.shape)
+        )
+        for s in sites(model)
+    ]
     with torch.no_grad():
         assert model(torch.randn(2, 3, size, size)).shape == (2, 10)
     for handle in handles:
@@ -138,8 +148,9 @@ def test_block_output_is_pre_norm_transformer():
         t = t + block.fc2(block.act(block.fc1(block.norm2(t))))
         torch.testing.assert_close(block(x), t.transpose(1, 2))
         inner, skip = block.start(x)
-        torch.testing.assert_close(skip, (x.transpose(1, 2) + block.attn(block.norm1(x.transpose(1, 2))))
-                                   .transpose(1, 2))
+        torch.testing.assert_close(
+            skip, (x.transpose(1, 2) + block.attn(block.norm1(x.transpose(1, 2)))).transpose(1, 2)
+        )
         assert inner.shape == (2, 32, 10)
 
 
@@ -181,8 +192,10 @@ def test_stitch_trains_only_the_bridge(method, site, tokenizer_norm):
 
 def test_activation_options():
     relu = build({**TINY, "activation": "relu"})
-    assert all(type(relu.get_submodule(s.name)) is (nn.ReLU if s.inside_residual else nn.Identity)
-               for s in sites(relu))
+    assert all(
+        type(relu.get_submodule(s.name)) is (nn.ReLU if s.inside_residual else nn.Identity)
+        for s in sites(relu)
+    )
     assert not any(isinstance(m, nn.GELU) for m in relu.modules())
     leaky = build({**TINY, "activation": "leaky_relu", "negative_slope": 0.2, "num_classes": 7})
     assert leaky.blocks[1].act.negative_slope == 0.2
@@ -234,7 +247,13 @@ def test_init():
 def test_registered():
     assert "cct" in models.ARCHITECTURES
     assert set(models.ARCHITECTURES["cct"].options) == {
-        "activation", "negative_slope", "width_multiplier", "num_classes", "depth", "tokenizer_norm"}
+        "activation",
+        "negative_slope",
+        "width_multiplier",
+        "num_classes",
+        "depth",
+        "tokenizer_norm",
+    }
 
 
 def test_tokenizer_norm_standardises_each_image_and_channel():

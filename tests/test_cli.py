@@ -1,4 +1,5 @@
 """The command line: what a rule runs, and the errors a person sees."""
+
 import json
 import re
 import subprocess
@@ -11,9 +12,16 @@ from intertwine.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 # Subcommands that run torch: each is named like its rule and its function in intertwine.jobs.<stage>.
-JOBS = {"train-member": "zoo", "rotation-trial": "rotation", "stitch-pair": "stitching",
-        "similarity-pair": "similarity", "symmetry-check": "symmetry", "dissect-member": "dissection",
-        "dissect-external": "dissection", "dissection-masks": "dissection"}
+JOBS = {
+    "train-member": "zoo",
+    "rotation-trial": "rotation",
+    "stitch-pair": "stitching",
+    "similarity-pair": "similarity",
+    "symmetry-check": "symmetry",
+    "dissect-member": "dissection",
+    "dissect-external": "dissection",
+    "dissection-masks": "dissection",
+}
 
 
 def intertwine(*args):
@@ -58,11 +66,24 @@ def test_each_rule_command_parses(rule):
         # Fill the rule's placeholders with values of their kind: JSON lists and blocks, integers,
         # names the options restrict, paths.
         lists = {"{params.sites:q}": '["act1"]', "{params.transformers:q}": '["cct"]'}
-        names = {"{params.dataset}": "shapes", "{wildcards.method}": "full", "{wildcards.group}": "grelu",
-                 "{params.arch}": "resnet50", "{params.device}": "cpu"}
-        argv = [lists.get(a, "{}") if a.endswith(":q}") else names.get(a, "1") if a in names or re.fullmatch(
-                    r"\{(wildcards\.(seed|pair|trial)|params\.seed|threads|resources\.eval_batch_size)\}", a)
-                else a.replace("{", "x").replace("}", "x") for a in argv]
+        names = {
+            "{params.dataset}": "shapes",
+            "{wildcards.method}": "full",
+            "{wildcards.group}": "grelu",
+            "{params.arch}": "resnet50",
+            "{params.device}": "cpu",
+        }
+        argv = [
+            lists.get(a, "{}")
+            if a.endswith(":q}")
+            else names.get(a, "1")
+            if a in names
+            or re.fullmatch(
+                r"\{(wildcards\.(seed|pair|trial)|params\.seed|threads|resources\.eval_batch_size)\}", a
+            )
+            else a.replace("{", "x").replace("}", "x")
+            for a in argv
+        ]
         args = build_parser().parse_args(argv)
         if "threads" in vars(args):
             assert "--device" in argv, f"{rule} does not pass --device"
@@ -94,8 +115,11 @@ def test_figure_commands_share_their_options():
 
 
 def test_missing_cifar_is_one_clear_error(tmp_path):
-    block = {"dataset": "cifar10", "val_size": 10,
-             "cifar10": {"root": str(tmp_path / "nowhere"), "layout": "auto", "download": False}}
+    block = {
+        "dataset": "cifar10",
+        "val_size": 10,
+        "cifar10": {"root": str(tmp_path / "nowhere"), "layout": "auto", "download": False},
+    }
     result = intertwine("prepare-data", "--config", json.dumps(block), "--out", str(tmp_path / "cache"))
     assert result.returncode != 0
     assert "intertwine prepare-data: error: no CIFAR-10 found" in result.stderr
@@ -106,9 +130,25 @@ def test_missing_cifar_is_one_clear_error(tmp_path):
 def test_train_refuses_an_existing_checkpoint_before_training(tmp_path):
     checkpoint = tmp_path / "seed0.pt"
     checkpoint.write_bytes(b"trained weights")
-    result = intertwine("train-member", "--data", str(tmp_path / "no-data"), "--variant", "m", "--seed", "0",
-                        "--spec", '{"arch": "myrtle"}', "--training", "{}", "--device", "cpu",
-                        "--out", str(checkpoint), "--metrics", str(tmp_path / "m.parquet"))
+    result = intertwine(
+        "train-member",
+        "--data",
+        str(tmp_path / "no-data"),
+        "--variant",
+        "m",
+        "--seed",
+        "0",
+        "--spec",
+        '{"arch": "myrtle"}',
+        "--training",
+        "{}",
+        "--device",
+        "cpu",
+        "--out",
+        str(checkpoint),
+        "--metrics",
+        str(tmp_path / "m.parquet"),
+    )
     assert result.returncode != 0 and "never overwritten" in result.stderr
     assert checkpoint.read_bytes() == b"trained weights"
     # The log starts with the command that reruns the job.
@@ -120,20 +160,30 @@ def test_bad_json_names_the_argument(tmp_path):
     assert result.returncode == 2 and "--config" in result.stderr and "not valid JSON" in result.stderr
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--threads", "0"], "argument --threads: must be at least 1, got 0"),
-    (["--threads", "two"], "argument --threads: expected an integer, got 'two'"),
-    (["--device", "gpu"], "argument --device: expected auto, cpu, cuda or cuda:<n>, got 'gpu'"),
-    (["--sites", '"act2"'], "argument --sites: expected a JSON list of strings"),
-    (["--sites", '["act2", "act2"]'], r"argument --sites: \['act2'\] listed more than once"),
-    (["--sites", "[1]"], "argument --sites: expected a JSON list of strings"),
-    (["--config", "[]"], r"argument --config: expected a JSON object \{\.\.\.\}, got \[\]"),
-    (["--method", "rank0"], "argument --method: unknown stitching method 'rank0'"),
-    (["--pair", "-1"], "argument --pair: must be at least 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--threads", "0"], "argument --threads: must be at least 1, got 0"),
+        (["--threads", "two"], "argument --threads: expected an integer, got 'two'"),
+        (["--device", "gpu"], "argument --device: expected auto, cpu, cuda or cuda:<n>, got 'gpu'"),
+        (["--sites", '"act2"'], "argument --sites: expected a JSON list of strings"),
+        (["--sites", '["act2", "act2"]'], r"argument --sites: \['act2'\] listed more than once"),
+        (["--sites", "[1]"], "argument --sites: expected a JSON list of strings"),
+        (["--config", "[]"], r"argument --config: expected a JSON object \{\.\.\.\}, got \[\]"),
+        (["--method", "rank0"], "argument --method: unknown stitching method 'rank0'"),
+        (["--pair", "-1"], "argument --pair: must be at least 0, got -1"),
+    ],
+)
 def test_job_options_are_checked_by_the_parser(argv, message):
     """Each was accepted before: --threads 0 reached torch, --sites '"act2"' iterated over letters."""
-    base = {"--a": "a.pt", "--b": "b.pt", "--pair": "0", "--method": "full", "--config": "{}", "--out": "o.parquet"}
+    base = {
+        "--a": "a.pt",
+        "--b": "b.pt",
+        "--pair": "0",
+        "--method": "full",
+        "--config": "{}",
+        "--out": "o.parquet",
+    }
     given = dict(zip(argv[::2], argv[1::2]))
     args = [item for key, value in (base | given).items() for item in (key, value)]
     result = intertwine("stitch-pair", *args)
@@ -141,24 +191,120 @@ def test_job_options_are_checked_by_the_parser(argv, message):
     assert re.search(f"intertwine stitch-pair: error: {message}", result.stderr), result.stderr
 
 
-@pytest.mark.parametrize("command, argv, message", [
-    ("table", ["a.parquet", "--schema", "stitchin", "--out", "t.parquet"],
-     r"argument --schema: invalid choice: 'stitchin' \(choose from 'zoo', 'zoo_epochs'"),
-    ("rotation-trial", ["--checkpoint", "c.pt", "--site", "act2", "--group", "rotation", "--trial", "0",
-                        "--config", "{}", "--training", "{}", "--out", "o"], "argument --group: invalid choice"),
-    ("train-member", ["--variant", "m", "--seed", "0", "--spec", '"myrtle"', "--training", "{}", "--out", "o.pt",
-                      "--metrics", "m.parquet"], r"argument --spec: expected a JSON object"),
-    ("train-member", ["--variant", "m", "--seed", "0", "--spec", "{}", "--training", "{}", "--out", "o.pt",
-                      "--metrics", "m.parquet", "--eval-batch-size", "0"], "argument --eval-batch-size: must be at least 1"),
-    ("dissect-external", ["--name", "r", "--arch", "vgg16", "--weights", "w", "--config", "{}", "--out", "o",
-                          "--units-out", "u"], "argument --arch: invalid choice: 'vgg16'"),
-    ("zoo-figure", ["--zoo", "z", "--variants", "{}", "--dataset", "imagenet", "--summary", "s", "--out", "o",
-                    "--figures", "{}"], "argument --dataset: invalid choice: 'imagenet'"),
-    ("stitching-studies", ["--table", "t", "--figures", "{}", "--slopes", '{"resnet20": "zero"}'],
-     "argument --slopes: expected a JSON object of numbers"),
-    ("stitching-studies", ["--table", "t", "--figures", "{}", "--transformers", '"cct"'],
-     "argument --transformers: expected a JSON list of strings"),
-])
+@pytest.mark.parametrize(
+    "command, argv, message",
+    [
+        (
+            "table",
+            ["a.parquet", "--schema", "stitchin", "--out", "t.parquet"],
+            r"argument --schema: invalid choice: 'stitchin' \(choose from 'zoo', 'zoo_epochs'",
+        ),
+        (
+            "rotation-trial",
+            [
+                "--checkpoint",
+                "c.pt",
+                "--site",
+                "act2",
+                "--group",
+                "rotation",
+                "--trial",
+                "0",
+                "--config",
+                "{}",
+                "--training",
+                "{}",
+                "--out",
+                "o",
+            ],
+            "argument --group: invalid choice",
+        ),
+        (
+            "train-member",
+            [
+                "--variant",
+                "m",
+                "--seed",
+                "0",
+                "--spec",
+                '"myrtle"',
+                "--training",
+                "{}",
+                "--out",
+                "o.pt",
+                "--metrics",
+                "m.parquet",
+            ],
+            r"argument --spec: expected a JSON object",
+        ),
+        (
+            "train-member",
+            [
+                "--variant",
+                "m",
+                "--seed",
+                "0",
+                "--spec",
+                "{}",
+                "--training",
+                "{}",
+                "--out",
+                "o.pt",
+                "--metrics",
+                "m.parquet",
+                "--eval-batch-size",
+                "0",
+            ],
+            "argument --eval-batch-size: must be at least 1",
+        ),
+        (
+            "dissect-external",
+            [
+                "--name",
+                "r",
+                "--arch",
+                "vgg16",
+                "--weights",
+                "w",
+                "--config",
+                "{}",
+                "--out",
+                "o",
+                "--units-out",
+                "u",
+            ],
+            "argument --arch: invalid choice: 'vgg16'",
+        ),
+        (
+            "zoo-figure",
+            [
+                "--zoo",
+                "z",
+                "--variants",
+                "{}",
+                "--dataset",
+                "imagenet",
+                "--summary",
+                "s",
+                "--out",
+                "o",
+                "--figures",
+                "{}",
+            ],
+            "argument --dataset: invalid choice: 'imagenet'",
+        ),
+        (
+            "stitching-studies",
+            ["--table", "t", "--figures", "{}", "--slopes", '{"resnet20": "zero"}'],
+            "argument --slopes: expected a JSON object of numbers",
+        ),
+        (
+            "stitching-studies",
+            ["--table", "t", "--figures", "{}", "--transformers", '"cct"'],
+            "argument --transformers: expected a JSON list of strings",
+        ),
+    ],
+)
 def test_other_options_are_checked_by_the_parser(command, argv, message):
     result = intertwine(command, *argv)
     assert result.returncode == 2
@@ -171,8 +317,11 @@ def test_table_schemas_are_the_tables_modules():
     from intertwine import tables
     from intertwine.cli import TABLE_SCHEMAS
 
-    assert set(TABLE_SCHEMAS) == {name.lower() for name, value in vars(tables).items()
-                                  if isinstance(value, pa.Schema) and name.isupper()}
+    assert set(TABLE_SCHEMAS) == {
+        name.lower()
+        for name, value in vars(tables).items()
+        if isinstance(value, pa.Schema) and name.isupper()
+    }
 
 
 def test_incomplete_config_blocks_take_the_schemas_defaults(tmp_path, tiny_shapes_dir):
@@ -188,25 +337,71 @@ def test_incomplete_config_blocks_take_the_schemas_defaults(tmp_path, tiny_shape
     for seed in range(2):
         torch.manual_seed(seed)
         paths.append(str(tmp_path / f"seed{seed}.pt"))
-        save_checkpoint({"format": CHECKPOINT_FORMAT, "state_dict": models.build(spec).state_dict(),
-                         "spec": models.normalize_spec(spec), "variant": "myrtle", "seed": seed,
-                         "test_acc": 0.1, "test_dtype": "float32"}, paths[-1])
+        save_checkpoint(
+            {
+                "format": CHECKPOINT_FORMAT,
+                "state_dict": models.build(spec).state_dict(),
+                "spec": models.normalize_spec(spec),
+                "variant": "myrtle",
+                "seed": seed,
+                "test_acc": 0.1,
+                "test_dtype": "float32",
+            },
+            paths[-1],
+        )
     shared = ["--data", str(tiny_shapes_dir), "--device", "cpu"]
     commands = {
-        "rotation-trial": ["--checkpoint", paths[0], "--site", "act2", "--group", "grelu", "--trial", "0",
-                           "--config", '{"train_images": 32}', "--training", '{"epochs": 1}'],
+        "rotation-trial": [
+            "--checkpoint",
+            paths[0],
+            "--site",
+            "act2",
+            "--group",
+            "grelu",
+            "--trial",
+            "0",
+            "--config",
+            '{"train_images": 32}',
+            "--training",
+            '{"epochs": 1}',
+        ],
         "symmetry-check": ["--checkpoint", paths[0], "--config", '{"images": 8}'],
-        "similarity-pair": ["--a", paths[0], "--b", paths[1], "--pair", "0", "--procrustes", "--config",
-                            '{"samples": 16}'],
-        "dissect-member": ["--checkpoint", paths[0], "--sites", '["act4"]', "--units-out", str(tmp_path / "u.parquet"),
-                           "--config", '{"rotations": 1, "alphas": [0.0, 1.0], "probe": {"images": 16}}'],
+        "similarity-pair": [
+            "--a",
+            paths[0],
+            "--b",
+            paths[1],
+            "--pair",
+            "0",
+            "--procrustes",
+            "--config",
+            '{"samples": 16}',
+        ],
+        "dissect-member": [
+            "--checkpoint",
+            paths[0],
+            "--sites",
+            '["act4"]',
+            "--units-out",
+            str(tmp_path / "u.parquet"),
+            "--config",
+            '{"rotations": 1, "alphas": [0.0, 1.0], "probe": {"images": 16}}',
+        ],
     }
     for command, argv in commands.items():
         out = tmp_path / f"{command}.parquet"
         result = intertwine(command, *argv, *shared, "--out", str(out))
         assert result.returncode == 0 and out.exists(), f"{command}:\n{result.stderr[-2000:]}"
-    result = intertwine("symmetry-check", "--checkpoint", paths[0], "--config", '{"imgs": 8}', *shared,
-                        "--out", str(tmp_path / "x.parquet"))
+    result = intertwine(
+        "symmetry-check",
+        "--checkpoint",
+        paths[0],
+        "--config",
+        '{"imgs": 8}',
+        *shared,
+        "--out",
+        str(tmp_path / "x.parquet"),
+    )
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "config key symmetry.imgs: not a setting of SymmetryConfig" in result.stderr
 

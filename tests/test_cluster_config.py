@@ -94,10 +94,21 @@ def run_check(tmp_path, jobcomp=JOBCOMP, starts=STARTS):
     (tmp_path / "jobcomp.txt").write_text("".join(jobcomp))
     (tmp_path / "job_starts.txt").write_text("".join(starts))
     return subprocess.run(
-        [sys.executable, str(CHECK), "--snakemake-log", str(tmp_path / "snakemake.log"),
-         "--jobcomp", str(tmp_path / "jobcomp.txt"),
-         "--job-starts", str(tmp_path / "job_starts.txt"), "--gpu-rule", "train_member"],
-        check=False, capture_output=True, text=True,
+        [
+            sys.executable,
+            str(CHECK),
+            "--snakemake-log",
+            str(tmp_path / "snakemake.log"),
+            "--jobcomp",
+            str(tmp_path / "jobcomp.txt"),
+            "--job-starts",
+            str(tmp_path / "job_starts.txt"),
+            "--gpu-rule",
+            "train_member",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
     )
 
 
@@ -119,17 +130,32 @@ def test_a_later_record_of_a_job_wins(tmp_path):
     "jobcomp, starts, message",
     [
         (JOBCOMP[1:], STARTS, "SLURM job 1 has no completion record in"),
-        ([jobcomp_line(1, "gpu", "FAILED", "1:0")] + JOBCOMP[1:], STARTS,
-         "SLURM job 1 is FAILED with exit code 1:0, expected COMPLETED 0:0"),
-        ([jobcomp_line(1, "gpu", name="other-run")] + JOBCOMP[1:], STARTS,
-         "SLURM job 1 has name other-run, not the run ID"),
+        (
+            [jobcomp_line(1, "gpu", "FAILED", "1:0")] + JOBCOMP[1:],
+            STARTS,
+            "SLURM job 1 is FAILED with exit code 1:0, expected COMPLETED 0:0",
+        ),
+        (
+            [jobcomp_line(1, "gpu", name="other-run")] + JOBCOMP[1:],
+            STARTS,
+            "SLURM job 1 has name other-run, not the run ID",
+        ),
         (JOBCOMP, STARTS[:2], "SLURM job 3 has no start record in"),
-        (JOBCOMP, STARTS[:1] + [start_line(1, "rule_train_member_wildcards_1", "gpu", gpu=False)]
-         + STARTS[2:], "asks for a GPU (tmpdir=<TBD>"),
-        (JOBCOMP, STARTS[:2] + [start_line(3, "rule_zoo_table", "cpu", gpu=True)],
-         "CPU-only rule, but SLURM job 3 requested TresPerJob=gres:gpu:1"),
-        (JOBCOMP, STARTS[:2] + [start_line(3, "rule_other", "cpu", gpu=False)],
-         "SLURM job 3 has comment 'rule_other', expected rule_zoo_table"),
+        (
+            JOBCOMP,
+            STARTS[:1] + [start_line(1, "rule_train_member_wildcards_1", "gpu", gpu=False)] + STARTS[2:],
+            "asks for a GPU (tmpdir=<TBD>",
+        ),
+        (
+            JOBCOMP,
+            STARTS[:2] + [start_line(3, "rule_zoo_table", "cpu", gpu=True)],
+            "CPU-only rule, but SLURM job 3 requested TresPerJob=gres:gpu:1",
+        ),
+        (
+            JOBCOMP,
+            STARTS[:2] + [start_line(3, "rule_other", "cpu", gpu=False)],
+            "SLURM job 3 has comment 'rule_other', expected rule_zoo_table",
+        ),
     ],
 )
 def test_check_fails_on_a_bad_or_missing_record(tmp_path, jobcomp, starts, message):
@@ -144,7 +170,8 @@ def slurm_conf():
     m = re.search(r'cat >"\$TMP/slurm\.conf" <<EOF\n(.*?)\nEOF\n', text, re.DOTALL)
     assert m, "run.sh no longer writes slurm.conf with a here-document"
     return dict(
-        line.split("=", 1) for line in m.group(1).splitlines()
+        line.split("=", 1)
+        for line in m.group(1).splitlines()
         if "=" in line and not line.startswith("#") and not line.startswith("NodeName")
     )
 
@@ -176,7 +203,7 @@ def test_run_sh_checks_after_slurmctld_forgot_the_jobs():
     wait_empty = outside.index("squeue -h -t all -o '%i' | wc -l", reconfigure)
     check = outside.index('"$HERE/check_jobs.py"')
     assert expire < reconfigure < wait_empty < check
-    call = outside[check:outside.index('FAILED_STEP="done"', check)]
+    call = outside[check : outside.index('FAILED_STEP="done"', check)]
     assert '--jobcomp "$TMP/jobcomp.txt"' in call
     assert '--job-starts "$TMP/job_starts.txt"' in call
     assert "--jobs " not in call

@@ -1,4 +1,5 @@
 """The data cache, CIFAR-10 loading in both layouts (tiny fake data), and the augmentation."""
+
 import pickle
 import re
 
@@ -74,8 +75,11 @@ def test_cifar10_cache_is_in_random_order(tmp_path, rng):
             (tmp_path / split / name).mkdir(parents=True)
             for i, img in enumerate(fake_images(n, rng)):
                 Image.fromarray(img).save(tmp_path / split / name / f"{i}.png")
-    block = {"dataset": "cifar10", "val_size": 4, "cifar10": {"root": str(tmp_path), "layout": "auto",
-                                                             "download": False}}
+    block = {
+        "dataset": "cifar10",
+        "val_size": 4,
+        "cifar10": {"root": str(tmp_path), "layout": "auto", "download": False},
+    }
     splits, _ = build_dataset(block, seed=0)
     for split, n in (("train", 20), ("test", 16)):
         labels = splits[split]["labels"]
@@ -125,7 +129,11 @@ def test_cache_round_trip(tiny_shapes_dir):
 
 
 def test_dataset_is_deterministic():
-    block = {"dataset": "shapes", "val_size": 8, "shapes": {"train_size": 40, "test_size": 8, "image_size": 16}}
+    block = {
+        "dataset": "shapes",
+        "val_size": 8,
+        "shapes": {"train_size": 40, "test_size": 8, "image_size": 16},
+    }
     a, _ = build_dataset(block, seed=1)
     b, _ = build_dataset(block, seed=1)
     c, _ = build_dataset(block, seed=2)
@@ -142,7 +150,7 @@ def test_augment_translates_with_mean_padding_and_flips():
         for i in range(2):
             # Every output is a window of the zero-padded (= mean-padded) input, possibly flipped.
             padded = torch.nn.functional.pad(x[i, 0], (2, 2, 2, 2))
-            windows = [padded[r:r + 6, c:c + 6] for r in range(5) for c in range(5)]
+            windows = [padded[r : r + 6, c : c + 6] for r in range(5) for c in range(5)]
             windows += [w.flip(-1) for w in windows]
             assert any(torch.equal(out[i, 0], w) for w in windows)
 
@@ -178,10 +186,13 @@ def test_truncated_image_in_image_folders_names_the_file(tmp_path, rng, suffix, 
                 Image.fromarray(img).save(tmp_path / split / name / f"{i}.{suffix}")
     broken = tmp_path / "test" / CLASSES[1] / f"1.{suffix}"
     data = broken.read_bytes()
-    broken.write_bytes(data[:int(keep * len(data)) if isinstance(keep, float) else keep])
-    with pytest.raises(DataCorruptError, match=rf"^{re.escape(str(broken))} cannot be read as an image \(.+\): the "
-                                               rf"copy of the data set under {re.escape(str(tmp_path))} is damaged.*"
-                                               r"Copy the data set again.*rerun the data stage"):
+    broken.write_bytes(data[: int(keep * len(data)) if isinstance(keep, float) else keep])
+    with pytest.raises(
+        DataCorruptError,
+        match=rf"^{re.escape(str(broken))} cannot be read as an image \(.+\): the "
+        rf"copy of the data set under {re.escape(str(tmp_path))} is damaged.*"
+        r"Copy the data set again.*rerun the data stage",
+    ):
         load_cifar10(tmp_path)
 
 
@@ -190,12 +201,17 @@ def test_damaged_cache_names_the_file_and_the_fix(tiny_shapes_dir):
     data = path.read_bytes()
     for keep in (0, 100, len(data) // 2):
         path.write_bytes(data[:keep])
-        with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} is unreadable \(.+\): the data cache is "
-                                             rf"damaged.*Delete {re.escape(str(tiny_shapes_dir))} and rerun the "
-                                             "data stage"):
+        with pytest.raises(
+            ValueError,
+            match=rf"^{re.escape(str(path))} is unreadable \(.+\): the data cache is "
+            rf"damaged.*Delete {re.escape(str(tiny_shapes_dir))} and rerun the "
+            "data stage",
+        ):
             load_split(tiny_shapes_dir, "train")
     np.savez(path, pixels=np.zeros(3))
-    with pytest.raises(ValueError, match=r"train\.npz is not a cached split \(it lacks \['images', 'labels'\]\)"):
+    with pytest.raises(
+        ValueError, match=r"train\.npz is not a cached split \(it lacks \['images', 'labels'\]\)"
+    ):
         load_split(tiny_shapes_dir, "train")
     meta = tiny_shapes_dir / "meta.json"
     meta.write_text(meta.read_text()[:40])
@@ -214,10 +230,15 @@ def test_data_block_takes_defaults_and_names_a_bad_key():
     block = {"dataset": "shapes", "shapes": {"train_size": 40, "test_size": 16, "image_size": 16}}
     splits, meta = build_dataset(block | {"val_size": 8}, seed=0)
     assert meta["sizes"] == {"test": 16, "train": 32, "val": 8}
-    with pytest.raises(ValueError, match=r"data\.val_size: 1000 must be between 1 and the training set size minus one"):
+    with pytest.raises(
+        ValueError, match=r"data\.val_size: 1000 must be between 1 and the training set size minus one"
+    ):
         build_dataset(block, seed=0)  # the default val_size, 1000, is more than 40 images hold
-    with pytest.raises(ValueError, match=r"config key data\.shapes: Additional properties are not allowed "
-                                         r"\('train_sise' was unexpected\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"config key data\.shapes: Additional properties are not allowed "
+        r"\('train_sise' was unexpected\)",
+    ):
         build_dataset({"dataset": "shapes", "shapes": {"train_sise": 40}}, seed=0)
     with pytest.raises(ValueError, match=r"config key data\.dataset: 'mnist' is not one of"):
         build_dataset({"dataset": "mnist"}, seed=0)

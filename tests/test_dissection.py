@@ -1,4 +1,5 @@
 """Network dissection: thresholds, IoU and rotated bases on synthetic activations with known answers."""
+
 from __future__ import annotations
 
 import math
@@ -36,7 +37,7 @@ def _blobs(rng, n=40, size=20, concepts=2, pixels=80):
     flat = labels.reshape(-1)
     chosen = rng.choice(flat.size, size=concepts * pixels, replace=False)
     for k in range(concepts):
-        flat[chosen[k * pixels:(k + 1) * pixels]] = k + 1
+        flat[chosen[k * pixels : (k + 1) * pixels]] = k + 1
     return labels
 
 
@@ -58,7 +59,9 @@ def test_thresholds_in_a_rotated_basis_equal_numpy_on_mixed_channels(monkeypatch
     basis = rotation_basis(4, 0.7, torch.Generator().manual_seed(1))
     mixed = torch.einsum("ij,njhw->nihw", basis, activations)
     expected = np.quantile(mixed.transpose(0, 1).reshape(4, -1).double().numpy(), 0.99, axis=1)
-    np.testing.assert_allclose(unit_thresholds(activations, 0.01, basis).numpy(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        unit_thresholds(activations, 0.01, basis).numpy(), expected, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_a_unit_equal_to_a_concept_mask_has_iou_one(rng):
@@ -73,8 +76,12 @@ def test_a_unit_equal_to_a_concept_mask_has_iou_one(rng):
     np.testing.assert_allclose(units["iou"][:2], 1.0)
     assert units["detector"].tolist() == [True, True, False]
     assert units["iou"][2] < 0.04
-    assert summarize_units(units) == {"n_units": 3, "n_interpretable": 2,
-                                      "fraction_interpretable": 2 / 3, "n_unique_concepts": 2}
+    assert summarize_units(units) == {
+        "n_units": 3,
+        "n_interpretable": 2,
+        "fraction_interpretable": 2 / 3,
+        "n_unique_concepts": 2,
+    }
 
 
 def test_rotating_concept_units_together_lowers_their_ious(rng):
@@ -124,8 +131,9 @@ def test_iou_equals_brute_force_over_layers(rng):
     labels[:, 1] = np.where(rng.uniform(size=(n, size, size)) < 0.7, 0, labels[:, 1])
     thresholds = unit_thresholds(activations, 0.1)
     iou = unit_iou(activations, torch.from_numpy(labels), concepts, thresholds).numpy()
-    upsampled = torch.nn.functional.interpolate(activations, size=(size, size), mode="bilinear",
-                                                align_corners=False).numpy()
+    upsampled = torch.nn.functional.interpolate(
+        activations, size=(size, size), mode="bilinear", align_corners=False
+    ).numpy()
     for unit in range(c):
         fired = upsampled[:, unit] > thresholds[unit].item()
         for k in range(concepts):
@@ -159,7 +167,9 @@ def test_shapes_concepts_use_global_indices(tiny_shapes_dir):
         names = CONCEPTS[category]
         present = codes > 0
         got = data.labels[:, layer].long()[present] - 1
-        assert [data.concepts[i] for i in got[:50].tolist()] == [names[i - 1] for i in codes[present][:50].tolist()]
+        assert [data.concepts[i] for i in got[:50].tolist()] == [
+            names[i - 1] for i in codes[present][:50].tolist()
+        ]
         assert {data.categories[i] for i in got.unique().tolist()} == {category}
     assert len(data.head(5)) == 5
 
@@ -182,11 +192,23 @@ def test_default_sites_are_stage_outputs_and_one_inside_site():
     from intertwine.models import build, sites
 
     assert default_sites(sites(build({"arch": "resnet20", "width_multiplier": 0.25}))) == [
-        "layer1.2.act2", "layer2.2.act2", "layer3.2.act2", "layer3.2.act1"]
+        "layer1.2.act2",
+        "layer2.2.act2",
+        "layer3.2.act2",
+        "layer3.2.act1",
+    ]
     assert default_sites(sites(build({"arch": "convnext", "width_multiplier": 0.125}))) == [
-        "stage1.1.out", "stage2.1.out", "stage3.1.out", "stage3.1.act"]
+        "stage1.1.out",
+        "stage2.1.out",
+        "stage3.1.out",
+        "stage3.1.act",
+    ]
     assert default_sites(sites(build({"arch": "myrtle", "width_multiplier": 0.125}))) == [
-        "act1", "act2", "act3", "act4"]
+        "act1",
+        "act2",
+        "act3",
+        "act4",
+    ]
 
 
 def test_dissect_a_model_equals_dissecting_its_activations(tiny_shapes_dir):
@@ -252,17 +274,44 @@ def test_external_model_on_broden_through_the_cli(tmp_path, rng):
     make_broden(root, rng)
     weights = tmp_path / "resnet50.pth"
     torch.save(torchvision.models.resnet50(weights=None).state_dict(), weights)
-    block = {"alphas": [0.0, 1.0], "rotations": 1, "quantile": 0.005, "iou_threshold": 0.04,
-             "batch_size": 4, "probe": {"source": "broden", "images": None, "broden": str(root)}}
+    block = {
+        "alphas": [0.0, 1.0],
+        "rotations": 1,
+        "quantile": 0.005,
+        "iou_threshold": 0.04,
+        "batch_size": 4,
+        "probe": {"source": "broden", "images": None, "broden": str(root)},
+    }
     import json
 
-    main(["dissect-external", "--name", "r50", "--arch", "resnet50", "--weights", str(weights),
-          "--config", json.dumps(block), "--device", "cpu",
-          "--out", str(tmp_path / "r50.parquet"), "--units-out", str(tmp_path / "r50.units.parquet")])
+    main(
+        [
+            "dissect-external",
+            "--name",
+            "r50",
+            "--arch",
+            "resnet50",
+            "--weights",
+            str(weights),
+            "--config",
+            json.dumps(block),
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "r50.parquet"),
+            "--units-out",
+            str(tmp_path / "r50.units.parquet"),
+        ]
+    )
     table = pd.read_parquet(tmp_path / "r50.parquet")
     assert list(dict.fromkeys(table["site"])) == ["layer1", "layer2", "layer3", "layer4", "layer4.2.bn2"]
     assert table.set_index("site")["inside_residual"].to_dict() == {
-        "layer1": False, "layer2": False, "layer3": False, "layer4": False, "layer4.2.bn2": True}
+        "layer1": False,
+        "layer2": False,
+        "layer3": False,
+        "layer4": False,
+        "layer4.2.bn2": True,
+    }
     assert table.loc[table["site"] == "layer4", "n_units"].iloc[0] == 2048
     units = pd.read_parquet(tmp_path / "r50.units.parquet")
     assert len(units) == table["n_units"].sum() and (units["variant"] == "r50").all()
@@ -307,21 +356,39 @@ def test_masks_figure_shows_the_members_own_dissection(tmp_path, tiny_shapes_dir
     torch.manual_seed(0)
     spec = models.normalize_spec({"arch": "resnet20", "width_multiplier": 0.25})
     path = tmp_path / "seed0.pt"
-    save_checkpoint({"format": CHECKPOINT_FORMAT, "state_dict": models.build(spec).state_dict(), "spec": spec,
-                     "variant": "r", "seed": 0}, path)
-    block = {"alphas": [0.0, 0.5, 1.0], "rotations": 1, "quantile": 0.005, "iou_threshold": 0.04,
-             "batch_size": 16, "probe": {"source": "shapes", "images": 24},
-             "masks": {"units": 2, "images": 3, "alphas": [0.0, 1.0]}}
+    save_checkpoint(
+        {
+            "format": CHECKPOINT_FORMAT,
+            "state_dict": models.build(spec).state_dict(),
+            "spec": spec,
+            "variant": "r",
+            "seed": 0,
+        },
+        path,
+    )
+    block = {
+        "alphas": [0.0, 0.5, 1.0],
+        "rotations": 1,
+        "quantile": 0.005,
+        "iou_threshold": 0.04,
+        "batch_size": 16,
+        "probe": {"source": "shapes", "images": 24},
+        "masks": {"units": 2, "images": 3, "alphas": [0.0, 1.0]},
+    }
     job = Job("cpu", tiny_shapes_dir, log=lambda _: None)
     _, units = dissect_member(job, str(path), ["layer3.2.act2"], block)
     images, panels = dissection_masks(job, str(path), "layer3.2.act2", block, units)
     assert len(images) == 24 and len(panels) == 2 * 2
     for panel, alpha in zip(panels, [0.0, 0.0, 1.0, 1.0]):
-        row = units[(units["alpha"] == alpha) & (units["rotation_seed"] == 0) & (units["unit"] == panel["unit"])]
+        row = units[
+            (units["alpha"] == alpha) & (units["rotation_seed"] == 0) & (units["unit"] == panel["unit"])
+        ]
         assert panel["iou"] == row["iou"].item() and panel["concept"] == row["concept"].item()
         assert len(panel["examples"]) == 3
     with pytest.raises(ValueError, match=r"masks.alphas \[0.25\] are not among dissection.alphas"):
-        dissection_masks(job, str(path), "layer3.2.act2", block | {"masks": block["masks"] | {"alphas": [0.25]}}, units)
+        dissection_masks(
+            job, str(path), "layer3.2.act2", block | {"masks": block["masks"] | {"alphas": [0.25]}}, units
+        )
     with pytest.raises(ValueError, match="hold 0 units of r seed 0 at layer2.2.act2"):
         dissection_masks(job, str(path), "layer2.2.act2", block, units)
 

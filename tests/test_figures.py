@@ -1,5 +1,6 @@
 """The figures' intervals: a Student-t 95 % interval from 3 values on; below that the values
 themselves and no interval (the tables keep their half-widths); accuracy axes within [0, 100]."""
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,11 @@ def close_figures():
 
 def drawn_intervals(ax) -> list[int]:
     """Per errorbar line of ``ax``, how many of its points have an interval drawn."""
-    return [sum(len(segment) > 0 for segment in c.lines[2][0].get_segments())
-            for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    return [
+        sum(len(segment) > 0 for segment in c.lines[2][0].get_segments())
+        for c in ax.containers
+        if isinstance(c, ErrorbarContainer)
+    ]
 
 
 def points(ax) -> int:
@@ -93,11 +97,16 @@ def test_stitching_convergence_names_the_layers_that_did_not_converge():
     table.loc[late, "off_permutation_mass"] = 0.6
     fig = figures.stitching_convergence(table)
     titles = [ax.get_title() for ax in fig.axes]
-    assert titles[:2] == ["myrtle: not converged at act2 (softsort)", "resnet20: not converged at act2 (softsort)"]
+    assert titles[:2] == [
+        "myrtle: not converged at act2 (softsort)",
+        "resnet20: not converged at act2 (softsort)",
+    ]
     assert len(fig.axes[0].lines) == 3 * 2 + 1  # one curve per site and G_ReLU method, and the 0.3 line
     summary = figures.stitching_summary(table)
     converged = summary.set_index(["variant", "site", "method"])["converged"]
-    assert converged[("myrtle", "act2", "softsort")] is False and converged[("myrtle", "act1", "grelu")] is True
+    assert (
+        converged[("myrtle", "act2", "softsort")] is False and converged[("myrtle", "act1", "grelu")] is True
+    )
     assert converged[("myrtle", "act1", "full")] is None
     assert "penalty_start_mean" in summary
     empty = figures.stitching_convergence(table[table["method"] == "full"])

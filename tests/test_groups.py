@@ -1,4 +1,5 @@
 """Intertwiner groups (Table 1), random group elements, Sinkhorn/Hungarian and SO(n) powers."""
+
 from itertools import permutations
 
 import numpy as np
@@ -261,13 +262,16 @@ def test_rotation_powers_share_one_decomposition():
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("perm, message", [
-    ([0, 0, 1], r"repeated \[0\], missing \[2\]"),
-    ([0, 3, 1], r"out of range \[3\]"),
-    ([-1, 0, 1], r"out of range \[-1\]"),
-    ([[0, 1], [1, 0]], "one-dimensional"),
-    ([0.5, 1.0], "holds integers"),
-])
+@pytest.mark.parametrize(
+    "perm, message",
+    [
+        ([0, 0, 1], r"repeated \[0\], missing \[2\]"),
+        ([0, 3, 1], r"out of range \[3\]"),
+        ([-1, 0, 1], r"out of range \[-1\]"),
+        ([[0, 1], [1, 0]], "one-dimensional"),
+        ([0.5, 1.0], "holds integers"),
+    ],
+)
 def test_permutation_helpers_refuse_non_permutations(perm, message):
     with pytest.raises(ValueError, match=message):
         permutation_matrix(perm)
@@ -285,13 +289,16 @@ def test_grelu_matrix_checks_its_scales():
     assert torch.equal(grelu_matrix([1, 0], torch.tensor([0.0, 2.0])), torch.tensor([[0.0, 0.0], [2.0, 0.0]]))
 
 
-@pytest.mark.parametrize("P, message", [
-    (torch.full((3, 3), float("nan")), "NaN or infinite"),
-    (-torch.ones(3, 3), "no positive entry"),
-    (torch.zeros(3, 3), "no positive entry"),
-    (torch.tensor([[1.0, 0.0], [1.0, 0.0]]), "no positive entry"),  # an empty column
-    (torch.ones(2, 3), "square"),
-])
+@pytest.mark.parametrize(
+    "P, message",
+    [
+        (torch.full((3, 3), float("nan")), "NaN or infinite"),
+        (-torch.ones(3, 3), "no positive entry"),
+        (torch.zeros(3, 3), "no positive entry"),
+        (torch.tensor([[1.0, 0.0], [1.0, 0.0]]), "no positive entry"),  # an empty column
+        (torch.ones(2, 3), "square"),
+    ],
+)
 def test_sinkhorn_refuses_what_it_cannot_project(P, message):
     with pytest.raises(ValueError, match=message):
         sinkhorn(P)

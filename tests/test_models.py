@@ -1,4 +1,5 @@
 """The model registry: parameter counts, activation sites, spec validation, seeding."""
+
 from __future__ import annotations
 
 import pytest
@@ -74,7 +75,9 @@ def test_count_parameters_skips_frozen():
 
 def test_myrtle_without_bn_drops_exactly_the_bn_parameters(defaults):
     bn_params = sum(
-        p.numel() for m in defaults["myrtle"].modules() if isinstance(m, nn.BatchNorm2d)
+        p.numel()
+        for m in defaults["myrtle"].modules()
+        if isinstance(m, nn.BatchNorm2d)
         for p in m.parameters()
     )
     assert bn_params == 2 * (64 + 128 + 256 + 512)
@@ -158,22 +161,29 @@ def test_sites_match_forward_hooks(defaults, arch):
     assert seen == [(s.name, s.channels) for s in listed]
 
 
-@pytest.mark.parametrize("spec", [
-    {"arch": "myrtle", "width_multiplier": 0.25},
-    {"arch": "myrtle", "width_multiplier": 0.25, "batch_norm": False},
-    {"arch": "resnet20", "width_multiplier": 0.5},
-    {"arch": "resnet20", "width_multiplier": 0.5, "residual_activation": False},
-    {"arch": "resnet18", "width_multiplier": 0.125},
-    {"arch": "convnext", "width_multiplier": 0.25},
-    {"arch": "convnext", "width_multiplier": 0.25, "activation": "relu"},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"arch": "myrtle", "width_multiplier": 0.25},
+        {"arch": "myrtle", "width_multiplier": 0.25, "batch_norm": False},
+        {"arch": "resnet20", "width_multiplier": 0.5},
+        {"arch": "resnet20", "width_multiplier": 0.5, "residual_activation": False},
+        {"arch": "resnet18", "width_multiplier": 0.125},
+        {"arch": "convnext", "width_multiplier": 0.25},
+        {"arch": "convnext", "width_multiplier": 0.25, "activation": "relu"},
+    ],
+)
 def test_forward_split_at_every_site_is_the_forward(spec):
     torch.manual_seed(0)
     model = build(spec).eval()
     x = torch.randn(3, 3, 16, 16)
     hooked = {}
-    handles = [model.get_submodule(s.name).register_forward_hook(
-        lambda _m, _i, out, name=s.name: hooked.setdefault(name, out)) for s in sites(model)]
+    handles = [
+        model.get_submodule(s.name).register_forward_hook(
+            lambda _m, _i, out, name=s.name: hooked.setdefault(name, out)
+        )
+        for s in sites(model)
+    ]
     with torch.no_grad():
         expected = model(x)
         for handle in handles:
@@ -225,8 +235,10 @@ def test_convnext_sites(defaults):
     expected = []
     for stage, channels in (("stage1", 64), ("stage2", 128), ("stage3", 256)):
         for j in range(2):
-            expected += [Site(f"{stage}.{j}.act", 4 * channels, True),
-                         Site(f"{stage}.{j}.out", channels, False)]
+            expected += [
+                Site(f"{stage}.{j}.act", 4 * channels, True),
+                Site(f"{stage}.{j}.out", channels, False),
+            ]
     assert sites(defaults["convnext"]) == expected
 
 
@@ -323,8 +335,7 @@ def test_activation_modules_not_shared(defaults, arch):
     assert len(activations) == len([s for s in sites(model) if not _is_identity_site(model, s)])
     assert len({id(m) for m in activations}) == len(activations)
     # modules() deduplicates shared instances; named_modules(remove_duplicate=False) would not.
-    all_names = [n for n, m in model.named_modules(remove_duplicate=False)
-                 if isinstance(m, ACTIVATION_TYPES)]
+    all_names = [n for n, m in model.named_modules(remove_duplicate=False) if isinstance(m, ACTIVATION_TYPES)]
     assert len(all_names) == len(activations)
 
 
@@ -355,8 +366,12 @@ def test_normalize_spec_fills_defaults_and_is_idempotent():
     }
     assert type(normalized["negative_slope"]) is float
     assert normalize_spec(normalized) == normalized
-    assert spec == {"arch": "resnet20", "activation": "leaky_relu", "negative_slope": 1,
-                    "width_multiplier": 1}  # input untouched
+    assert spec == {
+        "arch": "resnet20",
+        "activation": "leaky_relu",
+        "negative_slope": 1,
+        "width_multiplier": 1,
+    }  # input untouched
     assert normalize_spec({"arch": "myrtle"})["constant_width"] is None
 
 
@@ -465,18 +480,29 @@ def test_stitched_checks_the_widths_at_the_site():
     """A bridge of the wrong width was accepted until the forward pass (an einsum error)."""
     from intertwine.models import Stitched
 
-    f, g = build({"arch": "myrtle", "width_multiplier": 0.125}), build({"arch": "myrtle", "width_multiplier": 0.125})
-    with pytest.raises(ValueError, match=r"the stitching layer maps 8 channels to 8, but site 'act2' has 16 channels "
-                                         r"in front \(f, run up to it\) and 16 in back .*build_layer\(method, 16\)"):
+    f, g = (
+        build({"arch": "myrtle", "width_multiplier": 0.125}),
+        build({"arch": "myrtle", "width_multiplier": 0.125}),
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"the stitching layer maps 8 channels to 8, but site 'act2' has 16 channels "
+        r"in front \(f, run up to it\) and 16 in back .*build_layer\(method, 16\)",
+    ):
         Stitched(f, g, "act2", nn.Conv2d(8, 8, 1, bias=False))
     wide = build({"arch": "myrtle", "width_multiplier": 0.25})
     with pytest.raises(ValueError, match=r"site 'act2' has 16 channels in front .* but 32 in back"):
         Stitched(f, wide, "act2")
-    assert Stitched(f, g, "act2", nn.Conv2d(16, 16, 1, bias=False))(torch.randn(2, 3, 16, 16)).shape == (2, 10)
+    assert Stitched(f, g, "act2", nn.Conv2d(16, 16, 1, bias=False))(torch.randn(2, 3, 16, 16)).shape == (
+        2,
+        10,
+    )
 
 
-@pytest.mark.parametrize("key, value", [("width_multiplier", float("inf")), ("negative_slope", float("nan")),
-                                        ("negative_slope", float("-inf"))])
+@pytest.mark.parametrize(
+    "key, value",
+    [("width_multiplier", float("inf")), ("negative_slope", float("nan")), ("negative_slope", float("-inf"))],
+)
 def test_non_finite_options_are_refused(key, value):
     spec = {"arch": "resnet20", "activation": "leaky_relu", key: value}
     with pytest.raises(ValueError, match=f"model option '{key}': expected a .*finite"):

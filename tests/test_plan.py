@@ -1,5 +1,6 @@
 """The job plan: which jobs and outputs a config gives, what each job is given, and the config
 cross-checks, without Snakemake (milliseconds each; the workflow tests run the same plan)."""
+
 from __future__ import annotations
 
 import copy
@@ -47,17 +48,27 @@ def test_tiny_plan_jobs(tiny):
     assert plan.stitch_methods("resnet20") == ["full", "rank2", "grelu"]
     assert "results/stitching/myrtle/pair0/l1_0.01.parquet" in plan.stitch_jobs
     assert len(plan.stitch_jobs) == 6 + 3 + 1 + 2
-    assert plan.rotation_trials == [f"results/rotation/myrtle/seed0/act2/{g}/trial0.parquet"
-                                     for g in ("grelu", "orthogonal")]
+    assert plan.rotation_trials == [
+        f"results/rotation/myrtle/seed0/act2/{g}/trial0.parquet" for g in ("grelu", "orthogonal")
+    ]
     # The symmetry check runs on the architectures whose weight action it knows.
-    assert plan.symmetry_checks == ["results/symmetry/myrtle/seed0.parquet", "results/symmetry/resnet20/seed0.parquet",
-                                    "results/symmetry/myrtle_leaky/seed0.parquet"]
-    assert plan.similarity_jobs == ["results/similarity/myrtle/pair0.parquet", "results/similarity/myrtle/pair1.parquet"]
+    assert plan.symmetry_checks == [
+        "results/symmetry/myrtle/seed0.parquet",
+        "results/symmetry/resnet20/seed0.parquet",
+        "results/symmetry/myrtle_leaky/seed0.parquet",
+    ]
+    assert plan.similarity_jobs == [
+        "results/similarity/myrtle/pair0.parquet",
+        "results/similarity/myrtle/pair1.parquet",
+    ]
     assert plan.similarity_parts(0) == " --procrustes --cka" and plan.similarity_parts(1) == " --procrustes"
     assert plan.leaky_slopes == {"myrtle": 0.0, "myrtle_leaky": 0.5}
     assert plan.transformers == ["cct"]
     assert set(plan.study_figures) == {"leaky-relu", "alpha-cv", "l1", "softsort", "transformer"}
-    assert plan.dissection_jobs == ["results/dissection/resnet20/seed0.parquet", "results/dissection/convnext/seed0.parquet"]
+    assert plan.dissection_jobs == [
+        "results/dissection/resnet20/seed0.parquet",
+        "results/dissection/convnext/seed0.parquet",
+    ]
     assert plan.category_sites == {v: plan.mask_site(v) for v in ("resnet20", "convnext")}
     # tiny.yaml draws png only: no other formats.
     assert all(path.endswith((".png", ".csv", ".parquet")) for path in plan.all_outputs)
@@ -77,8 +88,12 @@ def test_stages_off_have_no_outputs(tiny):
     config["symmetry"]["seeds"] = 0
     plan = Plan(config)
     assert plan.errors() == []
-    assert plan.all_outputs == ["results/tables/zoo.parquet", "results/tables/zoo_epochs.parquet",
-                                "results/figures/zoo_accuracy.png", "results/tables/zoo_summary.csv"]
+    assert plan.all_outputs == [
+        "results/tables/zoo.parquet",
+        "results/tables/zoo_epochs.parquet",
+        "results/figures/zoo_accuracy.png",
+        "results/tables/zoo_summary.csv",
+    ]
 
 
 def test_stitch_block_holds_what_the_method_reads(tiny):
@@ -138,46 +153,101 @@ def test_models_are_built_once_per_spec(tiny):
     assert _sites.cache_info().misses <= len(plan.variants)
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda c: c["zoo"].update(seeds=1), "config key stitching.variants: stitching pairs need at least 2"),
-    (lambda c: c["stitching"].update(variants=["resnet18"]), "config key stitching.variants: ['resnet18'] not among"),
-    (lambda c: c["stitching"].update(sites={"myrtle": ["act9"]}), "config key stitching.sites.myrtle: ['act9'] not among"),
-    (lambda c: c["dissection"].update(sites={"resnet20": ["layer9.act"]}),
-     "config key dissection.sites.resnet20: ['layer9.act'] not among"),
-    (lambda c: c["dissection"].update(seeds=3), "config key dissection.seeds: 3 seeds of 'resnet20' asked for"),
-    (lambda c: c["rotation"].update(seeds=4), "config key rotation.seeds: 4 seeds of 'myrtle' asked for"),
-    (lambda c: c["rotation"].update(sites=["act9"]), "config key rotation.sites: ['act9'] not among"),
-    (lambda c: c["zoo"].update(training_per_variant={"convnext": {"learning_rate": 0.1}}),
-     "config key zoo.training_per_variant.convnext: ['learning_rate'] not among"),
-    (lambda c: c["zoo"].update(training_per_variant={"vgg": {"lr": 0.1}}),
-     "config key zoo.training_per_variant: ['vgg'] not among"),
-    (lambda c: c["zoo"].update(seeds_per_variant={"vgg": 2}), "config key zoo.seeds_per_variant: ['vgg'] not among"),
-    (lambda c: c["dissection"].update(external={"r50": {"arch": "resnet50", "weights": "r50.pth"}}),
-     "set dissection.probe.broden to your Broden directory"),
-    (lambda c: c["stitching"].update(methods_per_variant={"vgg": ["grelu"]}),
-     "config key stitching.methods_per_variant: ['vgg'] not among"),
-    (lambda c: c["stitching"].update(pairs_per_variant={"vgg": 2}), "config key stitching.pairs_per_variant: ['vgg']"),
-    (lambda c: c["stitching"].update(settings_per_method={"l1": {"epoch": 3}}),
-     "config key stitching.settings_per_method.l1: ['epoch'] not among"),
-    (lambda c: c["stitching"].update(settings_per_method={"l1": {"translate": 0}}),
-     "config key stitching.settings_per_method.l1: ['translate'] not among"),
-    (lambda c: c["similarity"].update(variants=["convnext"]), "config key similarity.variants: similarity pairs"),
-    (lambda c: c["zoo"].update(training_per_variant={"convnext": {"epochs": "3"}}),
-     "config key zoo.training_per_variant.convnext.epochs: '3' is not of type 'integer'"),
-    (lambda c: c["zoo"].update(training_per_variant={"convnext": {"epochs": -4}}),
-     "config key zoo.training_per_variant.convnext.epochs: -4 is less than the minimum of 1"),
-    (lambda c: c["stitching"].update(settings_per_method={"l1": {"epochs": 0}}),
-     "config key stitching.settings_per_method.l1.epochs: 0 is less than the minimum of 1"),
-    (lambda c: c["stitching"].update(settings_per_method={"grelu": {"optimizer": "lbfgs"}}),
-     "config key stitching.settings_per_method.grelu.optimizer: 'lbfgs' is not one of"),
-    (lambda c: c["similarity"].update(procrustes_pairs=4),
-     "config key similarity.procrustes_pairs: 4 pairs of 'myrtle' asked for, but its 3 zoo members form only 3"),
-    (lambda c: c["stitching"].update(pairs_per_variant={"resnet20": 3}),
-     "config key stitching.pairs: 3 pairs of 'resnet20' asked for, but its 2 zoo members form only 2"),
-    (lambda c: c["dissection"].update(variants=["cct"]), "config key dissection.variants: 'cct' is a transformer"),
-    (lambda c: c["zoo"]["variants"].update(bad={"arch": "resnet20", "constant_width": 8}),
-     "config key zoo.variants.bad: unknown model option 'constant_width'"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda c: c["zoo"].update(seeds=1),
+            "config key stitching.variants: stitching pairs need at least 2",
+        ),
+        (
+            lambda c: c["stitching"].update(variants=["resnet18"]),
+            "config key stitching.variants: ['resnet18'] not among",
+        ),
+        (
+            lambda c: c["stitching"].update(sites={"myrtle": ["act9"]}),
+            "config key stitching.sites.myrtle: ['act9'] not among",
+        ),
+        (
+            lambda c: c["dissection"].update(sites={"resnet20": ["layer9.act"]}),
+            "config key dissection.sites.resnet20: ['layer9.act'] not among",
+        ),
+        (
+            lambda c: c["dissection"].update(seeds=3),
+            "config key dissection.seeds: 3 seeds of 'resnet20' asked for",
+        ),
+        (lambda c: c["rotation"].update(seeds=4), "config key rotation.seeds: 4 seeds of 'myrtle' asked for"),
+        (lambda c: c["rotation"].update(sites=["act9"]), "config key rotation.sites: ['act9'] not among"),
+        (
+            lambda c: c["zoo"].update(training_per_variant={"convnext": {"learning_rate": 0.1}}),
+            "config key zoo.training_per_variant.convnext: ['learning_rate'] not among",
+        ),
+        (
+            lambda c: c["zoo"].update(training_per_variant={"vgg": {"lr": 0.1}}),
+            "config key zoo.training_per_variant: ['vgg'] not among",
+        ),
+        (
+            lambda c: c["zoo"].update(seeds_per_variant={"vgg": 2}),
+            "config key zoo.seeds_per_variant: ['vgg'] not among",
+        ),
+        (
+            lambda c: c["dissection"].update(external={"r50": {"arch": "resnet50", "weights": "r50.pth"}}),
+            "set dissection.probe.broden to your Broden directory",
+        ),
+        (
+            lambda c: c["stitching"].update(methods_per_variant={"vgg": ["grelu"]}),
+            "config key stitching.methods_per_variant: ['vgg'] not among",
+        ),
+        (
+            lambda c: c["stitching"].update(pairs_per_variant={"vgg": 2}),
+            "config key stitching.pairs_per_variant: ['vgg']",
+        ),
+        (
+            lambda c: c["stitching"].update(settings_per_method={"l1": {"epoch": 3}}),
+            "config key stitching.settings_per_method.l1: ['epoch'] not among",
+        ),
+        (
+            lambda c: c["stitching"].update(settings_per_method={"l1": {"translate": 0}}),
+            "config key stitching.settings_per_method.l1: ['translate'] not among",
+        ),
+        (
+            lambda c: c["similarity"].update(variants=["convnext"]),
+            "config key similarity.variants: similarity pairs",
+        ),
+        (
+            lambda c: c["zoo"].update(training_per_variant={"convnext": {"epochs": "3"}}),
+            "config key zoo.training_per_variant.convnext.epochs: '3' is not of type 'integer'",
+        ),
+        (
+            lambda c: c["zoo"].update(training_per_variant={"convnext": {"epochs": -4}}),
+            "config key zoo.training_per_variant.convnext.epochs: -4 is less than the minimum of 1",
+        ),
+        (
+            lambda c: c["stitching"].update(settings_per_method={"l1": {"epochs": 0}}),
+            "config key stitching.settings_per_method.l1.epochs: 0 is less than the minimum of 1",
+        ),
+        (
+            lambda c: c["stitching"].update(settings_per_method={"grelu": {"optimizer": "lbfgs"}}),
+            "config key stitching.settings_per_method.grelu.optimizer: 'lbfgs' is not one of",
+        ),
+        (
+            lambda c: c["similarity"].update(procrustes_pairs=4),
+            "config key similarity.procrustes_pairs: 4 pairs of 'myrtle' asked for, but its 3 zoo members form only 3",
+        ),
+        (
+            lambda c: c["stitching"].update(pairs_per_variant={"resnet20": 3}),
+            "config key stitching.pairs: 3 pairs of 'resnet20' asked for, but its 2 zoo members form only 2",
+        ),
+        (
+            lambda c: c["dissection"].update(variants=["cct"]),
+            "config key dissection.variants: 'cct' is a transformer",
+        ),
+        (
+            lambda c: c["zoo"]["variants"].update(bad={"arch": "resnet20", "constant_width": 8}),
+            "config key zoo.variants.bad: unknown model option 'constant_width'",
+        ),
+    ],
+)
 def test_config_errors_name_the_key(change, message):
     errors = Plan(load("tests/configs/tiny.yaml", change)).errors()
     assert any(message in error for error in errors), errors
@@ -191,7 +261,9 @@ def test_settings_that_cannot_change_a_result_are_not_params(tiny):
     config["zoo"]["training_per_variant"] = {"resnet20": {"eval_batch_size": 77}}
     plan = Plan(config)
     assert "eval_batch_size" not in plan.train_block("myrtle") and "eval_batch_size" not in plan.train_block()
-    assert plan.train_run("myrtle") == {"eval_batch_size": 123} and plan.train_run("resnet20") == {"eval_batch_size": 77}
+    assert plan.train_run("myrtle") == {"eval_batch_size": 123} and plan.train_run("resnet20") == {
+        "eval_batch_size": 77
+    }
     assert plan.train_run() == {"eval_batch_size": 123}
     assert plan.train_block("resnet20") == Plan(tiny).train_block("resnet20")
     # stitching.eval_batch_size is also the batch of the batch-norm refresh, which changes results.

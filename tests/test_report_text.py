@@ -1,5 +1,6 @@
 """The report's opening (workflow/report/workflow.rst), rendered as Snakemake's report renders it
 (Jinja with ``snakemake.config``, then reStructuredText): it states the zoo's seeds truly."""
+
 from __future__ import annotations
 
 import re
@@ -12,12 +13,13 @@ from docutils.core import publish_parts
 
 REPO = Path(__file__).resolve().parents[1]
 # Snakemake calls docutils with writer_name=, which docutils 0.22 deprecates; so do we.
-pytestmark = pytest.mark.filterwarnings("ignore:Argument \"writer_name\":PendingDeprecationWarning")
+pytestmark = pytest.mark.filterwarnings('ignore:Argument "writer_name":PendingDeprecationWarning')
 
 
 def opening(config: dict) -> str:
     """The report's first section as text: the template rendered with ``config`` (Jinja set up as
     snakemake.report sets it up), then through docutils, tags stripped and lines joined."""
+
     class Snakemake:
         pass
 
@@ -29,8 +31,11 @@ def opening(config: dict) -> str:
 
 
 def zoo_config(seeds: int, variants: list[str], per_variant: dict | None = None) -> dict:
-    zoo = {"seeds": seeds, "variants": {name: {"arch": "myrtle"} for name in variants},
-           "training": {"epochs": 3}}
+    zoo = {
+        "seeds": seeds,
+        "variants": {name: {"arch": "myrtle"} for name in variants},
+        "training": {"epochs": 3},
+    }
     if per_variant is not None:
         zoo["seeds_per_variant"] = per_variant
     return {"data": {"dataset": "cifar10"}, "zoo": zoo}
@@ -49,15 +54,20 @@ def test_opening_gives_the_seeds_of_the_tiny_config():
         assert names.split(", ") == [v for v, count in counts.items() if count == int(n)]
 
 
-@pytest.mark.parametrize("config, sentence", [
-    (zoo_config(3, ["myrtle", "resnet20"]), "3 seeds each of myrtle, resnet20; 3 training epochs."),
-    (zoo_config(3, ["myrtle", "resnet20"], {}), "3 seeds each of myrtle, resnet20; 3 training epochs."),
-    (zoo_config(1, ["myrtle"]), "1 seed of myrtle; 3 training epochs."),
-    # Counts in the order their variants first come; an override of an absent variant counts nothing.
-    (zoo_config(3, ["a", "b", "c", "d"], {"b": 2, "d": 2, "absent": 5}),
-     "3 seeds each of a, c; 2 seeds each of b, d; 3 training epochs."),
-    (zoo_config(4, ["a", "b"], {"a": 2}), "2 seeds of a; 4 seeds of b; 3 training epochs."),
-])
+@pytest.mark.parametrize(
+    "config, sentence",
+    [
+        (zoo_config(3, ["myrtle", "resnet20"]), "3 seeds each of myrtle, resnet20; 3 training epochs."),
+        (zoo_config(3, ["myrtle", "resnet20"], {}), "3 seeds each of myrtle, resnet20; 3 training epochs."),
+        (zoo_config(1, ["myrtle"]), "1 seed of myrtle; 3 training epochs."),
+        # Counts in the order their variants first come; an override of an absent variant counts nothing.
+        (
+            zoo_config(3, ["a", "b", "c", "d"], {"b": 2, "d": 2, "absent": 5}),
+            "3 seeds each of a, c; 2 seeds each of b, d; 3 training epochs.",
+        ),
+        (zoo_config(4, ["a", "b"], {"a": 2}), "2 seeds of a; 4 seeds of b; 3 training epochs."),
+    ],
+)
 def test_opening_gives_each_variants_seeds(config, sentence):
     text = opening(config)
     assert sentence in text

@@ -1,4 +1,5 @@
 """The rotation-penalty machinery: the inserted transform, freezing, and a tiny trial."""
+
 import torch
 
 from intertwine import models
@@ -42,8 +43,19 @@ def test_rotation_trial_keeps_the_frozen_layers(tiny_shapes_dir):
     site = models.sites(model)[1]
     matrix = torch.linalg.qr(torch.randn(site.channels, site.channels))[0]
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    row = rotation_trial(model, site.name, matrix, train, val, test, TrainConfig(epochs=1),
-                         torch.Generator().manual_seed(0), mean, std, log=lambda _: None)
+    row = rotation_trial(
+        model,
+        site.name,
+        matrix,
+        train,
+        val,
+        test,
+        TrainConfig(epochs=1),
+        torch.Generator().manual_seed(0),
+        mean,
+        std,
+        log=lambda _: None,
+    )
     assert set(row) == {"acc_before", "acc_transformed", "acc_finetuned", "finetune_seconds"}
     assert all(0 <= row[k] <= 1 for k in ("acc_before", "acc_transformed", "acc_finetuned"))
     for key, value in model.state_dict().items():  # the zoo model itself is not modified
@@ -77,8 +89,11 @@ def test_transform_of_the_wrong_size_is_refused_before_the_forward_pass():
     from intertwine.rotation import sample_transform
 
     model = models.build(SPEC).eval()
-    with pytest.raises(ValueError, match=r"site 'act2' has 16 channels, so its transform must be a 16x16 "
-                                         r"matrix, got \(8, 8\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"site 'act2' has 16 channels, so its transform must be a 16x16 "
+        r"matrix, got \(8, 8\)",
+    ):
         transform_site(model, "act2", torch.eye(8))
     with pytest.raises(ValueError, match="NaN"):
         transform_site(model, "act2", torch.full((16, 16), float("nan")))

@@ -1,5 +1,6 @@
 """One definition per setting: the schema holds every default; the settings dataclasses take
 theirs from it, read every key a job is given, and refuse keys they do not know."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,8 +25,18 @@ SETTINGS = [TrainConfig, StitchConfig, RotationConfig, SymmetryConfig, Similarit
 # The keys of each block that pick jobs (the plan reads them) rather than configure one.
 FAN_OUT = {
     "zoo.training": {"threads"},
-    "stitching": {"variants", "pairs", "pairs_per_variant", "pairs_per_method", "sites", "methods",
-                  "methods_per_variant", "ranks", "l1_lambdas", "settings_per_method"},
+    "stitching": {
+        "variants",
+        "pairs",
+        "pairs_per_variant",
+        "pairs_per_method",
+        "sites",
+        "methods",
+        "methods_per_variant",
+        "ranks",
+        "l1_lambdas",
+        "settings_per_method",
+    },
     "rotation": {"variants", "seeds", "sites", "trials"},
     "symmetry": {"seeds"},
     "similarity": {"variants", "procrustes_pairs", "cka_pairs"},
@@ -38,14 +49,20 @@ def test_defaults_are_the_schemas(cls):
     instance = cls()
     for field in dataclasses.fields(cls):
         block, name = field.metadata["key"].rsplit(".", 1)
-        assert getattr(instance, field.name) == settings.default(schema_block(block)["properties"][name]), field.name
+        assert getattr(instance, field.name) == settings.default(schema_block(block)["properties"][name]), (
+            field.name
+        )
 
 
 @pytest.mark.parametrize("block", FAN_OUT)
 def test_every_schema_key_is_a_setting_or_picks_jobs(block):
     """A key added to the schema must be read by a job (a settings field) or by the plan."""
-    read = {f.metadata["key"].rsplit(".", 1)[1] for cls in SETTINGS for f in dataclasses.fields(cls)
-            if f.metadata["key"].rsplit(".", 1)[0] == block}
+    read = {
+        f.metadata["key"].rsplit(".", 1)[1]
+        for cls in SETTINGS
+        for f in dataclasses.fields(cls)
+        if f.metadata["key"].rsplit(".", 1)[0] == block
+    }
     keys = set(schema_block(block)["properties"])
     assert read & FAN_OUT[block] == set()
     assert keys == read | FAN_OUT[block]
@@ -53,7 +70,9 @@ def test_every_schema_key_is_a_setting_or_picks_jobs(block):
 
 def test_from_block_refuses_unknown_keys():
     assert StitchConfig.from_block({"lr": 0.1}).lr == 0.1
-    with pytest.raises(ValueError, match=r"config key stitching\.learning_rate: not a setting of StitchConfig"):
+    with pytest.raises(
+        ValueError, match=r"config key stitching\.learning_rate: not a setting of StitchConfig"
+    ):
         StitchConfig.from_block({"learning_rate": 0.1}, "stitching")
     with pytest.raises(ValueError, match="device"):
         TrainConfig.from_block({"device": "cpu"})
@@ -68,8 +87,12 @@ def test_job_block_reads_each_field_from_its_key():
     full = StitchConfig.job_block({"stitching": stitching, "zoo.training": training}, "full")
     assert set(grelu) - set(full) == {"alpha", "scales_frozen_fraction", "sinkhorn_iters", "permutation_step"}
     # A job block of a validated config is exactly what from_block takes back.
-    defaults = {"stitching": {k: settings.default(v) for k, v in schema_block("stitching")["properties"].items()},
-                "zoo.training": {k: settings.default(v) for k, v in schema_block("zoo.training")["properties"].items()}}
+    defaults = {
+        "stitching": {k: settings.default(v) for k, v in schema_block("stitching")["properties"].items()},
+        "zoo.training": {
+            k: settings.default(v) for k, v in schema_block("zoo.training")["properties"].items()
+        },
+    }
     block = StitchConfig.job_block(defaults, "softsort")
     assert StitchConfig.from_block(block) == StitchConfig(**block) == StitchConfig()
 
@@ -80,7 +103,13 @@ def test_settings_are_frozen():
 
 
 def test_method_names():
-    assert expand_methods(["full", "rank", "l1", "grelu"], [1, 4], [0.01]) == ["full", "rank1", "rank4", "l1_0.01", "grelu"]
+    assert expand_methods(["full", "rank", "l1", "grelu"], [1, 4], [0.01]) == [
+        "full",
+        "rank1",
+        "rank4",
+        "l1_0.01",
+        "grelu",
+    ]
     assert [method_kind(m) for m in ("rank4", "l1_0.01", "grelu_cv")] == ["rank", "l1", "grelu_cv"]
     with pytest.raises(ValueError, match="unknown stitching method 'rank0'"):
         method_kind("rank0")
@@ -98,10 +127,16 @@ def test_affects_results_false_fields_are_in_run_block_not_job_block():
     training = {name: f"t.{name}" for name in schema_block("zoo.training")["properties"]}
     assert "eval_batch_size" not in TrainConfig.job_block({"zoo.training": training})
     assert TrainConfig.run_block({"zoo.training": training}) == {"eval_batch_size": "t.eval_batch_size"}
-    together = TrainConfig.job_block({"zoo.training": training}) | TrainConfig.run_block({"zoo.training": training})
+    together = TrainConfig.job_block({"zoo.training": training}) | TrainConfig.run_block(
+        {"zoo.training": training}
+    )
     assert set(together) == set(TrainConfig.names())
-    quiet = [f.metadata["key"] for cls in SETTINGS for f in dataclasses.fields(cls)
-             if f.metadata.get("affects_results") is False]
+    quiet = [
+        f.metadata["key"]
+        for cls in SETTINGS
+        for f in dataclasses.fields(cls)
+        if f.metadata.get("affects_results") is False
+    ]
     assert quiet == ["zoo.training.eval_batch_size"]  # stitching's changes the batch-norm refresh
 
 
@@ -112,7 +147,10 @@ def test_from_block_fills_defaults_and_checks_each_value_against_the_schema():
     for block, message in [
         ({"epochs": "two"}, r"config key stitching\.epochs: 'two' is not of type 'integer'"),
         ({"epochs": 0}, r"config key stitching\.epochs: 0 is less than the minimum of 1"),
-        ({"optimizer": "rmsprop"}, r"config key stitching\.optimizer: 'rmsprop' is not one of \['sgd', 'adam'\]"),
+        (
+            {"optimizer": "rmsprop"},
+            r"config key stitching\.optimizer: 'rmsprop' is not one of \['sgd', 'adam'\]",
+        ),
     ]:
         with pytest.raises(ValueError, match=message):
             StitchConfig.from_block(block, "stitching")

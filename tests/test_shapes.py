@@ -1,4 +1,5 @@
 """Tests of the procedurally generated ``shapes`` data set (intertwine.data.shapes)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,9 +21,7 @@ def split():
 @pytest.fixture(scope="module")
 def clean():
     """No noise, no clutter, no anti-aliasing: every pixel is exactly one layer's colour."""
-    return generate_shapes(
-        200, seed=5, noise_std=0.0, clutter=0, supersample=1, return_factors=True
-    )
+    return generate_shapes(200, seed=5, noise_std=0.0, clutter=0, supersample=1, return_factors=True)
 
 
 def test_constants():

@@ -1,5 +1,6 @@
 """Representation similarity measures (paper section 5, appendix D.7): invariances, reference
 formulas, blocked and accumulated computations against one-shot ones, errors."""
+
 from itertools import permutations
 
 import numpy as np
@@ -43,11 +44,11 @@ GROUPS = {
 # rotation of equal-scale channels barely changes their norms (observed 0.976), so the normalisation
 # it adds to the rotation-invariant linear CKA hardly matters.
 OUTSIDE = {
-    "grelu_procrustes": ("orthogonal", 0.65),       # observed max 0.556
-    "orthogonal_procrustes": ("grelu", 0.90),       # observed max 0.816
-    "grelu_cka": ("orthogonal", 0.70),              # observed max 0.610
-    "linear_cka": ("grelu", 0.90),                  # observed max 0.812
-    "laplace_cka": ("orthogonal", 0.94),            # observed max 0.887
+    "grelu_procrustes": ("orthogonal", 0.65),  # observed max 0.556
+    "orthogonal_procrustes": ("grelu", 0.90),  # observed max 0.816
+    "grelu_cka": ("orthogonal", 0.70),  # observed max 0.610
+    "linear_cka": ("grelu", 0.90),  # observed max 0.812
+    "laplace_cka": ("orthogonal", 0.94),  # observed max 0.887
     "channel_normalized_linear_cka": ("gl", 0.92),  # observed max 0.852
 }
 
@@ -157,8 +158,11 @@ def test_one_for_group_element(measure, kind):
 @pytest.mark.parametrize("measure", list(MEASURES))
 def test_below_one_outside_group(measure):
     kind, bound = OUTSIDE[measure]
-    values = [MEASURES[measure](X, element(kind, X, 10 + seed))
-              for seed in range(3) for X in [features(seed, c=12, spread=0)]]
+    values = [
+        MEASURES[measure](X, element(kind, X, 10 + seed))
+        for seed in range(3)
+        for X in [features(seed, c=12, spread=0)]
+    ]
     assert max(values) < bound, values
 
 
@@ -193,8 +197,8 @@ def test_cka_bounded_and_near_zero_for_independent(measure):
 def test_unbiased_hsic_matches_loop_transcription():
     g = gen(0)
     A, B = torch.randn(7, 3, generator=g, dtype=F64), torch.randn(7, 5, generator=g, dtype=F64)
-    K = A @ A.T + 1.0                   # not centred, constant offset
-    L = torch.exp(-torch.cdist(B, B))   # nonlinear, with a unit diagonal
+    K = A @ A.T + 1.0  # not centred, constant offset
+    L = torch.exp(-torch.cdist(B, B))  # nonlinear, with a unit diagonal
     assert unbiased_hsic(K, L) == pytest.approx(hsic_loops(K, L), rel=1e-12, abs=1e-14)
     assert unbiased_hsic(K.numpy(), L.numpy()) == pytest.approx(hsic_loops(K, L), rel=1e-12)
     # Block sizes down to one row give the same sums.
@@ -277,8 +281,7 @@ def test_blocked_max_kernel_equals_naive(dtype):
         assert torch.equal(K, K.T)
     # Block sizes chosen from the byte budget: everything, one row, one row of one channel.
     for max_bytes in (2**30, 5 * 13 * 8, 1):
-        torch.testing.assert_close(max_kernel(X, max_bytes=max_bytes).to(F64), expected,
-                                   atol=tol, rtol=0)
+        torch.testing.assert_close(max_kernel(X, max_bytes=max_bytes).to(F64), expected, atol=tol, rtol=0)
 
 
 def test_grelu_cka_independent_of_block_size():
@@ -345,7 +348,11 @@ def test_dead_channels_do_not_give_nan(measure):
 def constant_representations(X):
     """Representations the same for every sample: all zero (every unit dead), one value, and one
     sample's features repeated (varying over channels and positions, not over the inputs)."""
-    return {"zeros": torch.zeros_like(X), "two": torch.full_like(X, 2.0), "repeated": X[:1].expand_as(X).clone()}
+    return {
+        "zeros": torch.zeros_like(X),
+        "two": torch.full_like(X, 2.0),
+        "repeated": X[:1].expand_as(X).clone(),
+    }
 
 
 @pytest.mark.parametrize("measure", list(MEASURES))
@@ -355,8 +362,11 @@ def test_constant_representation_is_an_error_naming_the_argument(measure, kind):
     orthogonal Procrustes of zeros an error and of the others a number."""
     X = features(0)
     constant = constant_representations(X)[kind]
-    with pytest.raises(ConstantRepresentationError, match=r"^Y is the same for each of its 40 samples.*"
-                                                          f"{measure} is undefined"):
+    with pytest.raises(
+        ConstantRepresentationError,
+        match=r"^Y is the same for each of its 40 samples.*"
+        f"{measure} is undefined",
+    ):
         MEASURES[measure](X, constant)
     with pytest.raises(ConstantRepresentationError, match="^X is the same") as caught:
         MEASURES[measure](constant, X)
@@ -400,8 +410,10 @@ def test_site_measures_name_the_model_and_site():
         dead.bn2.weight.zero_(), dead.bn2.bias.fill_(-1.0)
     images = torch.randint(0, 256, (12, 3, 16, 16), dtype=torch.uint8, generator=gen(0))
     mean, std = torch.full((3,), 0.5), torch.full((3,), 0.25)
-    with pytest.raises(ConstantRepresentationError, match="^model b at site act2: its representation is the "
-                                                          "same for each of its 12 samples") as caught:
+    with pytest.raises(
+        ConstantRepresentationError,
+        match="^model b at site act2: its representation is the same for each of its 12 samples",
+    ) as caught:
         site_procrustes(alive, dead, images, ["act1", "act2"], mean, std, 5)
     assert (caught.value.which, caught.value.site) == ("b", "act2")
     with pytest.raises(ConstantRepresentationError, match="^model a at site act2:.*grelu_cka is undefined"):
@@ -479,7 +491,9 @@ def test_registry():
 # --- kernels for the heatmaps and the workflow's per-pair entry --------------------------------
 
 
-@pytest.mark.parametrize("measure", ["grelu_cka", "linear_cka", "laplace_cka", "channel_normalized_linear_cka"])
+@pytest.mark.parametrize(
+    "measure", ["grelu_cka", "linear_cka", "laplace_cka", "channel_normalized_linear_cka"]
+)
 def test_kernel_route_equals_the_measure(measure):
     from intertwine.similarity import MEASURES, cka_kernel, kernel_cka
 
@@ -513,13 +527,26 @@ def test_similarity_pair_of_a_model_with_its_grelu_transform(tmp_path, tiny_shap
     paths = []
     for seed, m in enumerate((model, twin)):
         path = tmp_path / f"seed{seed}.pt"
-        save_checkpoint({"format": CHECKPOINT_FORMAT, "state_dict": m.state_dict(), "spec": models.normalize_spec(spec),
-                         "variant": "myrtle", "seed": seed}, path)
+        save_checkpoint(
+            {
+                "format": CHECKPOINT_FORMAT,
+                "state_dict": m.state_dict(),
+                "spec": models.normalize_spec(spec),
+                "variant": "myrtle",
+                "seed": seed,
+            },
+            path,
+        )
         paths.append(str(path))
-    block = {"samples": 48, "batch_size": 20, "procrustes_measures": ["grelu_procrustes", "orthogonal_procrustes"],
-             "cka_measures": ["grelu_cka", "linear_cka"]}
-    table = similarity_pair(Job("cpu", tiny_shapes_dir, log=lambda _: None), *paths, 0, block,
-                            procrustes=True, cka=True)
+    block = {
+        "samples": 48,
+        "batch_size": 20,
+        "procrustes_measures": ["grelu_procrustes", "orthogonal_procrustes"],
+        "cka_measures": ["grelu_cka", "linear_cka"],
+    }
+    table = similarity_pair(
+        Job("cpu", tiny_shapes_dir, log=lambda _: None), *paths, 0, block, procrustes=True, cka=True
+    )
     assert set(table["measure"]) == {"grelu_procrustes", "orthogonal_procrustes", "grelu_cka", "linear_cka"}
     assert (table["n_samples"] == 48).all() and (table[["seed_a", "seed_b"]].to_numpy() == [0, 1]).all()
     cka = table[table["measure"] == "grelu_cka"]
@@ -544,12 +571,25 @@ def test_similarity_pair_names_the_member_and_site_of_a_constant_representation(
     paths = []
     for seed, model in enumerate((alive, dead)):
         paths.append(str(tmp_path / f"seed{seed}.pt"))
-        save_checkpoint({"format": CHECKPOINT_FORMAT, "state_dict": model.state_dict(),
-                         "spec": models.normalize_spec(spec), "variant": "myrtle", "seed": seed}, paths[-1])
+        save_checkpoint(
+            {
+                "format": CHECKPOINT_FORMAT,
+                "state_dict": model.state_dict(),
+                "spec": models.normalize_spec(spec),
+                "variant": "myrtle",
+                "seed": seed,
+            },
+            paths[-1],
+        )
     job = Job("cpu", tiny_shapes_dir, log=lambda _: None)
-    with pytest.raises(ValueError, match=r"myrtle pair 0: model b at site act3: its representation is the same "
-                                         r"for each of its 48 samples.*Check .*seed1\.pt \(if it is dead at act3, "
-                                         r"delete it.*similarity\.samples"):
+    with pytest.raises(
+        ValueError,
+        match=r"myrtle pair 0: model b at site act3: its representation is the same "
+        r"for each of its 48 samples.*Check .*seed1\.pt \(if it is dead at act3, "
+        r"delete it.*similarity\.samples",
+    ):
         similarity_pair(job, *paths, 0, {"samples": 48}, procrustes=True, cka=False)
     with pytest.raises(ValueError, match=r"model b at site act3:.*linear_cka is undefined.*seed1\.pt"):
-        similarity_pair(job, *paths, 0, {"samples": 48, "cka_measures": ["linear_cka"]}, procrustes=False, cka=True)
+        similarity_pair(
+            job, *paths, 0, {"samples": 48, "cka_measures": ["linear_cka"]}, procrustes=False, cka=True
+        )

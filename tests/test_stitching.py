@@ -1,5 +1,6 @@
 """Stitching: the layers' parameterisations, the projection, the stitched network, and the
 exactness of G_ReLU stitching between a network and its transformed copy (Theorem 4.2)."""
+
 from __future__ import annotations
 
 import copy
@@ -152,16 +153,27 @@ def trained_pair(tmp_path_factory):
     from intertwine.data import build_dataset, write_dataset
 
     root = tmp_path_factory.mktemp("data") / "shapes"
-    block = {"dataset": "shapes", "val_size": 100,
-             "shapes": {"train_size": 1100, "test_size": 300, "image_size": 16}}
+    block = {
+        "dataset": "shapes",
+        "val_size": 100,
+        "shapes": {"train_size": 1100, "test_size": 300, "image_size": 16},
+    }
     write_dataset(root, *build_dataset(block, seed=0))
     meta = load_meta(root)
     mean, std = torch.tensor(meta["mean"]), torch.tensor(meta["std"])
     splits = {s: load_split(root, s) for s in ("train", "val", "test")}
     torch.manual_seed(0)
     f = models.build({"arch": "myrtle", "width_multiplier": 0.125})
-    result = train(f, splits["train"], splits["val"], TrainConfig(epochs=12, lr=4e-3, lr_drops=2),
-                   torch.Generator().manual_seed(0), mean, std, log=lambda _: None)
+    result = train(
+        f,
+        splits["train"],
+        splits["val"],
+        TrainConfig(epochs=12, lr=4e-3, lr_drops=2),
+        torch.Generator().manual_seed(0),
+        mean,
+        std,
+        log=lambda _: None,
+    )
     f.load_state_dict(result.state_dict)
     elements = random_elements(f, "grelu", torch.Generator().manual_seed(1), sigma=0.5)
     g = act_on_weights(f, elements)
@@ -170,15 +182,18 @@ def trained_pair(tmp_path_factory):
 
 def _stitch_and_measure(trained_pair, method, config, site="act2", keep_unrounded=False):
     f, g, _, splits, mean, std = trained_pair
-    layer = build_layer(method, {s.name: s.channels for s in models.sites(f)}[site],
-                        torch.Generator().manual_seed(0), permutation_step=config.permutation_step)
+    layer = build_layer(
+        method,
+        {s.name: s.channels for s in models.sites(f)}[site],
+        torch.Generator().manual_seed(0),
+        permutation_step=config.permutation_step,
+    )
     stitched = stitch(f, copy.deepcopy(g), site, layer)
     if config.init == "match":
         x = normalize(splits["train"].images[:500], mean, std)
         with torch.no_grad():
             layer.match(models.forward_to(f, x, site)[0], models.forward_to(g, x, site)[0])
-    fit(stitched, splits["train"], config, torch.Generator().manual_seed(0), mean, std,
-        log=lambda _: None)
+    fit(stitched, splits["train"], config, torch.Generator().manual_seed(0), mean, std, log=lambda _: None)
     if keep_unrounded:
         return layer, None, None
     if isinstance(layer, GReLULayer):
@@ -221,8 +236,16 @@ def test_grelu_stitching_from_the_centre_recovers_the_element(trained_pair, opti
     stitched network's batch-norm statistics are refreshed on the training data, which alone moves
     the accuracy of the exact element's layer by 1.0 to 1.3 points here (with the thread count)."""
     _, _, elements, *_ = trained_pair
-    config = StitchConfig(epochs=16, lr=lr, momentum=momentum, optimizer=optimizer, translate=0, flip=False,
-                          init="random", permutation_step=0.3)
+    config = StitchConfig(
+        epochs=16,
+        lr=lr,
+        momentum=momentum,
+        optimizer=optimizer,
+        translate=0,
+        flip=False,
+        init="random",
+        permutation_step=0.3,
+    )
     layer, acc_stitched, acc_g = _stitch_and_measure(trained_pair, "grelu", config)
     assert layer.off_permutation_mass() < 0.05  # P itself, before it was rounded
     assert torch.equal(layer.permutation, elements["act2"][0])
@@ -242,7 +265,9 @@ def test_grelu_stitching_from_the_match_keeps_it(trained_pair, optimizer, lr):
     x = normalize(splits["train"].images[:500], mean, std)
     with torch.no_grad():
         layer.match(models.forward_to(f, x, "act2")[0], models.forward_to(g, x, "act2")[0])
-    run = fit(stitched, splits["train"], config, torch.Generator().manual_seed(0), mean, std, log=lambda _: None)
+    run = fit(
+        stitched, splits["train"], config, torch.Generator().manual_seed(0), mean, std, log=lambda _: None
+    )
     assert len(run.off_permutation_mass) == 4 and max(run.off_permutation_mass) < 0.05
     layer.round()
     assert torch.equal(layer.permutation, elements["act2"][0])
@@ -254,8 +279,16 @@ def independent_pair(trained_pair):
     f, _, _, splits, mean, std = trained_pair
     torch.manual_seed(1)
     h = models.build({"arch": "myrtle", "width_multiplier": 0.125})
-    result = train(h, splits["train"], splits["val"], TrainConfig(epochs=12, lr=4e-3, lr_drops=2),
-                   torch.Generator().manual_seed(1), mean, std, log=lambda _: None)
+    result = train(
+        h,
+        splits["train"],
+        splits["val"],
+        TrainConfig(epochs=12, lr=4e-3, lr_drops=2),
+        torch.Generator().manual_seed(1),
+        mean,
+        std,
+        log=lambda _: None,
+    )
     h.load_state_dict(result.state_dict)
     return f, h.eval(), splits, mean, std
 
@@ -267,12 +300,24 @@ def test_grelu_stitching_of_independent_models_converges_and_costs_nothing(indep
     the rounded layer after training scores at least its start minus two standard errors of an
     accuracy on the 300 test images (2 sqrt(p(1-p)/300), 5.3 points at p = 0.7)."""
     f, h, splits, mean, std = independent_pair
-    config = StitchConfig(epochs=3, lr=lr, optimizer=optimizer, init="match", match_images=500,
-                          translate=0, flip=False)
+    config = StitchConfig(
+        epochs=3, lr=lr, optimizer=optimizer, init="match", match_images=500, translate=0, flip=False
+    )
     accuracy = lambda net: evaluate(net, splits["test"], mean, std)  # noqa: E731
     for site in models.sites(f):
-        stitched, columns = stitch_site(f, h, site, "grelu", config, splits["train"], mean, std,
-                                        (0, site.name), log=lambda _: None, accuracy=accuracy)
+        stitched, columns = stitch_site(
+            f,
+            h,
+            site,
+            "grelu",
+            config,
+            splits["train"],
+            mean,
+            std,
+            (0, site.name),
+            log=lambda _: None,
+            accuracy=accuracy,
+        )
         stitched_acc = accuracy(stitched)
         start = columns["acc_start"]
         bound = 2 * (start * (1 - start) / len(splits["test"])) ** 0.5
@@ -348,7 +393,7 @@ def test_softsort_hardens_over_training(trained_pair):
     permutation it is rounded to (at a fixed tau = 1/C its P keeps about half its mass off it)."""
     layer = SoftSortStitch(6, torch.Generator().manual_seed(0), tau=0.2, hardening=0.1)
     layer.anneal(0.5)
-    assert layer.temperature == pytest.approx(0.2 * 0.1 ** 0.5)
+    assert layer.temperature == pytest.approx(0.2 * 0.1**0.5)
     f, g, elements, splits, mean, std = trained_pair
     for hardening, bound in [(0.1, (0.0, 0.05)), (1.0, (0.3, 1.0))]:
         layer = build_layer("softsort", 16, torch.Generator().manual_seed(0), softsort_hardening=hardening)
@@ -356,9 +401,12 @@ def test_softsort_hardens_over_training(trained_pair):
         x = normalize(splits["train"].images[:500], mean, std)
         with torch.no_grad():
             layer.match(models.forward_to(f, x, "act2")[0], models.forward_to(g, x, "act2")[0])
-        config = StitchConfig(epochs=2, init="match", optimizer="adam", translate=0, flip=False,
-                              softsort_hardening=hardening)
-        run = fit(stitched, splits["train"], config, torch.Generator().manual_seed(0), mean, std, log=lambda _: None)
+        config = StitchConfig(
+            epochs=2, init="match", optimizer="adam", translate=0, flip=False, softsort_hardening=hardening
+        )
+        run = fit(
+            stitched, splits["train"], config, torch.Generator().manual_seed(0), mean, std, log=lambda _: None
+        )
         assert bound[0] <= run.off_permutation_mass[-1] <= bound[1], hardening
         assert torch.equal(layer.nearest_permutation()[1], elements["act2"][0])
 
@@ -437,12 +485,22 @@ def test_alpha_by_cross_validation_measures_the_chosen_layer(trained_pair):
         built.append(layer)
         return layer
 
-    config = StitchConfig(epochs=1, lr=1e-3, alpha_grid=[0.0, 0.1, 10.0], cv_held_out=0.25, cv_epochs=None, **STITCH)
+    config = StitchConfig(
+        epochs=1, lr=1e-3, alpha_grid=[0.0, 0.1, 10.0], cv_held_out=0.25, cv_epochs=None, **STITCH
+    )
     stitched = stitch(f, copy.deepcopy(g), "act2", make_layer(0.1))
     back = copy.deepcopy(stitched.back.state_dict())
     log = []
-    chosen = select_alpha(make_layer, stitched, splits["train"], config, torch.Generator().manual_seed(0),
-                          mean, std, log=log.append)
+    chosen = select_alpha(
+        make_layer,
+        stitched,
+        splits["train"],
+        config,
+        torch.Generator().manual_seed(0),
+        mean,
+        std,
+        log=log.append,
+    )
     assert chosen["cv_alphas"] == [0.0, 0.1, 10.0] and len(chosen["cv_accuracies"]) == 3
     best = max(range(3), key=lambda i: (chosen["cv_accuracies"][i], -i))
     assert chosen["alpha_selected"] == config.alpha_grid[best]

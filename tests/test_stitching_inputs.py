@@ -1,5 +1,6 @@
 """Stitching helpers refuse invalid input with a clear error instead of a wrong answer or a late
 failure (tests/test_stitching.py holds the stitching itself)."""
+
 import pytest
 import torch
 
@@ -22,13 +23,20 @@ def test_match_grelu_on_integer_activations_keeps_its_scales():
     assert stitching.match_grelu(x.double(), y.double())[1].dtype == torch.float64
 
 
-@pytest.mark.parametrize("x, y, message", [
-    (torch.zeros(0, 4, 2, 2), torch.zeros(0, 4, 2, 2), r"needs at least one sample and one channel, got shape \(0, 4, 2, 2\)"),
-    (torch.ones(5, 4), torch.ones(5, 3), r"of one shape \(N, C, \.\.\.\), got \(5, 4\) and \(5, 3\)"),
-    (torch.ones(5, 4), torch.ones(6, 4), r"got \(5, 4\) and \(6, 4\)"),
-    (torch.full((3, 2), float("nan")), torch.ones(3, 2), "x contains NaN"),
-    (torch.ones(4), torch.ones(4), r"x must be a real tensor of activations \(N, C, \.\.\.\)"),
-])
+@pytest.mark.parametrize(
+    "x, y, message",
+    [
+        (
+            torch.zeros(0, 4, 2, 2),
+            torch.zeros(0, 4, 2, 2),
+            r"needs at least one sample and one channel, got shape \(0, 4, 2, 2\)",
+        ),
+        (torch.ones(5, 4), torch.ones(5, 3), r"of one shape \(N, C, \.\.\.\), got \(5, 4\) and \(5, 3\)"),
+        (torch.ones(5, 4), torch.ones(6, 4), r"got \(5, 4\) and \(6, 4\)"),
+        (torch.full((3, 2), float("nan")), torch.ones(3, 2), "x contains NaN"),
+        (torch.ones(4), torch.ones(4), r"x must be a real tensor of activations \(N, C, \.\.\.\)"),
+    ],
+)
 def test_match_grelu_refuses_what_has_no_match(x, y, message):
     """N = 0 returned zero scales and an arbitrary permutation."""
     with pytest.raises(ValueError, match=f"^match_grelu: .*{message}"):
@@ -54,8 +62,11 @@ def test_stitch_checks_the_layers_width_against_the_site():
     """A layer of the wrong width was accepted until the forward pass."""
     f, g = models.build(SPEC), models.build(SPEC)
     for method in ("full", "rank2", "grelu", "softsort", "l1_0.01"):
-        with pytest.raises(ValueError, match=r"the stitching layer maps 8 channels to 8, but site 'act2' has 16 "
-                                             r"channels in front \(f, run up to it\) and 16 in back"):
+        with pytest.raises(
+            ValueError,
+            match=r"the stitching layer maps 8 channels to 8, but site 'act2' has 16 "
+            r"channels in front \(f, run up to it\) and 16 in back",
+        ):
             stitching.stitch(f, g, "act2", stitching.build_layer(method, 8))
     assert all(p.requires_grad for p in g.parameters())  # g untouched by the refused call
     stitched = stitching.stitch(f, g, "act2", stitching.build_layer("grelu", 16))
@@ -76,10 +87,24 @@ def test_stitch_pair_records_the_rank_the_layer_has(tmp_path, tiny_shapes_dir):
     for seed in range(2):
         torch.manual_seed(seed)
         paths.append(tmp_path / f"seed{seed}.pt")
-        save_checkpoint({"format": CHECKPOINT_FORMAT, "state_dict": models.build(SPEC).state_dict(),
-                         "spec": models.normalize_spec(SPEC), "variant": "myrtle", "seed": seed}, paths[-1])
-    rows = stitch_pair(Job("cpu", tiny_shapes_dir, log=lambda _: None), *paths, "rank64", 0,
-                       {"epochs": 1, "batch_size": 64, "train_images": 64}, ["act1", "act2"])
+        save_checkpoint(
+            {
+                "format": CHECKPOINT_FORMAT,
+                "state_dict": models.build(SPEC).state_dict(),
+                "spec": models.normalize_spec(SPEC),
+                "variant": "myrtle",
+                "seed": seed,
+            },
+            paths[-1],
+        )
+    rows = stitch_pair(
+        Job("cpu", tiny_shapes_dir, log=lambda _: None),
+        *paths,
+        "rank64",
+        0,
+        {"epochs": 1, "batch_size": 64, "train_images": 64},
+        ["act1", "act2"],
+    )
     assert list(rows["method"]) == ["rank64", "rank64"]  # the job's name
     assert list(rows["channels"]) == [8, 16] and list(rows["rank"]) == [8, 16]
     assert list(rows["stitch_params"]) == [64, 256]

@@ -1,5 +1,6 @@
 """The appendix stitching studies' figures and their command: drawn from synthetic tables with the
 stitching table's columns, checked by what they plot."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,14 @@ from intertwine import figures
 GRID = [1e-3, 1e-2, 0.1, 1.0, 10.0]
 
 
-def stitching_rows(variants=("myrtle", "resnet20"), sites=("act1", "act2", "act3"),
-                   methods=("full", "rank1", "grelu"), pairs=3, channels=8, seed=0) -> pd.DataFrame:
+def stitching_rows(
+    variants=("myrtle", "resnet20"),
+    sites=("act1", "act2", "act3"),
+    methods=("full", "rank1", "grelu"),
+    pairs=3,
+    channels=8,
+    seed=0,
+) -> pd.DataFrame:
     """One row per (variant, pair, site, method) with every column of the stitching table."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -31,26 +38,43 @@ def stitching_rows(variants=("myrtle", "resnet20"), sites=("act1", "act2", "act3
                     grelu = method in figures.G_RELU_METHODS
                     l1 = figures._l1_lambda(method)
                     alpha = GRID[(pair + k) % len(GRID)] if method == "grelu_cv" else (0.1 if grelu else None)
-                    rows.append({
-                        "variant": variant, "pair": pair, "seed_a": 2 * pair, "seed_b": 2 * pair + 1,
-                        "site": site, "inside_residual": k == 1, "method": method,
-                        "rank": int(method[4:]) if method.startswith("rank") else None, "alpha": alpha,
-                        "acc_a": acc_a, "acc_b": acc_b, "acc_stitched": acc, "penalty": (acc_a + acc_b) / 2 - acc,
-                        "stitch_params": channels if grelu else channels ** 2,
-                        "trainable_params": channels ** 2 + channels if grelu else channels ** 2,
-                        "channels": channels, "epochs": 1,
-                        "train_seconds": (12.0 if method == "softsort" else 1.0) * (1 + rng.uniform()),
-                        "permutation": list(rng.permutation(channels)) if grelu else None,
-                        "scales": list(rng.uniform(0.5, 2, channels)) if grelu else None,
-                        "penalty_start": (acc_a + acc_b) / 2 - acc + 0.02,
-                        "off_permutation_mass": 0.1 if grelu else None, "device": "cpu",
-                        "off_permutation_mass_by_epoch": [0.3, 0.1] if grelu else None,
-                        "config_hash": "abc", "version": "0", "l1_lambda": l1,
-                        "sparsity": 1 - 1 / channels if grelu else (min(1.0, 50 * l1) if l1 else 0.0),
-                        "alpha_selected": alpha if method == "grelu_cv" else None,
-                        "cv_alphas": GRID if method == "grelu_cv" else None,
-                        "cv_accuracies": list(rng.uniform(0.5, 0.9, len(GRID))) if method == "grelu_cv" else None,
-                    })
+                    rows.append(
+                        {
+                            "variant": variant,
+                            "pair": pair,
+                            "seed_a": 2 * pair,
+                            "seed_b": 2 * pair + 1,
+                            "site": site,
+                            "inside_residual": k == 1,
+                            "method": method,
+                            "rank": int(method[4:]) if method.startswith("rank") else None,
+                            "alpha": alpha,
+                            "acc_a": acc_a,
+                            "acc_b": acc_b,
+                            "acc_stitched": acc,
+                            "penalty": (acc_a + acc_b) / 2 - acc,
+                            "stitch_params": channels if grelu else channels**2,
+                            "trainable_params": channels**2 + channels if grelu else channels**2,
+                            "channels": channels,
+                            "epochs": 1,
+                            "train_seconds": (12.0 if method == "softsort" else 1.0) * (1 + rng.uniform()),
+                            "permutation": list(rng.permutation(channels)) if grelu else None,
+                            "scales": list(rng.uniform(0.5, 2, channels)) if grelu else None,
+                            "penalty_start": (acc_a + acc_b) / 2 - acc + 0.02,
+                            "off_permutation_mass": 0.1 if grelu else None,
+                            "device": "cpu",
+                            "off_permutation_mass_by_epoch": [0.3, 0.1] if grelu else None,
+                            "config_hash": "abc",
+                            "version": "0",
+                            "l1_lambda": l1,
+                            "sparsity": 1 - 1 / channels if grelu else (min(1.0, 50 * l1) if l1 else 0.0),
+                            "alpha_selected": alpha if method == "grelu_cv" else None,
+                            "cv_alphas": GRID if method == "grelu_cv" else None,
+                            "cv_accuracies": list(rng.uniform(0.5, 0.9, len(GRID)))
+                            if method == "grelu_cv"
+                            else None,
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -61,9 +85,22 @@ def zoo_rows(slopes=SLOPES, members=4) -> pd.DataFrame:
     rows = []
     for i, variant in enumerate(slopes):
         for seed in range(members):
-            rows.append({"variant": variant, "seed": seed, "val_acc": 0.8, "test_acc": 0.80 + 0.01 * i + 0.002 * seed,
-                         "n_params": 1000, "epochs": 1, "best_epoch": 0, "train_seconds": 1.0, "device": "cpu",
-                         "checkpoint": f"{variant}/{seed}.pt", "config_hash": "abc", "version": "0"})
+            rows.append(
+                {
+                    "variant": variant,
+                    "seed": seed,
+                    "val_acc": 0.8,
+                    "test_acc": 0.80 + 0.01 * i + 0.002 * seed,
+                    "n_params": 1000,
+                    "epochs": 1,
+                    "best_epoch": 0,
+                    "train_seconds": 1.0,
+                    "device": "cpu",
+                    "checkpoint": f"{variant}/{seed}.pt",
+                    "config_hash": "abc",
+                    "version": "0",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -83,8 +120,16 @@ def errorbars(ax):
 
 def test_new_methods_are_ordered_labelled_and_shaded():
     methods = ["grelu", "softsort", "l1_0.01", "rank2", "grelu_cv", "full", "l1_0.001", "rank1"]
-    assert figures._method_order(methods) == ["full", "l1_0.001", "l1_0.01", "rank1", "rank2", "grelu",
-                                              "grelu_cv", "softsort"]
+    assert figures._method_order(methods) == [
+        "full",
+        "l1_0.001",
+        "l1_0.01",
+        "rank1",
+        "rank2",
+        "grelu",
+        "grelu_cv",
+        "softsort",
+    ]
     assert figures._l1_lambda("l1_0.01") == 0.01 and figures._l1_lambda("full") is None
     assert figures._method_style("l1_0.001", methods)["label"] == "full + L1 λ=0.001"
     assert figures._method_style("grelu_cv", methods)["label"] == "G_ReLU (alpha by CV)"
@@ -100,18 +145,33 @@ def test_penalty_figure_and_summary_take_the_new_methods():
     for ax in data_axes(fig):
         assert len(errorbars(ax)) == len(methods)
     labels = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
-    assert labels == ["full", "full + L1 λ=0.01", "rank 1", "G_ReLU", "G_ReLU (alpha by CV)", "G_ReLU (SoftSort)"]
+    assert labels == [
+        "full",
+        "full + L1 λ=0.01",
+        "rank 1",
+        "G_ReLU",
+        "G_ReLU (alpha by CV)",
+        "G_ReLU (SoftSort)",
+    ]
     summary = figures.stitching_summary(table)
     assert len(summary) == 2 * 3 * len(methods)
     first = summary[(summary["variant"] == "myrtle") & (summary["site"] == "act1")]
     assert list(first["method"]) == list(methods)
     assert first.set_index("method")["sparsity_mean"]["grelu"] == pytest.approx(1 - 1 / 8, abs=1e-3)
-    assert first.set_index("method")["off_permutation_mass"].isna().tolist() == [True, True, True,
-                                                                                 False, False, False]
+    assert first.set_index("method")["off_permutation_mass"].isna().tolist() == [
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
 
 
 def test_leaky_relu_accuracy_table():
-    accuracy = figures.leaky_relu_accuracy(zoo_rows(), {"leaky_0.5": 0.5, "resnet20": 0.0, "leaky_0.01": 0.01})
+    accuracy = figures.leaky_relu_accuracy(
+        zoo_rows(), {"leaky_0.5": 0.5, "resnet20": 0.0, "leaky_0.01": 0.01}
+    )
     assert list(accuracy["slope"]) == [0.0, 0.01, 0.5]
     assert list(accuracy["variant"]) == ["resnet20", "leaky_0.01", "leaky_0.5"]
     assert list(accuracy["members"]) == [4, 4, 4]
@@ -129,8 +189,11 @@ def test_leaky_relu_figure_has_a_line_per_slope_and_the_paper_beside():
     fig = figures.leaky_relu_penalty(table, SLOPES, accuracy)
     penalty, acc = data_axes(fig)
     assert len(errorbars(penalty)) == 3  # one line per slope, G_ReLU only
-    assert [t.get_text() for t in penalty.get_legend().get_texts()] == ["0 (ReLU) (3 pairs)", "0.01 (3 pairs)",
-                                                                       "0.5 (3 pairs)"]
+    assert [t.get_text() for t in penalty.get_legend().get_texts()] == [
+        "0 (ReLU) (3 pairs)",
+        "0.01 (3 pairs)",
+        "0.5 (3 pairs)",
+    ]
     assert len(penalty.get_xticks()) == 3
     ours = errorbars(acc)[0].lines[0]
     assert ours.get_ydata().tolist() == pytest.approx([80.3, 81.3, 82.3])
@@ -187,9 +250,14 @@ def test_softsort_figure_compares_penalty_and_time_on_the_same_pairs():
 
 
 def test_transformer_figure_draws_only_the_transformers():
-    table = pd.concat([stitching_rows(methods=("full", "grelu")),
-                       stitching_rows(variants=("cct",), sites=("blocks.0.out", "blocks.1.out"),
-                                      methods=("full", "grelu"))])
+    table = pd.concat(
+        [
+            stitching_rows(methods=("full", "grelu")),
+            stitching_rows(
+                variants=("cct",), sites=("blocks.0.out", "blocks.1.out"), methods=("full", "grelu")
+            ),
+        ]
+    )
     fig = figures.transformer_penalty(table, ["cct"])
     axes = data_axes(fig)
     assert len(axes) == 1 and axes[0].get_title().startswith("cct")
@@ -204,37 +272,79 @@ def intertwine(*args):
 
 def test_command_draws_each_requested_figure_and_only_those(tmp_path):
     methods = ("full", "grelu", "grelu_cv", "softsort", "l1_0.01")
-    table = pd.concat([stitching_rows(variants=tuple(SLOPES), methods=methods, pairs=2),
-                       stitching_rows(variants=("cct",), sites=("blocks.0.out",), methods=("full", "grelu"))])
+    table = pd.concat(
+        [
+            stitching_rows(variants=tuple(SLOPES), methods=methods, pairs=2),
+            stitching_rows(variants=("cct",), sites=("blocks.0.out",), methods=("full", "grelu")),
+        ]
+    )
     table.to_parquet(tmp_path / "stitching.parquet")
     zoo_rows().to_parquet(tmp_path / "zoo.parquet")
     out = tmp_path / "figures"
-    common = ["stitching-studies", "--table", str(tmp_path / "stitching.parquet"),
-              "--zoo", str(tmp_path / "zoo.parquet"),
-              "--slopes", json.dumps(SLOPES), "--figures", json.dumps({"dpi": 40})]
-    result = intertwine(*common, "--leaky-relu", str(out / "stitching_leaky_relu.png"),
-                        "--leaky-relu-table", str(out / "leaky_relu_accuracy.csv"),
-                        "--l1", str(out / "stitching_l1_sparsity.png"),
-                        "--transformers", '["cct"]', "--transformer", str(out / "stitching_transformer.png"),
-                        "--other-formats", str(out / "stitching_l1_sparsity.pdf"))
+    common = [
+        "stitching-studies",
+        "--table",
+        str(tmp_path / "stitching.parquet"),
+        "--zoo",
+        str(tmp_path / "zoo.parquet"),
+        "--slopes",
+        json.dumps(SLOPES),
+        "--figures",
+        json.dumps({"dpi": 40}),
+    ]
+    result = intertwine(
+        *common,
+        "--leaky-relu",
+        str(out / "stitching_leaky_relu.png"),
+        "--leaky-relu-table",
+        str(out / "leaky_relu_accuracy.csv"),
+        "--l1",
+        str(out / "stitching_l1_sparsity.png"),
+        "--transformers",
+        '["cct"]',
+        "--transformer",
+        str(out / "stitching_transformer.png"),
+        "--other-formats",
+        str(out / "stitching_l1_sparsity.pdf"),
+    )
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["leaky_relu_accuracy.csv", "stitching_l1_sparsity.pdf",
-                                                     "stitching_l1_sparsity.png", "stitching_leaky_relu.png",
-                                                     "stitching_transformer.png"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "leaky_relu_accuracy.csv",
+        "stitching_l1_sparsity.pdf",
+        "stitching_l1_sparsity.png",
+        "stitching_leaky_relu.png",
+        "stitching_transformer.png",
+    ]
     assert pd.read_csv(out / "leaky_relu_accuracy.csv")["paper_test_acc"].tolist()[1:] == [89.2, 86.6]
 
-    result = intertwine(*common, "--alpha-cv", str(out / "alpha.png"), "--softsort", str(out / "softsort.png"))
+    result = intertwine(
+        *common, "--alpha-cv", str(out / "alpha.png"), "--softsort", str(out / "softsort.png")
+    )
     assert result.returncode == 0, result.stderr
     assert (out / "alpha.png").stat().st_size > 1000 and (out / "softsort.png").stat().st_size > 1000
 
 
 def test_command_names_the_config_key_of_a_missing_study(tmp_path):
     stitching_rows().to_parquet(tmp_path / "stitching.parquet")
-    result = intertwine("stitching-studies", "--table", str(tmp_path / "stitching.parquet"),
-                        "--figures", '{"dpi": 40}', "--l1", str(tmp_path / "l1.png"))
+    result = intertwine(
+        "stitching-studies",
+        "--table",
+        str(tmp_path / "stitching.parquet"),
+        "--figures",
+        '{"dpi": 40}',
+        "--l1",
+        str(tmp_path / "l1.png"),
+    )
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "intertwine stitching-studies: error:" in result.stderr and "stitching.methods" in result.stderr
     assert not (tmp_path / "l1.png").exists()
-    result = intertwine("stitching-studies", "--table", str(tmp_path / "stitching.parquet"),
-                        "--figures", '{"dpi": 40}', "--leaky-relu", str(tmp_path / "leaky.png"))
+    result = intertwine(
+        "stitching-studies",
+        "--table",
+        str(tmp_path / "stitching.parquet"),
+        "--figures",
+        '{"dpi": 40}',
+        "--leaky-relu",
+        str(tmp_path / "leaky.png"),
+    )
     assert result.returncode != 0 and "--zoo and --slopes" in result.stderr

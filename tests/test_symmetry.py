@@ -1,4 +1,5 @@
 """The intertwiner-group action on weights (Prop. 3.4) and its residual constraints (Remark 3.6)."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -21,10 +22,13 @@ SPECS = {
     "myrtle_nobn": {"arch": "myrtle", "width_multiplier": 0.125, "batch_norm": False},
     "resnet20": {"arch": "resnet20", "width_multiplier": 0.25},
     "resnet18": {"arch": "resnet18", "width_multiplier": 0.125},
-    "resnet20_leaky": {"arch": "resnet20", "width_multiplier": 0.25, "activation": "leaky_relu",
-                       "negative_slope": 0.1},
-    "resnet20_noresact": {"arch": "resnet20", "width_multiplier": 0.25,
-                          "residual_activation": False},
+    "resnet20_leaky": {
+        "arch": "resnet20",
+        "width_multiplier": 0.25,
+        "activation": "leaky_relu",
+        "negative_slope": 0.1,
+    },
+    "resnet20_noresact": {"arch": "resnet20", "width_multiplier": 0.25, "residual_activation": False},
 }
 RESNETS = ["resnet20", "resnet18", "resnet20_leaky", "resnet20_noresact"]
 
@@ -88,8 +92,9 @@ def test_grelu_action_preserves_function_and_moves_representations(zoo, key):
 @pytest.mark.parametrize("key", ["myrtle", "resnet20", "resnet18"])
 def test_grelu_action_float32(key):
     model = _make(SPECS[key], torch.float32)
-    acted = act_on_weights(model, random_elements(model, "grelu", torch.Generator().manual_seed(2),
-                                                  dtype=torch.float32))
+    acted = act_on_weights(
+        model, random_elements(model, "grelu", torch.Generator().manual_seed(2), dtype=torch.float32)
+    )
     x = _x(torch.float32)
     with torch.no_grad():
         assert _rel(acted(x), model(x)) < 1e-4
@@ -129,7 +134,8 @@ def test_orthogonal_element_on_one_stream_changes_function(zoo, key):
 def _pre_activation(model: nn.Module, name: str, x: torch.Tensor) -> torch.Tensor:
     seen = []
     handle = model.get_submodule(name).register_forward_pre_hook(
-        lambda _m, inputs: seen.append(inputs[0].detach()))
+        lambda _m, inputs: seen.append(inputs[0].detach())
+    )
     try:
         with torch.no_grad():
             model(x)
@@ -166,14 +172,17 @@ def test_general_matrix_with_bn_warns_in_training_mode():
 
 def test_positive_monomial_matrix_is_treated_as_grelu_element(zoo):
     model = zoo["myrtle"]
-    perm, scales = random_grelu(model.conv2.out_channels, torch.Generator().manual_seed(8),
-                                as_parts=True, dtype=torch.float64)
+    perm, scales = random_grelu(
+        model.conv2.out_channels, torch.Generator().manual_seed(8), as_parts=True, dtype=torch.float64
+    )
     by_parts = act_on_weights(model, {"act2": (perm, scales)}).state_dict()
     by_matrix = act_on_weights(model, {"act2": grelu_matrix(perm, scales)}).state_dict()
-    assert all(torch.allclose(by_parts[k].double(), by_matrix[k].double(), rtol=1e-12, atol=0)
-               for k in by_parts)
-    assert not torch.allclose(by_matrix["bn2.running_var"],
-                              torch.ones_like(by_matrix["bn2.running_var"]))  # no BN folding
+    assert all(
+        torch.allclose(by_parts[k].double(), by_matrix[k].double(), rtol=1e-12, atol=0) for k in by_parts
+    )
+    assert not torch.allclose(
+        by_matrix["bn2.running_var"], torch.ones_like(by_matrix["bn2.running_var"])
+    )  # no BN folding
 
 
 # --- residual-stream constraints --------------------------------------------------------------
@@ -231,7 +240,7 @@ def test_option_a_structure_of_random_elements(zoo, key):
     assert torch.equal(torch.sort(perm[pad]).values, pad)  # padding maps among itself
     o = random_elements(model, "orthogonal", torch.Generator().manual_seed(13))
     a = o["layer2.0.act2"]
-    assert torch.equal(a[pb:pb + n_in, pb:pb + n_in], o["layer1.2.act2"])
+    assert torch.equal(a[pb : pb + n_in, pb : pb + n_in], o["layer1.2.act2"])
     assert torch.equal(a[pad][:, mid], torch.zeros(len(pad), n_in, dtype=a.dtype))
     assert torch.allclose(a @ a.T, torch.eye(n_out, dtype=a.dtype), atol=1e-12)
 
@@ -343,8 +352,7 @@ def test_element_helpers_follow_the_groups_convention():
     x = torch.randn(4, 3, 2, 2, dtype=torch.float64)
     expected = torch.einsum("ij,njhw->nihw", a, x)
     assert torch.allclose(act_on_representation(x, (perm, scales)), expected)
-    assert torch.allclose(act_on_representation(x, a + 0.1), torch.einsum("ij,njhw->nihw",
-                                                                          a + 0.1, x))
+    assert torch.allclose(act_on_representation(x, a + 0.1), torch.einsum("ij,njhw->nihw", a + 0.1, x))
 
 
 def test_site_activations_of_normalised_inputs_and_groups(zoo):
@@ -364,9 +372,11 @@ def test_check_symmetry_separates_the_groups():
     torch.manual_seed(0)
     model = models.build({"arch": "resnet20", "width_multiplier": 0.25}).double().eval()
     x = torch.randn(4, 3, 16, 16, dtype=torch.float64)
-    rows = [dict(row, variant="r", seed=0)
-            for group in ("grelu", "orthogonal")
-            for row in check_symmetry(model, x, group, torch.Generator().manual_seed(1))]
+    rows = [
+        dict(row, variant="r", seed=0)
+        for group in ("grelu", "orthogonal")
+        for row in check_symmetry(model, x, group, torch.Generator().manual_seed(1))
+    ]
     assert [row["site"] for row in rows[:19]] == [site.name for site in models.sites(model)]
     summary = summarize(pd.DataFrame(rows)).set_index("group")
     assert summary.loc["grelu", "max_relative_change"] < 1e-12

@@ -1,4 +1,5 @@
 """Tables: per-job files are checked against their schema, given once, one row per key."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -8,8 +9,19 @@ from intertwine import tables
 
 
 def _row(**change) -> dict:
-    row = {"variant": "myrtle", "pair": 0, "seed_a": 0, "seed_b": 1, "site_a": "act1", "site_b": "act1",
-           "measure": "linear_cka", "value": 0.9, "n_samples": 64, "config_hash": "abc", "version": "0"}
+    row = {
+        "variant": "myrtle",
+        "pair": 0,
+        "seed_a": 0,
+        "seed_b": 1,
+        "site_a": "act1",
+        "site_b": "act1",
+        "measure": "linear_cka",
+        "value": 0.9,
+        "n_samples": 64,
+        "config_hash": "abc",
+        "version": "0",
+    }
     return row | change
 
 
@@ -26,7 +38,16 @@ def test_reads_and_concatenates(tmp_path):
 
 
 def test_every_schema_names_its_keys():
-    for name in ("ZOO", "ZOO_EPOCHS", "ROTATION", "STITCHING", "SIMILARITY", "DISSECTION", "DISSECTION_UNITS", "SYMMETRY"):
+    for name in (
+        "ZOO",
+        "ZOO_EPOCHS",
+        "ROTATION",
+        "STITCHING",
+        "SIMILARITY",
+        "DISSECTION",
+        "DISSECTION_UNITS",
+        "SYMMETRY",
+    ):
         schema = getattr(tables, name)
         assert set(tables.keys(schema)) <= set(schema.names) and "variant" in tables.keys(schema)
 
@@ -47,7 +68,10 @@ def test_duplicate_key_rows_are_refused(tmp_path):
 def test_missing_or_mistyped_columns_name_the_file(tmp_path):
     missing = tmp_path / "missing.parquet"
     pd.DataFrame([_row()]).drop(columns=["value"]).to_parquet(missing)
-    with pytest.raises(ValueError, match=r"missing.parquet: does not have the table's columns \(missing \['value'\].*delete it"):
+    with pytest.raises(
+        ValueError,
+        match=r"missing.parquet: does not have the table's columns \(missing \['value'\].*delete it",
+    ):
         tables.read_parquet([missing], tables.SIMILARITY)
     mistyped = tmp_path / "mistyped.parquet"
     pd.DataFrame([_row(value="high")]).to_parquet(mistyped)
@@ -71,7 +95,9 @@ def test_unreadable_files_name_the_file_and_the_fix(tmp_path, content):
     else:
         path.write_bytes(content)
     for schema in (tables.SIMILARITY, None):
-        with pytest.raises(ValueError, match="job.parquet: not a readable Parquet file .*delete it and rerun"):
+        with pytest.raises(
+            ValueError, match="job.parquet: not a readable Parquet file .*delete it and rerun"
+        ):
             tables.read_parquet([path], schema)
 
 

@@ -1,4 +1,5 @@
 """The workflow, run for real with Snakemake on a tiny config: outputs, reruns, config errors."""
+
 import os
 import re
 import shutil
@@ -37,8 +38,19 @@ main()
 def snakemake(workdir, *args, config=TINY, check=True, as_non_root=False, **popen):
     env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     entry = ["-c", AS_NON_ROOT] if as_non_root else ["-m", "snakemake"]
-    command = [sys.executable, *entry, "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-               "--configfile", str(config), "--cores", "2", *args]
+    command = [
+        sys.executable,
+        *entry,
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(config),
+        "--cores",
+        "2",
+        *args,
+    ]
     if popen:
         return subprocess.Popen(command, env=env, **popen)
     result = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -53,8 +65,9 @@ def planned_jobs(workdir, config=TINY):
     text = result.stdout + result.stderr
     if "Nothing to be done" in text:
         return {}
-    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", text, re.M)
-            if m[1] not in ("total", "count")}
+    return {
+        m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", text, re.M) if m[1] not in ("total", "count")
+    }
 
 
 def changed_config(tmp_path, name, change):
@@ -102,9 +115,18 @@ def test_paper_config_dag(tmp_path):
 
 def test_tiny_run_outputs(tiny_run):
     zoo = pd.read_parquet(tiny_run / "results/tables/zoo.parquet")
-    assert sorted(zip(zoo["variant"], zoo["seed"])) == [("cct", 0), ("cct", 1), ("convnext", 0), ("myrtle", 0),
-                                                        ("myrtle", 1), ("myrtle", 2), ("myrtle_leaky", 0), ("myrtle_leaky", 1),
-                                                        ("resnet20", 0), ("resnet20", 1)]
+    assert sorted(zip(zoo["variant"], zoo["seed"])) == [
+        ("cct", 0),
+        ("cct", 1),
+        ("convnext", 0),
+        ("myrtle", 0),
+        ("myrtle", 1),
+        ("myrtle", 2),
+        ("myrtle_leaky", 0),
+        ("myrtle_leaky", 1),
+        ("resnet20", 0),
+        ("resnet20", 1),
+    ]
     assert list(zoo.columns[:2]) == ["variant", "seed"]
     assert zoo["test_acc"].between(0, 1).all() and (zoo["n_params"] > 0).all()
     epochs = pd.read_parquet(tiny_run / "results/tables/zoo_epochs.parquet")
@@ -139,14 +161,23 @@ def test_stitching_table_and_figures(tiny_run):
     table = pd.read_parquet(tiny_run / "results/tables/stitching.parquet")
     assert list(table.columns[:5]) == ["variant", "pair", "seed_a", "seed_b", "site"]
     methods = table.groupby("variant")["method"].agg(set).to_dict()
-    assert methods == {"myrtle": {"full", "rank2", "grelu", "grelu_cv", "softsort", "l1_0.01"},
-                       "resnet20": {"full", "rank2", "grelu"}, "myrtle_leaky": {"grelu"},
-                       "cct": {"full", "grelu"}}
+    assert methods == {
+        "myrtle": {"full", "rank2", "grelu", "grelu_cv", "softsort", "l1_0.01"},
+        "resnet20": {"full", "rank2", "grelu"},
+        "myrtle_leaky": {"grelu"},
+        "cct": {"full", "grelu"},
+    }
     assert len(table) == 6 + 3 * 2 + 1 + 2  # Myrtle at act2, ResNet20 at two sites, one each
     assert (table["seed_a"] != table["seed_b"]).all()
     assert dict(zip(table["site"], table["inside_residual"])) == {
-        "act2": False, "layer1.0.act1": True, "layer1.0.act2": False, "blocks.1.out": False}
-    assert (table["penalty"] - ((table["acc_a"] + table["acc_b"]) / 2 - table["acc_stitched"])).abs().max() < 1e-12
+        "act2": False,
+        "layer1.0.act1": True,
+        "layer1.0.act2": False,
+        "blocks.1.out": False,
+    }
+    assert (
+        table["penalty"] - ((table["acc_a"] + table["acc_b"]) / 2 - table["acc_stitched"])
+    ).abs().max() < 1e-12
     group = table[table["method"].isin(["grelu", "grelu_cv", "softsort"])]
     for perm, scales, channels in zip(group["permutation"], group["scales"], group["channels"]):
         assert sorted(perm) == list(range(channels)) and len(scales) == channels
@@ -156,7 +187,10 @@ def test_stitching_table_and_figures(tiny_run):
     assert table[~table["method"].isin(["grelu", "grelu_cv", "softsort"])]["permutation"].isna().all()
     l1 = table[table["method"] == "l1_0.01"]
     assert (l1["l1_lambda"] == 0.01).all() and (l1["epochs"] == 2).all()  # settings_per_method
-    assert table[table["method"] != "l1_0.01"]["l1_lambda"].isna().all() and table["sparsity"].between(0, 1).all()
+    assert (
+        table[table["method"] != "l1_0.01"]["l1_lambda"].isna().all()
+        and table["sparsity"].between(0, 1).all()
+    )
     cv = table[table["method"] == "grelu_cv"].iloc[0]
     assert list(cv["cv_alphas"]) == [0.1, 1.0] and len(cv["cv_accuracies"]) == 2
     assert cv["alpha_selected"] in (0.1, 1.0) and cv["alpha"] == cv["alpha_selected"]
@@ -165,13 +199,21 @@ def test_stitching_table_and_figures(tiny_run):
     assert table["penalty_start"].notna().all()
     assert (group["off_permutation_mass"].between(0, 1)).all()
     grelu = table[table["method"] == "grelu"]
-    assert all(len(curve) == epochs for curve, epochs in zip(grelu["off_permutation_mass_by_epoch"], grelu["epochs"]))
+    assert all(
+        len(curve) == epochs for curve, epochs in zip(grelu["off_permutation_mass_by_epoch"], grelu["epochs"])
+    )
     summary = pd.read_csv(tiny_run / "results/tables/stitching_summary.csv")
     assert len(summary) == len(table)  # one pair: one row per (variant, site, method)
-    for figure in ["stitching_penalty.png", "stitching_dimension.png", "stitching_convergence.png",
-                   "stitching_leaky_relu.png",
-                   "stitching_alpha_cv.png", "stitching_l1_sparsity.png", "stitching_softsort.png",
-                   "stitching_transformer.png"]:
+    for figure in [
+        "stitching_penalty.png",
+        "stitching_dimension.png",
+        "stitching_convergence.png",
+        "stitching_leaky_relu.png",
+        "stitching_alpha_cv.png",
+        "stitching_l1_sparsity.png",
+        "stitching_softsort.png",
+        "stitching_transformer.png",
+    ]:
         assert (tiny_run / "results/figures" / figure).stat().st_size > 1000
     leaky = pd.read_csv(tiny_run / "results/tables/leaky_relu_accuracy.csv")
     assert list(leaky["slope"]) == [0.0, 0.5] and list(leaky["variant"]) == ["myrtle", "myrtle_leaky"]
@@ -180,8 +222,16 @@ def test_stitching_table_and_figures(tiny_run):
 
 def test_similarity_table_and_figures(tiny_run):
     table = pd.read_parquet(tiny_run / "results/tables/similarity.parquet")
-    assert list(table.columns[:8]) == ["variant", "pair", "seed_a", "seed_b", "site_a", "site_b",
-                                       "measure", "value"]
+    assert list(table.columns[:8]) == [
+        "variant",
+        "pair",
+        "seed_a",
+        "seed_b",
+        "site_a",
+        "site_b",
+        "measure",
+        "value",
+    ]
     procrustes = table[table["measure"].str.endswith("procrustes")]
     assert len(procrustes) == 2 * 2 * 4  # 2 pairs, 2 measures, Myrtle's 4 sites
     assert (procrustes["site_a"] == procrustes["site_b"]).all() and procrustes["value"].between(0, 1).all()
@@ -199,35 +249,65 @@ def test_dissection_tables_and_figures(tiny_run):
     table = pd.read_parquet(tiny_run / "results/tables/dissection.parquet")
     # resnet20: each stage's output and the last site inside a block; convnext likewise
     assert list(dict.fromkeys(table.loc[table["variant"] == "resnet20", "site"])) == [
-        "layer1.2.act2", "layer2.2.act2", "layer3.2.act2", "layer3.2.act1"]
+        "layer1.2.act2",
+        "layer2.2.act2",
+        "layer3.2.act2",
+        "layer3.2.act1",
+    ]
     assert list(dict.fromkeys(table.loc[table["variant"] == "convnext", "site"])) == [
-        "stage1.1.out", "stage2.1.out", "stage3.1.out", "stage3.1.act"]
+        "stage1.1.out",
+        "stage2.1.out",
+        "stage3.1.out",
+        "stage3.1.act",
+    ]
     assert len(table) == 2 * 4 * 3 * 2  # variants x sites x alphas x rotations
     assert (table["n_interpretable"] <= table["n_units"]).all()
     units = pd.read_parquet(tiny_run / "results/tables/dissection_units.parquet")
     assert len(units) == table["n_units"].sum()
     counted = units.groupby(["variant", "site", "alpha", "rotation_seed"])["detector"].sum()
-    assert (counted.to_numpy() == table.set_index(counted.index.names).loc[counted.index, "n_interpretable"].to_numpy()).all()
+    assert (
+        counted.to_numpy()
+        == table.set_index(counted.index.names).loc[counted.index, "n_interpretable"].to_numpy()
+    ).all()
     # alpha 0 is the unrotated basis: every draw gives the same units
-    at_zero = units[units["alpha"] == 0].pivot_table(index=["variant", "site", "unit"], columns="rotation_seed",
-                                                    values="iou")
+    at_zero = units[units["alpha"] == 0].pivot_table(
+        index=["variant", "site", "unit"], columns="rotation_seed", values="iou"
+    )
     assert (at_zero[0] == at_zero[1]).all()
     summary = pd.read_csv(tiny_run / "results/tables/dissection_summary.csv")
     assert set(summary["alpha"]) == {0.0, 0.5, 1.0} and summary["fraction_interpretable"].between(0, 1).all()
-    for figure in ["dissection_fraction.png", "dissection_categories.png", "dissection_masks_resnet20.png",
-                   "dissection_masks_convnext.png"]:
+    for figure in [
+        "dissection_fraction.png",
+        "dissection_categories.png",
+        "dissection_masks_resnet20.png",
+        "dissection_masks_convnext.png",
+    ]:
         assert (tiny_run / "results/figures" / figure).stat().st_size > 1000
 
 
 def test_report(tiny_run):
     snakemake(tiny_run, "--report", "results/report.html")
     html = (tiny_run / "results/report.html").read_text()
-    for item in ["zoo_accuracy.png", "zoo_summary.csv", "symmetry_summary.csv", "rotation_penalty.png",
-                 "stitching_penalty.png", "stitching_summary.csv", "similarity_cka.png",
-                 "similarity_summary.csv", "dissection_fraction.png", "dissection_categories.png",
-                 "dissection_masks_resnet20.png", "dissection_summary.csv", "stitching_leaky_relu.png",
-                 "leaky_relu_accuracy.csv", "stitching_alpha_cv.png", "stitching_l1_sparsity.png",
-                 "stitching_softsort.png", "stitching_transformer.png"]:
+    for item in [
+        "zoo_accuracy.png",
+        "zoo_summary.csv",
+        "symmetry_summary.csv",
+        "rotation_penalty.png",
+        "stitching_penalty.png",
+        "stitching_summary.csv",
+        "similarity_cka.png",
+        "similarity_summary.csv",
+        "dissection_fraction.png",
+        "dissection_categories.png",
+        "dissection_masks_resnet20.png",
+        "dissection_summary.csv",
+        "stitching_leaky_relu.png",
+        "leaky_relu_accuracy.csv",
+        "stitching_alpha_cv.png",
+        "stitching_l1_sparsity.png",
+        "stitching_softsort.png",
+        "stitching_transformer.png",
+    ]:
         assert item in html
     # The opening gives each variant's seeds, zoo.seeds_per_variant included (tests/test_report_text.py).
     zoo = yaml.safe_load(TINY.read_text())["zoo"]
@@ -243,26 +323,54 @@ def test_rerun_has_nothing_to_do(tiny_run):
 def test_zoo_change_reruns_zoo_and_downstream(tiny_run, tmp_path):
     config = changed_config(tmp_path, "epochs.yaml", lambda c: c["zoo"]["training"].update(epochs=3))
     assert planned_jobs(tiny_run, config) == {
-        "train_member": 10, "zoo_table": 1, "zoo_figure": 1, "symmetry_check": 3, "symmetry_table": 1,
-        "rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "all": 1,
-        "stitch_pair": 12, "stitching_table": 1, "stitching_figure": 1, "stitching_studies_figure": 1,
-        "similarity_pair": 2, "similarity_table": 1, "similarity_figure": 1,
-        "dissect_member": 2, "dissection_table": 1, "dissection_figure": 1, "dissection_masks": 2}
+        "train_member": 10,
+        "zoo_table": 1,
+        "zoo_figure": 1,
+        "symmetry_check": 3,
+        "symmetry_table": 1,
+        "rotation_trial": 2,
+        "rotation_table": 1,
+        "rotation_figure": 1,
+        "all": 1,
+        "stitch_pair": 12,
+        "stitching_table": 1,
+        "stitching_figure": 1,
+        "stitching_studies_figure": 1,
+        "similarity_pair": 2,
+        "similarity_table": 1,
+        "similarity_figure": 1,
+        "dissect_member": 2,
+        "dissection_table": 1,
+        "dissection_figure": 1,
+        "dissection_masks": 2,
+    }
 
 
 def test_figure_change_reruns_figures_only(tiny_run, tmp_path):
     config = changed_config(tmp_path, "dpi.yaml", lambda c: c["figures"].update(dpi=61))
-    assert planned_jobs(tiny_run, config) == {"zoo_figure": 1, "rotation_figure": 1, "stitching_figure": 1,
-                                              "stitching_studies_figure": 1, "similarity_figure": 1,
-                                              "dissection_figure": 1, "dissection_masks": 2, "all": 1}
+    assert planned_jobs(tiny_run, config) == {
+        "zoo_figure": 1,
+        "rotation_figure": 1,
+        "stitching_figure": 1,
+        "stitching_studies_figure": 1,
+        "similarity_figure": 1,
+        "dissection_figure": 1,
+        "dissection_masks": 2,
+        "all": 1,
+    }
 
 
 def test_settings_that_cannot_change_a_result_rerun_nothing(tiny_run, tmp_path):
     """zoo.training.eval_batch_size reaches the jobs as a resources entry and threads as the rules'
     threads, neither a rerun trigger; the job's command still carries them, so it replays."""
-    config = changed_config(tmp_path, "speed.yaml", lambda c: (
-        c["zoo"]["training"].update(eval_batch_size=7, threads=2),
-        c["zoo"].update(training_per_variant={"convnext": {"eval_batch_size": 5}})))
+    config = changed_config(
+        tmp_path,
+        "speed.yaml",
+        lambda c: (
+            c["zoo"]["training"].update(eval_batch_size=7, threads=2),
+            c["zoo"].update(training_per_variant={"convnext": {"eval_batch_size": 5}}),
+        ),
+    )
     assert planned_jobs(tiny_run, config) == {}
     command = (tiny_run / "results/logs/zoo/myrtle/seed0.log").read_text().splitlines()[0]
     assert command.startswith("intertwine train-member ") and " --eval-batch-size 1000 " in command
@@ -273,41 +381,75 @@ def test_settings_that_cannot_change_a_result_rerun_nothing(tiny_run, tmp_path):
 
 
 def test_per_variant_training_retrains_that_variant_only(tiny_run, tmp_path):
-    config = changed_config(tmp_path, "convnext_lr.yaml",
-                            lambda c: c["zoo"].update(training_per_variant={"convnext": {"lr": 0.004}}))
+    config = changed_config(
+        tmp_path,
+        "convnext_lr.yaml",
+        lambda c: c["zoo"].update(training_per_variant={"convnext": {"lr": 0.004}}),
+    )
     assert planned_jobs(tiny_run, config) == {
-        "train_member": 1, "zoo_table": 1, "zoo_figure": 1, "dissect_member": 1, "dissection_table": 1,
-        "dissection_figure": 1, "dissection_masks": 2,
+        "train_member": 1,
+        "zoo_table": 1,
+        "zoo_figure": 1,
+        "dissect_member": 1,
+        "dissection_table": 1,
+        "dissection_figure": 1,
+        "dissection_masks": 2,
         "stitching_studies_figure": 1,  # its LeakyReLU table reads the zoo's accuracies
-        "all": 1}
+        "all": 1,
+    }
 
 
 STITCHING_RERUN = {"stitching_table": 1, "stitching_figure": 1, "stitching_studies_figure": 1, "all": 1}
 
 
-@pytest.mark.parametrize("change, jobs", [
-    # grelu of myrtle, resnet20, myrtle_leaky and cct
-    ({"alpha": 0.2}, 4),
-    ({"sinkhorn_iters": 8}, 5),  # and grelu_cv
-    ({"alpha_grid": [0.5, 1.0]}, 1),
-    ({"softsort_tau": 0.05}, 1),
-    ({"settings_per_method": {"l1": {"epochs": 3}}}, 1),
-    ({"l1_lambdas": [0.01, 0.1]}, 1),  # a new method; the existing l1_0.01 job stays
-])
+@pytest.mark.parametrize(
+    "change, jobs",
+    [
+        # grelu of myrtle, resnet20, myrtle_leaky and cct
+        ({"alpha": 0.2}, 4),
+        ({"sinkhorn_iters": 8}, 5),  # and grelu_cv
+        ({"alpha_grid": [0.5, 1.0]}, 1),
+        ({"softsort_tau": 0.05}, 1),
+        ({"settings_per_method": {"l1": {"epochs": 3}}}, 1),
+        ({"l1_lambdas": [0.01, 0.1]}, 1),  # a new method; the existing l1_0.01 job stays
+    ],
+)
 def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change, jobs):
     config = changed_config(tmp_path, "method.yaml", lambda c: c["stitching"].update(change))
     assert planned_jobs(tiny_run, config) == {"stitch_pair": jobs, **STITCHING_RERUN}
 
 
-@pytest.mark.parametrize("module, reruns", [
-    ("figures.py", {"zoo_figure": 1, "rotation_figure": 1, "stitching_figure": 1, "stitching_studies_figure": 1,
-                    "similarity_figure": 1, "dissection_figure": 1, "dissection_masks": 2, "all": 1}),
-    ("rotation.py", {"rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "all": 1}),
-    ("stitching.py", {"stitch_pair": 12, **STITCHING_RERUN}),
-    ("similarity.py", {"similarity_pair": 2, "similarity_table": 1, "similarity_figure": 1, "all": 1}),
-    ("dissection.py", {"dissect_member": 2, "dissection_table": 1, "dissection_figure": 1,
-                       "dissection_masks": 2, "all": 1}),
-])
+@pytest.mark.parametrize(
+    "module, reruns",
+    [
+        (
+            "figures.py",
+            {
+                "zoo_figure": 1,
+                "rotation_figure": 1,
+                "stitching_figure": 1,
+                "stitching_studies_figure": 1,
+                "similarity_figure": 1,
+                "dissection_figure": 1,
+                "dissection_masks": 2,
+                "all": 1,
+            },
+        ),
+        ("rotation.py", {"rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "all": 1}),
+        ("stitching.py", {"stitch_pair": 12, **STITCHING_RERUN}),
+        ("similarity.py", {"similarity_pair": 2, "similarity_table": 1, "similarity_figure": 1, "all": 1}),
+        (
+            "dissection.py",
+            {
+                "dissect_member": 2,
+                "dissection_table": 1,
+                "dissection_figure": 1,
+                "dissection_masks": 2,
+                "all": 1,
+            },
+        ),
+    ],
+)
 def test_later_stage_code_change_does_not_retrain(tiny_run, module, reruns):
     source = REPO / "src" / "intertwine" / module
     original = source.read_bytes()
@@ -323,8 +465,7 @@ def test_protected_checkpoint_is_not_retrained_silently(tiny_run, tmp_path):
     config = changed_config(tmp_path, "epochs.yaml", lambda c: c["zoo"]["training"].update(epochs=3))
     checkpoints = sorted((tiny_run / "results/zoo").rglob("*.pt"))
     before = [checkpoint.read_bytes() for checkpoint in checkpoints]
-    result = snakemake(tiny_run, "--until", "train_member", config=config, check=False,
-                       as_non_root=True)
+    result = snakemake(tiny_run, "--until", "train_member", config=config, check=False, as_non_root=True)
     assert result.returncode != 0
     # Which member's job meets its protected checkpoint first depends on the scheduling order.
     assert "protected" in result.stderr.lower()
@@ -333,19 +474,31 @@ def test_protected_checkpoint_is_not_retrained_silently(tiny_run, tmp_path):
     assert planned_jobs(tiny_run) == {}
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda c: c["zoo"]["training"].update(epoch=3), "config key zoo.training.epoch: unknown key"),
-    (lambda c: c["zoo"].update(seeds="two"), "config key zoo.seeds: 'two' is not of type 'integer'"),
-    (lambda c: c["zoo"]["variants"].update(bad={"arch": "resnet20", "constant_width": 8}),
-     "config key zoo.variants.bad: unknown model option 'constant_width'"),
-    (lambda c: c["zoo"]["variants"].update(bad={"arch": "vgg"}), "config key zoo.variants.bad.arch"),
-    (lambda c: c["zoo"].update(seeds=1), "config key stitching.variants: stitching pairs need at least 2"),
-    (lambda c: c["stitching"].update(methods_per_variant={"myrtle": ["orthogonal"]}),
-     "config key stitching.methods_per_variant.myrtle.0: 'orthogonal' is not one of"),
-    (lambda c: c["stitching"].update(settings_per_method={"lasso": {"epochs": 3}}),
-     "stitching.settings_per_method"),
-    (lambda c: c["zoo"]["variants"]["cct"].update(depth=0), "config key zoo.variants.cct.depth"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda c: c["zoo"]["training"].update(epoch=3), "config key zoo.training.epoch: unknown key"),
+        (lambda c: c["zoo"].update(seeds="two"), "config key zoo.seeds: 'two' is not of type 'integer'"),
+        (
+            lambda c: c["zoo"]["variants"].update(bad={"arch": "resnet20", "constant_width": 8}),
+            "config key zoo.variants.bad: unknown model option 'constant_width'",
+        ),
+        (lambda c: c["zoo"]["variants"].update(bad={"arch": "vgg"}), "config key zoo.variants.bad.arch"),
+        (
+            lambda c: c["zoo"].update(seeds=1),
+            "config key stitching.variants: stitching pairs need at least 2",
+        ),
+        (
+            lambda c: c["stitching"].update(methods_per_variant={"myrtle": ["orthogonal"]}),
+            "config key stitching.methods_per_variant.myrtle.0: 'orthogonal' is not one of",
+        ),
+        (
+            lambda c: c["stitching"].update(settings_per_method={"lasso": {"epochs": 3}}),
+            "stitching.settings_per_method",
+        ),
+        (lambda c: c["zoo"]["variants"]["cct"].update(depth=0), "config key zoo.variants.cct.depth"),
+    ],
+)
 def test_config_errors_name_the_key(tmp_path, change, message):
     """Schema errors, and the plan's cross-checks (each tested in test_plan.py) as Snakemake shows them."""
     result = snakemake(tmp_path, "-n", config=changed_config(tmp_path, "bad.yaml", change), check=False)
@@ -360,22 +513,33 @@ def test_cuda_device_without_a_gpu_stops_before_any_job(tmp_path):
     config = changed_config(tmp_path, "cuda.yaml", lambda c: c.update(device="cuda"))
     result = snakemake(tmp_path / "run", config=config, check=False)
     assert result.returncode != 0
-    assert re.search(r"config key device: 'cuda', but no CUDA GPU is visible here .*, and this run executes its "
-                     r"jobs on this machine, so every torch job would fail\. Set device: auto .* or device: cpu",
-                     result.stderr), result.stderr[-3000:]
+    assert re.search(
+        r"config key device: 'cuda', but no CUDA GPU is visible here .*, and this run executes its "
+        r"jobs on this machine, so every torch job would fail\. Set device: auto .* or device: cpu",
+        result.stderr,
+    ), result.stderr[-3000:]
     assert not (tmp_path / "run" / "results").exists()  # not even the data stage ran
     assert snakemake(tmp_path / "run", "-n", config=config).returncode == 0  # a dry run plans as before
 
 
 def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
-    config = changed_config(tmp_path, "slow.yaml", lambda c: (
-        c["zoo"].update(seeds=1, seeds_per_variant={}, variants={"myrtle": c["zoo"]["variants"]["myrtle"]}),
-        c["zoo"]["training"].update(epochs=200),
-        c["stitching"].update(variants=[], sites={}, methods_per_variant={}),
-        c["similarity"].update(variants=[]), c["dissection"].update(variants=[])))
+    config = changed_config(
+        tmp_path,
+        "slow.yaml",
+        lambda c: (
+            c["zoo"].update(
+                seeds=1, seeds_per_variant={}, variants={"myrtle": c["zoo"]["variants"]["myrtle"]}
+            ),
+            c["zoo"]["training"].update(epochs=200),
+            c["stitching"].update(variants=[], sites={}, methods_per_variant={}),
+            c["similarity"].update(variants=[]),
+            c["dissection"].update(variants=[]),
+        ),
+    )
     workdir = tmp_path / "run"
-    process = snakemake(workdir, config=config, stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL, start_new_session=True)
+    process = snakemake(
+        workdir, config=config, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     log = workdir / "results/logs/zoo/myrtle/seed0.log"
     deadline = time.time() + 120
     while not (log.exists() and "epoch 2/" in log.read_text()):
@@ -385,10 +549,18 @@ def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
     process.wait()
     assert not list((workdir / "results/zoo").rglob("*.pt"))
     snakemake(workdir, "--unlock", config=config)
-    finished = changed_config(tmp_path, "slow.yaml", lambda c: (
-        c["zoo"].update(seeds=1, seeds_per_variant={}, variants={"myrtle": c["zoo"]["variants"]["myrtle"]}),
-        c["stitching"].update(variants=[], sites={}, methods_per_variant={}), c["similarity"].update(variants=[]),
-        c["dissection"].update(variants=[])))
+    finished = changed_config(
+        tmp_path,
+        "slow.yaml",
+        lambda c: (
+            c["zoo"].update(
+                seeds=1, seeds_per_variant={}, variants={"myrtle": c["zoo"]["variants"]["myrtle"]}
+            ),
+            c["stitching"].update(variants=[], sites={}, methods_per_variant={}),
+            c["similarity"].update(variants=[]),
+            c["dissection"].update(variants=[]),
+        ),
+    )
     snakemake(workdir, config=finished)  # --rerun-incomplete comes from the default profile
     assert (workdir / "results/zoo/myrtle/seed0.pt").exists()
     assert planned_jobs(workdir, finished) == {}
@@ -402,8 +574,19 @@ def test_lint_is_clean(tmp_path):
 def test_runs_from_an_environment_that_is_not_activated(tmp_path):
     """`.venv/bin/snakemake` without `source .venv/bin/activate`: the jobs still find `intertwine`."""
     bare = os.environ | {"PATH": "/usr/bin:/bin"}
-    command = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
-               "--configfile", str(TINY), "--cores", "1", "--until", "prepare_data"]
+    command = [
+        str(Path(sys.executable).parent / "snakemake"),
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(tmp_path),
+        "--configfile",
+        str(TINY),
+        "--cores",
+        "1",
+        "--until",
+        "prepare_data",
+    ]
     result = subprocess.run(command, env=bare, capture_output=True, text=True)
     log = tmp_path / "results/logs/data/shapes.log"
     assert result.returncode == 0, result.stderr[-2000:] + (log.read_text() if log.exists() else "")

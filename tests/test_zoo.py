@@ -1,4 +1,5 @@
 """Training loop, determinism, divergence, checkpoints."""
+
 import hashlib
 import re
 
@@ -56,8 +57,16 @@ def test_nan_loss_names_model_and_epoch(tiny_shapes_dir):
     model = models.build(SPEC)
     with pytest.raises(DivergedError, match="myrtle seed 3.*epoch 1"):
         # A zero std turns the inputs into inf/NaN, so the loss is NaN in the first epoch.
-        train(model, split, split, TrainConfig(epochs=2), torch.Generator(), torch.zeros(3),
-              torch.zeros(3), label="myrtle seed 3")
+        train(
+            model,
+            split,
+            split,
+            TrainConfig(epochs=2),
+            torch.Generator(),
+            torch.zeros(3),
+            torch.zeros(3),
+            label="myrtle seed 3",
+        )
 
 
 def test_checkpoints_are_never_overwritten_and_check_architecture(tiny_shapes_dir, tmp_path):
@@ -75,11 +84,22 @@ def test_checkpoints_are_never_overwritten_and_check_architecture(tiny_shapes_di
 
 
 def test_zoo_table_takes_the_kept_epoch():
-    epochs = pd.DataFrame({
-        "variant": ["a", "a", "a"], "seed": [0, 0, 0], "epoch": [1, 2, 3],
-        "val_acc": [0.5, 0.7, 0.6], "test_acc": [None, 0.65, None], "kept": [False, True, False],
-        "epoch_seconds": [1.0, 2.0, 3.0], "n_params": [10] * 3, "device": ["cpu"] * 3,
-        "checkpoint": ["x.pt"] * 3, "config_hash": ["h"] * 3, "version": ["v"] * 3})
+    epochs = pd.DataFrame(
+        {
+            "variant": ["a", "a", "a"],
+            "seed": [0, 0, 0],
+            "epoch": [1, 2, 3],
+            "val_acc": [0.5, 0.7, 0.6],
+            "test_acc": [None, 0.65, None],
+            "kept": [False, True, False],
+            "epoch_seconds": [1.0, 2.0, 3.0],
+            "n_params": [10] * 3,
+            "device": ["cpu"] * 3,
+            "checkpoint": ["x.pt"] * 3,
+            "config_hash": ["h"] * 3,
+            "version": ["v"] * 3,
+        }
+    )
     row = zoo_table([epochs]).iloc[0]
     assert (row["val_acc"], row["test_acc"], row["best_epoch"], row["epochs"]) == (0.7, 0.65, 2, 3)
     assert row["train_seconds"] == 6.0
@@ -118,8 +138,16 @@ def a_checkpoint(path):
     from intertwine.zoo import CHECKPOINT_FORMAT
 
     spec = models.normalize_spec(SPEC)
-    torch.save({"format": CHECKPOINT_FORMAT, "variant": "m", "spec": spec, "seed": 0,
-                "state_dict": models.build(spec).state_dict()}, path)
+    torch.save(
+        {
+            "format": CHECKPOINT_FORMAT,
+            "variant": "m",
+            "spec": spec,
+            "seed": 0,
+            "state_dict": models.build(spec).state_dict(),
+        },
+        path,
+    )
     return path
 
 
@@ -131,10 +159,13 @@ def test_truncated_checkpoint_names_the_file_and_the_fix(tmp_path, keep):
 
     path = a_checkpoint(tmp_path / "seed0.pt")
     data = path.read_bytes()
-    path.write_bytes(data[:int(keep * len(data)) if isinstance(keep, float) else keep])
-    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(path))} is not a readable intertwine checkpoint: "
-                                              r"it is truncated or damaged \(.*\)\. Delete it \(rm -f .*seed0\.pt.*"
-                                              r"rerun its job: snakemake retrains that member"):
+    path.write_bytes(data[: int(keep * len(data)) if isinstance(keep, float) else keep])
+    with pytest.raises(
+        CheckpointError,
+        match=rf"^{re.escape(str(path))} is not a readable intertwine checkpoint: "
+        r"it is truncated or damaged \(.*\)\. Delete it \(rm -f .*seed0\.pt.*"
+        r"rerun its job: snakemake retrains that member",
+    ):
         load_model(path)
 
 
@@ -146,8 +177,11 @@ def test_a_file_that_is_not_a_checkpoint_is_refused_without_unsafe_advice(tmp_pa
 
     path = tmp_path / "objects.pt"
     torch.save({"format": "x", "where": pathlib.PurePosixPath("a")}, path)  # any object but data
-    with pytest.raises(CheckpointError, match=r"objects\.pt is not a readable intertwine checkpoint: it holds "
-                                              r"Python objects.*Delete it") as caught:
+    with pytest.raises(
+        CheckpointError,
+        match=r"objects\.pt is not a readable intertwine checkpoint: it holds "
+        r"Python objects.*Delete it",
+    ) as caught:
         read_checkpoint(path)
     assert "weights_only" not in str(caught.value)
     (tmp_path / "notes.pt").write_text("not a checkpoint")
@@ -159,8 +193,11 @@ def test_a_file_that_is_not_a_checkpoint_is_refused_without_unsafe_advice(tmp_pa
     from intertwine.zoo import CHECKPOINT_FORMAT
 
     torch.save({"format": CHECKPOINT_FORMAT, "spec": SPEC}, tmp_path / "partial.pt")
-    with pytest.raises(CheckpointError, match=r"partial\.pt is an incomplete checkpoint \(it lacks "
-                                              r"\['variant', 'seed', 'state_dict'\]\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"partial\.pt is an incomplete checkpoint \(it lacks "
+        r"\['variant', 'seed', 'state_dict'\]\)",
+    ):
         read_checkpoint(tmp_path / "partial.pt")
     with pytest.raises(FileNotFoundError, match=r"missing\.pt: no such checkpoint"):
         read_checkpoint(tmp_path / "missing.pt")
@@ -183,11 +220,30 @@ def test_truncated_checkpoint_fails_a_downstream_job_with_one_line(tmp_path, tin
 
     path = a_checkpoint(tmp_path / "seed0.pt")
     path.write_bytes(path.read_bytes()[:5000])
-    result = subprocess.run([sys.executable, "-m", "intertwine", "symmetry-check", "--checkpoint", str(path),
-                             "--data", str(tiny_shapes_dir), "--config", "{}", "--device", "cpu",
-                             "--out", str(tmp_path / "out.parquet")], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "intertwine",
+            "symmetry-check",
+            "--checkpoint",
+            str(path),
+            "--data",
+            str(tiny_shapes_dir),
+            "--config",
+            "{}",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "out.parquet"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert f"intertwine symmetry-check: error: {path} is not a readable intertwine checkpoint" in result.stderr
+    assert (
+        f"intertwine symmetry-check: error: {path} is not a readable intertwine checkpoint" in result.stderr
+    )
 
 
 # --- training and evaluation refuse what has no answer ------------------------------------------

@@ -6,6 +6,7 @@ shares: ``--data``, ``--global-seed``, ``--device``, ``--threads``. Config block
 JSON strings, exactly as the workflow holds them, and every command first logs itself, so any job
 can be rerun by hand from the command its log prints.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,9 @@ def _json_names(text: str) -> list[str]:
     """A JSON list of distinct strings, e.g. '["act1", "act2"]'."""
     value = _json(text)
     if not (isinstance(value, list) and all(isinstance(item, str) for item in value)):
-        raise argparse.ArgumentTypeError(f"expected a JSON list of strings, e.g. '[\"act1\", \"act2\"]', "
-                                         f"got {text[:80]}")
+        raise argparse.ArgumentTypeError(
+            f'expected a JSON list of strings, e.g. \'["act1", "act2"]\', got {text[:80]}'
+        )
     repeated = sorted({item for item in value if value.count(item) > 1})
     if repeated:
         raise argparse.ArgumentTypeError(f"{repeated} listed more than once")
@@ -58,6 +60,7 @@ def _json_numbers(text: str) -> dict[str, float]:
 
 def _integer(minimum: int):
     """An argparse type: an integer of at least ``minimum``."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -66,6 +69,7 @@ def _integer(minimum: int):
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
         return value
+
     parse.__name__ = "integer"  # argparse names the type in its messages
     return parse
 
@@ -98,8 +102,16 @@ def _schema_enum(*path: str) -> list[str]:
 
 # The tables `intertwine table --schema` writes: the pyarrow schemas of intertwine.tables (named
 # here, so that the parser does not import pyarrow; tests/test_cli.py checks the two agree).
-TABLE_SCHEMAS = ("zoo", "zoo_epochs", "symmetry", "rotation", "stitching", "similarity", "dissection",
-                 "dissection_units")
+TABLE_SCHEMAS = (
+    "zoo",
+    "zoo_epochs",
+    "symmetry",
+    "rotation",
+    "stitching",
+    "similarity",
+    "dissection",
+    "dissection_units",
+)
 
 
 def _log(message: str) -> None:
@@ -126,8 +138,11 @@ def cmd_prepare_data(args) -> None:
 
     splits, meta = build_dataset(args.config, args.global_seed)
     write_dataset(args.out, splits, meta)
-    _log(f"{meta['dataset']}: " + ", ".join(f"{k} {v}" for k, v in meta["sizes"].items())
-         + f" images of {meta['image_size']} pixels in {args.out}")
+    _log(
+        f"{meta['dataset']}: "
+        + ", ".join(f"{k} {v}" for k, v in meta["sizes"].items())
+        + f" images of {meta['image_size']} pixels in {args.out}"
+    )
 
 
 def cmd_train_member(args) -> None:
@@ -136,8 +151,15 @@ def cmd_train_member(args) -> None:
     from intertwine.zoo import refuse_overwrite, save_checkpoint
 
     refuse_overwrite(args.out)  # fail before training, not after
-    checkpoint, metrics = train_member(_job(args), args.variant, args.seed, args.spec, args.training, args.out,
-                                       eval_batch_size=args.eval_batch_size)
+    checkpoint, metrics = train_member(
+        _job(args),
+        args.variant,
+        args.seed,
+        args.spec,
+        args.training,
+        args.out,
+        eval_batch_size=args.eval_batch_size,
+    )
     write_parquet(metrics, args.metrics, ZOO_EPOCHS)
     save_checkpoint(checkpoint, args.out)
 
@@ -146,8 +168,16 @@ def cmd_rotation_trial(args) -> None:
     from intertwine.jobs.rotation import rotation_trial
     from intertwine.tables import ROTATION, write_parquet
 
-    row = rotation_trial(_job(args), args.checkpoint, args.site, args.group, args.trial, args.config,
-                         args.training, eval_batch_size=args.eval_batch_size)
+    row = rotation_trial(
+        _job(args),
+        args.checkpoint,
+        args.site,
+        args.group,
+        args.trial,
+        args.config,
+        args.training,
+        eval_batch_size=args.eval_batch_size,
+    )
     write_parquet(row, args.out, ROTATION)
 
 
@@ -233,8 +263,11 @@ def cmd_zoo_figure(args) -> None:
     from intertwine.tables import ZOO, read_parquet, write_csv
 
     zoo = read_parquet([args.zoo], ZOO)
-    reported = ({name: reported_accuracy(spec) for name, spec in args.variants.items()}
-                if args.dataset == "cifar10" else {})
+    reported = (
+        {name: reported_accuracy(spec) for name, spec in args.variants.items()}
+        if args.dataset == "cifar10"
+        else {}
+    )
     _save(zoo_accuracy(zoo, reported), args.out, args.other_formats, args.figures)
     write_csv(zoo_summary(zoo, reported), args.summary)
 
@@ -247,7 +280,12 @@ def cmd_rotation_figure(args) -> None:
 
 
 def cmd_stitching_figure(args) -> None:
-    from intertwine.figures import stitching_convergence, stitching_dimension, stitching_penalty, stitching_summary
+    from intertwine.figures import (
+        stitching_convergence,
+        stitching_dimension,
+        stitching_penalty,
+        stitching_summary,
+    )
     from intertwine.tables import STITCHING, read_parquet, write_csv
 
     table = read_parquet([args.table], STITCHING)
@@ -292,8 +330,11 @@ def cmd_similarity_figure(args) -> None:
     from intertwine.paper import reported_procrustes
 
     table = read_parquet([args.table], SIMILARITY)
-    paper = ({name: reported_procrustes(spec) for name, spec in args.variants.items()}
-             if args.dataset == "cifar10" else {})
+    paper = (
+        {name: reported_procrustes(spec) for name, spec in args.variants.items()}
+        if args.dataset == "cifar10"
+        else {}
+    )
     if args.procrustes:
         _save(similarity_procrustes(table, paper), args.procrustes, args.other_formats, args.figures)
     if args.cka:
@@ -307,8 +348,12 @@ def cmd_dissection_figure(args) -> None:
 
     table = read_parquet([args.table], DISSECTION)
     _save(dissection_fraction(table), args.fraction, args.other_formats, args.figures)
-    _save(dissection_categories(read_parquet([args.units], DISSECTION_UNITS), args.category_sites),
-          args.categories, args.other_formats, args.figures)
+    _save(
+        dissection_categories(read_parquet([args.units], DISSECTION_UNITS), args.category_sites),
+        args.categories,
+        args.other_formats,
+        args.figures,
+    )
     write_csv(dissection_summary(table), args.summary)
 
 
@@ -318,16 +363,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Options every torch job takes, and those of every figure command: one parent parser each.
     job = argparse.ArgumentParser(add_help=False)
-    job.add_argument("--data", help="data cache directory, e.g. results/data/shapes (read by every job "
-                                    "but dissect-external)")
+    job.add_argument(
+        "--data",
+        help="data cache directory, e.g. results/data/shapes (read by every job but dissect-external)",
+    )
     job.add_argument("--global-seed", type=int, default=0, help="the config's seed")
-    job.add_argument("--device", type=_device, default="auto",
-                     help="torch device: auto (CUDA when present), cpu, cuda[:n]")
+    job.add_argument(
+        "--device", type=_device, default="auto", help="torch device: auto (CUDA when present), cpu, cuda[:n]"
+    )
     job.add_argument("--threads", type=_integer(1), default=1, help="CPU threads for torch (at least 1)")
     figure = argparse.ArgumentParser(add_help=False)
     figure.add_argument("--figures", type=_json_object, required=True, help="the `figures` block (JSON)")
-    figure.add_argument("--other-formats", nargs="*", default=[],
-                        help="more files of the same figures (.pdf, .svg), matched by file name")
+    figure.add_argument(
+        "--other-formats",
+        nargs="*",
+        default=[],
+        help="more files of the same figures (.pdf, .svg), matched by file name",
+    )
     # Options several commands take in the same sense, each defined once here.
     same = {
         "--checkpoint": dict(required=True, help="trained zoo member (.pt)"),
@@ -335,16 +387,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--b": dict(required=True, help="zoo member b (.pt); stitching: g, whose layers run after the site"),
         "--pair": dict(type=_integer(0), required=True, help="the pair's index (seeds its random draws)"),
         "--site": dict(required=True, help="activation site"),
-        "--training": dict(type=_json_object, required=True, help="the variant's `zoo.training` block (JSON)"),
-        "--eval-batch-size": dict(type=_integer(1), default=None,
-                                  help="evaluation batch size (zoo.training.eval_batch_size; speed only, "
-                                       "so the workflow passes it beside --training)"),
+        "--training": dict(
+            type=_json_object, required=True, help="the variant's `zoo.training` block (JSON)"
+        ),
+        "--eval-batch-size": dict(
+            type=_integer(1),
+            default=None,
+            help="evaluation batch size (zoo.training.eval_batch_size; speed only, "
+            "so the workflow passes it beside --training)",
+        ),
         "--units-out": dict(required=True, help=".parquet, one row per unit of each --out row"),
         "--table": dict(required=True, help="the stage's table (.parquet)"),
         "--summary": dict(required=True, help="summary table .csv"),
         "--variants": dict(type=_json_object, required=True, help="the `zoo.variants` block (JSON)"),
-        "--dataset": dict(required=True, choices=_schema_enum("properties", "data", "properties", "dataset"),
-                          help="the data set (the paper's numbers are shown for cifar10)"),
+        "--dataset": dict(
+            required=True,
+            choices=_schema_enum("properties", "data", "properties", "dataset"),
+            help="the data set (the paper's numbers are shown for cifar10)",
+        ),
     }
 
     def command(name, func, help, parents=(), out=None, config=None, options=()):
@@ -361,79 +421,189 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     # --- torch jobs, named like their rules and their functions in intertwine.jobs
-    p = command("prepare-data", cmd_prepare_data, "generate or decode the data set into the cache",
-                out="cache directory, e.g. results/data/shapes", config="data")
+    p = command(
+        "prepare-data",
+        cmd_prepare_data,
+        "generate or decode the data set into the cache",
+        out="cache directory, e.g. results/data/shapes",
+        config="data",
+    )
     p.add_argument("--global-seed", type=int, default=0, help="the config's seed")
-    p = command("train-member", cmd_train_member, "train one zoo member", [job],
-                out="its checkpoint .pt (never overwritten)", options=["--training", "--eval-batch-size"])
+    p = command(
+        "train-member",
+        cmd_train_member,
+        "train one zoo member",
+        [job],
+        out="its checkpoint .pt (never overwritten)",
+        options=["--training", "--eval-batch-size"],
+    )
     p.add_argument("--variant", required=True)
     p.add_argument("--seed", type=_integer(0), required=True, help="zoo member seed")
     p.add_argument("--spec", type=_json_object, required=True, help="the variant's model spec (JSON)")
     p.add_argument("--metrics", required=True, help="output per-epoch metrics .parquet")
-    p = command("rotation-trial", cmd_rotation_trial, "one rotation-penalty trial (paper section 3.3)",
-                [job], out="one-row .parquet", config="rotation",
-                options=["--checkpoint", "--site", "--training", "--eval-batch-size"])
-    p.add_argument("--group", required=True,
-                   choices=_schema_enum("properties", "rotation", "properties", "variants",
-                                        "additionalProperties", "items"))
+    p = command(
+        "rotation-trial",
+        cmd_rotation_trial,
+        "one rotation-penalty trial (paper section 3.3)",
+        [job],
+        out="one-row .parquet",
+        config="rotation",
+        options=["--checkpoint", "--site", "--training", "--eval-batch-size"],
+    )
+    p.add_argument(
+        "--group",
+        required=True,
+        choices=_schema_enum(
+            "properties", "rotation", "properties", "variants", "additionalProperties", "items"
+        ),
+    )
     p.add_argument("--trial", type=_integer(0), required=True)
-    p = command("stitch-pair", cmd_stitch_pair, "stitch a pair of zoo members with one method at each site",
-                [job], out=".parquet, one row per site", config="stitching", options=["--a", "--b", "--pair"])
-    p.add_argument("--method", type=_method, required=True,
-                   help="full, rank<r>, l1_<lambda>, grelu, grelu_cv or softsort")
-    p.add_argument("--sites", type=_json_names_or_null, default=None,
-                   help="JSON list of sites, or null for all (the default)")
-    p = command("similarity-pair", cmd_similarity_pair, "similarity measures between two zoo members",
-                [job], out=".parquet, one row per (site_a, site_b, measure)", config="similarity",
-                options=["--a", "--b", "--pair"])
+    p = command(
+        "stitch-pair",
+        cmd_stitch_pair,
+        "stitch a pair of zoo members with one method at each site",
+        [job],
+        out=".parquet, one row per site",
+        config="stitching",
+        options=["--a", "--b", "--pair"],
+    )
+    p.add_argument(
+        "--method",
+        type=_method,
+        required=True,
+        help="full, rank<r>, l1_<lambda>, grelu, grelu_cv or softsort",
+    )
+    p.add_argument(
+        "--sites",
+        type=_json_names_or_null,
+        default=None,
+        help="JSON list of sites, or null for all (the default)",
+    )
+    p = command(
+        "similarity-pair",
+        cmd_similarity_pair,
+        "similarity measures between two zoo members",
+        [job],
+        out=".parquet, one row per (site_a, site_b, measure)",
+        config="similarity",
+        options=["--a", "--b", "--pair"],
+    )
     p.add_argument("--procrustes", action="store_true", help="Procrustes measures at matching sites")
     p.add_argument("--cka", action="store_true", help="CKA measures for every pair of sites")
-    command("symmetry-check", cmd_symmetry_check, "check the weight-space symmetry on one zoo member",
-            [job], out="per-model .parquet", config="symmetry", options=["--checkpoint"])
-    p = command("dissect-member", cmd_dissect_member, "network dissection of one zoo member under basis "
-                "rotations (section 6)", [job], out=".parquet, one row per (site, alpha, rotation)",
-                config="dissection", options=["--checkpoint", "--units-out"])
+    command(
+        "symmetry-check",
+        cmd_symmetry_check,
+        "check the weight-space symmetry on one zoo member",
+        [job],
+        out="per-model .parquet",
+        config="symmetry",
+        options=["--checkpoint"],
+    )
+    p = command(
+        "dissect-member",
+        cmd_dissect_member,
+        "network dissection of one zoo member under basis rotations (section 6)",
+        [job],
+        out=".parquet, one row per (site, alpha, rotation)",
+        config="dissection",
+        options=["--checkpoint", "--units-out"],
+    )
     p.add_argument("--sites", type=_json_names, required=True, help="JSON list of sites")
-    p = command("dissect-external", cmd_dissect_external, "dissect a torchvision ImageNet model (local "
-                "weights) on Broden", [job], out=".parquet, one row per (site, alpha, rotation)",
-                config="dissection", options=["--units-out"])
+    p = command(
+        "dissect-external",
+        cmd_dissect_external,
+        "dissect a torchvision ImageNet model (local weights) on Broden",
+        [job],
+        out=".parquet, one row per (site, alpha, rotation)",
+        config="dissection",
+        options=["--units-out"],
+    )
     p.add_argument("--name", required=True, help="the model's name in the tables (its `variant`)")
-    p.add_argument("--arch", required=True,
-                   choices=_schema_enum("properties", "dissection", "properties", "external",
-                                        "additionalProperties", "properties", "arch"))
+    p.add_argument(
+        "--arch",
+        required=True,
+        choices=_schema_enum(
+            "properties", "dissection", "properties", "external", "additionalProperties", "properties", "arch"
+        ),
+    )
     p.add_argument("--weights", required=True, help="state dict file (.pth)")
-    p.add_argument("--sites", type=_json_names_or_null, default=None,
-                   help="JSON list of module names, or null for the arch's default")
-    p = command("dissection-masks", cmd_dissection_masks, "top units' regions over probe images (Figs. 21, "
-                "23, 25)", [job, figure], out="figure (.png)", config="dissection",
-                options=["--checkpoint", "--site"])
+    p.add_argument(
+        "--sites",
+        type=_json_names_or_null,
+        default=None,
+        help="JSON list of module names, or null for the arch's default",
+    )
+    p = command(
+        "dissection-masks",
+        cmd_dissection_masks,
+        "top units' regions over probe images (Figs. 21, 23, 25)",
+        [job, figure],
+        out="figure (.png)",
+        config="dissection",
+        options=["--checkpoint", "--site"],
+    )
     p.add_argument("--units", required=True, help="the member's dissection units (seed0.units.parquet)")
 
     # --- tables
-    p = command("zoo-table", cmd_zoo_table, "aggregate per-model metrics into the zoo tables",
-                out="zoo.parquet: one row per model")
+    p = command(
+        "zoo-table",
+        cmd_zoo_table,
+        "aggregate per-model metrics into the zoo tables",
+        out="zoo.parquet: one row per model",
+    )
     p.add_argument("metrics", nargs="+", help="per-model metrics .parquet files")
     p.add_argument("--epochs-out", required=True, help="zoo_epochs.parquet: one row per epoch")
-    p = command("symmetry-table", cmd_symmetry_table, "aggregate the symmetry checks and summarise them",
-                out="symmetry.parquet", options=["--summary"])
+    p = command(
+        "symmetry-table",
+        cmd_symmetry_table,
+        "aggregate the symmetry checks and summarise them",
+        out="symmetry.parquet",
+        options=["--summary"],
+    )
     p.add_argument("parts", nargs="+")
     p = command("table", cmd_table, "concatenate per-job Parquet files into a stage's table", out="the table")
     p.add_argument("parts", nargs="+")
-    p.add_argument("--schema", required=True, choices=TABLE_SCHEMAS, help="the table's schema in intertwine.tables")
+    p.add_argument(
+        "--schema", required=True, choices=TABLE_SCHEMAS, help="the table's schema in intertwine.tables"
+    )
 
     # --- figures
-    p = command("zoo-figure", cmd_zoo_figure, "accuracy distribution per variant and its summary", [figure],
-                out="figure (.png)", options=["--variants", "--dataset", "--summary"])
+    p = command(
+        "zoo-figure",
+        cmd_zoo_figure,
+        "accuracy distribution per variant and its summary",
+        [figure],
+        out="figure (.png)",
+        options=["--variants", "--dataset", "--summary"],
+    )
     p.add_argument("--zoo", required=True, help="zoo.parquet")
-    command("rotation-figure", cmd_rotation_figure, "rotation penalty per site and group (Fig. 4)", [figure],
-            out="figure (.png)", options=["--table"])
-    p = command("stitching-figure", cmd_stitching_figure, "stitching penalty and layer dimension per site "
-                "(Figs. 1, 6, 7)", [figure], options=["--table", "--summary"])
+    command(
+        "rotation-figure",
+        cmd_rotation_figure,
+        "rotation penalty per site and group (Fig. 4)",
+        [figure],
+        out="figure (.png)",
+        options=["--table"],
+    )
+    p = command(
+        "stitching-figure",
+        cmd_stitching_figure,
+        "stitching penalty and layer dimension per site (Figs. 1, 6, 7)",
+        [figure],
+        options=["--table", "--summary"],
+    )
     p.add_argument("--penalty", required=True, help="penalty figure (.png)")
     p.add_argument("--dimension", required=True, help="parameter dimension figure (.png)")
-    p.add_argument("--convergence", required=True, help="G_ReLU layers' off-permutation mass per epoch (.png)")
-    p = command("stitching-studies", cmd_stitching_studies, "appendix D stitching studies: LeakyReLU, alpha "
-                "by CV, L1, SoftSort, transformers", [figure], options=["--table"])
+    p.add_argument(
+        "--convergence", required=True, help="G_ReLU layers' off-permutation mass per epoch (.png)"
+    )
+    p = command(
+        "stitching-studies",
+        cmd_stitching_studies,
+        "appendix D stitching studies: LeakyReLU, alpha by CV, L1, SoftSort, transformers",
+        [figure],
+        options=["--table"],
+    )
     p.add_argument("--zoo", help="zoo.parquet (for --leaky-relu, --leaky-relu-table)")
     p.add_argument("--slopes", type=_json_numbers, help="JSON {variant: LeakyReLU negative slope}, ReLU 0")
     p.add_argument("--transformers", type=_json_names, help="JSON list of the transformer variants")
@@ -443,14 +613,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--l1", help="penalty against sparsity of L1-regularised stitching (Fig. 15; .png)")
     p.add_argument("--softsort", help="SoftSort against Birkhoff G_ReLU stitching (D.2.2; .png)")
     p.add_argument("--transformer", help="transformer stitching penalty (Fig. 12; .png)")
-    p = command("similarity-figure", cmd_similarity_figure, "Procrustes per site and CKA heatmaps (Table 2, "
-                "Figs. 2, 5, 9-11)", [figure], options=["--table", "--dataset", "--variants", "--summary"])
+    p = command(
+        "similarity-figure",
+        cmd_similarity_figure,
+        "Procrustes per site and CKA heatmaps (Table 2, Figs. 2, 5, 9-11)",
+        [figure],
+        options=["--table", "--dataset", "--variants", "--summary"],
+    )
     p.add_argument("--procrustes", help="Procrustes figure (.png)")
     p.add_argument("--cka", help="CKA heatmaps (.png)")
-    p = command("dissection-figure", cmd_dissection_figure, "interpretable units vs rotation, by category "
-                "(Figs. 3, 18-20)", [figure], options=["--table", "--summary"])
+    p = command(
+        "dissection-figure",
+        cmd_dissection_figure,
+        "interpretable units vs rotation, by category (Figs. 3, 18-20)",
+        [figure],
+        options=["--table", "--summary"],
+    )
     p.add_argument("--units", required=True, help="dissection_units.parquet")
-    p.add_argument("--category-sites", type=_json_object, required=True, help="JSON {variant: site} for the category bars")
+    p.add_argument(
+        "--category-sites",
+        type=_json_object,
+        required=True,
+        help="JSON {variant: site} for the category bars",
+    )
     p.add_argument("--fraction", required=True, help="fraction-vs-alpha figure (.png)")
     p.add_argument("--categories", required=True, help="units-per-category figure (.png)")
     return parser

@@ -18,6 +18,7 @@ Thresholds follow NetDissect: quantiles of the raw (not upsampled) activations. 
 running top-k per unit (k is about ``quantile`` of the values), so memory stays bounded by the
 batch, not the probe set.
 """
+
 from __future__ import annotations
 
 import math
@@ -63,8 +64,9 @@ def _mixed(activations: Tensor, start: int, stop: int, basis: Tensor | None) -> 
     return a if basis is None else torch.einsum("ij,njhw->nihw", basis.to(a), a)
 
 
-def unit_thresholds(activations: Tensor, quantile: float = DEFAULT_QUANTILE,
-                    basis: Tensor | None = None) -> Tensor:
+def unit_thresholds(
+    activations: Tensor, quantile: float = DEFAULT_QUANTILE, basis: Tensor | None = None
+) -> Tensor:
     """Per unit, the value its top ``quantile`` of activations (over images and positions) exceed.
 
     ``activations``: (N, C, h, w). Equals ``numpy.quantile(unit_values, 1 - quantile)`` (linear
@@ -91,8 +93,9 @@ def unit_thresholds(activations: Tensor, quantile: float = DEFAULT_QUANTILE,
     return (value_low + fraction * (value_high - value_low)).float()
 
 
-def unit_iou(activations: Tensor, labels: Tensor, n_concepts: int, thresholds: Tensor,
-             basis: Tensor | None = None) -> Tensor:
+def unit_iou(
+    activations: Tensor, labels: Tensor, n_concepts: int, thresholds: Tensor, basis: Tensor | None = None
+) -> Tensor:
     """(C, n_concepts) IoU of each unit's thresholded, upsampled maps with each concept's mask,
     over the whole probe set.
 
@@ -125,40 +128,53 @@ def unit_iou(activations: Tensor, labels: Tensor, n_concepts: int, thresholds: T
     return intersection.double().div(union.clamp_min(1).double()).float()
 
 
-def label_units(iou: Tensor, concept_data: ConceptData,
-                iou_threshold: float = DEFAULT_IOU_THRESHOLD) -> pd.DataFrame:
+def label_units(
+    iou: Tensor, concept_data: ConceptData, iou_threshold: float = DEFAULT_IOU_THRESHOLD
+) -> pd.DataFrame:
     """One row per unit: its best concept, that concept's category and IoU, and whether the unit
     is a detector (best IoU > ``iou_threshold``)."""
     best_iou, best = iou.max(dim=1)
-    return pd.DataFrame({
-        "unit": range(len(best)),
-        "concept": [concept_data.concepts[i] for i in best.tolist()],
-        "category": [concept_data.categories[i] for i in best.tolist()],
-        "iou": best_iou.double().numpy(),
-        "detector": (best_iou > iou_threshold).numpy(),
-    })
+    return pd.DataFrame(
+        {
+            "unit": range(len(best)),
+            "concept": [concept_data.concepts[i] for i in best.tolist()],
+            "category": [concept_data.categories[i] for i in best.tolist()],
+            "iou": best_iou.double().numpy(),
+            "detector": (best_iou > iou_threshold).numpy(),
+        }
+    )
 
 
-def dissect_activations(activations: Tensor, concept_data: ConceptData, basis: Tensor | None = None,
-                        *, quantile: float = DEFAULT_QUANTILE,
-                        iou_threshold: float = DEFAULT_IOU_THRESHOLD) -> pd.DataFrame:
+def dissect_activations(
+    activations: Tensor,
+    concept_data: ConceptData,
+    basis: Tensor | None = None,
+    *,
+    quantile: float = DEFAULT_QUANTILE,
+    iou_threshold: float = DEFAULT_IOU_THRESHOLD,
+) -> pd.DataFrame:
     """Dissect precomputed activations (N, C, h, w) of the probe set's N images: ``label_units``
     plus each unit's threshold. ``basis``: a (C, C) matrix mixing the channels first.
     Activations must be (N, C, h, w) with N, C >= 1 and finite: NaN thresholds would make no unit
     fire, silently."""
     if activations.ndim != 4 or activations.shape[0] < 1 or activations.shape[1] < 1:
-        raise ValueError(f"dissection needs (N, C, h, w) feature maps of at least one image and unit, "
-                         f"got shape {tuple(activations.shape)}")
+        raise ValueError(
+            f"dissection needs (N, C, h, w) feature maps of at least one image and unit, "
+            f"got shape {tuple(activations.shape)}"
+        )
     if activations.is_floating_point() and not bool(torch.isfinite(activations).all()):
-        raise ValueError("the activations contain NaN or infinite values (a diverged model?): no unit "
-                         "can be dissected")
+        raise ValueError(
+            "the activations contain NaN or infinite values (a diverged model?): no unit can be dissected"
+        )
     if basis is not None and not bool(torch.isfinite(basis).all()):
         raise ValueError("the basis contains NaN or infinite values")
     if len(activations) != len(concept_data):
         raise ValueError(f"{len(activations)} activation maps for {len(concept_data)} probe images")
     if basis is not None and tuple(basis.shape) != (activations.shape[1],) * 2:
-        raise ValueError(f"basis must be ({activations.shape[1]}, {activations.shape[1]}) for "
-                         f"{activations.shape[1]} units, got {tuple(basis.shape)}")
+        raise ValueError(
+            f"basis must be ({activations.shape[1]}, {activations.shape[1]}) for "
+            f"{activations.shape[1]} units, got {tuple(basis.shape)}"
+        )
     thresholds = unit_thresholds(activations, quantile, basis)
     iou = unit_iou(activations, concept_data.labels, len(concept_data.concepts), thresholds, basis)
     units = label_units(iou, concept_data, iou_threshold)
@@ -166,9 +182,18 @@ def dissect_activations(activations: Tensor, concept_data: ConceptData, basis: T
     return units
 
 
-def dissect(model: nn.Module, site: str, concept_data: ConceptData, basis: Tensor | None = None,
-            *, mean: Tensor, std: Tensor, quantile: float = DEFAULT_QUANTILE,
-            iou_threshold: float = DEFAULT_IOU_THRESHOLD, batch_size: int = 250) -> pd.DataFrame:
+def dissect(
+    model: nn.Module,
+    site: str,
+    concept_data: ConceptData,
+    basis: Tensor | None = None,
+    *,
+    mean: Tensor,
+    std: Tensor,
+    quantile: float = DEFAULT_QUANTILE,
+    iou_threshold: float = DEFAULT_IOU_THRESHOLD,
+    batch_size: int = 250,
+) -> pd.DataFrame:
     """Dissect ``model`` at ``site`` (a module name, read by a forward hook) over ``concept_data``.
 
     ``mean``/``std``: the model's input normalisation (0..1 units). Returns one row per unit
@@ -176,18 +201,23 @@ def dissect(model: nn.Module, site: str, concept_data: ConceptData, basis: Tenso
     """
     activations = models.site_activations(model, concept_data.images, [site], mean, std, batch_size)[site]
     if activations.ndim != 4:
-        raise ValueError(f"site {site!r} gives {activations.ndim}-D outputs; dissection needs "
-                         "(N, C, h, w) feature maps")
-    return dissect_activations(activations, concept_data, basis, quantile=quantile,
-                               iou_threshold=iou_threshold)
+        raise ValueError(
+            f"site {site!r} gives {activations.ndim}-D outputs; dissection needs (N, C, h, w) feature maps"
+        )
+    return dissect_activations(
+        activations, concept_data, basis, quantile=quantile, iou_threshold=iou_threshold
+    )
 
 
 def summarize_units(units: pd.DataFrame) -> dict:
     """Counts over one dissection: units, detectors, their fraction, distinct detected concepts."""
     detectors = units[units["detector"]]
-    return {"n_units": len(units), "n_interpretable": len(detectors),
-            "fraction_interpretable": len(detectors) / max(1, len(units)),
-            "n_unique_concepts": detectors["concept"].nunique()}
+    return {
+        "n_units": len(units),
+        "n_interpretable": len(detectors),
+        "fraction_interpretable": len(detectors) / max(1, len(units)),
+        "n_unique_concepts": detectors["concept"].nunique(),
+    }
 
 
 def default_sites(sites: list[models.Site]) -> list[str]:
@@ -214,13 +244,17 @@ def probe_concepts(probe: dict, image_size: list[int], global_seed: int = 0) -> 
 
         options = dict(probe.get("shapes", {}), image_size=int(image_size[0]))
         arrays = generate_shapes(probe["images"], derive_seed(global_seed, "dissection", "probe"), **options)
-        return shapes_concepts(Split(*(torch.from_numpy(arrays[k]) for k in ("images", "labels", "concepts"))))
+        return shapes_concepts(
+            Split(*(torch.from_numpy(arrays[k]) for k in ("images", "labels", "concepts")))
+        )
     if probe["source"] == "broden":
         from intertwine.data.broden import load_broden
 
         if not probe.get("broden"):
-            raise ValueError("dissection.probe.source is 'broden' but dissection.probe.broden "
-                             "names no directory; set it to your Broden copy (e.g. broden1_224)")
+            raise ValueError(
+                "dissection.probe.source is 'broden' but dissection.probe.broden "
+                "names no directory; set it to your Broden copy (e.g. broden1_224)"
+            )
         return load_broden(probe["broden"], max_images=probe["images"]).resized(tuple(image_size))
     raise ValueError(f"dissection.probe.source {probe['source']!r} is not 'shapes' or 'broden'")
 
@@ -243,9 +277,15 @@ def rotated_bases(n: int, key: tuple, draw: int, alphas) -> dict[float, Tensor |
     return {alpha: None if alpha == 0 else powers[alpha].float() for alpha in alphas}
 
 
-def dissect_rotations(activations: Tensor, concept_data: ConceptData, alphas, rotations: int,
-                      key: tuple, quantile: float = DEFAULT_QUANTILE,
-                      iou_threshold: float = DEFAULT_IOU_THRESHOLD) -> pd.DataFrame:
+def dissect_rotations(
+    activations: Tensor,
+    concept_data: ConceptData,
+    alphas,
+    rotations: int,
+    key: tuple,
+    quantile: float = DEFAULT_QUANTILE,
+    iou_threshold: float = DEFAULT_IOU_THRESHOLD,
+) -> pd.DataFrame:
     """``dissect_activations`` in the basis ``Q^alpha`` for each alpha and each of ``rotations``
     Haar draws of Q (draw k seeded by ``key + (k,)``): one row per (alpha, draw, unit), with
     columns ``alpha`` and ``rotation_seed`` (k). Alpha 0 is dissected once and shared by the draws."""
@@ -256,26 +296,38 @@ def dissect_rotations(activations: Tensor, concept_data: ConceptData, alphas, ro
         for alpha in alphas:
             if alpha == 0:
                 if unrotated is None:
-                    unrotated = dissect_activations(activations, concept_data, quantile=quantile,
-                                                    iou_threshold=iou_threshold)
+                    unrotated = dissect_activations(
+                        activations, concept_data, quantile=quantile, iou_threshold=iou_threshold
+                    )
                 units = unrotated.copy()
             else:
-                units = dissect_activations(activations, concept_data, bases[alpha],
-                                            quantile=quantile, iou_threshold=iou_threshold)
+                units = dissect_activations(
+                    activations, concept_data, bases[alpha], quantile=quantile, iou_threshold=iou_threshold
+                )
             tables.append(units.assign(alpha=float(alpha), rotation_seed=draw))
     return pd.concat(tables, ignore_index=True)
 
 
 def summarize(units: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """``summarize_units`` for each group of ``keys`` (e.g. variant, seed, site, alpha, draw)."""
-    rows = [{**dict(zip(keys, values)), **summarize_units(group)}
-            for values, group in units.groupby(keys, sort=False)]
+    rows = [
+        {**dict(zip(keys, values)), **summarize_units(group)}
+        for values, group in units.groupby(keys, sort=False)
+    ]
     return pd.DataFrame(rows)
 
 
-def dissect_sites(read_site: Callable[[str], Tensor], sites: list[str], inside: dict[str, bool],
-                  probe: ConceptData, block: dict, variant: str, seed: int, global_seed: int,
-                  log: Callable[[str], None] = print) -> tuple[pd.DataFrame, pd.DataFrame]:
+def dissect_sites(
+    read_site: Callable[[str], Tensor],
+    sites: list[str],
+    inside: dict[str, bool],
+    probe: ConceptData,
+    block: dict,
+    variant: str,
+    seed: int,
+    global_seed: int,
+    log: Callable[[str], None] = print,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``dissect_rotations`` at each site (activations from ``read_site``) as the config's
     ``dissection`` block says: (summary, units), one row per (site, alpha, draw) and one per unit
     of each (the stage's tables but for their provenance)."""
@@ -285,25 +337,43 @@ def dissect_sites(read_site: Callable[[str], Tensor], sites: list[str], inside: 
     for site in sites:
         started = time.perf_counter()
         activations = read_site(site)
-        units = dissect_rotations(activations, probe, block["alphas"], block["rotations"],
-                                  rotation_key(global_seed, variant, seed, site),
-                                  block["quantile"], block["iou_threshold"])
+        units = dissect_rotations(
+            activations,
+            probe,
+            block["alphas"],
+            block["rotations"],
+            rotation_key(global_seed, variant, seed, site),
+            block["quantile"],
+            block["iou_threshold"],
+        )
         tables.append(units.assign(site=site))
         fractions = units.groupby("alpha")["detector"].mean()
-        log(f"{variant} seed {seed} {site}: {activations.shape[1]} units, interpretable fraction "
+        log(
+            f"{variant} seed {seed} {site}: {activations.shape[1]} units, interpretable fraction "
             f"{fractions.iloc[0]:.3f} at alpha {fractions.index[0]:g}, {fractions.iloc[-1]:.3f} at "
-            f"alpha {fractions.index[-1]:g} ({time.perf_counter() - started:.1f}s)")
+            f"alpha {fractions.index[-1]:g} ({time.perf_counter() - started:.1f}s)"
+        )
     units = pd.concat(tables, ignore_index=True).assign(variant=variant, seed=seed)
     keys = ["variant", "seed", "site", "alpha", "rotation_seed"]
     summary = summarize(units, keys)
     summary.insert(3, "inside_residual", summary["site"].map(inside))
-    summary = summary.assign(n_images=len(probe), probe=block["probe"]["source"], quantile=block["quantile"],
-                             iou_threshold=block["iou_threshold"])
+    summary = summary.assign(
+        n_images=len(probe),
+        probe=block["probe"]["source"],
+        quantile=block["quantile"],
+        iou_threshold=block["iou_threshold"],
+    )
     return summary, units[keys + ["unit", "concept", "category", "iou", "threshold", "detector"]]
 
 
-def top_examples(activations: Tensor, units: pd.DataFrame, basis: Tensor | None, size: tuple[int, int],
-                 n_units: int = 4, n_images: int = 4) -> list[dict]:
+def top_examples(
+    activations: Tensor,
+    units: pd.DataFrame,
+    basis: Tensor | None,
+    size: tuple[int, int],
+    n_units: int = 4,
+    n_images: int = 4,
+) -> list[dict]:
     """The ``n_units`` units with the highest IoU (see ``dissect_activations``), each with the
     ``n_images`` probe images where it peaks and its thresholded, upsampled map over each."""
     panels = []
@@ -313,6 +383,13 @@ def top_examples(activations: Tensor, units: pd.DataFrame, basis: Tensor | None,
         best = maps.amax(dim=(1, 2)).topk(min(n_images, len(maps))).indices
         upsampled = F.interpolate(maps[best].unsqueeze(1), size=size, mode="bilinear", align_corners=False)
         masks = (upsampled.squeeze(1) > row.threshold).numpy()
-        panels.append({"unit": row.unit, "concept": row.concept, "category": row.category, "iou": row.iou,
-                       "examples": list(zip(best.tolist(), masks))})
+        panels.append(
+            {
+                "unit": row.unit,
+                "concept": row.concept,
+                "category": row.category,
+                "iou": row.iou,
+                "examples": list(zip(best.tolist(), masks)),
+            }
+        )
     return panels

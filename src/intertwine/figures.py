@@ -1,4 +1,5 @@
 """Figures, drawn only from the aggregated tables."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -46,8 +47,15 @@ def _few_values(ax, x, values, color, marker="o") -> None:
     """Draw ``values`` at ``x`` when too few for an interval but more than one (one is its mean)."""
     values = np.asarray(values, dtype=float)
     if 1 < len(values) < MIN_INTERVAL_VALUES:
-        ax.scatter(np.full(len(values), x), values, s=10, alpha=0.6, color=color,
-                   marker="o" if marker == "." else marker, zorder=3)  # "." would be too small to see
+        ax.scatter(
+            np.full(len(values), x),
+            values,
+            s=10,
+            alpha=0.6,
+            color=color,
+            marker="o" if marker == "." else marker,
+            zorder=3,
+        )  # "." would be too small to see
 
 
 def zoo_summary(zoo: pd.DataFrame, reported: dict[str, float | None]) -> pd.DataFrame:
@@ -56,12 +64,18 @@ def zoo_summary(zoo: pd.DataFrame, reported: dict[str, float | None]) -> pd.Data
     for variant, group in zoo.groupby("variant", sort=False):
         acc = 100 * group["test_acc"].to_numpy()
         mean, half = mean_ci(acc)
-        rows.append({"variant": variant, "seeds": len(acc), "test_acc_mean": round(mean, 2),
-                     "test_acc_sd": round(float(acc.std(ddof=1)) if len(acc) > 1 else 0.0, 2),
-                     "test_acc_ci95": round(half, 2),
-                     "val_acc_mean": round(100 * group["val_acc"].mean(), 2),
-                     "paper_test_acc": reported.get(variant),
-                     "n_params": int(group["n_params"].iloc[0])})
+        rows.append(
+            {
+                "variant": variant,
+                "seeds": len(acc),
+                "test_acc_mean": round(mean, 2),
+                "test_acc_sd": round(float(acc.std(ddof=1)) if len(acc) > 1 else 0.0, 2),
+                "test_acc_ci95": round(half, 2),
+                "val_acc_mean": round(100 * group["val_acc"].mean(), 2),
+                "paper_test_acc": reported.get(variant),
+                "n_params": int(group["n_params"].iloc[0]),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -102,15 +116,28 @@ def rotation_penalty(table: pd.DataFrame) -> plt.Figure:
         groups = list(dict.fromkeys(rows["group"]))
         width = 0.8 / len(groups)
         for k, group in enumerate(groups):
-            values = [100 * rows.loc[(rows["site"] == site) & (rows["group"] == group), "penalty"].to_numpy()
-                      for site in sites]
+            values = [
+                100 * rows.loc[(rows["site"] == site) & (rows["group"] == group), "penalty"].to_numpy()
+                for site in sites
+            ]
             x = np.arange(len(sites)) + (k - (len(groups) - 1) / 2) * width
-            ax.bar(x, [v.mean() for v in values], width, yerr=[interval_half_width(v) for v in values], capsize=3,
-                   label=GROUP_LABELS.get(group, group), color=f"C{k}")
+            ax.bar(
+                x,
+                [v.mean() for v in values],
+                width,
+                yerr=[interval_half_width(v) for v in values],
+                capsize=3,
+                label=GROUP_LABELS.get(group, group),
+                color=f"C{k}",
+            )
             for at, v in zip(x, values):
                 _few_values(ax, at, v, "black")
-        labels = [f"{site}*" if inside else site for site, inside in
-                  rows.drop_duplicates("site")[["site", "inside_residual"]].itertuples(index=False)]
+        labels = [
+            f"{site}*" if inside else site
+            for site, inside in rows.drop_duplicates("site")[["site", "inside_residual"]].itertuples(
+                index=False
+            )
+        ]
         ax.set_xticks(range(len(sites)), labels, rotation=30, ha="right")
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_title(variant)
@@ -123,8 +150,9 @@ def rotation_penalty(table: pd.DataFrame) -> plt.Figure:
 def _site_labels(rows: pd.DataFrame) -> tuple[list[str], list[str]]:
     """Sites in table order, and their tick labels with residual-internal sites marked *."""
     first = rows.drop_duplicates("site")
-    return list(first["site"]), [f"{s}*" if inside else s for s, inside in
-                                 first[["site", "inside_residual"]].itertuples(index=False)]
+    return list(first["site"]), [
+        f"{s}*" if inside else s for s, inside in first[["site", "inside_residual"]].itertuples(index=False)
+    ]
 
 
 def _l1_lambda(method: str) -> float | None:
@@ -144,8 +172,12 @@ def _method_order(methods) -> list[str]:
     return ordered + [m for m in methods if m not in ordered]
 
 
-METHOD_LABELS = {"full": "full", "grelu": "G_ReLU", "grelu_cv": "G_ReLU (alpha by CV)",
-                 "softsort": "G_ReLU (SoftSort)"}
+METHOD_LABELS = {
+    "full": "full",
+    "grelu": "G_ReLU",
+    "grelu_cv": "G_ReLU (alpha by CV)",
+    "softsort": "G_ReLU (SoftSort)",
+}
 
 
 def _method_label(method: str) -> str:
@@ -158,18 +190,26 @@ def _method_style(method: str, methods: list[str]) -> dict:
     """Label and line style of a stitching method; ranks (viridis) and L1 weights (copper) shade
     from dark to light by rank and by lambda."""
     label = _method_label(method)
-    fixed = {"grelu": {"color": "C3", "marker": "s", "linewidth": 2.0},
-             "grelu_cv": {"color": "darkred", "marker": "D", "linewidth": 1.5, "linestyle": "-."},
-             "softsort": {"color": "C4", "marker": "^", "linewidth": 1.5, "linestyle": "-."},
-             "full": {"color": "black", "marker": "o", "linewidth": 1.5}}
+    fixed = {
+        "grelu": {"color": "C3", "marker": "s", "linewidth": 2.0},
+        "grelu_cv": {"color": "darkred", "marker": "D", "linewidth": 1.5, "linestyle": "-."},
+        "softsort": {"color": "C4", "marker": "^", "linewidth": 1.5, "linestyle": "-."},
+        "full": {"color": "black", "marker": "o", "linewidth": 1.5},
+    }
     if method in fixed:
         return {"label": label, **fixed[method]}
-    family, colormap, marker, linestyle = (("l1_", plt.cm.copper, "v", ":") if method.startswith("l1_")
-                                           else ("rank", plt.cm.viridis, ".", "--"))
+    family, colormap, marker, linestyle = (
+        ("l1_", plt.cm.copper, "v", ":") if method.startswith("l1_") else ("rank", plt.cm.viridis, ".", "--")
+    )
     members = [m for m in _method_order(methods) if m.startswith(family)]
     shade = members.index(method) / max(1, len(members) - 1) if method in members else 0
-    return {"label": label, "color": colormap(0.15 + 0.7 * shade), "marker": marker, "linewidth": 1.0,
-            "linestyle": linestyle}
+    return {
+        "label": label,
+        "color": colormap(0.15 + 0.7 * shade),
+        "marker": marker,
+        "linewidth": 1.0,
+        "linestyle": linestyle,
+    }
 
 
 def _mean_or_none(values, digits: int):
@@ -184,25 +224,40 @@ def stitching_summary(table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (variant, site, method), group in table.groupby(["variant", "site", "method"], sort=False):
         mean, half = mean_ci(100 * group["penalty"])
-        rows.append({"variant": variant, "site": site,
-                     "inside_residual": bool(group["inside_residual"].iloc[0]), "method": method,
-                     "pairs": len(group), "penalty_mean": round(mean, 2), "penalty_ci95": round(half, 2),
-                     "penalty_start_mean": _mean_or_none(100 * group["penalty_start"], 2),
-                     "acc_stitched_mean": round(100 * group["acc_stitched"].mean(), 2),
-                     "stitch_params": int(group["stitch_params"].iloc[0]),
-                     "off_permutation_mass": _mean_or_none(group["off_permutation_mass"], 3),
-                     "converged": _converged(group),
-                     "sparsity_mean": _mean_or_none(group["sparsity"], 3),
-                     "train_seconds_mean": _mean_or_none(group["train_seconds"], 1)})
+        rows.append(
+            {
+                "variant": variant,
+                "site": site,
+                "inside_residual": bool(group["inside_residual"].iloc[0]),
+                "method": method,
+                "pairs": len(group),
+                "penalty_mean": round(mean, 2),
+                "penalty_ci95": round(half, 2),
+                "penalty_start_mean": _mean_or_none(100 * group["penalty_start"], 2),
+                "acc_stitched_mean": round(100 * group["acc_stitched"].mean(), 2),
+                "stitch_params": int(group["stitch_params"].iloc[0]),
+                "off_permutation_mass": _mean_or_none(group["off_permutation_mass"], 3),
+                "converged": _converged(group),
+                "sparsity_mean": _mean_or_none(group["sparsity"], 3),
+                "train_seconds_mean": _mean_or_none(group["train_seconds"], 1),
+            }
+        )
     summary = pd.DataFrame(rows)
     order = {m: i for i, m in enumerate(_method_order(summary["method"]))}
-    return summary.sort_values(["variant", "method"], key=lambda col: col.map(order) if col.name == "method"
-                               else col.map({v: i for i, v in enumerate(dict.fromkeys(table["variant"]))}),
-                               kind="stable").reset_index(drop=True)
+    return summary.sort_values(
+        ["variant", "method"],
+        key=lambda col: (
+            col.map(order)
+            if col.name == "method"
+            else col.map({v: i for i, v in enumerate(dict.fromkeys(table["variant"]))})
+        ),
+        kind="stable",
+    ).reset_index(drop=True)
 
 
-def _site_errorbar(ax, rows: pd.DataFrame, sites: list[str], column: str = "penalty", scale: float = 100.0,
-                   **style) -> None:
+def _site_errorbar(
+    ax, rows: pd.DataFrame, sites: list[str], column: str = "penalty", scale: float = 100.0, **style
+) -> None:
     """One line of the mean of ``scale * column`` per site (none where a site has no rows) with its
     95% CI, or below ``MIN_INTERVAL_VALUES`` values the values themselves."""
     values = [scale * rows.loc[rows["site"] == site, column].to_numpy(dtype=float) for site in sites]
@@ -217,7 +272,9 @@ def _penalty_panel(ax, rows: pd.DataFrame, title: str) -> None:
     sites, labels = _site_labels(rows)
     methods = _method_order(rows["method"])
     for method in methods:
-        _site_errorbar(ax, rows[rows["method"] == method], sites, markersize=5, **_method_style(method, methods))
+        _site_errorbar(
+            ax, rows[rows["method"] == method], sites, markersize=5, **_method_style(method, methods)
+        )
     ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
     ax.axhline(0, color="gray", linewidth=0.8)
     # Penalties lie in [-100, 100]; with few pairs a t interval can reach far beyond, so the
@@ -252,7 +309,11 @@ def stitching_convergence(table: pd.DataFrame) -> plt.Figure:
     """How far each G_ReLU layer's P is from the permutation it rounds to after each epoch (mean
     over pairs), per variant, site and method; layers ending above ``CONVERGED_MASS`` are named
     in the panel's title as not converged."""
-    rows = table[table["off_permutation_mass_by_epoch"].notna()] if "off_permutation_mass_by_epoch" in table else table.iloc[:0]
+    rows = (
+        table[table["off_permutation_mass_by_epoch"].notna()]
+        if "off_permutation_mass_by_epoch" in table
+        else table.iloc[:0]
+    )
     variants = list(dict.fromkeys(rows["variant"])) or ["(no G_ReLU layer trained)"]
     fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants) ** 0.8, 3.6), squeeze=False)
     for ax, variant in zip(axes[0], variants):
@@ -262,13 +323,23 @@ def stitching_convergence(table: pd.DataFrame) -> plt.Figure:
         styles = {"grelu": "-", "grelu_cv": "-.", "softsort": ":"}
         for (site, method), group in mine.groupby(["site", "method"], sort=False):
             curves = np.array([list(curve) for curve in group["off_permutation_mass_by_epoch"]], dtype=float)
-            ax.plot(range(1, curves.shape[1] + 1), curves.mean(0), marker="o", markersize=3,
-                    color=colors[site], linestyle=styles.get(method, "-"),
-                    label=f"{site} {_method_label(method)}")
+            ax.plot(
+                range(1, curves.shape[1] + 1),
+                curves.mean(0),
+                marker="o",
+                markersize=3,
+                color=colors[site],
+                linestyle=styles.get(method, "-"),
+                label=f"{site} {_method_label(method)}",
+            )
         ax.axhline(CONVERGED_MASS, color="grey", linewidth=0.8, linestyle="--")
         late = mine[mine["off_permutation_mass"] > CONVERGED_MASS]
-        title = variant if late.empty else f"{variant}: not converged at " + ", ".join(
-            sorted({f"{r.site} ({r.method})" for r in late.itertuples()}))
+        title = (
+            variant
+            if late.empty
+            else f"{variant}: not converged at "
+            + ", ".join(sorted({f"{r.site} ({r.method})" for r in late.itertuples()}))
+        )
         ax.set(title=title, xlabel="epoch", ylabel="off-permutation mass of P", ylim=(0, 1))
         ax.title.set_fontsize(8 if late.empty else 7)
         if len(mine):
@@ -281,9 +352,12 @@ def stitching_penalty(table: pd.DataFrame) -> plt.Figure:
     """Stitching penalty per site and method, mean with 95% CI over pairs, one panel per variant;
     residual-internal sites marked * (the paper's Figs. 1, 6, 7)."""
     variants = list(dict.fromkeys(table["variant"]))
-    fig, axes = plt.subplots(1, len(variants), figsize=(max(4.5, 0.45 * table["site"].nunique() + 2.5)
-                                                        * len(variants) ** 0.5 * 1.3, 3.8),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1,
+        len(variants),
+        figsize=(max(4.5, 0.45 * table["site"].nunique() + 2.5) * len(variants) ** 0.5 * 1.3, 3.8),
+        squeeze=False,
+    )
     for ax, variant in zip(axes[0], variants):
         _penalty_panel(ax, table[table["variant"] == variant], variant)
     _legend_of_every_panel(axes[0])
@@ -301,8 +375,10 @@ def stitching_dimension(table: pd.DataFrame) -> plt.Figure:
         sites, labels = _site_labels(rows)
         methods = _method_order(rows["method"])
         for method in methods:
-            dims = [rows.loc[(rows["site"] == site) & (rows["method"] == method), "stitch_params"].iloc[0]
-                    for site in sites]
+            dims = [
+                rows.loc[(rows["site"] == site) & (rows["method"] == method), "stitch_params"].iloc[0]
+                for site in sites
+            ]
             ax.plot(range(len(sites)), dims, **_method_style(method, methods))
         ax.set_yscale("log")
         ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
@@ -345,33 +421,55 @@ def leaky_relu_accuracy(zoo: pd.DataFrame, slopes: dict[str, float]) -> pd.DataF
         if len(acc) == 0:
             continue
         mean, half = mean_ci(acc)
-        rows.append({"slope": float(slope), "variant": variant, "members": len(acc),
-                     "test_acc_mean": round(mean, 2), "test_acc_ci95": round(half, 2),
-                     "paper_test_acc": reported_leaky_accuracy(slope)})
+        rows.append(
+            {
+                "slope": float(slope),
+                "variant": variant,
+                "members": len(acc),
+                "test_acc_mean": round(mean, 2),
+                "test_acc_ci95": round(half, 2),
+                "paper_test_acc": reported_leaky_accuracy(slope),
+            }
+        )
     if not rows:
-        raise ValueError(f"the zoo has no members of the LeakyReLU variants {list(slopes)}: "
-                         "list them under zoo.variants")
+        raise ValueError(
+            f"the zoo has no members of the LeakyReLU variants {list(slopes)}: list them under zoo.variants"
+        )
     return pd.DataFrame(rows)
 
 
-def leaky_relu_penalty(table: pd.DataFrame, slopes: dict[str, float], accuracy: pd.DataFrame,
-                       zoo: pd.DataFrame | None = None) -> plt.Figure:
+def leaky_relu_penalty(
+    table: pd.DataFrame, slopes: dict[str, float], accuracy: pd.DataFrame, zoo: pd.DataFrame | None = None
+) -> plt.Figure:
     """Left: G_ReLU stitching penalty per site, one line per LeakyReLU slope (mean, 95% CI over
     pairs; the paper's Fig. 8). Right: zoo test accuracy per slope (``accuracy``, from
     :func:`leaky_relu_accuracy`; the members' own accuracies from ``zoo`` where too few for an
     interval) beside the paper's Table 3."""
-    rows = _study_rows(table, table["variant"].isin(list(slopes)) & (table["method"] == "grelu"),
-                       f"G_ReLU stitching of the LeakyReLU variants {list(slopes)}",
-                       "list them in stitching.variants and grelu in stitching.methods")
+    rows = _study_rows(
+        table,
+        table["variant"].isin(list(slopes)) & (table["method"] == "grelu"),
+        f"G_ReLU stitching of the LeakyReLU variants {list(slopes)}",
+        "list them in stitching.variants and grelu in stitching.methods",
+    )
     ordered = sorted((v for v in slopes if v in set(rows["variant"])), key=lambda v: slopes[v])
     sites, labels = _site_labels(rows)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(max(5.0, 0.4 * len(sites) + 3.0) + 4.0, 3.8),
-                                      gridspec_kw={"width_ratios": [max(5.0, 0.4 * len(sites) + 3.0), 3.5]})
+    fig, (left, right) = plt.subplots(
+        1,
+        2,
+        figsize=(max(5.0, 0.4 * len(sites) + 3.0) + 4.0, 3.8),
+        gridspec_kw={"width_ratios": [max(5.0, 0.4 * len(sites) + 3.0), 3.5]},
+    )
     for k, variant in enumerate(ordered):
         part = rows[rows["variant"] == variant]
-        _site_errorbar(left, part, sites, marker="o", markersize=4,
-                       color=plt.cm.viridis(0.9 * k / max(1, len(ordered) - 1)),
-                       label=f"{_slope_label(slopes[variant])} ({part['pair'].nunique()} pairs)")
+        _site_errorbar(
+            left,
+            part,
+            sites,
+            marker="o",
+            markersize=4,
+            color=plt.cm.viridis(0.9 * k / max(1, len(ordered) - 1)),
+            label=f"{_slope_label(slopes[variant])} ({part['pair'].nunique()} pairs)",
+        )
     left.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
     left.axhline(0, color="gray", linewidth=0.8)
     means = 100 * rows.groupby(["variant", "site"])["penalty"].mean()
@@ -382,15 +480,28 @@ def leaky_relu_penalty(table: pd.DataFrame, slopes: dict[str, float], accuracy: 
     left.legend(fontsize=7, title="slope", title_fontsize=7)
 
     x = np.arange(len(accuracy))
-    right.errorbar(x, accuracy["test_acc_mean"], yerr=_drawn_half(accuracy["test_acc_ci95"], accuracy["members"]),
-                   fmt="o", color="black", capsize=3, label="ours (mean, 95% CI)")
+    right.errorbar(
+        x,
+        accuracy["test_acc_mean"],
+        yerr=_drawn_half(accuracy["test_acc_ci95"], accuracy["members"]),
+        fmt="o",
+        color="black",
+        capsize=3,
+        label="ours (mean, 95% CI)",
+    )
     if zoo is not None:
         for at, variant in zip(x, accuracy["variant"]):
             _few_values(right, at, 100 * zoo.loc[zoo["variant"] == variant, "test_acc"].to_numpy(), "black")
     paper = accuracy["paper_test_acc"].astype(float)
     if paper.notna().any():
-        right.plot(x[paper.notna().to_numpy()], paper.dropna(), "x", color="C3", markersize=8,
-                   label="paper (Table 3, CIFAR-10)")
+        right.plot(
+            x[paper.notna().to_numpy()],
+            paper.dropna(),
+            "x",
+            color="C3",
+            markersize=8,
+            label="paper (Table 3, CIFAR-10)",
+        )
     right.set_xticks(x, [_slope_label(s) for s in accuracy["slope"]], rotation=45, ha="right", fontsize=8)
     right.set_xlabel("negative slope")
     right.set_ylabel("zoo test accuracy (%)")
@@ -413,18 +524,30 @@ def alpha_selection(table: pd.DataFrame) -> plt.Figure:
     """One row per variant. Left: how many pairs chose each alpha of the cross-validation grid,
     one bar per site (the paper's Figs. 13, 14). Right: penalty per site of G_ReLU with alpha by
     cross-validation beside the fixed alpha, on the same pairs."""
-    cv = _study_rows(table, table["method"] == "grelu_cv", "G_ReLU with alpha by cross-validation",
-                     "add grelu_cv to stitching.methods")
+    cv = _study_rows(
+        table,
+        table["method"] == "grelu_cv",
+        "G_ReLU with alpha by cross-validation",
+        "add grelu_cv to stitching.methods",
+    )
     chosen = _chosen_alpha(cv)
-    listed = ([float(a) for grid in cv["cv_alphas"] if isinstance(grid, (list, tuple, np.ndarray)) for a in grid]
-              if "cv_alphas" in cv else [])
+    listed = (
+        [float(a) for grid in cv["cv_alphas"] if isinstance(grid, (list, tuple, np.ndarray)) for a in grid]
+        if "cv_alphas" in cv
+        else []
+    )
     grid = np.unique(np.round(np.concatenate([listed, chosen]), 12))
     variants = list(dict.fromkeys(cv["variant"]))
     n_sites = cv.groupby("variant")["site"].nunique().max()
     width_left, width_right = max(4.0, 0.8 * len(grid) + 1.5), max(4.5, 0.4 * n_sites + 2.5)
     height = 4.0 + 0.15 * np.ceil(n_sites / 5)  # the site legend sits under the histogram
-    fig, axes = plt.subplots(len(variants), 2, figsize=(width_left + width_right + 2.0, height * len(variants)),
-                             squeeze=False, gridspec_kw={"width_ratios": [width_left, width_right]})
+    fig, axes = plt.subplots(
+        len(variants),
+        2,
+        figsize=(width_left + width_right + 2.0, height * len(variants)),
+        squeeze=False,
+        gridspec_kw={"width_ratios": [width_left, width_right]},
+    )
     for (hist, penalty), variant in zip(axes, variants):
         rows = cv[cv["variant"] == variant]
         picked = _chosen_alpha(rows)
@@ -433,16 +556,27 @@ def alpha_selection(table: pd.DataFrame) -> plt.Figure:
         for k, (site, label) in enumerate(zip(sites, labels)):
             at = picked[(rows["site"] == site).to_numpy()]
             counts = [int(np.isclose(at, alpha).sum()) for alpha in grid]
-            hist.bar(np.arange(len(grid)) + (k - (len(sites) - 1) / 2) * width, counts, width, label=label,
-                     color=plt.cm.viridis(0.9 * k / max(1, len(sites) - 1)))
+            hist.bar(
+                np.arange(len(grid)) + (k - (len(sites) - 1) / 2) * width,
+                counts,
+                width,
+                label=label,
+                color=plt.cm.viridis(0.9 * k / max(1, len(sites) - 1)),
+            )
         hist.set_xticks(range(len(grid)), [f"{alpha:g}" for alpha in grid])
         hist.set_xlabel(r"$\alpha$ chosen by cross-validation")
         hist.set_ylabel("pairs")
         hist.set_title(f"{variant}: chosen alpha per site ({rows['pair'].nunique()} pairs)")
         hist.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         hist.grid(axis="y", alpha=0.3)
-        hist.legend(fontsize=6, title="site", title_fontsize=6, ncol=min(len(sites), 5),
-                    loc="upper center", bbox_to_anchor=(0.5, -0.2))
+        hist.legend(
+            fontsize=6,
+            title="site",
+            title_fontsize=6,
+            ncol=min(len(sites), 5),
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.2),
+        )
         _penalty_panel(penalty, _paired(table[table["variant"] == variant], ["grelu", "grelu_cv"]), variant)
         penalty.legend(fontsize=7)
     fig.tight_layout()
@@ -453,23 +587,36 @@ def l1_sparsity(table: pd.DataFrame) -> plt.Figure:
     """Stitching penalty against the layer's sparsity (fraction of entries |W_ij| <= 1e-3), one
     point per pair and site, one colour per L1 weight, with the plain full layer (lambda 0) and
     the G_ReLU layers (sparsity 1 - 1/C) for comparison; one panel per variant (the paper's Fig. 15)."""
-    l1 = _study_rows(table, table["method"].str.startswith("l1_"), "L1-regularised full stitching",
-                     "add l1_<lambda> methods (e.g. l1_0.01) to stitching.methods")
+    l1 = _study_rows(
+        table,
+        table["method"].str.startswith("l1_"),
+        "L1-regularised full stitching",
+        "add l1_<lambda> methods (e.g. l1_0.01) to stitching.methods",
+    )
     if "sparsity" not in table:
         raise ValueError("the stitching table has no sparsity column: rerun the stitching stage")
     variants = list(dict.fromkeys(l1["variant"]))
     fig, axes = plt.subplots(1, len(variants), figsize=(4.6 * len(variants) + 1.8, 3.8), squeeze=False)
     for ax, variant in zip(axes[0], variants):
-        rows = table[(table["variant"] == variant)
-                     & (table["method"].str.startswith("l1_") | table["method"].isin(["full", *G_RELU_METHODS]))]
+        rows = table[
+            (table["variant"] == variant)
+            & (table["method"].str.startswith("l1_") | table["method"].isin(["full", *G_RELU_METHODS]))
+        ]
         methods = _method_order(rows["method"])
         for method in methods:
             part = rows[rows["method"] == method]
             style = _method_style(method, methods)
             if method == "full":
                 style["label"] = "full (λ=0)"
-            ax.scatter(part["sparsity"], 100 * part["penalty"], s=18, alpha=0.75, color=style["color"],
-                       marker=style["marker"], label=style["label"])
+            ax.scatter(
+                part["sparsity"],
+                100 * part["penalty"],
+                s=18,
+                alpha=0.75,
+                color=style["color"],
+                marker=style["marker"],
+                label=style["label"],
+            )
         ax.axhline(0, color="gray", linewidth=0.8)
         ax.set_xlim(-0.03, 1.03)
         ax.set_xlabel("sparsity (fraction of |W_ij| <= 1e-3)")
@@ -485,8 +632,9 @@ def softsort_comparison(table: pd.DataFrame) -> plt.Figure:
     """One row per variant, on the pairs stitched by both: penalty per site of the SoftSort-
     parameterised G_ReLU layer beside the Birkhoff one (left) and their training wall time per
     site (right, log scale; the paper found SoftSort over 10x slower, appendix D.2.2)."""
-    soft = _study_rows(table, table["method"] == "softsort", "SoftSort stitching",
-                       "add softsort to stitching.methods")
+    soft = _study_rows(
+        table, table["method"] == "softsort", "SoftSort stitching", "add softsort to stitching.methods"
+    )
     variants = list(dict.fromkeys(soft["variant"]))
     n_sites = soft.groupby("variant")["site"].nunique().max()
     width = max(4.5, 0.4 * n_sites + 2.5)
@@ -498,11 +646,21 @@ def softsort_comparison(table: pd.DataFrame) -> plt.Figure:
         sites, labels = _site_labels(rows)
         methods = _method_order(rows["method"])
         for method in methods:
-            _site_errorbar(seconds, rows[rows["method"] == method], sites, "train_seconds", 1.0, markersize=5,
-                           **_method_style(method, methods))
+            _site_errorbar(
+                seconds,
+                rows[rows["method"] == method],
+                sites,
+                "train_seconds",
+                1.0,
+                markersize=5,
+                **_method_style(method, methods),
+            )
         total = rows.groupby("method")["train_seconds"].sum()
-        ratio = (f": SoftSort {total['softsort'] / total['grelu']:.1f}x G_ReLU's time"
-                 if {"softsort", "grelu"} <= set(total.index) and total["grelu"] > 0 else "")
+        ratio = (
+            f": SoftSort {total['softsort'] / total['grelu']:.1f}x G_ReLU's time"
+            if {"softsort", "grelu"} <= set(total.index) and total["grelu"] > 0
+            else ""
+        )
         seconds.set_yscale("log")
         seconds.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
         seconds.set_ylabel("training wall time (s)")
@@ -516,14 +674,23 @@ def softsort_comparison(table: pd.DataFrame) -> plt.Figure:
 def transformer_penalty(table: pd.DataFrame, variants: list[str]) -> plt.Figure:
     """Stitching penalty after each encoder block of the transformer ``variants`` (the paper's
     Fig. 12): the full layer is there a linear map on each token's features."""
-    rows = _study_rows(table, table["variant"].isin(list(variants)), f"the transformer variants {list(variants)}",
-                       "list them in stitching.variants")
+    rows = _study_rows(
+        table,
+        table["variant"].isin(list(variants)),
+        f"the transformer variants {list(variants)}",
+        "list them in stitching.variants",
+    )
     return stitching_penalty(rows)
 
 
-MEASURE_LABELS = {"grelu_procrustes": "G_ReLU Procrustes", "orthogonal_procrustes": "orthogonal Procrustes",
-                  "grelu_cka": "G_ReLU CKA", "linear_cka": "linear CKA", "laplace_cka": "Laplace CKA",
-                  "channel_normalized_linear_cka": "linear CKA (channels normalised)"}
+MEASURE_LABELS = {
+    "grelu_procrustes": "G_ReLU Procrustes",
+    "orthogonal_procrustes": "orthogonal Procrustes",
+    "grelu_cka": "G_ReLU CKA",
+    "linear_cka": "linear CKA",
+    "laplace_cka": "Laplace CKA",
+    "channel_normalized_linear_cka": "linear CKA (channels normalised)",
+}
 
 
 def similarity_summary(table: pd.DataFrame, paper: dict[str, dict[str, dict[str, float]]]) -> pd.DataFrame:
@@ -533,9 +700,17 @@ def similarity_summary(table: pd.DataFrame, paper: dict[str, dict[str, dict[str,
     rows = []
     for (variant, site, measure), group in same.groupby(["variant", "site_a", "measure"], sort=False):
         mean, half = mean_ci(group["value"])
-        rows.append({"variant": variant, "site": site, "measure": measure, "pairs": len(group),
-                     "mean": round(mean, 4), "ci95": round(half, 4),
-                     "paper": paper.get(variant, {}).get(measure, {}).get(site)})
+        rows.append(
+            {
+                "variant": variant,
+                "site": site,
+                "measure": measure,
+                "pairs": len(group),
+                "mean": round(mean, 4),
+                "ci95": round(half, 4),
+                "paper": paper.get(variant, {}).get(measure, {}).get(site),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -549,17 +724,32 @@ def similarity_procrustes(table: pd.DataFrame, paper: dict[str, dict[str, dict[s
         part = rows[rows["variant"] == variant]
         sites = list(dict.fromkeys(part["site_a"]))
         for k, measure in enumerate(dict.fromkeys(part["measure"])):
-            values = [part.loc[(part["site_a"] == s) & (part["measure"] == measure), "value"].to_numpy(dtype=float)
-                      for s in sites]
+            values = [
+                part.loc[(part["site_a"] == s) & (part["measure"] == measure), "value"].to_numpy(dtype=float)
+                for s in sites
+            ]
             color = "C3" if measure.startswith("grelu") else "C0"
-            ax.errorbar(range(len(sites)), [v.mean() for v in values], yerr=[interval_half_width(v) for v in values],
-                        capsize=3, marker="o", color=color, label=MEASURE_LABELS.get(measure, measure))
+            ax.errorbar(
+                range(len(sites)),
+                [v.mean() for v in values],
+                yerr=[interval_half_width(v) for v in values],
+                capsize=3,
+                marker="o",
+                color=color,
+                label=MEASURE_LABELS.get(measure, measure),
+            )
             for at, v in enumerate(values):
                 _few_values(ax, at, v, color)
             reported = paper.get(variant, {}).get(measure, {})
             if reported:
-                ax.plot([i for i, s in enumerate(sites) if s in reported], [reported[s] for s in sites if s in reported],
-                        "x", color=color, markersize=8, label=f"paper ({MEASURE_LABELS.get(measure, measure)})")
+                ax.plot(
+                    [i for i, s in enumerate(sites) if s in reported],
+                    [reported[s] for s in sites if s in reported],
+                    "x",
+                    color=color,
+                    markersize=8,
+                    label=f"paper ({MEASURE_LABELS.get(measure, measure)})",
+                )
         ax.set_xticks(range(len(sites)), sites, rotation=45, ha="right", fontsize=8)
         ax.set_ylim(0, 1)
         ax.set_title(f"{variant} ({part['pair'].nunique()} pairs)")
@@ -577,8 +767,13 @@ def similarity_cka(table: pd.DataFrame) -> plt.Figure:
     variants = list(dict.fromkeys(rows["variant"]))
     measures = list(dict.fromkeys(rows["measure"]))
     panel = 2.6 + 0.16 * rows.groupby("variant")["site_a"].nunique().max()  # room for site labels
-    fig, axes = plt.subplots(len(variants), len(measures), squeeze=False, layout="constrained",
-                             figsize=(panel * len(measures) + 1.0, panel * len(variants)))
+    fig, axes = plt.subplots(
+        len(variants),
+        len(measures),
+        squeeze=False,
+        layout="constrained",
+        figsize=(panel * len(measures) + 1.0, panel * len(variants)),
+    )
     for r, variant in enumerate(variants):
         for c, measure in enumerate(measures):
             part = rows[(rows["variant"] == variant) & (rows["measure"] == measure)]
@@ -588,8 +783,10 @@ def similarity_cka(table: pd.DataFrame) -> plt.Figure:
             ticks = range(len(sites))
             axes[r][c].set_xticks(ticks, sites, rotation=90, fontsize=6)
             axes[r][c].set_yticks(ticks, sites, fontsize=6)
-            axes[r][c].set_title(f"{variant}: {MEASURE_LABELS.get(measure, measure)} "
-                                 f"({part['pair'].nunique()} pairs)", fontsize=8)
+            axes[r][c].set_title(
+                f"{variant}: {MEASURE_LABELS.get(measure, measure)} ({part['pair'].nunique()} pairs)",
+                fontsize=8,
+            )
             axes[r][c].set_xlabel("site of model b", fontsize=7)
             axes[r][c].set_ylabel("site of model a", fontsize=7)
     fig.colorbar(image, ax=axes, shrink=0.8, label="CKA")
@@ -606,13 +803,25 @@ def dissection_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per variant, site and alpha: interpretable fraction and unique concepts, mean and 95% CI
     over seeds and rotation draws."""
     rows = []
-    for (variant, site, alpha), group in _dissection_draws(table).groupby(["variant", "site", "alpha"], sort=False):
+    for (variant, site, alpha), group in _dissection_draws(table).groupby(
+        ["variant", "site", "alpha"], sort=False
+    ):
         fraction, fraction_ci = mean_ci(group["fraction_interpretable"])
         unique, unique_ci = mean_ci(group["n_unique_concepts"])
-        rows.append({"variant": variant, "site": site, "inside_residual": group["inside_residual"].iloc[0],
-                     "alpha": alpha, "samples": len(group), "n_units": int(group["n_units"].iloc[0]),
-                     "fraction_interpretable": round(fraction, 4), "fraction_ci95": round(fraction_ci, 4),
-                     "unique_concepts": round(unique, 2), "unique_concepts_ci95": round(unique_ci, 2)})
+        rows.append(
+            {
+                "variant": variant,
+                "site": site,
+                "inside_residual": group["inside_residual"].iloc[0],
+                "alpha": alpha,
+                "samples": len(group),
+                "n_units": int(group["n_units"].iloc[0]),
+                "fraction_interpretable": round(fraction, 4),
+                "fraction_ci95": round(fraction_ci, 4),
+                "unique_concepts": round(unique, 2),
+                "unique_concepts_ci95": round(unique_ci, 2),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -623,18 +832,23 @@ def dissection_fraction(table: pd.DataFrame) -> plt.Figure:
     summary = dissection_summary(table)
     draws = _dissection_draws(table)
     variants = list(dict.fromkeys(summary["variant"]))
-    fig, axes = plt.subplots(2, len(variants), figsize=(3.8 * len(variants), 6.0), squeeze=False,
-                             sharex=True)
+    fig, axes = plt.subplots(2, len(variants), figsize=(3.8 * len(variants), 6.0), squeeze=False, sharex=True)
     for c, variant in enumerate(variants):
         part = summary[summary["variant"] == variant]
         for k, (site, rows) in enumerate(part.groupby("site", sort=False)):
-            style = {"color": f"C{k}", "linestyle": "--" if rows["inside_residual"].iloc[0] else "-",
-                     "marker": "."}
+            style = {
+                "color": f"C{k}",
+                "linestyle": "--" if rows["inside_residual"].iloc[0] else "-",
+                "marker": ".",
+            }
             label = f"{site}{'*' if rows['inside_residual'].iloc[0] else ''} ({rows['n_units'].iloc[0]})"
             samples = draws[(draws["variant"] == variant) & (draws["site"] == site)]
-            for ax, column, ci, drawn in zip(axes[:, c], ("fraction_interpretable", "unique_concepts"),
-                                             ("fraction_ci95", "unique_concepts_ci95"),
-                                             ("fraction_interpretable", "n_unique_concepts")):
+            for ax, column, ci, drawn in zip(
+                axes[:, c],
+                ("fraction_interpretable", "unique_concepts"),
+                ("fraction_ci95", "unique_concepts_ci95"),
+                ("fraction_interpretable", "n_unique_concepts"),
+            ):
                 mean, half = rows[column].to_numpy(), _drawn_half(rows[ci], rows["samples"])
                 ax.plot(rows["alpha"], mean, label=label, **style)
                 ax.fill_between(rows["alpha"], mean - half, mean + half, color=style["color"], alpha=0.15)
@@ -671,8 +885,13 @@ def dissection_categories(units: pd.DataFrame, sites: dict[str, str], alphas=(0.
             samples = at.groupby(["seed", "rotation_seed"]).ngroups
             counts = at[at["detector"]].groupby("category").size().reindex(categories, fill_value=0)
             x = np.arange(len(categories)) + (k - (len(chosen) - 1) / 2) * width
-            ax.bar(x, counts.to_numpy() / max(1, samples), width, label=rf"$\alpha$ = {alpha:g}",
-                   color=plt.cm.viridis(0.1 + 0.8 * k / max(1, len(chosen) - 1)))
+            ax.bar(
+                x,
+                counts.to_numpy() / max(1, samples),
+                width,
+                label=rf"$\alpha$ = {alpha:g}",
+                color=plt.cm.viridis(0.1 + 0.8 * k / max(1, len(chosen) - 1)),
+            )
         ax.set_xticks(range(len(categories)), categories)
         ax.set_title(f"{variant}: {sites[variant]}", fontsize=9)
         ax.set_ylabel("interpretable units (mean)")
@@ -687,8 +906,9 @@ def dissection_masks(images: np.ndarray, panels: list[dict]) -> plt.Figure:
     best concept and IoU in the row title, each image dimmed outside the unit's thresholded,
     upsampled activation. ``panels``: dicts with ``title`` and ``examples`` [(image index, mask)]."""
     columns = max(len(p["examples"]) for p in panels)
-    fig, axes = plt.subplots(len(panels), columns, figsize=(1.3 * columns + 0.2, 1.45 * len(panels)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(panels), columns, figsize=(1.3 * columns + 0.2, 1.45 * len(panels)), squeeze=False
+    )
     for row, panel in zip(axes, panels):
         for ax in row:
             ax.axis("off")

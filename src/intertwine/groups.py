@@ -46,8 +46,14 @@ __all__ = [
 def check_permutation(perm) -> Tensor:
     """``perm`` as a LongTensor, if it is a permutation of 0 .. n-1 (else a ValueError saying why)."""
     perm = torch.as_tensor(perm)
-    if perm.dtype == torch.bool or perm.is_complex() or (perm.is_floating_point() and not torch.equal(perm, perm.round())):
-        raise ValueError(f"a permutation holds integers, got {perm.tolist() if perm.numel() <= 16 else perm.dtype}")
+    if (
+        perm.dtype == torch.bool
+        or perm.is_complex()
+        or (perm.is_floating_point() and not torch.equal(perm, perm.round()))
+    ):
+        raise ValueError(
+            f"a permutation holds integers, got {perm.tolist() if perm.numel() <= 16 else perm.dtype}"
+        )
     perm = perm.long()
     if perm.ndim != 1:
         raise ValueError(f"a permutation is one-dimensional, got shape {tuple(perm.shape)}")
@@ -55,10 +61,12 @@ def check_permutation(perm) -> Tensor:
     counts = torch.bincount(perm.clamp(0, n), minlength=n + 1)[:n] if n else perm
     if n and (perm.min() < 0 or perm.max() >= n or (counts != 1).any()):
         repeated = [i for i in range(n) if counts[i] > 1]
-        raise ValueError(f"{perm.tolist() if n <= 16 else 'perm'} is not a permutation of 0..{n - 1}: "
-                         f"it must hold each index once (repeated {repeated[:8]}, missing "
-                         f"{[i for i in range(n) if counts[i] == 0][:8]}, out of range "
-                         f"{[i for i in perm.tolist() if not 0 <= i < n][:8]})")
+        raise ValueError(
+            f"{perm.tolist() if n <= 16 else 'perm'} is not a permutation of 0..{n - 1}: "
+            f"it must hold each index once (repeated {repeated[:8]}, missing "
+            f"{[i for i in range(n) if counts[i] == 0][:8]}, out of range "
+            f"{[i for i in perm.tolist() if not 0 <= i < n][:8]})"
+        )
     return perm
 
 
@@ -83,7 +91,9 @@ def monomial_matrix(perm, values) -> Tensor:
     perm = check_permutation(perm).to(values.device)
     n = perm.numel()
     if values.shape != (n,):
-        raise ValueError(f"scales must have one entry per index of perm ({n}), got shape {tuple(values.shape)}")
+        raise ValueError(
+            f"scales must have one entry per index of perm ({n}), got shape {tuple(values.shape)}"
+        )
     if not torch.isfinite(values).all():
         raise ValueError("the scales must be finite")
     rows = torch.arange(n, device=values.device)
@@ -100,8 +110,10 @@ def grelu_matrix(perm, scales) -> Tensor:
     ``A`` has dtype/device of ``scales``; ``A[i, perm[i]] = scales[i]``.
     """
     if (torch.as_tensor(scales) < 0).any():
-        raise ValueError("G_ReLU scales must be nonnegative (the group's are positive); for signed "
-                         "scales use groups.monomial_matrix")
+        raise ValueError(
+            "G_ReLU scales must be nonnegative (the group's are positive); for signed "
+            "scales use groups.monomial_matrix"
+        )
     return monomial_matrix(perm, scales)
 
 
@@ -140,9 +152,7 @@ def random_grelu(
     return grelu_matrix(perm, scales)
 
 
-def random_orthogonal(
-    n: int, generator: torch.Generator, *, dtype: torch.dtype = torch.float32
-) -> Tensor:
+def random_orthogonal(n: int, generator: torch.Generator, *, dtype: torch.dtype = torch.float32) -> Tensor:
     """Haar-random matrix in O(n).
 
     QR of a standard normal matrix; multiplying the columns of Q by sign(diag(R)) makes
@@ -155,9 +165,7 @@ def random_orthogonal(
     return (Q * signs).to(dtype)
 
 
-def random_rotation(
-    n: int, generator: torch.Generator, *, dtype: torch.dtype = torch.float32
-) -> Tensor:
+def random_rotation(n: int, generator: torch.Generator, *, dtype: torch.dtype = torch.float32) -> Tensor:
     """Haar-random matrix in SO(n) (a Haar O(n) sample with one column flipped if det < 0).
 
     Flipping a column is a bijection between the two cosets of SO(n) that preserves Haar
@@ -198,9 +206,7 @@ def random_permutation_scaling(
     return monomial_matrix(perm, d.to(dtype))
 
 
-def random_gl(
-    n: int, generator: torch.Generator, *, dtype: torch.dtype = torch.float32
-) -> Tensor:
+def random_gl(n: int, generator: torch.Generator, *, dtype: torch.dtype = torch.float32) -> Tensor:
     """Random element of GL_n: a standard normal matrix (invertible with probability 1)."""
     return torch.randn(n, n, generator=generator, dtype=torch.float64).to(dtype)
 
@@ -255,9 +261,7 @@ def _check_activation(activation: str, kw: dict, extra: tuple = ()) -> dict:
     if activation == "gelu":
         raise ValueError(_GELU_MESSAGE)
     if activation not in ACTIVATIONS:
-        raise ValueError(
-            f"unknown activation {activation!r}; known: {', '.join(sorted(ACTIVATIONS))}"
-        )
+        raise ValueError(f"unknown activation {activation!r}; known: {', '.join(sorted(ACTIVATIONS))}")
     unknown = set(kw) - _KNOWN_KWARGS - set(extra)
     if unknown:
         raise TypeError(f"unexpected keyword(s) for {activation!r}: {sorted(unknown)}")
@@ -357,13 +361,16 @@ def sinkhorn(P: Tensor, iters: int = 16, eps: float = 1e-12) -> Tensor:
     if P.ndim < 2 or P.shape[-1] != P.shape[-2]:
         raise ValueError(f"sinkhorn: expected square matrices (..., n, n), got shape {tuple(P.shape)}")
     if not torch.isfinite(P).all():
-        raise ValueError("sinkhorn: the matrix has NaN or infinite entries (a diverged step? lower the "
-                         "learning rate)")
+        raise ValueError(
+            "sinkhorn: the matrix has NaN or infinite entries (a diverged step? lower the learning rate)"
+        )
     P = torch.relu(P)
     positive = P > 0
     if not (positive.any(-1).all() and positive.any(-2).all()):
-        raise ValueError("sinkhorn: a row or column has no positive entry, so no doubly stochastic "
-                         "matrix has its support (a collapsed layer? lower the learning rate)")
+        raise ValueError(
+            "sinkhorn: a row or column has no positive entry, so no doubly stochastic "
+            "matrix has its support (a collapsed layer? lower the learning rate)"
+        )
     for _ in range(iters):
         P = P / P.sum(dim=-2, keepdim=True).clamp_min(eps)
         P = P / P.sum(dim=-1, keepdim=True).clamp_min(eps)
@@ -435,8 +442,10 @@ def rotation_powers(Q, alphas) -> list[Tensor]:
     # float32 rounding leaves about 1e-6 per entry; a matrix further from orthogonal has no geodesic.
     tolerance = 1e-4 if Qt.dtype in (torch.float16, torch.bfloat16, torch.float32) else 1e-8
     if n and np.abs(Qn.T @ Qn - np.eye(n)).max() > tolerance * max(1, n) ** 0.5:
-        raise ValueError(f"rotation_power: Q is not orthogonal (max |QᵀQ - I| = "
-                         f"{np.abs(Qn.T @ Qn - np.eye(n)).max():.2g}); pass a rotation, e.g. groups.random_rotation")
+        raise ValueError(
+            f"rotation_power: Q is not orthogonal (max |QᵀQ - I| = "
+            f"{np.abs(Qn.T @ Qn - np.eye(n)).max():.2g}); pass a rotation, e.g. groups.random_rotation"
+        )
     alphas = [float(a) for a in alphas]
     if not all(math.isfinite(a) for a in alphas):
         raise ValueError(f"rotation_power: alpha must be finite, got {alphas}")

@@ -1,4 +1,5 @@
 """Numbers reported by Godfrey et al. (NeurIPS 2022), for captions and side-by-side tables."""
+
 from __future__ import annotations
 
 import math
@@ -10,8 +11,9 @@ LEAKY_RESNET20_ACCURACY = {1e-4: 89.3, 1e-3: 89.4, 1e-2: 89.2, 0.1: 89.4, 0.5: 8
 def reported_leaky_accuracy(slope: float) -> float | None:
     """The paper's Table 3 accuracy (%) for a LeakyReLU ResNet20 of negative slope ``slope``
     (None for slopes it did not train, ReLU's 0 included)."""
-    return next((acc for s, acc in LEAKY_RESNET20_ACCURACY.items() if math.isclose(s, slope, rel_tol=1e-9)),
-                None)
+    return next(
+        (acc for s, acc in LEAKY_RESNET20_ACCURACY.items() if math.isclose(s, slope, rel_tol=1e-9)), None
+    )
 
 
 def reported_accuracy(spec: dict) -> float | None:
@@ -38,13 +40,18 @@ _MYRTLE_PROCRUSTES = {
     "orthogonal_procrustes": {"act1": 0.772, "act2": 0.574, "act3": 0.509, "act4": 0.583},
 }
 _CONSTANT_WIDTH_MYRTLE_PROCRUSTES = {
-    "grelu_procrustes": {"act3": 0.569}, "orthogonal_procrustes": {"act3": 0.541},
+    "grelu_procrustes": {"act3": 0.569},
+    "orthogonal_procrustes": {"act3": 0.541},
 }
 
 
 def reported_procrustes(spec: dict) -> dict[str, dict[str, float]]:
     """The paper's Procrustes similarities {measure: {site: value}} for a variant spec ({} if none)."""
-    if spec["arch"] != "myrtle" or spec.get("activation", "relu") != "relu" or not spec.get("batch_norm", True):
+    if (
+        spec["arch"] != "myrtle"
+        or spec.get("activation", "relu") != "relu"
+        or not spec.get("batch_norm", True)
+    ):
         return {}
     if spec.get("width_multiplier", 1.0) != 1.0:
         return {}

@@ -15,6 +15,7 @@ A stage adds: its job list and outputs here, a rule file, a CLI command, a libra
 Cross-checks of the config that the schema cannot express are in `Plan.errors()`: each names the
 config key and the fix. Methods that build models cache them (`variant_sites`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -73,8 +74,10 @@ def draw_pairs(n_members: int, n_pairs: int, *key, symmetric: bool = False) -> l
         raise ValueError(f"pairs need at least 2 zoo members per variant, got {n_members}")
     available = distinct_pairs(n_members, symmetric)
     if n_pairs > available:
-        raise ValueError(f"{n_pairs} pairs asked for, but {n_members} members form only {available} "
-                         f"distinct {'unordered ' if symmetric else ''}pairs")
+        raise ValueError(
+            f"{n_pairs} pairs asked for, but {n_members} members form only {available} "
+            f"distinct {'unordered ' if symmetric else ''}pairs"
+        )
     generator = torch.Generator().manual_seed(derive_seed(*key))
     pairs: list[tuple[int, int]] = []
     while len(pairs) < n_pairs:
@@ -147,8 +150,10 @@ class Plan:
     def members(self, key: str, variant: str, count: int) -> range:
         """Seeds 0 .. count-1 of a variant, which the zoo must have trained."""
         if count > len(self.zoo_seeds(variant)):
-            raise ConfigError(f"config key {key}: {count} seeds of {variant!r} asked for, but the "
-                              f"zoo trains {len(self.zoo_seeds(variant))}")
+            raise ConfigError(
+                f"config key {key}: {count} seeds of {variant!r} asked for, but the "
+                f"zoo trains {len(self.zoo_seeds(variant))}"
+            )
         return range(count)
 
     # --- symmetry -----------------------------------------------------------------------------
@@ -198,7 +203,9 @@ class Plan:
     def rotation_outputs(self) -> list[str]:
         if not self.rotation_trials:
             return []
-        return ["results/tables/rotation.parquet"] + self.figure_files(["results/figures/rotation_penalty.png"])
+        return ["results/tables/rotation.parquet"] + self.figure_files(
+            ["results/figures/rotation_penalty.png"]
+        )
 
     # --- stitching ----------------------------------------------------------------------------
 
@@ -237,14 +244,23 @@ class Plan:
         """The LeakyReLU sweep (appendix D.3): G_ReLU-stitched variants that differ only in the
         activation's negative slope (a ReLU variant counts as slope 0), when two or more slopes
         are stitched; {variant: slope}, else empty."""
-        def rest(variant):
-            return as_json({k: v for k, v in self.spec(variant).items() if k not in ("activation", "negative_slope")})
 
-        candidates = [v for v in self.stitching["variants"] if "grelu" in self.stitch_methods(v)
-                      and self.spec(v)["activation"] in ("relu", "leaky_relu")]
+        def rest(variant):
+            return as_json(
+                {k: v for k, v in self.spec(variant).items() if k not in ("activation", "negative_slope")}
+            )
+
+        candidates = [
+            v
+            for v in self.stitching["variants"]
+            if "grelu" in self.stitch_methods(v) and self.spec(v)["activation"] in ("relu", "leaky_relu")
+        ]
         base = next((rest(v) for v in candidates if self.spec(v)["activation"] == "leaky_relu"), None)
-        slopes = {v: self.spec(v)["negative_slope"] if self.spec(v)["activation"] == "leaky_relu" else 0.0
-                  for v in candidates if rest(v) == base}
+        slopes = {
+            v: self.spec(v)["negative_slope"] if self.spec(v)["activation"] == "leaky_relu" else 0.0
+            for v in candidates
+            if rest(v) == base
+        }
         return slopes if len(set(slopes.values())) >= 2 else {}
 
     @functools.cached_property
@@ -256,11 +272,13 @@ class Plan:
     def study_figures(self) -> dict[str, str]:
         """The appendix's stitching studies the config asks for: {CLI flag: figure}."""
         kinds = {method_kind(m) for v in self.stitching["variants"] for m in self.stitch_methods(v)}
-        studies = [("leaky-relu", "leaky_relu", bool(self.leaky_slopes)),
-                   ("alpha-cv", "alpha_cv", "grelu_cv" in kinds),
-                   ("l1", "l1_sparsity", "l1" in kinds),
-                   ("softsort", "softsort", "softsort" in kinds),
-                   ("transformer", "transformer", bool(self.transformers))]
+        studies = [
+            ("leaky-relu", "leaky_relu", bool(self.leaky_slopes)),
+            ("alpha-cv", "alpha_cv", "grelu_cv" in kinds),
+            ("l1", "l1_sparsity", "l1" in kinds),
+            ("softsort", "softsort", "softsort" in kinds),
+            ("transformer", "transformer", bool(self.transformers)),
+        ]
         return {flag: f"results/figures/stitching_{name}.png" for flag, name, wanted in studies if wanted}
 
     @property
@@ -271,10 +289,18 @@ class Plan:
     def stitching_outputs(self) -> list[str]:
         if not self.stitch_jobs:
             return []
-        return (["results/tables/stitching.parquet", "results/tables/stitching_summary.csv"]
-                + self.figure_files(["results/figures/stitching_penalty.png", "results/figures/stitching_dimension.png",
-                                     "results/figures/stitching_convergence.png"])
-                + self.figure_files(list(self.study_figures.values())) + self.study_tables)
+        return (
+            ["results/tables/stitching.parquet", "results/tables/stitching_summary.csv"]
+            + self.figure_files(
+                [
+                    "results/figures/stitching_penalty.png",
+                    "results/figures/stitching_dimension.png",
+                    "results/figures/stitching_convergence.png",
+                ]
+            )
+            + self.figure_files(list(self.study_figures.values()))
+            + self.study_tables
+        )
 
     # --- similarity ---------------------------------------------------------------------------
 
@@ -290,7 +316,8 @@ class Plan:
         """Which measures pair k computes, as CLI flags: Procrustes for the first procrustes_pairs,
         CKA for the first cka_pairs."""
         return (" --procrustes" if pair < self.similarity["procrustes_pairs"] else "") + (
-            " --cka" if pair < self.similarity["cka_pairs"] else "")
+            " --cka" if pair < self.similarity["cka_pairs"] else ""
+        )
 
     @property
     def similarity_block(self) -> dict:
@@ -298,20 +325,26 @@ class Plan:
 
     @functools.cached_property
     def similarity_jobs(self) -> list[str]:
-        return [f"results/similarity/{variant}/pair{pair}.parquet"
-                for variant in self.similarity["variants"] for pair in range(self.similarity_pair_count)]
+        return [
+            f"results/similarity/{variant}/pair{pair}.parquet"
+            for variant in self.similarity["variants"]
+            for pair in range(self.similarity_pair_count)
+        ]
 
     @property
     def similarity_figures(self) -> list[str]:
-        return (["results/figures/similarity_procrustes.png"] if self.similarity["procrustes_pairs"] else []) + (
-            ["results/figures/similarity_cka.png"] if self.similarity["cka_pairs"] else [])
+        return (
+            ["results/figures/similarity_procrustes.png"] if self.similarity["procrustes_pairs"] else []
+        ) + (["results/figures/similarity_cka.png"] if self.similarity["cka_pairs"] else [])
 
     @property
     def similarity_outputs(self) -> list[str]:
         if not self.similarity_jobs:
             return []
-        return (["results/tables/similarity.parquet", "results/tables/similarity_summary.csv"]
-                + self.figure_files(self.similarity_figures))
+        return [
+            "results/tables/similarity.parquet",
+            "results/tables/similarity_summary.csv",
+        ] + self.figure_files(self.similarity_figures)
 
     # --- dissection ---------------------------------------------------------------------------
 
@@ -338,8 +371,11 @@ class Plan:
         """The settings a dissection job reads (``kind="masks"``: the masks figure's too); the probe
         images are drawn with the data set's `shapes` options."""
         block = DissectionConfig.job_block({"dissection": self.dissection}, kind)
-        shapes = {k: v for k, v in self.config["data"]["shapes"].items()
-                  if k not in ("train_size", "test_size", "image_size")}
+        shapes = {
+            k: v
+            for k, v in self.config["data"]["shapes"].items()
+            if k not in ("train_size", "test_size", "image_size")
+        }
         return block | {"probe": block["probe"] | {"shapes": shapes}}
 
     @functools.cached_property
@@ -357,34 +393,51 @@ class Plan:
         from intertwine.models import imagenet
 
         zoo = {variant: self.mask_site(variant) for variant in self.dissection["variants"]}
-        return zoo | {name: ([s for s in self.external_sites(name) if imagenet.on_residual_stream(s)]
-                             or self.external_sites(name))[-1]
-                      for name in self.dissection["external"]}
+        return zoo | {
+            name: (
+                [s for s in self.external_sites(name) if imagenet.on_residual_stream(s)]
+                or self.external_sites(name)
+            )[-1]
+            for name in self.dissection["external"]
+        }
 
     @property
     def dissection_masks(self) -> list[str]:
         return [f"results/figures/dissection_masks_{variant}.png" for variant in self.dissection["variants"]]
 
-    DISSECTION_FIGURES = ["results/figures/dissection_fraction.png", "results/figures/dissection_categories.png"]
+    DISSECTION_FIGURES = [
+        "results/figures/dissection_fraction.png",
+        "results/figures/dissection_categories.png",
+    ]
 
     @property
     def dissection_outputs(self) -> list[str]:
         if not self.dissection_jobs:
             return []
-        return (["results/tables/dissection.parquet", "results/tables/dissection_units.parquet",
-                 "results/tables/dissection_summary.csv"]
-                + self.figure_files(self.DISSECTION_FIGURES + self.dissection_masks))
+        return [
+            "results/tables/dissection.parquet",
+            "results/tables/dissection_units.parquet",
+            "results/tables/dissection_summary.csv",
+        ] + self.figure_files(self.DISSECTION_FIGURES + self.dissection_masks)
 
     # --- everything ---------------------------------------------------------------------------
 
     @property
     def all_outputs(self) -> list[str]:
-        return (ZOO_TABLES + self.zoo_figures + self.symmetry_outputs + self.rotation_outputs
-                + self.stitching_outputs + self.similarity_outputs + self.dissection_outputs)
+        return (
+            ZOO_TABLES
+            + self.zoo_figures
+            + self.symmetry_outputs
+            + self.rotation_outputs
+            + self.stitching_outputs
+            + self.similarity_outputs
+            + self.dissection_outputs
+        )
 
     def _pairs(self, stage: str, variant: str, count: int, symmetric: bool = False) -> list[tuple[int, int]]:
-        return draw_pairs(len(self.zoo_seeds(variant)), count, self.config["seed"], stage, variant,
-                          symmetric=symmetric)
+        return draw_pairs(
+            len(self.zoo_seeds(variant)), count, self.config["seed"], stage, variant, symmetric=symmetric
+        )
 
     def errors(self) -> list[str]:
         """Every cross-check of the config the schema cannot express, as messages that name the
@@ -405,15 +458,19 @@ class Plan:
                     continue
                 members = len(self.zoo_seeds(variant))
                 if members < 2:
-                    errors.append(f"config key {key}: {key.split('.')[0]} pairs need at least 2 zoo "
-                                  f"members, but the zoo trains {members} of {variant!r}; raise "
-                                  "zoo.seeds (or zoo.seeds_per_variant) or drop the variant")
+                    errors.append(
+                        f"config key {key}: {key.split('.')[0]} pairs need at least 2 zoo "
+                        f"members, but the zoo trains {members} of {variant!r}; raise "
+                        "zoo.seeds (or zoo.seeds_per_variant) or drop the variant"
+                    )
                 elif count(variant) > distinct_pairs(members, symmetric):
-                    errors.append(f"config key {count_key}: {count(variant)} pairs of {variant!r} asked "
-                                  f"for, but its {members} zoo members form only "
-                                  f"{distinct_pairs(members, symmetric)} distinct pairs"
-                                  f"{' (the measures are symmetric)' if symmetric else ''}; ask for at "
-                                  "most that many, or raise zoo.seeds (or zoo.seeds_per_variant)")
+                    errors.append(
+                        f"config key {count_key}: {count(variant)} pairs of {variant!r} asked "
+                        f"for, but its {members} zoo members form only "
+                        f"{distinct_pairs(members, symmetric)} distinct pairs"
+                        f"{' (the measures are symmetric)' if symmetric else ''}; ask for at "
+                        "most that many, or raise zoo.seeds (or zoo.seeds_per_variant)"
+                    )
 
         def members(key, variants, count):
             for variant in variants:
@@ -457,33 +514,49 @@ class Plan:
                 for variant, chosen in stitching["sites"].items():
                     subset(f"stitching.sites.{variant}", chosen, self.site_names(variant))
             subset("stitching.methods_per_variant", stitching["methods_per_variant"], stitching["variants"])
-            pairable("stitching.variants", stitching["variants"], "stitching.pairs",
-                     lambda v: stitching["pairs_per_variant"].get(v, stitching["pairs"]), symmetric=False)
-        per_method = [f.metadata["key"].split(".")[-1] for f in dataclasses.fields(StitchConfig)
-                      if f.metadata["key"].startswith("stitching.")]
+            pairable(
+                "stitching.variants",
+                stitching["variants"],
+                "stitching.pairs",
+                lambda v: stitching["pairs_per_variant"].get(v, stitching["pairs"]),
+                symmetric=False,
+            )
+        per_method = [
+            f.metadata["key"].split(".")[-1]
+            for f in dataclasses.fields(StitchConfig)
+            if f.metadata["key"].startswith("stitching.")
+        ]
         for method, override in stitching["settings_per_method"].items():
             if subset(f"stitching.settings_per_method.{method}", override, per_method):
                 overrides(f"stitching.settings_per_method.{method}", override, "stitching")
 
         if subset("similarity.variants", self.similarity["variants"], self.variants):
-            pairable("similarity.variants", self.similarity["variants"],
-                     "similarity.procrustes_pairs" if self.similarity["procrustes_pairs"] >= self.similarity["cka_pairs"]
-                     else "similarity.cka_pairs", lambda v: self.similarity_pair_count, symmetric=True)
+            pairable(
+                "similarity.variants",
+                self.similarity["variants"],
+                "similarity.procrustes_pairs"
+                if self.similarity["procrustes_pairs"] >= self.similarity["cka_pairs"]
+                else "similarity.cka_pairs",
+                lambda v: self.similarity_pair_count,
+                symmetric=True,
+            )
 
         dissection = self.dissection
         if subset("dissection.variants", dissection["variants"], self.variants):
             for variant in dissection["variants"]:
                 if self.spec(variant)["arch"] == "cct":
-                    errors.append(f"config key dissection.variants: {variant!r} is a transformer, whose "
-                                  "sites are token sequences, not the spatial maps dissection overlays on "
-                                  "concept masks; dissect convolutional variants")
+                    errors.append(
+                        f"config key dissection.variants: {variant!r} is a transformer, whose "
+                        "sites are token sequences, not the spatial maps dissection overlays on "
+                        "concept masks; dissect convolutional variants"
+                    )
             members("dissection.seeds", dissection["variants"], dissection["seeds"])
             if subset("dissection.sites", dissection["sites"], dissection["variants"]):
                 for variant, chosen in dissection["sites"].items():
                     subset(f"dissection.sites.{variant}", chosen, self.site_names(variant))
         if dissection["external"] and not dissection["probe"]["broden"]:
-            errors.append("config key dissection.external: ImageNet models are dissected on Broden; "
-                          "set dissection.probe.broden to your Broden directory (e.g. broden1_224)")
+            errors.append(
+                "config key dissection.external: ImageNet models are dissected on Broden; "
+                "set dissection.probe.broden to your Broden directory (e.g. broden1_224)"
+            )
         return errors
-
-

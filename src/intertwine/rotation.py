@@ -8,6 +8,7 @@ and compare test accuracies. An element of the activation's intertwiner group
 (G_ReLU for ReLU) can be undone exactly by the next layer, so its penalty should be near zero; a
 random orthogonal A cannot, and costs accuracy.
 """
+
 from __future__ import annotations
 
 import copy
@@ -45,8 +46,10 @@ def transform_site(model: nn.Module, site: str, matrix: torch.Tensor) -> nn.Modu
     if site not in channels:
         raise ValueError(f"{type(model).__name__} has no site {site!r}; its sites are {list(channels)}")
     if tuple(matrix.shape) != (channels[site], channels[site]):
-        raise ValueError(f"site {site!r} has {channels[site]} channels, so its transform must be a "
-                         f"{channels[site]}x{channels[site]} matrix, got {tuple(matrix.shape)}")
+        raise ValueError(
+            f"site {site!r} has {channels[site]} channels, so its transform must be a "
+            f"{channels[site]}x{channels[site]} matrix, got {tuple(matrix.shape)}"
+        )
     if matrix.is_floating_point() and not bool(torch.isfinite(matrix).all()):
         raise ValueError(f"the transform at site {site!r} contains NaN or infinite values")
     model = copy.deepcopy(model)
@@ -58,11 +61,21 @@ def transform_site(model: nn.Module, site: str, matrix: torch.Tensor) -> nn.Modu
     return model
 
 
-def rotation_trial(model: nn.Module, site: str, matrix: torch.Tensor, train_split: Split,
-                   val_split: Split, test_split: Split, config: TrainConfig,
-                   generator: torch.Generator, mean: torch.Tensor, std: torch.Tensor,
-                   label: str = "rotation", log: Callable[[str], None] = print,
-                   acc_before: float | None = None) -> dict:
+def rotation_trial(
+    model: nn.Module,
+    site: str,
+    matrix: torch.Tensor,
+    train_split: Split,
+    val_split: Split,
+    test_split: Split,
+    config: TrainConfig,
+    generator: torch.Generator,
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    label: str = "rotation",
+    log: Callable[[str], None] = print,
+    acc_before: float | None = None,
+) -> dict:
     """Accuracy before the transform (``acc_before`` when known), right after it, and after
     fine-tuning the later layers."""
     started = time.perf_counter()
@@ -73,11 +86,14 @@ def rotation_trial(model: nn.Module, site: str, matrix: torch.Tensor, train_spli
     # The transformed layers up to the site stay frozen (run without autograd, in eval mode); a
     # copy of the original model's later layers fine-tunes on top of them.
     finetuned = models.Stitched(front=transformed, back=copy.deepcopy(model), site=site)
-    result = train(finetuned, train_split, val_split, config, generator, mean, std,
-                   label=label, log=log)
+    result = train(finetuned, train_split, val_split, config, generator, mean, std, label=label, log=log)
     finetuned.load_state_dict(result.state_dict)
-    return {"acc_before": acc_before, "acc_transformed": acc_transformed,
-            "acc_finetuned": acc(finetuned), "finetune_seconds": time.perf_counter() - started}
+    return {
+        "acc_before": acc_before,
+        "acc_transformed": acc_transformed,
+        "acc_finetuned": acc(finetuned),
+        "finetune_seconds": time.perf_counter() - started,
+    }
 
 
 GROUPS = ("identity", "grelu", "orthogonal", "permutation")

@@ -15,6 +15,7 @@ nothing either.
 
 Torch-free: the workflow imports it at parse time.
 """
+
 from __future__ import annotations
 
 import copy
@@ -55,8 +56,9 @@ def fill_defaults(value: Any, node: dict) -> Any:
     if not isinstance(value, dict) or "properties" not in node:
         return value
     filled = {k: default(sub) for k, sub in node["properties"].items() if k not in value and "default" in sub}
-    return filled | {k: fill_defaults(v, node["properties"][k]) if k in node["properties"] else v
-                     for k, v in value.items()}
+    return filled | {
+        k: fill_defaults(v, node["properties"][k]) if k in node["properties"] else v for k, v in value.items()
+    }
 
 
 def checked_block(block: Any, key: str) -> dict:
@@ -83,8 +85,11 @@ def _setting(key: str, only_for: tuple[str, ...] | None = None, affects_results:
     marks a setting that changes only how fast a job runs, never what it computes."""
     block, name = key.rsplit(".", 1)
     default_value = default(schema_block(block)["properties"][name])
-    metadata = ({"key": key} | ({"only_for": only_for} if only_for else {})
-                | ({} if affects_results else {"affects_results": False}))
+    metadata = (
+        {"key": key}
+        | ({"only_for": only_for} if only_for else {})
+        | ({} if affects_results else {"affects_results": False})
+    )
     if isinstance(default_value, (list, dict)):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default_value), metadata=metadata)
     return dataclasses.field(default=default_value, metadata=metadata)
@@ -109,8 +114,10 @@ class _Settings:
             raise ValueError(f"config block {where}: expected a mapping of settings, got {block!r}")
         unknown = sorted(set(block) - set(cls.names()))
         if unknown:
-            raise ValueError(f"config key {where}.{unknown[0]}: not a setting of "
-                             f"{cls.__name__}; its settings are {', '.join(cls.names())}")
+            raise ValueError(
+                f"config key {where}.{unknown[0]}: not a setting of "
+                f"{cls.__name__}; its settings are {', '.join(cls.names())}"
+            )
         values = {}
         for f in dataclasses.fields(cls):
             if f.name not in block:
@@ -199,7 +206,9 @@ class StitchConfig(_Settings):
     translate: int = _setting("zoo.training.translate")
     flip: bool = _setting("zoo.training.flip")
     alpha: float = _setting("stitching.alpha", only_for=("grelu",))
-    scales_frozen_fraction: float = _setting("stitching.scales_frozen_fraction", only_for=("grelu", "softsort"))
+    scales_frozen_fraction: float = _setting(
+        "stitching.scales_frozen_fraction", only_for=("grelu", "softsort")
+    )
     sinkhorn_iters: int = _setting("stitching.sinkhorn_iters", only_for=("grelu", "grelu_cv"))
     permutation_step: float = _setting("stitching.permutation_step", only_for=("grelu", "grelu_cv"))
     softsort_tau: float | None = _setting("stitching.softsort_tau", only_for=("softsort",))
@@ -272,8 +281,10 @@ def parse_method(method: str) -> tuple[str, int | float | None]:
             strength = -1.0
         if strength > 0:
             return "l1", strength
-    raise ValueError(f"unknown stitching method {method!r}; expected full, rank<r> (e.g. rank4), "
-                     "l1_<lambda> (e.g. l1_0.01), grelu, grelu_cv or softsort")
+    raise ValueError(
+        f"unknown stitching method {method!r}; expected full, rank<r> (e.g. rank4), "
+        "l1_<lambda> (e.g. l1_0.01), grelu, grelu_cv or softsort"
+    )
 
 
 def method_kind(method: str) -> str:

@@ -36,6 +36,7 @@ are accumulated in float64. With float32 inputs every measure agreed with its fl
 Memory: no N x N x C tensor is ever formed. Kernel matrices (N x N) are held; every other
 intermediate is blocked so that it stays within ``max_bytes`` (64 MiB by default).
 """
+
 from __future__ import annotations
 
 import math
@@ -80,8 +81,9 @@ def _as_features(X: ArrayLike, name: str) -> Tensor:
     """Detached floating tensor of shape (N, C, P), P the number of spatial positions (1 if none)."""
     X = (X if isinstance(X, Tensor) else torch.as_tensor(np.asarray(X))).detach()
     if X.ndim < 2 or X.shape[0] < 1 or X.shape[1] < 1:
-        raise ValueError(f"{name} must have shape (N, C) or (N, C, H, W) with N, C >= 1, "
-                         f"got {tuple(X.shape)}")
+        raise ValueError(
+            f"{name} must have shape (N, C) or (N, C, H, W) with N, C >= 1, got {tuple(X.shape)}"
+        )
     if X.is_complex():
         raise ValueError(f"{name} must be real, got {X.dtype}")
     if not X.is_floating_point():
@@ -105,9 +107,11 @@ class ConstantRepresentationError(ValueError):
 
 
 def _constant_message(which: str, n: int, measure: str) -> str:
-    return (f"{which} is the same for each of its {n} samples (zero variance over the inputs, e.g. "
-            f"a layer whose units are all dead on them), so {measure} is undefined: a similarity "
-            "compares how two representations vary across inputs")
+    return (
+        f"{which} is the same for each of its {n} samples (zero variance over the inputs, e.g. "
+        f"a layer whose units are all dead on them), so {measure} is undefined: a similarity "
+        "compares how two representations vary across inputs"
+    )
 
 
 def _is_constant(lowest: Tensor, highest: Tensor, n: int) -> bool:
@@ -127,8 +131,9 @@ def _require_variation(X: Tensor, which: str, measure: str) -> None:
 def _check_pair(X: ArrayLike, Y: ArrayLike, min_samples: int, measure: str) -> tuple[Tensor, Tensor]:
     X, Y = _as_features(X, "X"), _as_features(Y, "Y")
     if X.shape[0] != Y.shape[0]:
-        raise ValueError(f"X and Y must hold the same samples (first axis), got N = {X.shape[0]} "
-                         f"and N = {Y.shape[0]}")
+        raise ValueError(
+            f"X and Y must hold the same samples (first axis), got N = {X.shape[0]} and N = {Y.shape[0]}"
+        )
     if X.shape[0] < min_samples:
         raise ValueError(f"{measure} needs at least {min_samples} samples, got N = {X.shape[0]}")
     if X.device != Y.device:
@@ -244,11 +249,13 @@ def _as_kernel(K: ArrayLike, name: str) -> Tensor:
 
 def _check_kernels(K: Tensor, L: Tensor) -> None:
     if K.ndim != 2 or K.shape[0] != K.shape[1] or K.shape != L.shape:
-        raise ValueError(f"K and L must be square and of the same shape, got {tuple(K.shape)} "
-                         f"and {tuple(L.shape)}")
+        raise ValueError(
+            f"K and L must be square and of the same shape, got {tuple(K.shape)} and {tuple(L.shape)}"
+        )
     if K.shape[0] < 4:
-        raise ValueError(f"the unbiased HSIC needs at least 4 samples (it divides by n(n-3)), "
-                         f"got n = {K.shape[0]}")
+        raise ValueError(
+            f"the unbiased HSIC needs at least 4 samples (it divides by n(n-3)), got n = {K.shape[0]}"
+        )
 
 
 def unbiased_hsic(K: ArrayLike, L: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> float:
@@ -286,7 +293,9 @@ def _cka_from_hsic(kl: float, kk: float, ll: float, scale_k: float, scale_l: flo
         if not own > (_CONSTANT_KERNEL * scale) ** 2:
             raise ConstantRepresentationError(
                 f"kernel {which} is constant up to centring (HSIC1({which}, {which}) = {own:.3g}), so CKA "
-                "is 0/0: its representation is the same for every sample", which)
+                "is 0/0: its representation is the same for every sample",
+                which,
+            )
     return kl / math.sqrt(kk * ll)
 
 
@@ -312,7 +321,7 @@ def _max_kernel(Xc: Tensor, rows: int, channels: int) -> Tensor:
         stop = min(n, start + rows)
         block = None
         for c0 in range(0, c, channels):
-            part = Xc[c0:c0 + channels]
+            part = Xc[c0 : c0 + channels]
             # K is symmetric: only columns >= start are computed, the rest mirrors earlier blocks.
             gram = torch.bmm(part[:, start:stop], part[:, start:].transpose(1, 2))
             chunk_max = gram.amax(dim=0)
@@ -384,8 +393,10 @@ def _laplace_kernel(X: Tensor, bandwidth: float | None, max_bytes: int) -> Tenso
     if bandwidth is None:
         bandwidth = _median_offdiagonal(D)
         if bandwidth <= 0:
-            raise ValueError("the median heuristic gave bandwidth 0 (most samples are identical); "
-                             "pass bandwidth= explicitly")
+            raise ValueError(
+                "the median heuristic gave bandwidth 0 (most samples are identical); "
+                "pass bandwidth= explicitly"
+            )
     elif not bandwidth > 0:
         raise ValueError(f"bandwidth must be positive, got {bandwidth}")
     return D.div_(-bandwidth).exp_()
@@ -417,13 +428,18 @@ class ProcrustesAccumulator:
     def update(self, x: ArrayLike, y: ArrayLike) -> ProcrustesAccumulator:
         x, y = _check_pair(x, y, 1, "Procrustes")
         if x.shape[2] != y.shape[2]:
-            raise ValueError(f"Procrustes pairs spatial positions, so X and Y need the same number "
-                             f"of them, got {x.shape[2]} and {y.shape[2]}")
-        if self.cross is not None and (self.cross.shape != (x.shape[1], y.shape[1])
-                                       or self._positions != x.shape[2]):
-            raise ValueError(f"batch shapes (C={x.shape[1]}, C'={y.shape[1]}, positions="
-                             f"{x.shape[2]}) differ from earlier batches ({tuple(self.cross.shape)}, "
-                             f"positions={self._positions})")
+            raise ValueError(
+                f"Procrustes pairs spatial positions, so X and Y need the same number "
+                f"of them, got {x.shape[2]} and {y.shape[2]}"
+            )
+        if self.cross is not None and (
+            self.cross.shape != (x.shape[1], y.shape[1]) or self._positions != x.shape[2]
+        ):
+            raise ValueError(
+                f"batch shapes (C={x.shape[1]}, C'={y.shape[1]}, positions="
+                f"{x.shape[2]}) differ from earlier batches ({tuple(self.cross.shape)}, "
+                f"positions={self._positions})"
+            )
         # (C, B*P): channels as columns of the (samples x positions) by channels matrix.
         xm = x.transpose(0, 1).reshape(x.shape[1], -1).to(_F64)
         ym = y.transpose(0, 1).reshape(y.shape[1], -1).to(_F64)
@@ -465,8 +481,10 @@ class ProcrustesAccumulator:
         M, x_sq, y_sq = self._state("grelu_procrustes")
         c = M.shape[0]
         if M.shape[0] != M.shape[1]:
-            raise ValueError(f"grelu_procrustes matches channels one to one, so X and Y need the "
-                             f"same number of channels, got {M.shape[0]} and {M.shape[1]}")
+            raise ValueError(
+                f"grelu_procrustes matches channels one to one, so X and Y need the "
+                f"same number of channels, got {M.shape[0]} and {M.shape[1]}"
+            )
         nx, ny = x_sq.sqrt(), y_sq.sqrt()
         # Dead channels keep norm 1: they stay zero rather than becoming NaN.
         nx, ny = torch.where(nx > 0, nx, 1.0), torch.where(ny > 0, ny, 1.0)
@@ -493,7 +511,7 @@ def _accumulate(X: Tensor, Y: Tensor, max_bytes: int) -> ProcrustesAccumulator:
     batch = max(1, max_bytes // per_sample)
     acc = ProcrustesAccumulator()
     for start in range(0, n, batch):
-        acc.update(X[start:start + batch], Y[start:start + batch])
+        acc.update(X[start : start + batch], Y[start : start + batch])
     return acc
 
 
@@ -512,8 +530,10 @@ def grelu_procrustes(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX
     """
     X, Y = _check_pair(X, Y, 1, "grelu_procrustes")
     if X.shape[1] != Y.shape[1]:
-        raise ValueError(f"grelu_procrustes matches channels one to one, so X and Y need the same "
-                         f"number of channels, got {X.shape[1]} and {Y.shape[1]}")
+        raise ValueError(
+            f"grelu_procrustes matches channels one to one, so X and Y need the same "
+            f"number of channels, got {X.shape[1]} and {Y.shape[1]}"
+        )
     return _accumulate(X, Y, max_bytes).grelu()
 
 
@@ -578,13 +598,16 @@ def _linear_hsic_features(A: Tensor, B: Tensor, max_bytes: int) -> float:
     cols = _rows_per_block(B.shape[1], 8 + B.element_size(), max_bytes)
     cross = 0.0
     for start in range(0, A.shape[1], cols):
-        g = (A[:, start:start + cols].T @ B).to(_F64).view(-1)
+        g = (A[:, start : start + cols].T @ B).to(_F64).view(-1)
         cross += float(torch.dot(g, g))
     rk = (A @ A.sum(0)).to(_F64) - dk
     rl = (B @ B.sum(0)).to(_F64) - dl
     trace = cross - float(torch.dot(dk, dl))
-    value = (trace + float(rk.sum()) * float(rl.sum()) / ((n - 1) * (n - 2))
-             - 2.0 / (n - 2) * float(torch.dot(rk, rl)))
+    value = (
+        trace
+        + float(rk.sum()) * float(rl.sum()) / ((n - 1) * (n - 2))
+        - 2.0 / (n - 2) * float(torch.dot(rk, rl))
+    )
     return value / (n * (n - 3))
 
 
@@ -599,11 +622,13 @@ def _linear_cka(X: Tensor, Y: Tensor, method: str, max_bytes: int) -> float:
         return _cka(_linear_gram(A), _linear_gram(B), max_bytes)
     if method == "features":
         # max_i ||a_i||^2 bounds every entry of the Gram matrix A A' (Cauchy-Schwarz).
-        return _cka_from_hsic(_linear_hsic_features(A, B, max_bytes),
-                              _linear_hsic_features(A, A, max_bytes),
-                              _linear_hsic_features(B, B, max_bytes),
-                              float(torch.linalg.vector_norm(A, dim=1).max()) ** 2,
-                              float(torch.linalg.vector_norm(B, dim=1).max()) ** 2)
+        return _cka_from_hsic(
+            _linear_hsic_features(A, B, max_bytes),
+            _linear_hsic_features(A, A, max_bytes),
+            _linear_hsic_features(B, B, max_bytes),
+            float(torch.linalg.vector_norm(A, dim=1).max()) ** 2,
+            float(torch.linalg.vector_norm(B, dim=1).max()) ** 2,
+        )
     raise ValueError(f"method must be 'auto', 'gram' or 'features', got {method!r}")
 
 
@@ -723,8 +748,15 @@ MEASURES: dict[str, Callable[..., float]] = {
 # ---------------------------------------------------------------------------
 
 
-def site_procrustes(model_a: torch.nn.Module, model_b: torch.nn.Module, images: Tensor, sites: list[str],
-                    mean: Tensor, std: Tensor, batch_size: int) -> dict[str, ProcrustesAccumulator]:
+def site_procrustes(
+    model_a: torch.nn.Module,
+    model_b: torch.nn.Module,
+    images: Tensor,
+    sites: list[str],
+    mean: Tensor,
+    std: Tensor,
+    batch_size: int,
+) -> dict[str, ProcrustesAccumulator]:
     """Procrustes statistics of the two models' activations at each of ``sites`` (the same site in
     both) on uint8 ``images``, accumulated over batches: one forward pass per model and batch
     gives every site's activations."""
@@ -732,8 +764,10 @@ def site_procrustes(model_a: torch.nn.Module, model_b: torch.nn.Module, images: 
 
     accumulators = {site: ProcrustesAccumulator() for site in sites}
     for start in range(0, len(images), batch_size):
-        reps_a, reps_b = (site_activations(model, images[start:start + batch_size], sites, mean, std, batch_size)
-                          for model in (model_a, model_b))
+        reps_a, reps_b = (
+            site_activations(model, images[start : start + batch_size], sites, mean, std, batch_size)
+            for model in (model_a, model_b)
+        )
         for site in sites:
             accumulators[site].update(reps_a[site], reps_b[site])
     for site, acc in accumulators.items():
@@ -741,13 +775,24 @@ def site_procrustes(model_a: torch.nn.Module, model_b: torch.nn.Module, images: 
         if which:
             model = {"X": "a", "Y": "b"}[which]
             raise ConstantRepresentationError(
-                f"model {model} at site {site}: " + _constant_message("its representation", acc.n_samples,
-                                                                      "every Procrustes measure"), model, site)
+                f"model {model} at site {site}: "
+                + _constant_message("its representation", acc.n_samples, "every Procrustes measure"),
+                model,
+                site,
+            )
     return accumulators
 
 
-def site_cka(measure: str, model_a: torch.nn.Module, model_b: torch.nn.Module, images: Tensor,
-             sites: list[str], mean: Tensor, std: Tensor, batch_size: int) -> dict[tuple[str, str], float]:
+def site_cka(
+    measure: str,
+    model_a: torch.nn.Module,
+    model_b: torch.nn.Module,
+    images: Tensor,
+    sites: list[str],
+    mean: Tensor,
+    std: Tensor,
+    batch_size: int,
+) -> dict[tuple[str, str], float]:
     """The CKA ``measure`` between model a at each of ``sites`` and model b at each of ``sites``
     (every pair, for the heatmaps) on uint8 ``images``; one N x N kernel per model and site is held."""
     from intertwine.models import site_activations
@@ -760,7 +805,13 @@ def site_cka(measure: str, model_a: torch.nn.Module, model_b: torch.nn.Module, i
                 kernels[name, site] = cka_kernel(measure, activations)
             except ConstantRepresentationError:
                 raise ConstantRepresentationError(
-                    f"model {name} at site {site}: " + _constant_message("its representation", len(activations),
-                                                                         measure), name, site) from None
-    return {(site_a, site_b): kernel_cka(kernels["a", site_a], kernels["b", site_b])
-            for site_a in sites for site_b in sites}
+                    f"model {name} at site {site}: "
+                    + _constant_message("its representation", len(activations), measure),
+                    name,
+                    site,
+                ) from None
+    return {
+        (site_a, site_b): kernel_cka(kernels["a", site_a], kernels["b", site_b])
+        for site_a in sites
+        for site_b in sites
+    }

@@ -35,6 +35,7 @@ Before measuring, one no-gradient pass over the training data refreshes g's batc
 statistics for the final layer (the paper does this after rounding the G_ReLU layer; we do it for
 every method so that no method is measured with statistics that lag behind its layer).
 """
+
 from __future__ import annotations
 
 import copy
@@ -55,9 +56,21 @@ from intertwine.training import evaluate
 from intertwine.utils import derive_seed
 
 __all__ = [
-    "FullStitch", "RankStitch", "GReLULayer", "GReLUStitch", "SoftSortStitch", "build_layer",
-    "method_dimension", "sparsity",
-    "cv_split", "match_grelu", "stitch", "fit", "select_alpha", "refresh_batch_norm", "stitch_site",
+    "FullStitch",
+    "RankStitch",
+    "GReLULayer",
+    "GReLUStitch",
+    "SoftSortStitch",
+    "build_layer",
+    "method_dimension",
+    "sparsity",
+    "cv_split",
+    "match_grelu",
+    "stitch",
+    "fit",
+    "select_alpha",
+    "refresh_batch_norm",
+    "stitch_site",
 ]
 
 
@@ -77,8 +90,9 @@ def least_squares_map(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     X, Y = _channels_by_positions(x), _channels_by_positions(y)
     gram = X @ X.T
     ridge = 1e-6 * gram.trace() / len(gram) + 1e-12
-    return torch.linalg.solve(gram + ridge * torch.eye(len(gram), dtype=gram.dtype, device=gram.device),
-                              X @ Y.T).T
+    return torch.linalg.solve(
+        gram + ridge * torch.eye(len(gram), dtype=gram.dtype, device=gram.device), X @ Y.T
+    ).T
 
 
 class FullStitch(nn.Module):
@@ -113,7 +127,9 @@ class RankStitch(nn.Module):
         super().__init__()
         if not 1 <= rank <= channels:
             raise ValueError(f"stitching rank {rank} must lie between 1 and the {channels} channels")
-        self.down = nn.Parameter((torch.rand(rank, channels, generator=generator) * 2 - 1) / math.sqrt(channels))
+        self.down = nn.Parameter(
+            (torch.rand(rank, channels, generator=generator) * 2 - 1) / math.sqrt(channels)
+        )
         self.up = nn.Parameter((torch.rand(channels, rank, generator=generator) * 2 - 1) / math.sqrt(rank))
 
     def matrix(self) -> torch.Tensor:
@@ -128,7 +144,7 @@ class RankStitch(nn.Module):
         the top principal directions of its fitted values."""
         W = least_squares_map(x, y)
         fitted = W @ _channels_by_positions(x)
-        directions = torch.linalg.eigh(fitted @ fitted.T).eigenvectors[:, -self.down.shape[0]:]
+        directions = torch.linalg.eigh(fitted @ fitted.T).eigenvectors[:, -self.down.shape[0] :]
         self.up.copy_(directions)
         self.down.copy_(directions.T @ W)
 
@@ -182,7 +198,11 @@ class GReLULayer(nn.Module):
 
     def matrix(self) -> torch.Tensor:
         scales = self.column_scales()
-        P = groups.permutation_matrix(self.permutation).to(scales) if self.rounded else self.soft_permutation()
+        P = (
+            groups.permutation_matrix(self.permutation).to(scales)
+            if self.rounded
+            else self.soft_permutation()
+        )
         return P * scales  # P @ diag(scales)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -198,8 +218,12 @@ class GReLULayer(nn.Module):
         value of P, so ``off_permutation_mass()`` and ``round()`` in turn share one run."""
         P = self.soft_permutation()
         cached = self._nearest
-        if cached is None or not (cached[0].shape == P.shape and cached[0].dtype == P.dtype
-                                  and cached[0].device == P.device and torch.equal(cached[0], P)):
+        if cached is None or not (
+            cached[0].shape == P.shape
+            and cached[0].dtype == P.dtype
+            and cached[0].device == P.device
+            and torch.equal(cached[0], P)
+        ):
             cached = self._nearest = (P.detach().clone(), groups.round_to_permutation(P))
         return P, cached[1]
 
@@ -246,8 +270,15 @@ class GReLUStitch(GReLULayer):
     and ``round()`` before evaluation.
     """
 
-    def __init__(self, channels: int, generator: torch.Generator | None = None,
-                 sinkhorn_iters: int = 16, alpha: float = 0.1, step: float = 0.1, init_noise: float = 0.01):
+    def __init__(
+        self,
+        channels: int,
+        generator: torch.Generator | None = None,
+        sinkhorn_iters: int = 16,
+        alpha: float = 0.1,
+        step: float = 0.1,
+        init_noise: float = 0.01,
+    ):
         super().__init__()
         if channels < 1:
             raise ValueError(f"a G_ReLU layer needs at least one channel, got {channels}")
@@ -255,8 +286,9 @@ class GReLUStitch(GReLULayer):
         self.sinkhorn_iters = sinkhorn_iters
         self.alpha = alpha
         self.step = step
-        self.P = nn.Parameter(groups.sinkhorn(torch.full((channels, channels), 1 / channels) + noise / channels,
-                                              sinkhorn_iters))
+        self.P = nn.Parameter(
+            groups.sinkhorn(torch.full((channels, channels), 1 / channels) + noise / channels, sinkhorn_iters)
+        )
         self.scales = nn.Parameter(torch.ones(channels))
 
     def soft_permutation(self) -> torch.Tensor:
@@ -317,8 +349,13 @@ class SoftSortStitch(GReLULayer):
     layer trained last is nearly the permutation it rounds to. ``hardening=1`` keeps tau fixed.
     """
 
-    def __init__(self, channels: int, generator: torch.Generator | None = None, tau: float | None = None,
-                 hardening: float = 0.1):
+    def __init__(
+        self,
+        channels: int,
+        generator: torch.Generator | None = None,
+        tau: float | None = None,
+        hardening: float = 0.1,
+    ):
         super().__init__()
         if channels < 1:
             raise ValueError(f"a SoftSort layer needs at least one channel, got {channels}")
@@ -347,7 +384,9 @@ class SoftSortStitch(GReLULayer):
         as the random start is) and log scales of ``output_scales`` (zero scales become 1e-6)."""
         n = len(perm)
         perm = perm.to(self.scores.device)
-        self.scores.index_copy_(0, perm, torch.arange(n, 0, -1, dtype=self.scores.dtype, device=perm.device) / n)
+        self.scores.index_copy_(
+            0, perm, torch.arange(n, 0, -1, dtype=self.scores.dtype, device=perm.device) / n
+        )
         self.log_scales.index_copy_(0, perm, output_scales.to(self.log_scales).clamp_min(1e-6).log())
 
 
@@ -375,14 +414,20 @@ def _check_activations(x: torch.Tensor, y: torch.Tensor, what: str) -> None:
     C >= 1, real and finite."""
     for name, t in (("x", x), ("y", y)):
         if not isinstance(t, torch.Tensor) or t.ndim < 2 or t.is_complex() or t.dtype == torch.bool:
-            raise ValueError(f"{what}: {name} must be a real tensor of activations (N, C, ...), got "
-                             f"{type(t).__name__ if not isinstance(t, torch.Tensor) else (t.dtype, tuple(t.shape))}")
+            raise ValueError(
+                f"{what}: {name} must be a real tensor of activations (N, C, ...), got "
+                f"{type(t).__name__ if not isinstance(t, torch.Tensor) else (t.dtype, tuple(t.shape))}"
+            )
     if x.shape != y.shape:
-        raise ValueError(f"{what}: x and y must be activations of the same N inputs at one site, of one "
-                         f"shape (N, C, ...), got {tuple(x.shape)} and {tuple(y.shape)}")
+        raise ValueError(
+            f"{what}: x and y must be activations of the same N inputs at one site, of one "
+            f"shape (N, C, ...), got {tuple(x.shape)} and {tuple(y.shape)}"
+        )
     if x.shape[0] < 1 or x.shape[1] < 1:
-        raise ValueError(f"{what}: needs at least one sample and one channel, got shape {tuple(x.shape)} "
-                         "(e.g. stitching.match_images is 0, or the training split is empty)")
+        raise ValueError(
+            f"{what}: needs at least one sample and one channel, got shape {tuple(x.shape)} "
+            "(e.g. stitching.match_images is 0, or the training split is empty)"
+        )
     for name, t in (("x", x), ("y", y)):
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise ValueError(f"{what}: {name} contains NaN or infinite values")
@@ -390,8 +435,10 @@ def _check_activations(x: torch.Tensor, y: torch.Tensor, what: str) -> None:
 
 def _check_channels(channels) -> int:
     if isinstance(channels, bool) or not isinstance(channels, numbers.Integral) or channels < 1:
-        raise ValueError(f"a stitching layer needs channels >= 1 (the site's channel count, "
-                         f"models.Site.channels), got {channels!r}")
+        raise ValueError(
+            f"a stitching layer needs channels >= 1 (the site's channel count, "
+            f"models.Site.channels), got {channels!r}"
+        )
     return int(channels)
 
 
@@ -408,9 +455,16 @@ def method_dimension(method: str, channels: int) -> int:
     return 2 * channels * r - r * r
 
 
-def build_layer(method: str, channels: int, generator: torch.Generator | None = None,
-                sinkhorn_iters: int = 16, alpha: float = 0.1, softsort_tau: float | None = None,
-                permutation_step: float = 0.1, softsort_hardening: float = 0.1) -> nn.Module:
+def build_layer(
+    method: str,
+    channels: int,
+    generator: torch.Generator | None = None,
+    sinkhorn_iters: int = 16,
+    alpha: float = 0.1,
+    softsort_tau: float | None = None,
+    permutation_step: float = 0.1,
+    softsort_hardening: float = 0.1,
+) -> nn.Module:
     """A fresh stitching layer of ``method`` for ``channels`` channels (grelu_cv builds one
     G_ReLU layer per alpha; this is the layer at ``alpha``). ``channels`` must be at least 1; a
     rank above it gives a layer of full rank."""
@@ -438,8 +492,10 @@ def cv_split(n: int, held_out: float, generator: torch.Generator) -> tuple[torch
         raise ValueError(f"stitching.cv_held_out must lie strictly between 0 and 1, got {held_out}")
     n_held = max(1, round(held_out * n))
     if n_held >= n:
-        raise ValueError(f"cannot hold out {n_held} of {n} training images for alpha's cross-validation; "
-                         "raise stitching.train_images")
+        raise ValueError(
+            f"cannot hold out {n_held} of {n} training images for alpha's cross-validation; "
+            "raise stitching.train_images"
+        )
     order = torch.randperm(n, generator=generator)
     return order[n_held:].sort().values, order[:n_held].sort().values
 
@@ -470,9 +526,16 @@ class Fit:
     off_permutation_mass: list[float] = field(default_factory=list)
 
 
-def fit(stitched: models.Stitched, train_split: Split, config: StitchConfig,
-        generator: torch.Generator, mean: torch.Tensor, std: torch.Tensor,
-        label: str = "stitch", log: Callable[[str], None] = print) -> Fit:
+def fit(
+    stitched: models.Stitched,
+    train_split: Split,
+    config: StitchConfig,
+    generator: torch.Generator,
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    label: str = "stitch",
+    log: Callable[[str], None] = print,
+) -> Fit:
     """Train the stitching layer (only it) with cross-entropy plus the layer's regularizer (G_ReLU:
     ``-alpha ||P||_F``; L1: ``lambda sum |W|``).
 
@@ -498,8 +561,10 @@ def fit(stitched: models.Stitched, train_split: Split, config: StitchConfig,
         for step in range(steps):
             if grelu:
                 layer.anneal(((epoch - 1) * steps + step) / (config.epochs * steps))
-            idx = order[step * config.batch_size:(step + 1) * config.batch_size]
-            x = augment(normalize(train_split.images[idx], mean, std), generator, config.translate, config.flip)
+            idx = order[step * config.batch_size : (step + 1) * config.batch_size]
+            x = augment(
+                normalize(train_split.images[idx], mean, std), generator, config.translate, config.flip
+            )
             loss = loss_fn(stitched(x), train_split.labels[idx])
             penalty = layer.regularizer()
             if penalty is not None:
@@ -512,8 +577,9 @@ def fit(stitched: models.Stitched, train_split: Split, config: StitchConfig,
             loss_sum += loss.detach() * len(idx)
         train_loss = loss_sum.item() / len(train_split)
         if not math.isfinite(train_loss):
-            raise ValueError(f"{label}: stitching loss became {train_loss} in epoch {epoch}; "
-                             "lower stitching.lr")
+            raise ValueError(
+                f"{label}: stitching loss became {train_loss} in epoch {epoch}; lower stitching.lr"
+            )
         if grelu:
             layer.anneal(epoch / config.epochs)
             result.off_permutation_mass.append(layer.off_permutation_mass())
@@ -525,9 +591,17 @@ def fit(stitched: models.Stitched, train_split: Split, config: StitchConfig,
     return result
 
 
-def select_alpha(make_layer: Callable[[float], GReLUStitch], stitched: models.Stitched, train_split: Split,
-                 config: StitchConfig, generator: torch.Generator, mean: torch.Tensor, std: torch.Tensor,
-                 label: str = "stitch", log: Callable[[str], None] = print) -> dict:
+def select_alpha(
+    make_layer: Callable[[float], GReLUStitch],
+    stitched: models.Stitched,
+    train_split: Split,
+    config: StitchConfig,
+    generator: torch.Generator,
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    label: str = "stitch",
+    log: Callable[[str], None] = print,
+) -> dict:
     """Alpha of the G_ReLU layer by cross-validation (the paper's D.5): a disjoint split of
     ``train_split`` (``cv_held_out`` of it held out), one run of ``cv_epochs`` per alpha of
     ``alpha_grid`` on the rest, each from the same start (``make_layer(alpha)``) and without the
@@ -543,7 +617,9 @@ def select_alpha(make_layer: Callable[[float], GReLUStitch], stitched: models.St
     for alpha in config.alpha_grid:
         stitched.back.load_state_dict(back)
         stitched.bridge = make_layer(alpha)
-        fits.append(fit(stitched, fit_part, run_config, generator, mean, std, f"{label} alpha {alpha:g}", log))
+        fits.append(
+            fit(stitched, fit_part, run_config, generator, mean, std, f"{label} alpha {alpha:g}", log)
+        )
         masses.append(stitched.bridge.round())
         refresh_batch_norm(stitched, fit_part, mean, std, config.eval_batch_size)
         scores.append(evaluate(stitched, held_part, mean, std, config.eval_batch_size))
@@ -552,14 +628,24 @@ def select_alpha(make_layer: Callable[[float], GReLUStitch], stitched: models.St
     best = max(range(len(scores)), key=lambda i: (scores[i], -i))
     stitched.bridge = layers[best]
     stitched.back.load_state_dict(back)
-    return {"alpha_selected": config.alpha_grid[best], "cv_alphas": list(config.alpha_grid),
-            "cv_accuracies": scores, "seconds": sum(run.seconds for run in fits),
-            "off_permutation_mass": masses[best], "off_permutation_mass_by_epoch": fits[best].off_permutation_mass}
+    return {
+        "alpha_selected": config.alpha_grid[best],
+        "cv_alphas": list(config.alpha_grid),
+        "cv_accuracies": scores,
+        "seconds": sum(run.seconds for run in fits),
+        "off_permutation_mass": masses[best],
+        "off_permutation_mass_by_epoch": fits[best].off_permutation_mass,
+    }
 
 
 @torch.no_grad()
-def refresh_batch_norm(stitched: models.Stitched, train_split: Split, mean: torch.Tensor,
-                       std: torch.Tensor, batch_size: int = 1000) -> None:
+def refresh_batch_norm(
+    stitched: models.Stitched,
+    train_split: Split,
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    batch_size: int = 1000,
+) -> None:
     """Recompute the running statistics of the back model's batch norms over one pass of the
     (unaugmented) training data through the stitched network: each becomes the plain average of
     the per-batch statistics (batch norm's cumulative mode), not a momentum-weighted one."""
@@ -572,16 +658,26 @@ def refresh_batch_norm(stitched: models.Stitched, train_split: Split, mean: torc
         m.momentum = None  # a cumulative average over the pass
     stitched.train()
     for start in range(0, len(train_split), batch_size):
-        stitched(normalize(train_split.images[start:start + batch_size], mean, std))
+        stitched(normalize(train_split.images[start : start + batch_size], mean, std))
     for m, momentum in zip(norms, momenta):
         m.momentum = momentum
     stitched.eval()
 
 
-def stitch_site(f: nn.Module, g: nn.Module, site: models.Site, method: str, config: StitchConfig,
-                train_split: Split, mean: torch.Tensor, std: torch.Tensor, key: tuple,
-                label: str = "stitch", log: Callable[[str], None] = print,
-                accuracy: Callable[[models.Stitched], float] | None = None) -> tuple[models.Stitched, dict]:
+def stitch_site(
+    f: nn.Module,
+    g: nn.Module,
+    site: models.Site,
+    method: str,
+    config: StitchConfig,
+    train_split: Split,
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    key: tuple,
+    label: str = "stitch",
+    log: Callable[[str], None] = print,
+    accuracy: Callable[[models.Stitched], float] | None = None,
+) -> tuple[models.Stitched, dict]:
     """Stitch f into a copy of g at ``site`` with a fresh layer of ``method`` and train it; every
     random draw comes from generators seeded from ``key`` (the layer's start, the batches).
     A G_ReLU layer is rounded, and g's batch-norm statistics are refreshed for the final layer.
@@ -596,21 +692,36 @@ def stitch_site(f: nn.Module, g: nn.Module, site: models.Site, method: str, conf
     start = init_generator.get_state()  # every alpha of grelu_cv starts from the same layer
     matched = None
     if config.init == "match":
-        images = train_split.images[:config.match_images]
-        matched = [models.site_activations(model, images, [site.name], mean, std, len(images))[site.name]
-                   for model in (f, g)]
+        images = train_split.images[: config.match_images]
+        matched = [
+            models.site_activations(model, images, [site.name], mean, std, len(images))[site.name]
+            for model in (f, g)
+        ]
 
     def make_layer(alpha: float = config.alpha) -> nn.Module:
         init_generator.set_state(start)
-        layer = build_layer(method, site.channels, init_generator, config.sinkhorn_iters, alpha,
-                            config.softsort_tau, config.permutation_step, config.softsort_hardening).to(device)
+        layer = build_layer(
+            method,
+            site.channels,
+            init_generator,
+            config.sinkhorn_iters,
+            alpha,
+            config.softsort_tau,
+            config.permutation_step,
+            config.softsort_hardening,
+        ).to(device)
         if matched is not None:
             layer.match(*matched)
         return layer
 
     stitched = stitch(f, copy.deepcopy(g), site.name, make_layer())
-    columns = {"alpha": config.alpha if kind == "grelu" else None, "alpha_selected": None,
-               "cv_alphas": None, "cv_accuracies": None, "acc_start": None}
+    columns = {
+        "alpha": config.alpha if kind == "grelu" else None,
+        "alpha_selected": None,
+        "cv_alphas": None,
+        "cv_accuracies": None,
+        "acc_start": None,
+    }
     if accuracy is not None:  # the layer before training, measured as the trained one will be
         before = copy.deepcopy(stitched)
         if isinstance(before.bridge, GReLULayer):
@@ -619,8 +730,12 @@ def stitch_site(f: nn.Module, g: nn.Module, site: models.Site, method: str, conf
         columns["acc_start"] = accuracy(before)
         del before
     batches = torch.Generator(device=device).manual_seed(derive_seed(*key, "batches"))
-    columns |= {"permutation": None, "scales": None, "off_permutation_mass": None,
-                "off_permutation_mass_by_epoch": None}
+    columns |= {
+        "permutation": None,
+        "scales": None,
+        "off_permutation_mass": None,
+        "off_permutation_mass_by_epoch": None,
+    }
     if kind == "grelu_cv":
         chosen = select_alpha(make_layer, stitched, train_split, config, batches, mean, std, label, log)
         seconds = chosen.pop("seconds")
@@ -636,5 +751,8 @@ def stitch_site(f: nn.Module, g: nn.Module, site: models.Site, method: str, conf
             columns["off_permutation_mass"] = layer.round()
         columns["permutation"], columns["scales"] = layer.rounded_layer()
     refresh_batch_norm(stitched, train_split, mean, std, config.eval_batch_size)
-    return stitched, columns | {"train_seconds": seconds, "sparsity": sparsity(layer.matrix()),
-                                "trainable_params": sum(p.numel() for p in layer.parameters())}
+    return stitched, columns | {
+        "train_seconds": seconds,
+        "sparsity": sparsity(layer.matrix()),
+        "trainable_params": sum(p.numel() for p in layer.parameters()),
+    }

@@ -59,6 +59,7 @@ elements on either side of it agree:
 :func:`act_on_weights` checks these constraints (sites not in ``elements`` count as the identity)
 and raises ValueError naming the offending site. :func:`site_groups` lists the linked sites.
 """
+
 from __future__ import annotations
 
 import copy
@@ -118,11 +119,7 @@ class _Element:
     @property
     def is_identity(self) -> bool:
         n = self.matrix.shape[0]
-        return (
-            self.monomial
-            and bool((self.perm == torch.arange(n)).all())
-            and bool((self.scales == 1).all())
-        )
+        return self.monomial and bool((self.perm == torch.arange(n)).all()) and bool((self.scales == 1).all())
 
 
 def _from_parts(perm: Tensor, scales: Tensor) -> _Element:
@@ -136,22 +133,26 @@ def _parse(element: Any, n: int, where: str) -> _Element:
     """Validate `element` for a site of width n and bring it to canonical form."""
     if isinstance(element, tuple):
         if len(element) != 2:
-            raise ValueError(f"{where}: a G_ReLU element is a tuple (perm, scales), got a "
-                             f"tuple of length {len(element)}")
+            raise ValueError(
+                f"{where}: a G_ReLU element is a tuple (perm, scales), got a tuple of length {len(element)}"
+            )
         perm = torch.as_tensor(element[0]).detach().cpu()
         scales = torch.as_tensor(element[1]).detach().cpu()
         if perm.is_floating_point() or perm.is_complex() or perm.dtype == torch.bool:
             raise ValueError(f"{where}: perm must hold integers, got dtype {perm.dtype}")
         perm = perm.long()
         if perm.shape != (n,) or scales.shape != (n,):
-            raise ValueError(f"{where}: the site has {n} channels, but perm has shape "
-                             f"{tuple(perm.shape)} and scales {tuple(scales.shape)}")
+            raise ValueError(
+                f"{where}: the site has {n} channels, but perm has shape "
+                f"{tuple(perm.shape)} and scales {tuple(scales.shape)}"
+            )
         if not torch.equal(torch.sort(perm).values, torch.arange(n)):
             raise ValueError(f"{where}: perm is not a permutation of range({n})")
         scales = scales.to(torch.float64)
         if not (torch.isfinite(scales).all() and (scales > 0).all()):
-            raise ValueError(f"{where}: G_ReLU scales must be finite and positive (pass a "
-                             "matrix for other elements)")
+            raise ValueError(
+                f"{where}: G_ReLU scales must be finite and positive (pass a matrix for other elements)"
+            )
         return _from_parts(perm, scales)
 
     matrix = torch.as_tensor(element).detach().cpu()
@@ -159,8 +160,10 @@ def _parse(element: Any, n: int, where: str) -> _Element:
         raise ValueError(f"{where}: complex matrices are not supported")
     matrix = matrix.to(torch.float64)
     if matrix.shape != (n, n):
-        raise ValueError(f"{where}: the site has {n} channels, expected a ({n}, {n}) matrix or a "
-                         f"tuple (perm, scales), got shape {tuple(matrix.shape)}")
+        raise ValueError(
+            f"{where}: the site has {n} channels, expected a ({n}, {n}) matrix or a "
+            f"tuple (perm, scales), got shape {tuple(matrix.shape)}"
+        )
     if not torch.isfinite(matrix).all():
         raise ValueError(f"{where}: the matrix has non-finite entries")
     svals = torch.linalg.svdvals(matrix)
@@ -236,10 +239,12 @@ def _wiring(model: nn.Module) -> _Wiring:
                 if isinstance(shortcut, nn.Identity):
                     links[f"{p}.act2"] = _Link(prev, "identity", f"{p}.shortcut")
                 elif isinstance(shortcut, ZeroPadShortcut):
-                    links[f"{p}.act2"] = _Link(prev, "zeropad", f"{p}.shortcut",
-                                               shortcut.pad_before)
-                elif (isinstance(shortcut, nn.Sequential) and len(shortcut) == 2
-                      and isinstance(shortcut[0], nn.Conv2d)):
+                    links[f"{p}.act2"] = _Link(prev, "zeropad", f"{p}.shortcut", shortcut.pad_before)
+                elif (
+                    isinstance(shortcut, nn.Sequential)
+                    and len(shortcut) == 2
+                    and isinstance(shortcut[0], nn.Conv2d)
+                ):
                     producers[f"{p}.act2"].append((f"{p}.shortcut.0", f"{p}.shortcut.1"))
                     consumers[prev].append(f"{p}.shortcut.0")
                 else:
@@ -247,8 +252,9 @@ def _wiring(model: nn.Module) -> _Wiring:
                 prev = f"{p}.act2"
         consumers[prev].append("fc")
     else:
-        raise TypeError(f"act_on_weights supports the zoo's Myrtle and ResNet models, got "
-                        f"{type(model).__name__}")
+        raise TypeError(
+            f"act_on_weights supports the zoo's Myrtle and ResNet models, got {type(model).__name__}"
+        )
     site_list = models.sites(model)
     if [s.name for s in site_list] != list(producers):  # the architectures changed under us
         raise AssertionError(f"wiring of {type(model).__name__} out of date with its site_layout")
@@ -336,12 +342,14 @@ def _validate(model: nn.Module, wiring: _Wiring, elements: Mapping[str, Any]) ->
         link = wiring.links.get(site.name)
         if link is None:
             continue
-        identity_out = _from_parts(torch.arange(site.channels),
-                                   torch.ones(site.channels, dtype=torch.float64))
+        identity_out = _from_parts(
+            torch.arange(site.channels), torch.ones(site.channels, dtype=torch.float64)
+        )
         n_in = by_name[link.source].channels
         identity_in = _from_parts(torch.arange(n_in), torch.ones(n_in, dtype=torch.float64))
-        _check_link(site.name, link, parsed.get(site.name, identity_out),
-                    parsed.get(link.source, identity_in))
+        _check_link(
+            site.name, link, parsed.get(site.name, identity_out), parsed.get(link.source, identity_in)
+        )
     return parsed
 
 
@@ -460,8 +468,9 @@ def act_on_weights(model: nn.Module, elements: Mapping[str, Any]) -> nn.Module:
     with torch.no_grad():
         for name, el in parsed.items():
             for conv, norm in wiring.producers[name]:
-                _act_on_outputs(new.get_submodule(conv), new.get_submodule(norm), el,
-                                f"site {name!r} ({conv})")
+                _act_on_outputs(
+                    new.get_submodule(conv), new.get_submodule(norm), el, f"site {name!r} ({conv})"
+                )
         for name, el in parsed.items():
             for consumer in wiring.consumers[name]:
                 _act_on_inputs(new.get_submodule(consumer), el, f"site {name!r} ({consumer})")
@@ -479,8 +488,8 @@ def _extend_zeropad(src: Any, n_out: int, pad_before: int, draw_pad) -> Any:
         pad_idx = torch.cat([torch.arange(pad_before), torch.arange(pad_before + n_in, n_out)])
         perm = torch.empty(n_out, dtype=torch.long)
         scales = torch.empty(n_out, dtype=scales_in.dtype)
-        perm[pad_before:pad_before + n_in] = perm_in + pad_before
-        scales[pad_before:pad_before + n_in] = scales_in
+        perm[pad_before : pad_before + n_in] = perm_in + pad_before
+        scales[pad_before : pad_before + n_in] = scales_in
         if pad_idx.numel():
             p, s = draw_pad(pad_idx.numel())
             perm[pad_idx] = pad_idx[p]
@@ -489,7 +498,7 @@ def _extend_zeropad(src: Any, n_out: int, pad_before: int, draw_pad) -> Any:
     n_in = src.shape[0]
     pad_idx = torch.cat([torch.arange(pad_before), torch.arange(pad_before + n_in, n_out)])
     out = torch.zeros(n_out, n_out, dtype=src.dtype)
-    out[pad_before:pad_before + n_in, pad_before:pad_before + n_in] = src
+    out[pad_before : pad_before + n_in, pad_before : pad_before + n_in] = src
     if pad_idx.numel():
         out[pad_idx.unsqueeze(1), pad_idx.unsqueeze(0)] = draw_pad(pad_idx.numel()).to(src.dtype)
     return out
@@ -551,8 +560,9 @@ def random_elements(
 # --- the workflow's self-check ------------------------------------------------------------------
 
 
-def check_symmetry(model: nn.Module, x: Tensor, group: str, generator: torch.Generator,
-                   sigma: float = 1.0) -> list[dict]:
+def check_symmetry(
+    model: nn.Module, x: Tensor, group: str, generator: torch.Generator, sigma: float = 1.0
+) -> list[dict]:
     """Act with random elements of `group` on each group of tied sites in turn (identity elsewhere)
     and measure how the network function and the representations change.
 
@@ -572,14 +582,19 @@ def check_symmetry(model: nn.Module, x: Tensor, group: str, generator: torch.Gen
         acted = act_on_weights(model, {name: drawn[name] for name in tied})
         new_logits = acted(x).detach()
         new_representations = models.site_activations(acted, x, tied, batch_size=len(x))
-        change = (new_logits - logits)
+        change = new_logits - logits
         for name in tied:
             expected = act_on_representation(representations[name], drawn[name])
             error = (new_representations[name] - expected).norm() / expected.norm().clamp_min(1e-30)
-            rows.append({"site": name, "group": group,
-                         "max_abs_logit_change": change.abs().max().item(),
-                         "relative_change": (change.norm() / logits.norm()).item(),
-                         "representation_error": error.item()})
+            rows.append(
+                {
+                    "site": name,
+                    "group": group,
+                    "max_abs_logit_change": change.abs().max().item(),
+                    "relative_change": (change.norm() / logits.norm()).item(),
+                    "representation_error": error.item(),
+                }
+            )
     return sorted(rows, key=lambda row: names.index(row["site"]))
 
 
@@ -587,8 +602,9 @@ def checked_group(model: nn.Module, group: str) -> str:
     """The group the self-check draws from for the config's ``group``: permutations instead of
     G_ReLU when an activation is not positively homogeneous (the scalings are no symmetry of,
     e.g., a sigmoid network)."""
-    homogeneous = all(isinstance(model.get_submodule(site.name), _POSITIVELY_HOMOGENEOUS)
-                      for site in models.sites(model))
+    homogeneous = all(
+        isinstance(model.get_submodule(site.name), _POSITIVELY_HOMOGENEOUS) for site in models.sites(model)
+    )
     return "permutation" if group == "grelu" and not homogeneous else group
 
 
@@ -596,7 +612,10 @@ def summarize(table: "pd.DataFrame") -> "pd.DataFrame":
     """Per variant and group: the largest function change and representation error over sites
     and seeds -- near zero for a symmetry, order one otherwise."""
     grouped = table.groupby(["variant", "group"], sort=False)
-    return grouped.agg(seeds=("seed", "nunique"), sites=("site", "nunique"),
-                       max_relative_change=("relative_change", "max"),
-                       max_abs_logit_change=("max_abs_logit_change", "max"),
-                       max_representation_error=("representation_error", "max")).reset_index()
+    return grouped.agg(
+        seeds=("seed", "nunique"),
+        sites=("site", "nunique"),
+        max_relative_change=("relative_change", "max"),
+        max_abs_logit_change=("max_abs_logit_change", "max"),
+        max_representation_error=("representation_error", "max"),
+    ).reset_index()

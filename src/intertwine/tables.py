@@ -4,6 +4,7 @@ Each schema names its key columns (``keys``): a table holds one row per key, and
 files checks each file against the schema, so a stale, foreign or half-written file is an error
 that names it rather than a column of nulls or a row counted twice.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,91 +17,174 @@ from intertwine.utils import atomic_path
 
 PROVENANCE = [pa.field("config_hash", pa.string()), pa.field("version", pa.string())]
 
-ZOO_EPOCHS = pa.schema([
-    pa.field("variant", pa.string()), pa.field("seed", pa.int64()), pa.field("epoch", pa.int64()),
-    pa.field("lr", pa.float64()), pa.field("train_loss", pa.float64()),
-    pa.field("train_acc", pa.float64()), pa.field("val_acc", pa.float64()),
-    pa.field("test_acc", pa.float64()),  # only on the kept epoch, null elsewhere
-    pa.field("kept", pa.bool_()), pa.field("epoch_seconds", pa.float64()),
-    pa.field("n_params", pa.int64()), pa.field("device", pa.string()),
-    pa.field("checkpoint", pa.string()), *PROVENANCE,
-], metadata={"keys": "variant seed epoch"})
+ZOO_EPOCHS = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("seed", pa.int64()),
+        pa.field("epoch", pa.int64()),
+        pa.field("lr", pa.float64()),
+        pa.field("train_loss", pa.float64()),
+        pa.field("train_acc", pa.float64()),
+        pa.field("val_acc", pa.float64()),
+        pa.field("test_acc", pa.float64()),  # only on the kept epoch, null elsewhere
+        pa.field("kept", pa.bool_()),
+        pa.field("epoch_seconds", pa.float64()),
+        pa.field("n_params", pa.int64()),
+        pa.field("device", pa.string()),
+        pa.field("checkpoint", pa.string()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant seed epoch"},
+)
 
-ZOO = pa.schema([
-    pa.field("variant", pa.string()), pa.field("seed", pa.int64()),
-    pa.field("val_acc", pa.float64()), pa.field("test_acc", pa.float64()),
-    pa.field("n_params", pa.int64()), pa.field("epochs", pa.int64()),
-    pa.field("best_epoch", pa.int64()), pa.field("train_seconds", pa.float64()),
-    pa.field("device", pa.string()), pa.field("checkpoint", pa.string()), *PROVENANCE,
-], metadata={"keys": "variant seed"})
+ZOO = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("seed", pa.int64()),
+        pa.field("val_acc", pa.float64()),
+        pa.field("test_acc", pa.float64()),
+        pa.field("n_params", pa.int64()),
+        pa.field("epochs", pa.int64()),
+        pa.field("best_epoch", pa.int64()),
+        pa.field("train_seconds", pa.float64()),
+        pa.field("device", pa.string()),
+        pa.field("checkpoint", pa.string()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant seed"},
+)
 
-ROTATION = pa.schema([
-    pa.field("variant", pa.string()), pa.field("seed", pa.int64()), pa.field("site", pa.string()),
-    pa.field("inside_residual", pa.bool_()), pa.field("group", pa.string()),
-    pa.field("trial", pa.int64()),
-    pa.field("acc_before", pa.float64()), pa.field("acc_transformed", pa.float64()),
-    pa.field("acc_finetuned", pa.float64()), pa.field("penalty", pa.float64()),
-    pa.field("epochs", pa.int64()), pa.field("finetune_seconds", pa.float64()),
-    pa.field("device", pa.string()), *PROVENANCE,
-], metadata={"keys": "variant seed site group trial"})
+ROTATION = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("seed", pa.int64()),
+        pa.field("site", pa.string()),
+        pa.field("inside_residual", pa.bool_()),
+        pa.field("group", pa.string()),
+        pa.field("trial", pa.int64()),
+        pa.field("acc_before", pa.float64()),
+        pa.field("acc_transformed", pa.float64()),
+        pa.field("acc_finetuned", pa.float64()),
+        pa.field("penalty", pa.float64()),
+        pa.field("epochs", pa.int64()),
+        pa.field("finetune_seconds", pa.float64()),
+        pa.field("device", pa.string()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant seed site group trial"},
+)
 
-STITCHING = pa.schema([
-    pa.field("variant", pa.string()), pa.field("pair", pa.int64()), pa.field("seed_a", pa.int64()),
-    pa.field("seed_b", pa.int64()), pa.field("site", pa.string()),
-    pa.field("inside_residual", pa.bool_()), pa.field("method", pa.string()),
-    # the method's parameter: rank r, the L1 strength, the G_ReLU layer's alpha (grelu_cv: chosen)
-    pa.field("rank", pa.int64()), pa.field("l1_lambda", pa.float64()), pa.field("alpha", pa.float64()),
-    pa.field("acc_a", pa.float64()), pa.field("acc_b", pa.float64()),
-    pa.field("acc_stitched", pa.float64()), pa.field("penalty", pa.float64()),
-    # the penalty of the layer before training (its start: matched under init: match; rounded)
-    pa.field("penalty_start", pa.float64()),
-    pa.field("stitch_params", pa.int64()),  # dimension of the layer's parameter manifold
-    pa.field("trainable_params", pa.int64()), pa.field("channels", pa.int64()),
-    pa.field("epochs", pa.int64()),
-    pa.field("train_seconds", pa.float64()),  # grelu_cv: all its runs, one per alpha
-    pa.field("sparsity", pa.float64()),  # fraction of the final C x C matrix's |W_ij| <= 1e-3
-    # G_ReLU layers only: the rounded layer (perm[i] = input channel feeding output channel i, and
-    # the scales) and the fraction of P's mass off that permutation before rounding.
-    pa.field("permutation", pa.list_(pa.int64())), pa.field("scales", pa.list_(pa.float64())),
-    pa.field("off_permutation_mass", pa.float64()),
-    pa.field("off_permutation_mass_by_epoch", pa.list_(pa.float64())),  # after each epoch of training
-    # grelu_cv only: the alpha grid, each alpha's held-out accuracy, the alpha chosen
-    pa.field("cv_alphas", pa.list_(pa.float64())), pa.field("cv_accuracies", pa.list_(pa.float64())),
-    pa.field("alpha_selected", pa.float64()),
-    pa.field("device", pa.string()), *PROVENANCE,
-], metadata={"keys": "variant pair site method"})
+STITCHING = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("pair", pa.int64()),
+        pa.field("seed_a", pa.int64()),
+        pa.field("seed_b", pa.int64()),
+        pa.field("site", pa.string()),
+        pa.field("inside_residual", pa.bool_()),
+        pa.field("method", pa.string()),
+        # the method's parameter: rank r, the L1 strength, the G_ReLU layer's alpha (grelu_cv: chosen)
+        pa.field("rank", pa.int64()),
+        pa.field("l1_lambda", pa.float64()),
+        pa.field("alpha", pa.float64()),
+        pa.field("acc_a", pa.float64()),
+        pa.field("acc_b", pa.float64()),
+        pa.field("acc_stitched", pa.float64()),
+        pa.field("penalty", pa.float64()),
+        # the penalty of the layer before training (its start: matched under init: match; rounded)
+        pa.field("penalty_start", pa.float64()),
+        pa.field("stitch_params", pa.int64()),  # dimension of the layer's parameter manifold
+        pa.field("trainable_params", pa.int64()),
+        pa.field("channels", pa.int64()),
+        pa.field("epochs", pa.int64()),
+        pa.field("train_seconds", pa.float64()),  # grelu_cv: all its runs, one per alpha
+        pa.field("sparsity", pa.float64()),  # fraction of the final C x C matrix's |W_ij| <= 1e-3
+        # G_ReLU layers only: the rounded layer (perm[i] = input channel feeding output channel i, and
+        # the scales) and the fraction of P's mass off that permutation before rounding.
+        pa.field("permutation", pa.list_(pa.int64())),
+        pa.field("scales", pa.list_(pa.float64())),
+        pa.field("off_permutation_mass", pa.float64()),
+        pa.field("off_permutation_mass_by_epoch", pa.list_(pa.float64())),  # after each epoch of training
+        # grelu_cv only: the alpha grid, each alpha's held-out accuracy, the alpha chosen
+        pa.field("cv_alphas", pa.list_(pa.float64())),
+        pa.field("cv_accuracies", pa.list_(pa.float64())),
+        pa.field("alpha_selected", pa.float64()),
+        pa.field("device", pa.string()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant pair site method"},
+)
 
-SIMILARITY = pa.schema([
-    pa.field("variant", pa.string()), pa.field("pair", pa.int64()), pa.field("seed_a", pa.int64()),
-    pa.field("seed_b", pa.int64()), pa.field("site_a", pa.string()), pa.field("site_b", pa.string()),
-    pa.field("measure", pa.string()), pa.field("value", pa.float64()),
-    pa.field("n_samples", pa.int64()), *PROVENANCE,
-], metadata={"keys": "variant pair site_a site_b measure"})
+SIMILARITY = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("pair", pa.int64()),
+        pa.field("seed_a", pa.int64()),
+        pa.field("seed_b", pa.int64()),
+        pa.field("site_a", pa.string()),
+        pa.field("site_b", pa.string()),
+        pa.field("measure", pa.string()),
+        pa.field("value", pa.float64()),
+        pa.field("n_samples", pa.int64()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant pair site_a site_b measure"},
+)
 
-DISSECTION = pa.schema([
-    pa.field("variant", pa.string()), pa.field("seed", pa.int64()), pa.field("site", pa.string()),
-    pa.field("inside_residual", pa.bool_()), pa.field("alpha", pa.float64()),
-    pa.field("rotation_seed", pa.int64()),  # the k-th Haar draw of Q (alpha 0: the identity)
-    pa.field("n_units", pa.int64()), pa.field("n_interpretable", pa.int64()),
-    pa.field("fraction_interpretable", pa.float64()), pa.field("n_unique_concepts", pa.int64()),
-    pa.field("n_images", pa.int64()), pa.field("probe", pa.string()),
-    pa.field("quantile", pa.float64()), pa.field("iou_threshold", pa.float64()), *PROVENANCE,
-], metadata={"keys": "variant seed site alpha rotation_seed"})
+DISSECTION = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("seed", pa.int64()),
+        pa.field("site", pa.string()),
+        pa.field("inside_residual", pa.bool_()),
+        pa.field("alpha", pa.float64()),
+        pa.field("rotation_seed", pa.int64()),  # the k-th Haar draw of Q (alpha 0: the identity)
+        pa.field("n_units", pa.int64()),
+        pa.field("n_interpretable", pa.int64()),
+        pa.field("fraction_interpretable", pa.float64()),
+        pa.field("n_unique_concepts", pa.int64()),
+        pa.field("n_images", pa.int64()),
+        pa.field("probe", pa.string()),
+        pa.field("quantile", pa.float64()),
+        pa.field("iou_threshold", pa.float64()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant seed site alpha rotation_seed"},
+)
 
-DISSECTION_UNITS = pa.schema([
-    pa.field("variant", pa.string()), pa.field("seed", pa.int64()), pa.field("site", pa.string()),
-    pa.field("alpha", pa.float64()), pa.field("rotation_seed", pa.int64()),
-    pa.field("unit", pa.int64()), pa.field("concept", pa.string()), pa.field("category", pa.string()),
-    pa.field("iou", pa.float64()), pa.field("threshold", pa.float64()), pa.field("detector", pa.bool_()),
-], metadata={"keys": "variant seed site alpha rotation_seed unit"})
+DISSECTION_UNITS = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("seed", pa.int64()),
+        pa.field("site", pa.string()),
+        pa.field("alpha", pa.float64()),
+        pa.field("rotation_seed", pa.int64()),
+        pa.field("unit", pa.int64()),
+        pa.field("concept", pa.string()),
+        pa.field("category", pa.string()),
+        pa.field("iou", pa.float64()),
+        pa.field("threshold", pa.float64()),
+        pa.field("detector", pa.bool_()),
+    ],
+    metadata={"keys": "variant seed site alpha rotation_seed unit"},
+)
 
-SYMMETRY = pa.schema([
-    pa.field("variant", pa.string()), pa.field("seed", pa.int64()), pa.field("site", pa.string()),
-    pa.field("inside_residual", pa.bool_()), pa.field("group", pa.string()),
-    pa.field("max_abs_logit_change", pa.float64()), pa.field("relative_change", pa.float64()),
-    pa.field("representation_error", pa.float64()), pa.field("n_images", pa.int64()),
-    pa.field("dtype", pa.string()), *PROVENANCE,
-], metadata={"keys": "variant seed site group"})
+SYMMETRY = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("seed", pa.int64()),
+        pa.field("site", pa.string()),
+        pa.field("inside_residual", pa.bool_()),
+        pa.field("group", pa.string()),
+        pa.field("max_abs_logit_change", pa.float64()),
+        pa.field("relative_change", pa.float64()),
+        pa.field("representation_error", pa.float64()),
+        pa.field("n_images", pa.int64()),
+        pa.field("dtype", pa.string()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant seed site group"},
+)
 
 
 def to_table(df: pd.DataFrame, schema: pa.Schema) -> pa.Table:
@@ -108,8 +192,9 @@ def to_table(df: pd.DataFrame, schema: pa.Schema) -> pa.Table:
     missing = [name for name in schema.names if name not in df.columns]
     extra = [name for name in df.columns if name not in schema.names]
     if missing or extra:
-        raise ValueError(f"table does not match its schema: missing columns {missing}, "
-                         f"unexpected columns {extra}")
+        raise ValueError(
+            f"table does not match its schema: missing columns {missing}, unexpected columns {extra}"
+        )
     return pa.Table.from_pandas(df[schema.names], schema=schema, preserve_index=False)
 
 
@@ -134,15 +219,21 @@ def _file_schema(path: str | Path) -> pa.Schema:
     try:
         return pq.read_schema(path)
     except (OSError, pa.ArrowException) as err:
-        raise ValueError(f"{path}: not a readable Parquet file ({err}); delete it and rerun its "
-                         "job (Snakemake reruns a missing output)") from None
+        raise ValueError(
+            f"{path}: not a readable Parquet file ({err}); delete it and rerun its "
+            "job (Snakemake reruns a missing output)"
+        ) from None
 
 
 def _compatible(found: pa.DataType, expected: pa.DataType) -> bool:
     """Whether a column of type ``found`` reads as ``expected`` without losing its meaning."""
     if found.equals(expected) or pa.types.is_null(found):
         return True
-    for kind in (pa.types.is_string, pa.types.is_large_string), (pa.types.is_integer,), (pa.types.is_floating,):
+    for kind in (
+        (pa.types.is_string, pa.types.is_large_string),
+        (pa.types.is_integer,),
+        (pa.types.is_floating,),
+    ):
         if any(test(found) for test in kind) and any(test(expected) for test in kind):
             return True
     if pa.types.is_list(expected) and (pa.types.is_list(found) or pa.types.is_large_list(found)):
@@ -154,13 +245,17 @@ def check_columns(path: str | Path, schema: pa.Schema) -> None:
     """``path``'s columns and types are ``schema``'s; else an error naming the file and the columns."""
     found = _file_schema(path)
     missing = [name for name in schema.names if name not in found.names]
-    mistyped = [f"{name} ({found.field(name).type}, expected {schema.field(name).type})"
-                for name in schema.names
-                if name in found.names and not _compatible(found.field(name).type, schema.field(name).type)]
+    mistyped = [
+        f"{name} ({found.field(name).type}, expected {schema.field(name).type})"
+        for name in schema.names
+        if name in found.names and not _compatible(found.field(name).type, schema.field(name).type)
+    ]
     if missing or mistyped:
-        raise ValueError(f"{path}: does not have the table's columns (missing {missing}, mistyped "
-                         f"{mistyped}); it was written by another stage or an older version: delete "
-                         "it and rerun its job")
+        raise ValueError(
+            f"{path}: does not have the table's columns (missing {missing}, mistyped "
+            f"{mistyped}); it was written by another stage or an older version: delete "
+            "it and rerun its job"
+        )
 
 
 def read_parquet(paths, schema: pa.Schema | None = None) -> pd.DataFrame:
@@ -169,8 +264,10 @@ def read_parquet(paths, schema: pa.Schema | None = None) -> pd.DataFrame:
     paths = [str(path) for path in paths]
     repeated = sorted({path for path in paths if paths.count(path) > 1})
     if repeated:
-        raise ValueError(f"{repeated[0]} is given more than once; give each file once (a repeated "
-                         "file would count its rows as independent evidence)")
+        raise ValueError(
+            f"{repeated[0]} is given more than once; give each file once (a repeated "
+            "file would count its rows as independent evidence)"
+        )
     for path in paths:
         _file_schema(path) if schema is None else check_columns(path, schema)
     if schema is None:
@@ -182,6 +279,8 @@ def read_parquet(paths, schema: pa.Schema | None = None) -> pd.DataFrame:
         twice = df[df.duplicated(keys(schema), keep=False)]
         if len(twice):
             row = twice.iloc[0][keys(schema)].to_dict()
-            raise ValueError(f"two rows for the same key {row} in {len(paths)} file(s); each key once "
-                             "(the same job's output given twice, or two jobs writing one key)")
+            raise ValueError(
+                f"two rows for the same key {row} in {len(paths)} file(s); each key once "
+                "(the same job's output given twice, or two jobs writing one key)"
+            )
     return df

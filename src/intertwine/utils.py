@@ -1,4 +1,5 @@
 """Small shared helpers: seeds derived from keys, config hashes, atomic writes, devices."""
+
 from __future__ import annotations
 
 import contextlib
@@ -64,7 +65,9 @@ def cuda_problem(name: str) -> str | None:
     import torch
 
     if not torch.cuda.is_available():
-        build = "a CPU-only torch build" if torch.version.cuda is None else f"torch for CUDA {torch.version.cuda}"
+        build = (
+            "a CPU-only torch build" if torch.version.cuda is None else f"torch for CUDA {torch.version.cuda}"
+        )
         return f"no CUDA GPU is visible here ({build})"
     index = int(name.partition(":")[2] or 0)
     if index >= torch.cuda.device_count():
@@ -85,6 +88,8 @@ def resolve_device(name: str = "auto") -> "torch.device":
         raise ValueError(f"device {name!r}: expected auto, cpu, cuda or cuda:<n>")
     problem = name.startswith("cuda") and cuda_problem(name)
     if problem:
-        raise ValueError(f"device: {name!r} was requested but {problem}; set device: auto (CUDA when "
-                         "present, else the CPU) or cpu in the config")
+        raise ValueError(
+            f"device: {name!r} was requested but {problem}; set device: auto (CUDA when "
+            "present, else the CPU) or cpu in the config"
+        )
     return torch.device(name)

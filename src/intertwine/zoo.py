@@ -1,5 +1,6 @@
 """The model zoo: save and load checkpoints, and the zoo table. (A member trains in
 ``intertwine.jobs.zoo.train_member``.)"""
+
 from __future__ import annotations
 
 import pickle
@@ -16,8 +17,10 @@ CHECKPOINT_FORMAT = "intertwine-checkpoint/1"
 
 def refuse_overwrite(path: str | Path) -> None:
     if Path(path).exists():
-        raise FileExistsError(f"{path} exists; a trained checkpoint is never overwritten. "
-                              "Delete it (chmod u+w first: the workflow write-protects it) to retrain.")
+        raise FileExistsError(
+            f"{path} exists; a trained checkpoint is never overwritten. "
+            "Delete it (chmod u+w first: the workflow write-protects it) to retrain."
+        )
 
 
 def save_checkpoint(checkpoint: dict, path: str | Path) -> None:
@@ -36,8 +39,10 @@ class CheckpointError(ValueError):
 
 
 def _recover(path: str | Path) -> str:
-    return (f"Delete it (rm -f {path}: the workflow write-protects checkpoints) and rerun its job: snakemake "
-            "retrains that member (train_member), and every job that read it reruns after")
+    return (
+        f"Delete it (rm -f {path}: the workflow write-protects checkpoints) and rerun its job: snakemake "
+        "retrains that member (train_member), and every job that read it reruns after"
+    )
 
 
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
@@ -51,20 +56,28 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # noqa: BLE001 - torch raises OSError, RuntimeError, EOFError, KeyError, ...
         if isinstance(err, pickle.UnpicklingError) and "weights_only" in str(err):
-            what = ("it holds Python objects that are neither tensors nor plain data, which a checkpoint "
-                    "never does, so it is not loaded")
+            what = (
+                "it holds Python objects that are neither tensors nor plain data, which a checkpoint "
+                "never does, so it is not loaded"
+            )
         else:
-            what = (f"it is truncated or damaged ({type(err).__name__}: "
-                    f"{(str(err).splitlines() or [''])[0][:120]})")
-        raise CheckpointError(f"{path} is not a readable intertwine checkpoint: {what}. "
-                              f"{_recover(path)}") from None
+            what = (
+                f"it is truncated or damaged ({type(err).__name__}: "
+                f"{(str(err).splitlines() or [''])[0][:120]})"
+            )
+        raise CheckpointError(
+            f"{path} is not a readable intertwine checkpoint: {what}. {_recover(path)}"
+        ) from None
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{path} is not an intertwine checkpoint ({CHECKPOINT_FORMAT}: a dict with "
-                              f"format {CHECKPOINT_FORMAT!r}). {_recover(path)}")
+        raise CheckpointError(
+            f"{path} is not an intertwine checkpoint ({CHECKPOINT_FORMAT}: a dict with "
+            f"format {CHECKPOINT_FORMAT!r}). {_recover(path)}"
+        )
     missing = [key for key in CHECKPOINT_KEYS if key not in checkpoint]
     if missing or not isinstance(checkpoint["state_dict"], dict):
-        raise CheckpointError(f"{path} is an incomplete checkpoint (it lacks {missing or ['a state_dict']}). "
-                              f"{_recover(path)}")
+        raise CheckpointError(
+            f"{path} is an incomplete checkpoint (it lacks {missing or ['a state_dict']}). {_recover(path)}"
+        )
     return checkpoint
 
 
@@ -75,9 +88,11 @@ def load_weights(model: torch.nn.Module, path: str | Path, spec: dict | None = N
         model.load_state_dict(checkpoint["state_dict"])
     except RuntimeError as err:
         wanted = spec or type(model).__name__
-        raise ValueError(f"{path} holds a {checkpoint['spec']} (variant {checkpoint['variant']!r}) "
-                         f"but it is being loaded into a {wanted}: the architectures differ "
-                         f"({str(err).splitlines()[0]})") from err
+        raise ValueError(
+            f"{path} holds a {checkpoint['spec']} (variant {checkpoint['variant']!r}) "
+            f"but it is being loaded into a {wanted}: the architectures differ "
+            f"({str(err).splitlines()[0]})"
+        ) from err
     return checkpoint
 
 
@@ -95,8 +110,10 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[to
         model = models.build(checkpoint["spec"]).to(device)
         model.load_state_dict(checkpoint.pop("state_dict"))
     except (TypeError, ValueError, RuntimeError) as err:  # a spec or weights that do not fit
-        raise CheckpointError(f"{path} holds weights that do not fit its own spec {checkpoint['spec']} "
-                              f"({(str(err).splitlines() or [''])[0][:200]}). {_recover(path)}") from None
+        raise CheckpointError(
+            f"{path} holds weights that do not fit its own spec {checkpoint['spec']} "
+            f"({(str(err).splitlines() or [''])[0][:200]}). {_recover(path)}"
+        ) from None
     return model.eval(), checkpoint
 
 

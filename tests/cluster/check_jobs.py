@@ -104,20 +104,23 @@ def read_records(path):
 
 def gpu_request(fields):
     """The GPU part of a SLURM job's request, '' when there is none."""
-    return ",".join(
-        f"{k}={v}" for k, v in fields.items() if GPU_REQUEST.match(k) and "gpu" in v
-    )
+    return ",".join(f"{k}={v}" for k, v in fields.items() if GPU_REQUEST.match(k) and "gpu" in v)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--snakemake-log", required=True)
-    ap.add_argument("--jobcomp", required=True,
-                    help="job completion records (JobCompType=jobcomp/filetxt, JobCompLoc)")
-    ap.add_argument("--job-starts", required=True,
-                    help="scontrol show job --oneliner of each job as it started")
-    ap.add_argument("--gpu-rule", default="train_member",
-                    help="a rule that must have run with a GPU request ('' for none)")
+    ap.add_argument(
+        "--jobcomp", required=True, help="job completion records (JobCompType=jobcomp/filetxt, JobCompLoc)"
+    )
+    ap.add_argument(
+        "--job-starts", required=True, help="scontrol show job --oneliner of each job as it started"
+    )
+    ap.add_argument(
+        "--gpu-rule",
+        default="train_member",
+        help="a rule that must have run with a GPU request ('' for none)",
+    )
     args = ap.parse_args()
 
     with open(args.snakemake_log) as fh:
@@ -159,7 +162,9 @@ def main():
             errors.append(f"{what}: SLURM job {sid} has comment {comment!r}, expected rule_{rule}...")
         expected, got = wants_gpu(job["resources"]), gpu_request(start)
         if expected and not got:
-            errors.append(f"{what}: asks for a GPU ({job['resources']}) but SLURM job {sid} has no GPU request")
+            errors.append(
+                f"{what}: asks for a GPU ({job['resources']}) but SLURM job {sid} has no GPU request"
+            )
         if got and not expected:
             errors.append(f"{what}: CPU-only rule, but SLURM job {sid} requested {got}")
         if expected and got:

@@ -52,7 +52,6 @@ def check_device():
         )
 
 
-
 # Rules call the `intertwine` command of the environment that runs Snakemake, also when that
 # environment is not activated (`.venv/bin/snakemake ...`): then its bin directory goes first on
 # every job's PATH.
@@ -82,9 +81,18 @@ STAGE_CODE = {
     "symmetry": ["symmetry.py", "groups.py", "jobs/__init__.py", "jobs/symmetry.py"],
     "stitching": ["stitching.py", "groups.py", "jobs/__init__.py", "jobs/stitching.py"],
     "similarity": ["similarity.py", "jobs/__init__.py", "jobs/similarity.py"],
-    "dissection": ["dissection.py", "data/concepts.py", "data/broden.py", "data/cifar10.py", "data/shapes.py",
-                   "models/__init__.py", "models/imagenet.py", "groups.py", "jobs/__init__.py",
-                   "jobs/dissection.py"],
+    "dissection": [
+        "dissection.py",
+        "data/concepts.py",
+        "data/broden.py",
+        "data/cifar10.py",
+        "data/shapes.py",
+        "models/__init__.py",
+        "models/imagenet.py",
+        "groups.py",
+        "jobs/__init__.py",
+        "jobs/dissection.py",
+    ],
     "tables": ["tables.py"],
     "figures": ["figures.py", "paper.py"],
 }

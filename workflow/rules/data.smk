@@ -1,16 +1,16 @@
 rule prepare_data:
     output:
         DATA_FILES,
+    log:
+        f"results/logs/data/{DATASET}.log",
+    benchmark:
+        f"results/benchmarks/data/{DATASET}.tsv"
+    conda:
+        CONDA_ENV
     params:
         block=as_json(config["data"]),
         seed=config["seed"],
         code=code_hash("data"),
         out=lambda wildcards, output: os.path.dirname(output[0]),
-    conda:
-        CONDA_ENV
-    log:
-        f"results/logs/data/{DATASET}.log",
-    benchmark:
-        f"results/benchmarks/data/{DATASET}.tsv"
     shell:
         "intertwine prepare-data --config {params.block:q} --global-seed {params.seed} --out {params.out} > {log} 2>&1"

@@ -5,6 +5,15 @@ rule dissect_member:
     output:
         summary="results/dissection/{variant}/seed{seed}.parquet",
         units="results/dissection/{variant}/seed{seed}.units.parquet",
+    log:
+        "results/logs/dissection/{variant}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/dissection/{variant}/seed{seed}.tsv"
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        gpu=1,
     params:
         block=as_json(PLAN.dissection_block()),
         sites=lambda wc: as_json(PLAN.dissection_sites(wc.variant)),
@@ -12,15 +21,6 @@ rule dissect_member:
         device=config["device"],
         code=code_hash("dissection"),
         data=data_dir,
-    threads: THREADS
-    resources:
-        gpu=1,
-    conda:
-        CONDA_ENV
-    log:
-        "results/logs/dissection/{variant}/seed{seed}.log",
-    benchmark:
-        "results/benchmarks/dissection/{variant}/seed{seed}.tsv"
     shell:
         "intertwine dissect-member --checkpoint {input.checkpoint} --data {params.data} --sites {params.sites:q}"
         " --config {params.block:q} --global-seed {params.seed} --device {params.device}"
@@ -33,6 +33,13 @@ rule dissect_external:
     output:
         summary="results/dissection/external/{name}.parquet",
         units="results/dissection/external/{name}.units.parquet",
+    log:
+        "results/logs/dissection/external/{name}.log",
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        gpu=1,
     params:
         block=as_json(PLAN.dissection_block()),
         arch=lambda wc: config["dissection"]["external"][wc.name]["arch"],
@@ -40,13 +47,6 @@ rule dissect_external:
         seed=config["seed"],
         device=config["device"],
         code=code_hash("dissection"),
-    threads: THREADS
-    resources:
-        gpu=1,
-    conda:
-        CONDA_ENV
-    log:
-        "results/logs/dissection/external/{name}.log",
     shell:
         "intertwine dissect-external --name {wildcards.name} --arch {params.arch} --weights {input.weights}"
         " --sites {params.sites:q} --config {params.block:q} --global-seed {params.seed}"
@@ -61,12 +61,12 @@ rule dissection_table:
     output:
         table="results/tables/dissection.parquet",
         units="results/tables/dissection_units.parquet",
-    params:
-        code=code_hash("tables"),
-    conda:
-        CONDA_ENV
     log:
         "results/logs/tables/dissection.log",
+    conda:
+        CONDA_ENV
+    params:
+        code=code_hash("tables"),
     shell:
         "(intertwine table {input.summaries} --schema dissection --out {output.table}"
         " && intertwine table {input.units} --schema dissection_units --out {output.units}) > {log} 2>&1"

@@ -13,15 +13,15 @@ rule zoo_figure:
             caption="../report/zoo_summary.rst",
             category="Model zoo",
         ),
+    log:
+        "results/logs/figures/zoo_accuracy.log",
+    conda:
+        CONDA_ENV
     params:
         figures=as_json(config["figures"]),
         variants=as_json(config["zoo"]["variants"]),
         dataset=DATASET,
         code=code_hash("figures"),
-    conda:
-        CONDA_ENV
-    log:
-        "results/logs/figures/zoo_accuracy.log",
     shell:
         "intertwine zoo-figure --zoo {input} --variants {params.variants:q} --dataset {params.dataset}"
         " --figures {params.figures:q} --out {output.png} --other-formats {output.other_formats}"
@@ -38,13 +38,13 @@ rule rotation_figure:
             category="Rotation penalty",
         ),
         other_formats=PLAN.extra_formats("results/figures/rotation_penalty"),
+    log:
+        "results/logs/figures/rotation_penalty.log",
+    conda:
+        CONDA_ENV
     params:
         figures=as_json(config["figures"]),
         code=code_hash("figures"),
-    conda:
-        CONDA_ENV
-    log:
-        "results/logs/figures/rotation_penalty.log",
     shell:
         "intertwine rotation-figure --table {input} --figures {params.figures:q}"
         " --out {output.png} --other-formats {output.other_formats} > {log} 2>&1"
@@ -77,13 +77,13 @@ rule stitching_figure:
         other_formats=PLAN.extra_formats("results/figures/stitching_penalty")
         + PLAN.extra_formats("results/figures/stitching_dimension")
         + PLAN.extra_formats("results/figures/stitching_convergence"),
+    log:
+        "results/logs/figures/stitching.log",
+    conda:
+        CONDA_ENV
     params:
         figures=as_json(config["figures"]),
         code=code_hash("figures"),
-    conda:
-        CONDA_ENV
-    log:
-        "results/logs/figures/stitching.log",
     shell:
         "intertwine stitching-figure --table {input} --figures {params.figures:q}"
         " --penalty {output.penalty} --dimension {output.dimension} --convergence {output.convergence}"
@@ -105,17 +105,21 @@ rule similarity_figure:
             category="Similarity",
         ),
         other_formats=[other for png in PLAN.similarity_figures for other in PLAN.extra_formats(png[:-4])],
+    log:
+        "results/logs/figures/similarity.log",
+    conda:
+        CONDA_ENV
     params:
         figures=as_json(config["figures"]),
         variants=as_json(config["zoo"]["variants"]),
         dataset=DATASET,
-        procrustes=" --procrustes results/figures/similarity_procrustes.png" if config["similarity"]["procrustes_pairs"] else "",
+        procrustes=(
+            " --procrustes results/figures/similarity_procrustes.png"
+            if config["similarity"]["procrustes_pairs"]
+            else ""
+        ),
         cka=" --cka results/figures/similarity_cka.png" if config["similarity"]["cka_pairs"] else "",
         code=code_hash("figures"),
-    conda:
-        CONDA_ENV
-    log:
-        "results/logs/figures/similarity.log",
     shell:
         "intertwine similarity-figure --table {input} --dataset {params.dataset} --variants {params.variants:q}"
         " --figures {params.figures:q}{params.procrustes}{params.cka} --summary {output.summary}"
@@ -137,14 +141,14 @@ rule dissection_figure:
             category="Dissection",
         ),
         other_formats=[other for png in PLAN.DISSECTION_FIGURES for other in PLAN.extra_formats(png[:-4])],
+    log:
+        "results/logs/figures/dissection.log",
+    conda:
+        CONDA_ENV
     params:
         figures=as_json(config["figures"]),
         category_sites=as_json(PLAN.category_sites),
         code=code_hash("figures"),
-    conda:
-        CONDA_ENV
-    log:
-        "results/logs/figures/dissection.log",
     shell:
         "intertwine dissection-figure --table {input.table} --units {input.units}"
         " --category-sites {params.category_sites:q} --figures {params.figures:q}"
@@ -168,6 +172,11 @@ rule dissection_masks:
             subcategory="{variant}",
         ),
         other_formats=PLAN.extra_formats("results/figures/dissection_masks_{variant}"),
+    log:
+        "results/logs/figures/dissection_masks_{variant}.log",
+    conda:
+        CONDA_ENV
+    threads: THREADS
     params:
         block=as_json(PLAN.dissection_block("masks")),
         site=lambda wc: PLAN.mask_site(wc.variant),
@@ -176,11 +185,6 @@ rule dissection_masks:
         device=config["device"],
         code=[code_hash("dissection"), code_hash("figures")],
         data=data_dir,
-    threads: THREADS
-    conda:
-        CONDA_ENV
-    log:
-        "results/logs/figures/dissection_masks_{variant}.log",
     shell:
         "intertwine dissection-masks --checkpoint {input.checkpoint} --data {params.data} --site {params.site}"
         " --units {input.units} --config {params.block:q} --figures {params.figures:q} --global-seed {params.seed}"
@@ -202,6 +206,10 @@ rule stitching_studies_figure:
             for csv in PLAN.study_tables
         ],
         other_formats=[other for png in PLAN.study_figures.values() for other in PLAN.extra_formats(png[:-4])],
+    log:
+        "results/logs/figures/stitching_studies.log",
+    conda:
+        CONDA_ENV
     params:
         figures=as_json(config["figures"]),
         paths=" ".join(f"--{flag} {png}" for flag, png in PLAN.study_figures.items())
@@ -209,10 +217,6 @@ rule stitching_studies_figure:
         slopes=as_json(PLAN.leaky_slopes),
         transformers=as_json(PLAN.transformers),
         code=code_hash("figures"),
-    conda:
-        CONDA_ENV
-    log:
-        "results/logs/figures/stitching_studies.log",
     shell:
         "intertwine stitching-studies --table {input.table} --zoo {input.zoo} --slopes {params.slopes:q}"
         " --transformers {params.transformers:q} --figures {params.figures:q} {params.paths}"

@@ -4,6 +4,16 @@ rule rotation_trial:
         checkpoint="results/zoo/{variant}/seed{seed}.pt",
     output:
         "results/rotation/{variant}/seed{seed}/{site}/{group}/trial{trial}.parquet",
+    log:
+        "results/logs/rotation/{variant}/seed{seed}/{site}/{group}/trial{trial}.log",
+    benchmark:
+        "results/benchmarks/rotation/{variant}/seed{seed}/{site}/{group}/trial{trial}.tsv"
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        gpu=1,
+        eval_batch_size=PLAN.train_run()["eval_batch_size"],  # not a params: see zoo.smk
     params:
         block=as_json(PLAN.rotation_block),
         training=as_json(PLAN.train_block()),
@@ -11,16 +21,6 @@ rule rotation_trial:
         device=config["device"],
         code=code_hash("rotation"),
         data=data_dir,
-    threads: THREADS
-    resources:
-        gpu=1,
-        eval_batch_size=PLAN.train_run()["eval_batch_size"],  # not a params: see zoo.smk
-    conda:
-        CONDA_ENV
-    log:
-        "results/logs/rotation/{variant}/seed{seed}/{site}/{group}/trial{trial}.log",
-    benchmark:
-        "results/benchmarks/rotation/{variant}/seed{seed}/{site}/{group}/trial{trial}.tsv"
     shell:
         "intertwine rotation-trial --checkpoint {input.checkpoint} --data {params.data} --site {wildcards.site}"
         " --group {wildcards.group} --trial {wildcards.trial} --config {params.block:q}"
@@ -34,11 +34,11 @@ rule rotation_table:
         PLAN.rotation_trials,
     output:
         "results/tables/rotation.parquet",
-    params:
-        code=code_hash("tables"),
-    conda:
-        CONDA_ENV
     log:
         "results/logs/tables/rotation.log",
+    conda:
+        CONDA_ENV
+    params:
+        code=code_hash("tables"),
     shell:
         "intertwine table {input} --schema rotation --out {output} > {log} 2>&1"

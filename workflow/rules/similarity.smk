@@ -5,6 +5,15 @@ rule similarity_pair:
         b=member(PLAN.similarity_pairs, "b"),
     output:
         "results/similarity/{variant}/pair{pair}.parquet",
+    log:
+        "results/logs/similarity/{variant}/pair{pair}.log",
+    benchmark:
+        "results/benchmarks/similarity/{variant}/pair{pair}.tsv"
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        gpu=1,
     params:
         block=as_json(PLAN.similarity_block),
         parts=lambda wc: PLAN.similarity_parts(int(wc.pair)),
@@ -12,15 +21,6 @@ rule similarity_pair:
         device=config["device"],
         code=code_hash("similarity"),
         data=data_dir,
-    threads: THREADS
-    resources:
-        gpu=1,
-    conda:
-        CONDA_ENV
-    log:
-        "results/logs/similarity/{variant}/pair{pair}.log",
-    benchmark:
-        "results/benchmarks/similarity/{variant}/pair{pair}.tsv"
     shell:
         "intertwine similarity-pair --a {input.a} --b {input.b} --data {params.data} --pair {wildcards.pair}"
         "{params.parts} --config {params.block:q} --global-seed {params.seed} --device {params.device}"
@@ -32,11 +32,11 @@ rule similarity_table:
         PLAN.similarity_jobs,
     output:
         "results/tables/similarity.parquet",
-    params:
-        code=code_hash("tables"),
-    conda:
-        CONDA_ENV
     log:
         "results/logs/tables/similarity.log",
+    conda:
+        CONDA_ENV
+    params:
+        code=code_hash("tables"),
     shell:
         "intertwine table {input} --schema similarity --out {output} > {log} 2>&1"

@@ -5,6 +5,15 @@ rule stitch_pair:
         b=member(PLAN.stitch_pairs, "b"),
     output:
         "results/stitching/{variant}/pair{pair}/{method}.parquet",
+    log:
+        "results/logs/stitching/{variant}/pair{pair}/{method}.log",
+    benchmark:
+        "results/benchmarks/stitching/{variant}/pair{pair}/{method}.tsv"
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        gpu=1,
     params:
         block=lambda wc: as_json(PLAN.stitch_block(wc.method)),
         sites=lambda wc: as_json(config["stitching"]["sites"].get(wc.variant)),
@@ -12,15 +21,6 @@ rule stitch_pair:
         device=config["device"],
         code=code_hash("stitching"),
         data=data_dir,
-    threads: THREADS
-    resources:
-        gpu=1,
-    conda:
-        CONDA_ENV
-    log:
-        "results/logs/stitching/{variant}/pair{pair}/{method}.log",
-    benchmark:
-        "results/benchmarks/stitching/{variant}/pair{pair}/{method}.tsv"
     shell:
         "intertwine stitch-pair --a {input.a} --b {input.b} --data {params.data} --method {wildcards.method}"
         " --pair {wildcards.pair} --sites {params.sites:q} --config {params.block:q}"
@@ -33,11 +33,11 @@ rule stitching_table:
         PLAN.stitch_jobs,
     output:
         "results/tables/stitching.parquet",
-    params:
-        code=code_hash("tables"),
-    conda:
-        CONDA_ENV
     log:
         "results/logs/tables/stitching.log",
+    conda:
+        CONDA_ENV
+    params:
+        code=code_hash("tables"),
     shell:
         "intertwine table {input} --schema stitching --out {output} > {log} 2>&1"

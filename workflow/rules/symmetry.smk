@@ -4,18 +4,18 @@ rule symmetry_check:
         checkpoint="results/zoo/{variant}/seed{seed}.pt",
     output:
         "results/symmetry/{variant}/seed{seed}.parquet",
+    log:
+        "results/logs/symmetry/{variant}/seed{seed}.log",
+    conda:
+        CONDA_ENV
+    resources:
+        gpu=1,
     params:
         block=as_json(PLAN.symmetry_block),
         seed=config["seed"],
         device=config["device"],
         code=code_hash("symmetry"),
         data=data_dir,
-    resources:
-        gpu=1,
-    conda:
-        CONDA_ENV
-    log:
-        "results/logs/symmetry/{variant}/seed{seed}.log",
     shell:
         "intertwine symmetry-check --checkpoint {input.checkpoint} --data {params.data}"
         " --config {params.block:q} --global-seed {params.seed} --device {params.device}"
@@ -32,11 +32,11 @@ rule symmetry_table:
             caption="../report/symmetry_summary.rst",
             category="Symmetry self-check",
         ),
-    params:
-        code=code_hash("tables"),
-    conda:
-        CONDA_ENV
     log:
         "results/logs/tables/symmetry.log",
+    conda:
+        CONDA_ENV
+    params:
+        code=code_hash("tables"),
     shell:
         "intertwine symmetry-table {input} --out {output.table} --summary {output.summary} > {log} 2>&1"

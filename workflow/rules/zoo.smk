@@ -4,6 +4,18 @@ rule train_member:
     output:
         checkpoint=protected("results/zoo/{variant}/seed{seed}.pt"),
         metrics="results/zoo/{variant}/seed{seed}.metrics.parquet",
+    log:
+        "results/logs/zoo/{variant}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/zoo/{variant}/seed{seed}.tsv"
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        gpu=1,
+        # Settings that cannot change a result (Plan.train_run): here, not in params, so that
+        # changing them reruns nothing.
+        eval_batch_size=lambda wc: PLAN.train_run(wc.variant)["eval_batch_size"],
     params:
         spec=lambda wc: as_json(config["zoo"]["variants"][wc.variant]),
         training=lambda wc: as_json(PLAN.train_block(wc.variant)),
@@ -11,18 +23,6 @@ rule train_member:
         device=config["device"],
         code=code_hash("zoo"),
         data=data_dir,
-    threads: THREADS
-    resources:
-        gpu=1,
-        # Settings that cannot change a result (Plan.train_run): here, not in params, so that
-        # changing them reruns nothing.
-        eval_batch_size=lambda wc: PLAN.train_run(wc.variant)["eval_batch_size"],
-    conda:
-        CONDA_ENV
-    log:
-        "results/logs/zoo/{variant}/seed{seed}.log",
-    benchmark:
-        "results/benchmarks/zoo/{variant}/seed{seed}.tsv"
     shell:
         "intertwine train-member --data {params.data} --variant {wildcards.variant} --seed {wildcards.seed}"
         " --spec {params.spec:q} --training {params.training:q} --global-seed {params.seed}"
@@ -37,11 +37,11 @@ rule zoo_table:
     output:
         zoo="results/tables/zoo.parquet",
         epochs="results/tables/zoo_epochs.parquet",
-    params:
-        code=code_hash("tables"),
-    conda:
-        CONDA_ENV
     log:
         "results/logs/tables/zoo.log",
+    conda:
+        CONDA_ENV
+    params:
+        code=code_hash("tables"),
     shell:
         "intertwine zoo-table {input} --out {output.zoo} --epochs-out {output.epochs} > {log} 2>&1"

@@ -4,6 +4,7 @@ The data stage writes ``DIR/{train,val,test}.npz`` and ``DIR/meta.json``; traini
 stage read that cache (``load_split``), never the raw files. ``val`` is a held-out part of the
 training set, drawn from the config's seed.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,8 +23,8 @@ DATASETS = ("shapes", "cifar10")
 
 @dataclass
 class Split:
-    images: torch.Tensor               # uint8 (N, 3, H, W)
-    labels: torch.Tensor               # int64 (N,)
+    images: torch.Tensor  # uint8 (N, 3, H, W)
+    labels: torch.Tensor  # int64 (N,)
     concepts: torch.Tensor | None = None  # uint8 (N, categories, H, W) label maps (shapes only)
 
     def __len__(self) -> int:
@@ -48,8 +49,10 @@ def build_dataset(block: dict, seed: int) -> tuple[dict[str, dict[str, np.ndarra
 
         options = dict(block["shapes"])
         sizes = {"train": options.pop("train_size"), "test": options.pop("test_size")}
-        raw = {split: generate_shapes(n, derive_seed(seed, "shapes", split), **options)
-               for split, n in sizes.items()}
+        raw = {
+            split: generate_shapes(n, derive_seed(seed, "shapes", split), **options)
+            for split, n in sizes.items()
+        }
         meta |= {"classes": list(CLASSES), "concepts": {k: list(v) for k, v in CONCEPTS.items()}}
     elif name == "cifar10":
         from intertwine.data.cifar10 import load_cifar10
@@ -61,7 +64,9 @@ def build_dataset(block: dict, seed: int) -> tuple[dict[str, dict[str, np.ndarra
         # similarity.samples, ...) is a uniform sample of it.
         raw = {}
         for split in ("train", "test"):
-            order = np.random.default_rng(derive_seed(seed, "cifar10", split)).permutation(len(loaded[split][1]))
+            order = np.random.default_rng(derive_seed(seed, "cifar10", split)).permutation(
+                len(loaded[split][1])
+            )
             raw[split] = {"images": loaded[split][0][order], "labels": loaded[split][1][order]}
         meta["classes"] = loaded["classes"]
     else:
@@ -84,12 +89,12 @@ def build_dataset(block: dict, seed: int) -> tuple[dict[str, dict[str, np.ndarra
 def _hold_out(arrays: dict[str, np.ndarray], val_size: int, seed: int):
     n = len(arrays["labels"])
     if not 0 < val_size < n:
-        raise ValueError(f"data.val_size: {val_size} must be between 1 and the training set "
-                         f"size minus one ({n - 1})")
+        raise ValueError(
+            f"data.val_size: {val_size} must be between 1 and the training set size minus one ({n - 1})"
+        )
     order = np.random.default_rng(derive_seed(seed, "data", "val")).permutation(n)
     train_idx, val_idx = np.sort(order[val_size:]), np.sort(order[:val_size])
-    return ({k: v[train_idx] for k, v in arrays.items()},
-            {k: v[val_idx] for k, v in arrays.items()})
+    return ({k: v[train_idx] for k, v in arrays.items()}, {k: v[val_idx] for k, v in arrays.items()})
 
 
 def write_dataset(out_dir: str | Path, splits: dict, meta: dict) -> None:
@@ -102,16 +107,20 @@ def write_dataset(out_dir: str | Path, splits: dict, meta: dict) -> None:
 
 
 def _damaged(path: Path, what: str) -> ValueError:
-    return ValueError(f"{path} is {what}: the data cache is damaged (e.g. a full disk or an interrupted "
-                      f"copy). Delete {path.parent} and rerun the data stage (snakemake reruns "
-                      "prepare_data and everything after it; the data are decoded again from the source)")
+    return ValueError(
+        f"{path} is {what}: the data cache is damaged (e.g. a full disk or an interrupted "
+        f"copy). Delete {path.parent} and rerun the data stage (snakemake reruns "
+        "prepare_data and everything after it; the data are decoded again from the source)"
+    )
 
 
 def load_meta(data_dir: str | Path) -> dict:
     path = Path(data_dir) / "meta.json"
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run the data stage first "
-                                f"(`intertwine prepare-data ... --out {data_dir}`, or snakemake)")
+        raise FileNotFoundError(
+            f"{path} is missing: run the data stage first "
+            f"(`intertwine prepare-data ... --out {data_dir}`, or snakemake)"
+        )
     try:
         meta = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -141,13 +150,23 @@ def load_split(data_dir: str | Path, split: str) -> Split:
             if missing:
                 raise _damaged(path, f"not a cached split (it lacks {missing})")
             concepts = arrays["concepts"] if "concepts" in arrays else None
-            split_ = Split(torch.from_numpy(arrays["images"]), torch.from_numpy(arrays["labels"]),
-                           None if concepts is None else torch.from_numpy(concepts))
+            split_ = Split(
+                torch.from_numpy(arrays["images"]),
+                torch.from_numpy(arrays["labels"]),
+                None if concepts is None else torch.from_numpy(concepts),
+            )
     except (OSError, EOFError, zipfile.BadZipFile, ValueError) as err:  # numpy's errors on a damaged file
         if str(err).startswith(str(path)):
             raise
         raise _damaged(path, f"unreadable ({type(err).__name__}: {err})") from None
-    if split_.images.dtype != torch.uint8 or split_.images.ndim != 4 or len(split_.images) != len(split_.labels):
-        raise _damaged(path, f"not a cached split (images {split_.images.dtype} {tuple(split_.images.shape)}, "
-                             f"{len(split_.labels)} labels)")
+    if (
+        split_.images.dtype != torch.uint8
+        or split_.images.ndim != 4
+        or len(split_.images) != len(split_.labels)
+    ):
+        raise _damaged(
+            path,
+            f"not a cached split (images {split_.images.dtype} {tuple(split_.images.shape)}, "
+            f"{len(split_.labels)} labels)",
+        )
     return split_

@@ -1,4 +1,5 @@
 """Batched input pipeline on the device: normalisation, translations and flips, no per-sample Python."""
+
 from __future__ import annotations
 
 import torch
@@ -8,13 +9,16 @@ def normalize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> to
     """uint8 (N, C, H, W) -> float, each channel standardised with the training set's statistics.
     Other dtypes are an error: float images in [0, 1] would silently be divided by 255 again."""
     if images.dtype != torch.uint8:
-        raise ValueError(f"normalize takes uint8 images (0..255), got {images.dtype}; pass images as the "
-                         "data cache holds them, or already-normalised inputs without mean and std")
+        raise ValueError(
+            f"normalize takes uint8 images (0..255), got {images.dtype}; pass images as the "
+            "data cache holds them, or already-normalised inputs without mean and std"
+        )
     return (images.float().div_(255.0) - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)
 
 
-def augment(x: torch.Tensor, generator: torch.Generator, translate: int = 2,
-            flip: bool = True) -> torch.Tensor:
+def augment(
+    x: torch.Tensor, generator: torch.Generator, translate: int = 2, flip: bool = True
+) -> torch.Tensor:
     """Random translations of up to ``translate`` pixels and random horizontal flips, per sample.
 
     ``x`` is a normalised batch, so zero padding is padding with the data set's mean RGB (as in

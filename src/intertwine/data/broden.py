@@ -39,6 +39,7 @@ Memory: the whole selection is decoded into memory at once (preallocated, no sec
 layer (L is the sum over the loaded columns of the longest cell, several parts and textures
 included); use ``split``, ``categories`` and ``max_images`` to take a part of it.
 """
+
 from __future__ import annotations
 
 import csv
@@ -61,10 +62,12 @@ class BrodenNotFoundError(FileNotFoundError):
 
 
 def _expected(root: Path) -> str:
-    return (f"expected the Broden layout as NetDissect distributes it (broden1_224 or broden1_227, "
-            f"fetched with NetDissect's script/dlbroden.sh) under {root}: index.csv, label.csv, "
-            f"category.csv, one c_<category>.csv per category, and the images/ directory with the "
-            f"images and segmentation PNGs that index.csv names")
+    return (
+        f"expected the Broden layout as NetDissect distributes it (broden1_224 or broden1_227, "
+        f"fetched with NetDissect's script/dlbroden.sh) under {root}: index.csv, label.csv, "
+        f"category.csv, one c_<category>.csv per category, and the images/ directory with the "
+        f"images and segmentation PNGs that index.csv names"
+    )
 
 
 def _read_csv(path: Path, root: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -79,14 +82,14 @@ def _read_csv(path: Path, root: Path) -> tuple[list[str], list[dict[str, str]]]:
 def _require(path: Path, columns: tuple[str, ...], fields: list[str]) -> None:
     missing = [c for c in columns if c not in fields]
     if missing:
-        raise ValueError(f"{path} lacks the column(s) {missing} (it has {fields}); is this a "
-                         f"Broden directory?")
+        raise ValueError(
+            f"{path} lacks the column(s) {missing} (it has {fields}); is this a Broden directory?"
+        )
 
 
 def _entries(cell: str | None) -> list[int | str]:
     """A cell's ``;``-separated entries: label numbers as ints, PNG paths as strings."""
-    return [int(e) if _NUMBER.fullmatch(e) else e
-            for e in (s.strip() for s in (cell or "").split(";")) if e]
+    return [int(e) if _NUMBER.fullmatch(e) else e for e in (s.strip() for s in (cell or "").split(";")) if e]
 
 
 def _read_labels(root: Path) -> tuple[list[str], list[list[str]]]:
@@ -120,8 +123,7 @@ def _read_labels(root: Path) -> tuple[list[str], list[list[str]]]:
     return names, categories
 
 
-def _primary_categories(root: Path, loaded: list[str], size: int,
-                        listed: list[list[str]]) -> list[str]:
+def _primary_categories(root: Path, loaded: list[str], size: int, listed: list[list[str]]) -> list[str]:
     """NetDissect's primary category of each label number 0..size-1 among ``loaded``."""
     coverage = np.zeros((len(loaded), size))
     present = np.zeros((len(loaded), size), dtype=bool)
@@ -153,9 +155,13 @@ def _decode_image(path: Path, root: Path) -> np.ndarray:
     return read_image(path, root)
 
 
-def load_broden(root: str | Path, *, max_images: int | None = None,
-                categories: list[str] | tuple[str, ...] | None = None,
-                split: str | None = None) -> ConceptData:
+def load_broden(
+    root: str | Path,
+    *,
+    max_images: int | None = None,
+    categories: list[str] | tuple[str, ...] | None = None,
+    split: str | None = None,
+) -> ConceptData:
     """Load (part of) a Broden directory into memory as a ``ConceptData``.
 
     ``split``: keep only the rows of ``index.csv`` whose split column is this (``"train"`` or
@@ -176,8 +182,9 @@ def load_broden(root: str | Path, *, max_images: int | None = None,
     if categories is not None:
         unknown = [c for c in categories if c not in columns]
         if unknown:
-            raise ValueError(f"categories {unknown} are not columns of {index_path} "
-                             f"(its categories: {columns})")
+            raise ValueError(
+                f"categories {unknown} are not columns of {index_path} (its categories: {columns})"
+            )
         columns = [c for c in columns if c in set(categories)]
     if not columns:
         raise ValueError(f"no category columns to load from {index_path}")
@@ -188,8 +195,9 @@ def load_broden(root: str | Path, *, max_images: int | None = None,
     order = [row["name"] for row in cat_rows]
     unlisted = [c for c in columns if c not in order]
     if unlisted:
-        raise ValueError(f"{index_path} has category columns {unlisted} that {cat_path} does not "
-                         f"list (it lists {order})")
+        raise ValueError(
+            f"{index_path} has category columns {unlisted} that {cat_path} does not list (it lists {order})"
+        )
     names, listed = _read_labels(root)
     primary = _primary_categories(root, [c for c in order if c in columns], len(names), listed)
 
@@ -208,9 +216,11 @@ def load_broden(root: str | Path, *, max_images: int | None = None,
             raise ValueError(f"max_images must be positive (or None for all), got {max_images}")
         parsed = parsed[:max_images]
     if not parsed:
-        raise ValueError(f"no rows of {index_path} are selected (split={split!r}, "
-                         f"categories={columns}, max_images={max_images}); rows without any "
-                         f"annotation in the loaded categories are skipped")
+        raise ValueError(
+            f"no rows of {index_path} are selected (split={split!r}, "
+            f"categories={columns}, max_images={max_images}); rows without any "
+            f"annotation in the loaded categories are skipped"
+        )
 
     sizes = [(int(r["ih"]), int(r["iw"]), int(r["sh"]), int(r["sw"])) for r, _ in parsed]
     for (row, _), size in zip(parsed, sizes):
@@ -221,7 +231,8 @@ def load_broden(root: str | Path, *, max_images: int | None = None,
                 f"{parsed[0][0]['image']!r} is {sizes[0][0]}x{sizes[0][1]} with "
                 f"{sizes[0][2]}x{sizes[0][3]}; all images must share one size: use a Broden "
                 f"release resized to one size (broden1_224, broden1_227), or resize the images "
-                f"and their segmentations to one size and update ih, iw, sh, sw in index.csv")
+                f"and their segmentations to one size and update ih, iw, sh, sw in index.csv"
+            )
     ih, iw, sh, sw = sizes[0]
 
     depth = {c: max((len(cells[c]) for _, cells in parsed), default=0) for c in columns}
@@ -236,26 +247,33 @@ def load_broden(root: str | Path, *, max_images: int | None = None,
         path = images_dir / row["image"]
         pixels = _decode_image(path, root)
         if pixels.shape[:2] != (ih, iw):
-            raise ValueError(f"{path} is {pixels.shape[0]}x{pixels.shape[1]} but index.csv says "
-                             f"{ih}x{iw}; all images must share one size (see index.csv's ih, iw)")
+            raise ValueError(
+                f"{path} is {pixels.shape[0]}x{pixels.shape[1]} but index.csv says "
+                f"{ih}x{iw}; all images must share one size (see index.csv's ih, iw)"
+            )
         images[n] = torch.from_numpy(pixels.transpose(2, 0, 1).copy())
         for c in columns:
             for j, entry in enumerate(cells[c]):
                 layer = offsets[c] + j
                 if isinstance(entry, int):
                     if entry > top:
-                        raise ValueError(f"{index_path}: image {row['image']!r} has {c} label "
-                                         f"{entry}, but label.csv stops at {top}")
+                        raise ValueError(
+                            f"{index_path}: image {row['image']!r} has {c} label "
+                            f"{entry}, but label.csv stops at {top}"
+                        )
                     labels[n, layer] = entry
                     continue
                 seg_path = images_dir / entry
                 rgb = _decode_image(seg_path, root).astype(np.int32)
                 if rgb.shape[:2] != (sh, sw):
-                    raise ValueError(f"{seg_path} is {rgb.shape[0]}x{rgb.shape[1]} but index.csv "
-                                     f"says segmentations are {sh}x{sw}")
+                    raise ValueError(
+                        f"{seg_path} is {rgb.shape[0]}x{rgb.shape[1]} but index.csv "
+                        f"says segmentations are {sh}x{sw}"
+                    )
                 code = rgb[..., 0] + 256 * rgb[..., 1]
                 if int(code.max()) > top:
-                    raise ValueError(f"{seg_path} holds label {int(code.max())} (R + 256 G), but "
-                                     f"label.csv stops at {top}")
+                    raise ValueError(
+                        f"{seg_path} holds label {int(code.max())} (R + 256 G), but label.csv stops at {top}"
+                    )
                 labels[n, layer] = torch.from_numpy(code.astype(np.int16))
     return ConceptData(images, labels, names[1:], primary[1:])

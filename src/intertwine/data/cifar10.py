@@ -7,14 +7,14 @@ Two layouts are read:
   through ``torchvision.datasets.ImageFolder``; classes are the folder names in sorted order, which
   for CIFAR-10's names is the canonical class order.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
 
-CLASSES = ["airplane", "automobile", "bird", "cat", "deer",
-           "dog", "frog", "horse", "ship", "truck"]
+CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 LAYOUTS = ("auto", "torchvision", "imagefolder")
 
 
@@ -23,11 +23,13 @@ class DataNotFoundError(FileNotFoundError):
 
 
 def _expected(root: Path) -> str:
-    return (f"expected CIFAR-10 under {root} in one of two layouts:\n"
-            f"  - torchvision's: {root}/cifar-10-batches-py/ with data_batch_1..5 and test_batch "
-            "(set data.cifar10.download: true to let torchvision download it there), or\n"
-            f"  - image folders: {root}/train/<class>/*.png|jpg and {root}/test/<class>/*.png|jpg.\n"
-            "Point data.cifar10.root in the config at such a directory.")
+    return (
+        f"expected CIFAR-10 under {root} in one of two layouts:\n"
+        f"  - torchvision's: {root}/cifar-10-batches-py/ with data_batch_1..5 and test_batch "
+        "(set data.cifar10.download: true to let torchvision download it there), or\n"
+        f"  - image folders: {root}/train/<class>/*.png|jpg and {root}/test/<class>/*.png|jpg.\n"
+        "Point data.cifar10.root in the config at such a directory."
+    )
 
 
 class DataCorruptError(ValueError):
@@ -45,10 +47,12 @@ def read_image(path: str | Path, root: str | Path) -> np.ndarray:
     except (OSError, SyntaxError, ValueError) as err:  # PIL: "image file is truncated", "cannot identify ..."
         if isinstance(err, FileNotFoundError):
             raise
-        raise DataCorruptError(f"{path} cannot be read as an image ({err}): the copy of the data set under "
-                               f"{root} is damaged (e.g. an interrupted copy). Copy the data set again (or "
-                               "this file from the original), then rerun the data stage (snakemake: "
-                               "prepare_data)") from None
+        raise DataCorruptError(
+            f"{path} cannot be read as an image ({err}): the copy of the data set under "
+            f"{root} is damaged (e.g. an interrupted copy). Copy the data set again (or "
+            "this file from the original), then rerun the data stage (snakemake: "
+            "prepare_data)"
+        ) from None
 
 
 def detect_layout(root: Path) -> str | None:
@@ -84,8 +88,9 @@ def _load_torchvision(root: Path, download: bool) -> dict:
         try:
             dataset = CIFAR10(str(root), train=train, download=download)
         except RuntimeError as err:  # torchvision: "Dataset not found or corrupted"
-            raise DataNotFoundError(f"CIFAR-10 {split} split is missing or corrupted ({err}); "
-                                    f"{_expected(root)}") from err
+            raise DataNotFoundError(
+                f"CIFAR-10 {split} split is missing or corrupted ({err}); {_expected(root)}"
+            ) from err
         images = np.ascontiguousarray(dataset.data.transpose(0, 3, 1, 2))
         out[split] = (images, np.asarray(dataset.targets, dtype=np.int64))
     return out
@@ -106,14 +111,18 @@ def _load_imagefolder(root: Path) -> dict:
         for path, _ in dataset.samples:
             array = read_image(path, root)
             if images and array.shape != images[0].shape:
-                raise ValueError(f"{path} is {array.shape[1]}x{array.shape[0]} but the first image "
-                                 f"of {root / split} is {images[0].shape[1]}x{images[0].shape[0]}; "
-                                 "all images of a data set must have one size")
+                raise ValueError(
+                    f"{path} is {array.shape[1]}x{array.shape[0]} but the first image "
+                    f"of {root / split} is {images[0].shape[1]}x{images[0].shape[0]}; "
+                    "all images of a data set must have one size"
+                )
             images.append(array)
         stacked = np.ascontiguousarray(np.stack(images).transpose(0, 3, 1, 2))
         out[split] = (stacked, np.asarray(dataset.targets, dtype=np.int64))
         out.setdefault("classes", dataset.classes)
         if dataset.classes != out["classes"]:
-            raise ValueError(f"{root}/train and {root}/test hold different class folders: "
-                             f"{out['classes']} vs {dataset.classes}")
+            raise ValueError(
+                f"{root}/train and {root}/test hold different class folders: "
+                f"{out['classes']} vs {dataset.classes}"
+            )
     return out

@@ -6,6 +6,7 @@ One container, ``ConceptData``, holds every probe set: the ``shapes`` data set's
 concept per layer (``shapes``: one layer per category; Broden: one per annotation column), and a
 concept's mask is the union over layers of ``labels[:, layer] == concept + 1``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,26 +25,31 @@ class ConceptData:
     plus ``2 L h w`` bytes for its label layers (int16).
     """
 
-    images: torch.Tensor      # uint8 (N, 3, H, W)
-    labels: torch.Tensor      # int16 (N, L, h, w): 0 = no concept, k > 0 = concept k - 1
-    concepts: list[str]       # concept names; unique
-    categories: list[str]     # the category of each concept (object, color, texture, part, ...)
+    images: torch.Tensor  # uint8 (N, 3, H, W)
+    labels: torch.Tensor  # int16 (N, L, h, w): 0 = no concept, k > 0 = concept k - 1
+    concepts: list[str]  # concept names; unique
+    categories: list[str]  # the category of each concept (object, color, texture, part, ...)
 
     def __post_init__(self) -> None:
         if self.images.dtype != torch.uint8 or self.images.ndim != 4 or self.images.shape[1] != 3:
-            raise ValueError(f"ConceptData.images must be uint8 (N, 3, H, W), got "
-                             f"{self.images.dtype} {tuple(self.images.shape)}")
+            raise ValueError(
+                f"ConceptData.images must be uint8 (N, 3, H, W), got "
+                f"{self.images.dtype} {tuple(self.images.shape)}"
+            )
         if self.labels.ndim != 4 or len(self.labels) != len(self.images):
-            raise ValueError(f"ConceptData.labels must be (N, layers, h, w) with N = "
-                             f"{len(self.images)} images, got {tuple(self.labels.shape)}")
+            raise ValueError(
+                f"ConceptData.labels must be (N, layers, h, w) with N = "
+                f"{len(self.images)} images, got {tuple(self.labels.shape)}"
+            )
         if len(self.concepts) != len(self.categories):
             raise ValueError(f"{len(self.concepts)} concept names but {len(self.categories)} categories")
         if len(set(self.concepts)) != len(self.concepts):
             raise ValueError("ConceptData.concepts must be unique names")
         self.labels = self.labels.to(torch.int16)
         if len(self.labels) and int(self.labels.max()) > len(self.concepts):
-            raise ValueError(f"label {int(self.labels.max())} found, but only "
-                             f"{len(self.concepts)} concepts are named")
+            raise ValueError(
+                f"label {int(self.labels.max())} found, but only {len(self.concepts)} concepts are named"
+            )
 
     def __len__(self) -> int:
         return len(self.images)
@@ -58,8 +64,14 @@ class ConceptData:
         (nearest), or kept when they already have it."""
         import torch.nn.functional as F
 
-        images = F.interpolate(self.images.float(), size=size, mode="bilinear", antialias=True,
-                               align_corners=False).round().clamp(0, 255).to(torch.uint8)
+        images = (
+            F.interpolate(
+                self.images.float(), size=size, mode="bilinear", antialias=True, align_corners=False
+            )
+            .round()
+            .clamp(0, 255)
+            .to(torch.uint8)
+        )
         labels = self.labels
         if tuple(labels.shape[-2:]) != tuple(size):
             labels = F.interpolate(labels.float(), size=size, mode="nearest-exact").to(torch.int16)
@@ -78,8 +90,10 @@ def shapes_concepts(split: Split) -> ConceptData:
     from intertwine.data.shapes import CONCEPTS
 
     if split.concepts is None:
-        raise ValueError("this split has no concept maps: network dissection needs the `shapes` "
-                         "data set's annotations or a Broden directory (dissection.broden)")
+        raise ValueError(
+            "this split has no concept maps: network dissection needs the `shapes` "
+            "data set's annotations or a Broden directory (dissection.broden)"
+        )
     names, categories, offsets = [], [], []
     for category, members in CONCEPTS.items():
         offsets.append(len(names))

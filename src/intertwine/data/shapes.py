@@ -64,6 +64,7 @@ Example::
     split["labels"]    # int64 (n,)
     split["concepts"]  # uint8 (n, len(CONCEPTS), H, W)
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -217,9 +218,7 @@ def _shape_areas(resolution: int = 801) -> np.ndarray:
 
 
 # Hard-coded (so import is free) and checked against _shape_areas() in the tests.
-_AREAS = np.array(
-    [3.1416, 2.4415, 1.3013, 1.3225, 1.8573, 2.0850, 1.2402, 2.5987, 1.4636, 1.1699]
-)
+_AREAS = np.array([3.1416, 2.4415, 1.3013, 1.3225, 1.8573, 2.0850, 1.2402, 2.5987, 1.4636, 1.1699])
 _SIZE = np.sqrt(_TARGET_AREA / _AREAS).astype(np.float32)
 
 
@@ -387,9 +386,7 @@ def generate_shapes(
     count = rng.integers(0, n_marks + 1, size=n)
     mark_center = rng.uniform(0.0, size, size=(n_marks, n, 2))
     mark_width = size * rng.uniform(0.035, 0.07, size=(n_marks, n))
-    mark_length = size * rng.uniform(0.0, 0.12, size=(n_marks, n)) * (
-        rng.uniform(size=(n_marks, n)) < 0.5
-    )
+    mark_length = size * rng.uniform(0.0, 0.12, size=(n_marks, n)) * (rng.uniform(size=(n_marks, n)) < 0.5)
     mark_angle = rng.uniform(0.0, np.pi, size=(n_marks, n))
     # mark colours: uniform over the named colours other than the object's and background's
     mark_color = rng.integers(0, n_colors - 2, size=(n_marks, n))
@@ -433,17 +430,13 @@ def generate_shapes(
         dx, dy = pix[None, None, :] - cx, pix[None, :, None] - cy
         p = (1.0 / period[0, sl]).astype(np.float32)[:, None, None]
         ph = phase[0, :, sl].astype(np.float32)[:, :, None, None]
-        obj_on = _texture(
-            obj_tex[sl], (cos * dx + sin * dy) * p + ph[0], (cos * dy - sin * dx) * p + ph[1]
-        )
+        obj_on = _texture(obj_tex[sl], (cos * dx + sin * dy) * p + ph[0], (cos * dy - sin * dx) * p + ph[1])
         bcos = np.cos(bg_angle[sl]).astype(np.float32)[:, None, None]
         bsin = np.sin(bg_angle[sl]).astype(np.float32)[:, None, None]
         gx, gy = pix[None, None, :], pix[None, :, None]
         p = (1.0 / period[1, sl]).astype(np.float32)[:, None, None]
         ph = phase[1, :, sl].astype(np.float32)[:, :, None, None]
-        bg_on = _texture(
-            bg_tex[sl], (bcos * gx + bsin * gy) * p + ph[0], (bcos * gy - bsin * gx) * p + ph[1]
-        )
+        bg_on = _texture(bg_tex[sl], (bcos * gx + bsin * gy) * p + ph[0], (bcos * gy - bsin * gx) * p + ph[1])
 
         # ---- marks beneath the object, top mark first: analytic anti-aliased capsules
         rest = 1.0 - cov_obj  # what the object leaves visible
@@ -465,9 +458,7 @@ def generate_shapes(
         cov_bg = rest
 
         # ---- composite
-        obj_col = np.where(
-            obj_on[:, None], obj_shade[sl, :, None, None], obj_rgb[sl, :, None, None]
-        )
+        obj_col = np.where(obj_on[:, None], obj_shade[sl, :, None, None], obj_rgb[sl, :, None, None])
         bg_col = np.where(bg_on[:, None], bg_shade[sl, :, None, None], bg_rgb[sl, :, None, None])
         rgb = cov_obj[:, None] * obj_col + cov_bg[:, None] * bg_col
         for j, cov in enumerate(mark_vis):
@@ -486,16 +477,10 @@ def generate_shapes(
         for j in range(n_marks):
             k = n_marks - 1 - j
             color_map = np.where(top == j + 1, mark_color[k, sl, None, None], color_map)
-        tex_map = np.where(
-            is_obj, obj_tex[sl, None, None], np.where(is_bg, bg_tex[sl, None, None], 0)
-        )
+        tex_map = np.where(is_obj, obj_tex[sl, None, None], np.where(is_bg, bg_tex[sl, None, None], 0))
         padded = np.pad(is_obj, ((0, 0), (1, 1), (1, 1)), mode="edge")
         interior = (
-            is_obj
-            & padded[:, :-2, 1:-1]
-            & padded[:, 2:, 1:-1]
-            & padded[:, 1:-1, :-2]
-            & padded[:, 1:-1, 2:]
+            is_obj & padded[:, :-2, 1:-1] & padded[:, 2:, 1:-1] & padded[:, 1:-1, :-2] & padded[:, 1:-1, 2:]
         )
         part_map = np.where(interior, 2, np.where(is_obj, 1, 0))
         concepts[sl, 0] = obj_map

@@ -7,6 +7,7 @@ with cached loaders) and the rule's own inputs, and returns what the rule writes
 it. The mathematics lives in the stage modules (``zoo``, ``rotation``, ``stitching``,
 ``similarity``, ``symmetry``, ``dissection``); a job only wires it to files and adds provenance.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -68,10 +69,14 @@ class Job:
         split = self._cached(("split", name), lambda: load_split(self._data(), name).to(self.device))
         if not n:
             return split
-        return Split(split.images[:n], split.labels[:n], None if split.concepts is None else split.concepts[:n])
+        return Split(
+            split.images[:n], split.labels[:n], None if split.concepts is None else split.concepts[:n]
+        )
 
     def provenance(self, blocks: dict, device: bool = True) -> dict:
         """A row's provenance columns: the device (unless its table has none), the hash of the
         config ``blocks`` it ran with (and the global seed), the package version."""
         return ({"device": str(self.device)} if device else {}) | {
-            "config_hash": config_hash(blocks | {"seed": self.global_seed}), "version": intertwine.__version__}
+            "config_hash": config_hash(blocks | {"seed": self.global_seed}),
+            "version": intertwine.__version__,
+        }

@@ -1,4 +1,5 @@
 """The dissection stage's jobs: a zoo member, an ImageNet model, and the top-units figure."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +17,9 @@ def _settings(block: dict) -> dict:
     return dataclasses.asdict(DissectionConfig.from_block(block, "dissection"))
 
 
-def dissect_member(job: Job, checkpoint: str, sites: list[str], block: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+def dissect_member(
+    job: Job, checkpoint: str, sites: list[str], block: dict
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Network dissection of one zoo member at ``sites``, for every alpha and rotation draw of
     the ``dissection`` block: (summary, units), one row per (site, alpha, draw) and one per unit.
     Keys ``block`` lacks take the schema's defaults; the provenance hash is over ``block`` as given."""
@@ -30,15 +33,19 @@ def dissect_member(job: Job, checkpoint: str, sites: list[str], block: dict) -> 
     mean, std = job.stats()
 
     def read_site(site: str) -> Tensor:
-        return models.site_activations(model, probe.images, [site], mean, std, settings["batch_size"])[site].cpu()
+        return models.site_activations(model, probe.images, [site], mean, std, settings["batch_size"])[
+            site
+        ].cpu()
 
-    summary, units = dissection.dissect_sites(read_site, sites, inside, probe, settings, meta["variant"],
-                                              meta["seed"], job.global_seed, job.log)
+    summary, units = dissection.dissect_sites(
+        read_site, sites, inside, probe, settings, meta["variant"], meta["seed"], job.global_seed, job.log
+    )
     return summary.assign(**job.provenance({"dissection": block}, device=False)), units
 
 
-def dissect_external(job: Job, name: str, arch: str, weights: str, block: dict,
-                     sites: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def dissect_external(
+    job: Job, name: str, arch: str, weights: str, block: dict, sites: list[str] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``dissect_member`` for a torchvision ImageNet model (``resnet50`` or ``convnext_tiny``)
     loaded from a local weights file, on the Broden directory ``block["probe"]["broden"]`` at its
     own image size: rows with variant ``name`` and seed 0."""
@@ -47,23 +54,29 @@ def dissect_external(job: Job, name: str, arch: str, weights: str, block: dict,
 
     settings = _settings(block)
     if not settings["probe"].get("broden"):
-        raise ValueError(f"dissection.external.{name} needs a Broden directory: set "
-                         "dissection.probe.broden to your copy (e.g. broden1_224)")
+        raise ValueError(
+            f"dissection.external.{name} needs a Broden directory: set "
+            "dissection.probe.broden to your copy (e.g. broden1_224)"
+        )
     model = imagenet.load_imagenet_model(arch, weights).to(job.device)
     sites = list(sites or imagenet.DEFAULT_SITES[arch])
     probe = load_broden(settings["probe"]["broden"], max_images=settings["probe"]["images"])
     inside = {site: not imagenet.on_residual_stream(site) for site in sites}
 
     def read_site(site: str) -> Tensor:
-        return imagenet.site_activations(model, arch, probe.images, [site], settings["batch_size"])[site].cpu()
+        return imagenet.site_activations(model, arch, probe.images, [site], settings["batch_size"])[
+            site
+        ].cpu()
 
-    summary, units = dissection.dissect_sites(read_site, sites, inside, probe, settings, name, 0,
-                                              job.global_seed, job.log)
+    summary, units = dissection.dissect_sites(
+        read_site, sites, inside, probe, settings, name, 0, job.global_seed, job.log
+    )
     return summary.assign(**job.provenance({"dissection": block}, device=False)), units
 
 
-def dissection_masks(job: Job, checkpoint: str, site: str, block: dict,
-                     units: pd.DataFrame) -> tuple[Tensor, list[dict]]:
+def dissection_masks(
+    job: Job, checkpoint: str, site: str, block: dict, units: pd.DataFrame
+) -> tuple[Tensor, list[dict]]:
     """Probe images and ``dissection.top_examples`` panels of one zoo member at ``site``, for
     each alpha of ``block["masks"]`` in the basis of rotation draw 0: the units as the member's
     dissection labelled them (``units``: its units table, from ``dissect_member``)."""
@@ -71,25 +84,43 @@ def dissection_masks(job: Job, checkpoint: str, site: str, block: dict,
     masks = settings["masks"]
     missing = [alpha for alpha in masks["alphas"] if alpha not in settings["alphas"]]
     if missing:
-        raise ValueError(f"dissection.masks.alphas {missing} are not among dissection.alphas "
-                         f"{settings['alphas']}: the figure shows the dissection's own units")
+        raise ValueError(
+            f"dissection.masks.alphas {missing} are not among dissection.alphas "
+            f"{settings['alphas']}: the figure shows the dissection's own units"
+        )
     model, meta = job.model(checkpoint)
     probe = dissection.probe_concepts(settings["probe"], job.meta()["image_size"], job.global_seed)
-    activations = models.site_activations(model, probe.images, [site], *job.stats(),
-                                          settings["batch_size"])[site].cpu()
+    activations = models.site_activations(model, probe.images, [site], *job.stats(), settings["batch_size"])[
+        site
+    ].cpu()
     key = dissection.rotation_key(job.global_seed, meta["variant"], meta["seed"], site)
     bases = dissection.rotated_bases(activations.shape[1], key, 0, settings["alphas"])
     panels = []
     for alpha in masks["alphas"]:
-        labelled = units[(units["variant"] == meta["variant"]) & (units["seed"] == meta["seed"])
-                         & (units["site"] == site) & (units["alpha"] == alpha) & (units["rotation_seed"] == 0)]
+        labelled = units[
+            (units["variant"] == meta["variant"])
+            & (units["seed"] == meta["seed"])
+            & (units["site"] == site)
+            & (units["alpha"] == alpha)
+            & (units["rotation_seed"] == 0)
+        ]
         if len(labelled) != activations.shape[1]:
-            raise ValueError(f"the dissection units hold {len(labelled)} units of {meta['variant']} seed "
-                             f"{meta['seed']} at {site}, alpha {alpha:g}, rotation 0, not its "
-                             f"{activations.shape[1]}: pass that member's units table (--units)")
-        for panel in dissection.top_examples(activations, labelled.reset_index(drop=True), bases[alpha],
-                                             tuple(probe.labels.shape[-2:]), masks["units"], masks["images"]):
-            panel["title"] = (f"alpha {alpha:g}, unit {panel['unit']}: {panel['concept']} "
-                              f"({panel['category']}), IoU {panel['iou']:.3f}")
+            raise ValueError(
+                f"the dissection units hold {len(labelled)} units of {meta['variant']} seed "
+                f"{meta['seed']} at {site}, alpha {alpha:g}, rotation 0, not its "
+                f"{activations.shape[1]}: pass that member's units table (--units)"
+            )
+        for panel in dissection.top_examples(
+            activations,
+            labelled.reset_index(drop=True),
+            bases[alpha],
+            tuple(probe.labels.shape[-2:]),
+            masks["units"],
+            masks["images"],
+        ):
+            panel["title"] = (
+                f"alpha {alpha:g}, unit {panel['unit']}: {panel['concept']} "
+                f"({panel['category']}), IoU {panel['iou']:.3f}"
+            )
             panels.append(panel)
     return probe.images, panels

@@ -1,4 +1,5 @@
 """The similarity stage's job: the measures between one pair of zoo members."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -8,8 +9,9 @@ from intertwine.jobs import Job
 from intertwine.settings import SimilarityConfig
 
 
-def similarity_pair(job: Job, a: str, b: str, pair: int, block: dict, procrustes: bool,
-                    cka: bool) -> pd.DataFrame:
+def similarity_pair(
+    job: Job, a: str, b: str, pair: int, block: dict, procrustes: bool, cka: bool
+) -> pd.DataFrame:
     """One row per (site_a, site_b, measure) of zoo members a and b on the first
     ``block["samples"]`` test images: Procrustes measures at matching sites (``procrustes``),
     CKA measures for every pair of sites (``cka``). Keys ``block`` lacks take the schema's
@@ -27,24 +29,33 @@ def similarity_pair(job: Job, a: str, b: str, pair: int, block: dict, procrustes
         rows = _rows(job, base, settings, reads, procrustes, cka, len(sites))
     except similarity.ConstantRepresentationError as err:
         member = {"a": a, "b": b}.get(err.which, f"{a} or {b}")
-        raise ValueError(f"{base['variant']} pair {pair}: {err}. Check {member} (if it is dead at "
-                         f"{err.site}, delete it and rerun its train_member job to retrain it), or compare "
-                         "on more test images (similarity.samples)") from None
-    return pd.DataFrame(rows).assign(n_samples=len(images), **job.provenance({"similarity": block}, device=False))
+        raise ValueError(
+            f"{base['variant']} pair {pair}: {err}. Check {member} (if it is dead at "
+            f"{err.site}, delete it and rerun its train_member job to retrain it), or compare "
+            "on more test images (similarity.samples)"
+        ) from None
+    return pd.DataFrame(rows).assign(
+        n_samples=len(images), **job.provenance({"similarity": block}, device=False)
+    )
 
 
-def _rows(job: Job, base: dict, settings: SimilarityConfig, reads: tuple, procrustes: bool, cka: bool,
-          n_sites: int) -> list[dict]:
+def _rows(
+    job: Job, base: dict, settings: SimilarityConfig, reads: tuple, procrustes: bool, cka: bool, n_sites: int
+) -> list[dict]:
     pair = base["pair"]
     rows = []
     if procrustes:
         for site, acc in similarity.site_procrustes(*reads).items():
             values = {"grelu_procrustes": acc.grelu, "orthogonal_procrustes": acc.orthogonal}
-            rows += [{**base, "site_a": site, "site_b": site, "measure": measure, "value": values[measure]()}
-                     for measure in settings.procrustes_measures]
+            rows += [
+                {**base, "site_a": site, "site_b": site, "measure": measure, "value": values[measure]()}
+                for measure in settings.procrustes_measures
+            ]
         job.log(f"{base['variant']} pair {pair}: Procrustes at {n_sites} sites")
     for measure in settings.cka_measures if cka else []:
-        rows += [{**base, "site_a": site_a, "site_b": site_b, "measure": measure, "value": value}
-                 for (site_a, site_b), value in similarity.site_cka(measure, *reads).items()]
+        rows += [
+            {**base, "site_a": site_a, "site_b": site_b, "measure": measure, "value": value}
+            for (site_a, site_b), value in similarity.site_cka(measure, *reads).items()
+        ]
         job.log(f"{base['variant']} pair {pair}: {measure} for {n_sites}x{n_sites} site pairs")
     return rows

@@ -1,4 +1,5 @@
 """The stitching stage's job: one pair of zoo members, one method, every site."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -10,19 +11,24 @@ from intertwine.training import evaluate
 from intertwine.zoo import recorded_test_acc
 
 
-def stitch_pair(job: Job, a: str, b: str, method: str, pair: int, block: dict,
-                sites: list[str] | None = None) -> pd.DataFrame:
+def stitch_pair(
+    job: Job, a: str, b: str, method: str, pair: int, block: dict, sites: list[str] | None = None
+) -> pd.DataFrame:
     """One row per site (``sites``, or every site): zoo member a stitched into member b with
     ``method``. ``block`` holds the ``StitchConfig`` settings the method reads."""
     f, meta_a = job.model(a)
     g, meta_b = job.model(b)
     if meta_a["spec"] != meta_b["spec"]:
-        raise ValueError(f"cannot stitch {a} into {b}: different model specs ({meta_a['spec']} vs {meta_b['spec']})")
+        raise ValueError(
+            f"cannot stitch {a} into {b}: different model specs ({meta_a['spec']} vs {meta_b['spec']})"
+        )
     available = {s.name: s for s in models.sites(f)}
     for site in sites or []:
         if site not in available:
-            raise ValueError(f"stitching.sites names {site!r}, which {meta_a['variant']} does not "
-                             f"have; its sites are {list(available)}")
+            raise ValueError(
+                f"stitching.sites names {site!r}, which {meta_a['variant']} does not "
+                f"have; its sites are {list(available)}"
+            )
     config = StitchConfig.from_block(block, "stitching")
     kind, param = parse_method(method)
     mean, std = job.stats()
@@ -36,21 +42,36 @@ def stitch_pair(job: Job, a: str, b: str, method: str, pair: int, block: dict,
     for site in (available[name] for name in (sites or available)):
         label = f"{meta_a['variant']} pair {pair} ({meta_a['seed']}->{meta_b['seed']}) {site.name} {method}"
         key = (job.global_seed, "stitching", meta_a["variant"], pair, site.name, method)
-        stitched, layer = stitching.stitch_site(f, g, site, method, config, train_split, mean, std, key,
-                                                label, job.log, accuracy=acc)
+        stitched, layer = stitching.stitch_site(
+            f, g, site, method, config, train_split, mean, std, key, label, job.log, accuracy=acc
+        )
         acc_stitched, acc_start = acc(stitched), layer.pop("acc_start")
-        job.log(f"{label}: accuracy {acc_stitched:.4f} (before training {acc_start:.4f}; a {acc_a:.4f}, "
-                f"b {acc_b:.4f})")
-        rows.append({
-            "variant": meta_a["variant"], "pair": pair, "seed_a": meta_a["seed"], "seed_b": meta_b["seed"],
-            "site": site.name, "inside_residual": site.inside_residual, "method": method,
-            # the rank the layer has: rank<r> above the site's channels runs as full rank
-            "rank": min(param, site.channels) if kind == "rank" else None,
-            "l1_lambda": param if kind == "l1" else None,
-            "acc_a": acc_a, "acc_b": acc_b, "acc_stitched": acc_stitched,
-            "penalty": (acc_a + acc_b) / 2 - acc_stitched, "penalty_start": (acc_a + acc_b) / 2 - acc_start,
-            "stitch_params": stitching.method_dimension(method, site.channels),
-            "channels": site.channels, "epochs": config.epochs, **layer,
-            **job.provenance({"stitching": block}),
-        })
+        job.log(
+            f"{label}: accuracy {acc_stitched:.4f} (before training {acc_start:.4f}; a {acc_a:.4f}, "
+            f"b {acc_b:.4f})"
+        )
+        rows.append(
+            {
+                "variant": meta_a["variant"],
+                "pair": pair,
+                "seed_a": meta_a["seed"],
+                "seed_b": meta_b["seed"],
+                "site": site.name,
+                "inside_residual": site.inside_residual,
+                "method": method,
+                # the rank the layer has: rank<r> above the site's channels runs as full rank
+                "rank": min(param, site.channels) if kind == "rank" else None,
+                "l1_lambda": param if kind == "l1" else None,
+                "acc_a": acc_a,
+                "acc_b": acc_b,
+                "acc_stitched": acc_stitched,
+                "penalty": (acc_a + acc_b) / 2 - acc_stitched,
+                "penalty_start": (acc_a + acc_b) / 2 - acc_start,
+                "stitch_params": stitching.method_dimension(method, site.channels),
+                "channels": site.channels,
+                "epochs": config.epochs,
+                **layer,
+                **job.provenance({"stitching": block}),
+            }
+        )
     return pd.DataFrame(rows)

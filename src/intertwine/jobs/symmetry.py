@@ -1,4 +1,5 @@
 """The symmetry stage's job: the weight-space action checked on one zoo member."""
+
 from __future__ import annotations
 
 import copy
@@ -29,6 +30,11 @@ def symmetry_check(job: Job, checkpoint: str, block: dict) -> pd.DataFrame:
     table = pd.DataFrame(rows).drop_duplicates(["site", "group"])
     table.insert(0, "variant", meta["variant"])
     table.insert(1, "seed", meta["seed"])
-    table.insert(3, "inside_residual", table["site"].map({s.name: s.inside_residual for s in models.sites(model)}))
-    return table.assign(n_images=len(x), dtype=str(dtype).removeprefix("torch."),
-                        **job.provenance({"symmetry": block}, device=False))
+    table.insert(
+        3, "inside_residual", table["site"].map({s.name: s.inside_residual for s in models.sites(model)})
+    )
+    return table.assign(
+        n_images=len(x),
+        dtype=str(dtype).removeprefix("torch."),
+        **job.provenance({"symmetry": block}, device=False),
+    )

@@ -1,4 +1,5 @@
 """The zoo stage's job: train one member."""
+
 from __future__ import annotations
 
 import time
@@ -14,8 +15,15 @@ from intertwine.training import evaluate, train
 from intertwine.zoo import CHECKPOINT_FORMAT
 
 
-def train_member(job: Job, variant: str, seed: int, spec: dict, training: dict,
-                 checkpoint_path: str | Path = "", eval_batch_size: int | None = None) -> tuple[dict, pd.DataFrame]:
+def train_member(
+    job: Job,
+    variant: str,
+    seed: int,
+    spec: dict,
+    training: dict,
+    checkpoint_path: str | Path = "",
+    eval_batch_size: int | None = None,
+) -> tuple[dict, pd.DataFrame]:
     """Train one zoo member; return its checkpoint (a dict) and its per-epoch metrics.
 
     ``training`` is the variant's ``zoo.training`` block (keys it lacks take the schema's
@@ -24,38 +32,66 @@ def train_member(job: Job, variant: str, seed: int, spec: dict, training: dict,
     over ``training`` as given). The same (variant, seed, spec, data, training, global seed) gives
     bit-identical weights on the CPU.
     """
-    config = TrainConfig.from_block(training | ({} if eval_batch_size is None else {"eval_batch_size": eval_batch_size}),
-                                    "zoo.training")
+    config = TrainConfig.from_block(
+        training | ({} if eval_batch_size is None else {"eval_batch_size": eval_batch_size}), "zoo.training"
+    )
     spec = models.normalize_spec(spec)
     classes = len(job.meta()["classes"])
     if spec["num_classes"] != classes:
-        raise ValueError(f"variant {variant!r} has num_classes {spec['num_classes']} but the data set "
-                         f"has {classes} classes; set num_classes in its spec")
+        raise ValueError(
+            f"variant {variant!r} has num_classes {spec['num_classes']} but the data set "
+            f"has {classes} classes; set num_classes in its spec"
+        )
     torch.manual_seed(job.seed("zoo", variant, seed, "init"))
     model = models.build(spec).to(job.device)
     generator = torch.Generator(device=job.device).manual_seed(job.seed("zoo", variant, seed, "batches"))
     mean, std = job.stats()
     train_split, test_split, val_split = (job.split(name) for name in ("train", "test", config.select_on))
     n_params = models.count_parameters(model)
-    job.log(f"{variant} seed {seed}: {spec} ({n_params:,} parameters) on {job.device}, "
-            f"{len(train_split)} training images, selecting on {config.select_on}")
+    job.log(
+        f"{variant} seed {seed}: {spec} ({n_params:,} parameters) on {job.device}, "
+        f"{len(train_split)} training images, selecting on {config.select_on}"
+    )
     started = time.perf_counter()
-    result = train(model, train_split, val_split, config, generator, mean, std,
-                   label=f"{variant} seed {seed}", log=job.log)
+    result = train(
+        model,
+        train_split,
+        val_split,
+        config,
+        generator,
+        mean,
+        std,
+        label=f"{variant} seed {seed}",
+        log=job.log,
+    )
     model.load_state_dict(result.state_dict)
-    test_acc = evaluate(model, test_split, mean, std, config.eval_batch_size, config.bf16, config.channels_last)
+    test_acc = evaluate(
+        model, test_split, mean, std, config.eval_batch_size, config.bf16, config.channels_last
+    )
     seconds = time.perf_counter() - started
-    job.log(f"{variant} seed {seed}: kept epoch {result.best_epoch} (val_acc {result.val_acc:.4f}), "
-            f"test_acc {test_acc:.4f}, {seconds:.1f}s")
+    job.log(
+        f"{variant} seed {seed}: kept epoch {result.best_epoch} (val_acc {result.val_acc:.4f}), "
+        f"test_acc {test_acc:.4f}, {seconds:.1f}s"
+    )
 
     provenance = job.provenance({"spec": spec, "training": training, "data": job.meta()["config_hash"]})
-    checkpoint = {"format": CHECKPOINT_FORMAT, "variant": variant, "spec": spec, "seed": seed,
-                  "state_dict": result.state_dict, "val_acc": result.val_acc, "test_acc": test_acc,
-                  "best_epoch": result.best_epoch, "epochs": config.epochs, "n_params": n_params,
-                  "train_seconds": seconds, "select_on": config.select_on,
-                  # Later stages reuse test_acc rather than re-evaluating when it is float32.
-                  "test_dtype": "bfloat16" if config.bf16 and job.device.type == "cuda" else "float32",
-                  **provenance}
+    checkpoint = {
+        "format": CHECKPOINT_FORMAT,
+        "variant": variant,
+        "spec": spec,
+        "seed": seed,
+        "state_dict": result.state_dict,
+        "val_acc": result.val_acc,
+        "test_acc": test_acc,
+        "best_epoch": result.best_epoch,
+        "epochs": config.epochs,
+        "n_params": n_params,
+        "train_seconds": seconds,
+        "select_on": config.select_on,
+        # Later stages reuse test_acc rather than re-evaluating when it is float32.
+        "test_dtype": "bfloat16" if config.bf16 and job.device.type == "cuda" else "float32",
+        **provenance,
+    }
     metrics = pd.DataFrame(result.history)
     metrics.insert(0, "variant", variant)
     metrics.insert(1, "seed", seed)

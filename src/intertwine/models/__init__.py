@@ -23,6 +23,7 @@ cct (a Compact Convolutional Transformer, see :mod:`intertwine.models.cct`) like
 (N, channels, tokens); its ``depth`` option (default 2) is the number of encoder blocks, and
 ``tokenizer_norm`` (default False, as in CCT) adds an instance norm after each tokenizer layer.
 """
+
 from __future__ import annotations
 
 import functools
@@ -96,16 +97,19 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
         # LayerNorm throughout, so no batch_norm option; GELU by default, as in ConvNeXt.
         "convnext": Architecture(
             convnext,
-            MappingProxyType({key: value for key, value in _COMMON_OPTIONS.items()
-                              if key != "batch_norm"} | {"activation": "gelu"}),
+            MappingProxyType(
+                {key: value for key, value in _COMMON_OPTIONS.items() if key != "batch_norm"}
+                | {"activation": "gelu"}
+            ),
         ),
         # A transformer: no batch norm either (LayerNorm, and the tokenizer's optional instance
         # norm); GELU by default too.
         "cct": Architecture(
             cct,
-            MappingProxyType({key: value for key, value in _COMMON_OPTIONS.items()
-                              if key != "batch_norm"}
-                             | {"activation": "gelu", "depth": 2, "tokenizer_norm": False}),
+            MappingProxyType(
+                {key: value for key, value in _COMMON_OPTIONS.items() if key != "batch_norm"}
+                | {"activation": "gelu", "depth": 2, "tokenizer_norm": False}
+            ),
         ),
     }
 )
@@ -217,8 +221,10 @@ def _pieces(model: nn.Module, site: str) -> tuple[list, int]:
     pieces = model.pieces()
     names = [name for name, _ in pieces]
     if site not in names:
-        raise ValueError(f"{type(model).__name__} has no site {site!r}; its sites are "
-                         f"{[name for name in names if name is not None]}")
+        raise ValueError(
+            f"{type(model).__name__} has no site {site!r}; its sites are "
+            f"{[name for name in names if name is not None]}"
+        )
     return pieces, names.index(site)
 
 
@@ -231,7 +237,7 @@ def forward_to(model: nn.Module, x: torch.Tensor, site: str) -> tuple[torch.Tens
     """
     pieces, stop = _pieces(model, site)
     state: tuple[torch.Tensor, ...] = (x,)
-    for _, piece in pieces[:stop + 1]:
+    for _, piece in pieces[: stop + 1]:
         state = piece(*state)
     return state
 
@@ -240,7 +246,7 @@ def forward_from(model: nn.Module, state: tuple[torch.Tensor, ...], site: str) -
     """The logits of ``model`` from the state at ``site`` (see ``forward_to``); the state may come
     from another model of the same variant, which is what stitching does."""
     pieces, start = _pieces(model, site)
-    for _, piece in pieces[start + 1:]:
+    for _, piece in pieces[start + 1 :]:
         state = piece(*state)
     return state[0]
 
@@ -276,7 +282,11 @@ class Stitched(nn.Module):
 
 
 def _site_channels(model: nn.Module, site: str) -> int | None:
-    return next((s.channels for s in sites(model) if s.name == site), None) if hasattr(model, "site_layout") else None
+    return (
+        next((s.channels for s in sites(model) if s.name == site), None)
+        if hasattr(model, "site_layout")
+        else None
+    )
 
 
 def _bridge_shape(bridge: nn.Module | None) -> tuple[int, int] | None:
@@ -301,17 +311,24 @@ def _check_bridge(front: nn.Module, back: nn.Module, site: str, bridge: nn.Modul
     shape = _bridge_shape(bridge)
     if shape is None:
         if c_front is not None and c_back is not None and c_front != c_back:
-            raise ValueError(f"site {site!r} has {c_front} channels in front (the model run up to it) but "
-                             f"{c_back} in back (the model run after it): a bridge of {c_front} -> {c_back} "
-                             "channels is needed between them")
+            raise ValueError(
+                f"site {site!r} has {c_front} channels in front (the model run up to it) but "
+                f"{c_back} in back (the model run after it): a bridge of {c_front} -> {c_back} "
+                "channels is needed between them"
+            )
         return
     out_channels, in_channels = shape
     if (c_front is not None and in_channels != c_front) or (c_back is not None and out_channels != c_back):
-        fix = (f"build it for the site's {c_front} channels: stitching.build_layer(method, {c_front})"
-               if c_front == c_back else f"it must map {c_front} channels to {c_back}")
-        raise ValueError(f"the stitching layer maps {in_channels} channels to {out_channels}, but site {site!r} "
-                         f"has {c_front} channels in front (f, run up to it) and {c_back} in back (g, run after "
-                         f"it): {fix}")
+        fix = (
+            f"build it for the site's {c_front} channels: stitching.build_layer(method, {c_front})"
+            if c_front == c_back
+            else f"it must map {c_front} channels to {c_back}"
+        )
+        raise ValueError(
+            f"the stitching layer maps {in_channels} channels to {out_channels}, but site {site!r} "
+            f"has {c_front} channels in front (f, run up to it) and {c_back} in back (g, run after "
+            f"it): {fix}"
+        )
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -324,8 +341,14 @@ class _SitesRead(Exception):
     the forward pass is not needed."""
 
 
-def site_activations(model: nn.Module, images: torch.Tensor, names=None, mean: torch.Tensor | None = None,
-                     std: torch.Tensor | None = None, batch_size: int = 250) -> dict[str, torch.Tensor]:
+def site_activations(
+    model: nn.Module,
+    images: torch.Tensor,
+    names=None,
+    mean: torch.Tensor | None = None,
+    std: torch.Tensor | None = None,
+    batch_size: int = 250,
+) -> dict[str, torch.Tensor]:
     """The outputs of the modules ``names`` (sites, or any module names; every site by default)
     for uint8 ``images`` normalised with ``mean``/``std`` (or, without them, for ``images`` as
     they are: inputs already normalised), in batches, in eval mode without autograd.
@@ -350,11 +373,14 @@ def site_activations(model: nn.Module, images: torch.Tensor, names=None, mean: t
     def hook(name: str):
         def read(_module, _inputs, output):
             if len(seen[name]) == batch:  # e.g. torchvision's Bottleneck runs one ReLU three times
-                raise ValueError(f"module {name!r} runs more than once per forward pass, so its "
-                                 "output is ambiguous; name a module that runs once")
+                raise ValueError(
+                    f"module {name!r} runs more than once per forward pass, so its "
+                    "output is ambiguous; name a module that runs once"
+                )
             seen[name].append(output.detach().clone())
             if stop_early and all(len(outputs) == batch for outputs in seen.values()):
                 raise _SitesRead
+
         return read
 
     handles = [model.get_submodule(name).register_forward_hook(hook(name)) for name in names]
@@ -366,7 +392,7 @@ def site_activations(model: nn.Module, images: torch.Tensor, names=None, mean: t
             for start in range(0, len(images), batch_size):
                 batch += 1
                 try:
-                    x = images[start:start + batch_size].to(device)
+                    x = images[start : start + batch_size].to(device)
                     model(x if mean is None else normalize(x, mean, std))
                 except _SitesRead:
                     pass

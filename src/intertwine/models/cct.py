@@ -42,6 +42,7 @@ linear init, MLP ratio 1, 4 heads, a positional embedding std of 1 or a sine-cos
 or 3e-3 without the norm all 16-29 %. The shapes' random colours on random backgrounds seem to be
 what per-image normalisation removes; batch-normalised CNNs learn them without it.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -80,8 +81,7 @@ class CCTBlock(nn.Module):
     y = x + attn(norm1(x)), then ``out`` of y + fc2(act(fc1(norm2(y)))) (``out`` an identity: no
     activation on the residual stream)."""
 
-    def __init__(self, dim: int, heads: int, mlp_dim: int,
-                 activation_layer: Callable[[], nn.Module]) -> None:
+    def __init__(self, dim: int, heads: int, mlp_dim: int, activation_layer: Callable[[], nn.Module]) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=_LN_EPS)
         self.attn = SelfAttention(dim, heads)
@@ -147,16 +147,13 @@ class CCT(nn.Module):
         super().__init__()
         widths = (3, *tokenizer_widths, dim)
         self.tokenizer = nn.Sequential(
-            *(TokenizerLayer(c_in, c_out, tokenizer_norm)
-              for c_in, c_out in zip(widths[:-1], widths[1:]))
+            *(TokenizerLayer(c_in, c_out, tokenizer_norm) for c_in, c_out in zip(widths[:-1], widths[1:]))
         )
         grid = image_size
         for _ in self.tokenizer:
             grid = (grid - 1) // 2 + 1  # the max pool's output size
         self.pos_embedding = nn.Parameter(torch.empty(1, dim, grid, grid))
-        self.blocks = nn.Sequential(
-            *(CCTBlock(dim, heads, mlp_dim, activation_layer) for _ in range(depth))
-        )
+        self.blocks = nn.Sequential(*(CCTBlock(dim, heads, mlp_dim, activation_layer) for _ in range(depth)))
         self.norm = nn.LayerNorm(dim, eps=_LN_EPS)
         self.attention_pool = nn.Linear(dim, 1)
         self.fc = nn.Linear(dim, num_classes)
@@ -195,11 +192,14 @@ class CCT(nn.Module):
         pieces: list = []
         for k, block in enumerate(self.blocks):
             if k == 0:
+
                 def start(x, b=block):
                     return b.start(self._embed(x))
             else:
+
                 def start(x, b=block):
                     return b.start(x)
+
             pieces.append((f"blocks.{k}.act", start))
             pieces.append((f"blocks.{k}.out", lambda inner, x, b=block: (b.finish(inner, x),)))
         pieces.append((None, lambda x: (self._head(x),)))
@@ -230,5 +230,4 @@ def cct(
     heads = 2
     (tokenizer_width,) = _scaled((64,), width_multiplier)
     dim = heads * _scaled((128 // heads,), width_multiplier)[0]  # the head dimension scales
-    return CCT(depth, dim, heads, 2 * dim, (tokenizer_width,), num_classes, activation_layer,
-               tokenizer_norm)
+    return CCT(depth, dim, heads, 2 * dim, (tokenizer_width,), num_classes, activation_layer, tokenizer_norm)

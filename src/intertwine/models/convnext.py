@@ -24,6 +24,7 @@ with kaiming-normal a layer scale of 1e-6 gave 42-44 % over three seeds, 0.1 gav
 The residual output of each block is an ``nn.Identity`` named ``out``, so it is a site like a
 ResNet's ``act2`` with ``residual_activation: False``.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -103,18 +104,22 @@ class ConvNeXt(nn.Module):
 
         self.stage_names: tuple[str, ...] = tuple(f"stage{i}" for i in range(1, len(widths) + 1))
         # The layer before each stage's first block: the stem, then the downsampling layers.
-        self.entry_names: tuple[str, ...] = ("stem",) + tuple(
-            f"down{i}" for i in range(2, len(widths) + 1)
-        )
+        self.entry_names: tuple[str, ...] = ("stem",) + tuple(f"down{i}" for i in range(2, len(widths) + 1))
         for i, (name, depth, channels) in enumerate(zip(self.stage_names, depths, widths)):
             if i > 0:
-                self.add_module(self.entry_names[i], nn.Sequential(
-                    LayerNorm2d(widths[i - 1], eps=_LN_EPS),
-                    nn.Conv2d(widths[i - 1], channels, kernel_size=2, stride=2),
-                ))
-            self.add_module(name, nn.Sequential(
-                *(ConvNeXtBlock(channels, activation_layer, layer_scale) for _ in range(depth))
-            ))
+                self.add_module(
+                    self.entry_names[i],
+                    nn.Sequential(
+                        LayerNorm2d(widths[i - 1], eps=_LN_EPS),
+                        nn.Conv2d(widths[i - 1], channels, kernel_size=2, stride=2),
+                    ),
+                )
+            self.add_module(
+                name,
+                nn.Sequential(
+                    *(ConvNeXtBlock(channels, activation_layer, layer_scale) for _ in range(depth))
+                ),
+            )
 
         # Adaptive, so inputs other than 32x32 work too.
         self.avgpool = nn.AdaptiveAvgPool2d(1)
@@ -146,12 +151,15 @@ class ConvNeXt(nn.Module):
             entry = getattr(self, entry_name)
             for j, block in enumerate(getattr(self, name)):
                 if j == 0:
+
                     def start(x, b=block, entry=entry):
                         x = entry(x)
                         return b.start(x), x
                 else:
+
                     def start(x, b=block):
                         return b.start(x), x
+
                 pieces.append((f"{name}.{j}.act", start))
                 pieces.append((f"{name}.{j}.out", lambda inner, x, b=block: (b.finish(inner, x),)))
         pieces.append((None, lambda x: (self._head(x),)))
@@ -177,5 +185,6 @@ def convnext(
     (1,596,874 parameters with the defaults; 110,458 at width 0.25, which trains the default
     zoo's 4 epochs in about 40 s on one CPU thread to about 45 % on shapes; 413,418 at 0.5, 78 s,
     48 %)."""
-    return ConvNeXt((2, 2, 2), _scaled((64, 128, 256), width_multiplier), num_classes,
-                    activation_layer, layer_scale=1e-6)
+    return ConvNeXt(
+        (2, 2, 2), _scaled((64, 128, 256), width_multiplier), num_classes, activation_layer, layer_scale=1e-6
+    )

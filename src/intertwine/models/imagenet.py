@@ -24,6 +24,7 @@ stream, then one site inside the last block.
 Use ``feature_map`` (or ``site_activations``, which runs the hooks) to turn a hooked output into the
 ``(N, C, H, W)`` representation of the site.
 """
+
 from __future__ import annotations
 
 import re
@@ -38,8 +39,7 @@ IMAGENET_ARCHS = ("resnet50", "convnext_tiny")
 
 DEFAULT_SITES: dict[str, list[str]] = {
     "resnet50": ["layer1", "layer2", "layer3", "layer4", "layer4.2.bn2"],
-    "convnext_tiny": ["features.1", "features.3", "features.5", "features.7",
-                      "features.7.2.block.4"],
+    "convnext_tiny": ["features.1", "features.3", "features.5", "features.7", "features.7.2.block.4"],
 }
 
 # Hooked outputs that are not yet the representation: Bottleneck pre-activations (rectified by
@@ -75,11 +75,13 @@ def _state_dict(loaded, path: Path) -> dict[str, Tensor]:
                 loaded = loaded[key]
                 break
     if not isinstance(loaded, dict) or not all(isinstance(v, Tensor) for v in loaded.values()):
-        raise ValueError(f"{path} is not a state dict (a dict of tensors, possibly under a "
-                         f"'state_dict' or 'model' key); got {type(loaded).__name__}")
+        raise ValueError(
+            f"{path} is not a state dict (a dict of tensors, possibly under a "
+            f"'state_dict' or 'model' key); got {type(loaded).__name__}"
+        )
     keys = list(loaded)
     if keys and all(k.startswith("module.") for k in keys):  # saved from DataParallel / DDP
-        loaded = {k[len("module."):]: v for k, v in loaded.items()}
+        loaded = {k[len("module.") :]: v for k, v in loaded.items()}
     return loaded
 
 
@@ -90,28 +92,36 @@ def load_imagenet_model(arch: str, weights_path: str | Path) -> nn.Module:
     _check_arch(arch)
     path = Path(weights_path).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such weights file for {arch}. Nothing is downloaded; "
-                                f"fetch torchvision's ImageNet weights yourself ({_weights_urls(arch)}) "
-                                f"or point at a state dict of torchvision.models.{arch}")
+        raise FileNotFoundError(
+            f"{path}: no such weights file for {arch}. Nothing is downloaded; "
+            f"fetch torchvision's ImageNet weights yourself ({_weights_urls(arch)}) "
+            f"or point at a state dict of torchvision.models.{arch}"
+        )
     try:
         loaded = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unpickling failure means the same to the user
-        raise ValueError(f"{path} could not be read as a PyTorch state dict ({type(err).__name__}: "
-                         f"{err}); save one with torch.save(model.state_dict(), path)") from err
+        raise ValueError(
+            f"{path} could not be read as a PyTorch state dict ({type(err).__name__}: "
+            f"{err}); save one with torch.save(model.state_dict(), path)"
+        ) from err
     state = _state_dict(loaded, path)
     with torch.device("meta"):  # no memory and no random initialisation: every tensor is loaded
         model = build_imagenet_model(arch)
     expected = model.state_dict()
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
-    wrong_shape = [f"{k}: {tuple(state[k].shape)} in the file, {tuple(v.shape)} in the model"
-                   for k, v in expected.items() if k in state and state[k].shape != v.shape]
+    wrong_shape = [
+        f"{k}: {tuple(state[k].shape)} in the file, {tuple(v.shape)} in the model"
+        for k, v in expected.items()
+        if k in state and state[k].shape != v.shape
+    ]
     if missing or unexpected or wrong_shape:
         raise ValueError(
             f"{path} does not hold torchvision's {arch} weights: "
             f"{len(missing)} keys missing (e.g. {missing[:5]}), "
             f"{len(unexpected)} unexpected (e.g. {unexpected[:5]}), "
-            f"{len(wrong_shape)} of the wrong shape (e.g. {wrong_shape[:3]})")
+            f"{len(wrong_shape)} of the wrong shape (e.g. {wrong_shape[:3]})"
+        )
     model.load_state_dict({k: state[k].to(v.dtype) for k, v in expected.items()}, assign=True)
     leftover = [name for name, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if leftover:  # a tensor outside the state dict (none in these architectures)
@@ -129,8 +139,9 @@ def feature_map(arch: str, site: str, output: Tensor) -> Tensor:
     elif arch == "convnext_tiny" and _CONVNEXT_CHANNELS_LAST.match(site):
         output = output.permute(0, 3, 1, 2)
     if output.ndim != 4:
-        raise ValueError(f"{arch} site {site!r} gives a {output.ndim}-D output "
-                         f"{tuple(output.shape)}, not a feature map")
+        raise ValueError(
+            f"{arch} site {site!r} gives a {output.ndim}-D output {tuple(output.shape)}, not a feature map"
+        )
     return output
 
 
@@ -140,8 +151,9 @@ def on_residual_stream(site: str) -> bool:
     return re.fullmatch(r"(layer\d+|features\.\d+)(\.\d+)?", site) is not None
 
 
-def site_activations(model: nn.Module, arch: str, images: Tensor, sites: list[str] | None = None,
-                     batch_size: int = 64) -> dict[str, Tensor]:
+def site_activations(
+    model: nn.Module, arch: str, images: Tensor, sites: list[str] | None = None, batch_size: int = 64
+) -> dict[str, Tensor]:
     """Each site's ``(N, C, H, W)`` representation (``DEFAULT_SITES[arch]`` by default) for uint8
     ``images``, normalised with the ImageNet statistics: ``models.site_activations`` (forward
     hooks) followed by ``feature_map``."""

@@ -1,4 +1,5 @@
 """Myrtle CNN: the paper's 5-layer CIFAR network (4 conv layers, then a linear head)."""
+
 from __future__ import annotations
 
 from typing import Callable, Sequence

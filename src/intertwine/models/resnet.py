@@ -8,6 +8,7 @@
 Without batch norm every BN becomes an nn.Identity (module names unchanged) and every conv gets a
 bias, so the layer still has an offset.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -121,8 +122,13 @@ class ResNet(nn.Module):
             for j in range(n_blocks):
                 blocks.append(
                     BasicBlock(
-                        in_planes, planes, first_stride if j == 0 else 1, shortcut,
-                        activation_layer, batch_norm, residual_activation,
+                        in_planes,
+                        planes,
+                        first_stride if j == 0 else 1,
+                        shortcut,
+                        activation_layer,
+                        batch_norm,
+                        residual_activation,
                     )
                 )
                 in_planes = planes
@@ -181,8 +187,14 @@ def resnet20(
 ) -> ResNet:
     """CIFAR ResNet20 (269,722 parameters with the defaults)."""
     return ResNet(
-        (3, 3, 3), _scaled((16, 32, 64), width_multiplier), "A", num_classes,
-        activation_layer, batch_norm, residual_activation, kaiming_init=True,
+        (3, 3, 3),
+        _scaled((16, 32, 64), width_multiplier),
+        "A",
+        num_classes,
+        activation_layer,
+        batch_norm,
+        residual_activation,
+        kaiming_init=True,
     )
 
 
@@ -196,6 +208,12 @@ def resnet18(
 ) -> ResNet:
     """CIFAR-adapted ResNet18 (11,173,962 parameters with the defaults)."""
     return ResNet(
-        (2, 2, 2, 2), _scaled((64, 128, 256, 512), width_multiplier), "B", num_classes,
-        activation_layer, batch_norm, residual_activation, kaiming_init=False,
+        (2, 2, 2, 2),
+        _scaled((64, 128, 256, 512), width_multiplier),
+        "B",
+        num_classes,
+        activation_layer,
+        batch_norm,
+        residual_activation,
+        kaiming_init=False,
     )
