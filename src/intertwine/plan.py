@@ -114,13 +114,18 @@ class Plan:
     def site_names(self, variant: str) -> list[str]:
         return [site.name for site in self.variant_sites(variant)]
 
-    def extra_formats(self, stem: str) -> list[str]:
-        """A figure's files besides its .png (which the report shows), one per configured format."""
-        return [f"{stem}.{ext}" for ext in self.config["figures"]["formats"] if ext != "png"]
+    def other_formats(self, pngs: list[str]) -> list[str]:
+        """The figures' files besides their .png (which the report shows), one per configured format."""
+        return [
+            f"{png.removesuffix('.png')}.{ext}"
+            for png in pngs
+            for ext in self.config["figures"]["formats"]
+            if ext != "png"
+        ]
 
     def figure_files(self, pngs: list[str]) -> list[str]:
         """The .png files and their other formats."""
-        return pngs + [other for png in pngs for other in self.extra_formats(png[:-4])]
+        return pngs + self.other_formats(pngs)
 
     # --- zoo ----------------------------------------------------------------------------------
 

@@ -580,13 +580,12 @@ def fit(
             raise ValueError(
                 f"{label}: stitching loss became {train_loss} in epoch {epoch}; lower stitching.lr"
             )
+        mass = ""
         if grelu:
-            layer.anneal(epoch / config.epochs)
+            layer.anneal(epoch / config.epochs)  # at the last epoch: the layer rounding compares against
             result.off_permutation_mass.append(layer.off_permutation_mass())
-        mass = f", off-permutation mass {result.off_permutation_mass[-1]:.3f}" if grelu else ""
+            mass = f", off-permutation mass {result.off_permutation_mass[-1]:.3f}"
         log(f"{label} epoch {epoch}/{config.epochs} loss {train_loss:.4f}{mass}")
-    if grelu:
-        layer.anneal(1.0)  # the layer as training ends, which rounding compares against
     result.seconds = time.perf_counter() - started
     return result
 
@@ -723,7 +722,9 @@ def stitch_site(
         "acc_start": None,
     }
     if accuracy is not None:  # the layer before training, measured as the trained one will be
-        before = copy.deepcopy(stitched)
+        before = stitch(
+            f, copy.deepcopy(stitched.back), site.name, copy.deepcopy(stitched.bridge)
+        )  # f is shared
         if isinstance(before.bridge, GReLULayer):
             before.bridge.round()
         refresh_batch_norm(before, train_split, mean, std, config.eval_batch_size)

@@ -1,7 +1,7 @@
 # Validation, constants and input functions. Which jobs each stage runs, and what each job is
 # given, is the plan (intertwine.plan): plain Python, unit-tested, the same for every caller.
+import functools
 import hashlib
-import json
 import os
 import shutil
 import sys
@@ -99,6 +99,7 @@ STAGE_CODE = {
 _PACKAGE = Path(intertwine.__file__).parent
 
 
+@functools.cache  # each rule asks; the files are read once per run
 def code_hash(stage):
     digest = hashlib.sha256()
     for entry in STAGE_CODE[stage]:

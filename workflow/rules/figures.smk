@@ -7,7 +7,7 @@ rule zoo_figure:
             caption="../report/zoo_accuracy.rst",
             category="Model zoo",
         ),
-        other_formats=PLAN.extra_formats("results/figures/zoo_accuracy"),
+        other_formats=PLAN.other_formats(["results/figures/zoo_accuracy.png"]),
         summary=report(
             "results/tables/zoo_summary.csv",
             caption="../report/zoo_summary.rst",
@@ -37,7 +37,7 @@ rule rotation_figure:
             caption="../report/rotation_penalty.rst",
             category="Rotation penalty",
         ),
-        other_formats=PLAN.extra_formats("results/figures/rotation_penalty"),
+        other_formats=PLAN.other_formats(["results/figures/rotation_penalty.png"]),
     log:
         "results/logs/figures/rotation_penalty.log",
     conda:
@@ -74,9 +74,13 @@ rule stitching_figure:
             caption="../report/stitching_summary.rst",
             category="Model stitching",
         ),
-        other_formats=PLAN.extra_formats("results/figures/stitching_penalty")
-        + PLAN.extra_formats("results/figures/stitching_dimension")
-        + PLAN.extra_formats("results/figures/stitching_convergence"),
+        other_formats=PLAN.other_formats(
+            [
+                "results/figures/stitching_penalty.png",
+                "results/figures/stitching_dimension.png",
+                "results/figures/stitching_convergence.png",
+            ]
+        ),
     log:
         "results/logs/figures/stitching.log",
     conda:
@@ -104,7 +108,7 @@ rule similarity_figure:
             caption="../report/similarity_summary.rst",
             category="Similarity",
         ),
-        other_formats=[other for png in PLAN.similarity_figures for other in PLAN.extra_formats(png[:-4])],
+        other_formats=PLAN.other_formats(PLAN.similarity_figures),
     log:
         "results/logs/figures/similarity.log",
     conda:
@@ -140,7 +144,7 @@ rule dissection_figure:
             caption="../report/dissection_summary.rst",
             category="Dissection",
         ),
-        other_formats=[other for png in PLAN.DISSECTION_FIGURES for other in PLAN.extra_formats(png[:-4])],
+        other_formats=PLAN.other_formats(PLAN.DISSECTION_FIGURES),
     log:
         "results/logs/figures/dissection.log",
     conda:
@@ -171,7 +175,7 @@ rule dissection_masks:
             category="Dissection",
             subcategory="{variant}",
         ),
-        other_formats=PLAN.extra_formats("results/figures/dissection_masks_{variant}"),
+        other_formats=PLAN.other_formats(["results/figures/dissection_masks_{variant}.png"]),
     log:
         "results/logs/figures/dissection_masks_{variant}.log",
     conda:
@@ -205,7 +209,7 @@ rule stitching_studies_figure:
             report(csv, caption=f"../report/{os.path.basename(csv)[:-4]}.rst", category="Stitching studies")
             for csv in PLAN.study_tables
         ],
-        other_formats=[other for png in PLAN.study_figures.values() for other in PLAN.extra_formats(png[:-4])],
+        other_formats=PLAN.other_formats(list(PLAN.study_figures.values())),
     log:
         "results/logs/figures/stitching_studies.log",
     conda:
