@@ -24,6 +24,7 @@ include: "workflow/rules/rotation.smk"
 include: "workflow/rules/stitching.smk"
 include: "workflow/rules/similarity.smk"
 include: "workflow/rules/dissection.smk"
+include: "workflow/rules/gated.smk"
 include: "workflow/rules/figures.smk"
 
 

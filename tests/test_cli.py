@@ -19,6 +19,7 @@ JOBS = {
     "similarity-pair": "similarity",
     "symmetry-check": "symmetry",
     "dissect-member": "dissection",
+    "npk-member": "gated",
     "dissect-external": "dissection",
     "dissection-masks": "dissection",
 }
@@ -60,12 +61,18 @@ def test_every_torch_job_is_named_like_its_rule_and_function():
 @pytest.mark.parametrize("rule", sorted(rule_commands()))
 def test_each_rule_command_parses(rule):
     line = rule_commands()[rule].split(" > {log}")[0].strip("( ")
-    line = re.sub(r"\{params\.(paths|parts|procrustes|cka)\}", " ", line)  # optional flags, as built
+    line = re.sub(
+        r"\{params\.(paths|parts|procrustes|cka|permutations|similarity|features)\}", " ", line
+    )  # optional flags, as built
     for command in line.split(" && intertwine "):
         argv = command.removeprefix("intertwine ").split()
         # Fill the rule's placeholders with values of their kind: JSON lists and blocks, integers,
         # names the options restrict, paths.
-        lists = {"{params.sites:q}": '["act1"]', "{params.transformers:q}": '["cct"]'}
+        lists = {
+            "{params.sites:q}": '["act1"]',
+            "{params.transformers:q}": '["cct"]',
+            "{params.study:q}": '["myrtle"]',
+        }
         names = {
             "{params.dataset}": "shapes",
             "{wildcards.method}": "full",

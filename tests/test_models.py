@@ -286,8 +286,9 @@ def test_sites_rejects_foreign_model():
 
 def test_small_inputs(defaults):
     for arch, model in defaults.items():
+        size = 32 if arch == "vgg16_avg" else 16  # five 2x2 pools need 32 pixels
         with torch.no_grad():
-            assert model(torch.randn(2, 3, 16, 16)).shape == (2, 10), arch
+            assert model(torch.randn(2, 3, size, size)).shape == (2, 10), arch
 
 
 # --- activations ------------------------------------------------------------------------------
@@ -389,7 +390,9 @@ def test_convnext_spec_defaults_to_gelu():
 
 @pytest.mark.parametrize("spec", [{}, {"arch": "resnet50"}, {"activation": "relu"}])
 def test_bad_arch_lists_known(spec):
-    with pytest.raises(ValueError, match="known architectures: myrtle, resnet20, resnet18, convnext"):
+    with pytest.raises(
+        ValueError, match="known architectures: myrtle, c4gap, c1gap, vgg16_avg, resnet20, resnet18, convnext"
+    ):
         build(spec)
 
 

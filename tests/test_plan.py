@@ -47,20 +47,28 @@ def test_tiny_plan_jobs(tiny):
     assert plan.stitch_methods("myrtle") == ["full", "rank2", "grelu", "grelu_cv", "softsort", "l1_0.01"]
     assert plan.stitch_methods("resnet20") == ["full", "rank2", "grelu"]
     assert "results/stitching/myrtle/pair0/l1_0.01.parquet" in plan.stitch_jobs
-    assert len(plan.stitch_jobs) == 6 + 3 + 1 + 2
+    assert len(plan.stitch_jobs) == 6 + 3 + 1 + 2 + 2  # c4gap_dgn: grelu and monomial
     assert plan.rotation_trials == [
         f"results/rotation/myrtle/seed0/act2/{g}/trial0.parquet" for g in ("grelu", "orthogonal")
     ]
     # The symmetry check runs on the architectures whose weight action it knows.
+    gated = ["c4gap", "c4gap_dgn", "c4gap_dlgn_reversed", "c4gap_dgn_fl"]
     assert plan.symmetry_checks == [
         "results/symmetry/myrtle/seed0.parquet",
         "results/symmetry/resnet20/seed0.parquet",
         "results/symmetry/myrtle_leaky/seed0.parquet",
-    ]
+    ] + [f"results/symmetry/{v}/seed0.parquet" for v in gated]
     assert plan.similarity_jobs == [
         "results/similarity/myrtle/pair0.parquet",
         "results/similarity/myrtle/pair1.parquet",
+        "results/similarity/c4gap_dgn/pair0.parquet",
+        "results/similarity/c4gap_dgn/pair1.parquet",
     ]
+    assert plan.npk_jobs == [f"results/gated/{v}/seed0.parquet" for v in gated]
+    assert plan.features_checkpoint("c4gap_dgn_fl", 1) == ["results/zoo/c4gap/seed1.pt"]
+    assert plan.features_checkpoint("c4gap_dgn", 1) == []
+    assert plan.gated_permuted and "results/figures/gated_permutations.png" in plan.all_outputs
+    assert plan.cut_site_names("c4gap_dgn") == [f"value.act{i}" for i in range(1, 5)]
     assert plan.similarity_parts(0) == " --procrustes --cka" and plan.similarity_parts(1) == " --procrustes"
     assert plan.leaky_slopes == {"myrtle": 0.0, "myrtle_leaky": 0.5}
     assert plan.transformers == ["cct"]
@@ -82,7 +90,7 @@ def test_figure_formats_follow_the_config(tiny):
 
 def test_stages_off_have_no_outputs(tiny):
     config = copy.deepcopy(tiny)
-    for stage in ("rotation", "stitching", "similarity", "dissection"):
+    for stage in ("rotation", "stitching", "similarity", "dissection", "gated"):
         config[stage]["variants"] = {} if stage == "rotation" else []
     config["stitching"].update(sites={}, methods_per_variant={})
     config["symmetry"]["seeds"] = 0
@@ -268,3 +276,43 @@ def test_settings_that_cannot_change_a_result_are_not_params(tiny):
     assert plan.train_block("resnet20") == Plan(tiny).train_block("resnet20")
     # stitching.eval_batch_size is also the batch of the batch-norm refresh, which changes results.
     assert plan.stitch_block("full")["eval_batch_size"] == config["stitching"]["eval_batch_size"]
+
+
+@pytest.mark.parametrize(
+    "variants, message",
+    [
+        (
+            {"fl": {"arch": "myrtle", "gated": {"regime": "fl", "features_from": "nowhere"}}},
+            "zoo.variants.fl.gated.features_from: 'nowhere' is not a zoo variant",
+        ),
+        (
+            {
+                "plain": {"arch": "myrtle", "width_multiplier": 0.5},
+                "fl": {"arch": "myrtle", "gated": {"regime": "fl", "features_from": "plain"}},
+            },
+            "is not the plain form",
+        ),
+    ],
+)
+def test_gated_config_errors_name_the_key(tiny, variants, message):
+    config = copy.deepcopy(tiny)
+    config["zoo"]["variants"].update(variants)
+    assert any(message in error for error in Plan(config).errors())
+
+
+def test_fl_source_needs_as_many_seeds(tiny):
+    config = copy.deepcopy(tiny)
+    config["zoo"]["seeds_per_variant"]["c4gap"] = 1
+    assert any("raise zoo.seeds_per_variant.c4gap" in error for error in Plan(config).errors())
+
+
+def test_gated_study_takes_networks_with_a_gated_form(tiny):
+    config = copy.deepcopy(tiny)
+    config["gated"]["variants"] = ["resnet20"]
+    assert any("config key gated.variants: 'resnet20'" in error for error in Plan(config).errors())
+
+
+def test_stitching_a_feature_site_is_a_config_error(tiny):
+    config = copy.deepcopy(tiny)
+    config["stitching"]["sites"]["c4gap_dgn"] = ["features.act2"]
+    assert any("stitching.sites.c4gap_dgn" in error for error in Plan(config).errors())

@@ -35,6 +35,7 @@ GROUPS = {
     "linear_cka": ["orthogonal", "isotropic", "translation"],
     "laplace_cka": ["grelu", "monomial", "translation"],
     "channel_normalized_linear_cka": ["grelu", "monomial", "translation"],
+    "gate_cka": ["grelu", "isotropic"],  # signs matter: not monomials, not translations
 }
 # A transformation outside each measure's group, and a bound the similarity of (X, X A) must stay
 # below on 12 channels of comparable scale (``features(seed, c=12, spread=0)``). The maxima observed
@@ -50,6 +51,7 @@ OUTSIDE = {
     "linear_cka": ("grelu", 0.90),  # observed max 0.812
     "laplace_cka": ("orthogonal", 0.94),  # observed max 0.887
     "channel_normalized_linear_cka": ("gl", 0.92),  # observed max 0.852
+    "gate_cka": ("orthogonal", 0.55),  # observed max 0.466
 }
 
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import torch
 import pytest
 import yaml
 
@@ -116,6 +117,14 @@ def test_paper_config_dag(tmp_path):
 def test_tiny_run_outputs(tiny_run):
     zoo = pd.read_parquet(tiny_run / "results/tables/zoo.parquet")
     assert sorted(zip(zoo["variant"], zoo["seed"])) == [
+        ("c4gap", 0),
+        ("c4gap", 1),
+        ("c4gap_dgn", 0),
+        ("c4gap_dgn", 1),
+        ("c4gap_dgn_fl", 0),
+        ("c4gap_dgn_fl", 1),
+        ("c4gap_dlgn_reversed", 0),
+        ("c4gap_dlgn_reversed", 1),
         ("cct", 0),
         ("cct", 1),
         ("convnext", 0),
@@ -130,13 +139,14 @@ def test_tiny_run_outputs(tiny_run):
     assert list(zoo.columns[:2]) == ["variant", "seed"]
     assert zoo["test_acc"].between(0, 1).all() and (zoo["n_params"] > 0).all()
     epochs = pd.read_parquet(tiny_run / "results/tables/zoo_epochs.parquet")
-    assert len(epochs) == 10 * 2
+    assert len(epochs) == 18 * 2
     checkpoint = tiny_run / "results/zoo/myrtle/seed0.pt"
     assert not os.stat(checkpoint).st_mode & stat.S_IWUSR  # protected
     assert (tiny_run / "results/figures/zoo_accuracy.png").stat().st_size > 1000
     summary = pd.read_csv(tiny_run / "results/tables/zoo_summary.csv")
-    assert list(summary["variant"]) == ["myrtle", "resnet20", "convnext", "myrtle_leaky", "cct"]
-    assert list(summary["seeds"]) == [3, 2, 1, 2, 2]  # tiny.yaml: myrtle 3, convnext 1
+    gated = ["c4gap", "c4gap_dgn", "c4gap_dlgn_reversed", "c4gap_dgn_fl"]
+    assert list(summary["variant"]) == ["myrtle", "resnet20", "convnext", "myrtle_leaky", "cct", *gated]
+    assert list(summary["seeds"]) == [3, 2, 1, 2, 2, 2, 2, 2, 2]  # tiny.yaml: myrtle 3, convnext 1
     for log in ["data/shapes.log", "zoo/myrtle/seed0.log", "tables/zoo.log", "figures/zoo_accuracy.log"]:
         assert (tiny_run / "results/logs" / log).exists()
     assert "epoch 2/2" in (tiny_run / "results/logs/zoo/myrtle/seed0.log").read_text()
@@ -283,6 +293,39 @@ def test_dissection_tables_and_figures(tiny_run):
         "dissection_masks_convnext.png",
     ]:
         assert (tiny_run / "results/figures" / figure).stat().st_size > 1000
+
+
+def test_gated_tables_and_figures(tiny_run):
+    """The gated-networks stage: the study's table, the kernels with their exact invariance, the
+    findings, the figures; an FL member's feature network is its source member's, frozen."""
+    from intertwine.zoo import read_checkpoint
+
+    table = pd.read_parquet(tiny_run / "results/tables/gated.parquet")
+    assert len(table) == 8 and set(table["family"]) == {"dnn", "dgn", "dlgn"}
+    reversed_ = table[table["variant"] == "c4gap_dlgn_reversed"]
+    assert reversed_["permuted"].all() and (reversed_["gate_perm"] == "3,2,1,0").all()
+    assert table["paper_acc"].isna().all()  # shapes: no paper row
+    npk = pd.read_parquet(tiny_run / "results/tables/npk.parquet")
+    assert set(npk["kernel"]) == {"npk", "gate"} and (npk["probe_images"] == 8).all()
+    assert (npk["permutation_error"] < 1e-10).all()  # G_ReLU acting on the weights: exact
+    assert npk.loc[npk["kernel"] == "npk", "shift_error"].notna().all()
+    assert npk["ntk_cka"].dropna().between(-1, 1).all()
+    findings = pd.read_csv(tiny_run / "results/tables/gated_findings.csv")
+    assert set(findings["verdict"]) <= {"reproduced", "not reproduced", "not run"}
+    assert any("permutation" in f for f in findings["finding"])
+    for name in ["gated_accuracy", "gated_permutations", "gated_kernels"]:
+        assert (tiny_run / f"results/figures/{name}.png").stat().st_size > 1000
+    fl = read_checkpoint(tiny_run / "results/zoo/c4gap_dgn_fl/seed1.pt")["state_dict"]
+    source = read_checkpoint(tiny_run / "results/zoo/c4gap/seed1.pt")["state_dict"]
+    for key, value in source.items():
+        if not key.startswith("fc."):
+            assert torch.equal(fl[f"features.{key}"], value), key
+    similarity = pd.read_parquet(tiny_run / "results/tables/similarity.parquet")
+    gated_pair = similarity[similarity["variant"] == "c4gap_dgn"]
+    assert {"gate_cka", "npk_cka"} <= set(gated_pair["measure"])
+    assert (gated_pair.loc[gated_pair["measure"] == "npk_cka", "site_a"] == "model").all()
+    stitching = pd.read_parquet(tiny_run / "results/tables/stitching.parquet")
+    assert set(stitching.loc[stitching["variant"] == "c4gap_dgn", "method"]) == {"grelu", "monomial"}
 
 
 def test_report(tiny_run):

@@ -111,6 +111,8 @@ TABLE_SCHEMAS = (
     "similarity",
     "dissection",
     "dissection_units",
+    "gated",
+    "npk",
 )
 
 
@@ -159,6 +161,7 @@ def cmd_train_member(args) -> None:
         args.training,
         args.out,
         eval_batch_size=args.eval_batch_size,
+        features=args.features,
     )
     write_parquet(metrics, args.metrics, ZOO_EPOCHS)
     save_checkpoint(checkpoint, args.out)
@@ -202,6 +205,48 @@ def cmd_symmetry_check(args) -> None:
     from intertwine.tables import SYMMETRY, write_parquet
 
     write_parquet(symmetry_check(_job(args), args.checkpoint, args.config), args.out, SYMMETRY)
+
+
+def cmd_npk_member(args) -> None:
+    from intertwine.jobs.gated import npk_member
+    from intertwine.tables import NPK, write_parquet
+
+    write_parquet(npk_member(_job(args), args.checkpoint, args.config), args.out, NPK)
+
+
+def cmd_gated_table(args) -> None:
+    from intertwine import gated
+    from intertwine.models import normalize_spec
+    from intertwine.tables import GATED, NPK, ZOO, read_parquet, write_csv, write_parquet
+
+    specs = {variant: normalize_spec(args.variants[variant]) for variant in args.study}
+    table = gated.study_table(read_parquet([args.zoo], ZOO), specs, args.dataset, args.epochs)
+    write_parquet(table, args.out, GATED)
+    write_parquet(read_parquet(args.parts, NPK), args.npk_out, NPK)
+    write_csv(gated.findings(table), args.findings)
+
+
+def cmd_gated_figure(args) -> None:
+    from intertwine import paper
+    from intertwine.figures import gated_accuracy, gated_kernels, gated_permutations
+    from intertwine.tables import GATED, NPK, SIMILARITY, read_parquet
+
+    table = read_parquet([args.table], GATED)
+    _save(gated_accuracy(table, paper.table_i()), args.accuracy, args.other_formats, args.figures)
+    if args.permutations:
+        _save(
+            gated_permutations(table, paper.table_i(permuted=True)),
+            args.permutations,
+            args.other_formats,
+            args.figures,
+        )
+    similarity = read_parquet([args.similarity], SIMILARITY) if args.similarity else None
+    _save(
+        gated_kernels(read_parquet([args.npk], NPK), similarity),
+        args.kernels,
+        args.other_formats,
+        args.figures,
+    )
 
 
 def cmd_dissect_member(args) -> None:
@@ -441,6 +486,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_integer(0), required=True, help="zoo member seed")
     p.add_argument("--spec", type=_json_object, required=True, help="the variant's model spec (JSON)")
     p.add_argument("--metrics", required=True, help="output per-epoch metrics .parquet")
+    p.add_argument(
+        "--features",
+        help="a gated FL variant's feature network: the checkpoint of the trained member named by gated.features_from",
+    )
     p = command(
         "rotation-trial",
         cmd_rotation_trial,
@@ -497,6 +546,15 @@ def build_parser() -> argparse.ArgumentParser:
         [job],
         out="per-model .parquet",
         config="symmetry",
+        options=["--checkpoint"],
+    )
+    command(
+        "npk-member",
+        cmd_npk_member,
+        "a zoo member's neural path kernel and gate kernels with their checks",
+        [job],
+        out="per-member .parquet",
+        config="gated",
         options=["--checkpoint"],
     )
     p = command(
@@ -561,6 +619,19 @@ def build_parser() -> argparse.ArgumentParser:
         options=["--summary"],
     )
     p.add_argument("parts", nargs="+")
+    p = command(
+        "gated-table",
+        cmd_gated_table,
+        "the gated-networks study: accuracy per member beside the paper, kernels, findings",
+        out="gated.parquet",
+        options=["--variants", "--dataset"],
+    )
+    p.add_argument("--zoo", required=True, help="zoo.parquet")
+    p.add_argument("--study", type=_json_names, required=True, help="JSON list of the study's variants")
+    p.add_argument("--epochs", type=_json_object, required=True, help="JSON {variant: training epochs}")
+    p.add_argument("--npk-out", required=True, help="npk.parquet: the per-member kernel tables")
+    p.add_argument("--findings", required=True, help="the paper's findings and our verdicts (.csv)")
+    p.add_argument("parts", nargs="+", help="per-member kernel tables (npk-member)")
     p = command("table", cmd_table, "concatenate per-job Parquet files into a stage's table", out="the table")
     p.add_argument("parts", nargs="+")
     p.add_argument(
@@ -622,6 +693,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--procrustes", help="Procrustes figure (.png)")
     p.add_argument("--cka", help="CKA heatmaps (.png)")
+    p = command(
+        "gated-figure",
+        cmd_gated_figure,
+        "gated networks: accuracy per family beside Table I, over gate permutations, kernels",
+        [figure],
+        options=["--table"],
+    )
+    p.add_argument("--npk", required=True, help="npk.parquet")
+    p.add_argument("--similarity", help="similarity.parquet (gate, linear and G_ReLU CKA across seeds)")
+    p.add_argument("--accuracy", required=True, help="accuracy per family x value input (.png)")
+    p.add_argument("--permutations", help="accuracy over gate permutations (.png)")
+    p.add_argument("--kernels", required=True, help="kernel CKAs (.png)")
     p = command(
         "dissection-figure",
         cmd_dissection_figure,

@@ -690,6 +690,8 @@ MEASURE_LABELS = {
     "linear_cka": "linear CKA",
     "laplace_cka": "Laplace CKA",
     "channel_normalized_linear_cka": "linear CKA (channels normalised)",
+    "gate_cka": "gate CKA",
+    "npk_cka": "NPK CKA",
 }
 
 
@@ -763,7 +765,8 @@ def similarity_procrustes(table: pd.DataFrame, paper: dict[str, dict[str, dict[s
 def similarity_cka(table: pd.DataFrame) -> plt.Figure:
     """CKA heatmaps, site of model a x site of model b, averaged over pairs: one row per variant,
     one column per CKA measure (G_ReLU CKA beside linear CKA; Figs. 2, 5, 11)."""
-    rows = table[table["measure"].str.endswith("cka")]
+    # npk_cka is one number per pair (site "model"), in the summary, not a heatmap
+    rows = table[table["measure"].str.endswith("cka") & (table["measure"] != "npk_cka")]
     variants = list(dict.fromkeys(rows["variant"]))
     measures = list(dict.fromkeys(rows["measure"]))
     panel = 2.6 + 0.16 * rows.groupby("variant")["site_a"].nunique().max()  # room for site labels
@@ -918,6 +921,175 @@ def dissection_masks(images: np.ndarray, panels: list[dict]) -> plt.Figure:
             ax.contour(mask, levels=[0.5], colors="yellow", linewidths=0.6)
         row[0].set_title(panel["title"], fontsize=7, loc="left")
     fig.tight_layout()
+    return fig
+
+
+# --- gated networks --------------------------------------------------------------------------
+
+FAMILY_ORDER = ("dnn", "dgn", "dlgn", "dlgn_sf")
+
+
+def _gated_columns(table: pd.DataFrame) -> list[tuple[str, str]]:
+    """(family, value input) columns of the study's standalone, identity-gate members, in order."""
+    present = set(zip(table["family"], table["value_input"]))
+    return [(f, v) for f in FAMILY_ORDER for v in ("x", "ones") if (f, v) in present]
+
+
+def gated_accuracy(table: pd.DataFrame, paper_table_i: dict[str, tuple[float, float]]) -> plt.Figure:
+    """Test accuracy per family x value input (standalone regime, identity gates; mean and sd over
+    seeds, members as dots) per base architecture, beside the paper's Table I (CIFAR-10 C4GAP w128,
+    grey) and, in a second panel, the FL and FR regimes."""
+    from intertwine.paper import gated_label
+
+    standalone = table[(table["regime"].isna() | (table["regime"] == "standalone")) & ~table["permuted"]]
+    regimes = table[table["regime"].isin(["fl", "fr"]) & ~table["permuted"]]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained", width_ratios=[3, 1.3])
+    ax = axes[0]
+    columns = _gated_columns(standalone)
+    archs = list(dict.fromkeys(standalone["base"]))
+    width = 0.8 / (len(archs) + 1)
+    for k, arch in enumerate(archs):
+        for i, (family, value_input) in enumerate(columns):
+            acc = _group_acc(standalone, base=arch, family=family, value_input=value_input)
+            if len(acc):
+                x = i + (k - len(archs) / 2) * width
+                ax.bar(
+                    x,
+                    acc.mean(),
+                    width,
+                    yerr=acc.std(ddof=1) if len(acc) > 1 else 0,
+                    color=f"C{k}",
+                    label=f"ours: {arch}" if i == 0 else None,
+                )
+                ax.scatter(np.full(len(acc), x), acc, s=8, color="k", zorder=3)
+    for i, (family, value_input) in enumerate(columns):
+        key = "dnn" if family == "dnn" else f"{family} {value_input}"
+        if key in paper_table_i:
+            mean, sd = paper_table_i[key]
+            ax.bar(
+                i + len(archs) / 2 * width,
+                mean,
+                width,
+                yerr=sd,
+                color="0.7",
+                label="paper, Table I (CIFAR-10)" if i == 0 else None,
+            )
+    ax.set_xticks(range(len(columns)), [gated_label("dnn" if f == "dnn" else f"{f} {v}") for f, v in columns])
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title("standalone: family x value input", fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")
+    ax = axes[1]
+    if len(regimes):
+        groups = list(dict.fromkeys(zip(regimes["variant"], regimes["regime"], regimes["family"])))
+        for i, (variant, regime, family) in enumerate(groups):
+            acc = regimes.loc[regimes["variant"] == variant, "test_acc"].to_numpy() * 100
+            ax.bar(i, acc.mean(), 0.6, color="C2" if regime == "fl" else "C4")
+            ax.scatter(np.full(len(acc), i), acc, s=8, color="k", zorder=3)
+        ax.set_xticks(range(len(groups)), [f"{r.upper()} {f.upper()}\n{v}" for v, r, f in groups], fontsize=7)
+        ax.set_title("feature network learned (FL) or random (FR)", fontsize=9)
+    else:
+        ax.text(0.5, 0.5, "no FL / FR variants", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+    return fig
+
+
+def _group_acc(table: pd.DataFrame, **where) -> np.ndarray:
+    mask = np.ones(len(table), bool)
+    for column, value in where.items():
+        mask &= (table[column] == value).to_numpy()
+    return table.loc[mask, "test_acc"].to_numpy() * 100
+
+
+def gated_permutations(table: pd.DataFrame, paper_permuted: dict[str, tuple[float, float]]) -> plt.Figure:
+    """Test accuracy per gate-layer permutation (identity first) for each family x value input that
+    has permuted members, beside the paper's mean over the 23 permutations of Table I."""
+    from intertwine.paper import gated_label
+
+    rows = table[table["family"] != "dnn"].copy()
+    rows["perm"] = rows["gate_perm"].fillna("identity")
+    keys = [
+        k
+        for k in dict.fromkeys(zip(rows["base"], rows["family"], rows["value_input"]))
+        if rows[(rows["base"] == k[0]) & (rows["family"] == k[1]) & (rows["value_input"] == k[2])][
+            "permuted"
+        ].any()
+    ]
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(rows["perm"].unique()) + 2), 3.6), layout="constrained")
+    perms = ["identity"] + sorted(p for p in rows["perm"].unique() if p != "identity")
+    for k, (arch, family, value_input) in enumerate(keys):
+        part = rows[
+            (rows["base"] == arch) & (rows["family"] == family) & (rows["value_input"] == value_input)
+        ]
+        xs, means = [], []
+        for i, perm in enumerate(perms):
+            acc = part.loc[part["perm"] == perm, "test_acc"].to_numpy() * 100
+            if len(acc):
+                ax.scatter(np.full(len(acc), i), acc, s=10, color=f"C{k}", alpha=0.6)
+                xs.append(i), means.append(acc.mean())
+        key = f"{family} {value_input}"
+        ax.plot(xs, means, "-o", color=f"C{k}", label=f"{arch} {gated_label(key)}")
+        if key in paper_permuted:
+            ax.axhline(paper_permuted[key][0], color=f"C{k}", ls=":", lw=1)
+    ax.set_xticks(range(len(perms)), perms, rotation=30, fontsize=7)
+    ax.set_xlabel("gate layer of each value layer (gate_perm)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title("gate-layer permutations (dotted: the paper's CIFAR-10 mean over 23)", fontsize=9)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def gated_kernels(npk: pd.DataFrame, similarity: pd.DataFrame | None) -> plt.Figure:
+    """Left: across seeds, CKA at each site with the same site of the other member: gate CKA beside
+    linear and G_ReLU CKA (the similarity stage's heatmap diagonals; study variants only). Right:
+    each kernel's CKA with the member's empirical NTK (NPK and per-site gate kernels)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    ax = axes[0]
+    variants = list(dict.fromkeys(npk["variant"]))
+    if similarity is not None:
+        same = similarity[
+            (similarity["site_a"] == similarity["site_b"]) & similarity["variant"].isin(variants)
+        ]
+        measures = [m for m in ("gate_cka", "linear_cka", "grelu_cka") if m in set(same["measure"])]
+        styles = {"gate_cka": "-", "linear_cka": "--", "grelu_cka": ":"}
+        for k, variant in enumerate(v for v in variants if v in set(same["variant"])):
+            for measure in measures:
+                part = same[
+                    (same["variant"] == variant) & (same["measure"] == measure) & (same["site_a"] != "model")
+                ]
+                means = part.groupby("site_a", sort=False)["value"].mean()
+                ax.plot(
+                    range(len(means)),
+                    means.to_numpy(),
+                    styles[measure],
+                    marker="o",
+                    ms=3,
+                    color=f"C{k}",
+                    label=f"{variant}: {MEASURE_LABELS[measure]}",
+                )
+                ax.set_xticks(range(len(means)), means.index, rotation=60, fontsize=6)
+        ax.set_ylabel("CKA across seeds (same site)")
+        ax.legend(fontsize=6, ncol=2)
+    else:
+        ax.text(
+            0.5,
+            0.5,
+            "the similarity stage compares\nno variant of the study",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+        ax.set_axis_off()
+    ax = axes[1]
+    for k, variant in enumerate(variants):
+        part = npk[npk["variant"] == variant]
+        gates = part[part["kernel"] == "gate"].groupby("site", sort=False)["ntk_cka"].mean()
+        ax.plot(range(len(gates)), gates.to_numpy(), "-o", ms=3, color=f"C{k}", label=variant)
+        model = part.loc[part["kernel"] == "npk", "ntk_cka"]
+        if len(model):
+            ax.axhline(model.mean(), color=f"C{k}", ls="--", lw=1)
+    ax.set_xlabel("site (gate kernel); dashed: the value network's NPK")
+    ax.set_ylabel("CKA with the empirical NTK")
+    ax.legend(fontsize=6)
     return fig
 
 

@@ -58,3 +58,118 @@ def reported_procrustes(spec: dict) -> dict[str, dict[str, float]]:
     if spec.get("constant_width") is None:
         return _MYRTLE_PROCRUSTES
     return _CONSTANT_WIDTH_MYRTLE_PROCRUSTES if spec["constant_width"] == 512 else {}
+
+
+# --- Lakshminarayanan & Singh, "Disentangling deep neural networks with rectified linear units
+# using duality": test accuracy (%), mean and sd over 5 runs, standalone regime. A row: the
+# table, the data set, the architecture and width multiplier it stands for (C4GAP w128 is c4gap
+# at 1.0, w512 at 4.0), the family, the value network's input, whether the gate layers were
+# permuted (Table I's mean over the 23 non-identity permutations), the epochs where the table says
+# them, and (mean, sd). ResNet-110 rows and the C1GAP ensembles are not built here.
+_TABLE_I = {
+    "CIFAR-10": {
+        "dnn": (80.5, 0.4),
+        "dgn x": (77.4, 0.3),
+        "dgn ones": (77.5, 0.2),
+        "dlgn x": (75.4, 0.3),
+        "dlgn ones": (75.4, 0.2),
+    },
+    "CIFAR-100": {
+        "dnn": (51.8, 0.4),
+        "dgn x": (47.4, 0.2),
+        "dgn ones": (47.3, 0.3),
+        "dlgn x": (47.4, 0.1),
+        "dlgn ones": (48.0, 0.2),
+    },
+}
+_TABLE_I_PERMUTED = {
+    "CIFAR-10": {
+        "dgn x": (77.3, 0.5),
+        "dgn ones": (77.9, 0.6),
+        "dlgn x": (75.9, 0.5),
+        "dlgn ones": (76.0, 0.5),
+    },
+    "CIFAR-100": {
+        "dgn x": (48.4, 0.8),
+        "dgn ones": (49.2, 0.9),
+        "dlgn x": (47.5, 1.0),
+        "dlgn ones": (48.4, 0.9),
+    },
+}
+_TABLE_II_VGG = {
+    "CIFAR-10": {
+        "dnn": (93.6, 0.2),
+        "dgn x": (93.0, 0.1),
+        "dgn ones": (93.0, 0.1),
+        "dlgn x": (87.0, 0.1),
+        "dlgn ones": (87.0, 0.2),
+    },
+    "CIFAR-100": {
+        "dnn": (73.4, 0.3),
+        "dgn x": (70.3, 0.1),
+        "dgn ones": (70.5, 0.2),
+        "dlgn x": (61.5, 0.2),
+        "dlgn ones": (61.5, 0.1),
+    },
+}
+# Table III: DLGN-SF(x, 1); (arch, width multiplier, epochs) -> data set -> (mean, sd).
+_TABLE_III = {
+    ("c1gap", 1.0, 200): {"CIFAR-10": (62.2, 0.2), "CIFAR-100": (36.3, 0.2)},
+    ("c1gap", 1.0, 2000): {"CIFAR-10": (70.0, 0.2), "CIFAR-100": (42.2, 0.3)},
+    ("c4gap", 4.0, 50): {"CIFAR-10": (75.1, 0.4), "CIFAR-100": (47.3, 0.6)},
+    ("vgg16_avg", 1.0, 32): {"CIFAR-10": (84.9, 0.2), "CIFAR-100": (56.3, 0.2)},
+}
+_LABELS = {
+    "dnn": "DNN",
+    "dgn x": "DGN(x,x)",
+    "dgn ones": "DGN(x,1)",
+    "dlgn x": "DLGN(x,x)",
+    "dlgn ones": "DLGN(x,1)",
+}
+#: The data sets of the gated-networks paper, by our data set names.
+GATED_DATASETS = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
+
+
+def gated_key(spec: dict) -> str:
+    """A spec's column of Tables I-II: "dnn", or "<family> x" / "<family> ones"."""
+    gated = spec.get("gated")
+    return "dnn" if gated is None else f"{gated['family']} {gated['value_input']}"
+
+
+def gated_label(key: str) -> str:
+    """The paper's name of a column key ("dgn ones" -> "DGN(x,1)")."""
+    family, _, value_input = key.partition(" ")
+    return _LABELS.get(key, f"{family.upper().replace('_', '-')}(x,{'1' if value_input == 'ones' else 'x'})")
+
+
+def table_i(dataset: str = "CIFAR-10", permuted: bool = False) -> dict[str, tuple[float, float]]:
+    """Table I's (mean, sd) per column key for CIFAR-10 or CIFAR-100, identity or permuted gates."""
+    return dict((_TABLE_I_PERMUTED if permuted else _TABLE_I)[dataset])
+
+
+def reported_gated(spec: dict, dataset: str, epochs: int) -> tuple[str, str, float, float] | None:
+    """(table, row, mean, sd) of the gated-networks paper for a normalised spec trained ``epochs``
+    epochs on our data set ``dataset`` in the standalone regime, or None where it reports none."""
+    paper_data = GATED_DATASETS.get(dataset)
+    gated = spec.get("gated")
+    if paper_data is None or spec["activation"] != "relu" or not spec["batch_norm"]:
+        return None
+    if gated is not None and (gated["regime"] != "standalone" or gated["beta"] != 10.0):
+        return None
+    key, width = gated_key(spec), spec["width_multiplier"]
+    perm = None if gated is None else gated["gate_perm"]
+    permuted = perm is not None and perm != sorted(perm)
+    if gated is not None and gated["family"] == "dlgn_sf":
+        entry = _TABLE_III.get((spec["arch"], width, epochs))
+        if entry is None or gated["value_input"] != "ones" or permuted:
+            return None
+        name = {"c1gap": "C1GAP", "c4gap": "C4GAP w512", "vgg16_avg": "VGG16"}[spec["arch"]]
+        return ("III", f"{paper_data} {name} ({epochs} epochs), DLGN-SF(x,1)", *entry[paper_data])
+    if spec["arch"] == "c4gap" and width == 1.0:
+        column = (_TABLE_I_PERMUTED if permuted else _TABLE_I)[paper_data].get(key)
+        where = f"{paper_data} C4GAP w128{', permuted gates' if permuted else ''}"
+        return None if column is None else ("I", f"{where}, {gated_label(key)}", *column)
+    if spec["arch"] == "vgg16_avg" and width == 1.0 and not permuted:
+        column = _TABLE_II_VGG[paper_data].get(key)
+        return None if column is None else ("II", f"{paper_data} VGG16, {gated_label(key)}", *column)
+    return None

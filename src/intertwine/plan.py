@@ -26,6 +26,7 @@ import jsonschema
 
 from intertwine.settings import (
     DissectionConfig,
+    GatedConfig,
     RotationConfig,
     SimilarityConfig,
     StitchConfig,
@@ -37,6 +38,10 @@ from intertwine.settings import (
 )
 
 ZOO_TABLES = ["results/tables/zoo.parquet", "results/tables/zoo_epochs.parquet"]
+
+
+# The architectures that have a gated form (spec key `gated`).
+GATED_ARCHS = ("myrtle", "c4gap", "c1gap", "vgg16_avg")
 
 
 class ConfigError(ValueError):
@@ -54,6 +59,13 @@ def _sites(spec_json: str) -> tuple:
     from intertwine.models import build, sites  # torch: only when sites are asked for
 
     return tuple(sites(build(json.loads(spec_json))))
+
+
+@functools.cache
+def _cut_sites(spec_json: str) -> tuple:
+    from intertwine.models import build, cut_sites
+
+    return tuple(cut_sites(build(json.loads(spec_json))))
 
 
 def distinct_pairs(n_members: int, symmetric: bool) -> int:
@@ -98,6 +110,7 @@ class Plan:
         self.stitching = config["stitching"]
         self.similarity = config["similarity"]
         self.dissection = config["dissection"]
+        self.gated = config["gated"]
         self.variants = list(self.zoo["variants"])
 
     # --- shared -------------------------------------------------------------------------------
@@ -113,6 +126,10 @@ class Plan:
 
     def site_names(self, variant: str) -> list[str]:
         return [site.name for site in self.variant_sites(variant)]
+
+    def cut_site_names(self, variant: str) -> list[str]:
+        """The sites stitching and the rotation penalty can cut the variant at (``models.cut_sites``)."""
+        return list(_cut_sites(as_json(self.zoo["variants"][variant])))
 
     def other_formats(self, pngs: list[str]) -> list[str]:
         """The figures' files besides their .png (which the report shows), one per configured format."""
@@ -187,7 +204,7 @@ class Plan:
     # --- rotation -----------------------------------------------------------------------------
 
     def rotation_sites(self, variant: str) -> list[str]:
-        return self.rotation["sites"] or self.site_names(variant)
+        return self.rotation["sites"] or self.cut_site_names(variant)
 
     @functools.cached_property
     def rotation_trials(self) -> list[str]:
@@ -326,7 +343,7 @@ class Plan:
 
     @property
     def similarity_block(self) -> dict:
-        return SimilarityConfig.job_block({"similarity": self.similarity})
+        return SimilarityConfig.job_block({"similarity": self.similarity, "gated": self.gated})
 
     @functools.cached_property
     def similarity_jobs(self) -> list[str]:
@@ -425,6 +442,60 @@ class Plan:
             "results/tables/dissection_summary.csv",
         ] + self.figure_files(self.DISSECTION_FIGURES + self.dissection_masks)
 
+    # --- gated networks -----------------------------------------------------------------------
+
+    def features_checkpoint(self, variant: str, seed: int) -> list[str]:
+        """A gated FL variant's feature network: the checkpoint of the same seed of the variant
+        its ``gated.features_from`` names (a DAG dependency); nothing for other variants."""
+        gated = self.spec(variant).get("gated")
+        if gated is None or gated["regime"] != "fl":
+            return []
+        return [f"results/zoo/{gated['features_from']}/seed{seed}.pt"]
+
+    @functools.cached_property
+    def npk_jobs(self) -> list[str]:
+        return [
+            f"results/gated/{variant}/seed{seed}.parquet"
+            for variant in self.gated["variants"]
+            for seed in self.members("gated.seeds", variant, self.gated["seeds"])
+        ]
+
+    @property
+    def gated_block(self) -> dict:
+        return GatedConfig.job_block({"gated": self.gated})
+
+    @functools.cached_property
+    def gated_permuted(self) -> bool:
+        """Whether the study has a variant with a permuted gate layer (the permutation figure)."""
+        perms = [(self.spec(v).get("gated") or {}).get("gate_perm") for v in self.gated["variants"]]
+        return any(perm is not None and perm != sorted(perm) for perm in perms)
+
+    @property
+    def gated_figures(self) -> list[str]:
+        return [
+            "results/figures/gated_accuracy.png",
+            *(["results/figures/gated_permutations.png"] if self.gated_permuted else []),
+            "results/figures/gated_kernels.png",
+        ]
+
+    @property
+    def gated_similarity(self) -> list[str]:
+        """The similarity table, when it compares a variant of the gated study (the kernels
+        figure shows its gate, linear and G_ReLU CKAs)."""
+        if set(self.gated["variants"]) & set(self.similarity["variants"]) and self.similarity_jobs:
+            return ["results/tables/similarity.parquet"]
+        return []
+
+    @property
+    def gated_outputs(self) -> list[str]:
+        if not self.npk_jobs:
+            return []
+        return [
+            "results/tables/gated.parquet",
+            "results/tables/npk.parquet",
+            "results/tables/gated_findings.csv",
+        ] + self.figure_files(self.gated_figures)
+
     # --- everything ---------------------------------------------------------------------------
 
     @property
@@ -437,6 +508,7 @@ class Plan:
             + self.stitching_outputs
             + self.similarity_outputs
             + self.dissection_outputs
+            + self.gated_outputs
         )
 
     def _pairs(self, stage: str, variant: str, count: int, symmetric: bool = False) -> list[tuple[int, int]]:
@@ -503,13 +575,36 @@ class Plan:
                         errors.append(f"config key {key}.{name}: {err.message}")
 
         subset("zoo.seeds_per_variant", self.zoo["seeds_per_variant"], self.variants)
+        for variant in self.variants:
+            gated = self.spec(variant).get("gated")
+            if gated is None or gated["regime"] != "fl":
+                continue
+            source = gated["features_from"]
+            key = f"zoo.variants.{variant}.gated.features_from"
+            if source not in self.variants:
+                errors.append(
+                    f"config key {key}: {source!r} is not a zoo variant; name one of {self.variants}"
+                )
+                continue
+            plain = self.spec(variant) | {"gated": None}
+            if self.spec(source) != plain:
+                errors.append(
+                    f"config key {key}: {source!r} ({self.zoo['variants'][source]}) is not the plain form of "
+                    f"{variant!r}: its feature network must be the same architecture without gated"
+                )
+            elif len(self.zoo_seeds(source)) < len(self.zoo_seeds(variant)):
+                errors.append(
+                    f"config key {key}: member s of {variant!r} takes member s of {source!r}, which trains "
+                    f"{len(self.zoo_seeds(source))} seeds for {len(self.zoo_seeds(variant))}; raise "
+                    f"zoo.seeds_per_variant.{source}"
+                )
         if subset("zoo.training_per_variant", self.zoo["training_per_variant"], self.variants):
             for variant, override in self.zoo["training_per_variant"].items():
                 overrides(f"zoo.training_per_variant.{variant}", override, "zoo.training")
 
         if subset("rotation.variants", self.rotation["variants"], self.variants):
             for variant in self.rotation["variants"]:
-                subset("rotation.sites", self.rotation["sites"], self.site_names(variant))
+                subset("rotation.sites", self.rotation["sites"], self.cut_site_names(variant))
             members("rotation.seeds", self.rotation["variants"], self.rotation["seeds"])
 
         stitching = self.stitching
@@ -517,7 +612,7 @@ class Plan:
             subset("stitching.pairs_per_variant", stitching["pairs_per_variant"], stitching["variants"])
             if subset("stitching.sites", stitching["sites"], self.variants):
                 for variant, chosen in stitching["sites"].items():
-                    subset(f"stitching.sites.{variant}", chosen, self.site_names(variant))
+                    subset(f"stitching.sites.{variant}", chosen, self.cut_site_names(variant))
             subset("stitching.methods_per_variant", stitching["methods_per_variant"], stitching["variants"])
             pairable(
                 "stitching.variants",
@@ -545,6 +640,15 @@ class Plan:
                 lambda v: self.similarity_pair_count,
                 symmetric=True,
             )
+
+        if subset("gated.variants", self.gated["variants"], self.variants):
+            members("gated.seeds", self.gated["variants"], self.gated["seeds"])
+            for variant in self.gated["variants"]:
+                if self.spec(variant)["arch"] not in GATED_ARCHS:
+                    errors.append(
+                        f"config key gated.variants: {variant!r} is a {self.spec(variant)['arch']}; the "
+                        f"gated-networks study compares {', '.join(GATED_ARCHS)} networks, plain and gated"
+                    )
 
         dissection = self.dissection
         if subset("dissection.variants", dissection["variants"], self.variants):

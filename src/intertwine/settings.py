@@ -177,6 +177,10 @@ class TrainConfig(_Settings):
     weight_decay: float = _setting("zoo.training.weight_decay")
     lr_drops: int = _setting("zoo.training.lr_drops")
     lr_drop_factor: float = _setting("zoo.training.lr_drop_factor")
+    lr_milestones: list[float] = _setting("zoo.training.lr_milestones")
+    warmup_steps: int = _setting("zoo.training.warmup_steps")
+    optimizer: str = _setting("zoo.training.optimizer")
+    momentum: float = _setting("zoo.training.momentum")
     translate: int = _setting("zoo.training.translate")
     flip: bool = _setting("zoo.training.flip")
     select_on: str = _setting("zoo.training.select_on")
@@ -205,12 +209,14 @@ class StitchConfig(_Settings):
     eval_batch_size: int = _setting("stitching.eval_batch_size")
     translate: int = _setting("zoo.training.translate")
     flip: bool = _setting("zoo.training.flip")
-    alpha: float = _setting("stitching.alpha", only_for=("grelu",))
+    alpha: float = _setting("stitching.alpha", only_for=("grelu", "monomial"))
     scales_frozen_fraction: float = _setting(
-        "stitching.scales_frozen_fraction", only_for=("grelu", "softsort")
+        "stitching.scales_frozen_fraction", only_for=("grelu", "softsort", "monomial")
     )
-    sinkhorn_iters: int = _setting("stitching.sinkhorn_iters", only_for=("grelu", "grelu_cv"))
-    permutation_step: float = _setting("stitching.permutation_step", only_for=("grelu", "grelu_cv"))
+    sinkhorn_iters: int = _setting("stitching.sinkhorn_iters", only_for=("grelu", "grelu_cv", "monomial"))
+    permutation_step: float = _setting(
+        "stitching.permutation_step", only_for=("grelu", "grelu_cv", "monomial")
+    )
     softsort_tau: float | None = _setting("stitching.softsort_tau", only_for=("softsort",))
     softsort_hardening: float = _setting("stitching.softsort_hardening", only_for=("softsort",))
     alpha_grid: list[float] = _setting("stitching.alpha_grid", only_for=("grelu_cv",))
@@ -245,6 +251,7 @@ class SimilarityConfig(_Settings):
     procrustes_measures: list[str] = _setting("similarity.procrustes_measures")
     cka_measures: list[str] = _setting("similarity.cka_measures")
     samples: int | None = _setting("similarity.samples")
+    npk_images: int = _setting("gated.probe_images")  # npk_cka's images (the exact NPK is costly)
     batch_size: int = _setting("similarity.batch_size")
 
 
@@ -261,15 +268,24 @@ class DissectionConfig(_Settings):
     masks: dict = _setting("dissection.masks", only_for=("masks",))
 
 
+@dataclasses.dataclass(frozen=True)
+class GatedConfig(_Settings):
+    """The kernels of a gated-networks study member (config ``gated``)."""
+
+    probe_images: int = _setting("gated.probe_images")
+
+
 # --- Stitching method names: the one grammar of the plan, the stitching module and the figures.
 
-METHODS = ("full", "rank", "grelu", "grelu_cv", "softsort", "l1")
-G_RELU_METHODS = ("grelu", "grelu_cv", "softsort")  # layers in the intertwiner group of ReLU
+METHODS = ("full", "rank", "grelu", "grelu_cv", "softsort", "l1", "monomial")
+# Layers P D with P a permutation: the intertwiner group of ReLU (D > 0), and "monomial", any
+# nonzero D (the group of a gated network's value units).
+G_RELU_METHODS = ("grelu", "grelu_cv", "softsort", "monomial")
 
 
 def parse_method(method: str) -> tuple[str, int | float | None]:
     """'full' -> ('full', None); 'rank4' -> ('rank', 4); 'l1_0.01' -> ('l1', 0.01); 'grelu',
-    'grelu_cv', 'softsort' -> (method, None)."""
+    'grelu_cv', 'softsort', 'monomial' -> (method, None)."""
     if method in ("full", *G_RELU_METHODS):
         return method, None
     if method.startswith("rank") and method[4:].isdigit() and int(method[4:]) > 0:
@@ -283,7 +299,7 @@ def parse_method(method: str) -> tuple[str, int | float | None]:
             return "l1", strength
     raise ValueError(
         f"unknown stitching method {method!r}; expected full, rank<r> (e.g. rank4), "
-        "l1_<lambda> (e.g. l1_0.01), grelu, grelu_cv or softsort"
+        "l1_<lambda> (e.g. l1_0.01), grelu, grelu_cv, softsort or monomial"
     )
 
 

@@ -15,6 +15,10 @@ converted; tensors stay on their device.
   features, a positive-definite kernel that shares the G_ReLU symmetry.
 * ``channel_normalized_linear_cka``: linear CKA after per-channel normalisation, as the paper's
   released code computed its "linear CKA"; kept to compare with published figures.
+* ``gate_cka``: linear CKA of the gate patterns 1{x > 0} over channels and positions (the gate
+  kernel of gated networks, Lakshminarayanan & Singh): which units an input switches on. Invariant
+  to G_ReLU (a positive scaling keeps every sign, a permutation permutes the units), not to
+  rotations, which mix the signs.
 
 All CKAs use the unbiased HSIC_1 estimator (Song et al. 2012; Nguyen, Raghu & Kornblith 2021,
 eq. 3), so they need N >= 4 and can be slightly negative for unrelated representations.
@@ -56,6 +60,7 @@ __all__ = [
     "kernel_cka",
     "ProcrustesAccumulator",
     "channel_normalized_linear_cka",
+    "gate_cka",
     "grelu_cka",
     "grelu_procrustes",
     "laplace_cka",
@@ -611,6 +616,24 @@ def _linear_hsic_features(A: Tensor, B: Tensor, max_bytes: int) -> float:
     return value / (n * (n - 3))
 
 
+def _gates(X: Tensor) -> Tensor:
+    return (X > 0).to(X.dtype if X.is_floating_point() else torch.float64)
+
+
+def gate_cka(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> float:
+    """Linear CKA of the gates ``1{X > 0}`` and ``1{Y > 0}`` flattened over channels and positions
+    (unbiased HSIC_1): the CKA of the gate kernels G G^T of gated-network theory. Channel counts may
+    differ; N >= 4; a site whose gates are the same for every input is a ConstantRepresentationError.
+
+    Invariance group: G_ReLU on the channels of either argument (and any map that keeps each
+    unit's sign pattern); not orthogonal maps. Symmetric in X, Y.
+    """
+    X, Y = _check_pair(X, Y, 4, "CKA")
+    GX, GY = _gates(X), _gates(Y)
+    _require_variation(GX, "X", "gate_cka"), _require_variation(GY, "Y", "gate_cka")
+    return _linear_cka(GX, GY, "auto", max_bytes)
+
+
 def _linear_cka(X: Tensor, Y: Tensor, method: str, max_bytes: int) -> float:
     # Linear CKA with the unbiased HSIC is translation-invariant; centring the features first only
     # keeps the float sums small.
@@ -719,6 +742,10 @@ def cka_kernel(measure: str, X: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES
         return _linear_gram(_flatten_centered(X))
     if measure == "channel_normalized_linear_cka":
         return _linear_gram(_flatten_centered(_channel_normalize(X, True)))
+    if measure == "gate_cka":
+        G = _gates(X)
+        _require_variation(G, "X", measure)
+        return _linear_gram(_flatten_centered(G))
     if measure == "laplace_cka":
         return _laplace_kernel(_channel_normalize(X, True).reshape(X.shape[0], -1), None, max_bytes)
     raise ValueError(f"unknown CKA measure {measure!r}; expected one of {CKA_MEASURES}")
@@ -730,7 +757,7 @@ def kernel_cka(K: ArrayLike, L: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES
     return _cka(K, L.to(K.device), max_bytes)
 
 
-CKA_MEASURES = ("grelu_cka", "linear_cka", "laplace_cka", "channel_normalized_linear_cka")
+CKA_MEASURES = ("grelu_cka", "linear_cka", "laplace_cka", "channel_normalized_linear_cka", "gate_cka")
 PROCRUSTES_MEASURES = ("grelu_procrustes", "orthogonal_procrustes")
 
 MEASURES: dict[str, Callable[..., float]] = {
@@ -740,6 +767,7 @@ MEASURES: dict[str, Callable[..., float]] = {
     "linear_cka": linear_cka,
     "laplace_cka": laplace_cka,
     "channel_normalized_linear_cka": channel_normalized_linear_cka,
+    "gate_cka": gate_cka,
 }
 
 

@@ -19,6 +19,8 @@ The appendix's variations (D.2.2, D.5, D.6), each a method of its own:
 - ``softsort``: the same group, P parameterised by SoftSort (a row-stochastic relaxation of
   the permutation sorting a score vector; temperature tau, 1/C by default) and D = diag(exp(lambda)).
   Rounded by the Hungarian algorithm too: a row argmax of P need not be a permutation.
+- ``monomial``: P D with D of either sign, the group of a gated network's value units
+  (:mod:`intertwine.models.gated`); trained as ``grelu``, matched by ``match_monomial``.
 - ``grelu_cv``: the G_ReLU layer with alpha chosen by cross-validation: one short run per alpha of
   ``alpha_grid`` on a random 80 % of the training images, scored on the disjoint 20 % (not
   augmented); the best alpha's layer, its learned scales in place, is the one measured.
@@ -59,6 +61,8 @@ __all__ = [
     "FullStitch",
     "RankStitch",
     "GReLULayer",
+    "MonomialStitch",
+    "match_monomial",
     "GReLUStitch",
     "SoftSortStitch",
     "build_layer",
@@ -335,6 +339,19 @@ class GReLUStitch(GReLULayer):
         self.scales.clamp_(min=0)
 
 
+class MonomialStitch(GReLUStitch):
+    """``P diag(scales)`` with scales of any sign: a signed monomial layer, the group of a gated
+    network's value units (``G * (D q) = D (G * q)`` for every diagonal D). Trained as
+    ``GReLUStitch``, without the scales' projection onto D >= 0; matched by ``match_monomial``."""
+
+    @torch.no_grad()
+    def project(self) -> None:
+        self.step_permutation()
+
+    def match(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.start_at(*match_monomial(x, y))
+
+
 class SoftSortStitch(GReLULayer):
     """The G_ReLU layer parameterised by SoftSort (Prillo & Eisenschlos 2020; the paper's D.2.2):
     ``P = softmax_rows(-|sort(s) 1ᵀ - 1 sᵀ| / tau)`` for a score vector s (sorted descending, so row
@@ -409,6 +426,20 @@ def match_grelu(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return perm, scales.to(x.dtype if x.is_floating_point() else torch.get_default_dtype())
 
 
+def match_monomial(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """As ``match_grelu`` for a signed monomial layer: channels matched by the absolute normalised
+    correlation, then the least-squares scale of either sign. Exact when y = A x for a signed
+    monomial A and x has no two proportional channels."""
+    _check_activations(x, y, "match_monomial")
+    xs = x.transpose(0, 1).reshape(x.shape[1], -1).double()
+    ys = y.transpose(0, 1).reshape(y.shape[1], -1).double()
+    x_norm, y_norm = xs.norm(dim=1).clamp_min(1e-12), ys.norm(dim=1).clamp_min(1e-12)
+    correlation = (ys @ xs.T).abs() / (y_norm[:, None] * x_norm[None, :])
+    perm = groups.round_to_permutation(correlation).to(x.device)
+    scales = (ys * xs[perm]).sum(1) / x_norm[perm] ** 2
+    return perm, scales.to(x.dtype if x.is_floating_point() else torch.get_default_dtype())
+
+
 def _check_activations(x: torch.Tensor, y: torch.Tensor, what: str) -> None:
     """Paired activations f -> g at one site: tensors of one shape (N, C, ...), N >= 1 and
     C >= 1, real and finite."""
@@ -476,6 +507,8 @@ def build_layer(
         return RankStitch(channels, min(param, channels), generator)
     if kind == "softsort":
         return SoftSortStitch(channels, generator, softsort_tau, softsort_hardening)
+    if kind == "monomial":
+        return MonomialStitch(channels, generator, sinkhorn_iters, alpha, permutation_step)
     return GReLUStitch(channels, generator, sinkhorn_iters, alpha, permutation_step)
 
 

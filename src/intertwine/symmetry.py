@@ -32,6 +32,18 @@ How the pre-activation is transformed
   (in training mode BN would normalise with batch statistics; a warning is issued when the input
   model is in training mode). Without BN the conv is simply multiplied by M.
 
+Gated networks (:mod:`intertwine.models.gated`)
+-----------------------------------------------
+Value layer l of a gated network is gated by feature layer ``gate_perm[l]``, so the two sites are
+tied: a permutation of one must be the same permutation of the other (with hard and soft gates
+alike). At a value site the element may be a **signed** monomial ``(perm, scales)`` with any
+nonzero scales, because ``G * (D q) = D (G * q)`` for every diagonal D: the value network's group
+is the signed monomial matrices, larger than G_ReLU. At a feature site the scales must be positive
+with hard gates (``1{d q > 0} = 1{q > 0}`` for d > 0, and a ReLU feature network is G_ReLU-
+equivariant) and 1 with soft gates (``sigmoid(beta d q)`` depends on d): only permutations. A
+general matrix at a feature site is the contrast, as elsewhere: in a linear feature network (dlgn)
+it leaves the later feature layers unchanged but changes that layer's gates.
+
 Residual networks (Remark 3.6)
 ------------------------------
 A skip connection adds the stream to itself, so the weight-space action is only defined when the
@@ -73,7 +85,9 @@ from torch import Tensor, nn
 
 from . import models
 from .groups import random_grelu, random_orthogonal, random_permutation
+from .models.gated import GateActivation, GatedNet
 from .models.myrtle import Myrtle
+from .models.plain import ConvStack
 from .models.resnet import ResNet, ZeroPadShortcut
 
 __all__ = [
@@ -88,12 +102,13 @@ __all__ = [
     "summarize",
 ]
 
-#: Groups :func:`random_elements` can draw from.
-GROUPS = ("grelu", "permutation", "orthogonal")
+#: Groups :func:`random_elements` can draw from ("monomial": signed scales at a gated network's
+#: value sites, G_ReLU elsewhere).
+GROUPS = ("grelu", "permutation", "orthogonal", "monomial")
 
 # The architectures whose wiring act_on_weights knows. (ConvNeXt has LayerNorm, whose intertwiner
 # group is smaller, and no symmetry check here.)
-ARCHS = ("myrtle", "resnet20", "resnet18")
+ARCHS = ("myrtle", "resnet20", "resnet18", "c4gap", "c1gap", "vgg16_avg")
 
 # Activations with sigma(d x) = d sigma(x) for d > 0, hence G_ReLU-equivariant with phi(A) = A.
 _POSITIVELY_HOMOGENEOUS = (nn.ReLU, nn.LeakyReLU, nn.Identity)
@@ -129,8 +144,9 @@ def _from_parts(perm: Tensor, scales: Tensor) -> _Element:
     return _Element(matrix, perm, scales)
 
 
-def _parse(element: Any, n: int, where: str) -> _Element:
-    """Validate `element` for a site of width n and bring it to canonical form."""
+def _parse(element: Any, n: int, where: str, signed: bool = False) -> _Element:
+    """Validate `element` for a site of width n and bring it to canonical form; ``signed`` admits
+    monomials with negative scales (a gated network's value sites)."""
     if isinstance(element, tuple):
         if len(element) != 2:
             raise ValueError(
@@ -149,9 +165,12 @@ def _parse(element: Any, n: int, where: str) -> _Element:
         if not torch.equal(torch.sort(perm).values, torch.arange(n)):
             raise ValueError(f"{where}: perm is not a permutation of range({n})")
         scales = scales.to(torch.float64)
-        if not (torch.isfinite(scales).all() and (scales > 0).all()):
+        if signed and not (torch.isfinite(scales).all() and (scales != 0).all()):
+            raise ValueError(f"{where}: monomial scales must be finite and nonzero")
+        if not signed and not (torch.isfinite(scales).all() and (scales > 0).all()):
             raise ValueError(
-                f"{where}: G_ReLU scales must be finite and positive (pass a matrix for other elements)"
+                f"{where}: G_ReLU scales must be finite and positive (pass a matrix for other elements; "
+                "negative scales are symmetries only of a gated network's value units)"
             )
         return _from_parts(perm, scales)
 
@@ -170,7 +189,7 @@ def _parse(element: Any, n: int, where: str) -> _Element:
     if n and not svals[-1] > 1e-12 * svals[0]:
         raise ValueError(f"{where}: the matrix is singular (not a group element)")
     nonzero = matrix != 0
-    if (nonzero.sum(1) == 1).all() and (nonzero.sum(0) == 1).all() and (matrix >= 0).all():
+    if (nonzero.sum(1) == 1).all() and (nonzero.sum(0) == 1).all() and (signed or (matrix >= 0).all()):
         perm = nonzero.to(torch.int8).argmax(1)
         return _Element(matrix, perm, matrix[torch.arange(n), perm])
     return _Element(matrix)
@@ -180,12 +199,12 @@ def element_matrix(element: Any, n: int | None = None) -> Tensor:
     """The dense (n, n) float64 matrix of an element: ``(perm, scales)`` or a matrix."""
     if n is None:
         n = torch.as_tensor(element[0]).numel() if isinstance(element, tuple) else len(element)
-    return _parse(element, n, "element").matrix.clone()
+    return _parse(element, n, "element", signed=True).matrix.clone()
 
 
 def act_on_representation(x: Tensor, element: Any, dim: int = 1) -> Tensor:
     """``A`` applied to the channel dimension `dim` of `x` (for ReLU-like sites, phi(A) = A)."""
-    el = _parse(element, x.shape[dim], "element")
+    el = _parse(element, x.shape[dim], "element", signed=True)
     if el.monomial:
         perm = el.perm.to(x.device)
         shape = [1] * x.dim()
@@ -214,17 +233,35 @@ class _Wiring:
     producers: dict[str, list[tuple[str, str]]]  # site -> (conv, norm) pairs summed before it
     consumers: dict[str, list[str]]  # site -> modules (conv / linear) reading its output
     links: dict[str, _Link]
+    gated_by: dict[str, str] = None  # a gated network's value site -> the feature site gating it
+
+
+def _chain_wiring(layers, prefix: str, producers: dict, consumers: dict, head: str | None) -> None:
+    """A plain stack: layer l's activation feeds layer l+1's conv, the last one ``head``."""
+    for i, (conv, norm, act, _) in enumerate(layers):
+        producers[prefix + act] = [(prefix + conv, prefix + norm)]
+        following = prefix + layers[i + 1][0] if i + 1 < len(layers) else head
+        if following is not None:
+            consumers[prefix + act].append(following)
 
 
 def _wiring(model: nn.Module) -> _Wiring:
     producers: dict[str, list[tuple[str, str]]] = {}
     consumers: dict[str, list[str]] = defaultdict(list)
     links: dict[str, _Link] = {}
-    if isinstance(model, Myrtle):
-        names = [f"act{i}" for i in range(1, 5)]
-        for i, name in enumerate(names, start=1):
-            producers[name] = [(f"conv{i}", f"bn{i}")]
-            consumers[name].append(f"conv{i + 1}" if i < 4 else "fc")
+    gated_by: dict[str, str] = {}
+    if isinstance(model, (Myrtle, ConvStack)):
+        _chain_wiring(model.layer_names(), "", producers, consumers, "fc")
+    elif isinstance(model, GatedNet):
+        layers = model.value.layer_names()
+        if model.family == "dlgn_sf":  # each gate layer reads the input only: no consumers
+            for i in range(1, len(layers) + 1):
+                producers[f"features.act{i}"] = [(f"features.conv{i}", f"features.bn{i}")]
+        else:
+            _chain_wiring(layers, "features.", producers, consumers, None)
+        _chain_wiring(layers, "value.", producers, consumers, "value.fc")
+        for layer, gate in enumerate(model.gate_perm):
+            gated_by["value." + layers[layer][2]] = "features." + layers[gate][2]
     elif isinstance(model, ResNet):
         producers["act"] = [("conv1", "bn1")]
         prev = "act"
@@ -253,12 +290,13 @@ def _wiring(model: nn.Module) -> _Wiring:
         consumers[prev].append("fc")
     else:
         raise TypeError(
-            f"act_on_weights supports the zoo's Myrtle and ResNet models, got {type(model).__name__}"
+            "act_on_weights supports the zoo's Myrtle, ResNet, C4GAP/C1GAP/VGG and gated models, got "
+            f"{type(model).__name__}"
         )
     site_list = models.sites(model)
     if [s.name for s in site_list] != list(producers):  # the architectures changed under us
         raise AssertionError(f"wiring of {type(model).__name__} out of date with its site_layout")
-    return _Wiring(site_list, producers, dict(consumers), links)
+    return _Wiring(site_list, producers, dict(consumers), links, gated_by)
 
 
 def site_groups(model: nn.Module) -> list[list[str]]:
@@ -266,14 +304,16 @@ def site_groups(model: nn.Module) -> list[list[str]]:
 
     Each group is a list of site names; an element given to one site of a group determines
     (identity shortcut) or constrains (option-A shortcut: the middle channel block) the others.
-    Sites inside residual blocks, and every Myrtle site, are singleton groups.
+    A gated network's value site is grouped with the feature site that gates it. Sites inside
+    residual blocks, and every Myrtle site, are singleton groups.
     """
     wiring = _wiring(model)
     root: dict[str, str] = {}
     groups: dict[str, list[str]] = {}
     for site in wiring.sites:
         link = wiring.links.get(site.name)
-        r = root[link.source] if link else site.name
+        source = link.source if link else wiring.gated_by.get(site.name)
+        r = root[source] if source else site.name
         root[site.name] = r
         groups.setdefault(r, []).append(site.name)
     return list(groups.values())
@@ -283,7 +323,7 @@ def site_groups(model: nn.Module) -> list[list[str]]:
 
 
 def _check_activation(name: str, act: nn.Module, el: _Element) -> None:
-    if not el.monomial or isinstance(act, _POSITIVELY_HOMOGENEOUS):
+    if not el.monomial or isinstance(act, (*_POSITIVELY_HOMOGENEOUS, GateActivation)):
         return  # general matrices are the deliberate contrast; not checked against sigma
     if bool((el.scales == 1).all()):
         return  # permutations commute with every elementwise activation
@@ -325,6 +365,27 @@ def _check_link(name: str, link: _Link, out: _Element, src: _Element) -> None:
     )
 
 
+def _check_gate(model: GatedNet, value_site: str, feature_site: str, parsed: dict[str, _Element]) -> None:
+    """A value site and the feature site gating it carry the same permutation; the feature site's
+    scales are positive (hard gates) or 1 (soft gates). General matrices are contrasts, unchecked."""
+    n = model.get_submodule(value_site.replace(".act", ".conv")).out_channels
+    identity = _from_parts(torch.arange(n), torch.ones(n, dtype=torch.float64))
+    value, feature = parsed.get(value_site, identity), parsed.get(feature_site, identity)
+    if not (value.monomial and feature.monomial):
+        return
+    if not model.hard and not bool((feature.scales == 1).all()):
+        raise ValueError(
+            f"site {feature_site!r}: its gates are soft, sigmoid(beta q), which a scaling of q changes, "
+            "so only permutations (scales all 1) are symmetries there"
+        )
+    if not torch.equal(value.perm, feature.perm):
+        raise ValueError(
+            f"site {value_site!r} is gated by {feature_site!r}: both must carry the same permutation "
+            "(a permuted gate layer gates the value units permuted the same way; a site missing from "
+            "`elements` is the identity)"
+        )
+
+
 def _validate(model: nn.Module, wiring: _Wiring, elements: Mapping[str, Any]) -> dict[str, _Element]:
     if not isinstance(elements, Mapping):
         raise TypeError(f"elements must map site names to elements, got {type(elements).__name__}")
@@ -335,9 +396,13 @@ def _validate(model: nn.Module, wiring: _Wiring, elements: Mapping[str, Any]) ->
     parsed = {}
     for site in wiring.sites:
         if site.name in elements:
-            el = _parse(elements[site.name], site.channels, f"site {site.name!r}")
+            el = _parse(
+                elements[site.name], site.channels, f"site {site.name!r}", site.name in wiring.gated_by
+            )
             _check_activation(site.name, model.get_submodule(site.name), el)
             parsed[site.name] = el
+    for value_site, feature_site in wiring.gated_by.items():
+        _check_gate(model, value_site, feature_site, parsed)
     for site in wiring.sites:
         link = wiring.links.get(site.name)
         if link is None:
@@ -472,7 +537,7 @@ def act_on_weights(model: nn.Module, elements: Mapping[str, Any]) -> nn.Module:
                     new.get_submodule(conv), new.get_submodule(norm), el, f"site {name!r} ({conv})"
                 )
         for name, el in parsed.items():
-            for consumer in wiring.consumers[name]:
+            for consumer in wiring.consumers.get(name, []):
                 _act_on_inputs(new.get_submodule(consumer), el, f"site {name!r} ({consumer})")
     return new
 
@@ -516,7 +581,9 @@ def random_elements(
 
     group "grelu": ``(perm, scales)`` from :func:`intertwine.groups.random_grelu` (lognormal
     scales with `sigma`); "permutation": ``(perm, ones)``, valid for any activation (GELU);
-    "orthogonal": Haar-random ``(n, n)`` matrices from :func:`intertwine.groups.random_orthogonal`.
+    "orthogonal": Haar-random ``(n, n)`` matrices from :func:`intertwine.groups.random_orthogonal`;
+    "monomial" (gated networks only): G_ReLU, with random signs on the value sites' scales.
+    In a gated network each value site takes the permutation of the feature site gating it.
     Draws follow the sites in forward order; a site tied to an earlier one by an identity shortcut
     gets a copy of its element (one draw per residual stream), and across an option-A shortcut
     the next stage's element is the previous stream's element on the middle channel block plus a
@@ -527,17 +594,22 @@ def random_elements(
     if group not in GROUPS:
         raise ValueError(f"unknown group {group!r}; expected one of {GROUPS}")
     wiring = _wiring(model)
-    if group == "grelu":
+    if group == "monomial" and not wiring.gated_by:
+        raise ValueError(
+            "signed monomials are symmetries of a gated network's value units only; this "
+            f"{type(model).__name__} has none: use group 'grelu'"
+        )
+    if group in ("grelu", "monomial"):
         for site in wiring.sites:
             act = model.get_submodule(site.name)
-            if not isinstance(act, _POSITIVELY_HOMOGENEOUS):
+            if not isinstance(act, (*_POSITIVELY_HOMOGENEOUS, GateActivation)):
                 raise ValueError(
                     f"site {site.name!r}: {type(act).__name__} is not positively homogeneous, so "
                     "G_ReLU scalings are not symmetries of it; use group 'permutation'"
                 )
 
     def draw(n: int):
-        if group == "grelu":
+        if group in ("grelu", "monomial"):
             perm, scales = random_grelu(n, generator, sigma, as_parts=True, dtype=dtype)
             return perm.long(), scales
         if group == "permutation":
@@ -554,7 +626,24 @@ def random_elements(
             out[site.name] = tuple(t.clone() for t in src) if isinstance(src, tuple) else src.clone()
         else:
             out[site.name] = _extend_zeropad(out[link.source], site.channels, link.pad_before, draw)
+    if group != "orthogonal":
+        _tie_gates(model, wiring, out, group, generator)
     return out
+
+
+def _tie_gates(model: nn.Module, wiring: _Wiring, out: dict, group: str, generator: torch.Generator) -> None:
+    """Make a gated network's drawn elements valid: each value site takes the permutation of the
+    feature site gating it (random signs on its scales for "monomial"); soft gates keep only the
+    feature sites' permutations."""
+    for value_site, feature_site in wiring.gated_by.items():
+        perm, scales = out[feature_site]
+        if not model.hard:
+            out[feature_site] = (perm, torch.ones_like(scales))
+        value_scales = out[value_site][1]
+        if group == "monomial":
+            signs = torch.randint(0, 2, value_scales.shape, generator=generator) * 2 - 1
+            value_scales = value_scales * signs.to(value_scales.dtype)
+        out[value_site] = (perm.clone(), value_scales)
 
 
 # --- the workflow's self-check ------------------------------------------------------------------
@@ -603,9 +692,12 @@ def checked_group(model: nn.Module, group: str) -> str:
     G_ReLU when an activation is not positively homogeneous (the scalings are no symmetry of,
     e.g., a sigmoid network)."""
     homogeneous = all(
-        isinstance(model.get_submodule(site.name), _POSITIVELY_HOMOGENEOUS) for site in models.sites(model)
+        isinstance(model.get_submodule(site.name), (*_POSITIVELY_HOMOGENEOUS, GateActivation))
+        for site in models.sites(model)
     )
-    return "permutation" if group == "grelu" and not homogeneous else group
+    if group == "monomial" and not isinstance(model, GatedNet):
+        group = "grelu"  # a plain ReLU network's largest group
+    return "permutation" if group in ("grelu", "monomial") and not homogeneous else group
 
 
 def summarize(table: "pd.DataFrame") -> "pd.DataFrame":

@@ -187,6 +187,46 @@ SYMMETRY = pa.schema(
 )
 
 
+GATED = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("seed", pa.int64()),
+        pa.field("base_arch", pa.string()),
+        pa.field("base", pa.string()),  # the plain network it is built on: "myrtle w0.125", "c4gap w1"
+        pa.field("width_multiplier", pa.float64()),
+        pa.field("family", pa.string()),  # dnn (a plain network), dgn, dlgn, dlgn_sf
+        pa.field("regime", pa.string()),  # standalone, fl, fr; null for dnn
+        pa.field("value_input", pa.string()),  # x or ones
+        pa.field("gate_perm", pa.string()),  # "1,0,3,2"; null for the identity
+        pa.field("permuted", pa.bool_()),
+        pa.field("beta", pa.float64()),  # soft gates' beta; null for hard gates and dnn
+        pa.field("dataset", pa.string()),
+        pa.field("test_acc", pa.float64()),
+        pa.field("paper_table", pa.string()),  # I, II, III; null where the paper has no row
+        pa.field("paper_row", pa.string()),
+        pa.field("paper_acc", pa.float64()),
+        pa.field("paper_sd", pa.float64()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant seed"},
+)
+
+NPK = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("seed", pa.int64()),
+        pa.field("kernel", pa.string()),  # npk (site "model") or gate
+        pa.field("site", pa.string()),
+        pa.field("probe_images", pa.int64()),
+        pa.field("permutation_error", pa.float64()),
+        pa.field("shift_error", pa.float64()),  # npk only
+        pa.field("ntk_cka", pa.float64()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant seed kernel site"},
+)
+
+
 def to_table(df: pd.DataFrame, schema: pa.Schema) -> pa.Table:
     """Cast ``df`` to ``schema``; a missing or extra column is an error that names it."""
     missing = [name for name in schema.names if name not in df.columns]

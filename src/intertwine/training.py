@@ -1,5 +1,5 @@
-"""The training loop of the zoo: data as tensors on the device, batched augmentation, Adam with
-step drops, best-validation weights kept."""
+"""The training loop of the zoo: data as tensors on the device, batched augmentation, Adam (or SGD
+with momentum) with step drops, best-validation weights kept."""
 
 from __future__ import annotations
 
@@ -28,9 +28,31 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)  # one dict per epoch
 
 
-def lr_factor(step: int, total_steps: int, drops: int, factor: float) -> float:
-    """``factor ** k`` after the k-th of ``drops`` evenly spaced drops (at 1/(drops+1), 2/(drops+1), ...)."""
+def lr_factor(
+    step: int,
+    total_steps: int,
+    drops: int,
+    factor: float,
+    milestones: list[float] | None = None,
+    warmup_steps: int = 0,
+) -> float:
+    """``factor ** k`` after the k-th of ``drops`` evenly spaced drops (at 1/(drops+1), 2/(drops+1), ...),
+    or after the k-th of ``milestones`` (fractions of training) when given; 0.1 during the first
+    ``warmup_steps`` steps."""
+    if step < warmup_steps:
+        return 0.1
+    if milestones:
+        return factor ** sum(step >= m * total_steps for m in milestones)
     return factor ** min(drops, (drops + 1) * step // total_steps)
+
+
+def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
+    """Adam, or SGD with momentum (``zoo.training.optimizer``), at ``config.lr``."""
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(
+            params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
+        )
+    return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
 
 
 def _autocast(device: torch.device, bf16: bool):
@@ -92,11 +114,19 @@ def train(
     device = train_split.images.device
     memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
     model.to(memory_format=memory_format)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = make_optimizer(model.parameters(), config)
     steps_per_epoch = math.ceil(len(train_split) / config.batch_size)
     total_steps = config.epochs * steps_per_epoch
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, total_steps, config.lr_drops, config.lr_drop_factor)
+        optimizer,
+        lambda step: lr_factor(
+            step,
+            total_steps,
+            config.lr_drops,
+            config.lr_drop_factor,
+            config.lr_milestones,
+            config.warmup_steps,
+        ),
     )
     loss_fn = nn.CrossEntropyLoss()
 

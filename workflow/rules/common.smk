@@ -80,7 +80,8 @@ STAGE_CODE = {
     "rotation": ["rotation.py", "groups.py", "jobs/__init__.py", "jobs/rotation.py"],
     "symmetry": ["symmetry.py", "groups.py", "jobs/__init__.py", "jobs/symmetry.py"],
     "stitching": ["stitching.py", "groups.py", "jobs/__init__.py", "jobs/stitching.py"],
-    "similarity": ["similarity.py", "jobs/__init__.py", "jobs/similarity.py"],
+    "similarity": ["similarity.py", "gated.py", "kernels", "jobs/__init__.py", "jobs/similarity.py"],
+    "gated": ["gated.py", "kernels", "symmetry.py", "similarity.py", "jobs/__init__.py", "jobs/gated.py"],
     "dissection": [
         "dissection.py",
         "data/concepts.py",

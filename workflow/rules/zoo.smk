@@ -1,6 +1,8 @@
 rule train_member:
     input:
         DATA_FILES,
+        # a gated FL variant's feature network: a trained member of another variant
+        features=lambda wc: PLAN.features_checkpoint(wc.variant, int(wc.seed)),
     output:
         checkpoint=protected("results/zoo/{variant}/seed{seed}.pt"),
         metrics="results/zoo/{variant}/seed{seed}.metrics.parquet",
@@ -23,11 +25,12 @@ rule train_member:
         device=config["device"],
         code=code_hash("zoo"),
         data=data_dir,
+        features=lambda wc, input: f" --features {input.features}" if input.features else "",
     shell:
         "intertwine train-member --data {params.data} --variant {wildcards.variant} --seed {wildcards.seed}"
         " --spec {params.spec:q} --training {params.training:q} --global-seed {params.seed}"
         " --eval-batch-size {resources.eval_batch_size} --device {params.device} --threads {threads}"
-        " --out {output.checkpoint} --metrics {output.metrics}"
+        " --out {output.checkpoint} --metrics {output.metrics}{params.features}"
         " > {log} 2>&1"
 
 

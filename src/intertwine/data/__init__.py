@@ -18,7 +18,7 @@ import torch
 from intertwine.utils import atomic_path, config_hash, derive_seed, write_json
 
 SPLITS = ("train", "val", "test")
-DATASETS = ("shapes", "cifar10")
+DATASETS = ("shapes", "cifar10", "cifar100")
 
 
 @dataclass
@@ -54,19 +54,17 @@ def build_dataset(block: dict, seed: int) -> tuple[dict[str, dict[str, np.ndarra
             for split, n in sizes.items()
         }
         meta |= {"classes": list(CLASSES), "concepts": {k: list(v) for k, v in CONCEPTS.items()}}
-    elif name == "cifar10":
-        from intertwine.data.cifar10 import load_cifar10
+    elif name in ("cifar10", "cifar100"):
+        from intertwine.data.cifar10 import load_cifar
 
-        options = block["cifar10"]
-        loaded = load_cifar10(options["root"], options["layout"], options["download"])
+        options = block[name]
+        loaded = load_cifar(name, options["root"], options["layout"], options["download"])
         # Image folders list the images class by class. The cache holds each split in a fixed
         # random order, so that any prefix a stage takes (stitching.train_images,
         # similarity.samples, ...) is a uniform sample of it.
         raw = {}
         for split in ("train", "test"):
-            order = np.random.default_rng(derive_seed(seed, "cifar10", split)).permutation(
-                len(loaded[split][1])
-            )
+            order = np.random.default_rng(derive_seed(seed, name, split)).permutation(len(loaded[split][1]))
             raw[split] = {"images": loaded[split][0][order], "labels": loaded[split][1][order]}
         meta["classes"] = loaded["classes"]
     else:

@@ -1,15 +1,19 @@
-"""CIFAR-10 from a user's directory, in torchvision's layout or as image folders.
+"""CIFAR-10 and CIFAR-100 from a user's directory, in torchvision's layout or as image folders.
 
-Two layouts are read:
-- torchvision's: ``ROOT/cifar-10-batches-py/`` (``data_batch_1`` ... ``test_batch``), read through
-  ``torchvision.datasets.CIFAR10``, which may also download it there (``download: true``);
+One loader reads both (``load_cifar``; ``load_cifar10`` and ``load_cifar100`` name the data set);
+what tells them apart is in ``CIFARS``. Two layouts are read:
+- torchvision's: ``ROOT/cifar-10-batches-py/`` (``data_batch_1`` ... ``test_batch``) or
+  ``ROOT/cifar-100-python/`` (``train``, ``test``, ``meta``; the 100 fine labels), read through
+  ``torchvision.datasets.CIFAR10`` / ``CIFAR100``, which may also download it there
+  (``download: true``); the classes are the names in the data set's meta file;
 - image folders: ``ROOT/train/<class>/*`` and ``ROOT/test/<class>/*`` (any format PIL reads), read
   through ``torchvision.datasets.ImageFolder``; classes are the folder names in sorted order, which
-  for CIFAR-10's names is the canonical class order.
+  for CIFAR-10's names, and for CIFAR-100's fine label names, is the canonical class order.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,18 +22,48 @@ CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "hors
 LAYOUTS = ("auto", "torchvision", "imagefolder")
 
 
+@dataclass(frozen=True)
+class Cifar:
+    """What tells one CIFAR data set from the other."""
+
+    key: str  # its `data.dataset` value, and the name of its config block
+    title: str  # its name in messages
+    folder: str  # torchvision's directory under the root
+    files: str  # the files in that directory, for messages
+    reader: str  # the torchvision.datasets class that reads (and downloads) it
+
+
+CIFARS = {
+    "cifar10": Cifar(
+        "cifar10", "CIFAR-10", "cifar-10-batches-py", "data_batch_1..5 and test_batch", "CIFAR10"
+    ),
+    "cifar100": Cifar("cifar100", "CIFAR-100", "cifar-100-python", "train, test and meta", "CIFAR100"),
+}
+
+
 class DataNotFoundError(FileNotFoundError):
     """The configured data directory is missing or incomplete."""
 
 
-def _expected(root: Path) -> str:
+def _expected(root: Path, cifar: Cifar) -> str:
     return (
-        f"expected CIFAR-10 under {root} in one of two layouts:\n"
-        f"  - torchvision's: {root}/cifar-10-batches-py/ with data_batch_1..5 and test_batch "
-        "(set data.cifar10.download: true to let torchvision download it there), or\n"
+        f"expected {cifar.title} under {root} in one of two layouts:\n"
+        f"  - torchvision's: {root}/{cifar.folder}/ with {cifar.files} "
+        f"(set data.{cifar.key}.download: true to let torchvision download it there), or\n"
         f"  - image folders: {root}/train/<class>/*.png|jpg and {root}/test/<class>/*.png|jpg.\n"
-        "Point data.cifar10.root in the config at such a directory."
+        f"Point data.{cifar.key}.root in the config at such a directory." + _other_cifar(root, cifar)
     )
+
+
+def _other_cifar(root: Path, cifar: Cifar) -> str:
+    """A hint when ``root`` holds the other CIFAR in torchvision's layout (a wrong root or data set)."""
+    for other in CIFARS.values():
+        if other != cifar and (root / other.folder).is_dir():
+            return (
+                f"\n{root} holds {other.folder}/, which is {other.title}, not {cifar.title}: set "
+                f"data.dataset: {other.key} to use it, or point data.{cifar.key}.root at {cifar.title}."
+            )
+    return ""
 
 
 class DataCorruptError(ValueError):
@@ -55,58 +89,74 @@ def read_image(path: str | Path, root: str | Path) -> np.ndarray:
         ) from None
 
 
-def detect_layout(root: Path) -> str | None:
-    if (root / "cifar-10-batches-py").is_dir():
+def detect_layout(root: Path, cifar: Cifar) -> str | None:
+    if (root / cifar.folder).is_dir():
         return "torchvision"
     if (root / "train").is_dir() and (root / "test").is_dir():
         return "imagefolder"
     return None
 
 
-def load_cifar10(root: str | Path, layout: str = "auto", download: bool = False) -> dict:
-    """Return ``{"train": (images, labels), "test": (images, labels), "classes": [...]}``.
+def load_cifar(dataset: str, root: str | Path, layout: str = "auto", download: bool = False) -> dict:
+    """Read ``dataset`` (a key of ``CIFARS``: ``cifar10`` or ``cifar100``) from ``root``; return
+    ``{"train": (images, labels), "test": (images, labels), "classes": [...]}``.
 
-    Images are uint8 arrays of shape (N, 3, H, W), labels int64 arrays.
+    Images are uint8 arrays of shape (N, 3, H, W), labels int64 arrays (CIFAR-100: fine labels).
     """
+    if dataset not in CIFARS:
+        raise ValueError(f"data.dataset: {dataset!r} is not one of {tuple(CIFARS)}")
+    cifar = CIFARS[dataset]
     root = Path(root).expanduser()
     if layout not in LAYOUTS:
-        raise ValueError(f"data.cifar10.layout: {layout!r} is not one of {LAYOUTS}")
+        raise ValueError(f"data.{cifar.key}.layout: {layout!r} is not one of {LAYOUTS}")
     if layout == "auto":
-        layout = detect_layout(root) or ("torchvision" if download else None)
+        layout = detect_layout(root, cifar) or ("torchvision" if download else None)
         if layout is None:
-            raise DataNotFoundError(f"no CIFAR-10 found: {_expected(root)}")
+            raise DataNotFoundError(f"no {cifar.title} found: {_expected(root, cifar)}")
     if layout == "torchvision":
-        return _load_torchvision(root, download)
-    return _load_imagefolder(root)
+        return _load_torchvision(root, download, cifar)
+    return _load_imagefolder(root, cifar)
 
 
-def _load_torchvision(root: Path, download: bool) -> dict:
-    from torchvision.datasets import CIFAR10
+def load_cifar10(root: str | Path, layout: str = "auto", download: bool = False) -> dict:
+    """CIFAR-10 (``load_cifar``)."""
+    return load_cifar("cifar10", root, layout, download)
 
-    out = {"classes": list(CLASSES)}
+
+def load_cifar100(root: str | Path, layout: str = "auto", download: bool = False) -> dict:
+    """CIFAR-100 with its 100 fine labels (``load_cifar``)."""
+    return load_cifar("cifar100", root, layout, download)
+
+
+def _load_torchvision(root: Path, download: bool, cifar: Cifar) -> dict:
+    import torchvision.datasets
+
+    reader = getattr(torchvision.datasets, cifar.reader)
+    out = {}
     for split, train in (("train", True), ("test", False)):
         try:
-            dataset = CIFAR10(str(root), train=train, download=download)
+            dataset = reader(str(root), train=train, download=download)
         except RuntimeError as err:  # torchvision: "Dataset not found or corrupted"
             raise DataNotFoundError(
-                f"CIFAR-10 {split} split is missing or corrupted ({err}); {_expected(root)}"
+                f"{cifar.title} {split} split is missing or corrupted ({err}); {_expected(root, cifar)}"
             ) from err
         images = np.ascontiguousarray(dataset.data.transpose(0, 3, 1, 2))
         out[split] = (images, np.asarray(dataset.targets, dtype=np.int64))
+        out["classes"] = list(dataset.classes)  # the names in the data set's meta file
     return out
 
 
-def _load_imagefolder(root: Path) -> dict:
+def _load_imagefolder(root: Path, cifar: Cifar) -> dict:
     from torchvision.datasets import ImageFolder
 
     out = {}
     for split in ("train", "test"):
         if not (root / split).is_dir():
-            raise DataNotFoundError(f"{root / split} does not exist; {_expected(root)}")
+            raise DataNotFoundError(f"{root / split} does not exist; {_expected(root, cifar)}")
         try:
             dataset = ImageFolder(str(root / split))
         except FileNotFoundError as err:  # no class folders, or folders without images
-            raise DataNotFoundError(f"{root / split}: {err}; {_expected(root)}") from err
+            raise DataNotFoundError(f"{root / split}: {err}; {_expected(root, cifar)}") from err
         images = []
         for path, _ in dataset.samples:
             array = read_image(path, root)

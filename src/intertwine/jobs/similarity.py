@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pandas as pd
 
 from intertwine import models, similarity
@@ -34,8 +36,12 @@ def similarity_pair(
             f"{err.site}, delete it and rerun its train_member job to retrain it), or compare "
             "on more test images (similarity.samples)"
         ) from None
-    return pd.DataFrame(rows).assign(
-        n_samples=len(images), **job.provenance({"similarity": block}, device=False)
+    table = pd.DataFrame(rows)
+    # npk_cka rows carry their own (smaller) image count
+    samples = table["n_samples"] if "n_samples" in table else pd.Series(len(images), index=table.index)
+    return table.assign(
+        n_samples=samples.fillna(len(images)).astype("int64"),
+        **job.provenance({"similarity": block}, device=False),
     )
 
 
@@ -53,9 +59,38 @@ def _rows(
             ]
         job.log(f"{base['variant']} pair {pair}: Procrustes at {n_sites} sites")
     for measure in settings.cka_measures if cka else []:
+        if measure == "npk_cka":
+            rows += _npk_rows(job, base, settings, reads)
+            continue
         rows += [
             {**base, "site_a": site_a, "site_b": site_b, "measure": measure, "value": value}
             for (site_a, site_b), value in similarity.site_cka(measure, *reads).items()
         ]
         job.log(f"{base['variant']} pair {pair}: {measure} for {n_sites}x{n_sites} site pairs")
     return rows
+
+
+def _npk_rows(job: Job, base: dict, settings: SimilarityConfig, reads: tuple) -> list[dict]:
+    """CKA of the two members' neural path kernels on the first ``npk_images`` images (site
+    "model"), for models that have one (``gated.has_npk``)."""
+    from intertwine import gated
+    from intertwine.data.augment import normalize
+
+    model_a, model_b, images, _, mean, std, _ = reads
+    if not (gated.has_npk(model_a) and gated.has_npk(model_b)):
+        job.log(f"{base['variant']}: no neural path kernel for a {type(model_a).__name__}; npk_cka skipped")
+        return []
+    x = normalize(images[: settings.npk_images], mean, std).double()
+    kernels = [gated.member_npk(copy.deepcopy(model).double(), x) for model in (model_a, model_b)]
+    value = similarity.kernel_cka(*kernels)
+    job.log(f"{base['variant']} pair {base['pair']}: npk_cka {value:.4f} on {len(x)} images")
+    return [
+        {
+            **base,
+            "site_a": "model",
+            "site_b": "model",
+            "measure": "npk_cka",
+            "value": value,
+            "n_samples": len(x),
+        }
+    ]

@@ -39,7 +39,7 @@ def stitch_pair(
     acc_a = acc(f) if acc_a is None else acc_a
     acc_b = acc(g) if acc_b is None else acc_b
     rows = []
-    for site in (available[name] for name in (sites or available)):
+    for site in (available[name] for name in (sites or models.cut_sites(f))):
         label = f"{meta_a['variant']} pair {pair} ({meta_a['seed']}->{meta_b['seed']}) {site.name} {method}"
         key = (job.global_seed, "stitching", meta_a["variant"], pair, site.name, method)
         stitched, layer = stitching.stitch_site(

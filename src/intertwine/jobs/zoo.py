@@ -12,7 +12,7 @@ from intertwine import models
 from intertwine.jobs import Job
 from intertwine.settings import TrainConfig
 from intertwine.training import evaluate, train
-from intertwine.zoo import CHECKPOINT_FORMAT
+from intertwine.zoo import CHECKPOINT_FORMAT, read_checkpoint
 
 
 def train_member(
@@ -23,14 +23,17 @@ def train_member(
     training: dict,
     checkpoint_path: str | Path = "",
     eval_batch_size: int | None = None,
+    features: str | Path | None = None,
 ) -> tuple[dict, pd.DataFrame]:
     """Train one zoo member; return its checkpoint (a dict) and its per-epoch metrics.
 
     ``training`` is the variant's ``zoo.training`` block (keys it lacks take the schema's
     defaults); ``eval_batch_size``, when given, replaces its ``eval_batch_size``, which changes the
     speed only (the workflow passes it apart, so that it is not in the provenance hash, which is
-    over ``training`` as given). The same (variant, seed, spec, data, training, global seed) gives
-    bit-identical weights on the CPU.
+    over ``training`` as given). A gated variant in the FL regime takes its frozen feature network
+    from ``features``, the checkpoint of a trained member of the plain architecture. The same
+    (variant, seed, spec, data, training, global seed, features) gives bit-identical weights on the
+    CPU.
     """
     config = TrainConfig.from_block(
         training | ({} if eval_batch_size is None else {"eval_batch_size": eval_batch_size}), "zoo.training"
@@ -44,6 +47,7 @@ def train_member(
         )
     torch.manual_seed(job.seed("zoo", variant, seed, "init"))
     model = models.build(spec).to(job.device)
+    _load_features(model, spec, features, variant)
     generator = torch.Generator(device=job.device).manual_seed(job.seed("zoo", variant, seed, "batches"))
     mean, std = job.stats()
     train_split, test_split, val_split = (job.split(name) for name in ("train", "test", config.select_on))
@@ -98,3 +102,29 @@ def train_member(
     metrics["kept"] = metrics["epoch"] == result.best_epoch
     metrics["test_acc"] = metrics["kept"].map({True: test_acc, False: None}).astype("float64")
     return checkpoint, metrics.assign(n_params=n_params, checkpoint=str(checkpoint_path), **provenance)
+
+
+def _load_features(model: torch.nn.Module, spec: dict, features: str | Path | None, variant: str) -> None:
+    """An FL variant's feature network: the weights of a trained plain member of its architecture
+    (its head dropped: F gives gates only)."""
+    gated = spec.get("gated")
+    fl = gated is not None and gated["regime"] == "fl"
+    if not fl:
+        if features is not None:
+            raise ValueError(f"variant {variant!r} is not a gated FL variant, so it takes no feature network")
+        return
+    if features is None:
+        raise ValueError(
+            f"variant {variant!r} (gated, regime fl) needs the checkpoint of a trained "
+            f"{gated['features_from']!r} member for its feature network (--features)"
+        )
+    source = read_checkpoint(features, next(model.parameters()).device)
+    plain = models.normalize_spec({key: value for key, value in spec.items() if key != "gated"})
+    if source["spec"] != plain:
+        raise ValueError(
+            f"variant {variant!r} takes its feature network from {features} (variant "
+            f"{source['variant']!r}), whose spec {source['spec']} is not the plain form of its own, {plain}: "
+            "gated.features_from must name a variant of the same architecture without gated"
+        )
+    weights = {key: value for key, value in source["state_dict"].items() if not key.startswith("fc.")}
+    model.features.load_state_dict(weights)

@@ -13,7 +13,10 @@ Options every architecture takes:
   become ``nn.Identity`` (names unchanged).
 - ``num_classes``: default 10.
 
-Plus ``constant_width`` (myrtle: every conv gets that many channels, still scaled by
+Plus ``gated`` (myrtle, c4gap, c1gap, vgg16_avg; default null, a plain network): a mapping that
+makes the model a gated network of that architecture, ``{family: dgn | dlgn | dlgn_sf, regime:
+standalone | fl | fr, beta: 10, value_input: x | ones, gate_perm: null | [..], features_from: null |
+variant}`` (see :mod:`intertwine.models.gated`; it needs ``activation: relu``). And ``constant_width`` (myrtle: every conv gets that many channels, still scaled by
 ``width_multiplier``) and ``residual_activation`` (resnets: False replaces the activation after
 each residual addition by ``nn.Identity``, which stays a site). convnext (a small ConvNeXt, see
 :mod:`intertwine.models.convnext`) never has an activation on the residual stream: each block's
@@ -37,7 +40,9 @@ from torch import nn
 
 from .cct import cct
 from .convnext import convnext
+from .gated import GatedNet, check_gated
 from .myrtle import myrtle
+from .plain import c1gap, c4gap, vgg16_avg
 from .resnet import resnet18, resnet20
 
 __all__ = [
@@ -48,6 +53,7 @@ __all__ = [
     "Stitched",
     "build",
     "count_parameters",
+    "cut_sites",
     "forward_from",
     "forward_to",
     "normalize_spec",
@@ -87,7 +93,13 @@ _COMMON_OPTIONS = {
 
 ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
     {
-        "myrtle": Architecture(myrtle, MappingProxyType({**_COMMON_OPTIONS, "constant_width": None})),
+        "myrtle": Architecture(
+            myrtle, MappingProxyType({**_COMMON_OPTIONS, "constant_width": None, "gated": None})
+        ),
+        # The gated-networks paper's plain stacks (intertwine.models.plain)
+        "c4gap": Architecture(c4gap, MappingProxyType({**_COMMON_OPTIONS, "gated": None})),
+        "c1gap": Architecture(c1gap, MappingProxyType({**_COMMON_OPTIONS, "gated": None})),
+        "vgg16_avg": Architecture(vgg16_avg, MappingProxyType({**_COMMON_OPTIONS, "gated": None})),
         "resnet20": Architecture(
             resnet20, MappingProxyType({**_COMMON_OPTIONS, "residual_activation": True})
         ),
@@ -135,6 +147,8 @@ def _check_value(key: str, value: Any) -> Any:
         if not is_int or value < 1:
             raise fail("a positive integer")
         return int(value)
+    if key == "gated":
+        return check_gated(value)
     if key == "constant_width":
         if value is None:
             return None
@@ -190,6 +204,11 @@ def normalize_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
             f"(this spec has activation {normalized['activation']!r}); "
             "set activation: leaky_relu or remove negative_slope"
         )
+    if normalized.get("gated") is not None and normalized["activation"] != "relu":
+        raise ValueError(
+            f"model option 'gated': a gated network's gates are those of ReLU, but this spec has "
+            f"activation {normalized['activation']!r}; remove activation or gated"
+        )
     return normalized
 
 
@@ -203,7 +222,14 @@ def build(spec: Mapping[str, Any]) -> nn.Module:
         activation_layer = functools.partial(nn.LeakyReLU, negative_slope=negative_slope)
     else:
         activation_layer = ACTIVATIONS[activation]
-    return entry.builder(activation_layer=activation_layer, **options)
+    gated = options.pop("gated", None)
+    if gated is None:
+        return entry.builder(activation_layer=activation_layer, **options)
+    return GatedNet(
+        lambda: entry.builder(activation_layer=activation_layer, **options),
+        **gated,
+        batch_norm=options.get("batch_norm", True),
+    )
 
 
 def sites(model: nn.Module) -> list[Site]:
@@ -217,10 +243,20 @@ def sites(model: nn.Module) -> list[Site]:
     return [Site(name, int(channels), bool(inside)) for name, channels, inside in layout()]
 
 
+def cut_sites(model: nn.Module) -> list[str]:
+    """The sites where ``forward_to``/``forward_from`` (stitching, the rotation penalty) can cut the
+    model: every site, except a gated network's feature sites (``uncut_sites_reason``)."""
+    names = {name for name, _ in model.pieces()}
+    return [site.name for site in sites(model) if site.name in names]
+
+
 def _pieces(model: nn.Module, site: str) -> tuple[list, int]:
     pieces = model.pieces()
     names = [name for name, _ in pieces]
     if site not in names:
+        reason = getattr(model, "uncut_sites_reason", "")
+        if reason and any(s.name == site for s in sites(model)):
+            raise ValueError(f"{type(model).__name__} cannot be cut at site {site!r}: {reason}")
         raise ValueError(
             f"{type(model).__name__} has no site {site!r}; its sites are "
             f"{[name for name in names if name is not None]}"

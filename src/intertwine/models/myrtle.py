@@ -66,6 +66,12 @@ class Myrtle(nn.Module):
         x = self.pool4(self.act4(self.bn4(self.conv4(x))))
         return self.fc(self.flatten(self.global_pool(x)))
 
+    def layer_names(self) -> list[tuple[str, str, str, str | None]]:
+        """(conv, norm, activation, pool after it or None) module names per layer, in forward order."""
+        return [("conv1", "bn1", "act1", None)] + [
+            (f"conv{i}", f"bn{i}", f"act{i}", f"pool{i}") for i in (2, 3, 4)
+        ]
+
     def pieces(self) -> list[tuple[str | None, Callable[..., tuple[torch.Tensor, ...]]]]:
         """The forward pass cut at each site: (site, piece) pairs, each piece mapping the state
         left by the previous one to the state at its site (a 1-tuple here; None names the head)."""

@@ -1,0 +1,14 @@
+"""Kernels of ReLU networks, arrays in and numbers out, usable without the workflow.
+
+* :mod:`intertwine.kernels.npk`: the neural path kernel of gated networks (Lakshminarayanan &
+  Singh), fully connected and convolutional with global average pooling, the per-site gate kernel
+  of any zoo model, and the empirical neural tangent kernel of a model on a probe set.
+* :mod:`intertwine.kernels.deq`: the infinite-width NTK and NNGP of deep fully connected ReLU
+  networks, the NTK of deep equilibrium models (Feng & Kolter), and kernel regression.
+"""
+
+from . import deq, npk
+from .deq import *  # noqa: F403
+from .npk import *  # noqa: F403
+
+__all__ = [*npk.__all__, *deq.__all__]

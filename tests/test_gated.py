@@ -1,0 +1,329 @@
+"""Gated networks (Lakshminarayanan & Singh): the models, their symmetries, the paper's numbers,
+the findings' verdicts, the kernels of a member, and the signed monomial stitching layer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from intertwine import gated, models, paper, similarity, stitching, symmetry
+from intertwine.groups import random_gl
+from intertwine.models.myrtle import Myrtle
+
+GATED = {"arch": "c4gap", "width_multiplier": 0.0625}  # 8 channels per layer
+
+
+def gated_spec(**options) -> dict:
+    return GATED | {"gated": options}
+
+
+def randomized(model: torch.nn.Module) -> torch.nn.Module:
+    """float64, eval mode, batch-norm statistics and affine parameters drawn away from the identity."""
+    torch.manual_seed(0)
+    model = model.double().eval()
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.normal_(0, 0.3), module.running_var.uniform_(0.5, 2.0)
+            module.weight.data.normal_(1, 0.3), module.bias.data.normal_(0, 0.3)
+    return model
+
+
+def images(n=6, size=8, seed=1):
+    return torch.randn(n, 3, size, size, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+# --- models -------------------------------------------------------------------------------------
+
+
+def test_plain_stacks_have_the_papers_shapes():
+    assert (
+        models.count_parameters(models.build({"arch": "c4gap"}))
+        == 3 * 128 * 9 + 128 + 3 * (128 * 128 * 9 + 128) + 4 * 256 + 128 * 10 + 10
+    )
+    vgg = models.build({"arch": "vgg16_avg", "width_multiplier": 0.125})
+    assert len(models.sites(vgg)) == 13
+    assert not any(isinstance(m, torch.nn.MaxPool2d) for m in vgg.modules())
+    assert vgg(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+    assert [s.name for s in models.sites(models.build({"arch": "c1gap"}))] == ["act1"]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        gated_spec(family="dgn"),
+        gated_spec(family="dlgn", value_input="ones", gate_perm=[3, 2, 1, 0]),
+        gated_spec(family="dlgn_sf", regime="fr"),
+        {"arch": "myrtle", "width_multiplier": 0.125, "gated": {"family": "dlgn"}},
+        {"arch": "myrtle", "width_multiplier": 0.125, "gated": {"family": "dgn", "regime": "fr"}},
+    ],
+)
+def test_gated_models_cut_at_value_sites_and_read_every_site(spec):
+    model = randomized(models.build(spec))
+    x = images(size=16)
+    logits = model(x)
+    names = [s.name for s in models.sites(model)]
+    assert names[: len(names) // 2] == [f"features.{n.split('.')[1]}" for n in names[len(names) // 2 :]]
+    assert set(models.site_activations(model, x)) == set(names)
+    assert models.cut_sites(model) == [n for n in names if n.startswith("value.")]
+    for site in models.cut_sites(model):
+        torch.testing.assert_close(
+            models.forward_from(model, models.forward_to(model, x, site), site), logits
+        )
+    with pytest.raises(ValueError, match="cut only at its value sites"):
+        models.forward_to(model, x, names[0])
+    myrtle = isinstance(model.value, Myrtle)
+    assert not myrtle or not any(
+        isinstance(m, (torch.nn.MaxPool2d, torch.nn.AdaptiveMaxPool2d)) for m in model.value.modules()
+    )
+
+
+def test_frozen_features_stay_frozen_in_training_mode():
+    model = models.build(gated_spec(family="dgn", regime="fr"))
+    model.train()
+    assert not model.features.training and model.value.training
+    assert not any(p.requires_grad for p in model.features.parameters())
+    assert models.count_parameters(model) == sum(p.numel() for p in model.value.parameters())
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (gated_spec(family="glu"), "gated.family"),
+        (gated_spec(regime="fl"), "features_from"),
+        (gated_spec(family="dlgn", regime="fl", features_from="c4gap"), "gated.family"),
+        (gated_spec(features_from="c4gap"), "features_from"),
+        (gated_spec(gate_perm=[0, 0, 1, 2]), "gate_perm"),
+        (gated_spec(gate_perm=[1, 0]), "gate_perm"),
+        (gated_spec(beta=0), "gated.beta"),
+        (gated_spec(colour=1), "unknown key"),
+        (GATED | {"activation": "gelu", "gated": {}}, "ReLU"),
+        ({"arch": "myrtle", "width_multiplier": 0.125, "gated": {"gate_perm": [1, 0, 2, 3]}}, "equal shape"),
+    ],
+)
+def test_bad_gated_specs_are_refused_naming_the_key(spec, message):
+    with pytest.raises(ValueError, match=message):
+        models.build(spec)
+
+
+def test_value_network_fed_ones_reads_the_image_through_the_gates_only():
+    """With V fed ones the logits depend on x only through F: with F frozen (hard gates) the input
+    gradient is zero, and two inputs with the same gates give the same logits."""
+    ones = randomized(models.build(gated_spec(family="dgn", regime="fr", value_input="ones")))
+    x = images().requires_grad_()
+    assert ones(x).requires_grad  # the value weights train
+    (grad,) = torch.autograd.grad(ones(x).sum(), x, allow_unused=True, materialize_grads=True)
+    assert torch.equal(grad, torch.zeros_like(x))
+    fed_x = randomized(models.build(gated_spec(family="dgn", regime="fr")))
+    (grad,) = torch.autograd.grad(fed_x(x).sum(), x)
+    assert grad.abs().max() > 0
+    gates = ones.gates(x.detach())
+    z = torch.ones_like(x.detach())
+    for layer in range(4):
+        z = ones._value_layer(layer, z, gates)
+    torch.testing.assert_close(ones._head(z, None), ones(x.detach()))
+
+
+# --- symmetries (SEEDS.md A, identity 5) --------------------------------------------------------
+
+
+@pytest.mark.parametrize("regime", ["standalone", "fr"])
+def test_signed_monomials_on_the_value_network_leave_a_dgn_unchanged(regime):
+    model = randomized(models.build(gated_spec(family="dgn", regime=regime, gate_perm=[1, 0, 3, 2])))
+    elements = symmetry.random_elements(model, "monomial", torch.Generator().manual_seed(3))
+    assert any((scales < 0).any() for site, (_, scales) in elements.items() if site.startswith("value."))
+    if regime == "standalone":  # soft gates: F admits permutations only
+        assert all(
+            (scales == 1).all() for site, (_, scales) in elements.items() if site.startswith("features.")
+        )
+    x = images()
+    assert (symmetry.act_on_weights(model, elements)(x) - model(x)).abs().max() < 1e-12
+    rows = symmetry.check_symmetry(model, x, "monomial", torch.Generator().manual_seed(4))
+    assert max(r["relative_change"] for r in rows) < 1e-12
+    assert max(r["representation_error"] for r in rows) < 1e-12
+
+
+def test_gated_elements_that_are_no_symmetry_are_refused():
+    soft = models.build(gated_spec(family="dgn"))
+    hard = models.build(gated_spec(family="dgn", regime="fr"))
+    n = 8
+    perm, other = torch.randperm(n), torch.roll(torch.arange(n), 1)
+    with pytest.raises(ValueError, match="same permutation"):
+        symmetry.act_on_weights(
+            hard, {"features.act2": (perm, torch.ones(n)), "value.act2": (other, torch.ones(n))}
+        )
+    with pytest.raises(ValueError, match="soft"):
+        symmetry.act_on_weights(
+            soft, {"features.act2": (perm, torch.full((n,), 2.0)), "value.act2": (perm, torch.ones(n))}
+        )
+    with pytest.raises(ValueError, match="positive"):
+        symmetry.act_on_weights(
+            hard, {"features.act2": (perm, -torch.ones(n)), "value.act2": (perm, torch.ones(n))}
+        )
+    with pytest.raises(ValueError, match="gated network's value units"):
+        symmetry.act_on_weights(models.build(GATED), {"act2": (perm, -torch.ones(n))})
+    with pytest.raises(ValueError, match="gated network"):
+        symmetry.random_elements(models.build(GATED), "monomial", torch.Generator())
+    # hard gates admit positive scalings of F with the matching permutation of V
+    scaled = {"features.act2": (perm, torch.rand(n) + 0.5), "value.act2": (perm, -torch.rand(n) - 0.5)}
+    model = randomized(hard)
+    x = images()
+    assert (symmetry.act_on_weights(model, scaled)(x) - model(x)).abs().max() < 1e-12
+
+
+def test_a_general_map_in_a_linear_feature_network_changes_that_layers_gates_only():
+    """DLGN: T at feature layer l (W_l -> T W_l, W_{l+1} -> W_{l+1} T^-1) leaves the later feature
+    layers unchanged but changes layer l's gates unless T is a permutation times positive scales."""
+    model = randomized(models.build(gated_spec(family="dlgn", regime="fr")))
+    x = images(n=24)
+    acted = symmetry.act_on_weights(
+        model, {"features.act2": random_gl(8, torch.Generator().manual_seed(5), dtype=torch.float64)}
+    )
+    before, after = models.site_activations(model, x), models.site_activations(acted, x)
+    for site in ("features.act3", "features.act4"):
+        torch.testing.assert_close(after[site], before[site], rtol=1e-9, atol=1e-9)
+    assert similarity.gate_cka(before["features.act2"], after["features.act2"]) < 0.95
+    assert (acted(x) - model(x)).abs().max() > 1e-3
+
+
+def test_gate_cka_is_invariant_to_grelu_not_to_rotations():
+    model = randomized(models.build({"arch": "myrtle", "width_multiplier": 0.125}))
+    x = images(n=32, size=16)
+    grelu = symmetry.act_on_weights(
+        model, symmetry.random_elements(model, "grelu", torch.Generator().manual_seed(6))
+    )
+    rotated = symmetry.act_on_weights(
+        model, symmetry.random_elements(model, "orthogonal", torch.Generator().manual_seed(6))
+    )
+    before, same, other = (models.site_activations(m, x) for m in (model, grelu, rotated))
+    for site in before:
+        assert similarity.gate_cka(before[site], same[site]) == pytest.approx(1, abs=1e-12)
+        kernel = similarity.cka_kernel("gate_cka", before[site])
+        assert similarity.kernel_cka(kernel, similarity.cka_kernel("gate_cka", same[site])) == pytest.approx(
+            1, abs=1e-12
+        )
+    assert min(similarity.gate_cka(before[s], other[s]) for s in before) < 0.9
+
+
+# --- kernels of a member ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [GATED, gated_spec(family="dgn", gate_perm=[1, 0, 3, 2]), gated_spec(family="dlgn", value_input="ones")],
+)
+def test_kernel_checks_find_the_grelu_invariance_exact(spec):
+    model = randomized(models.build(spec))
+    rows = gated.kernel_checks(model, images(n=8).float(), torch.Generator().manual_seed(7))
+    kinds = [row["kernel"] for row in rows]
+    assert kinds.count("npk") == 1 and kinds.count("gate") == len(models.sites(model))
+    assert max(row["permutation_error"] for row in rows) < 1e-12
+    npk_row = rows[kinds.index("npk")]
+    assert 0 < npk_row["shift_error"] < 1 and -1 <= npk_row["ntk_cka"] <= 1
+
+
+def test_the_npk_of_a_gated_network_uses_its_gates_in_value_order():
+    model = randomized(models.build(gated_spec(family="dgn", regime="fr", gate_perm=[3, 2, 1, 0])))
+    x = images(n=5)
+    gates = model.gates(x)
+    from intertwine.kernels import npk_conv_gap
+
+    torch.testing.assert_close(gated.member_npk(model, x), npk_conv_gap(x, gates[::-1]))
+    with pytest.raises(ValueError, match="neural path kernel"):
+        gated.member_npk(models.build({"arch": "resnet20", "width_multiplier": 0.25}), x.float())
+
+
+# --- the paper's numbers and the findings ------------------------------------------------------
+
+
+def test_paper_rows_are_found_for_their_specs_only():
+    def spec(**gated_options):
+        return models.normalize_spec({"arch": "c4gap", **({"gated": gated_options} if gated_options else {})})
+
+    assert paper.reported_gated(spec(), "cifar10", 50)[1:] == ("CIFAR-10 C4GAP w128, DNN", 80.5, 0.4)
+    assert paper.reported_gated(spec(family="dgn", value_input="ones"), "cifar100", 50)[2] == 47.3
+    permuted = paper.reported_gated(spec(family="dlgn", gate_perm=[1, 0, 2, 3]), "cifar10", 50)
+    assert permuted[0] == "I" and "permuted" in permuted[1] and permuted[2] == 75.9
+    assert paper.reported_gated(spec(family="dgn"), "shapes", 50) is None
+    assert paper.reported_gated(spec(family="dgn", regime="fr"), "cifar10", 50) is None
+    sf = models.normalize_spec({"arch": "c1gap", "gated": {"family": "dlgn_sf", "value_input": "ones"}})
+    assert (
+        paper.reported_gated(sf, "cifar10", 2000)[2] == 70.0
+        and paper.reported_gated(sf, "cifar10", 7) is None
+    )
+    vgg = models.normalize_spec({"arch": "vgg16_avg", "gated": {"family": "dlgn"}})
+    assert paper.reported_gated(vgg, "cifar10", 32)[:3] == ("II", "CIFAR-10 VGG16, DLGN(x,x)", 87.0)
+
+
+def study(accuracies: dict[tuple, list[float]]) -> pd.DataFrame:
+    rows = []
+    for (family, value_input, permuted), accs in accuracies.items():
+        for seed, acc in enumerate(accs):
+            rows.append(
+                {
+                    "base_arch": "c4gap",
+                    "base": "c4gap w1",
+                    "family": family,
+                    "regime": None if family == "dnn" else "standalone",
+                    "value_input": value_input,
+                    "permuted": permuted,
+                    "test_acc": acc / 100,
+                    "seed": seed,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_findings_reproduced_on_the_papers_own_numbers():
+    table = study(
+        {
+            ("dnn", "x", False): [80.1, 80.9],
+            ("dgn", "x", False): [77.1, 77.7],
+            ("dgn", "ones", False): [77.3, 77.7],
+            ("dlgn", "x", False): [75.1, 75.7],
+            ("dlgn", "ones", False): [75.2, 75.6],
+            ("dlgn", "x", True): [75.4, 76.4],
+        }
+    )
+    verdicts = gated.findings(table).set_index("finding")["verdict"]
+    assert (verdicts == "reproduced").all() and len(verdicts) == 5
+
+
+def test_findings_not_reproduced_when_the_numbers_say_otherwise():
+    table = study(
+        {
+            ("dnn", "x", False): [80.0, 81.0],
+            ("dgn", "x", False): [82.0, 82.0],
+            ("dgn", "ones", False): [60.0, 61.0],
+            ("dlgn", "x", False): [60.0, 61.0],
+            ("dlgn", "x", True): [50.0, 52.0],
+        }
+    )
+    verdicts = gated.findings(table).set_index("finding")["verdict"]
+    assert verdicts["c4gap w1: DLGN within 10 % of the DNN"] == "not reproduced"
+    assert verdicts["c4gap w1: the value input barely matters (DGN)"] == "not reproduced"
+    assert verdicts["c4gap w1: the value input barely matters (DLGN)"] == "not run"
+    assert verdicts["c4gap w1: the gate permutation barely matters"] == "not reproduced"
+    assert verdicts["c4gap w1: DNN >= DGN >= DLGN"] == "not reproduced"
+
+
+# --- monomial stitching -------------------------------------------------------------------------
+
+
+def test_match_monomial_recovers_a_signed_monomial_and_training_keeps_signs():
+    generator = torch.Generator().manual_seed(8)
+    x = torch.randn(64, 6, 3, 3, generator=generator)
+    perm = torch.randperm(6, generator=generator)
+    scales = torch.tensor([1.5, -0.5, 2.0, -3.0, 0.7, -1.1])
+    y = x[:, perm] * scales.view(1, -1, 1, 1)
+    found_perm, found_scales = stitching.match_monomial(x, y)
+    assert torch.equal(found_perm, perm)
+    torch.testing.assert_close(found_scales, scales)
+    layer = stitching.build_layer("monomial", 6)
+    layer.match(x, y)
+    layer.project()
+    assert (layer.scales < 0).sum() == 3
+    assert stitching.build_layer("grelu", 6).__class__ is stitching.GReLUStitch
+    _, grelu_scales = stitching.match_grelu(x, y)
+    assert (grelu_scales >= 0).all()

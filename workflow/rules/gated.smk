@@ -1,0 +1,101 @@
+# Gated networks and the neural path kernel (Lakshminarayanan & Singh): the gated variants are zoo
+# variants (spec key `gated`, trained by train_member); here, per member, the kernels and their
+# checks, then the study's table beside the paper's Tables I-III, its findings and figures.
+
+
+rule npk_member:
+    input:
+        DATA_FILES,
+        checkpoint="results/zoo/{variant}/seed{seed}.pt",
+    output:
+        "results/gated/{variant}/seed{seed}.parquet",
+    log:
+        "results/logs/gated/{variant}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/gated/{variant}/seed{seed}.tsv"
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        gpu=1,
+    params:
+        block=as_json(PLAN.gated_block),
+        seed=config["seed"],
+        device=config["device"],
+        code=code_hash("gated"),
+        data=data_dir,
+    shell:
+        "intertwine npk-member --checkpoint {input.checkpoint} --data {params.data}"
+        " --config {params.block:q} --global-seed {params.seed} --device {params.device}"
+        " --threads {threads} --out {output} > {log} 2>&1"
+
+
+rule gated_table:
+    input:
+        zoo="results/tables/zoo.parquet",
+        parts=PLAN.npk_jobs,
+    output:
+        table="results/tables/gated.parquet",
+        npk="results/tables/npk.parquet",
+        findings=report(
+            "results/tables/gated_findings.csv",
+            caption="../report/gated_findings.rst",
+            category="Gated networks",
+        ),
+    log:
+        "results/logs/tables/gated.log",
+    conda:
+        CONDA_ENV
+    params:
+        variants=as_json(config["zoo"]["variants"]),
+        study=as_json(config["gated"]["variants"]),
+        epochs=as_json({v: PLAN.train_block(v)["epochs"] for v in config["gated"]["variants"]}),
+        dataset=DATASET,
+        code=code_hash("tables"),
+    shell:
+        "intertwine gated-table {input.parts} --zoo {input.zoo} --variants {params.variants:q}"
+        " --study {params.study:q} --epochs {params.epochs:q} --dataset {params.dataset}"
+        " --out {output.table} --npk-out {output.npk} --findings {output.findings} > {log} 2>&1"
+
+
+rule gated_figure:
+    input:
+        table="results/tables/gated.parquet",
+        npk="results/tables/npk.parquet",
+        similarity=PLAN.gated_similarity,
+    output:
+        accuracy=report(
+            "results/figures/gated_accuracy.png",
+            caption="../report/gated_accuracy.rst",
+            category="Gated networks",
+        ),
+        permutations=[
+            report(
+                png,
+                caption="../report/gated_permutations.rst",
+                category="Gated networks",
+            )
+            for png in PLAN.gated_figures
+            if png.endswith("gated_permutations.png")
+        ],
+        kernels=report(
+            "results/figures/gated_kernels.png",
+            caption="../report/gated_kernels.rst",
+            category="Gated networks",
+        ),
+        other_formats=PLAN.other_formats(PLAN.gated_figures),
+    log:
+        "results/logs/figures/gated.log",
+    conda:
+        CONDA_ENV
+    params:
+        figures=as_json(config["figures"]),
+        permutations=lambda wc, output: (
+            f" --permutations {output.permutations}" if output.permutations else ""
+        ),
+        similarity=lambda wc, input: f" --similarity {input.similarity}" if input.similarity else "",
+        code=code_hash("figures"),
+    shell:
+        "intertwine gated-figure --table {input.table} --npk {input.npk}{params.similarity}"
+        " --figures {params.figures:q} --accuracy {output.accuracy}{params.permutations}"
+        " --kernels {output.kernels} --other-formats {output.other_formats} > {log} 2>&1"
