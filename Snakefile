@@ -25,6 +25,8 @@ include: "workflow/rules/stitching.smk"
 include: "workflow/rules/similarity.smk"
 include: "workflow/rules/dissection.smk"
 include: "workflow/rules/gated.smk"
+include: "workflow/rules/deqntk.smk"
+include: "workflow/rules/pullback.smk"
 include: "workflow/rules/figures.smk"
 
 

@@ -22,6 +22,13 @@ JOBS = {
     "npk-member": "gated",
     "dissect-external": "dissection",
     "dissection-masks": "dissection",
+    "deqntk-gram": "deqntk",
+    "deqntk-regression": "deqntk",
+    "deqntk-depth": "deqntk",
+    "kernel-reference-member": "deqntk",
+    "pullback-member": "pullback",
+    "pullback-pair": "pullback",
+    "pullback-images": "pullback",
 }
 
 
@@ -79,6 +86,8 @@ def test_each_rule_command_parses(rule):
             "{wildcards.group}": "grelu",
             "{params.arch}": "resnet50",
             "{params.device}": "cpu",
+            "{wildcards.variances}": "w0.6_u0.4_b0",
+            "{wildcards.part}": "train",
         }
         argv = [
             lists.get(a, "{}")
@@ -86,7 +95,9 @@ def test_each_rule_command_parses(rule):
             else names.get(a, "1")
             if a in names
             or re.fullmatch(
-                r"\{(wildcards\.(seed|pair|trial)|params\.seed|threads|resources\.eval_batch_size)\}", a
+                r"\{(wildcards\.(seed|pair|trial|start|n_train|draw)|params\.(seed|n_train|stop)|threads"
+                r"|resources\.eval_batch_size)\}",
+                a,
             )
             else a.replace("{", "x").replace("}", "x")
             for a in argv
@@ -411,6 +422,93 @@ def test_incomplete_config_blocks_take_the_schemas_defaults(tmp_path, tiny_shape
     )
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "config key symmetry.imgs: not a setting of SymmetryConfig" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "command, argv, code, message",
+    [
+        (
+            "pullback-pair",
+            [
+                "--a",
+                "a.pt",
+                "--b",
+                "b.pt",
+                "--pair",
+                "0",
+                "--config",
+                "{}",
+                "--sites",
+                '"act2"',
+                "--out",
+                "o",
+            ],
+            2,
+            "argument --sites: expected a JSON list of strings",
+        ),
+        (
+            "pullback-member",
+            ["--checkpoint", "c.pt", "--config", "{}", "--out", "o.parquet"],
+            2,
+            "the following arguments are required: --faithfulness-out",
+        ),
+        (
+            "pullback-member",
+            ["--checkpoint", "c.pt", "--config", '{"spreads": []}', "--out", "o", "--faithfulness-out", "f"],
+            1,
+            r"config key pullback.spreads: \[\] should be non-empty",
+        ),
+        (
+            "pullback-member",
+            [
+                "--checkpoint",
+                "c.pt",
+                "--config",
+                '{"temperatures": 2}',
+                "--out",
+                "o",
+                "--faithfulness-out",
+                "f",
+            ],
+            1,
+            "config key pullback.temperatures: not a setting of PullbackConfig",
+        ),
+        (
+            "pullback-images",
+            [
+                "--checkpoint",
+                "c.pt",
+                "--config",
+                '{"pgd": {"steps": 0}}',
+                "--figures",
+                "{}",
+                "--out",
+                "g.png",
+            ],
+            2,
+            "the following arguments are required: --pgd",
+        ),
+        (
+            "pullback-table",
+            ["--symmetry", "s.parquet", "--out", "s", "--faithfulness-out", "f", "--agreement-out", "a"],
+            2,
+            "the following arguments are required: --summary, --faithfulness",
+        ),
+        (
+            "pullback-table",
+            [
+                *("--symmetry", "s.parquet", "s.parquet", "--faithfulness", "f.parquet"),
+                *("--out", "s", "--faithfulness-out", "f", "--agreement-out", "a", "--summary", "x.csv"),
+            ],
+            1,
+            "s.parquet is given more than once",
+        ),
+    ],
+)
+def test_pullback_commands_refuse_bad_input(command, argv, code, message):
+    result = intertwine(command, *argv)
+    assert result.returncode == code and "Traceback" not in result.stderr
+    assert re.search(message, result.stderr), result.stderr
 
 
 def test_a_cuda_device_that_is_not_there_is_one_clear_error():

@@ -483,3 +483,275 @@ def test_invalid_inputs_raise_clear_errors():
     model.requires_grad_(False)
     with pytest.raises(ValueError, match="no parameters that require grad"):
         empirical_ntk(model, x)
+
+
+# ---------------------------------------------------------------------------
+# 9. Selection pools (max-pools chosen by the feature network): recursion = path enumeration
+# ---------------------------------------------------------------------------
+
+
+def _pool_after(z, pool):
+    """The pool after a layer of the value network: None, "avg" (2x2) or a selection (N, C, Ho, Wo)
+    of flat source indices, the value at each pooled position gathered from z."""
+    if pool is None:
+        return z
+    if isinstance(pool, str):
+        return F.avg_pool2d(z, 2)
+    return z.flatten(2).gather(2, pool.flatten(2)).view(pool.shape)
+
+
+def _selection_value_net(z, gates, weights, head, padding, pools, final):
+    """Forward pass of the value network: layer l is gates[l] * conv(z, W_l), then pools[l];
+    the output is head . (GAP, or the global selection ``final``)."""
+    for w, gate, pool in zip(weights, gates, pools):
+        z = _pool_after(gate * _conv(z, w, padding), pool)
+    if final is None:
+        return z.mean(dim=(2, 3)) @ head
+    return z.flatten(2).gather(2, final.flatten(2)).squeeze(2) @ head
+
+
+def _selection_path_features(z0, gates, padding, pools, final):
+    """Phi of every weight path (c_in, k_0, c_0, ..., k_{L-1}, c_{L-1}) of the value network above,
+    by walking each of its position sequences back from the output: (N, C_in, 9, C_0, ..., C_{L-1}).
+    Paths through a gate that is 0 contribute nothing and are cut early."""
+    n, c_in = z0.shape[:2]
+    shape = [n, c_in]
+    for g in gates:
+        shape += [9, g.shape[1]]
+    phi = np.zeros(shape)
+    z0, gates = z0.numpy(), [g.numpy() for g in gates]
+    pools = [p.numpy() if isinstance(p, torch.Tensor) else p for p in pools]
+
+    def reads(l, s, c, j):
+        """(position in layer l's map, weight) read by position j = (row, col) of the map after the
+        pool after layer l, for channel c of sample s."""
+        pool, width = pools[l], gates[l].shape[3]
+        if pool is None:
+            return [(j, 1.0)]
+        if isinstance(pool, str):
+            return [((2 * j[0] + dy, 2 * j[1] + dx), 0.25) for dy in (0, 1) for dx in (0, 1)]
+        return [(divmod(int(pool[s, c, j[0], j[1]]), width), 1.0)]
+
+    def visit(s, l, c, i, weight, suffix):
+        weight = weight * gates[l][s, c, i[0], i[1]]
+        if weight == 0:
+            return
+        h, w = gates[l].shape[2:]
+        for k, (ky, kx) in enumerate(OFFSETS):
+            src = _source(i[0], ky, h, padding), _source(i[1], kx, w, padding)
+            if None in src:
+                continue
+            if l == 0:
+                phi[(s, slice(None), k) + suffix] += z0[s, :, src[0], src[1]] * weight
+                continue
+            for c_prev in range(gates[l - 1].shape[1]):
+                for i_prev, w_prev in reads(l - 1, s, c_prev, src):
+                    visit(s, l - 1, c_prev, i_prev, weight * w_prev, (c_prev, k) + suffix)
+
+    last = len(gates) - 1
+    h, w = gates[last].shape[2:]
+    if isinstance(pools[last], str):
+        h, w = h // 2, w // 2
+    elif pools[last] is not None:
+        h, w = pools[last].shape[2:]
+    for s in range(n):
+        for c in range(gates[last].shape[1]):
+            if final is None:  # GAP over the map after the last pool
+                tops = [((y, x), 1.0 / (h * w)) for y in range(h) for x in range(w)]
+            else:
+                tops = [(divmod(int(final[s, c].reshape(-1)[0]), w), 1.0)]
+            for j, weight in tops:
+                for i, w_read in reads(last, s, c, j):
+                    visit(s, last, c, i, weight * w_read, (c,))
+    return torch.from_numpy(phi.reshape(n, -1))
+
+
+def _path_values(weights, head):
+    """prod_l W_l[c_l, c_{l-1}, k_l] * head[c_{L-1}] for every weight path, in the layout of Phi."""
+    value = weights[0].reshape(*weights[0].shape[:2], 9).permute(1, 2, 0)  # (c_in, k_0, c_0)
+    for w in weights[1:]:
+        value = torch.einsum("...c,dck->...ckd", value, w.reshape(*w.shape[:2], 9))
+    return (value * head).reshape(-1)
+
+
+# Input size, channels (input, then each layer), the pool after each layer (None, "avg", or the
+# (H_out, W_out) of a selection pool with random sources), a global selection (else GAP), padding,
+# soft gates.
+SELECTION_CASES = {
+    "select-global": ((4, 4), (2, 3, 2), [(2, 2), None], True, "zeros", False),
+    "select-gap": ((4, 6), (2, 2, 3), [(2, 3), None], False, "circular", True),
+    "avg-global": ((4, 4), (2, 2, 2), ["avg", None], True, "zeros", False),
+    "select-select-global": ((4, 4), (3, 2, 2), [(2, 2), (2, 1)], True, "circular", False),
+    "mixed": ((8, 8), (2, 2, 3, 2), [(4, 4), "avg", None], True, "zeros", False),
+}
+
+
+def _random_selection_net(case, n, seed):
+    """x, gates, pools (selections as index tensors) and global selection of a SELECTION_CASES entry."""
+    (h, w), channels, pools, final, _, soft = SELECTION_CASES[case]
+    g = _gen(seed)
+    x = torch.randn(n, channels[0], h, w, generator=g, dtype=F64)
+    gates, selections = [], []
+    for c, pool in zip(channels[1:], pools):
+        if soft:
+            gates.append(torch.sigmoid(2 * torch.randn(n, c, h, w, generator=g, dtype=F64)))
+        else:
+            gates.append((torch.rand(n, c, h, w, generator=g) < 0.7).to(F64))
+        if pool is None or isinstance(pool, str):
+            selections.append(pool)
+            h, w = (h // 2, w // 2) if pool else (h, w)
+        else:
+            # Any source position, not only one in the pooled position's 2x2 block.
+            selections.append(torch.randint(0, h * w, (n, c, *pool), generator=g))
+            h, w = pool
+    top = torch.randint(0, h * w, (n, channels[-1], 1, 1), generator=g) if final else None
+    return x, gates, selections, top
+
+
+@pytest.mark.parametrize("value_input", ["x", "ones"])
+@pytest.mark.parametrize("case", list(SELECTION_CASES))
+def test_selection_pool_npk_by_path_enumeration(case, value_input):
+    channels, padding = SELECTION_CASES[case][1], SELECTION_CASES[case][4]
+    x, gates, pools, top = _random_selection_net(case, 3, 21)
+    z0 = x if value_input == "x" else torch.ones_like(x)
+    phi = _selection_path_features(z0, gates, padding, pools, top)
+
+    # The enumeration is right: the value network gathering at the selections is <Phi, v>.
+    g = _gen(22)
+    weights = [torch.randn(b, a, 3, 3, generator=g, dtype=F64) for a, b in itertools.pairwise(channels)]
+    head = torch.randn(channels[-1], generator=g, dtype=F64)
+    y = _selection_value_net(z0, gates, weights, head, padding, pools, top)
+    torch.testing.assert_close(phi @ _path_values(weights, head), y, rtol=1e-12, atol=1e-12)
+    assert (phi.abs().sum(0) > 0).float().mean() > 0.2  # many paths are live
+
+    selections = [p if isinstance(p, torch.Tensor) else None for p in pools]
+    kwargs = {"padding": padding, "value_input": value_input}
+    if case == "avg-global":  # numpy indices, and an (N, C) global selection
+        kwargs["global_selection"] = top.numpy()[:, :, 0, 0]
+    else:
+        kwargs["selections"], kwargs["global_selection"] = selections, top
+    kernel = npk_conv_gap(x, gates, **kwargs)
+    assert kernel.dtype == F64 and kernel.shape == (3, 3)
+    torch.testing.assert_close(kernel, phi @ phi.T, rtol=1e-12, atol=1e-300)
+    # One pair per block, and the cross kernel of two batches, give the same numbers.
+    small = npk_conv_gap(x, gates, max_bytes=1, **kwargs)
+    torch.testing.assert_close(small, kernel, rtol=1e-13, atol=0)
+    first, rest = slice(0, 1), slice(1, 3)
+    cross = npk_conv_gap(
+        x[first],
+        [t[first] for t in gates],
+        x[rest],
+        [t[rest] for t in gates],
+        padding=padding,
+        value_input=value_input,
+        selections=[None if s is None else s[first] for s in selections],
+        selections_y=[None if s is None else s[rest] for s in selections],
+        global_selection=None if top is None else top[first],
+        global_selection_y=None if top is None else top[rest],
+    )
+    torch.testing.assert_close(cross, kernel[first, rest], rtol=1e-13, atol=0)
+
+
+def test_selection_npk_of_a_relu_network_with_max_pools():
+    """A bias-free ReLU network with max-pools is its own gated network: gates 1{q > 0} and the
+    max-pools' return_indices, passed as they are, give the kernel of its path features."""
+    g = _gen(23)
+    x = torch.randn(4, 2, 4, 6, generator=g, dtype=F64)
+    w1, w2 = torch.randn(3, 2, 3, 3, generator=g, dtype=F64), torch.randn(2, 3, 3, 3, generator=g, dtype=F64)
+    head = torch.randn(2, generator=g, dtype=F64)
+    q1 = F.conv2d(x, w1, padding=1)
+    pooled, s1 = F.max_pool2d(torch.relu(q1), 2, return_indices=True)
+    q2 = F.conv2d(pooled, w2, padding=1)
+    top_values, top = F.adaptive_max_pool2d(torch.relu(q2), 1, return_indices=True)
+    assert s1.shape == (4, 3, 2, 3) and top.shape == (4, 2, 1, 1)
+    gates = [(q1 > 0).to(F64), (q2 > 0).to(F64)]
+    phi = _selection_path_features(x, gates, "zeros", [s1, None], top)
+    torch.testing.assert_close(
+        phi @ _path_values([w1, w2], head), top_values.flatten(1) @ head, rtol=1e-12, atol=1e-12
+    )
+    kernel = npk_conv_gap(x, gates, selections=[s1, None], global_selection=top)
+    torch.testing.assert_close(kernel, phi @ phi.T, rtol=1e-12, atol=1e-300)
+    # Selections differ from average pools: the kernel is another one.
+    assert not torch.allclose(kernel, npk_conv_gap(x, gates), rtol=1e-3)
+
+    # An identity selection is no pool at all, and a global selection on a 1x1 map is the GAP.
+    identity = torch.arange(24).view(1, 1, 4, 6).expand(4, 3, 4, 6)
+    plain = [gates[0], (torch.randn(4, 2, 4, 6, generator=g) > 0).to(F64)]
+    torch.testing.assert_close(
+        npk_conv_gap(x, plain, selections=[identity, None]), npk_conv_gap(x, plain), rtol=1e-13, atol=0
+    )
+    tiny = [gates[0], (torch.randn(4, 2, 1, 1, generator=g) > 0).to(F64)]
+    to_one = [torch.randint(0, 24, (4, 3, 1, 1), generator=g), None]
+    torch.testing.assert_close(
+        npk_conv_gap(x, tiny, selections=to_one, global_selection=torch.zeros(4, 2, 1, 1, dtype=torch.int64)),
+        npk_conv_gap(x, tiny, selections=to_one),
+        rtol=1e-13,
+        atol=0,
+    )
+
+
+def test_selection_invalid_inputs_raise_clear_errors():
+    images = torch.randn(3, 2, 4, 4)
+    gates = [torch.ones(3, 2, 4, 4), torch.ones(3, 3, 2, 2)]
+    sel = torch.zeros(3, 2, 2, 2, dtype=torch.int64)
+    top = torch.zeros(3, 3, 1, 1, dtype=torch.int64)
+    bad_sel, bad_top = sel.clone(), top.clone()
+    bad_sel[1, 1, 0, 1], bad_top[2, 0] = 16, 4
+
+    def kernel(**kwargs):
+        return npk_conv_gap(images, gates, **kwargs)
+
+    with pytest.raises(TypeError, match="selections must be a list with one entry per layer"):
+        kernel(selections=sel)
+    with pytest.raises(ValueError, match="selections has 1 entries but there are 2 layers"):
+        kernel(selections=[sel])
+    with pytest.raises(ValueError, match=r"selections\[0\] must hold integer indices .* got torch.float32"):
+        kernel(selections=[sel.float(), None])
+    with pytest.raises(ValueError, match=r"selections\[0\] must hold integer indices .* got torch.bool"):
+        kernel(selections=[sel.bool(), None])
+    with pytest.raises(
+        ValueError, match=r"selections\[0\] must have shape \(N, C, H_out, W_out\) = \(3, 2, H_out"
+    ):
+        kernel(selections=[sel[:, :1], None])
+    with pytest.raises(ValueError, match=r"selections\[0\] must have shape .* got \(3, 2, 4\)"):
+        kernel(selections=[sel.flatten(2), None])
+    with pytest.raises(ValueError, match=r"selections\[0\] must have shape .* got \(2, 2, 2, 2\)"):
+        kernel(selections=[sel[:2], None])
+    with pytest.raises(
+        ValueError, match=r"selections\[0\] has indices from 0 to 16 but they must lie in \[0, 16\)"
+    ):
+        kernel(selections=[bad_sel, None])
+    with pytest.raises(
+        ValueError, match=r"selections\[1\] has indices from -1 to -1 but they must lie in \[0, 4\)"
+    ):
+        kernel(selections=[sel, torch.full((3, 3, 1, 1), -1)])
+    with pytest.raises(ValueError, match=r"gates\[1\] is 2x2 but the selection pool after gates\[0\] is 1x4"):
+        kernel(selections=[torch.zeros(3, 2, 1, 4, dtype=torch.int64), None])
+    with pytest.raises(ValueError, match=r"global_selection must have shape \(N, C, 1, 1\) = \(3, 3, 1, 1\)"):
+        kernel(global_selection=top[:, :2])
+    with pytest.raises(ValueError, match=r"global_selection must have shape .* got \(3, 3, 2, 1\)"):
+        kernel(global_selection=torch.zeros(3, 3, 2, 1, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"global_selection has indices from 0 to 4 but .* \[0, 4\)"):
+        kernel(global_selection=bad_top)
+    # Composed with a selection pool after the last layer, it indexes that pool's output.
+    with pytest.raises(ValueError, match=r"\[0, 2\): .* the 1x2 positions of the output of the selection"):
+        kernel(selections=[None, torch.zeros(3, 3, 1, 2, dtype=torch.int64)], global_selection=top + 2)
+    with pytest.raises(ValueError, match="selections_y is given without y"):
+        kernel(selections=[sel, None], selections_y=[sel, None])
+    with pytest.raises(ValueError, match="global_selection_y is given without y"):
+        kernel(global_selection_y=top)
+    cross = {"y": images, "gates_y": gates}
+    with pytest.raises(
+        ValueError, match="selections has a selection pool after layer 0 but selections_y has none"
+    ):
+        kernel(selections=[sel, None], **cross)
+    with pytest.raises(
+        ValueError, match="selections_y has a selection pool after layer 0 but selections has none"
+    ):
+        kernel(selections_y=[sel, None], **cross)
+    with pytest.raises(ValueError, match="layer 0: selections pools to 2x2 but selections_y to 1x4"):
+        kernel(selections=[sel, None], selections_y=[sel.view(3, 2, 1, 4), None], **cross)
+    with pytest.raises(ValueError, match="global_selection is given without global_selection_y"):
+        kernel(global_selection=top, **cross)
+    with pytest.raises(ValueError, match=r"global_selection_y has indices from 0 to 4"):
+        kernel(global_selection=top, global_selection_y=bad_top, **cross)

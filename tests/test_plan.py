@@ -10,7 +10,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from intertwine.plan import Plan, _sites, draw_pairs
+from intertwine.plan import Plan, _sites, draw_pairs, gram_layout
 from intertwine.settings import SCHEMA_PATH
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,10 +90,13 @@ def test_figure_formats_follow_the_config(tiny):
 
 def test_stages_off_have_no_outputs(tiny):
     config = copy.deepcopy(tiny)
-    for stage in ("rotation", "stitching", "similarity", "dissection", "gated"):
+    for stage in ("rotation", "stitching", "similarity", "dissection", "gated", "pullback"):
         config[stage]["variants"] = {} if stage == "rotation" else []
     config["stitching"].update(sites={}, methods_per_variant={})
     config["symmetry"]["seeds"] = 0
+    config["deqntk"]["n_train"] = []
+    config["deqntk"]["depth"]["draws"] = 0
+    config["deqntk"]["reference"]["variants"] = []
     plan = Plan(config)
     assert plan.errors() == []
     assert plan.all_outputs == [
@@ -316,3 +319,205 @@ def test_stitching_a_feature_site_is_a_config_error(tiny):
     config = copy.deepcopy(tiny)
     config["stitching"]["sites"]["c4gap_dgn"] = ["features.act2"]
     assert any("stitching.sites.c4gap_dgn" in error for error in Plan(config).errors())
+
+
+def test_deqntk_plan(tiny):
+    """tiny.yaml: a 64-row training Gram in blocks of 40 and one test block; regressions on its
+    first 40 and all 64 rows; two depth draws; the reference on myrtle's first member."""
+    plan = Plan(tiny)
+    gram = "results/deqntk/gram/w0.6_u0.4_b0"
+    assert plan.deqntk_gram_jobs == [f"{gram}/train0.npz", f"{gram}/train40.npz", f"{gram}/test0.npz"]
+    assert plan.deqntk_stop("train", 40) == 64 and plan.deqntk_stop("test", 0) == 32
+    assert plan.deqntk_blocks("w0.6_u0.4_b0", 40) == [f"{gram}/train0.npz", f"{gram}/test0.npz"]
+    assert plan.deqntk_blocks("w0.6_u0.4_b0", 64) == plan.deqntk_gram_jobs
+    assert plan.deqntk_regression_jobs == [
+        "results/deqntk/accuracy/w0.6_u0.4_b0/n40.parquet",
+        "results/deqntk/accuracy/w0.6_u0.4_b0/n64.parquet",
+    ]
+    assert plan.deqntk_depth_jobs == [
+        "results/deqntk/depth/draw0.parquet",
+        "results/deqntk/depth/draw1.parquet",
+    ]
+    assert plan.kernel_reference_jobs == ["results/deqntk/reference/myrtle/seed0.parquet"]
+    assert plan.deqntk_block("gram") == {"n_test": 32, "tol": 1e-10}
+    assert plan.deqntk_block("reference")["reference_samples"] == 64  # similarity.samples
+    assert {
+        "results/tables/deqntk.parquet",
+        "results/tables/kernel_reference.parquet",
+        "results/figures/deqntk_accuracy.png",
+        "results/figures/deqntk_depth.png",
+        "results/figures/deqntk_reference.png",
+    } <= set(plan.all_outputs)
+    # Each part of the stage runs on its own.
+    config = copy.deepcopy(tiny)
+    config["deqntk"]["n_train"] = []
+    config["deqntk"]["reference"]["variants"] = []
+    plan = Plan(config)
+    assert plan.deqntk_gram_jobs == [] and plan.deqntk_regression_jobs == []
+    assert plan.deqntk_figures == ["results/figures/deqntk_depth.png"]
+    assert plan.deqntk_outputs == ["results/tables/deqntk.parquet", "results/figures/deqntk_depth.png"]
+
+
+def test_paper_deqntk_gram_is_one_per_setting_for_every_training_size():
+    plan = Plan(load("config/paper.yaml"))
+    assert plan.deqntk_train_rows == 50_000 and len(plan.deqntk_layout) == 50 + 10
+    assert len(plan.deqntk_gram_jobs) == 3 * 60 and len(plan.deqntk_regression_jobs) == 9
+    assert len(plan.deqntk_blocks("w0.6_u0.4_b0", 1000)) == 1 + 10
+    assert gram_layout(2500, 0, 1000) == [("train", 0, 1000), ("train", 1000, 2000), ("train", 2000, 2500)]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda c: c["deqntk"].update(settings=[[0.6, 0.4, 0.1]]),
+            "config key deqntk.settings.0: [0.6, 0.4, 0.1] sums to 1.1",
+        ),
+        (
+            lambda c: c["deqntk"].update(settings=[[1.0, 0.0, 0.0]]),
+            "config key deqntk.settings.0: sigma_w2 = 1; the equilibrium needs sigma_w2 < 1",
+        ),
+        (lambda c: c["deqntk"].update(settings=[]), "config key deqntk.settings: empty"),
+        (
+            lambda c: c["deqntk"].update(n_train=[400]),
+            "config key deqntk.n_train: 400 training images asked for, but shapes has 320 (train and val",
+        ),
+        (lambda c: c["deqntk"].update(n_test=200), "config key deqntk.n_test: 200 test images asked for"),
+        (
+            lambda c: c["deqntk"]["depth"].update(finite=[[1.0, 0.5, 0.0]]),
+            "config key deqntk.depth.finite.0: [1.0, 0.5, 0.0] sums to 1.5",
+        ),
+        (
+            lambda c: c["deqntk"]["depth"].update(variances=[1.0, 0.0, 0.0]),
+            "config key deqntk.depth.variances: sigma_w2 = 1",
+        ),
+        (lambda c: c["deqntk"]["depth"].update(n_train=1000), "config key deqntk.depth.n_train: 1000"),
+        (
+            lambda c: c["deqntk"]["reference"].update(variants=["vgg"]),
+            "config key deqntk.reference.variants: ['vgg'] not among",
+        ),
+        (
+            lambda c: c["deqntk"]["reference"].update(seeds=4),
+            "config key deqntk.reference.seeds: 4 seeds of 'myrtle' asked for",
+        ),
+        (
+            lambda c: c["deqntk"]["reference"].update(samples=500),
+            "config key deqntk.reference.samples: 500 test images asked for, but shapes has 128",
+        ),
+    ],
+)
+def test_deqntk_config_errors_name_the_key(change, message):
+    errors = Plan(load("tests/configs/tiny.yaml", change)).errors()
+    assert any(message in error for error in errors), errors
+
+
+def test_pullback_plan(tiny):
+    plan = Plan(tiny)
+    assert plan.pullback_member_jobs == [
+        "results/pullback/symmetry/myrtle/seed0.parquet",
+        "results/pullback/symmetry/c4gap_dgn/seed0.parquet",
+    ]
+    assert plan.pullback_faithfulness_parts == [
+        "results/pullback/faithfulness/myrtle/seed0.parquet",
+        "results/pullback/faithfulness/c4gap_dgn/seed0.parquet",
+    ]
+    assert plan.pullback_pair_jobs == [
+        "results/pullback/agreement/myrtle/pair0.parquet",
+        "results/pullback/agreement/c4gap_dgn/pair0.parquet",
+    ]
+    # the similarity stage's pairs: the same draw, its first pullback.pairs
+    assert plan.pullback_pairs("myrtle") == plan.similarity_pairs("myrtle")[:1]
+    # unit_sites of the cut sites on the residual stream, evenly spaced (a gated network's value sites)
+    assert plan.pullback_sites("myrtle") == ["act1", "act4"]
+    assert plan.pullback_sites("c4gap_dgn") == ["value.act1", "value.act4"]
+    config = copy.deepcopy(tiny)
+    config["pullback"].update(variants=["myrtle", "resnet20"], unit_sites=3, sites={"myrtle": ["act2"]})
+    plan = Plan(config)
+    assert plan.errors() == []
+    assert plan.pullback_sites("myrtle") == ["act2"]
+    assert plan.pullback_sites("resnet20") == ["act", "layer2.0.act2", "layer3.2.act2"]
+    # the member job reads the settings of its kind only
+    assert set(plan.pullback_block("member")) == {
+        "images",
+        "probe_images",
+        "temperature",
+        "spreads",
+        "deletion_steps",
+        "pgd",
+    }
+    assert set(plan.pullback_block("pair")) == {"images", "probe_images", "temperature", "units"}
+    assert set(plan.pullback_block("images")) == {"probe_images", "temperature", "pgd", "grid_images"}
+    assert plan.pullback_outputs == [
+        "results/tables/pullback_symmetry.parquet",
+        "results/tables/pullback_faithfulness.parquet",
+        "results/tables/pullback_agreement.parquet",
+        "results/tables/pullback_summary.csv",
+        "results/figures/pullback_symmetry.png",
+        "results/figures/pullback_agreement.png",
+        "results/figures/pullback_faithfulness.png",
+        "results/figures/pullback_grid_myrtle.png",
+        "results/figures/pullback_pgd_myrtle.png",
+        "results/figures/pullback_grid_resnet20.png",
+        "results/figures/pullback_pgd_resnet20.png",
+    ]
+    assert set(plan.pullback_outputs) <= set(plan.all_outputs)
+    # seeds: null measures every member; no pairs, no agreement figure (its table is still written)
+    config["pullback"].update(seeds=None, pairs=0)
+    plan = Plan(config)
+    assert len(plan.pullback_member_jobs) == 3 + 2 and plan.pullback_pair_jobs == []
+    assert "results/figures/pullback_agreement.png" not in plan.pullback_outputs
+    assert "results/tables/pullback_agreement.parquet" in plan.pullback_outputs
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"variants": ["vgg"]},
+            "config key pullback.variants: ['vgg'] not among",
+        ),
+        (
+            {"variants": ["cct"]},
+            "config key pullback.variants: 'cct' is a cct; the stage acts on the weights of",
+        ),
+        (
+            {"variants": ["convnext"]},
+            "config key pullback.variants: 'convnext' is a convnext",
+        ),
+        (
+            {"variants": ["myrtle_sigmoid"]},
+            "config key pullback.variants: 'myrtle_sigmoid' has sigmoid activations",
+        ),
+        (
+            {"variants": ["resnet20"], "seeds": 3},
+            "config key pullback.seeds: 3 seeds of 'resnet20' asked for, but the zoo trains 2",
+        ),
+        (
+            {"pairs": 4},
+            "config key pullback.pairs: 4 pairs of 'myrtle' asked for, but its 3 zoo members form only 3",
+        ),
+        (
+            {"variants": ["convnext"], "pairs": 0},
+            "config key pullback.variants: 'convnext' is a convnext",
+        ),
+        (
+            {"sites": {"resnet20": ["act"]}},
+            "config key pullback.sites: ['resnet20'] not among",
+        ),
+        (
+            {"sites": {"myrtle": ["act9"]}},
+            "config key pullback.sites.myrtle: ['act9'] not among",
+        ),
+        (
+            {"sites": {"c4gap_dgn": ["features.act1"]}},
+            "config key pullback.sites.c4gap_dgn: ['features.act1'] not among",
+        ),
+    ],
+)
+def test_pullback_config_errors_name_the_key(change, message):
+    def edit(config):
+        config["zoo"]["variants"]["myrtle_sigmoid"] = {"arch": "myrtle", "activation": "sigmoid"}
+        config["pullback"].update(change)
+
+    errors = Plan(load("tests/configs/tiny.yaml", edit)).errors()
+    assert any(message in error for error in errors), errors

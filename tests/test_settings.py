@@ -9,7 +9,9 @@ import pytest
 
 from intertwine import settings
 from intertwine.settings import (
+    DeqntkConfig,
     DissectionConfig,
+    PullbackConfig,
     RotationConfig,
     SimilarityConfig,
     StitchConfig,
@@ -20,7 +22,16 @@ from intertwine.settings import (
     schema_block,
 )
 
-SETTINGS = [TrainConfig, StitchConfig, RotationConfig, SymmetryConfig, SimilarityConfig, DissectionConfig]
+SETTINGS = [
+    TrainConfig,
+    StitchConfig,
+    RotationConfig,
+    SymmetryConfig,
+    SimilarityConfig,
+    DissectionConfig,
+    DeqntkConfig,
+    PullbackConfig,
+]
 
 # The keys of each block that pick jobs (the plan reads them) rather than configure one.
 FAN_OUT = {
@@ -41,6 +52,11 @@ FAN_OUT = {
     "symmetry": {"seeds"},
     "similarity": {"variants", "procrustes_pairs", "cka_pairs"},
     "dissection": {"variants", "seeds", "sites", "external"},
+    # depth and reference are sub-blocks (below)
+    "deqntk": {"n_train", "settings", "block_rows", "depth", "reference"},
+    "deqntk.depth": {"draws"},
+    "deqntk.reference": {"variants", "seeds"},
+    "pullback": {"variants", "seeds", "pairs", "sites", "unit_sites"},
 }
 
 
@@ -158,3 +174,23 @@ def test_from_block_fills_defaults_and_checks_each_value_against_the_schema():
         DissectionConfig.from_block({"probe": {"source": "web"}}, "dissection")
     with pytest.raises(ValueError, match=r"config block similarity: expected a mapping"):
         SimilarityConfig.from_block(["grelu_cka"], "similarity")
+
+
+def test_deqntk_job_blocks_hold_what_each_kind_reads():
+    sources = {
+        "deqntk": settings.default(schema_block("deqntk")),
+        "deqntk.depth": settings.default(schema_block("deqntk.depth")),
+        "deqntk.reference": settings.default(schema_block("deqntk.reference")),
+    }
+    assert DeqntkConfig.job_block(sources, "gram") == {"n_test": 1000, "tol": 1e-10}
+    assert DeqntkConfig.job_block(sources, "regression") == {"n_test": 1000, "ridge": 0}
+    depth = DeqntkConfig.job_block(sources, "depth")
+    assert depth["finite_variances"] == [[1.0, 0.0, 0.0]] and "n_test" not in depth
+    assert set(DeqntkConfig.job_block(sources, "reference")) == {
+        "tol",
+        "reference_samples",
+        "reference_measures",
+        "reference_variances",
+    }
+    with pytest.raises(ValueError, match=r"config key deqntk\.depths\.0: 0 is less than the minimum of 1"):
+        DeqntkConfig.from_block({"depths": [0]}, "deqntk")

@@ -121,6 +121,7 @@ def test_tiny_run_outputs(tiny_run):
         ("c4gap", 1),
         ("c4gap_dgn", 0),
         ("c4gap_dgn", 1),
+        ("c4gap_dgn", 2),
         ("c4gap_dgn_fl", 0),
         ("c4gap_dgn_fl", 1),
         ("c4gap_dlgn_reversed", 0),
@@ -139,14 +140,24 @@ def test_tiny_run_outputs(tiny_run):
     assert list(zoo.columns[:2]) == ["variant", "seed"]
     assert zoo["test_acc"].between(0, 1).all() and (zoo["n_params"] > 0).all()
     epochs = pd.read_parquet(tiny_run / "results/tables/zoo_epochs.parquet")
-    assert len(epochs) == 18 * 2
+    assert len(epochs) == 19 * 2
     checkpoint = tiny_run / "results/zoo/myrtle/seed0.pt"
     assert not os.stat(checkpoint).st_mode & stat.S_IWUSR  # protected
     assert (tiny_run / "results/figures/zoo_accuracy.png").stat().st_size > 1000
     summary = pd.read_csv(tiny_run / "results/tables/zoo_summary.csv")
     gated = ["c4gap", "c4gap_dgn", "c4gap_dlgn_reversed", "c4gap_dgn_fl"]
     assert list(summary["variant"]) == ["myrtle", "resnet20", "convnext", "myrtle_leaky", "cct", *gated]
-    assert list(summary["seeds"]) == [3, 2, 1, 2, 2, 2, 2, 2, 2]  # tiny.yaml: myrtle 3, convnext 1
+    assert list(summary["seeds"]) == [
+        3,
+        2,
+        1,
+        2,
+        2,
+        2,
+        3,
+        2,
+        2,
+    ]  # tiny.yaml: myrtle and c4gap_dgn 3, convnext 1
     for log in ["data/shapes.log", "zoo/myrtle/seed0.log", "tables/zoo.log", "figures/zoo_accuracy.log"]:
         assert (tiny_run / "results/logs" / log).exists()
     assert "epoch 2/2" in (tiny_run / "results/logs/zoo/myrtle/seed0.log").read_text()
@@ -154,10 +165,16 @@ def test_tiny_run_outputs(tiny_run):
 
 def test_symmetry_and_rotation_tables(tiny_run):
     symmetry = pd.read_parquet(tiny_run / "results/tables/symmetry.parquet")
-    assert set(symmetry["group"]) == {"grelu", "orthogonal"}
-    # both groups at every site of myrtle, resnet20 and myrtle_leaky (not convnext, cct)
-    assert len(symmetry) == 2 * (4 + 19 + 4)
-    grelu = symmetry[symmetry["group"] == "grelu"]
+    assert set(symmetry["group"]) == {"grelu", "orthogonal", "monomial"}
+    # both groups at every site of myrtle, resnet20, myrtle_leaky and c4gap (not convnext, cct),
+    # and signed monomials too at the 8 sites of each gated variant
+    assert len(symmetry) == 2 * (4 + 19 + 4 + 4) + 3 * 3 * 8
+    assert set(symmetry.loc[symmetry["group"] == "monomial", "variant"]) == {
+        "c4gap_dgn",
+        "c4gap_dlgn_reversed",
+        "c4gap_dgn_fl",
+    }
+    grelu = symmetry[symmetry["group"].isin(["grelu", "monomial"])]
     assert (grelu["relative_change"] < 1e-10).all() and (grelu["representation_error"] < 1e-10).all()
     orthogonal = symmetry[symmetry["group"] == "orthogonal"]
     assert (orthogonal["relative_change"] > 1e-3).all()
@@ -176,25 +193,33 @@ def test_stitching_table_and_figures(tiny_run):
         "resnet20": {"full", "rank2", "grelu"},
         "myrtle_leaky": {"grelu"},
         "cct": {"full", "grelu"},
+        "c4gap_dgn": {"grelu", "monomial"},
     }
-    assert len(table) == 6 + 3 * 2 + 1 + 2  # Myrtle at act2, ResNet20 at two sites, one each
+    assert len(table) == 6 + 3 * 2 + 1 + 2 + 2  # Myrtle at act2, ResNet20 at two sites, one each
     assert (table["seed_a"] != table["seed_b"]).all()
     assert dict(zip(table["site"], table["inside_residual"])) == {
         "act2": False,
         "layer1.0.act1": True,
         "layer1.0.act2": False,
         "blocks.1.out": False,
+        "value.act2": False,
     }
     assert (
         table["penalty"] - ((table["acc_a"] + table["acc_b"]) / 2 - table["acc_stitched"])
     ).abs().max() < 1e-12
-    group = table[table["method"].isin(["grelu", "grelu_cv", "softsort"])]
+    group = table[table["method"].isin(["grelu", "grelu_cv", "softsort", "monomial"])]
     for perm, scales, channels in zip(group["permutation"], group["scales"], group["channels"]):
         assert sorted(perm) == list(range(channels)) and len(scales) == channels
     assert (group["stitch_params"] == group["channels"]).all()
     # a rounded G_ReLU layer is a scaled permutation: at least 1 - 1/C of its entries are 0
     assert (group["sparsity"] >= 1 - 1 / group["channels"] - 1e-12).all()
-    assert table[~table["method"].isin(["grelu", "grelu_cv", "softsort"])]["permutation"].isna().all()
+    assert (
+        table[~table["method"].isin(["grelu", "grelu_cv", "softsort", "monomial"])]["permutation"]
+        .isna()
+        .all()
+    )
+    monomial = table[table["method"] == "monomial"]
+    assert any(min(scales) < 0 for scales in monomial["scales"]) or (monomial["penalty"] < 1).all()
     l1 = table[table["method"] == "l1_0.01"]
     assert (l1["l1_lambda"] == 0.01).all() and (l1["epochs"] == 2).all()  # settings_per_method
     assert (
@@ -232,6 +257,10 @@ def test_stitching_table_and_figures(tiny_run):
 
 def test_similarity_table_and_figures(tiny_run):
     table = pd.read_parquet(tiny_run / "results/tables/similarity.parquet")
+    gated = table[table["variant"] == "c4gap_dgn"]  # test_gated_tables_and_figures checks it
+    table = table[table["variant"] == "myrtle"]
+    assert set(gated["measure"]) == set(table["measure"]) | {"gate_cka", "npk_cka"}
+    table = table[~table["measure"].isin(["gate_cka", "npk_cka"])]
     assert list(table.columns[:8]) == [
         "variant",
         "pair",
@@ -249,7 +278,14 @@ def test_similarity_table_and_figures(tiny_run):
     assert len(cka) == 1 * 2 * 4 * 4 and set(cka["pair"]) == {0}  # 1 pair, 2 measures, 4x4 sites
     assert (table["n_samples"] == 64).all()
     summary = pd.read_csv(tiny_run / "results/tables/similarity_summary.csv")
-    assert set(summary["measure"]) == {"grelu_procrustes", "orthogonal_procrustes", "grelu_cka", "linear_cka"}
+    assert set(summary["measure"]) == {
+        "grelu_procrustes",
+        "orthogonal_procrustes",
+        "grelu_cka",
+        "linear_cka",
+        "gate_cka",
+        "npk_cka",
+    }
     assert summary["paper"].isna().all()  # the paper's numbers are CIFAR-10 only
     for figure in ["similarity_procrustes.png", "similarity_cka.png"]:
         assert (tiny_run / "results/figures" / figure).stat().st_size > 1000
@@ -301,7 +337,7 @@ def test_gated_tables_and_figures(tiny_run):
     from intertwine.zoo import read_checkpoint
 
     table = pd.read_parquet(tiny_run / "results/tables/gated.parquet")
-    assert len(table) == 8 and set(table["family"]) == {"dnn", "dgn", "dlgn"}
+    assert len(table) == 9 and set(table["family"]) == {"dnn", "dgn", "dlgn"}
     reversed_ = table[table["variant"] == "c4gap_dlgn_reversed"]
     assert reversed_["permuted"].all() and (reversed_["gate_perm"] == "3,2,1,0").all()
     assert table["paper_acc"].isna().all()  # shapes: no paper row
@@ -328,6 +364,108 @@ def test_gated_tables_and_figures(tiny_run):
     assert set(stitching.loc[stitching["variant"] == "c4gap_dgn", "method"]) == {"grelu", "monomial"}
 
 
+def test_deqntk_tables_and_figures(tiny_run):
+    """The DEQ neural tangent kernel stage: the accuracy study from a Gram in blocks, the depth
+    sweep, the kernel reference, the figures; the DEQ-NTK has one accuracy per draw at every depth."""
+    table = pd.read_parquet(tiny_run / "results/tables/deqntk.parquet")
+    assert list(table.columns[:10]) == [
+        "study",
+        "dataset",
+        "sigma_w2",
+        "sigma_u2",
+        "sigma_b2",
+        "n_train",
+        "n_test",
+        "depth",
+        "draw",
+        "test_acc",
+    ]
+    assert table["test_acc"].between(0, 1).all() and (table["dataset"] == "shapes").all()
+    accuracy = table[table["study"] == "accuracy"]
+    assert sorted(accuracy["n_train"]) == [40, 64] and (accuracy["n_test"] == 32).all()
+    assert (accuracy["depth"] == "deq").all() and (accuracy["iterations"] > 0).all()
+    assert (accuracy["gram_seconds"] > 0).all() and accuracy["paper_acc"].isna().all()  # shapes
+    depth = table[table["study"] == "depth"]
+    assert sorted(depth["draw"].unique()) == [0, 1] and (depth["n_train"] == 48).all()
+    finite = depth[depth["depth"] != "deq"]
+    assert sorted(finite["depth"].unique()) == ["1", "2"] and finite["iterations"].isna().all()
+    assert (finite[["sigma_w2", "sigma_u2", "sigma_b2"]].to_numpy() == [1.0, 0.0, 0.0]).all()
+    equilibrium = depth[depth["depth"] == "deq"]
+    assert len(equilibrium) == 2 and (equilibrium["sigma_w2"] == 0.6).all()  # flat: one per draw
+    assert (tiny_run / "results/deqntk/gram/w0.6_u0.4_b0/train40.npz").exists()
+    reference = pd.read_parquet(tiny_run / "results/tables/kernel_reference.parquet")
+    assert list(reference.columns[:6]) == ["variant", "seed", "site", "kernel", "cka", "samples"]
+    assert set(zip(reference["variant"], reference["seed"])) == {("myrtle", 0)}
+    assert set(reference["kernel"]) == {"grelu_cka", "linear_cka"} and len(reference) == 4 * 2
+    assert reference["cka"].dropna().between(-1, 1).all() and (reference["samples"] == 64).all()
+    for name in ["deqntk_accuracy", "deqntk_depth", "deqntk_reference"]:
+        assert (tiny_run / f"results/figures/{name}.png").stat().st_size > 1000
+    for log in ["deqntk/gram/w0.6_u0.4_b0/test0.log", "deqntk/depth/draw0.log", "figures/deqntk.log"]:
+        assert (tiny_run / "results/logs" / log).exists()
+
+
+def test_deqntk_settings_rerun_their_jobs_only(tiny_run, tmp_path):
+    """The ridge is read by the regressions and the depth sweep, not by the Gram's blocks; a new
+    training-set size within the Gram adds one regression."""
+    rerun = {"deqntk_table": 1, "deqntk_figure": 1, "all": 1}
+    config = changed_config(tmp_path, "ridge.yaml", lambda c: c["deqntk"].update(ridge=0.1))
+    assert planned_jobs(tiny_run, config) == {"deqntk_regression": 2, "deqntk_depth": 2, **rerun}
+    config = changed_config(tmp_path, "sizes.yaml", lambda c: c["deqntk"].update(n_train=[40, 50, 64]))
+    assert planned_jobs(tiny_run, config) == {"deqntk_regression": 1, **rerun}
+
+
+def test_pullback_tables_and_figures(tiny_run):
+    """The excitation-pullback stage: per member the symmetry cosines (exact for permutations in
+    every mode and for G_ReLU with per-neuron T; a global T turns under large scalings, except in
+    the gated network, whose pullback holds its gates fixed), faithfulness, per pair the agreement."""
+    symmetry = pd.read_parquet(tiny_run / "results/tables/pullback_symmetry.parquet")
+    assert list(symmetry.columns[:8]) == [
+        "variant",
+        "seed",
+        "group",
+        "scale_spread",
+        "mode",
+        "cos_mean",
+        "cos_min",
+        "images",
+    ]
+    assert set(zip(symmetry["variant"], symmetry["seed"])) == {("myrtle", 0), ("c4gap_dgn", 0)}
+    assert set(symmetry["mode"]) == {"gradient", "global", "per_neuron"}
+    assert set(symmetry["group"]) == {"permutation", "grelu"}
+    assert sorted(symmetry["scale_spread"].unique()) == [0.0, 0.5, 2.0]
+    assert (symmetry["images"] == 8).all() and (symmetry["logit_change"] < 1e-10).all()
+    exact = (symmetry["group"] == "permutation") | (symmetry["mode"] != "global")
+    assert (symmetry.loc[exact, "cos_min"] > 1 - 1e-10).all()
+    turned = symmetry[~exact & (symmetry["scale_spread"] == 2.0)].set_index("variant")["cos_min"]
+    assert turned["myrtle"] < 0.999 and turned["c4gap_dgn"] > 1 - 1e-10
+    agreement = pd.read_parquet(tiny_run / "results/tables/pullback_agreement.parquet")
+    assert list(agreement.columns[:9]) == [
+        "variant",
+        "pair",
+        "seed_a",
+        "seed_b",
+        "site",
+        "unit_a",
+        "unit_b",
+        "match_correlation",
+        "mode",
+    ]
+    assert {"logit", "act1", "act4", "value.act1", "value.act4"} >= set(agreement["site"]) > {"logit"}
+    assert (agreement["seed_a"] != agreement["seed_b"]).all()
+    assert agreement["cos_mean"].dropna().between(-1, 1).all()
+    faithfulness = pd.read_parquet(tiny_run / "results/tables/pullback_faithfulness.parquet")
+    assert len(faithfulness) == 2 * 3
+    assert faithfulness[["deletion_auc", "insertion_auc", "pgd_success"]].stack().between(0, 1).all()
+    for curve, prob in zip(faithfulness["deletion_curve"], faithfulness["mean_image_prob"]):
+        assert len(curve) == 5 and abs(curve[-1] - prob) < 1e-12
+    summary = pd.read_csv(tiny_run / "results/tables/pullback_summary.csv")
+    assert list(summary.columns) == ["variant", "measure", "gradient", "global", "per_neuron"]
+    for name in ["symmetry", "agreement", "faithfulness", "grid_myrtle", "pgd_myrtle", "grid_c4gap_dgn"]:
+        assert (tiny_run / f"results/figures/pullback_{name}.png").stat().st_size > 1000
+    for log in ["pullback/myrtle/seed0.log", "pullback/c4gap_dgn/pair0.log", "tables/pullback.log"]:
+        assert (tiny_run / "results/logs" / log).exists()
+
+
 def test_report(tiny_run):
     snakemake(tiny_run, "--report", "results/report.html")
     html = (tiny_run / "results/report.html").read_text()
@@ -350,6 +488,12 @@ def test_report(tiny_run):
         "stitching_l1_sparsity.png",
         "stitching_softsort.png",
         "stitching_transformer.png",
+        "deqntk_accuracy.png",
+        "deqntk_depth.png",
+        "deqntk_reference.png",
+        "pullback_symmetry.png",
+        "pullback_grid_myrtle.png",
+        "pullback_summary.csv",
     ]:
         assert item in html
     # The opening gives each variant's seeds, zoo.seeds_per_variant included (tests/test_report_text.py).
@@ -386,6 +530,10 @@ def test_zoo_change_reruns_zoo_and_downstream(tiny_run, tmp_path):
         "dissection_table": 1,
         "dissection_figure": 1,
         "dissection_masks": 2,
+        "kernel_reference_member": 1,
+        "kernel_reference_table": 1,
+        "deqntk_figure": 1,  # the zoo's accuracies beside the kernel's
+        **PULLBACK_RERUN,
     }
 
 
@@ -399,6 +547,9 @@ def test_figure_change_reruns_figures_only(tiny_run, tmp_path):
         "similarity_figure": 1,
         "dissection_figure": 1,
         "dissection_masks": 2,
+        "deqntk_figure": 1,
+        "pullback_images": 2,
+        "pullback_figure": 1,
         "all": 1,
     }
 
@@ -438,11 +589,20 @@ def test_per_variant_training_retrains_that_variant_only(tiny_run, tmp_path):
         "dissection_figure": 1,
         "dissection_masks": 2,
         "stitching_studies_figure": 1,  # its LeakyReLU table reads the zoo's accuracies
+        "deqntk_figure": 1,  # so does the DEQ-NTK's accuracy figure
         "all": 1,
     }
 
 
 STITCHING_RERUN = {"stitching_table": 1, "stitching_figure": 1, "stitching_studies_figure": 1, "all": 1}
+# every job of the pullback stage (member, pair and images: myrtle and c4gap_dgn)
+PULLBACK_RERUN = {
+    "pullback_member": 2,
+    "pullback_pair": 2,
+    "pullback_images": 2,
+    "pullback_table": 1,
+    "pullback_figure": 1,
+}
 
 
 @pytest.mark.parametrize(
@@ -475,12 +635,28 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
                 "similarity_figure": 1,
                 "dissection_figure": 1,
                 "dissection_masks": 2,
+                "deqntk_figure": 1,
+                "pullback_images": 2,
+                "pullback_figure": 1,
                 "all": 1,
             },
         ),
         ("rotation.py", {"rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "all": 1}),
-        ("stitching.py", {"stitch_pair": 12, **STITCHING_RERUN}),
-        ("similarity.py", {"similarity_pair": 2, "similarity_table": 1, "similarity_figure": 1, "all": 1}),
+        # the pullback stage matches hidden units with stitching.match_grelu
+        ("stitching.py", {"stitch_pair": 12, **STITCHING_RERUN, **PULLBACK_RERUN}),
+        (
+            "similarity.py",
+            {
+                "similarity_pair": 2,
+                "similarity_table": 1,
+                "similarity_figure": 1,
+                # the kernel reference computes the similarity measures' kernels
+                "kernel_reference_member": 1,
+                "kernel_reference_table": 1,
+                "deqntk_figure": 1,
+                "all": 1,
+            },
+        ),
         (
             "dissection.py",
             {

@@ -90,6 +90,16 @@ def _method(text: str) -> str:
     return text
 
 
+def _variances(text: str) -> tuple[float, float, float]:
+    """A DEQ-NTK variance setting by its name, e.g. w0.25_u0.25_b0.5."""
+    from intertwine.settings import parse_variances
+
+    try:
+        return parse_variances(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _schema_enum(*path: str) -> list[str]:
     """The values the config schema allows at ``path`` (an enum), so the CLI takes the same."""
     from intertwine.settings import schema
@@ -113,6 +123,11 @@ TABLE_SCHEMAS = (
     "dissection_units",
     "gated",
     "npk",
+    "deqntk",
+    "kernel_reference",
+    "pullback_symmetry",
+    "pullback_agreement",
+    "pullback_faithfulness",
 )
 
 
@@ -247,6 +262,139 @@ def cmd_gated_figure(args) -> None:
         args.other_formats,
         args.figures,
     )
+
+
+def cmd_deqntk_gram(args) -> None:
+    from intertwine.deqntk import save_block
+    from intertwine.jobs.deqntk import deqntk_gram
+
+    if args.stop <= args.start:
+        raise ValueError(f"--stop ({args.stop}) must be greater than --start ({args.start})")
+    block = deqntk_gram(
+        _job(args), args.variances, args.n_train, args.part, args.start, args.stop, args.config
+    )
+    save_block(block, args.out)
+
+
+def cmd_deqntk_regression(args) -> None:
+    from intertwine.jobs.deqntk import deqntk_regression
+    from intertwine.tables import DEQNTK, write_parquet
+
+    row = deqntk_regression(_job(args), args.variances, args.n_train, args.blocks, args.config)
+    write_parquet(row, args.out, DEQNTK)
+
+
+def cmd_deqntk_depth(args) -> None:
+    from intertwine.jobs.deqntk import deqntk_depth
+    from intertwine.tables import DEQNTK, write_parquet
+
+    write_parquet(deqntk_depth(_job(args), args.draw, args.config), args.out, DEQNTK)
+
+
+def cmd_kernel_reference_member(args) -> None:
+    from intertwine.jobs.deqntk import kernel_reference_member
+    from intertwine.tables import KERNEL_REFERENCE, write_parquet
+
+    write_parquet(
+        kernel_reference_member(_job(args), args.checkpoint, args.config), args.out, KERNEL_REFERENCE
+    )
+
+
+def cmd_deqntk_table(args) -> None:
+    from intertwine.paper import reported_deqntk
+    from intertwine.tables import DEQNTK, read_parquet, write_parquet
+
+    table = read_parquet(args.parts, DEQNTK)
+    table["paper_acc"] = [
+        reported_deqntk(row.dataset, (row.sigma_w2, row.sigma_u2, row.sigma_b2), row.n_train, row.n_test)
+        if row.study == "accuracy" and row.depth == "deq"
+        else None
+        for row in table.itertuples()
+    ]
+    write_parquet(table, args.out, DEQNTK)
+
+
+def cmd_deqntk_figure(args) -> None:
+    from intertwine.figures import deqntk_accuracy, deqntk_depth, deqntk_reference
+    from intertwine.paper import DEQNTK_ACCURACY
+    from intertwine.tables import DEQNTK, KERNEL_REFERENCE, ZOO, read_parquet
+
+    if (args.accuracy or args.depth) and not args.table:
+        raise ValueError("--accuracy and --depth draw deqntk.parquet: give it as --table")
+    if args.kernel_reference and not args.reference:
+        raise ValueError("--kernel-reference draws kernel_reference.parquet: give it as --reference")
+    save = lambda fig, path: _save(fig, path, args.other_formats, args.figures)  # noqa: E731
+    table = read_parquet([args.table], DEQNTK) if args.table else None
+    if args.accuracy:
+        zoo = read_parquet([args.zoo], ZOO) if args.zoo else None
+        dataset = table["dataset"].iloc[0] if len(table) else None
+        save(deqntk_accuracy(table, zoo, DEQNTK_ACCURACY.get(dataset, {})), args.accuracy)
+    if args.depth:
+        save(deqntk_depth(table), args.depth)
+    if args.kernel_reference:
+        save(deqntk_reference(read_parquet([args.reference], KERNEL_REFERENCE)), args.kernel_reference)
+
+
+def cmd_pullback_member(args) -> None:
+    from intertwine.jobs.pullback import pullback_member
+    from intertwine.tables import PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, write_parquet
+
+    symmetry, faithfulness = pullback_member(_job(args), args.checkpoint, args.config)
+    write_parquet(faithfulness, args.faithfulness_out, PULLBACK_FAITHFULNESS)
+    write_parquet(symmetry, args.out, PULLBACK_SYMMETRY)
+
+
+def cmd_pullback_pair(args) -> None:
+    from intertwine.jobs.pullback import pullback_pair
+    from intertwine.tables import PULLBACK_AGREEMENT, write_parquet
+
+    rows = pullback_pair(_job(args), args.a, args.b, args.pair, args.config, args.sites)
+    write_parquet(rows, args.out, PULLBACK_AGREEMENT)
+
+
+def cmd_pullback_images(args) -> None:
+    from intertwine.figures import pullback_grid, pullback_pgd
+    from intertwine.jobs.pullback import pullback_images
+
+    arrays = pullback_images(_job(args), args.checkpoint, args.config)
+    _save(pullback_grid(arrays), args.out, args.other_formats, args.figures)
+    _save(pullback_pgd(arrays), args.pgd, args.other_formats, args.figures)
+
+
+def cmd_pullback_table(args) -> None:
+    from intertwine.pullback_study import summarize
+    from intertwine.tables import (
+        PULLBACK_AGREEMENT,
+        PULLBACK_FAITHFULNESS,
+        PULLBACK_SYMMETRY,
+        read_parquet,
+        write_csv,
+        write_parquet,
+    )
+
+    tables = {}
+    for name, schema, parts, out in (
+        ("symmetry", PULLBACK_SYMMETRY, args.symmetry, args.out),
+        ("agreement", PULLBACK_AGREEMENT, args.agreement, args.agreement_out),
+        ("faithfulness", PULLBACK_FAITHFULNESS, args.faithfulness, args.faithfulness_out),
+    ):
+        tables[name] = read_parquet(parts, schema)
+        write_parquet(tables[name], out, schema)
+    write_csv(summarize(**tables), args.summary, float_format="%.6g")
+
+
+def cmd_pullback_figure(args) -> None:
+    from intertwine.figures import pullback_agreement, pullback_faithfulness, pullback_symmetry
+    from intertwine.tables import PULLBACK_AGREEMENT, PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, read_parquet
+
+    save = lambda fig, path: _save(fig, path, args.other_formats, args.figures)  # noqa: E731
+    save(pullback_symmetry(read_parquet([args.symmetry], PULLBACK_SYMMETRY)), args.symmetry_figure)
+    save(
+        pullback_faithfulness(read_parquet([args.faithfulness], PULLBACK_FAITHFULNESS)),
+        args.faithfulness_figure,
+    )
+    if args.agreement_figure:
+        save(pullback_agreement(read_parquet([args.agreement], PULLBACK_AGREEMENT)), args.agreement_figure)
 
 
 def cmd_dissect_member(args) -> None:
@@ -558,6 +706,91 @@ def build_parser() -> argparse.ArgumentParser:
         options=["--checkpoint"],
     )
     p = command(
+        "pullback-member",
+        cmd_pullback_member,
+        "a zoo member's excitation pullbacks: invariance to its weight symmetries, faithfulness, PGD",
+        [job],
+        out=".parquet, one row per (group, scale spread, mode)",
+        config="pullback",
+        options=["--checkpoint"],
+    )
+    p.add_argument("--faithfulness-out", required=True, help=".parquet, one row per mode")
+    p = command(
+        "pullback-pair",
+        cmd_pullback_pair,
+        "the agreement of two zoo members' excitation pullbacks (class logits, matched hidden units)",
+        [job],
+        out=".parquet, one row per (site, unit, mode)",
+        config="pullback",
+        options=["--a", "--b", "--pair"],
+    )
+    p.add_argument("--sites", type=_json_names, required=True, help="JSON list of the hidden units' sites")
+    p = command(
+        "pullback-images",
+        cmd_pullback_images,
+        "a zoo member's gradients and pullbacks of test images, and PGD toward other classes",
+        [job, figure],
+        out="gradient vs pullback grid (.png)",
+        config="pullback",
+        options=["--checkpoint"],
+    )
+    p.add_argument("--pgd", required=True, help="PGD grid (.png)")
+    deqntk_options = {
+        "--variances": dict(
+            type=_variances,
+            required=True,
+            help="the variance setting, e.g. w0.25_u0.25_b0.5 (sigma_w2, sigma_u2, sigma_b2)",
+        ),
+        "--n-train": dict(type=_integer(1), required=True),
+    }
+    p = command(
+        "deqntk-gram",
+        cmd_deqntk_gram,
+        "a block of rows of the DEQ-NTK accuracy study's [train; test] x train Gram",
+        [job],
+        out="the block (.npz)",
+        config="deqntk",
+    )
+    p.add_argument("--variances", **deqntk_options["--variances"])
+    p.add_argument(
+        "--n-train",
+        **deqntk_options["--n-train"] | {"help": "the Gram's training images (the largest deqntk.n_train)"},
+    )
+    p.add_argument("--part", required=True, choices=["train", "test"], help="the training or the test rows")
+    p.add_argument("--start", type=_integer(0), required=True, help="the block's first row of its part")
+    p.add_argument("--stop", type=_integer(1), required=True, help="one past its last row")
+    p = command(
+        "deqntk-regression",
+        cmd_deqntk_regression,
+        "kernel regression with the DEQ-NTK of one variance setting and training-set size",
+        [job],
+        out="one-row .parquet",
+        config="deqntk",
+    )
+    p.add_argument("--variances", **deqntk_options["--variances"])
+    p.add_argument(
+        "--n-train", **deqntk_options["--n-train"] | {"help": "training images (the Gram's first)"}
+    )
+    p.add_argument("blocks", nargs="+", help="the Gram's blocks (.npz of deqntk-gram)")
+    p = command(
+        "deqntk-depth",
+        cmd_deqntk_depth,
+        "one draw of the depth sweep: the depth-L NTK for each depth beside the DEQ-NTK (Figure 1)",
+        [job],
+        out=".parquet, one row per kernel",
+        config="deqntk",
+    )
+    p.add_argument("--draw", type=_integer(0), required=True, help="the draw's index (seeds its images)")
+    command(
+        "kernel-reference-member",
+        cmd_kernel_reference_member,
+        "CKA of each site of a zoo member with the DEQ-NTK of the same images",
+        [job],
+        out=".parquet, one row per (site, kernel)",
+        config="deqntk",
+        options=["--checkpoint"],
+    )
+    p = command(
         "dissect-member",
         cmd_dissect_member,
         "network dissection of one zoo member under basis rotations (section 6)",
@@ -632,6 +865,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--npk-out", required=True, help="npk.parquet: the per-member kernel tables")
     p.add_argument("--findings", required=True, help="the paper's findings and our verdicts (.csv)")
     p.add_argument("parts", nargs="+", help="per-member kernel tables (npk-member)")
+    p = command(
+        "deqntk-table",
+        cmd_deqntk_table,
+        "the DEQ-NTK regressions and depth sweep in one table, with the paper's accuracies",
+        out="deqntk.parquet",
+    )
+    p.add_argument("parts", nargs="+", help="per-job tables (deqntk-regression, deqntk-depth)")
+    p = command(
+        "pullback-table",
+        cmd_pullback_table,
+        "the excitation-pullback stage's tables and their summary",
+        out="pullback_symmetry.parquet",
+        options=["--summary"],
+    )
+    p.add_argument("--symmetry", nargs="+", required=True, help="per-member symmetry tables")
+    p.add_argument("--faithfulness", nargs="+", required=True, help="per-member faithfulness tables")
+    p.add_argument("--agreement", nargs="*", default=[], help="per-pair agreement tables (none: no pairs)")
+    p.add_argument("--faithfulness-out", required=True, help="pullback_faithfulness.parquet")
+    p.add_argument("--agreement-out", required=True, help="pullback_agreement.parquet")
     p = command("table", cmd_table, "concatenate per-job Parquet files into a stage's table", out="the table")
     p.add_argument("parts", nargs="+")
     p.add_argument(
@@ -705,6 +957,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accuracy", required=True, help="accuracy per family x value input (.png)")
     p.add_argument("--permutations", help="accuracy over gate permutations (.png)")
     p.add_argument("--kernels", required=True, help="kernel CKAs (.png)")
+    p = command(
+        "pullback-figure",
+        cmd_pullback_figure,
+        "excitation pullbacks: cosine vs scale spread per mode, agreement across seeds, faithfulness",
+        [figure],
+    )
+    p.add_argument("--symmetry", required=True, help="pullback_symmetry.parquet")
+    p.add_argument("--faithfulness", required=True, help="pullback_faithfulness.parquet")
+    p.add_argument("--agreement", required=True, help="pullback_agreement.parquet")
+    p.add_argument("--symmetry-figure", required=True, help="cosine vs scale spread per mode (.png)")
+    p.add_argument("--faithfulness-figure", required=True, help="deletion, insertion, PGD success (.png)")
+    p.add_argument("--agreement-figure", help="agreement across seeds (.png); none without pairs")
+    p = command(
+        "deqntk-figure",
+        cmd_deqntk_figure,
+        "DEQ-NTK: accuracy beside the zoo's, accuracy vs depth, CKA of each site with the kernel",
+        [figure],
+    )
+    p.add_argument("--zoo", help="zoo.parquet (the zoo's accuracies beside the kernel's)")
+    p.add_argument("--table", help="deqntk.parquet")
+    p.add_argument("--reference", help="kernel_reference.parquet")
+    p.add_argument("--accuracy", help="the kernel's accuracy per setting beside the zoo's (.png)")
+    p.add_argument("--depth", help="accuracy vs depth, finite depth and DEQ (.png)")
+    p.add_argument("--kernel-reference", help="CKA of each site with the kernel (.png)")
     p = command(
         "dissection-figure",
         cmd_dissection_figure,

@@ -1098,3 +1098,355 @@ def save_figure(fig: plt.Figure, paths, dpi: int = 150) -> None:
         with atomic_path(path) as tmp:
             fig.savefig(tmp, dpi=dpi, format=Path(path).suffix.lstrip("."))
     plt.close(fig)
+
+
+# --- DEQ neural tangent kernel ------------------------------------------------------------------
+
+
+def _variances_label(w: float, u: float, b: float) -> str:
+    return f"({w:g}, {u:g}, {b:g})"
+
+
+def deqntk_accuracy(table: pd.DataFrame, zoo: pd.DataFrame | None, paper: dict) -> plt.Figure:
+    """The DEQ-NTK's test accuracy per variance setting (sigma_w2, sigma_u2, sigma_b2), one marker
+    per training-set size, the paper's number (``paper``: {variances: %}) as a cross; beside it the
+    zoo's members (dots) and their mean with its 95 % t interval."""
+    rows = table[table["study"] == "accuracy"]
+    settings = list(dict.fromkeys(zip(rows["sigma_w2"], rows["sigma_u2"], rows["sigma_b2"])))
+    variants = [] if zoo is None else list(dict.fromkeys(zoo["variant"]))
+    sizes = sorted(rows["n_train"].unique())
+    fig, ax = plt.subplots(
+        figsize=(max(5.0, 0.9 * (len(settings) + len(variants)) + 2), 3.8), layout="constrained"
+    )
+    for k, n in enumerate(sizes):
+        for i, setting in enumerate(settings):
+            part = rows[
+                (rows["n_train"] == n)
+                & (rows["sigma_w2"] == setting[0])
+                & (rows["sigma_u2"] == setting[1])
+                & (rows["sigma_b2"] == setting[2])
+            ]
+            x = i + 0.5 * (k - (len(sizes) - 1) / 2) / max(1, len(sizes))
+            ax.plot(
+                np.full(len(part), x),
+                100 * part["test_acc"],
+                "o",
+                color=f"C{k}",
+                label=f"DEQ-NTK, {n:,} training images" if i == 0 else None,
+            )
+    crossed = False
+    for i, setting in enumerate(settings):
+        reported = next(
+            (acc for key, acc in paper.items() if np.allclose(key, setting, atol=1e-9)),
+            None,
+        )
+        if reported is not None:
+            ax.plot(
+                i,
+                reported,
+                "x",
+                color="C3",
+                markersize=9,
+                label=None if crossed else "paper (50,000 training images)",
+            )
+            crossed = True
+    for j, variant in enumerate(variants):
+        acc = 100 * zoo.loc[zoo["variant"] == variant, "test_acc"].to_numpy()
+        x = len(settings) + j
+        ax.scatter(np.full(len(acc), x - 0.1), acc, s=10, alpha=0.6, color="0.4")
+        ax.errorbar(x + 0.1, acc.mean(), yerr=interval_half_width(acc), fmt="s", color="black", capsize=3)
+    if variants:
+        ax.errorbar([], [], yerr=[], fmt="s", color="black", label="zoo: mean, 95% CI (dots: members)")
+        ax.axvline(len(settings) - 0.5, color="0.8", lw=1)
+    labels = [f"DEQ-NTK\n{_variances_label(*s)}" for s in settings] + variants
+    ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+    n_test = ", ".join(f"{n:,}" for n in sorted(rows["n_test"].unique()))
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(
+        f"Kernel regression with the DEQ-NTK (sigma_w2, sigma_u2, sigma_b2) beside the trained zoo; {n_test} test images",
+        fontsize=9,
+    )
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    return fig
+
+
+def deqntk_depth(table: pd.DataFrame) -> plt.Figure:
+    """The paper's Figure 1: test accuracy of the depth-L NTK against depth, per finite network's
+    variances, and of the DEQ-NTK (flat: it has no depth), mean over draws with the 95 % t interval
+    (the draws themselves below three)."""
+    rows = table[table["study"] == "depth"]
+    finite = rows[rows["depth"] != "deq"].assign(L=lambda df: df["depth"].astype(int))
+    equilibrium = rows[rows["depth"] == "deq"]
+    depths = sorted(finite["L"].unique())
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
+    for k, ((w, u, b), part) in enumerate(finite.groupby(["sigma_w2", "sigma_u2", "sigma_b2"], sort=False)):
+        color = f"C{k}"
+        means, halves = [], []
+        for depth in depths:
+            acc = 100 * part.loc[part["L"] == depth, "test_acc"].dropna().to_numpy()
+            means.append(acc.mean() if len(acc) else np.nan)
+            halves.append(interval_half_width(acc) if len(acc) else np.nan)
+            _few_values(ax, depth, acc, color)
+        means, halves = np.array(means), np.array(halves)
+        ax.plot(depths, means, "-o", ms=4, color=color, label=f"depth-L NTK {_variances_label(w, u, b)}")
+        ax.fill_between(depths, means - halves, means + halves, color=color, alpha=0.2, lw=0)
+    for (w, u, b), part in equilibrium.groupby(["sigma_w2", "sigma_u2", "sigma_b2"], sort=False):
+        acc = 100 * part["test_acc"].dropna().to_numpy()
+        mean, half = acc.mean(), interval_half_width(acc)
+        span = [min(depths, default=1), max(depths, default=1)]
+        ax.plot(span, [mean, mean], "--", color="black", label=f"DEQ-NTK {_variances_label(w, u, b)}")
+        if np.isfinite(half):
+            ax.fill_between(span, mean - half, mean + half, color="black", alpha=0.12, lw=0)
+        else:
+            for value in acc:
+                ax.plot(span, [value, value], ":", color="black", lw=0.8, alpha=0.6)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(depths, [str(d) for d in depths])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xlabel("depth L (hidden layers)")
+    ax.set_ylabel("test accuracy (%)")
+    draws = rows["draw"].nunique()
+    sizes = (
+        f"{int(rows['n_train'].iloc[0]):,} training / {int(rows['n_test'].iloc[0]):,} test images"
+        if len(rows)
+        else ""
+    )
+    ax.set_title(f"Finite depth against the equilibrium: {sizes}, {draws} draws, 95% t intervals", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    return fig
+
+
+def deqntk_reference(reference: pd.DataFrame) -> plt.Figure:
+    """CKA of each site's representation with the DEQ-NTK Gram of the same images, one panel per
+    variant: per kernel of the representation (the similarity measure's), the mean over members
+    (members as dots)."""
+    variants = list(dict.fromkeys(reference["variant"]))
+    fig, axes = plt.subplots(
+        1, len(variants), figsize=(max(4.5, 3.6 * len(variants)), 3.8), layout="constrained", squeeze=False
+    )
+    for ax, variant in zip(axes[0], variants):
+        part = reference[reference["variant"] == variant]
+        sites = list(dict.fromkeys(part["site"]))
+        for k, kernel in enumerate(dict.fromkeys(part["kernel"])):
+            rows = part[part["kernel"] == kernel]
+            means = rows.groupby("site", sort=False)["cka"].mean().reindex(sites)
+            ax.plot(
+                range(len(sites)),
+                means.to_numpy(),
+                "-o",
+                ms=3,
+                color=f"C{k}",
+                label=MEASURE_LABELS.get(kernel, kernel),
+            )
+            if rows["seed"].nunique() > 1:
+                x = [sites.index(site) for site in rows["site"]]
+                ax.scatter(x, rows["cka"], s=6, color=f"C{k}", alpha=0.4)
+        ax.set_xticks(range(len(sites)), sites, rotation=60, fontsize=6)
+        ax.set_title(f"{variant} ({part['seed'].nunique()} members)", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("CKA with the DEQ-NTK")
+    axes[0][0].legend(fontsize=7)
+    return fig
+
+
+# --- excitation pullbacks ------------------------------------------------------------------------
+
+PULLBACK_MODES = {
+    "gradient": "gradient",
+    "global": "pullback, global T",
+    "per_neuron": "pullback, per-neuron T",
+}
+
+
+def _pullback_modes(table: pd.DataFrame) -> list[str]:
+    return [mode for mode in PULLBACK_MODES if mode in set(table["mode"])]
+
+
+def _rgb(images: np.ndarray) -> np.ndarray:
+    """uint8 (N, C, H, W) or floats in [0, 1] -> (N, H, W, 3) floats in [0, 1]."""
+    images = images.astype(float) / (255.0 if images.dtype == np.uint8 else 1.0)
+    if images.shape[1] == 1:
+        images = np.repeat(images, 3, axis=1)
+    return images.transpose(0, 2, 3, 1)
+
+
+def _signed_rgb(attribution: np.ndarray) -> np.ndarray:
+    """Attributions (N, C, H, W) as images: 0.5 + 0.5 v / max|v| per image (grey is zero)."""
+    scale = np.abs(attribution).reshape(len(attribution), -1).max(1).clip(1e-30)
+    return _rgb(0.5 + 0.5 * attribution / scale[:, None, None, None])
+
+
+def pullback_symmetry(table: pd.DataFrame) -> plt.Figure:
+    """Per variant, 1 - cosine between a member's pullbacks and those of the same function with a
+    random group element on its weights, against the G_ReLU scale spread (0: permutations), per
+    temperature mode: solid the smallest cosine over members and images, dashed the mean. Rounding
+    level (about 1e-16) is invariance."""
+    variants = list(dict.fromkeys(table["variant"]))
+    fig, axes = plt.subplots(
+        1, len(variants), figsize=(3.6 * len(variants) + 0.6, 3.4), layout="constrained", squeeze=False
+    )
+    floor = 1e-17
+    for ax, variant in zip(axes[0], variants):
+        part = table[table["variant"] == variant]
+        spreads = sorted(set(part["scale_spread"]))
+        for k, mode in enumerate(_pullback_modes(part)):
+            rows = part[part["mode"] == mode].groupby("scale_spread")
+            worst = (1 - rows["cos_min"].min()).reindex(spreads).clip(lower=floor)
+            mean = (1 - rows["cos_mean"].mean()).reindex(spreads).clip(lower=floor)
+            x = range(len(spreads))
+            ax.plot(x, worst.to_numpy(), "-o", ms=4, color=f"C{k}", label=PULLBACK_MODES[mode])
+            ax.plot(x, mean.to_numpy(), "--", color=f"C{k}", lw=1)
+        ax.set_yscale("log")
+        ax.set_ylim(floor / 2, 2)
+        ax.axhline(1e-10, color="0.6", lw=0.8, ls=":")
+        ax.set_xticks(range(len(spreads)), ["perm." if s == 0 else f"{s:g}" for s in spreads])
+        ax.set_xlabel("G_ReLU scale spread sigma (perm.: permutations)")
+        members = part["seed"].nunique()
+        ax.set_title(f"{variant} ({members} member{'s' if members > 1 else ''})", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("1 - cosine (solid: worst image, dashed: mean)")
+    axes[0][0].legend(fontsize=7, loc="center left")
+    return fig
+
+
+def _mode_bars(ax, table: pd.DataFrame, column: str, per: list[str], ylabel: str) -> None:
+    """Bars per variant x mode: the mean of ``column`` over the rows, one dot per group of ``per``."""
+    variants = list(dict.fromkeys(table["variant"]))
+    modes = _pullback_modes(table)
+    width = 0.8 / max(len(modes), 1)
+    for k, mode in enumerate(modes):
+        for i, variant in enumerate(variants):
+            part = table[(table["variant"] == variant) & (table["mode"] == mode)]
+            if not len(part):
+                continue
+            values = part.groupby(per)[column].mean().to_numpy()
+            x = i + (k - (len(modes) - 1) / 2) * width
+            ax.bar(
+                x, np.nanmean(values), width, color=f"C{k}", label=PULLBACK_MODES[mode] if i == 0 else None
+            )
+            ax.scatter(np.full(len(values), x), values, s=6, color="k", zorder=3)
+    ax.set_xticks(range(len(variants)), variants, rotation=20, fontsize=7)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def pullback_agreement(table: pd.DataFrame) -> plt.Figure:
+    """Agreement across seeds: the mean cosine over images between two members' pullbacks, per
+    variant and mode; left of the true class's logit (a dot per pair), right of hidden units matched
+    by the Hungarian algorithm (a dot per unit)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained")
+    logits, units = table[table["site"] == "logit"], table[table["site"] != "logit"]
+    _mode_bars(axes[0], logits, "cos_mean", ["pair"], "cosine across seeds (mean over images)")
+    axes[0].set_title("class logit", fontsize=9)
+    axes[0].legend(fontsize=7)
+    if len(units):
+        _mode_bars(axes[1], units, "cos_mean", ["pair", "site", "unit_a"], "cosine across seeds")
+        axes[1].set_title("hidden units, each against its Hungarian match (a dot per unit)", fontsize=9)
+    else:
+        axes[1].text(
+            0.5, 0.5, "no hidden units compared", ha="center", va="center", transform=axes[1].transAxes
+        )
+        axes[1].set_axis_off()
+    return fig
+
+
+def pullback_faithfulness(table: pd.DataFrame) -> plt.Figure:
+    """Per variant and mode (a dot per member): the area under the deletion curve (pixels ranked by
+    |v| set to the data mean, 5 % per step; lower is more faithful) and under the insertion curve
+    (from the mean image; higher is more faithful), both our extension; and the success of the
+    paper's PGD toward a random other class after each step."""
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), layout="constrained")
+    _mode_bars(axes[0], table, "deletion_auc", ["seed"], "deletion area (lower: more faithful)")
+    axes[0].set_title("deletion (ours)", fontsize=9)
+    axes[0].legend(fontsize=7)
+    _mode_bars(axes[1], table, "insertion_auc", ["seed"], "insertion area (higher: more faithful)")
+    axes[1].set_title("insertion (ours)", fontsize=9)
+    ax = axes[2]
+    styles = ["-", "--", ":", "-."]
+    for j, variant in enumerate(dict.fromkeys(table["variant"])):
+        for k, mode in enumerate(_pullback_modes(table)):
+            part = table[(table["variant"] == variant) & (table["mode"] == mode)]
+            curve = np.mean(np.stack([np.asarray(c) for c in part["pgd_success_by_step"]]), axis=0)
+            ax.plot(
+                range(1, len(curve) + 1),
+                curve,
+                styles[j % len(styles)],
+                color=f"C{k}",
+                label=f"{variant}: {PULLBACK_MODES[mode]}",
+            )
+    epsilon = table["pgd_epsilon"].iloc[0] if len(table) else float("nan")
+    ax.set_xlabel(f"PGD step (L2 radius {epsilon:.3g}, images in [-1, 1])")
+    ax.set_ylabel("success: target class predicted")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("PGD toward a random other class (the paper's)", fontsize=9)
+    ax.legend(fontsize=6)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def pullback_grid(arrays: dict) -> plt.Figure:
+    """Test images (grid_images per class) and, below each, its gradient and pullbacks (global and
+    per-neuron T) of its class's logit, each as 0.5 + 0.5 v / max|v| (grey is zero); blocks of 10
+    images."""
+    images, labels, classes = arrays["images"], arrays["labels"], arrays["classes"]
+    rows = [("image", _rgb(images))] + [
+        (PULLBACK_MODES[mode], _signed_rgb(values)) for mode, values in arrays["attributions"].items()
+    ]
+    per_block = 10
+    blocks = -(-len(images) // per_block)
+    fig, axes = plt.subplots(
+        blocks * len(rows),
+        per_block,
+        figsize=(0.95 * per_block + 1.3, 0.95 * blocks * len(rows) + 0.4),
+        squeeze=False,
+    )
+    for ax in axes.flat:
+        ax.set_xticks([]), ax.set_yticks([])
+        ax.set_frame_on(False)
+    for i in range(len(images)):
+        block, column = divmod(i, per_block)
+        for r, (name, pictures) in enumerate(rows):
+            ax = axes[block * len(rows) + r][column]
+            ax.imshow(pictures[i], interpolation="nearest")
+            if r == 0:
+                ax.set_title(classes[int(labels[i])], fontsize=7)
+            if column == 0:
+                ax.set_ylabel(name, fontsize=6)
+    fig.suptitle(f"{arrays['title']}: gradient vs excitation pullbacks of the class logit", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def pullback_pgd(arrays: dict) -> plt.Figure:
+    """One test image per class and the image after the paper's PGD toward a random other class
+    (column title: label -> target), with the gradient or a pullback as the ascent direction; each
+    result titled with the class it is then predicted as (green: the target)."""
+    originals, labels, targets = arrays["pgd_images"], arrays["pgd_labels"], arrays["pgd_targets"]
+    classes = arrays["classes"]
+    rows = [("image", _rgb(originals), None)] + [
+        (PULLBACK_MODES[mode], _rgb(moved), arrays["pgd_predicted"][mode])
+        for mode, moved in arrays["pgd_moved"].items()
+    ]
+    fig, axes = plt.subplots(
+        len(rows),
+        len(originals),
+        figsize=(1.05 * len(originals) + 1.3, 1.15 * len(rows) + 0.4),
+        squeeze=False,
+    )
+    for r, (name, pictures, predicted) in enumerate(rows):
+        for i in range(len(originals)):
+            ax = axes[r][i]
+            ax.imshow(pictures[i], interpolation="nearest")
+            ax.set_xticks([]), ax.set_yticks([])
+            if predicted is None:
+                ax.set_title(f"{classes[int(labels[i])]}\n-> {classes[int(targets[i])]}", fontsize=6)
+            else:
+                hit = predicted[i] == targets[i]
+                ax.set_title(classes[int(predicted[i])], fontsize=6, color="green" if hit else "red")
+            if i == 0:
+                ax.set_ylabel(name, fontsize=6)
+    fig.suptitle(f"{arrays['title']}: PGD toward a target class (the paper's, 32x32-scaled)", fontsize=9)
+    fig.tight_layout()
+    return fig

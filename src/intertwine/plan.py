@@ -25,8 +25,10 @@ import json
 import jsonschema
 
 from intertwine.settings import (
+    DeqntkConfig,
     DissectionConfig,
     GatedConfig,
+    PullbackConfig,
     RotationConfig,
     SimilarityConfig,
     StitchConfig,
@@ -35,6 +37,7 @@ from intertwine.settings import (
     expand_methods,
     method_kind,
     schema_block,
+    variances_name,
 )
 
 ZOO_TABLES = ["results/tables/zoo.parquet", "results/tables/zoo_epochs.parquet"]
@@ -66,6 +69,18 @@ def _cut_sites(spec_json: str) -> tuple:
     from intertwine.models import build, cut_sites
 
     return tuple(cut_sites(build(json.loads(spec_json))))
+
+
+def gram_layout(n_train: int, n_test: int, block_rows: int) -> list[tuple[str, int, int]]:
+    """The DEQ-NTK accuracy study's Gram, rows [train; test], cut into jobs: (part, start, stop)
+    for the training rows, then the test rows, each every ``block_rows`` rows."""
+    if block_rows < 1:
+        raise ValueError(f"block_rows must be at least 1, got {block_rows}")
+    return [
+        (part, start, min(start + block_rows, n))
+        for part, n in (("train", n_train), ("test", n_test))
+        for start in range(0, n, block_rows)
+    ]
 
 
 def distinct_pairs(n_members: int, symmetric: bool) -> int:
@@ -111,6 +126,8 @@ class Plan:
         self.similarity = config["similarity"]
         self.dissection = config["dissection"]
         self.gated = config["gated"]
+        self.deqntk = config["deqntk"]
+        self.pullback = config["pullback"]
         self.variants = list(self.zoo["variants"])
 
     # --- shared -------------------------------------------------------------------------------
@@ -496,6 +513,216 @@ class Plan:
             "results/tables/gated_findings.csv",
         ] + self.figure_files(self.gated_figures)
 
+    # --- DEQ neural tangent kernel ----------------------------------------------------------
+
+    def dataset_sizes(self) -> tuple[int, int]:
+        """(training images, validation split included; test images) of the configured data set."""
+        data = self.config["data"]
+        if data["dataset"] == "shapes":
+            return data["shapes"]["train_size"], data["shapes"]["test_size"]
+        return 50_000, 10_000  # CIFAR-10 and CIFAR-100
+
+    @property
+    def deqntk_variances(self) -> dict[str, list[float]]:
+        """The accuracy study's variance settings by name ('w0.25_u0.25_b0.5'); none when it is off."""
+        if not self.deqntk["n_train"]:
+            return {}
+        return {variances_name(v): v for v in self.deqntk["settings"]}
+
+    @property
+    def deqntk_train_rows(self) -> int:
+        """The Gram's training rows: the largest training-set size (the smaller are its first rows)."""
+        return max(self.deqntk["n_train"], default=0)
+
+    @functools.cached_property
+    def deqntk_layout(self) -> list[tuple[str, int, int]]:
+        if not self.deqntk_variances:
+            return []
+        return gram_layout(self.deqntk_train_rows, self.deqntk["n_test"], self.deqntk["block_rows"])
+
+    @staticmethod
+    def deqntk_block_file(name: str, part: str, start: int) -> str:
+        return f"results/deqntk/gram/{name}/{part}{start}.npz"
+
+    @functools.cached_property
+    def deqntk_gram_jobs(self) -> list[str]:
+        return [
+            self.deqntk_block_file(name, part, start)
+            for name in self.deqntk_variances
+            for part, start, _ in self.deqntk_layout
+        ]
+
+    def deqntk_stop(self, part: str, start: int) -> int:
+        """The end of the Gram block starting at row ``start`` of ``part``."""
+        return next(stop for p, a, stop in self.deqntk_layout if (p, a) == (part, start))
+
+    def deqntk_blocks(self, name: str, n_train: int) -> list[str]:
+        """The blocks a regression on the first ``n_train`` training images reads: every test
+        block and the training blocks that start below ``n_train``."""
+        return [
+            self.deqntk_block_file(name, part, start)
+            for part, start, _ in self.deqntk_layout
+            if part == "test" or start < n_train
+        ]
+
+    @functools.cached_property
+    def deqntk_regression_jobs(self) -> list[str]:
+        return [
+            f"results/deqntk/accuracy/{name}/n{n}.parquet"
+            for name in self.deqntk_variances
+            for n in self.deqntk["n_train"]
+        ]
+
+    @functools.cached_property
+    def deqntk_depth_jobs(self) -> list[str]:
+        return [f"results/deqntk/depth/draw{draw}.parquet" for draw in range(self.deqntk["depth"]["draws"])]
+
+    @functools.cached_property
+    def kernel_reference_jobs(self) -> list[str]:
+        reference = self.deqntk["reference"]
+        return [
+            f"results/deqntk/reference/{variant}/seed{seed}.parquet"
+            for variant in reference["variants"]
+            for seed in self.members("deqntk.reference.seeds", variant, reference["seeds"])
+        ]
+
+    def deqntk_block(self, kind: str) -> dict:
+        """The settings a job of ``kind`` (gram, regression, depth, reference) reads; the
+        reference's null samples are the similarity stage's."""
+        sources = {
+            "deqntk": self.deqntk,
+            "deqntk.depth": self.deqntk["depth"],
+            "deqntk.reference": self.deqntk["reference"],
+        }
+        block = DeqntkConfig.job_block(sources, kind)
+        if kind == "reference" and block["reference_samples"] is None:
+            block["reference_samples"] = self.similarity["samples"]
+        return block
+
+    @property
+    def deqntk_parts(self) -> list[str]:
+        """The per-job rows of results/tables/deqntk.parquet: the regressions, then the depth draws."""
+        return self.deqntk_regression_jobs + self.deqntk_depth_jobs
+
+    @property
+    def deqntk_tables(self) -> list[str]:
+        return ["results/tables/deqntk.parquet"] if self.deqntk_parts else []
+
+    @property
+    def kernel_reference_tables(self) -> list[str]:
+        return ["results/tables/kernel_reference.parquet"] if self.kernel_reference_jobs else []
+
+    @property
+    def deqntk_figures(self) -> list[str]:
+        return (
+            (["results/figures/deqntk_accuracy.png"] if self.deqntk_regression_jobs else [])
+            + (["results/figures/deqntk_depth.png"] if self.deqntk_depth_jobs else [])
+            + (["results/figures/deqntk_reference.png"] if self.kernel_reference_jobs else [])
+        )
+
+    @property
+    def deqntk_outputs(self) -> list[str]:
+        return self.deqntk_tables + self.kernel_reference_tables + self.figure_files(self.deqntk_figures)
+
+    # --- excitation pullbacks ------------------------------------------------------------------
+
+    def pullback_seeds(self, variant: str) -> range:
+        """The variant's measured members: the first pullback.seeds, or every member (null)."""
+        seeds = self.pullback["seeds"]
+        return self.zoo_seeds(variant) if seeds is None else self.members("pullback.seeds", variant, seeds)
+
+    @functools.cached_property
+    def pullback_member_jobs(self) -> list[str]:
+        """Per member, its symmetry rows; its faithfulness rows are ``pullback_faithfulness_parts``."""
+        return [
+            f"results/pullback/symmetry/{variant}/seed{seed}.parquet"
+            for variant in self.pullback["variants"]
+            for seed in self.pullback_seeds(variant)
+        ]
+
+    @property
+    def pullback_faithfulness_parts(self) -> list[str]:
+        return [path.replace("/symmetry/", "/faithfulness/") for path in self.pullback_member_jobs]
+
+    def pullback_pairs(self, variant: str) -> list[tuple[int, int]]:
+        """The variant's pairs: the similarity stage's draw (its first pullback.pairs; one draw, so
+        the two stages compare the same members)."""
+        return self._pairs("similarity", variant, self.pullback["pairs"], symmetric=True)
+
+    @functools.cached_property
+    def pullback_pair_jobs(self) -> list[str]:
+        return [
+            f"results/pullback/agreement/{variant}/pair{pair}.parquet"
+            for variant in self.pullback["variants"]
+            for pair in range(self.pullback["pairs"])
+        ]
+
+    def pullback_sites(self, variant: str) -> list[str]:
+        """The sites of the hidden-unit agreement: pullback.sites of the variant, or unit_sites of
+        its cut sites on the residual stream, evenly spaced, the first and the last included."""
+        chosen = self.pullback["sites"].get(variant)
+        if chosen is not None:
+            return list(chosen)
+        inside = {site.name: site.inside_residual for site in self.variant_sites(variant)}
+        stream = [site for site in self.cut_site_names(variant) if not inside[site]]
+        count = min(self.pullback["unit_sites"], len(stream))
+        if count <= 1:
+            return stream[len(stream) - count :]
+        return [stream[round(i * (len(stream) - 1) / (count - 1))] for i in range(count)]
+
+    def pullback_block(self, kind: str) -> dict:
+        """The settings a pullback job of ``kind`` (member, pair, images) reads."""
+        return PullbackConfig.job_block({"pullback": self.pullback}, kind)
+
+    def pullback_grids(self, variant: str | None = None) -> list[str]:
+        """A variant's image grids (from seed 0), every variant's without ``variant``."""
+        variants = self.pullback["variants"] if variant is None else [variant]
+        return [f"results/figures/pullback_{kind}_{v}.png" for v in variants for kind in ("grid", "pgd")]
+
+    @property
+    def pullback_tables(self) -> list[str]:
+        if not self.pullback_member_jobs:
+            return []
+        return [
+            "results/tables/pullback_symmetry.parquet",
+            "results/tables/pullback_faithfulness.parquet",
+            "results/tables/pullback_agreement.parquet",
+            "results/tables/pullback_summary.csv",
+        ]
+
+    @property
+    def pullback_figures(self) -> list[str]:
+        if not self.pullback_member_jobs:
+            return []
+        return [
+            "results/figures/pullback_symmetry.png",
+            *(["results/figures/pullback_agreement.png"] if self.pullback_pair_jobs else []),
+            "results/figures/pullback_faithfulness.png",
+        ]
+
+    @property
+    def pullback_outputs(self) -> list[str]:
+        if not self.pullback_member_jobs:
+            return []
+        return self.pullback_tables + self.figure_files(self.pullback_figures + self.pullback_grids())
+
+    def pullback_problem(self, variant: str) -> str | None:
+        """Why a variant has no pullbacks to measure here (None: it has)."""
+        from intertwine.symmetry import ARCHS  # the architectures whose weight action it knows
+
+        spec = self.spec(variant)
+        if spec["arch"] not in ARCHS:
+            return (
+                f"is a {spec['arch']}; the stage acts on the weights of {', '.join(ARCHS)} networks "
+                "(intertwine.symmetry)"
+            )
+        if spec["activation"] not in ("relu", "leaky_relu"):
+            return (
+                f"has {spec['activation']} activations; excitation pullbacks soften ReLU and LeakyReLU "
+                "gates only (use the plain gradient elsewhere)"
+            )
+        return None
+
     # --- everything ---------------------------------------------------------------------------
 
     @property
@@ -509,6 +736,8 @@ class Plan:
             + self.similarity_outputs
             + self.dissection_outputs
             + self.gated_outputs
+            + self.deqntk_outputs
+            + self.pullback_outputs
         )
 
     def _pairs(self, stage: str, variant: str, count: int, symmetric: bool = False) -> list[tuple[int, int]]:
@@ -650,6 +879,28 @@ class Plan:
                         f"gated-networks study compares {', '.join(GATED_ARCHS)} networks, plain and gated"
                     )
 
+        pullback = self.pullback
+        if subset("pullback.variants", pullback["variants"], self.variants):
+            if pullback["seeds"] is not None:
+                members("pullback.seeds", pullback["variants"], pullback["seeds"])
+            for variant in pullback["variants"]:
+                problem = self.pullback_problem(variant)
+                if problem:
+                    errors.append(f"config key pullback.variants: {variant!r} {problem}")
+            if pullback["pairs"]:
+                pairable(
+                    "pullback.variants",
+                    pullback["variants"],
+                    "pullback.pairs",
+                    lambda v: pullback["pairs"],
+                    symmetric=True,
+                )
+            if subset("pullback.sites", pullback["sites"], pullback["variants"]):
+                for variant, chosen in pullback["sites"].items():
+                    subset(f"pullback.sites.{variant}", chosen, self.cut_site_names(variant))
+
+        errors += self._deqntk_errors()
+
         dissection = self.dissection
         if subset("dissection.variants", dissection["variants"], self.variants):
             for variant in dissection["variants"]:
@@ -668,4 +919,64 @@ class Plan:
                 "config key dissection.external: ImageNet models are dissected on Broden; "
                 "set dissection.probe.broden to your Broden directory (e.g. broden1_224)"
             )
+        return errors
+
+    def _deqntk_errors(self) -> list[str]:
+        """The DEQ-NTK stage's cross-checks: variance settings that sum to 1 (sigma_w2 < 1 for the
+        equilibrium), image counts the data set has, reference variants the zoo trains."""
+        deqntk, errors = self.deqntk, []
+
+        def variances(key, values, equilibrium=True):
+            w, u, b = values
+            if abs(w + u + b - 1) > 1e-9:
+                errors.append(
+                    f"config key {key}: {values} sums to {w + u + b:g}; sigma_w2 + sigma_u2 + sigma_b2 "
+                    "must be 1 (unit inputs then keep unit-variance pre-activations, which the kernels assume)"
+                )
+            elif equilibrium and w >= 1:
+                errors.append(
+                    f"config key {key}: sigma_w2 = {w:g}; the equilibrium needs sigma_w2 < 1 (its fixed-point "
+                    "map is then a contraction; at 1 the depth-L NTK grows without bound)"
+                )
+
+        train_size, test_size = self.dataset_sizes()
+        dataset = self.config["data"]["dataset"]
+
+        def images(key, n, available, what):
+            if n > available:
+                errors.append(
+                    f"config key {key}: {n} {what} images asked for, but {dataset} has {available}"
+                    + (" (train and val splits together)" if what == "training" else "")
+                )
+
+        if deqntk["n_train"]:
+            for i, values in enumerate(deqntk["settings"]):
+                variances(f"deqntk.settings.{i}", values)
+            if not deqntk["settings"]:
+                errors.append(
+                    "config key deqntk.settings: empty, but deqntk.n_train asks for the accuracy study"
+                )
+            images("deqntk.n_train", self.deqntk_train_rows, train_size, "training")
+            images("deqntk.n_test", deqntk["n_test"], test_size, "test")
+        depth = deqntk["depth"]
+        if depth["draws"]:
+            variances("deqntk.depth.variances", depth["variances"])
+            for i, values in enumerate(depth["finite"]):
+                variances(f"deqntk.depth.finite.{i}", values, equilibrium=False)
+            images("deqntk.depth.n_train", depth["n_train"], train_size, "training")
+            images("deqntk.depth.n_test", depth["n_test"], test_size, "test")
+        reference = deqntk["reference"]
+        unknown = sorted(set(reference["variants"]) - set(self.variants))
+        if unknown:
+            errors.append(f"config key deqntk.reference.variants: {unknown} not among {self.variants}")
+        elif reference["variants"]:
+            variances("deqntk.reference.variances", reference["variances"])
+            for variant in reference["variants"]:
+                try:
+                    self.members("deqntk.reference.seeds", variant, reference["seeds"])
+                except ConfigError as err:
+                    errors.append(str(err))
+            samples = self.deqntk_block("reference")["reference_samples"]
+            if samples is not None:
+                images("deqntk.reference.samples", samples, test_size, "test")
         return errors

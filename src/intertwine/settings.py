@@ -275,6 +275,44 @@ class GatedConfig(_Settings):
     probe_images: int = _setting("gated.probe_images")
 
 
+@dataclasses.dataclass(frozen=True)
+class PullbackConfig(_Settings):
+    """The excitation-pullback stage's jobs (config ``pullback``). Job kinds: ``member`` (symmetry
+    and faithfulness of one zoo member), ``pair`` (agreement of two members), ``images`` (a
+    variant's image grids). Which jobs run (``variants``, ``seeds``, ``pairs``) and at which sites
+    (``sites``, ``unit_sites``) is the plan's."""
+
+    images: int = _setting("pullback.images", only_for=("member", "pair"))
+    probe_images: int = _setting("pullback.probe_images")
+    temperature: float = _setting("pullback.temperature")
+    spreads: list[float] = _setting("pullback.spreads", only_for=("member",))
+    deletion_steps: int = _setting("pullback.deletion_steps", only_for=("member",))
+    pgd: dict = _setting("pullback.pgd", only_for=("member", "images"))
+    units: int = _setting("pullback.units", only_for=("pair",))
+    grid_images: int = _setting("pullback.grid_images", only_for=("images",))
+
+
+@dataclasses.dataclass(frozen=True)
+class DeqntkConfig(_Settings):
+    """The DEQ neural tangent kernel stage's jobs (config ``deqntk``). Job kinds: ``gram`` (a block
+    of the accuracy study's Gram), ``regression`` (one variance setting and training-set size),
+    ``depth`` (one draw of the depth sweep), ``reference`` (one zoo member's CKAs with the kernel).
+    Which jobs run (``n_train``, ``settings``, ``block_rows``, ``depth.draws``,
+    ``reference.variants``, ``reference.seeds``) is the plan's; each job gets its own values."""
+
+    n_test: int = _setting("deqntk.n_test", only_for=("gram", "regression"))
+    ridge: float = _setting("deqntk.ridge", only_for=("regression", "depth"))
+    tol: float = _setting("deqntk.tol", only_for=("gram", "depth", "reference"))
+    depths: list[int] = _setting("deqntk.depth.depths", only_for=("depth",))
+    depth_n_train: int = _setting("deqntk.depth.n_train", only_for=("depth",))
+    depth_n_test: int = _setting("deqntk.depth.n_test", only_for=("depth",))
+    depth_variances: list[float] = _setting("deqntk.depth.variances", only_for=("depth",))
+    finite_variances: list[list[float]] = _setting("deqntk.depth.finite", only_for=("depth",))
+    reference_samples: int | None = _setting("deqntk.reference.samples", only_for=("reference",))
+    reference_measures: list[str] = _setting("deqntk.reference.measures", only_for=("reference",))
+    reference_variances: list[float] = _setting("deqntk.reference.variances", only_for=("reference",))
+
+
 # --- Stitching method names: the one grammar of the plan, the stitching module and the figures.
 
 METHODS = ("full", "rank", "grelu", "grelu_cv", "softsort", "l1", "monomial")
@@ -325,3 +363,26 @@ def expand_methods(methods: list[str], ranks: list[int], l1_lambdas: list[float]
         else:
             expanded.append(method)
     return expanded
+
+
+# --- DEQ-NTK variance settings' names: the one grammar of the plan's files, the CLI and the jobs.
+
+
+def variances_name(variances) -> str:
+    """The name of a variance setting (sigma_w2, sigma_u2, sigma_b2) in file paths and on the
+    command line: [0.25, 0.25, 0.5] -> 'w0.25_u0.25_b0.5'."""
+    w, u, b = (float(v) for v in variances)
+    return f"w{w:g}_u{u:g}_b{b:g}"
+
+
+def parse_variances(name: str) -> tuple[float, float, float]:
+    """'w0.25_u0.25_b0.5' -> (0.25, 0.25, 0.5), the inverse of ``variances_name``."""
+    parts = name.split("_")
+    try:
+        if len(parts) != 3 or [p[:1] for p in parts] != ["w", "u", "b"]:
+            raise ValueError
+        return tuple(float(p[1:]) for p in parts)
+    except ValueError:
+        raise ValueError(
+            f"not a variance setting's name w<sigma_w2>_u<sigma_u2>_b<sigma_b2> (e.g. w0.25_u0.25_b0.5): {name!r}"
+        ) from None

@@ -226,6 +226,124 @@ NPK = pa.schema(
     metadata={"keys": "variant seed kernel site"},
 )
 
+# The excitation-pullback stage (intertwine.pullback_study). mode: gradient, global, per_neuron.
+# Per member: cosines between its pullbacks and those of the same function with a random group
+# element on its weights (group permutation, spread 0; grelu, log-normal scale spread sigma).
+PULLBACK_SYMMETRY = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("seed", pa.int64()),
+        pa.field("group", pa.string()),
+        pa.field("scale_spread", pa.float64()),
+        pa.field("mode", pa.string()),
+        pa.field("cos_mean", pa.float64()),  # over images
+        pa.field("cos_min", pa.float64()),
+        pa.field("images", pa.int64()),  # images with a cosine (neither pullback zero)
+        pa.field("logit_change", pa.float64()),  # the element's change of the function: rounding
+        pa.field("probe_images", pa.int64()),
+        pa.field("temperature", pa.float64()),
+        pa.field("dtype", pa.string()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant seed group scale_spread mode"},
+)
+
+# Per pair of members: cosines between their pullbacks of the class logit (site "logit", units -1)
+# or of hidden unit unit_a of a and its Hungarian match unit_b of b at a site.
+PULLBACK_AGREEMENT = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("pair", pa.int64()),
+        pa.field("seed_a", pa.int64()),
+        pa.field("seed_b", pa.int64()),
+        pa.field("site", pa.string()),
+        pa.field("unit_a", pa.int64()),
+        pa.field("unit_b", pa.int64()),
+        pa.field("match_correlation", pa.float64()),  # of the matched units' activations; null for logits
+        pa.field("mode", pa.string()),
+        pa.field("cos_mean", pa.float64()),
+        pa.field("cos_min", pa.float64()),
+        pa.field("images", pa.int64()),
+        pa.field("probe_images", pa.int64()),
+        pa.field("temperature", pa.float64()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant pair site unit_a mode"},
+)
+
+# Per member and mode: deletion and insertion curves (mean over images at 0, 1/steps, ..., 1 of
+# the pixels; the class's probability) and their areas, the mean image's probability, and the PGD
+# toward a random other class (success: the target predicted after the last step).
+PULLBACK_FAITHFULNESS = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("seed", pa.int64()),
+        pa.field("mode", pa.string()),
+        pa.field("images", pa.int64()),
+        pa.field("deletion_auc", pa.float64()),
+        pa.field("insertion_auc", pa.float64()),
+        pa.field("deletion_curve", pa.list_(pa.float64())),
+        pa.field("insertion_curve", pa.list_(pa.float64())),
+        pa.field("mean_image_prob", pa.float64()),
+        pa.field("pgd_success", pa.float64()),
+        pa.field("pgd_target_prob", pa.float64()),
+        pa.field("pgd_success_by_step", pa.list_(pa.float64())),
+        pa.field("pgd_steps", pa.int64()),
+        pa.field("pgd_epsilon", pa.float64()),  # L2, images in [-1, 1]
+        pa.field("pgd_step_size", pa.float64()),
+        pa.field("probe_images", pa.int64()),
+        pa.field("temperature", pa.float64()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant seed mode"},
+)
+
+# The DEQ neural tangent kernel stage: one row per kernel regression. study "accuracy" (the
+# configured training-set sizes, one fixed test set, draw 0) or "depth" (the depth sweep's draws);
+# depth is a string, "1", "2", ... for the depth-L NTK and "deq" for the DEQ-NTK.
+DEQNTK = pa.schema(
+    [
+        pa.field("study", pa.string()),
+        pa.field("dataset", pa.string()),
+        pa.field("sigma_w2", pa.float64()),
+        pa.field("sigma_u2", pa.float64()),
+        pa.field("sigma_b2", pa.float64()),
+        pa.field("n_train", pa.int64()),
+        pa.field("n_test", pa.int64()),
+        pa.field("depth", pa.string()),
+        pa.field("draw", pa.int64()),
+        pa.field("test_acc", pa.float64()),  # NaN where the kernel system is singular
+        pa.field("ridge", pa.float64()),
+        pa.field("iterations", pa.int64()),  # fixed-point iterations (the most any entry took); DEQ only
+        pa.field("residual", pa.float64()),  # the largest last step of those iterations; DEQ only
+        # seconds of the Gram (the accuracy study: summed over the blocks read) and of the solve
+        pa.field("gram_seconds", pa.float64()),
+        pa.field("regression_seconds", pa.float64()),
+        pa.field(
+            "paper_acc", pa.float64()
+        ),  # Feng & Kolter's, in %, where it has one (filled by deqntk_table)
+        pa.field("device", pa.string()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "study sigma_w2 sigma_u2 sigma_b2 n_train n_test depth draw"},
+)
+
+KERNEL_REFERENCE = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("seed", pa.int64()),
+        pa.field("site", pa.string()),
+        pa.field("kernel", pa.string()),  # the similarity measure whose kernel of the site is compared
+        pa.field("cka", pa.float64()),  # with the DEQ-NTK Gram of the same images; NaN at a constant site
+        pa.field("samples", pa.int64()),
+        pa.field("sigma_w2", pa.float64()),
+        pa.field("sigma_u2", pa.float64()),
+        pa.field("sigma_b2", pa.float64()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant seed site kernel"},
+)
+
 
 def to_table(df: pd.DataFrame, schema: pa.Schema) -> pa.Table:
     """Cast ``df`` to ``schema``; a missing or extra column is an error that names it."""

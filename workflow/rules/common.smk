@@ -94,7 +94,26 @@ STAGE_CODE = {
         "jobs/__init__.py",
         "jobs/dissection.py",
     ],
+    "deqntk": ["deqntk.py", "kernels/deq.py", "jobs/__init__.py", "jobs/deqntk.py"],
+    # symmetry.py: the group action; stitching.py: the Hungarian matching of hidden units
+    "pullback": [
+        "pullback.py",
+        "pullback_study.py",
+        "symmetry.py",
+        "groups.py",
+        "stitching.py",
+        "jobs/__init__.py",
+        "jobs/pullback.py",
+    ],
+    "kernel_reference": [
+        "deqntk.py",
+        "kernels/deq.py",
+        "similarity.py",
+        "jobs/__init__.py",
+        "jobs/deqntk.py",
+    ],
     "tables": ["tables.py"],
+    "deqntk_table": ["tables.py", "paper.py"],  # the table holds the paper's accuracies
     "figures": ["figures.py", "paper.py"],
 }
 _PACKAGE = Path(intertwine.__file__).parent

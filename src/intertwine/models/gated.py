@@ -288,13 +288,18 @@ class GatedNet(nn.Module):
                     h = self.features.get_submodule(pool)(h)
             gates.append(self._gate(q))
             selected = pool in self.max_pools
-            pooled, index = nn.functional.max_pool2d(a, 2, return_indices=True) if selected else (a, None)
+            # a selection is a gate: indices of the detached activation, no gradient through them
+            pooled, index = (
+                nn.functional.max_pool2d(a.detach(), 2, return_indices=True) if selected else (a, None)
+            )
             selections.append(index)
             if self.family == "dlgn_sf":  # no chain: F's activation pooled as V's, for the global pool
                 h = pooled if selected or pool is None else self.value.get_submodule(pool)(a)
         last = h
         selection = (
-            nn.functional.adaptive_max_pool2d(last, 1, return_indices=True)[1] if self.global_max else None
+            nn.functional.adaptive_max_pool2d(last.detach(), 1, return_indices=True)[1]
+            if self.global_max
+            else None
         )
         return gates, selections, selection
 

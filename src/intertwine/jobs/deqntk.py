@@ -1,0 +1,208 @@
+"""The DEQ neural tangent kernel stage's jobs: a block of the accuracy study's Gram, the
+regression of one variance setting and training-set size on it, one draw of the depth sweep, and
+one zoo member's CKAs with the kernel (the similarity stage's reference)."""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import torch
+
+from intertwine import deqntk, models
+from intertwine.data import Split
+from intertwine.jobs import Job
+from intertwine.kernels import deq
+from intertwine.settings import DeqntkConfig
+
+
+def _pool(job: Job) -> Split:
+    """The whole training set: the train split and the held-out validation split."""
+
+    def load():
+        train, val = job.split("train"), job.split("val")
+        return Split(torch.cat([train.images, val.images]), torch.cat([train.labels, val.labels]))
+
+    return job._cached("deqntk pool", load)
+
+
+def _training_order(job: Job, n: int) -> torch.Tensor:
+    """The first n of the accuracy study's one permutation of the training pool (nested in n)."""
+    generator = torch.Generator().manual_seed(job.seed("deqntk", "train"))
+    return deqntk.draw(n, len(_pool(job)), generator, "training images").to(job.device)
+
+
+def _test_split(job: Job, n: int) -> Split:
+    split = job.split("test", n)
+    if len(split) < n:
+        raise ValueError(f"{n} test images asked for, but the test split has {len(split)}")
+    return split
+
+
+def _num_classes(job: Job) -> int:
+    return len(job.meta()["classes"])
+
+
+def _variances(values) -> tuple[float, float, float]:
+    if len(values) != 3:
+        raise ValueError(f"a variance setting is (sigma_w2, sigma_u2, sigma_b2), got {values}")
+    return tuple(float(v) for v in values)
+
+
+def deqntk_gram(
+    job: Job, variances, n_train: int, part: str, start: int, stop: int, block: dict
+) -> deqntk.Block:
+    """Rows [start, stop) of the ``part`` ("train" or "test") rows of the accuracy study's Gram
+    for the first ``n_train`` training images (the largest training-set size) and the first
+    ``block["n_test"]`` test images (``deqntk.gram_block``)."""
+    settings = DeqntkConfig.from_block(block, "deqntk")
+    variances = _variances(variances)
+    order = _training_order(job, n_train)
+    x_train = deqntk.unit_rows(_pool(job).images[order])
+    x_test = deqntk.unit_rows(_test_split(job, settings.n_test).images)
+    result = deqntk.gram_block(x_train, x_test, part, start, stop, variances, settings.tol)
+    job.log(
+        f"{deqntk.variances_name(variances)}: {part} rows [{start}, {stop}) x {tuple(result.gram.shape)} "
+        f"in {result.seconds:.1f} s, {result.iterations} iterations (last step {result.residual:.1e})"
+    )
+    return result
+
+
+def deqntk_regression(job: Job, variances, n_train: int, blocks: list[str], block: dict) -> pd.DataFrame:
+    """Kernel regression with the DEQ-NTK of the first ``n_train`` training images on the test
+    images, the Gram assembled from its ``blocks`` (.npz files of ``deqntk_gram``): one row."""
+    settings = DeqntkConfig.from_block(block, "deqntk")
+    variances = _variances(variances)
+    parts = [deqntk.load_block(path) for path in blocks]
+    K, K_test = deqntk.assemble(parts, n_train)
+    if len(K_test) != settings.n_test:
+        raise ValueError(
+            f"the blocks hold {len(K_test)} test rows, but n_test is {settings.n_test}: they belong to "
+            "another config; rerun their deqntk_gram jobs"
+        )
+    used = [p for p in parts if p.part == "test" or p.start < n_train]
+    y_train = _pool(job).labels[_training_order(job, n_train)]
+    y_test = _test_split(job, settings.n_test).labels
+    started = time.perf_counter()
+    acc = deqntk.regression_accuracy(
+        K.to(job.device), y_train, K_test.to(job.device), y_test, _num_classes(job), settings.ridge
+    )
+    seconds = time.perf_counter() - started
+    job.log(
+        f"{deqntk.variances_name(variances)}, {n_train} training / {len(y_test)} test images: "
+        f"test accuracy {100 * acc:.2f} % (regression {seconds:.1f} s)"
+    )
+    w, u, b = variances
+    row = {
+        "study": "accuracy",
+        "dataset": job.meta()["dataset"],
+        "sigma_w2": w,
+        "sigma_u2": u,
+        "sigma_b2": b,
+        "n_train": n_train,
+        "n_test": len(y_test),
+        "depth": deqntk.DEQ,
+        "draw": 0,
+        "test_acc": acc,
+        "ridge": settings.ridge,
+        "iterations": max(p.iterations for p in used),
+        "residual": max(p.residual for p in used),
+        "gram_seconds": sum(p.seconds for p in used),
+        "regression_seconds": seconds,
+        "paper_acc": None,
+    }
+    return pd.DataFrame([row]).assign(**job.provenance({"deqntk": block}))
+
+
+def deqntk_depth(job: Job, draw: int, block: dict) -> pd.DataFrame:
+    """One draw of the depth sweep (``deqntk.depth_sweep``): ``depth_n_train`` training images of
+    the pool and ``depth_n_test`` test images, each drawn from the draw's seed."""
+    settings = DeqntkConfig.from_block(block, "deqntk")
+    generator = torch.Generator().manual_seed(job.seed("deqntk", "depth", draw))
+    pool, test = _pool(job), job.split("test")
+    train_idx = deqntk.draw(settings.depth_n_train, len(pool), generator, "training images").to(job.device)
+    test_idx = deqntk.draw(settings.depth_n_test, len(test), generator, "test images").to(job.device)
+    rows = deqntk.depth_sweep(
+        deqntk.unit_rows(pool.images[train_idx]),
+        pool.labels[train_idx],
+        deqntk.unit_rows(test.images[test_idx]),
+        test.labels[test_idx],
+        _num_classes(job),
+        settings.depths,
+        [_variances(v) for v in settings.finite_variances],
+        _variances(settings.depth_variances),
+        settings.ridge,
+        settings.tol,
+    )
+    table = pd.DataFrame(rows)
+    job.log(
+        f"draw {draw}: "
+        + ", ".join(f"{r['depth']} {100 * r['test_acc']:.1f} %" for r in rows)
+        + f" ({table['gram_seconds'].sum() + table['regression_seconds'].sum():.1f} s)"
+    )
+    return table.assign(
+        study="depth",
+        dataset=job.meta()["dataset"],
+        n_train=settings.depth_n_train,
+        n_test=settings.depth_n_test,
+        draw=draw,
+        ridge=settings.ridge,
+        paper_acc=None,
+        iterations=table["iterations"].astype("Int64"),
+        **job.provenance({"deqntk": block}),
+    )
+
+
+#: Activations held at once by ``kernel_reference_member`` (a forward pass reads every site of a group).
+ACTIVATION_BYTES = 512 * 2**20
+
+
+def _site_activations(model, images, sites, mean, std, max_bytes: int = ACTIVATION_BYTES):
+    """(site, activations) of every site on ``images``, one forward pass per group of consecutive
+    sites whose activations fit in ``max_bytes`` together (a site too large alone is its own group)."""
+    sizes = {
+        site: a[0].numel() * a.element_size()
+        for site, a in models.site_activations(model, images[:1], sites, mean, std).items()
+    }
+    groups, current, total = [], [], 0
+    for site in sites:
+        size = sizes[site] * len(images)
+        if current and total + size > max_bytes:
+            groups.append(current)
+            current, total = [], 0
+        current.append(site)
+        total += size
+    groups.append(current)
+    for group in groups:
+        yield from models.site_activations(model, images, group, mean, std).items()
+
+
+def kernel_reference_member(job: Job, checkpoint: str, block: dict) -> pd.DataFrame:
+    """CKA of each site of a zoo member with the DEQ-NTK Gram of the first ``reference_samples``
+    test images (all of them when null), one row per (site, measure's kernel)."""
+    settings = DeqntkConfig.from_block(block, "deqntk")
+    model, meta = job.model(checkpoint)
+    images = job.split("test", settings.reference_samples).images
+    w, u, b = _variances(settings.reference_variances)
+    kernel = deq.deq_ntk(deqntk.unit_rows(images), sigma_w2=w, sigma_u2=u, sigma_b2=b, tol=settings.tol).gram
+    sites = [site.name for site in models.sites(model)]
+    activations = _site_activations(model, images, sites, *job.stats())
+    rows = deqntk.reference_rows(activations, kernel, settings.reference_measures)
+    table = pd.DataFrame(rows)
+    job.log(
+        f"{meta['variant']} seed {meta['seed']}: CKA with the DEQ-NTK {deqntk.variances_name((w, u, b))} on "
+        f"{len(images)} images at {len(sites)} sites: "
+        + ", ".join(
+            f"{m} {table.loc[table['kernel'] == m, 'cka'].mean():.3f}" for m in settings.reference_measures
+        )
+        + " (mean over sites)"
+    )
+    table.insert(0, "variant", meta["variant"])
+    table.insert(1, "seed", meta["seed"])
+    return table.assign(
+        samples=len(images),
+        sigma_w2=w,
+        sigma_u2=u,
+        sigma_b2=b,
+        **job.provenance({"deqntk": block}, device=False),
+    )

@@ -1,0 +1,212 @@
+"""The excitation-pullback stage's jobs: a member's symmetry and faithfulness, a pair's agreement,
+a variant's image grids (the mathematics is in ``intertwine.pullback_study``)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+import torch
+
+from intertwine import pullback_study as study
+from intertwine.data.augment import normalize
+from intertwine.jobs import Job
+from intertwine.pullback import per_neuron_temperatures
+from intertwine.settings import PullbackConfig
+
+
+def _inputs(job: Job, settings: PullbackConfig, images: int):
+    """The first ``images`` test images and their labels, the first probe_images training images,
+    normalised with the data set's statistics."""
+    test = job.split("test", images)
+    stats = job.stats()
+    probe = normalize(job.split("train", settings.probe_images).images, *stats)
+    return normalize(test.images, *stats), test.labels, probe
+
+
+def _pgd_settings(settings: PullbackConfig, image_shape) -> dict:
+    """The PGD radius and step for these images: the paper's, scaled to their size."""
+    dims = int(np.prod(image_shape))
+    pgd = settings.pgd
+    return {
+        "steps": pgd["steps"],
+        "epsilon": study.scaled_to_image(pgd["epsilon"], dims),
+        "step_size": study.scaled_to_image(pgd["step_size"], dims),
+    }
+
+
+def _direction(model, mode: str, temperature: float, temperatures):
+    """The PGD ascent direction of a mode: the pullback (or gradient) of the target's logit."""
+    return lambda z, targets: study.attributions(
+        model, z, targets, mode, temperature, temperatures=temperatures
+    ).to(z.dtype)
+
+
+def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A zoo member's symmetry rows (``pullback_study.symmetry_cosines`` in float64, one per group,
+    spread and mode) and faithfulness rows (one per mode: deletion and insertion curves and areas,
+    PGD success toward a random other class), on the first ``block["images"]`` test images with
+    their labels as the classes."""
+    settings = PullbackConfig.from_block(block, "pullback")
+    model, meta = job.model(checkpoint)
+    variant, seed = meta["variant"], meta["seed"]
+    x, labels, probe = _inputs(job, settings, settings.images)
+    generator = torch.Generator().manual_seed(job.seed("pullback", variant, seed, "symmetry"))
+    rows = study.symmetry_cosines(
+        copy.deepcopy(model).double(),  # the loaded model stays as it is
+        x.double(),
+        labels,
+        probe.double(),
+        settings.temperature,
+        settings.spreads,
+        generator,
+    )
+    symmetry = pd.DataFrame(rows)
+    worst = symmetry.groupby(["group", "scale_spread", "mode"])["cos_min"].min()
+    job.log(f"{variant} seed {seed}: smallest cosine per group, spread and mode\n{worst.to_string()}")
+    symmetry.insert(0, "variant", variant)
+    symmetry.insert(1, "seed", seed)
+    provenance = job.provenance({"pullback": block}, device=False)
+    symmetry = symmetry.assign(
+        probe_images=len(probe), temperature=settings.temperature, dtype="float64", **provenance
+    )
+
+    temperatures = per_neuron_temperatures(model, probe, settings.temperature)
+    pgd = _pgd_settings(settings, x.shape[1:])
+    targets = study.random_targets(
+        labels,
+        len(job.meta()["classes"]),
+        torch.Generator().manual_seed(job.seed("pullback", variant, seed, "pgd")),
+    ).to(x.device)
+    mean, std = job.stats()
+    rows = []
+    for mode in study.MODES:
+        attribution = study.attributions(
+            model, x, labels, mode, settings.temperature, temperatures=temperatures
+        )
+        deletion, insertion = study.deletion_insertion(model, x, labels, attribution, settings.deletion_steps)
+        direction = _direction(model, mode, settings.temperature, temperatures)
+        by_step = []
+
+        def record(z, by_step=by_step):
+            with torch.no_grad():
+                by_step.append((model(z).argmax(1) == targets).double().mean().item())
+
+        moved = study.pgd_toward(direction, x, targets, mean, std, **pgd, each_step=record)
+        with torch.no_grad():
+            probabilities = model(moved).softmax(1)
+        rows.append(
+            {
+                "mode": mode,
+                "images": len(x),
+                "deletion_auc": study.curve_area(deletion).mean().item(),
+                "insertion_auc": study.curve_area(insertion).mean().item(),
+                "deletion_curve": deletion.mean(0).tolist(),
+                "insertion_curve": insertion.mean(0).tolist(),
+                "mean_image_prob": deletion[:, -1].mean().item(),
+                "pgd_success": (probabilities.argmax(1) == targets).double().mean().item(),
+                "pgd_target_prob": probabilities[torch.arange(len(x)), targets].mean().item(),
+                "pgd_success_by_step": by_step,
+                "pgd_steps": pgd["steps"],
+                "pgd_epsilon": pgd["epsilon"],
+                "pgd_step_size": pgd["step_size"],
+            }
+        )
+        job.log(
+            f"{variant} seed {seed} {mode}: deletion area {rows[-1]['deletion_auc']:.3f}, insertion "
+            f"area {rows[-1]['insertion_auc']:.3f}, PGD success {rows[-1]['pgd_success']:.2f} (by step: "
+            f"{', '.join(f'{v:.2f}' for v in by_step)})"
+        )
+    faithfulness = pd.DataFrame(rows)
+    faithfulness.insert(0, "variant", variant)
+    faithfulness.insert(1, "seed", seed)
+    faithfulness = faithfulness.assign(
+        probe_images=len(probe), temperature=settings.temperature, **provenance
+    )
+    return symmetry, faithfulness
+
+
+def pullback_pair(job: Job, a: str, b: str, pair: int, block: dict, sites: list[str]) -> pd.DataFrame:
+    """The agreement of zoo members a and b (``pullback_study.agreement_rows``): per mode, the
+    cosines of their pullbacks of the true class's logit, and of ``block["units"]`` hidden units
+    at each of ``sites`` against their Hungarian matches, on the first ``block["images"]`` test
+    images."""
+    settings = PullbackConfig.from_block(block, "pullback")
+    model_a, meta_a = job.model(a)
+    model_b, meta_b = job.model(b)
+    if meta_a["variant"] != meta_b["variant"]:
+        raise ValueError(f"{a} and {b} belong to different variants")
+    variant = meta_a["variant"]
+    x, labels, probe = _inputs(job, settings, settings.images)
+    generator = torch.Generator().manual_seed(job.seed("pullback", variant, "pair", pair))
+    rows = study.agreement_rows(
+        model_a, model_b, x, labels, probe, settings.temperature, sites, settings.units, generator
+    )
+    table = pd.DataFrame(rows)
+    summary = table.assign(kind=np.where(table["site"] == "logit", "logit", "units"))
+    job.log(
+        f"{variant} pair {pair} (seeds {meta_a['seed']}, {meta_b['seed']}): mean cosine\n"
+        f"{summary.groupby(['kind', 'mode'])['cos_mean'].mean().to_string()}"
+    )
+    base = {"variant": variant, "pair": pair, "seed_a": meta_a["seed"], "seed_b": meta_b["seed"]}
+    for k, (column, value) in enumerate(base.items()):
+        table.insert(k, column, value)
+    return table.assign(
+        probe_images=len(probe),
+        temperature=settings.temperature,
+        **job.provenance({"pullback": block}, device=False),
+    )
+
+
+def pullback_images(job: Job, checkpoint: str, block: dict) -> dict:
+    """What a variant's image grids show, from one member: ``block["grid_images"]`` test images per
+    class with their gradient and pullbacks (global and per-neuron T); one image per class moved by
+    PGD toward a random other class along each mode's direction. Arrays (numpy) and labels."""
+    settings = PullbackConfig.from_block(block, "pullback")
+    model, meta = job.model(checkpoint)
+    classes = job.meta()["classes"]
+    test = job.split("test")
+    picks = [
+        index
+        for c in range(len(classes))
+        for index in (test.labels == c).nonzero().flatten()[: settings.grid_images].tolist()
+    ]
+    picks = sorted(picks, key=lambda i: (int(test.labels[i]), i))
+    stats = job.stats()
+    x = normalize(test.images[picks], *stats)
+    labels = test.labels[picks]
+    probe = normalize(job.split("train", settings.probe_images).images, *stats)
+    temperatures = per_neuron_temperatures(model, probe, settings.temperature)
+    attributions = {
+        mode: study.attributions(model, x, labels, mode, settings.temperature, temperatures=temperatures)
+        .cpu()
+        .numpy()
+        for mode in study.MODES
+    }
+    # PGD: the first pick of each class
+    first = [i for i, label in enumerate(labels.tolist()) if i == 0 or labels[i - 1] != label]
+    generator = torch.Generator().manual_seed(job.seed("pullback", meta["variant"], meta["seed"], "pgd-grid"))
+    targets = study.random_targets(labels[first], len(classes), generator).to(x.device)
+    pgd = _pgd_settings(settings, x.shape[1:])
+    mean, std = stats
+    moved, predicted = {}, {}
+    for mode in study.MODES:
+        direction = _direction(model, mode, settings.temperature, temperatures)
+        final = study.pgd_toward(direction, x[first], targets, mean, std, **pgd)
+        with torch.no_grad():
+            predicted[mode] = model(final).argmax(1).cpu().numpy()
+        moved[mode] = ((study.to_unit_range(final, mean, std) + 1) / 2).clamp(0, 1).cpu().numpy()
+    job.log(f"{meta['variant']} seed {meta['seed']}: grids of {len(picks)} and {len(first)} images")
+    return {
+        "title": f"{meta['variant']} seed {meta['seed']}",
+        "classes": classes,
+        "images": test.images[picks].cpu().numpy(),
+        "labels": labels.cpu().numpy(),
+        "attributions": attributions,
+        "pgd_images": test.images[picks][first].cpu().numpy(),
+        "pgd_labels": labels[first].cpu().numpy(),
+        "pgd_targets": targets.cpu().numpy(),
+        "pgd_moved": moved,
+        "pgd_predicted": predicted,
+    }

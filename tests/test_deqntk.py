@@ -1,0 +1,281 @@
+"""The DEQ neural tangent kernel stage: the Gram in blocks, regression, the depth sweep, the
+kernel reference, its jobs on a tiny cached data set, and its commands' errors (seconds in all)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from intertwine import deqntk, paper
+from intertwine.kernels import deq
+from intertwine.plan import gram_layout
+from intertwine.settings import parse_variances, variances_name
+from intertwine.tables import DEQNTK, KERNEL_REFERENCE, to_table
+
+SETTING = (0.6, 0.4, 0.0)
+
+
+def unit(n, d=12, seed=0):
+    x = torch.rand(n, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return x / x.norm(dim=1, keepdim=True)
+
+
+def blocks_of(x_train, x_test, block_rows, tmp_path=None, variances=SETTING):
+    """Every block of the [train; test] x train Gram, through a file when ``tmp_path`` is given."""
+    blocks = []
+    for part, start, stop in gram_layout(len(x_train), len(x_test), block_rows):
+        block = deqntk.gram_block(x_train, x_test, part, start, stop, variances)
+        if tmp_path is not None:
+            path = tmp_path / f"{part}{start}.npz"
+            deqntk.save_block(block, path)
+            block = deqntk.load_block(path)
+        blocks.append(block)
+    return blocks
+
+
+def test_layout_tiles_train_then_test():
+    assert gram_layout(5, 3, 2) == [
+        ("train", 0, 2),
+        ("train", 2, 4),
+        ("train", 4, 5),
+        ("test", 0, 2),
+        ("test", 2, 3),
+    ]
+    with pytest.raises(ValueError, match="block_rows"):
+        gram_layout(5, 3, 0)
+
+
+@pytest.mark.parametrize("n_train", [23, 16, 9])  # the whole Gram, a block boundary, inside a block
+def test_blocks_assemble_into_the_unblocked_gram(tmp_path, n_train):
+    x_train, x_test = unit(23, seed=1), unit(7, seed=2)
+    blocks = blocks_of(x_train, x_test, 8, tmp_path)
+    K, K_test = deqntk.assemble(blocks, n_train)
+    full = deq.deq_ntk(x_train[:n_train], sigma_w2=0.6, sigma_u2=0.4, sigma_b2=0.0).gram
+    cross = deq.deq_ntk(x_test, x_train[:n_train], sigma_w2=0.6, sigma_u2=0.4, sigma_b2=0.0).gram
+    assert torch.equal(K, K.T)  # exactly symmetric
+    torch.testing.assert_close(K, full, rtol=0, atol=1e-12)
+    torch.testing.assert_close(K_test, cross, rtol=0, atol=1e-12)
+    assert torch.allclose(K.diagonal(), torch.full((n_train,), 1 / (1 - 0.6), dtype=torch.float64))
+    # a training block holds only the columns right of its diagonal
+    assert [tuple(b.gram.shape) for b in blocks] == [(8, 23), (8, 15), (7, 7), (7, 23)]
+
+
+def test_assemble_refuses_missing_or_repeated_blocks(tmp_path):
+    blocks = blocks_of(unit(10), unit(4, seed=3), 4)
+    with pytest.raises(ValueError, match="training blocks do not cover the rows"):
+        deqntk.assemble([b for b in blocks if (b.part, b.start) != ("train", 4)], 10)
+    with pytest.raises(ValueError, match="test blocks do not cover"):
+        deqntk.assemble(blocks + blocks[-1:], 10)
+    (tmp_path / "bad.npz").write_bytes(b"not a block")
+    with pytest.raises(ValueError, match="bad.npz: not a readable Gram block"):
+        deqntk.load_block(tmp_path / "bad.npz")
+
+
+def test_regression_separates_clusters_and_is_nan_on_a_singular_kernel():
+    generator = torch.Generator().manual_seed(0)
+    centres = torch.eye(3, 30, dtype=torch.float64) + 0.2
+    labels = torch.arange(60) % 3
+    x = centres[labels] + 0.05 * torch.randn(60, 30, generator=generator, dtype=torch.float64)
+    x = x / x.norm(dim=1, keepdim=True)
+    K = deq.deq_ntk(x[:40], sigma_w2=0.6, sigma_u2=0.4, sigma_b2=0.0).gram
+    K_test = deq.deq_ntk(x[40:], x[:40], sigma_w2=0.6, sigma_u2=0.4, sigma_b2=0.0).gram
+    assert deqntk.regression_accuracy(K, labels[:40], K_test, labels[40:], 3) == 1.0
+    constant = torch.ones(40, 40, dtype=torch.float64)
+    assert math.isnan(deqntk.regression_accuracy(constant, labels[:40], K_test, labels[40:], 3))
+
+
+def test_depth_sweep_rows_and_the_injected_ntk_reaching_the_deq_ntk():
+    x, labels = unit(30, d=16, seed=4), torch.arange(30) % 3
+    rows = deqntk.depth_sweep(
+        x[:20], labels[:20], x[20:], labels[20:], 3, [1, 60], [(1.0, 0.0, 0.0), SETTING], SETTING
+    )
+    assert [r["depth"] for r in rows] == ["1", "60", "1", "60", "deq"]
+    assert all(0 <= r["test_acc"] <= 1 for r in rows)
+    assert [r["iterations"] is None for r in rows] == [True] * 4 + [False]
+    # depth 60 with input injection: the DEQ-NTK to 0.6^60, the same predictions
+    assert rows[3]["test_acc"] == rows[4]["test_acc"]
+
+
+def test_reference_is_blind_to_rotations_of_a_representation():
+    """The DEQ-NTK is a function of inner products: rotating the inputs leaves it unchanged, and a
+    rotated representation has the same linear CKA with it (G_ReLU CKA, the max kernel, differs)."""
+    x = unit(24, d=8, seed=5)
+    q, _ = torch.linalg.qr(torch.randn(8, 8, generator=torch.Generator().manual_seed(6), dtype=torch.float64))
+    kernel = deq.deq_ntk(x, sigma_w2=0.6, sigma_u2=0.4, sigma_b2=0.0).gram
+    torch.testing.assert_close(deq.deq_ntk(x @ q, sigma_w2=0.6, sigma_u2=0.4, sigma_b2=0.0).gram, kernel)
+    representation = torch.relu(
+        x @ torch.randn(8, 6, generator=torch.Generator().manual_seed(7), dtype=x.dtype)
+    )
+    rotation, _ = torch.linalg.qr(
+        torch.randn(6, 6, generator=torch.Generator().manual_seed(8), dtype=x.dtype)
+    )
+    measures = ["linear_cka", "grelu_cka"]
+    plain = deqntk.reference_rows({"site": representation}, kernel, measures)
+    rotated = deqntk.reference_rows([("site", representation @ rotation)], kernel, measures)
+    assert [r["kernel"] for r in plain] == measures
+    assert plain[0]["cka"] == pytest.approx(rotated[0]["cka"], abs=1e-10)
+    assert abs(plain[1]["cka"] - rotated[1]["cka"]) > 1e-3
+    dead = deqntk.reference_rows({"dead": torch.zeros(24, 6, dtype=x.dtype)}, kernel, ["linear_cka"])
+    assert math.isnan(dead[0]["cka"])
+
+
+def test_inputs_are_unit_rows_and_variance_names_round_trip():
+    images = torch.randint(0, 256, (5, 3, 4, 4), dtype=torch.uint8)
+    x = deqntk.unit_rows(images)
+    assert x.shape == (5, 48) and x.dtype == torch.float64
+    torch.testing.assert_close(x.norm(dim=1), torch.ones(5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="all-zero image"):
+        deqntk.unit_rows(torch.zeros(1, 3, 2, 2, dtype=torch.uint8))
+    for variances in [(0.25, 0.25, 0.5), (0.6, 0.4, 0.0), (1.0, 0.0, 0.0)]:
+        assert parse_variances(variances_name(variances)) == variances
+    assert variances_name([0.6, 0.4, 0.0]) == "w0.6_u0.4_b0"
+    with pytest.raises(ValueError, match="not a variance setting's name"):
+        parse_variances("0.6_0.4_0")
+
+
+def test_papers_accuracies():
+    assert paper.reported_deqntk("cifar10", (0.6, 0.4, 0.0)) == 59.77
+    assert paper.reported_deqntk("cifar10", [0.25, 0.25, 0.5], 50_000, 10_000) == 59.08
+    assert paper.reported_deqntk("cifar10", (0.8, 0.2, 0.0), 1000) is None  # not the paper's size
+    assert paper.reported_deqntk("mnist", (0.25, 0.25, 0.5)) == 98.6
+    assert paper.reported_deqntk("shapes", (0.6, 0.4, 0.0)) is None
+    assert paper.reported_deqntk("cifar10", (0.5, 0.5, 0.0)) is None
+
+
+# --- the jobs, on a tiny cached data set ------------------------------------------------------------
+
+
+def test_jobs_write_the_tables_rows(tmp_path, tiny_shapes_dir):
+    from intertwine.jobs import Job
+    from intertwine.jobs.deqntk import deqntk_depth, deqntk_gram, deqntk_regression
+
+    job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
+    block = {"n_test": 16, "tol": 1e-10}
+    paths = []
+    for part, start, stop in gram_layout(40, 16, 24):
+        paths.append(tmp_path / f"{part}{start}.npz")
+        deqntk.save_block(deqntk_gram(job, SETTING, 40, part, start, stop, block), paths[-1])
+    rows = pd.concat(
+        deqntk_regression(job, SETTING, n, [str(p) for p in paths], {"n_test": 16, "ridge": 0.0})
+        for n in (24, 40)
+    )
+    to_table(rows, DEQNTK)  # every column, of its type
+    assert list(rows["n_train"]) == [24, 40] and (rows["depth"] == "deq").all()
+    assert rows["test_acc"].between(0, 1).all() and (rows["iterations"] > 0).all()
+    with pytest.raises(ValueError, match="hold 16 test rows, but n_test is 8"):
+        deqntk_regression(job, SETTING, 40, [str(p) for p in paths], {"n_test": 8})
+    depth = deqntk_depth(job, 0, {"depths": [1, 3], "depth_n_train": 20, "depth_n_test": 10})
+    to_table(depth, DEQNTK)
+    assert list(depth["depth"]) == ["1", "3", "deq"] and (depth["study"] == "depth").all()
+    assert depth["iterations"].isna().tolist() == [True, True, False]
+    with pytest.raises(ValueError, match="500 training images asked for, but there are only 160"):
+        deqntk_depth(job, 0, {"depth_n_train": 500})
+
+
+def test_reference_job_rows(tmp_path, tiny_shapes_dir):
+    from intertwine import models
+    from intertwine.jobs import Job
+    from intertwine.jobs.deqntk import kernel_reference_member
+    from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
+
+    spec = {"arch": "myrtle", "width_multiplier": 0.125}
+    torch.manual_seed(0)
+    checkpoint = tmp_path / "seed0.pt"
+    save_checkpoint(
+        {
+            "format": CHECKPOINT_FORMAT,
+            "state_dict": models.build(spec).state_dict(),
+            "spec": models.normalize_spec(spec),
+            "variant": "myrtle",
+            "seed": 0,
+            "test_acc": 0.1,
+            "test_dtype": "float32",
+        },
+        checkpoint,
+    )
+    job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
+    rows = kernel_reference_member(job, str(checkpoint), {"reference_samples": 12})
+    to_table(rows, KERNEL_REFERENCE)
+    assert len(rows) == 4 * 2 and set(rows["kernel"]) == {"grelu_cka", "linear_cka"}
+    assert (rows["samples"] == 12).all() and rows["cka"].dropna().between(-1, 1).all()
+
+
+# --- the commands' errors ---------------------------------------------------------------------------
+
+
+def intertwine(*args):
+    return subprocess.run([sys.executable, "-m", "intertwine", *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--variances", "0.6,0.4,0"], "argument --variances: not a variance setting's name"),
+        (["--part", "val"], "argument --part: invalid choice: 'val'"),
+        (["--n-train", "0"], "argument --n-train: must be at least 1, got 0"),
+        (["--start", "-1"], "argument --start: must be at least 0, got -1"),
+    ],
+)
+def test_gram_options_are_checked_by_the_parser(argv, message):
+    base = {
+        "--variances": "w0.6_u0.4_b0",
+        "--n-train": "10",
+        "--part": "train",
+        "--start": "0",
+        "--stop": "5",
+        "--config": "{}",
+        "--out": "o.npz",
+    }
+    given = dict(zip(argv[::2], argv[1::2]))
+    result = intertwine(
+        "deqntk-gram", *[item for key, value in (base | given).items() for item in (key, value)]
+    )
+    assert result.returncode == 2 and f"intertwine deqntk-gram: error: {message}" in result.stderr
+
+
+def test_command_errors_name_the_problem(tmp_path, tiny_shapes_dir):
+    result = intertwine(
+        "deqntk-gram",
+        *("--data", str(tiny_shapes_dir), "--variances", "w0.6_u0.4_b0", "--n-train", "10"),
+        *(
+            "--part",
+            "train",
+            "--start",
+            "5",
+            "--stop",
+            "5",
+            "--config",
+            "{}",
+            "--out",
+            str(tmp_path / "g.npz"),
+        ),
+    )
+    assert result.returncode == 1 and "--stop (5) must be greater than --start (5)" in result.stderr
+    result = intertwine(
+        "deqntk-gram",
+        *("--data", str(tiny_shapes_dir), "--variances", "w0.6_u0.4_b0.5", "--n-train", "10"),
+        *("--part", "train", "--start", "0", "--stop", "5", "--config", json.dumps({"n_test": 4})),
+        *("--out", str(tmp_path / "g.npz")),
+    )
+    assert result.returncode == 1 and "sigma_w2 + sigma_u2 + sigma_b2 must be 1" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "g.npz").exists()
+    result = intertwine("deqntk-figure", "--figures", '{"dpi": 50}', "--depth", str(tmp_path / "d.png"))
+    assert (
+        result.returncode == 1
+        and "--accuracy and --depth draw deqntk.parquet: give it as --table" in result.stderr
+    )
+    (tmp_path / "block.npz").write_bytes(np.zeros(3).tobytes())
+    result = intertwine(
+        "deqntk-regression",
+        str(tmp_path / "block.npz"),
+        *("--data", str(tiny_shapes_dir), "--variances", "w0.6_u0.4_b0", "--n-train", "4"),
+        *("--config", "{}", "--out", str(tmp_path / "r.parquet")),
+    )
+    assert result.returncode == 1 and "block.npz: not a readable Gram block" in result.stderr

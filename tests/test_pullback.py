@@ -1,0 +1,366 @@
+"""Excitation pullbacks (intertwine.pullback): limits, the gated-value identity, symmetry, coverage."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from intertwine import models
+from intertwine.pullback import (
+    SOFT_FORWARDS,
+    per_neuron_temperatures,
+    pullback,
+    soft_backward,
+    soft_max_pool2d,
+    swapped_modules,
+)
+from intertwine.symmetry import act_on_weights, random_elements
+
+SMALL_T = 1e-9  # far below every pre-activation of these random nets, so every gate saturates
+SOFT_TYPES = (nn.ReLU, nn.LeakyReLU, nn.MaxPool2d, nn.AdaptiveMaxPool2d)
+
+ZOO = {
+    "myrtle": {"arch": "myrtle", "width_multiplier": 0.125},
+    "myrtle_leaky": {"arch": "myrtle", "width_multiplier": 0.125, "activation": "leaky_relu"},
+    "resnet20": {"arch": "resnet20", "width_multiplier": 0.25},
+    "resnet20_leaky_nores": {
+        "arch": "resnet20",
+        "width_multiplier": 0.25,
+        "activation": "leaky_relu",
+        "negative_slope": 0.1,
+        "residual_activation": False,
+    },
+    "resnet18": {"arch": "resnet18", "width_multiplier": 0.125},
+    "resnet18_nores": {"arch": "resnet18", "width_multiplier": 0.125, "residual_activation": False},
+}
+
+
+def build(spec, seed=0):
+    torch.manual_seed(seed)
+    return models.build(spec).double().eval()
+
+
+def images(n=4, size=16, seed=1):
+    return torch.randn(n, 3, size, size, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+
+
+def input_gradient(f, x):
+    """The plain gradient of sum(f(x)) with respect to x, by torch.autograd."""
+    x = x.clone().requires_grad_(True)
+    return torch.autograd.grad(f(x).sum(), x)[0]
+
+
+def relative(a, b):
+    return ((a - b).norm() / b.norm()).item()
+
+
+def max_relative(a, b):
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+def cosines(a, b):
+    return F.cosine_similarity(a.flatten(1), b.flatten(1))
+
+
+# --- the soft max-pool --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(2,), (3, 2, 1), ((3, 2), (2, 1), (1, 0), (1, 2)), (3, 2, 1, 1, True), (2, 2, 0, 1, True)],
+    ids=["k2", "k3s2p1", "rect_dilated", "ceil_padded", "ceil"],
+)
+def test_soft_max_pool_value_is_max_pool_exactly(args):
+    x = torch.randn(2, 3, 9, 11, dtype=torch.float64)
+    assert torch.equal(soft_max_pool2d(x, 0.3, *args), F.max_pool2d(x, *args))
+    assert torch.equal(soft_max_pool2d(x.float(), 0.3, *args), F.max_pool2d(x.float(), *args))
+
+
+def test_soft_max_pool_gradient_is_softmax_pool():
+    x, t = torch.randn(2, 3, 6, 8, dtype=torch.float64), 0.3
+    upstream = torch.randn(2, 3, 3, 4, dtype=torch.float64)
+
+    def softmax_pool(x):  # 2x2 windows moved last, then softmax-weighted
+        w = x.reshape(2, 3, 3, 2, 4, 2).permute(0, 1, 2, 4, 3, 5).reshape(2, 3, 3, 4, 4)
+        return (torch.softmax(w / t, -1) * w).sum(-1) * upstream
+
+    got = input_gradient(lambda x: soft_max_pool2d(x, t, 2) * upstream, x)
+    assert relative(got, input_gradient(softmax_pool, x)) < 1e-12
+
+
+@pytest.mark.parametrize("output_size", [1, (2, 3)])
+def test_soft_adaptive_max_pool(output_size):
+    pool, x, t = nn.AdaptiveMaxPool2d(output_size), torch.randn(2, 3, 5, 7, dtype=torch.float64), 0.3
+    with soft_backward(pool, t):
+        soft = pool(x)
+        got = input_gradient(pool, x)
+    assert torch.equal(soft, F.adaptive_max_pool2d(x, output_size))
+    if output_size == 1:  # global max pool: a softmax over every position
+        expected = input_gradient(lambda x: (torch.softmax(x.flatten(2) / t, -1) * x.flatten(2)).sum(-1), x)
+        assert relative(got, expected) < 1e-12
+
+
+def test_forward_unchanged_while_swapped():
+    model, x = build(ZOO["myrtle"]), images()
+    with soft_backward(model, 0.3) as names:
+        soft = model(x)
+    assert names == swapped_modules(model)
+    assert torch.equal(soft, model(x))
+
+
+# --- limits and the gated-value identity ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["myrtle", "resnet20"])
+def test_small_temperature_gives_the_gradient(arch):
+    model, x, classes = build(ZOO[arch]), images(), torch.tensor([0, 3, 7, 9])
+    expected = input_gradient(lambda x: model(x)[torch.arange(4), classes], x)
+    assert relative(pullback(model, x, classes, temperature=SMALL_T), expected) < 1e-6
+    assert relative(pullback(model, x, classes, mode="gradient"), expected) < 1e-12
+
+
+def _mlp():
+    return nn.Sequential(nn.Linear(12, 20), nn.ReLU(), nn.Linear(20, 16), nn.ReLU(), nn.Linear(16, 5))
+
+
+def _cnn():
+    net = nn.Sequential(
+        nn.Conv2d(3, 6, 3, padding=1),
+        nn.BatchNorm2d(6),
+        nn.ReLU(),
+        nn.Conv2d(6, 8, 3, stride=2),
+        nn.LeakyReLU(0.1),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 5),
+    )
+    net[1].running_mean.uniform_(-0.5, 0.5), net[1].running_var.uniform_(0.5, 2.0)
+    return net
+
+
+@pytest.mark.parametrize("make, shape", [(_mlp, (6, 12)), (_cnn, (6, 3, 8, 8))], ids=["mlp", "cnn"])
+def test_pullback_is_the_gradient_of_the_gated_value_network(make, shape):
+    torch.manual_seed(0)
+    net, t = make().double().eval(), 0.3
+    x, classes = torch.randn(*shape, dtype=torch.float64), torch.tensor([0, 1, 2, 3, 4, 0])
+
+    def gated_value(x):
+        # The same weights, each activation z -> z * gate with the gate from the original pass
+        # (sigmoid(z / T); LeakyReLU: a + (1 - a) sigmoid(z / T)), held fixed.
+        h, h_feature = x, x.detach()
+        for layer in net:
+            if isinstance(layer, (nn.ReLU, nn.LeakyReLU)):
+                slope = getattr(layer, "negative_slope", 0.0)
+                gate = slope + (1 - slope) * torch.sigmoid(h_feature / t)
+                h, h_feature = h * gate, layer(h_feature)
+            else:
+                h, h_feature = layer(h), layer(h_feature)
+        return h[torch.arange(len(x)), classes]
+
+    assert relative(pullback(net, x, classes, temperature=t), input_gradient(gated_value, x)) < 1e-12
+
+
+def test_large_temperature_halves_every_relu():
+    torch.manual_seed(0)
+    layers = [nn.Linear(a, b, bias=False) for a, b in [(10, 16), (16, 16), (16, 12), (12, 4)]]
+    net = nn.Sequential(layers[0], nn.ReLU(), layers[1], nn.ReLU(), layers[2], nn.ReLU(), layers[3]).double()
+    x = torch.randn(4, 10, dtype=torch.float64)
+    product = layers[3].weight @ layers[2].weight @ layers[1].weight @ layers[0].weight
+    expected = 2.0**-3 * product[torch.arange(4)]  # class i for image i
+    assert relative(pullback(net, x, torch.arange(4), temperature=1e6), expected) < 1e-5
+
+
+# --- symmetry --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["myrtle", "resnet20"])
+def test_pullbacks_are_invariant_to_permutations(arch):
+    model, x, probe = build(ZOO[arch]), images(6), images(16, seed=2)
+    acted = act_on_weights(model, random_elements(model, "permutation", torch.Generator().manual_seed(0)))
+    classes = torch.arange(6)
+    assert max_relative(pullback(acted, x, classes), pullback(model, x, classes)) < 1e-12
+    ours, theirs = per_neuron_temperatures(model, probe), per_neuron_temperatures(acted, probe)
+    got = pullback(acted, x, classes, mode="per_neuron", temperatures=theirs)
+    assert max_relative(got, pullback(model, x, classes, mode="per_neuron", temperatures=ours)) < 1e-12
+
+
+@pytest.fixture(scope="module")
+def scaled_myrtle():
+    """A random Myrtle, its copy acted on by G_ReLU elements of log-normal spread 1, test images and
+    a probe set."""
+    model = build({"arch": "myrtle", "width_multiplier": 0.25})
+    elements = random_elements(model, "grelu", torch.Generator().manual_seed(0), sigma=1.0)
+    return model, act_on_weights(model, elements), images(8), images(32, seed=2)
+
+
+def test_positive_scalings_change_global_temperature_pullbacks(scaled_myrtle):
+    model, acted, x, _ = scaled_myrtle
+    classes = torch.arange(8)
+    assert max_relative(model(x), acted(x)) < 1e-12  # the same function...
+    assert cosines(pullback(acted, x, classes), pullback(model, x, classes)).min() < 0.999  # ...not pullback
+    plain = cosines(
+        pullback(acted, x, classes, mode="gradient"), pullback(model, x, classes, mode="gradient")
+    )
+    assert plain.min() > 1 - 1e-12
+
+
+def test_per_neuron_temperatures_restore_invariance(scaled_myrtle):
+    model, acted, x, probe = scaled_myrtle
+    classes = torch.arange(8)
+    ours = pullback(model, x, classes, mode="per_neuron", temperatures=per_neuron_temperatures(model, probe))
+    theirs = pullback(
+        acted, x, classes, mode="per_neuron", temperatures=per_neuron_temperatures(acted, probe)
+    )
+    assert max_relative(theirs, ours) < 1e-10
+
+
+def test_per_neuron_temperatures_are_scaled_rms():
+    torch.manual_seed(0)
+    model, probe = build({"arch": "myrtle", "width_multiplier": 0.125, "batch_norm": False}), images(8)
+    with torch.no_grad():  # a dead channel: act1's pre-activation is exactly zero there
+        model.conv1.weight[0], model.conv1.bias[0] = 0.0, 0.0
+    temperatures = per_neuron_temperatures(model, probe, temperature=0.5)
+    assert list(temperatures) == swapped_modules(model)
+    for name, t in temperatures.items():
+        assert t.dtype == torch.float64 and t.device.type == "cpu" and (t >= 0).all(), name
+    act2 = models.site_activations(model, probe, ["act2"])["act2"]  # pool2's input
+    assert relative(temperatures["pool2"], 0.5 * act2.square().mean((0, 2, 3)).sqrt()) < 1e-12
+    assert temperatures["act1"][0] == 0 and (temperatures["act1"][1:] > 0).all()  # dead: no scale
+    # Temperature 0 means the T -> 0 limit for that channel: here, everywhere the plain gradient.
+    zero = {name: torch.zeros_like(t) for name, t in temperatures.items()}
+    x = images(2)
+    got = pullback(model, x, [0, 1], mode="per_neuron", temperatures=zero)
+    assert relative(got, pullback(model, x, [0, 1], mode="gradient")) < 1e-12
+
+
+# --- coverage of the zoo ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", list(ZOO))
+def test_every_relu_and_max_pool_of_the_zoo_is_swapped(variant):
+    model, x, classes = build(ZOO[variant]), images(2), torch.tensor([1, 2])
+    expected = [name for name, module in model.named_modules() if isinstance(module, SOFT_TYPES)]
+    assert expected and swapped_modules(model) == expected
+    gradient = input_gradient(lambda x: model(x)[torch.arange(2), classes], x)
+    # The graph check inside pullback raises if any kink was left unswapped.
+    assert relative(pullback(model, x, classes, temperature=SMALL_T), gradient) < 1e-6
+    assert relative(pullback(model, x, classes, temperature=0.3), gradient) > 1e-2
+
+
+class _FunctionalReLU(nn.Module):
+    def __init__(self, pool=False):
+        super().__init__()
+        self.conv, self.act, self.pool = nn.Conv2d(3, 4, 3), nn.ReLU(), pool
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        x = self.act(self.conv(x))
+        x = F.max_pool2d(x, 2) if self.pool else F.relu(x - 0.1)
+        return self.fc(x.mean((2, 3)))
+
+
+@pytest.mark.parametrize("pool, node", [(False, "ReluBackward0"), (True, "MaxPool2DWithIndicesBackward0")])
+def test_functional_nonlinearities_are_detected(pool, node):
+    model, x = _FunctionalReLU(pool).double(), images(2)
+    with pytest.raises(ValueError, match=node):
+        pullback(model, x, 0)
+    assert not any("forward" in vars(module) for module in model.modules())
+    pullback(model, x, 0, mode="gradient")  # the plain gradient needs no swap
+
+
+def test_zoo_functional_relu_detected():
+    # CCT's tokenizer calls F.relu and F.max_pool2d: with ReLU blocks it is still no pullback model.
+    model = build({"arch": "cct", "width_multiplier": 0.25, "activation": "relu"})
+    with pytest.raises(ValueError, match="ReluBackward0"):
+        pullback(model, images(2), 0)
+
+
+@pytest.mark.parametrize(
+    "spec, module",
+    [
+        ({"arch": "convnext", "width_multiplier": 0.25}, r"stage1\.0\.act \(GELU\)"),
+        ({"arch": "cct", "width_multiplier": 0.25}, r"blocks\.0\.act \(GELU\)"),
+        ({"arch": "myrtle", "width_multiplier": 0.125, "activation": "sigmoid"}, r"act1 \(Sigmoid\)"),
+    ],
+)
+def test_non_relu_activations_are_refused(spec, module):
+    with pytest.raises(ValueError, match=module):
+        pullback(build(spec), images(2), 0)
+
+
+def test_registered_module_types_are_swapped(monkeypatch):
+    class Rectifier(nn.ReLU):  # a subclass may compute anything, so it is not swapped by default
+        pass
+
+    net = nn.Sequential(nn.Linear(5, 7), Rectifier(), nn.Linear(7, 3)).double()
+    x = torch.randn(4, 5, dtype=torch.float64)
+    with pytest.raises(ValueError, match="ReluBackward0"):
+        pullback(net, x, 0)
+    monkeypatch.setitem(SOFT_FORWARDS, Rectifier, SOFT_FORWARDS[nn.ReLU])
+    assert swapped_modules(net) == ["1"]
+    reference = nn.Sequential(net[0], nn.ReLU(), net[2])
+    assert relative(pullback(net, x, 0), pullback(reference, x, 0)) < 1e-15
+
+
+def test_model_is_left_unchanged():
+    model, x = build(ZOO["resnet20"]), images(3)
+    model.train()
+    model.layer1.eval()
+    model.fc.weight.requires_grad_(False)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    modes = [m.training for m in model.modules()]
+    flags = [p.requires_grad for p in model.parameters()]
+    for mode in ("global", "per_neuron", "gradient"):
+        temperatures = per_neuron_temperatures(model, x)
+        pullback(model, x, 0, mode=mode, temperatures=temperatures)
+        pullback(model, x, None, mode=mode, temperatures=temperatures, site="layer2.0.act1", units=1)
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    assert [m.training for m in model.modules()] == modes
+    assert [p.requires_grad for p in model.parameters()] == flags
+    assert all(p.grad is None for p in model.parameters())
+    for module in model.modules():
+        assert not module._forward_hooks and not module._forward_pre_hooks and "forward" not in vars(module)
+
+
+# --- hidden units ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch, site", [("myrtle", "act3"), ("resnet20", "layer2.0.act1")])
+def test_hidden_unit_pullbacks(arch, site):
+    model, x = build(ZOO[arch]), images(3)
+    units = torch.tensor([0, 3, 1])
+
+    def unit_sum(x):
+        return models.forward_to(model, x, site)[0][torch.arange(3), units].sum((1, 2))
+
+    gradient = input_gradient(unit_sum, x)
+    got = pullback(model, x, None, temperature=SMALL_T, site=site, units=units)
+    assert relative(got, gradient) < 1e-6
+    assert relative(pullback(model, x, None, site=site, units=units), gradient) > 1e-2
+    one = pullback(model, x[:1], None, temperature=SMALL_T, site=site, units=0)  # an int unit for all
+    assert relative(one, gradient[:1]) < 1e-6
+
+
+def test_argument_errors():
+    model, x = build(ZOO["myrtle"]), images(2)
+    with pytest.raises(ValueError, match="unknown mode"):
+        pullback(model, x, 0, mode="soft")
+    with pytest.raises(ValueError, match="needs temperatures"):
+        pullback(model, x, 0, mode="per_neuron")
+    with pytest.raises(ValueError, match="no per-neuron temperatures"):
+        pullback(model, x, 0, mode="per_neuron", temperatures={"act1": torch.ones(2)})
+    with pytest.raises(ValueError, match="2 images but 3 classes"):
+        pullback(model, x, [0, 1, 2])
+    with pytest.raises(ValueError, match="either classes"):
+        pullback(model, x, 0, site="act1", units=0)
+    with pytest.raises(ValueError, match="positive"):
+        pullback(model, x, 0, temperature=0.0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_matches_cpu():
+    model, x, probe = build(ZOO["myrtle"]), images(4), images(8, seed=2)
+    temperatures = per_neuron_temperatures(model, probe)
+    cpu = pullback(model, x, [0, 1, 2, 3], mode="per_neuron", temperatures=temperatures)
+    gpu = pullback(model.cuda(), x.cuda(), [0, 1, 2, 3], mode="per_neuron", temperatures=temperatures)
+    assert gpu.device.type == "cuda" and relative(gpu.cpu(), cpu) < 1e-10

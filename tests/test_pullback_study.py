@@ -1,0 +1,243 @@
+"""The excitation-pullback stage: its measurements (intertwine.pullback_study) and its jobs."""
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from intertwine import models
+from intertwine import pullback_study as study
+from intertwine.pullback import pullback
+from intertwine.symmetry import act_on_weights, random_elements
+
+EXACT = 1 - 1e-10  # a cosine at rounding level
+MYRTLE = {"arch": "myrtle", "width_multiplier": 0.125}
+GATED = {"arch": "c4gap", "width_multiplier": 0.0625, "gated": {"family": "dgn"}}  # soft gates
+
+
+def build(spec, seed=0):
+    torch.manual_seed(seed)
+    return models.build(spec).double().eval()
+
+
+def images(n=3, size=8, seed=1):
+    return torch.randn(n, 3, size, size, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="module")
+def myrtle_rows():
+    model = build(MYRTLE)
+    return study.symmetry_cosines(
+        model, images(), [0, 1, 2], images(6, seed=2), 0.3, [0.1, 1.0, 2.0], torch.Generator().manual_seed(0)
+    )
+
+
+def test_cosines_and_their_summary():
+    a = torch.tensor([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
+    b = torch.tensor([[2.0, 0.0], [1.0, 0.0], [-1.0, -1.0]])
+    got = study.cosines(a, b)
+    assert got.dtype == torch.float64 and got[0] == 1 and got[1].isnan() and got[2] == pytest.approx(-1)
+    assert study.summarize_cosines(got) == pytest.approx({"cos_mean": 0.0, "cos_min": -1.0, "images": 2})
+    empty = study.summarize_cosines(torch.tensor([math.nan]))
+    assert empty["images"] == 0 and math.isnan(empty["cos_min"])
+
+
+def test_permutations_leave_every_mode_invariant(myrtle_rows):
+    rows = [r for r in myrtle_rows if r["group"] == "permutation"]
+    assert {r["mode"] for r in rows} == set(study.MODES) and {r["scale_spread"] for r in rows} == {0.0}
+    assert all(r["cos_min"] > EXACT and r["images"] == 3 for r in rows)
+
+
+def test_scalings_turn_global_temperature_pullbacks_and_per_neuron_ones_restore_invariance(myrtle_rows):
+    grelu = [r for r in myrtle_rows if r["group"] == "grelu"]
+    assert sorted({r["scale_spread"] for r in grelu}) == [0.1, 1.0, 2.0]
+    assert all(r["logit_change"] < 1e-12 for r in myrtle_rows)  # the same function throughout
+    for r in grelu:
+        if r["mode"] == "global" and r["scale_spread"] >= 1:
+            assert r["cos_min"] < 0.999, r
+        if r["mode"] in ("gradient", "per_neuron"):
+            assert r["cos_min"] > EXACT, r
+
+
+def test_a_gated_networks_pullback_holds_its_gates_fixed():
+    """A soft-gated DGN: the pullback is the value network's gradient with the gates detached, the
+    same at every temperature, and invariant to every element the symmetry stage draws."""
+    model, x = build(GATED), images(2)
+    assert "value.act1" in study.pb.swapped_modules(model)
+    one, other = (pullback(model, x, [0, 1], temperature=t) for t in (0.05, 5.0))
+    assert ((one - other).norm() / one.norm()).item() < 1e-12
+    gradient = pullback(model, x, [0, 1], mode="gradient")  # the plain gradient passes the gates too
+    assert ((one - gradient).norm() / gradient.norm()).item() > 1e-3
+    rows = study.symmetry_cosines(
+        model, x, [0, 1], images(4, seed=3), 0.3, [2.0], torch.Generator().manual_seed(1)
+    )
+    assert all(r["cos_min"] > EXACT for r in rows)
+
+
+def test_agreement_of_a_member_with_its_permuted_self_is_exact():
+    """Member b is member a with permuted units: the Hungarian match recovers the permutation (unit
+    u of a is unit perm[u] of b), and every pullback agrees exactly."""
+    a = build(MYRTLE)
+    elements = random_elements(a, "permutation", torch.Generator().manual_seed(0))
+    b = act_on_weights(a, elements)
+    probe = images(16, seed=4)
+    acts = {m: models.site_activations(m, probe, ["act2"])["act2"] for m in (a, b)}
+    perm, correlation = study.matched_units(acts[a], acts[b])
+    # b's channel i is a's channel elements[i]: a's channel u is b's channel inverse(u)
+    expected = torch.argsort(elements["act2"][0])
+    alive = ~correlation.isnan()
+    assert torch.equal(perm[alive], expected[alive]) and (correlation[alive] > EXACT).all()
+    rows = study.agreement_rows(a, b, images(3), [0, 1, 2], probe, 0.3, ["act2"], 2, torch.Generator())
+    assert {r["site"] for r in rows} == {"logit", "act2"} and len(rows) == 3 + 2 * 3
+    assert all(r["cos_min"] > EXACT for r in rows)
+    units = [r for r in rows if r["site"] == "act2"]
+    assert all(r["unit_b"] == int(expected[r["unit_a"]]) for r in units)
+
+
+def test_deletion_and_insertion_curves():
+    model, x = build(MYRTLE), images(3)
+    classes = torch.tensor([0, 3, 7])
+    attribution = pullback(model, x, classes)
+    deletion, insertion = study.deletion_insertion(model, x, classes, attribution, steps=4)
+    assert deletion.shape == insertion.shape == (3, 5)
+    with torch.no_grad():
+        own = model(x).softmax(1)[torch.arange(3), classes]
+        mean_image = model(torch.zeros_like(x)).softmax(1)[torch.arange(3), classes]
+    torch.testing.assert_close(deletion[:, 0], own, rtol=0, atol=1e-12)  # nothing deleted
+    torch.testing.assert_close(deletion[:, -1], mean_image, rtol=0, atol=1e-12)  # 100 %: the mean image
+    torch.testing.assert_close(insertion[:, 0], mean_image, rtol=0, atol=1e-12)
+    torch.testing.assert_close(insertion[:, -1], own, rtol=0, atol=1e-12)
+    for curve in (deletion, insertion):
+        area = study.curve_area(curve)
+        assert ((area >= 0) & (area <= 1)).all()
+    # Deleting the most salient pixel first: at 25 % the top quarter of |v| summed over channels is 0.
+    saliency = study.saliency(attribution).flatten(1)
+    top = saliency.argsort(1, descending=True)[:, :16]
+    with torch.no_grad():
+        deleted = x.flatten(2).clone()
+        deleted[torch.arange(3)[:, None, None], torch.arange(3)[None, :, None], top[:, None, :]] = 0
+        quarter = model(deleted.view_as(x)).softmax(1)[torch.arange(3), classes]
+    torch.testing.assert_close(deletion[:, 1], quarter, rtol=0, atol=1e-12)
+
+
+def test_pgd_stays_in_the_ball_and_the_image_range():
+    model, x = build(MYRTLE), images(4, size=8)
+    mean, std = torch.tensor([0.5, 0.4, 0.3]).double(), torch.tensor([0.2, 0.25, 0.3]).double()
+    x = study.from_unit_range(study.to_unit_range(x, mean, std).clamp(-1, 1), mean, std)
+    torch.testing.assert_close(study.from_unit_range(study.to_unit_range(x, mean, std), mean, std), x)
+    targets = study.random_targets(torch.tensor([0, 1, 2, 3]), 10, torch.Generator().manual_seed(0))
+    assert (targets != torch.tensor([0, 1, 2, 3])).all()
+    seen = []
+    moved = study.pgd_toward(
+        lambda z, t: pullback(model, z, t),
+        x,
+        targets,
+        mean,
+        std,
+        steps=3,
+        epsilon=2.0,
+        step_size=1.5,
+        each_step=seen.append,
+    )
+    assert len(seen) == 3 and torch.equal(seen[-1], moved)
+    u0, u = study.to_unit_range(x, mean, std), study.to_unit_range(moved, mean, std)
+    assert ((u - u0).flatten(1).norm(dim=1) <= 2.0 + 1e-9).all()
+    assert (u.abs() <= 1 + 1e-12).all()
+    with torch.no_grad():  # the ascent raised the target's logit
+        before, after = model(x), model(moved)
+    rows = torch.arange(4)
+    assert (after[rows, targets] - after.mean(1) > before[rows, targets] - before.mean(1)).all()
+    assert study.scaled_to_image(100, 32 * 32 * 3) == pytest.approx(14.2857, abs=1e-4)
+
+
+def test_summary_has_a_column_per_mode():
+    symmetry = pd.DataFrame(
+        [
+            {
+                "variant": "m",
+                "seed": 0,
+                "group": g,
+                "scale_spread": s,
+                "mode": mode,
+                "cos_min": c,
+                "cos_mean": c,
+            }
+            for g, s, c in (("permutation", 0.0, 1.0), ("grelu", 1.0, 0.5))
+            for mode in study.MODES
+        ]
+    )
+    agreement = pd.DataFrame(
+        [
+            {"variant": "m", "site": site, "mode": mode, "cos_mean": 0.2}
+            for site in ("logit", "act1")
+            for mode in study.MODES
+        ]
+    )
+    faithfulness = pd.DataFrame(
+        [
+            {
+                "variant": "m",
+                "seed": 0,
+                "mode": mode,
+                "deletion_auc": 0.1,
+                "insertion_auc": 0.4,
+                "pgd_success": 1.0,
+            }
+            for mode in study.MODES
+        ]
+    )
+    summary = study.summarize(symmetry, agreement, faithfulness)
+    assert list(summary.columns) == ["variant", "measure", *study.MODES]
+    assert summary.loc[summary["measure"] == "min cosine, G_ReLU sigma 1", "global"].item() == 0.5
+    assert len(summary) == 2 + 2 + 3
+
+
+def _checkpoint(path, spec, variant, seed):
+    from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
+
+    torch.manual_seed(seed)
+    save_checkpoint(
+        {
+            "format": CHECKPOINT_FORMAT,
+            "state_dict": models.build(spec).state_dict(),
+            "spec": models.normalize_spec(spec),
+            "variant": variant,
+            "seed": seed,
+            "test_acc": 0.1,
+            "test_dtype": "float32",
+        },
+        path,
+    )
+    return str(path)
+
+
+def test_jobs_on_tiny_models(tmp_path, tiny_shapes_dir):
+    from intertwine.jobs import Job
+    from intertwine.jobs.pullback import pullback_images, pullback_member, pullback_pair
+    from intertwine.tables import PULLBACK_AGREEMENT, PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, to_table
+
+    paths = [_checkpoint(tmp_path / f"seed{s}.pt", MYRTLE, "myrtle", s) for s in range(2)]
+    job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
+    block = {"images": 4, "probe_images": 8, "spreads": [1.0], "deletion_steps": 4, "pgd": {"steps": 2}}
+    symmetry, faithfulness = pullback_member(job, paths[0], block)
+    to_table(symmetry, PULLBACK_SYMMETRY), to_table(faithfulness, PULLBACK_FAITHFULNESS)
+    assert (symmetry[["variant", "seed"]].drop_duplicates().values.tolist()) == [["myrtle", 0]]
+    exact = symmetry[(symmetry["group"] == "permutation") | (symmetry["mode"] != "global")]
+    assert (exact["cos_min"] > EXACT).all() and len(exact) == 3 + 2
+    assert symmetry.loc[symmetry["mode"] == "global", "cos_min"].min() < 0.999
+    assert list(faithfulness["mode"]) == list(study.MODES)
+    assert faithfulness[["deletion_auc", "insertion_auc", "pgd_success"]].stack().between(0, 1).all()
+    for curve, prob in zip(faithfulness["deletion_curve"], faithfulness["mean_image_prob"]):
+        assert len(curve) == 5 and curve[-1] == pytest.approx(prob, abs=1e-12)
+    assert faithfulness["pgd_epsilon"].iloc[0] == pytest.approx(100 * math.sqrt(16 * 16 * 3 / 150528))
+    assert all(len(steps) == 2 for steps in faithfulness["pgd_success_by_step"])
+
+    agreement = pullback_pair(job, paths[0], paths[1], 0, block | {"units": 2}, ["act2"])
+    to_table(agreement, PULLBACK_AGREEMENT)
+    assert set(agreement["site"]) <= {"logit", "act2"} and (agreement["seed_b"] == 1).all()
+    assert agreement["cos_mean"].between(-1, 1).all()
+
+    arrays = pullback_images(job, paths[0], {"grid_images": 1, "pgd": {"steps": 1}, "probe_images": 8})
+    assert len(arrays["images"]) == 10 and set(arrays["attributions"]) == set(study.MODES)
+    assert len(arrays["pgd_images"]) == 10 and (arrays["pgd_targets"] != arrays["pgd_labels"]).all()

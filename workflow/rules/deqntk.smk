@@ -1,0 +1,207 @@
+# The DEQ neural tangent kernel (Feng & Kolter; config block `deqntk`): the accuracy study's
+# [train; test] x train Gram in blocks of rows (a job each, so a paper-scale Gram spreads over a
+# cluster), kernel regression per variance setting and training-set size on it, the depth sweep
+# per draw, and per zoo member the kernel reference for the similarity stage; tables and figures.
+
+
+rule deqntk_gram:
+    input:
+        DATA_FILES,
+    output:
+        "results/deqntk/gram/{variances}/{part}{start}.npz",
+    log:
+        "results/logs/deqntk/gram/{variances}/{part}{start}.log",
+    benchmark:
+        "results/benchmarks/deqntk/gram/{variances}/{part}{start}.tsv"
+    wildcard_constraints:
+        part="train|test",
+        start=r"\d+",
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        gpu=1,
+    params:
+        block=as_json(PLAN.deqntk_block("gram")),
+        n_train=PLAN.deqntk_train_rows,
+        stop=lambda wc: PLAN.deqntk_stop(wc.part, int(wc.start)),
+        seed=config["seed"],
+        device=config["device"],
+        code=code_hash("deqntk"),
+        data=data_dir,
+    shell:
+        "intertwine deqntk-gram --data {params.data} --variances {wildcards.variances}"
+        " --n-train {params.n_train} --part {wildcards.part} --start {wildcards.start} --stop {params.stop}"
+        " --config {params.block:q} --global-seed {params.seed} --device {params.device}"
+        " --threads {threads} --out {output} > {log} 2>&1"
+
+
+rule deqntk_regression:
+    input:
+        DATA_FILES,
+        blocks=lambda wc: PLAN.deqntk_blocks(wc.variances, int(wc.n_train)),
+    output:
+        "results/deqntk/accuracy/{variances}/n{n_train}.parquet",
+    log:
+        "results/logs/deqntk/accuracy/{variances}/n{n_train}.log",
+    benchmark:
+        "results/benchmarks/deqntk/accuracy/{variances}/n{n_train}.tsv"
+    wildcard_constraints:
+        n_train=r"\d+",
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        gpu=1,
+    params:
+        block=as_json(PLAN.deqntk_block("regression")),
+        seed=config["seed"],
+        device=config["device"],
+        code=code_hash("deqntk"),
+        data=data_dir,
+    shell:
+        "intertwine deqntk-regression {input.blocks} --data {params.data} --variances {wildcards.variances}"
+        " --n-train {wildcards.n_train} --config {params.block:q} --global-seed {params.seed}"
+        " --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
+
+
+rule deqntk_depth:
+    input:
+        DATA_FILES,
+    output:
+        "results/deqntk/depth/draw{draw}.parquet",
+    log:
+        "results/logs/deqntk/depth/draw{draw}.log",
+    benchmark:
+        "results/benchmarks/deqntk/depth/draw{draw}.tsv"
+    wildcard_constraints:
+        draw=r"\d+",
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        gpu=1,
+    params:
+        block=as_json(PLAN.deqntk_block("depth")),
+        seed=config["seed"],
+        device=config["device"],
+        code=code_hash("deqntk"),
+        data=data_dir,
+    shell:
+        "intertwine deqntk-depth --data {params.data} --draw {wildcards.draw} --config {params.block:q}"
+        " --global-seed {params.seed} --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
+
+
+rule kernel_reference_member:
+    input:
+        DATA_FILES,
+        checkpoint="results/zoo/{variant}/seed{seed}.pt",
+    output:
+        "results/deqntk/reference/{variant}/seed{seed}.parquet",
+    log:
+        "results/logs/deqntk/reference/{variant}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/deqntk/reference/{variant}/seed{seed}.tsv"
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        gpu=1,
+    params:
+        block=as_json(PLAN.deqntk_block("reference")),
+        seed=config["seed"],
+        device=config["device"],
+        code=code_hash("kernel_reference"),
+        data=data_dir,
+    shell:
+        "intertwine kernel-reference-member --checkpoint {input.checkpoint} --data {params.data}"
+        " --config {params.block:q} --global-seed {params.seed} --device {params.device}"
+        " --threads {threads} --out {output} > {log} 2>&1"
+
+
+rule deqntk_table:
+    input:
+        PLAN.deqntk_parts,
+    output:
+        "results/tables/deqntk.parquet",
+    log:
+        "results/logs/tables/deqntk.log",
+    conda:
+        CONDA_ENV
+    params:
+        code=code_hash("deqntk_table"),
+    shell:
+        "intertwine deqntk-table {input} --out {output} > {log} 2>&1"
+
+
+rule kernel_reference_table:
+    input:
+        PLAN.kernel_reference_jobs,
+    output:
+        "results/tables/kernel_reference.parquet",
+    log:
+        "results/logs/tables/kernel_reference.log",
+    conda:
+        CONDA_ENV
+    params:
+        code=code_hash("tables"),
+    shell:
+        "intertwine table {input} --schema kernel_reference --out {output} > {log} 2>&1"
+
+
+rule deqntk_figure:
+    input:
+        zoo="results/tables/zoo.parquet",
+        table=PLAN.deqntk_tables,
+        reference=PLAN.kernel_reference_tables,
+    output:
+        accuracy=[
+            report(
+                png,
+                caption="../report/deqntk_accuracy.rst",
+                category="DEQ neural tangent kernel",
+            )
+            for png in PLAN.deqntk_figures
+            if png.endswith("deqntk_accuracy.png")
+        ],
+        depth=[
+            report(
+                png,
+                caption="../report/deqntk_depth.rst",
+                category="DEQ neural tangent kernel",
+            )
+            for png in PLAN.deqntk_figures
+            if png.endswith("deqntk_depth.png")
+        ],
+        reference=[
+            report(
+                png,
+                caption="../report/deqntk_reference.rst",
+                category="DEQ neural tangent kernel",
+            )
+            for png in PLAN.deqntk_figures
+            if png.endswith("deqntk_reference.png")
+        ],
+        other_formats=PLAN.other_formats(PLAN.deqntk_figures),
+    log:
+        "results/logs/figures/deqntk.log",
+    conda:
+        CONDA_ENV
+    params:
+        figures=as_json(config["figures"]),
+        # the figures the config asks for, as flags (each with the table it draws)
+        parts=lambda wc, input, output: "".join(
+            f" --{flag} {value}"
+            for flag, value in [
+                ("table", input.table),
+                ("reference", input.reference),
+                ("accuracy", output.accuracy),
+                ("depth", output.depth),
+                ("kernel-reference", output.reference),
+            ]
+            if value
+        ),
+        code=code_hash("figures"),
+    shell:
+        "intertwine deqntk-figure --zoo {input.zoo}{params.parts} --figures {params.figures:q}"
+        " --other-formats {output.other_formats} > {log} 2>&1"

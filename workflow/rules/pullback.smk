@@ -1,0 +1,172 @@
+# Excitation pullbacks (Satkiewicz, "Tapping into the Black Box"): per zoo member, their invariance
+# to the member's weight symmetries and their faithfulness; per pair of members, their agreement;
+# per variant, image grids; then the stage's tables, summary and figures.
+
+
+rule pullback_member:
+    input:
+        DATA_FILES,
+        checkpoint="results/zoo/{variant}/seed{seed}.pt",
+    output:
+        symmetry="results/pullback/symmetry/{variant}/seed{seed}.parquet",
+        faithfulness="results/pullback/faithfulness/{variant}/seed{seed}.parquet",
+    log:
+        "results/logs/pullback/{variant}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/pullback/{variant}/seed{seed}.tsv"
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        gpu=1,
+    params:
+        block=as_json(PLAN.pullback_block("member")),
+        seed=config["seed"],
+        device=config["device"],
+        code=code_hash("pullback"),
+        data=data_dir,
+    shell:
+        "intertwine pullback-member --checkpoint {input.checkpoint} --data {params.data}"
+        " --config {params.block:q} --global-seed {params.seed} --device {params.device}"
+        " --threads {threads} --out {output.symmetry} --faithfulness-out {output.faithfulness}"
+        " > {log} 2>&1"
+
+
+rule pullback_pair:
+    input:
+        DATA_FILES,
+        a=member(PLAN.pullback_pairs, "a"),
+        b=member(PLAN.pullback_pairs, "b"),
+    output:
+        "results/pullback/agreement/{variant}/pair{pair}.parquet",
+    log:
+        "results/logs/pullback/{variant}/pair{pair}.log",
+    benchmark:
+        "results/benchmarks/pullback/{variant}/pair{pair}.tsv"
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        gpu=1,
+    params:
+        block=as_json(PLAN.pullback_block("pair")),
+        sites=lambda wc: as_json(PLAN.pullback_sites(wc.variant)),
+        seed=config["seed"],
+        device=config["device"],
+        code=code_hash("pullback"),
+        data=data_dir,
+    shell:
+        "intertwine pullback-pair --a {input.a} --b {input.b} --data {params.data} --pair {wildcards.pair}"
+        " --sites {params.sites:q} --config {params.block:q} --global-seed {params.seed}"
+        " --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
+
+
+rule pullback_images:
+    input:
+        DATA_FILES,
+        checkpoint="results/zoo/{variant}/seed0.pt",
+    output:
+        grid=report(
+            "results/figures/pullback_grid_{variant}.png",
+            caption="../report/pullback_grid.rst",
+            category="Excitation pullbacks",
+            subcategory="{variant}",
+        ),
+        pgd=report(
+            "results/figures/pullback_pgd_{variant}.png",
+            caption="../report/pullback_pgd.rst",
+            category="Excitation pullbacks",
+            subcategory="{variant}",
+        ),
+        other_formats=PLAN.other_formats(
+            [
+                "results/figures/pullback_grid_{variant}.png",
+                "results/figures/pullback_pgd_{variant}.png",
+            ]
+        ),
+    log:
+        "results/logs/figures/pullback_images_{variant}.log",
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        gpu=1,
+    params:
+        block=as_json(PLAN.pullback_block("images")),
+        figures=as_json(config["figures"]),
+        seed=config["seed"],
+        device=config["device"],
+        code=[code_hash("pullback"), code_hash("figures")],
+        data=data_dir,
+    shell:
+        "intertwine pullback-images --checkpoint {input.checkpoint} --data {params.data}"
+        " --config {params.block:q} --figures {params.figures:q} --global-seed {params.seed}"
+        " --device {params.device} --threads {threads} --out {output.grid} --pgd {output.pgd}"
+        " --other-formats {output.other_formats} > {log} 2>&1"
+
+
+rule pullback_table:
+    input:
+        symmetry=PLAN.pullback_member_jobs,
+        faithfulness=PLAN.pullback_faithfulness_parts,
+        agreement=PLAN.pullback_pair_jobs,
+    output:
+        symmetry="results/tables/pullback_symmetry.parquet",
+        faithfulness="results/tables/pullback_faithfulness.parquet",
+        agreement="results/tables/pullback_agreement.parquet",
+        summary=report(
+            "results/tables/pullback_summary.csv",
+            caption="../report/pullback_summary.rst",
+            category="Excitation pullbacks",
+        ),
+    log:
+        "results/logs/tables/pullback.log",
+    conda:
+        CONDA_ENV
+    params:
+        code=code_hash("tables"),
+    shell:
+        "intertwine pullback-table --symmetry {input.symmetry} --faithfulness {input.faithfulness}"
+        " --agreement {input.agreement} --out {output.symmetry} --faithfulness-out {output.faithfulness}"
+        " --agreement-out {output.agreement} --summary {output.summary} > {log} 2>&1"
+
+
+rule pullback_figure:
+    input:
+        symmetry="results/tables/pullback_symmetry.parquet",
+        faithfulness="results/tables/pullback_faithfulness.parquet",
+        agreement="results/tables/pullback_agreement.parquet",
+    output:
+        symmetry=report(
+            "results/figures/pullback_symmetry.png",
+            caption="../report/pullback_symmetry.rst",
+            category="Excitation pullbacks",
+        ),
+        agreement=[
+            report(
+                png,
+                caption="../report/pullback_agreement.rst",
+                category="Excitation pullbacks",
+            )
+            for png in PLAN.pullback_figures
+            if png.endswith("pullback_agreement.png")
+        ],
+        faithfulness=report(
+            "results/figures/pullback_faithfulness.png",
+            caption="../report/pullback_faithfulness.rst",
+            category="Excitation pullbacks",
+        ),
+        other_formats=PLAN.other_formats(PLAN.pullback_figures),
+    log:
+        "results/logs/figures/pullback.log",
+    conda:
+        CONDA_ENV
+    params:
+        figures=as_json(config["figures"]),
+        agreement=lambda wc, output: (f" --agreement-figure {output.agreement}" if output.agreement else ""),
+        code=code_hash("figures"),
+    shell:
+        "intertwine pullback-figure --symmetry {input.symmetry} --faithfulness {input.faithfulness}"
+        " --agreement {input.agreement}{params.agreement} --figures {params.figures:q}"
+        " --symmetry-figure {output.symmetry} --faithfulness-figure {output.faithfulness}"
+        " --other-formats {output.other_formats} > {log} 2>&1"
