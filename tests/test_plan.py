@@ -130,7 +130,16 @@ def test_training_blocks(tiny):
 def test_rotation_similarity_dissection_blocks(tiny):
     plan = Plan(tiny)
     assert set(plan.rotation_block) == {"epochs", "lr", "train_images", "lognormal_sigma"}
-    assert set(plan.similarity_block) == {"procrustes_measures", "cka_measures", "samples", "batch_size"}
+    assert set(plan.similarity_block) == {
+        "procrustes_measures",
+        "cka_measures",
+        "samples",
+        "batch_size",
+        "npk_images",
+    }
+    assert plan.similarity_block["npk_images"] == tiny["gated"]["probe_images"] and plan.gated_block == {
+        "probe_images": 8
+    }
     assert "seeds" not in plan.symmetry_block and plan.symmetry_block["images"] == 16
     block = plan.dissection_block()
     assert "masks" not in block and plan.dissection_block("masks")["masks"]["units"] == 2
