@@ -116,7 +116,7 @@ def test_paper_config_dag(tmp_path):
     assert jobs["stitching_studies_figure"] == 1
     assert jobs["similarity_pair"] == 4 * 32  # Myrtle, constant-width Myrtle, ResNet20, ResNet18
     assert jobs["dissect_member"] == 3 * 10 and jobs["dissection_masks"] == 3
-    assert sum(jobs.values()) < 10_000
+    assert sum(jobs.values()) < 12_000
 
 
 def test_tiny_run_outputs(tiny_run):
@@ -515,20 +515,20 @@ def test_rerun_has_nothing_to_do(tiny_run):
 def test_zoo_change_reruns_zoo_and_downstream(tiny_run, tmp_path):
     config = changed_config(tmp_path, "epochs.yaml", lambda c: c["zoo"]["training"].update(epochs=3))
     assert planned_jobs(tiny_run, config) == {
-        "train_member": 10,
+        "train_member": 19,
         "zoo_table": 1,
         "zoo_figure": 1,
-        "symmetry_check": 3,
+        "symmetry_check": 7,
         "symmetry_table": 1,
         "rotation_trial": 2,
         "rotation_table": 1,
         "rotation_figure": 1,
         "all": 1,
-        "stitch_pair": 12,
+        "stitch_pair": 14,
         "stitching_table": 1,
         "stitching_figure": 1,
         "stitching_studies_figure": 1,
-        "similarity_pair": 2,
+        "similarity_pair": 4,
         "similarity_table": 1,
         "similarity_figure": 1,
         "dissect_member": 2,
@@ -538,6 +538,9 @@ def test_zoo_change_reruns_zoo_and_downstream(tiny_run, tmp_path):
         "kernel_reference_member": 1,
         "kernel_reference_table": 1,
         "deqntk_figure": 1,  # the zoo's accuracies beside the kernel's
+        "npk_member": 4,
+        "gated_table": 1,
+        "gated_figure": 1,
         **PULLBACK_RERUN,
     }
 
@@ -555,6 +558,7 @@ def test_figure_change_reruns_figures_only(tiny_run, tmp_path):
         "deqntk_figure": 1,
         "pullback_images": 2,
         "pullback_figure": 1,
+        "gated_figure": 1,
         "all": 1,
     }
 
@@ -576,7 +580,7 @@ def test_settings_that_cannot_change_a_result_rerun_nothing(tiny_run, tmp_path):
     # stitching.eval_batch_size is also the batch of the batch-norm refresh, so it changes the
     # stitched accuracy (settings.StitchConfig): its jobs rerun.
     config = changed_config(tmp_path, "stitch_eval.yaml", lambda c: c["stitching"].update(eval_batch_size=7))
-    assert planned_jobs(tiny_run, config) == {"stitch_pair": 12, **STITCHING_RERUN}
+    assert planned_jobs(tiny_run, config) == {"stitch_pair": 14, **STITCHING_RERUN}
 
 
 def test_per_variant_training_retrains_that_variant_only(tiny_run, tmp_path):
@@ -595,6 +599,8 @@ def test_per_variant_training_retrains_that_variant_only(tiny_run, tmp_path):
         "dissection_masks": 2,
         "stitching_studies_figure": 1,  # its LeakyReLU table reads the zoo's accuracies
         "deqntk_figure": 1,  # so does the DEQ-NTK's accuracy figure
+        "gated_table": 1,  # and the gated study's table (its variants' rows are unchanged)
+        "gated_figure": 1,
         "all": 1,
     }
 
@@ -613,9 +619,9 @@ PULLBACK_RERUN = {
 @pytest.mark.parametrize(
     "change, jobs",
     [
-        # grelu of myrtle, resnet20, myrtle_leaky and cct
-        ({"alpha": 0.2}, 4),
-        ({"sinkhorn_iters": 8}, 5),  # and grelu_cv
+        # grelu of myrtle, resnet20, myrtle_leaky, cct and c4gap_dgn, and c4gap_dgn's monomial
+        ({"alpha": 0.2}, 6),
+        ({"sinkhorn_iters": 8}, 7),  # and grelu_cv
         ({"alpha_grid": [0.5, 1.0]}, 1),
         ({"softsort_tau": 0.05}, 1),
         ({"settings_per_method": {"l1": {"epochs": 3}}}, 1),
@@ -643,18 +649,23 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
                 "deqntk_figure": 1,
                 "pullback_images": 2,
                 "pullback_figure": 1,
+                "gated_figure": 1,
                 "all": 1,
             },
         ),
         ("rotation.py", {"rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "all": 1}),
         # the pullback stage matches hidden units with stitching.match_grelu
-        ("stitching.py", {"stitch_pair": 12, **STITCHING_RERUN, **PULLBACK_RERUN}),
+        ("stitching.py", {"stitch_pair": 14, **STITCHING_RERUN, **PULLBACK_RERUN}),
         (
             "similarity.py",
             {
-                "similarity_pair": 2,
+                "similarity_pair": 4,
                 "similarity_table": 1,
                 "similarity_figure": 1,
+                # the gated stage's kernels use gate_cka's kernel and CKA
+                "npk_member": 4,
+                "gated_table": 1,
+                "gated_figure": 1,
                 # the kernel reference computes the similarity measures' kernels
                 "kernel_reference_member": 1,
                 "kernel_reference_table": 1,
@@ -758,6 +769,8 @@ def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
             c["stitching"].update(variants=[], sites={}, methods_per_variant={}),
             c["similarity"].update(variants=[]),
             c["dissection"].update(variants=[]),
+            c["gated"].update(variants=[]),
+            c["pullback"].update(variants=[]),
         ),
     )
     workdir = tmp_path / "run"
@@ -783,6 +796,8 @@ def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
             c["stitching"].update(variants=[], sites={}, methods_per_variant={}),
             c["similarity"].update(variants=[]),
             c["dissection"].update(variants=[]),
+            c["gated"].update(variants=[]),
+            c["pullback"].update(variants=[]),
         ),
     )
     snakemake(workdir, config=finished)  # --rerun-incomplete comes from the default profile
