@@ -268,49 +268,7 @@ def findings(table: pd.DataFrame) -> pd.DataFrame:
                 )
             else:
                 rows.append(_finding(name, "|x - ones| <= 0.6 points", "", None, "needs x and ones variants"))
-        permuted = group[group["permuted"]]
-        if not len(permuted):
-            rows.append(
-                _finding(
-                    f"{arch}: the gate permutation barely matters",
-                    "permuted - identity within -0.1..+1.7 points (Table I)",
-                    "",
-                    None,
-                    "no variant of this base permutes its gate layers",
-                )
-            )
-        else:
-            diffs = []
-            for (family, value_input), members_ in permuted.groupby(["family", "value_input"]):
-                identity = _group(group[plain], family=family, value_input=value_input)
-                if len(identity):
-                    diffs.append(
-                        (
-                            f"{family} {value_input}",
-                            *_difference(members_["test_acc"].to_numpy() * 100, identity),
-                        )
-                    )
-            if diffs:
-                worst = max(diffs, key=lambda d: abs(d[1]))
-                rows.append(
-                    _finding(
-                        f"{arch}: the gate permutation barely matters",
-                        "permuted - identity within -0.1..+1.7 points (Table I)",
-                        "; ".join(f"{k} {d:+.1f} ± {s:.1f}" for k, d, s in diffs),
-                        abs(worst[1]) <= BARELY,
-                        f"{len(permuted)} permuted members",
-                    )
-                )
-            else:
-                rows.append(
-                    _finding(
-                        f"{arch}: the gate permutation barely matters",
-                        "permuted - identity within -0.1..+1.7 points (Table I)",
-                        "",
-                        None,
-                        "needs the identity-gate variant of each permuted family and value input",
-                    )
-                )
+        rows.append(_permutation_finding(arch, group, plain))
         if len(dnn) and len(dgn) and len(dlgn):
             order = dnn.mean() >= dgn.mean() >= dlgn.mean()
             rows.append(
@@ -323,6 +281,35 @@ def findings(table: pd.DataFrame) -> pd.DataFrame:
                 )
             )
     return pd.DataFrame(rows, columns=["finding", "paper", "ours", "verdict", "evidence"])
+
+
+def _permutation_finding(arch: str, group: pd.DataFrame, plain: pd.Series) -> dict:
+    """Permuted gate layers against the identity, per family and value input of one base."""
+    name, reported = (
+        f"{arch}: the gate permutation barely matters",
+        "permuted - identity within -0.1..+1.7 points (Table I)",
+    )
+    permuted = group[group["permuted"]]
+    if not len(permuted):
+        return _finding(name, reported, "", None, "no variant of this base permutes its gate layers")
+    diffs = []
+    for (family, value_input), members in permuted.groupby(["family", "value_input"]):
+        identity = _group(group[plain], family=family, value_input=value_input)
+        if len(identity):
+            diffs.append(
+                (f"{family} {value_input}", *_difference(members["test_acc"].to_numpy() * 100, identity))
+            )
+    if not diffs:
+        return _finding(
+            name,
+            reported,
+            "",
+            None,
+            "needs the identity-gate variant of each permuted family and value input",
+        )
+    worst = max(diffs, key=lambda d: abs(d[1]))
+    ours = "; ".join(f"{k} {d:+.1f} ± {s:.1f}" for k, d, s in diffs)
+    return _finding(name, reported, ours, abs(worst[1]) <= BARELY, f"{len(permuted)} permuted members")
 
 
 def _finding(name: str, reported: str, ours: str, holds: bool | None, evidence: str) -> dict:
