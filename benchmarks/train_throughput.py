@@ -1,7 +1,10 @@
 """Training images/s of the zoo loop (intertwine.training.train) vs the same model and optimiser
-fed by a torchvision data set + per-sample transforms + DataLoader, on the same images.
+fed by a torchvision data set + per-sample transforms + DataLoader, on the same images; with
+--pack, images/s per member of K members trained packed (intertwine.training.train_pack) vs the
+same K members trained one at a time, side by side, and the peak GPU memory of each.
 
     python benchmarks/train_throughput.py [--arch myrtle] [--width-multiplier 0.25] [--n 4000]
+    python benchmarks/train_throughput.py --pack 1 2 4 8 16 [--n 2000]   # Myrtle 0.25/1, ResNet20/18
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from common import baseline_loader, benchmark_data, describe_device, ratio_line,
 from intertwine import models
 from intertwine.data import Split
 from intertwine.settings import TrainConfig
-from intertwine.training import train
+from intertwine.training import train, train_pack
 from intertwine.utils import resolve_device
 
 
@@ -52,20 +55,97 @@ def baseline(spec, images, labels, mean, std, config, device, workers) -> float:
     return throughput(batches, step, device)
 
 
+PACK_SPECS = [
+    {"arch": "myrtle", "width_multiplier": 0.25},
+    {"arch": "myrtle", "width_multiplier": 1.0},
+    {"arch": "resnet20", "width_multiplier": 1.0},
+    {"arch": "resnet18", "width_multiplier": 1.0},
+]
+
+
+def members_per_second(spec, k, packed, images, labels, mean, std, config, device) -> tuple[float, float]:
+    """Images/s per member and peak GPU memory (GiB; 0 on the CPU) of training k members of
+    ``spec`` packed or one after another, from the same seeds."""
+    split = Split(images, labels).to(device)
+    tiny_val = Split(images[: config.batch_size], labels[: config.batch_size]).to(device)
+    mean, std = mean.to(device), std.to(device)
+    built = []
+    for seed in range(k):
+        torch.manual_seed(seed)
+        built.append(models.build(spec).to(device))
+    generators = [torch.Generator(device=device).manual_seed(seed) for seed in range(k)]
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+    started = time.perf_counter()
+    if packed:
+        train_pack(
+            built,
+            split,
+            tiny_val,
+            config,
+            generators,
+            mean,
+            std,
+            [f"m{i}" for i in range(k)],
+            log=lambda _: None,
+        )
+    else:
+        for model, generator in zip(built, generators):
+            train(model, split, tiny_val, config, generator, mean, std, log=lambda _: None)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - started
+    memory = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
+    return config.epochs * len(labels) / (seconds / k), memory
+
+
+def pack_table(specs, sizes, data, config, device) -> None:
+    print(
+        f"packed vs one at a time, {len(data[1])} images x {config.epochs} epochs, batch {config.batch_size}, "
+        f"{describe_device(device)}; images/s per member (peak GiB)"
+    )
+    print(f"{'model':<28} {'K':>3} {'packed':>16} {'one at a time':>16} {'ratio':>6}")
+    warm_up = (data[0][: 2 * config.batch_size], data[1][: 2 * config.batch_size], *data[2:])
+    for spec in specs:
+        name = f"{spec['arch']} x{spec.get('width_multiplier', 1)}"
+        for packed in (True, False):  # first calls pay for kernel selection and allocation
+            members_per_second(spec, 2, packed, *warm_up, config, device)
+        for k in sizes:
+            packed, packed_memory = members_per_second(spec, k, True, *data, config, device)
+            alone, alone_memory = members_per_second(spec, k, False, *data, config, device)
+            print(
+                f"{name:<28} {k:>3} {packed:>9,.0f} ({packed_memory:4.1f}) {alone:>9,.0f} ({alone_memory:4.1f}) "
+                f"{packed / alone:>5.2f}x",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", default="myrtle")
+    parser.add_argument("--arch", help="myrtle (default), or with --pack the four models of PACK_SPECS")
     parser.add_argument("--width-multiplier", type=float, default=0.25)
     parser.add_argument("--n", type=int, default=4000)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--device", default="auto")
+    parser.add_argument(
+        "--pack",
+        type=int,
+        nargs="+",
+        metavar="K",
+        help="pack sizes to compare with one member at a time (all four models unless --arch is given)",
+    )
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast (CUDA only)")
     args = parser.parse_args()
     device = resolve_device(args.device)
-    spec = {"arch": args.arch, "width_multiplier": args.width_multiplier}
-    config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size)
+    spec = {"arch": args.arch or "myrtle", "width_multiplier": args.width_multiplier}
+    config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, bf16=args.bf16)
     data = benchmark_data(args.n)
+    if args.pack:
+        pack_table(PACK_SPECS if args.arch is None else [spec], args.pack, data, config, device)
+        return
     a = ours(spec, *data, config, device)
     b = baseline(spec, *data, config, device, args.workers)
     print(

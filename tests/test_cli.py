@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 # Subcommands that run torch: each is named like its rule and its function in intertwine.jobs.<stage>.
 JOBS = {
     "train-member": "zoo",
+    "train-pack": "zoo",
     "rotation-trial": "rotation",
     "stitch-pair": "stitching",
     "similarity-pair": "similarity",
@@ -88,6 +89,7 @@ def test_each_rule_command_parses(rule):
             "{params.device}": "cpu",
             "{wildcards.variances}": "w0.6_u0.4_b0",
             "{wildcards.part}": "train",
+            "{wildcards.first}-{wildcards.last}": "0-1",
         }
         argv = [
             lists.get(a, "{}")

@@ -530,3 +530,25 @@ def test_pullback_config_errors_name_the_key(change, message):
 
     errors = Plan(load("tests/configs/tiny.yaml", edit)).errors()
     assert any(message in error for error in errors), errors
+
+
+def test_packs_cover_each_member_once(tiny):
+    import re
+
+    plan = Plan(tiny)
+    assert plan.packs("c4gap_dgn") == [range(0, 2), range(2, 3)] and plan.packs("myrtle") == []
+    assert plan.member_pack("c4gap_dgn", 2) == "results/zoo/c4gap_dgn/packs/seeds2-2"
+    assert plan.pack_features("c4gap_dgn_fl", 0, 1) == [
+        "results/zoo/c4gap/seed0.pt",
+        "results/zoo/c4gap/seed1.pt",
+    ]
+    packed, alone = plan.packed_variants(), plan.packed_variants(packed=False)
+    for variant in plan.variants:  # exactly one of the two rules makes each member's checkpoint
+        assert bool(re.fullmatch(packed, variant)) != bool(re.fullmatch(alone, variant)), variant
+    assert re.fullmatch(packed, "c4gap_dgn") and not re.fullmatch(packed, "c4gap_dgn_fl2")
+    everything = load("tests/configs/tiny.yaml", lambda c: c["zoo"].update(pack_size=4))
+    assert not re.fullmatch(Plan(everything).packed_variants(packed=False), "myrtle")
+    bad = load("tests/configs/tiny.yaml", lambda c: c["zoo"].update(pack_size_per_variant={"vgg": 2}))
+    assert any(
+        e.startswith("config key zoo.pack_size_per_variant") and "vgg" in e for e in Plan(bad).errors()
+    )

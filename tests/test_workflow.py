@@ -515,7 +515,9 @@ def test_rerun_has_nothing_to_do(tiny_run):
 def test_zoo_change_reruns_zoo_and_downstream(tiny_run, tmp_path):
     config = changed_config(tmp_path, "epochs.yaml", lambda c: c["zoo"]["training"].update(epochs=3))
     assert planned_jobs(tiny_run, config) == {
-        "train_member": 19,
+        "train_member": 14,
+        "train_pack": 3,  # c4gap_dgn's seeds 0-1 and 2, c4gap_dgn_fl's 0-1
+        "unpack_member": 5,
         "zoo_table": 1,
         "zoo_figure": 1,
         "symmetry_check": 7,
@@ -706,6 +708,23 @@ def test_protected_checkpoint_is_not_retrained_silently(tiny_run, tmp_path):
     assert "protected" in result.stderr.lower()
     assert re.search(r"results/zoo/\w+/seed\d+\.pt", result.stderr)
     assert [checkpoint.read_bytes() for checkpoint in checkpoints] == before
+    assert planned_jobs(tiny_run) == {}
+
+
+def test_deleted_member_of_a_pack_is_linked_again_not_retrained(tiny_run):
+    """A member of a pack whose checkpoint is deleted comes back from its pack (unpack_member, a
+    link: the same bytes and modification time, so what read it does not rerun); the pack and the
+    other members are not touched."""
+    zoo = tiny_run / "results/zoo/c4gap_dgn"
+    others = {
+        path: (path.stat().st_ino, path.stat().st_mtime_ns) for path in (zoo / "seed1.pt", zoo / "seed2.pt")
+    }
+    (zoo / "seed0.pt").unlink()
+    assert planned_jobs(tiny_run)["unpack_member"] == 1
+    assert "train_pack" not in planned_jobs(tiny_run) and "train_member" not in planned_jobs(tiny_run)
+    snakemake(tiny_run, "--until", "unpack_member")
+    assert (zoo / "seed0.pt").stat().st_ino == (zoo / "packs/seeds0-1/seed0.pt").stat().st_ino
+    assert {path: (path.stat().st_ino, path.stat().st_mtime_ns) for path in others} == others
     assert planned_jobs(tiny_run) == {}
 
 

@@ -58,6 +58,18 @@ def _json_numbers(text: str) -> dict[str, float]:
     return value
 
 
+def _seed_range(text: str) -> list[int]:
+    """An argparse type: ``first-last`` (or one seed), the seeds first .. last."""
+    first, _, last = text.partition("-")
+    try:
+        seeds = list(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected first-last, e.g. 0-3, got {text!r}") from None
+    if not seeds or seeds[0] < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 <= first <= last, got {text!r}")
+    return seeds
+
+
 def _integer(minimum: int):
     """An argparse type: an integer of at least ``minimum``."""
 
@@ -180,6 +192,34 @@ def cmd_train_member(args) -> None:
     )
     write_parquet(metrics, args.metrics, ZOO_EPOCHS)
     save_checkpoint(checkpoint, args.out)
+
+
+def cmd_train_pack(args) -> None:
+    from intertwine.jobs.zoo import train_pack
+    from intertwine.zoo import write_pack
+
+    seeds = args.seeds
+    if len(args.checkpoints) != len(seeds):
+        raise ValueError(f"--checkpoints: {len(args.checkpoints)} paths for the {len(seeds)} seeds {seeds}")
+    if args.features and len(args.features) != len(seeds):
+        raise ValueError(f"--features: {len(args.features)} checkpoints for the {len(seeds)} seeds {seeds}")
+    members = train_pack(
+        _job(args),
+        args.variant,
+        seeds,
+        args.spec,
+        args.training,
+        args.checkpoints,
+        eval_batch_size=args.eval_batch_size,
+        features=args.features,
+    )
+    write_pack(args.out, dict(zip(seeds, members)))
+
+
+def cmd_unpack_member(args) -> None:
+    from intertwine.zoo import unpack_member
+
+    unpack_member(args.pack, args.seed, args.out, args.metrics)
 
 
 def cmd_rotation_trial(args) -> None:
@@ -638,6 +678,37 @@ def build_parser() -> argparse.ArgumentParser:
         "--features",
         help="a gated FL variant's feature network: the checkpoint of the trained member named by gated.features_from",
     )
+    p = command(
+        "train-pack",
+        cmd_train_pack,
+        "train several zoo members of a variant together (zoo.pack_size)",
+        [job],
+        out="the pack directory (never overwritten): per member a checkpoint and metrics, or a .diverged note",
+        options=["--training", "--eval-batch-size"],
+    )
+    p.add_argument("--variant", required=True)
+    p.add_argument(
+        "--seeds", required=True, type=_seed_range, help="the members, first-last (e.g. 0-3), consecutive"
+    )
+    p.add_argument("--spec", type=_json_object, required=True, help="the variant's model spec (JSON)")
+    p.add_argument(
+        "--checkpoints",
+        nargs="+",
+        required=True,
+        help="each member's own checkpoint path (its metrics record it)",
+    )
+    p.add_argument(
+        "--features", nargs="+", help="a gated FL variant's feature networks, one checkpoint per seed"
+    )
+    p = command(
+        "unpack-member",
+        cmd_unpack_member,
+        "give a member of a trained pack its checkpoint and metrics paths (hard links)",
+        out="its checkpoint .pt (never overwritten)",
+    )
+    p.add_argument("--pack", required=True, help="the pack directory (train-pack --out)")
+    p.add_argument("--seed", type=_integer(0), required=True, help="zoo member seed")
+    p.add_argument("--metrics", required=True, help="its per-epoch metrics .parquet")
     p = command(
         "rotation-trial",
         cmd_rotation_trial,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 
 import jsonschema
 
@@ -169,6 +170,30 @@ class Plan:
 
     def zoo_outputs(self, pattern: str) -> list[str]:
         return [pattern.format(variant=v, seed=s) for v in self.variants for s in self.zoo_seeds(v)]
+
+    def pack_size(self, variant: str) -> int:
+        """Members of the variant one job trains (zoo.pack_size, or its zoo.pack_size_per_variant entry)."""
+        return self.zoo["pack_size_per_variant"].get(variant, self.zoo["pack_size"])
+
+    def packs(self, variant: str) -> list[range]:
+        """The variant's packs: consecutive runs of pack_size seeds (the last may be shorter). With
+        a pack size of 1 there are none: each member is its own train_member job."""
+        size, seeds = self.pack_size(variant), self.zoo_seeds(variant)
+        return [] if size == 1 else [seeds[i : i + size] for i in range(0, len(seeds), size)]
+
+    @staticmethod
+    def pack_dir(variant: str, pack: range) -> str:
+        return f"results/zoo/{variant}/packs/seeds{pack[0]}-{pack[-1]}"
+
+    def member_pack(self, variant: str, seed: int) -> str:
+        """The directory of the pack that trains this member."""
+        return next(self.pack_dir(variant, pack) for pack in self.packs(variant) if seed in pack)
+
+    def packed_variants(self, packed: bool = True) -> str:
+        """A regex matching the variants that train in packs (``packed``) or one member per job:
+        the two rules that make a member's checkpoint are told apart by it."""
+        names = [v for v in self.variants if (self.pack_size(v) > 1) == packed]
+        return "|".join(re.escape(name) for name in names) or "(?!)"
 
     def train_block(self, variant: str | None = None) -> dict:
         """The training settings of a variant's members: zoo.training with its per-variant
@@ -460,6 +485,10 @@ class Plan:
         ] + self.figure_files(self.DISSECTION_FIGURES + self.dissection_masks)
 
     # --- gated networks -----------------------------------------------------------------------
+
+    def pack_features(self, variant: str, first: int, last: int) -> list[str]:
+        """``features_checkpoint`` of each member of a pack."""
+        return [path for seed in range(first, last + 1) for path in self.features_checkpoint(variant, seed)]
 
     def features_checkpoint(self, variant: str, seed: int) -> list[str]:
         """A gated FL variant's feature network: the checkpoint of the same seed of the variant
@@ -804,6 +833,7 @@ class Plan:
                         errors.append(f"config key {key}.{name}: {err.message}")
 
         subset("zoo.seeds_per_variant", self.zoo["seeds_per_variant"], self.variants)
+        subset("zoo.pack_size_per_variant", self.zoo["pack_size_per_variant"], self.variants)
         for variant in self.variants:
             gated = self.spec(variant).get("gated")
             if gated is None or gated["regime"] != "fl":

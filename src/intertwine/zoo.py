@@ -1,16 +1,19 @@
-"""The model zoo: save and load checkpoints, and the zoo table. (A member trains in
-``intertwine.jobs.zoo.train_member``.)"""
+"""The model zoo: save and load checkpoints, packs of members trained together, and the zoo table.
+(A member trains in ``intertwine.jobs.zoo.train_member``, a pack in ``train_pack``.)"""
 
 from __future__ import annotations
 
+import os
 import pickle
+import shutil
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 import torch
 
 from intertwine import models
-from intertwine.utils import atomic_path
+from intertwine.utils import DivergedError, atomic_path
 
 CHECKPOINT_FORMAT = "intertwine-checkpoint/1"
 
@@ -115,6 +118,74 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[to
             f"({(str(err).splitlines() or [''])[0][:200]}). {_recover(path)}"
         ) from None
     return model.eval(), checkpoint
+
+
+# A pack directory (``results/zoo/<variant>/packs/seeds<first>-<last>``) holds, per member,
+# ``seed<s>.pt`` and ``seed<s>.metrics.parquet``, or ``seed<s>.diverged`` with the error that
+# stopped it. The member's own checkpoint path is a hard link to its file there (``unpack_member``).
+
+
+def pack_files(pack: str | Path, seed: int) -> tuple[Path, Path, Path]:
+    """A member's checkpoint, metrics and divergence note in its pack directory."""
+    pack = Path(pack)
+    return pack / f"seed{seed}.pt", pack / f"seed{seed}.metrics.parquet", pack / f"seed{seed}.diverged"
+
+
+def write_pack(pack: str | Path, members: dict[int, tuple[dict, pd.DataFrame] | DivergedError]) -> None:
+    """Write a trained pack at once: built in a hidden directory beside it and renamed into place,
+    so a killed job leaves no half pack; an existing pack is never replaced (its members'
+    checkpoints are links to its files)."""
+    from intertwine.tables import ZOO_EPOCHS, write_parquet
+
+    pack = Path(pack)
+    if pack.exists() and any(pack.iterdir()):
+        raise FileExistsError(
+            f"{pack} exists; a trained pack is never overwritten. Delete it and its members' "
+            "checkpoints (chmod -R u+w first: the workflow write-protects them) to retrain"
+        )
+    pack.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(dir=pack.parent, prefix=f".{pack.name}.", suffix=".tmp"))
+    try:
+        for seed, member in members.items():
+            checkpoint_path, metrics_path, diverged_path = pack_files(building, seed)
+            if isinstance(member, DivergedError):
+                diverged_path.write_text(f"{member}\n")
+                continue
+            checkpoint, metrics = member
+            torch.save(checkpoint, checkpoint_path)
+            write_parquet(metrics, metrics_path, ZOO_EPOCHS)
+        building.chmod(0o777 & ~_umask())
+        if pack.exists():  # an empty directory, e.g. made by the workflow manager
+            pack.rmdir()
+        os.rename(building, pack)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+
+
+def unpack_member(pack: str | Path, seed: int, checkpoint_out: str | Path, metrics_out: str | Path) -> None:
+    """Give a member of a trained pack its own paths: hard links to its files (copies where the
+    file system has no links). A member that diverged in the pack is its ``DivergedError``."""
+    checkpoint_path, metrics_path, diverged_path = pack_files(pack, seed)
+    if diverged_path.exists():
+        raise DivergedError(f"{diverged_path.read_text().strip()} (the rest of its pack, {pack}, is kept)")
+    if not checkpoint_path.exists():
+        raise FileNotFoundError(
+            f"{pack} holds no member seed {seed}; delete the pack and its members' checkpoints to retrain it"
+        )
+    refuse_overwrite(checkpoint_out)
+    for source, out in ((metrics_path, metrics_out), (checkpoint_path, checkpoint_out)):
+        with atomic_path(out) as tmp:
+            tmp.unlink()
+            try:
+                os.link(source, tmp)
+            except OSError:
+                shutil.copyfile(source, tmp)
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def zoo_table(epoch_tables: list[pd.DataFrame]) -> pd.DataFrame:

@@ -1,3 +1,6 @@
+# A member's checkpoint comes from train_member (one member per job) or, for a variant with a
+# zoo.pack_size above 1, from its pack (train_pack) through unpack_member; the variant's pack size
+# decides which rule can make it.
 rule train_member:
     input:
         DATA_FILES,
@@ -10,6 +13,8 @@ rule train_member:
         "results/logs/zoo/{variant}/seed{seed}.log",
     benchmark:
         "results/benchmarks/zoo/{variant}/seed{seed}.tsv"
+    wildcard_constraints:
+        variant=PLAN.packed_variants(packed=False),
     conda:
         CONDA_ENV
     threads: THREADS
@@ -32,6 +37,65 @@ rule train_member:
         " --eval-batch-size {resources.eval_batch_size} --device {params.device} --threads {threads}"
         " --out {output.checkpoint} --metrics {output.metrics}{params.features}"
         " > {log} 2>&1"
+
+
+rule train_pack:
+    input:
+        DATA_FILES,
+        features=lambda wc: PLAN.pack_features(wc.variant, int(wc.first), int(wc.last)),
+    output:
+        protected(directory("results/zoo/{variant}/packs/seeds{first}-{last}")),
+    log:
+        "results/logs/zoo/{variant}/packs/seeds{first}-{last}.log",
+    benchmark:
+        "results/benchmarks/zoo/{variant}/packs/seeds{first}-{last}.tsv"
+    wildcard_constraints:
+        variant=PLAN.packed_variants(),
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        gpu=1,
+        eval_batch_size=lambda wc: PLAN.train_run(wc.variant)["eval_batch_size"],
+    params:
+        spec=lambda wc: as_json(config["zoo"]["variants"][wc.variant]),
+        training=lambda wc: as_json(PLAN.train_block(wc.variant)),
+        seed=config["seed"],
+        device=config["device"],
+        code=code_hash("zoo"),
+        data=data_dir,
+        checkpoints=lambda wc: " ".join(
+            f"results/zoo/{wc.variant}/seed{seed}.pt" for seed in range(int(wc.first), int(wc.last) + 1)
+        ),
+        features=lambda wc, input: f" --features {' '.join(input.features)}" if input.features else "",
+    shell:
+        "intertwine train-pack --data {params.data} --variant {wildcards.variant} --seeds {wildcards.first}-{wildcards.last}"
+        " --spec {params.spec:q} --training {params.training:q} --global-seed {params.seed}"
+        " --eval-batch-size {resources.eval_batch_size} --device {params.device} --threads {threads}"
+        " --out {output} --checkpoints {params.checkpoints}{params.features}"
+        " > {log} 2>&1"
+
+
+# Links, not copies: no cluster job, no second copy of the weights.
+localrules:
+    unpack_member,
+
+
+rule unpack_member:
+    input:
+        pack=lambda wc: PLAN.member_pack(wc.variant, int(wc.seed)),
+    output:
+        checkpoint=protected("results/zoo/{variant}/seed{seed}.pt"),
+        metrics="results/zoo/{variant}/seed{seed}.metrics.parquet",
+    log:
+        "results/logs/zoo/{variant}/seed{seed}.log",
+    wildcard_constraints:
+        variant=PLAN.packed_variants(),
+    conda:
+        CONDA_ENV
+    shell:
+        "intertwine unpack-member --pack {input.pack} --seed {wildcards.seed}"
+        " --out {output.checkpoint} --metrics {output.metrics} > {log} 2>&1"
 
 
 rule zoo_table:

@@ -11,7 +11,8 @@ import torch
 from intertwine import models
 from intertwine.jobs import Job
 from intertwine.settings import TrainConfig
-from intertwine.training import evaluate, train
+from intertwine.training import evaluate, train, train_pack as train_models_packed
+from intertwine.utils import DivergedError
 from intertwine.zoo import CHECKPOINT_FORMAT, read_checkpoint
 
 
@@ -35,6 +36,76 @@ def train_member(
     (variant, seed, spec, data, training, global seed, features) gives bit-identical weights on the
     CPU.
     """
+    config, spec = _settings(job, variant, spec, training, eval_batch_size)
+    model, generator = _member(job, variant, seed, spec, features)
+    train_split, val_split = job.split("train"), job.split(config.select_on)
+    started = time.perf_counter()
+    result = train(
+        model,
+        train_split,
+        val_split,
+        config,
+        generator,
+        *job.stats(),
+        label=f"{variant} seed {seed}",
+        log=job.log,
+    )
+    return _outputs(
+        job,
+        variant,
+        seed,
+        spec,
+        training,
+        config,
+        model,
+        result,
+        time.perf_counter() - started,
+        checkpoint_path,
+    )
+
+
+def train_pack(
+    job: Job,
+    variant: str,
+    seeds: list[int],
+    spec: dict,
+    training: dict,
+    checkpoint_paths: list[str | Path],
+    eval_batch_size: int | None = None,
+    features: list[str | Path] | None = None,
+) -> list[tuple[dict, pd.DataFrame] | DivergedError]:
+    """Train the members ``seeds`` of a variant together (``training.train_pack``); per member, what
+    ``train_member`` returns for it (the same weights up to float rounding), or the
+    ``DivergedError`` that stopped it. ``checkpoint_paths`` are where the members' checkpoints will
+    be (their metrics record it); ``features`` one checkpoint per seed for an FL variant."""
+    config, spec = _settings(job, variant, spec, training, eval_batch_size)
+    members = [
+        _member(job, variant, seed, spec, f) for seed, f in zip(seeds, features or [None] * len(seeds))
+    ]
+    train_split, val_split = job.split("train"), job.split(config.select_on)
+    job.log(f"{variant}: training seeds {', '.join(map(str, seeds))} as one pack")
+    started = time.perf_counter()
+    results = train_models_packed(
+        [model for model, _ in members],
+        train_split,
+        val_split,
+        config,
+        [generator for _, generator in members],
+        *job.stats(),
+        labels=[f"{variant} seed {seed}" for seed in seeds],
+        log=job.log,
+    )
+    # The pack's wall time, shared evenly: what each member cost.
+    seconds = (time.perf_counter() - started) / len(seeds)
+    return [
+        result
+        if isinstance(result, DivergedError)
+        else _outputs(job, variant, seed, spec, training, config, model, result, seconds, path)
+        for seed, (model, _), result, path in zip(seeds, members, results, checkpoint_paths)
+    ]
+
+
+def _settings(job: Job, variant: str, spec: dict, training: dict, eval_batch_size: int | None):
     config = TrainConfig.from_block(
         training | ({} if eval_batch_size is None else {"eval_batch_size": eval_batch_size}), "zoo.training"
     )
@@ -45,39 +116,34 @@ def train_member(
             f"variant {variant!r} has num_classes {spec['num_classes']} but the data set "
             f"has {classes} classes; set num_classes in its spec"
         )
+    return config, spec
+
+
+def _member(job: Job, variant: str, seed: int, spec: dict, features: str | Path | None):
+    """A member's initial model and its batch generator, from its own seeds."""
     torch.manual_seed(job.seed("zoo", variant, seed, "init"))
     model = models.build(spec).to(job.device)
     _load_features(model, spec, features, variant)
     generator = torch.Generator(device=job.device).manual_seed(job.seed("zoo", variant, seed, "batches"))
-    mean, std = job.stats()
-    train_split, test_split, val_split = (job.split(name) for name in ("train", "test", config.select_on))
-    n_params = models.count_parameters(model)
     job.log(
-        f"{variant} seed {seed}: {spec} ({n_params:,} parameters) on {job.device}, "
-        f"{len(train_split)} training images, selecting on {config.select_on}"
+        f"{variant} seed {seed}: {spec} ({models.count_parameters(model):,} parameters) on {job.device}, "
+        f"{len(job.split('train'))} training images"
     )
-    started = time.perf_counter()
-    result = train(
-        model,
-        train_split,
-        val_split,
-        config,
-        generator,
-        mean,
-        std,
-        label=f"{variant} seed {seed}",
-        log=job.log,
-    )
-    model.load_state_dict(result.state_dict)
-    test_acc = evaluate(
-        model, test_split, mean, std, config.eval_batch_size, config.bf16, config.channels_last
-    )
-    seconds = time.perf_counter() - started
-    job.log(
-        f"{variant} seed {seed}: kept epoch {result.best_epoch} (val_acc {result.val_acc:.4f}), "
-        f"test_acc {test_acc:.4f}, {seconds:.1f}s"
-    )
+    return model, generator
 
+
+def _outputs(job, variant, seed, spec, training, config, model, result, seconds, checkpoint_path):
+    """A trained member's checkpoint and per-epoch metrics: its kept weights, tested."""
+    model.load_state_dict(result.state_dict)
+    mean, std = job.stats()
+    test_acc = evaluate(
+        model, job.split("test"), mean, std, config.eval_batch_size, config.bf16, config.channels_last
+    )
+    job.log(
+        f"{variant} seed {seed}: kept epoch {result.best_epoch} (val_acc {result.val_acc:.4f} on "
+        f"{config.select_on}), test_acc {test_acc:.4f}, {seconds:.1f}s"
+    )
+    n_params = models.count_parameters(model)
     provenance = job.provenance({"spec": spec, "training": training, "data": job.meta()["config_hash"]})
     checkpoint = {
         "format": CHECKPOINT_FORMAT,

@@ -1,0 +1,156 @@
+"""Packed zoo training: K members in one job end with the weights each gets alone."""
+
+import pytest
+import torch
+
+from intertwine import models
+from intertwine.jobs import Job
+from intertwine.jobs.zoo import train_member, train_pack
+from intertwine.training import pack_problem
+from intertwine.utils import DivergedError
+
+TRAINING = {"epochs": 3, "batch_size": 32}
+
+# Packed, a member's convolutions run as one grouped convolution whose sums are taken in another
+# order: float32 rounding, about 1e-7 relative per operation; after a dozen Adam steps the weights
+# differ by at most 1e-6 (measured 5e-7). The exception is a convolution's bias followed by batch
+# norm: its gradient is zero but for rounding noise, which Adam divides by its own size, so the
+# bias moves by about +-lr per step either way (measured 5.6e-3 after 12 steps at lr 1e-3), and
+# its batch norm's running mean follows. In training mode the batch norm cancels it exactly. A
+# member trained from another seed differs by about 1e-1.
+WEIGHT_TOLERANCE = 1e-5
+CANCELLED_TOLERANCE = 2e-2  # 12 steps x lr 1e-3 + the running mean's lag
+
+
+def cancelled_by_batch_norm(state: dict) -> set[str]:
+    """The biases of convolutions followed by a batch norm (``convI.bias`` beside ``bnI``) and
+    those batch norms' running means."""
+    keys = set()
+    for key in state:
+        prefix, _, name = key.rpartition(".")
+        if name == "bias" and prefix.rpartition(".")[2].startswith("conv"):
+            bn = prefix[: len(prefix) - len(prefix.rpartition(".")[2])] + prefix.rpartition(".")[2].replace(
+                "conv", "bn"
+            )
+            if f"{bn}.running_mean" in state:
+                keys |= {key, f"{bn}.running_mean"}
+    return keys
+
+
+def max_weight_difference(a: dict, b: dict, keys=None) -> float:
+    assert a.keys() == b.keys()
+    keys = [k for k in (a if keys is None else keys) if a[k].is_floating_point()]
+    return max((a[k].double() - b[k].double()).abs().max().item() for k in keys)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"arch": "myrtle", "width_multiplier": 0.125},
+        {"arch": "resnet20", "width_multiplier": 0.25},
+        {"arch": "myrtle", "width_multiplier": 0.125, "gated": {"family": "dlgn", "pools": "gated_max"}},
+    ],
+    ids=["myrtle", "resnet20", "gated"],
+)
+def test_packed_members_equal_members_trained_alone(tiny_shapes_dir, spec):
+    torch.set_num_threads(1)
+    seeds = [0, 1, 2]
+    packed = train_pack(Job("cpu", tiny_shapes_dir), "m", seeds, spec, TRAINING, ["a", "b", "c"])
+    alone = [train_member(Job("cpu", tiny_shapes_dir), "m", seed, spec, TRAINING)[0] for seed in seeds]
+    for (checkpoint, metrics), single in zip(packed, alone):
+        assert checkpoint["best_epoch"] == single["best_epoch"]
+        # The drift of a cancelled bias moves an eval-mode logit by up to about 1e-2: an image at a
+        # near tie may change its class.
+        assert abs(checkpoint["val_acc"] - single["val_acc"]) <= 1 / 32
+        assert abs(checkpoint["test_acc"] - single["test_acc"]) <= 1 / 64
+        cancelled = cancelled_by_batch_norm(single["state_dict"])
+        rest = set(single["state_dict"]) - cancelled
+        assert max_weight_difference(checkpoint["state_dict"], single["state_dict"], rest) < WEIGHT_TOLERANCE
+        if cancelled:
+            assert (
+                max_weight_difference(checkpoint["state_dict"], single["state_dict"], cancelled)
+                < CANCELLED_TOLERANCE
+            )
+        assert list(metrics["epoch"]) == [1, 2, 3]
+    # The tolerance separates: another member's weights are far outside it.
+    assert max_weight_difference(alone[0]["state_dict"], alone[1]["state_dict"]) > 5 * CANCELLED_TOLERANCE
+
+
+def test_a_diverged_member_leaves_the_rest_of_its_pack(tiny_shapes_dir, tmp_path):
+    from intertwine.jobs.zoo import _member  # noqa: PLC2701 - the members' initial models
+    from intertwine.settings import TrainConfig
+    from intertwine.training import train_pack as train_models_packed
+
+    torch.set_num_threads(1)
+    job = Job("cpu", tiny_shapes_dir)
+    spec = models.normalize_spec({"arch": "myrtle", "width_multiplier": 0.125})
+    members = [_member(job, "m", seed, spec, None) for seed in range(3)]
+    with torch.no_grad():
+        members[1][0].conv1.weight.fill_(float("nan"))  # member 1's loss is NaN from the first step
+    config = TrainConfig.from_block(TRAINING)
+    results = train_models_packed(
+        [model for model, _ in members],
+        job.split("train"),
+        job.split("val"),
+        config,
+        [generator for _, generator in members],
+        *job.stats(),
+        labels=["m seed 0", "m seed 1", "m seed 2"],
+    )
+    assert (
+        isinstance(results[1], DivergedError)
+        and "m seed 1" in str(results[1])
+        and "epoch 1" in str(results[1])
+    )
+    alone = train_member(Job("cpu", tiny_shapes_dir), "m", 2, spec, TRAINING)[0]
+    assert results[2].best_epoch == alone["best_epoch"]
+    rest = set(alone["state_dict"]) - cancelled_by_batch_norm(alone["state_dict"])
+    assert max_weight_difference(results[2].state_dict, alone["state_dict"], rest) < WEIGHT_TOLERANCE
+
+
+def test_pack_directory_links_members_and_never_overwrites(tiny_shapes_dir, tmp_path):
+    from intertwine.zoo import read_checkpoint, unpack_member, write_pack
+
+    spec = {"arch": "c4gap", "width_multiplier": 0.0625}
+    checkpoint, metrics = train_member(Job("cpu", tiny_shapes_dir), "m", 0, spec, {"epochs": 1})
+    pack = tmp_path / "packs" / "seeds0-1"
+    write_pack(
+        pack, {0: (checkpoint, metrics), 1: DivergedError("m seed 1: training loss became nan in epoch 1")}
+    )
+    unpack_member(pack, 0, tmp_path / "seed0.pt", tmp_path / "seed0.metrics.parquet")
+    assert (tmp_path / "seed0.pt").stat().st_ino == (pack / "seed0.pt").stat().st_ino  # a link, not a copy
+    assert read_checkpoint(tmp_path / "seed0.pt")["seed"] == 0
+    with pytest.raises(
+        DivergedError, match=r"m seed 1: training loss became nan in epoch 1 \(the rest of its pack"
+    ):
+        unpack_member(pack, 1, tmp_path / "seed1.pt", tmp_path / "seed1.metrics.parquet")
+    assert not (tmp_path / "seed1.pt").exists()
+    with pytest.raises(FileExistsError, match="never overwritten"):
+        unpack_member(pack, 0, tmp_path / "seed0.pt", tmp_path / "seed0.metrics.parquet")
+    with pytest.raises(FileExistsError, match="a trained pack is never overwritten"):
+        write_pack(pack, {0: (checkpoint, metrics)})
+    assert sorted(p.name for p in pack.iterdir()) == ["seed0.metrics.parquet", "seed0.pt", "seed1.diverged"]
+    assert not [p for p in pack.parent.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+def test_every_zoo_architecture_packs_or_says_why():
+    """vmap runs every architecture but CCT, whose tokenizer asks for channels-last inside the
+    forward: it trains one member at a time, and the reason is logged."""
+    packable = {
+        "myrtle": {"arch": "myrtle", "width_multiplier": 0.125},
+        "resnet20": {"arch": "resnet20", "width_multiplier": 0.125},
+        "resnet18": {"arch": "resnet18", "width_multiplier": 0.0625},
+        "convnext": {"arch": "convnext", "width_multiplier": 0.125},
+        "c4gap_dlgn": {"arch": "c4gap", "width_multiplier": 0.0625, "gated": {"family": "dlgn"}},
+        "vgg16_dgn_fr": {
+            "arch": "vgg16_avg",
+            "width_multiplier": 0.0625,
+            "gated": {"family": "dgn", "regime": "fr"},
+        },
+        "myrtle_leaky": {"arch": "myrtle", "width_multiplier": 0.125, "activation": "leaky_relu"},
+    }
+    example = torch.randn(2, 3, 32, 32)  # VGG16's five pools need 32 pixels
+    for name, spec in packable.items():
+        assert pack_problem([models.build(spec) for _ in range(2)], example) is None, name
+    cct = {"arch": "cct", "width_multiplier": 0.125, "depth": 1}
+    assert "vmap cannot run its forward" in pack_problem([models.build(cct) for _ in range(2)], example)
