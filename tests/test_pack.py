@@ -154,3 +154,16 @@ def test_every_zoo_architecture_packs_or_says_why():
         assert pack_problem([models.build(spec) for _ in range(2)], example) is None, name
     cct = {"arch": "cct", "width_multiplier": 0.125, "depth": 1}
     assert "vmap cannot run its forward" in pack_problem([models.build(cct) for _ in range(2)], example)
+
+
+def test_an_architecture_vmap_cannot_run_trains_its_pack_one_at_a_time(tiny_shapes_dir):
+    torch.set_num_threads(1)
+    spec = {"arch": "cct", "width_multiplier": 0.125, "depth": 1}
+    lines = []
+    packed = train_pack(
+        Job("cpu", tiny_shapes_dir, 0, lines.append), "m", [0, 1], spec, {"epochs": 1}, ["a", "b"]
+    )
+    assert any("one at a time: torch.func.vmap cannot run its forward" in line for line in lines)
+    for seed, (checkpoint, _) in enumerate(packed):
+        alone = train_member(Job("cpu", tiny_shapes_dir), "m", seed, spec, {"epochs": 1})[0]
+        assert max_weight_difference(checkpoint["state_dict"], alone["state_dict"]) == 0.0  # the same code

@@ -60,9 +60,9 @@ def snakemake(workdir, *args, config=TINY, check=True, as_non_root=False, **pope
     return result
 
 
-def planned_jobs(workdir, config=TINY):
-    """{rule: count} of what a dry-run would run."""
-    result = snakemake(workdir, "-n", "--quiet", "rules", config=config)
+def planned_jobs(workdir, config=TINY, *targets):
+    """{rule: count} of what a dry-run (of ``targets``, default all) would run."""
+    result = snakemake(workdir, *targets, "-n", "--quiet", "rules", config=config)
     text = result.stdout + result.stderr
     if "Nothing to be done" in text:
         return {}
@@ -720,9 +720,9 @@ def test_deleted_member_of_a_pack_is_linked_again_not_retrained(tiny_run):
         path: (path.stat().st_ino, path.stat().st_mtime_ns) for path in (zoo / "seed1.pt", zoo / "seed2.pt")
     }
     (zoo / "seed0.pt").unlink()
-    assert planned_jobs(tiny_run)["unpack_member"] == 1
-    assert "train_pack" not in planned_jobs(tiny_run) and "train_member" not in planned_jobs(tiny_run)
-    snakemake(tiny_run, "--until", "unpack_member")
+    # Snakemake remakes a missing intermediate file when asked for it (or when a job reading it reruns).
+    assert planned_jobs(tiny_run, TINY, "results/zoo/c4gap_dgn/seed0.pt") == {"unpack_member": 1}
+    snakemake(tiny_run, "results/zoo/c4gap_dgn/seed0.pt")
     assert (zoo / "seed0.pt").stat().st_ino == (zoo / "packs/seeds0-1/seed0.pt").stat().st_ino
     assert {path: (path.stat().st_ino, path.stat().st_mtime_ns) for path in others} == others
     assert planned_jobs(tiny_run) == {}
