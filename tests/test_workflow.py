@@ -782,7 +782,10 @@ def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
         "slow.yaml",
         lambda c: (
             c["zoo"].update(
-                seeds=1, seeds_per_variant={}, variants={"myrtle": c["zoo"]["variants"]["myrtle"]}
+                seeds=1,
+                seeds_per_variant={},
+                pack_size_per_variant={},
+                variants={"myrtle": c["zoo"]["variants"]["myrtle"]},
             ),
             c["zoo"]["training"].update(epochs=200),
             c["stitching"].update(variants=[], sites={}, methods_per_variant={}),
@@ -810,7 +813,10 @@ def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
         "slow.yaml",
         lambda c: (
             c["zoo"].update(
-                seeds=1, seeds_per_variant={}, variants={"myrtle": c["zoo"]["variants"]["myrtle"]}
+                seeds=1,
+                seeds_per_variant={},
+                pack_size_per_variant={},
+                variants={"myrtle": c["zoo"]["variants"]["myrtle"]},
             ),
             c["stitching"].update(variants=[], sites={}, methods_per_variant={}),
             c["similarity"].update(variants=[]),
