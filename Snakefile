@@ -28,6 +28,7 @@ include: "workflow/rules/gated.smk"
 include: "workflow/rules/deqntk.smk"
 include: "workflow/rules/pullback.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/claims.smk"
 
 
 onstart:

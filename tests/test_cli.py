@@ -70,7 +70,7 @@ def test_every_torch_job_is_named_like_its_rule_and_function():
 def test_each_rule_command_parses(rule):
     line = rule_commands()[rule].split(" > {log}")[0].strip("( ")
     line = re.sub(
-        r"\{params\.(paths|parts|procrustes|cka|permutations|similarity|features)\}", " ", line
+        r"\{params\.(paths|parts|procrustes|cka|permutations|similarity|features|tables|figures)\}", " ", line
     )  # optional flags, as built
     for command in line.split(" && intertwine "):
         argv = command.removeprefix("intertwine ").split()

@@ -30,7 +30,12 @@ def tiny() -> dict:
 
 
 def test_shipped_configs_plan_without_errors():
-    for path in ("config/config.yaml", "config/paper.yaml", "tests/configs/tiny.yaml"):
+    for path in (
+        "config/config.yaml",
+        "config/paper.yaml",
+        "config/cifar10_cpu.yaml",
+        "tests/configs/tiny.yaml",
+    ):
         assert Plan(load(path)).errors() == [], path
 
 
@@ -79,7 +84,7 @@ def test_tiny_plan_jobs(tiny):
     ]
     assert plan.category_sites == {v: plan.mask_site(v) for v in ("resnet20", "convnext")}
     # tiny.yaml draws png only: no other formats.
-    assert all(path.endswith((".png", ".csv", ".parquet")) for path in plan.all_outputs)
+    assert all(path.endswith((".png", ".csv", ".parquet")) for path in plan.stage_outputs)
 
 
 def test_figure_formats_follow_the_config(tiny):
@@ -104,7 +109,10 @@ def test_stages_off_have_no_outputs(tiny):
         "results/tables/zoo_epochs.parquet",
         "results/figures/zoo_accuracy.png",
         "results/tables/zoo_summary.csv",
+        "results/tables/claims.csv",  # every claim but those on the zoo alone reads `not run`
+        "results/tables/claims.rst",
     ]
+    assert plan.claims_tables == {"zoo": "results/tables/zoo.parquet"}
 
 
 def test_stitch_block_holds_what_the_method_reads(tiny):

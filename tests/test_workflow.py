@@ -119,6 +119,25 @@ def test_paper_config_dag(tmp_path):
     assert sum(jobs.values()) < 12_000
 
 
+def test_cifar10_cpu_config_dag(tmp_path):
+    """The laptop-scale real-data config plans every Godfrey stage and the scorecard (CI does not run it)."""
+    jobs = planned_jobs(tmp_path, REPO / "config" / "cifar10_cpu.yaml")
+    assert jobs["train_member"] == 4 + 2 + 3 + 2 and jobs["claims"] == 1
+    assert jobs["stitch_pair"] == 3 * 3 + 2 * 3 and jobs["rotation_trial"] == 4 * 2 * 2
+    assert {"similarity_pair", "dissect_member", "symmetry_check"} <= set(jobs)
+
+
+def test_claims_scorecard(tiny_run):
+    card = pd.read_csv(tiny_run / "results/tables/claims.csv", keep_default_na=False)
+    assert {"claim", "source", "paper", "ours", "verdict", "evidence", "mode", "figure"} <= set(card.columns)
+    assert set(card["verdict"]) <= {"reproduced", "not reproduced", "inconclusive", "not run"}
+    by_claim = card.set_index("claim")
+    assert by_claim.loc["T1", "verdict"] == "reproduced"  # G_ReLU elements are exact symmetries
+    assert by_claim.loc["C1", "verdict"] == "inconclusive"  # one trial per group: no interval
+    assert by_claim.loc["D1", "verdict"] == "not run"  # no setting with reference accuracies
+    assert "selected on val" in by_claim.loc["C2", "mode"]
+
+
 def test_tiny_run_outputs(tiny_run):
     zoo = pd.read_parquet(tiny_run / "results/tables/zoo.parquet")
     assert sorted(zip(zoo["variant"], zoo["seed"])) == [
@@ -412,7 +431,7 @@ def test_deqntk_tables_and_figures(tiny_run):
 def test_deqntk_settings_rerun_their_jobs_only(tiny_run, tmp_path):
     """The ridge is read by the regressions and the depth sweep, not by the Gram's blocks; a new
     training-set size within the Gram adds one regression."""
-    rerun = {"deqntk_table": 1, "deqntk_figure": 1, "all": 1}
+    rerun = {"deqntk_table": 1, "deqntk_figure": 1, "claims": 1, "all": 1}
     config = changed_config(tmp_path, "ridge.yaml", lambda c: c["deqntk"].update(ridge=0.1))
     assert planned_jobs(tiny_run, config) == {"deqntk_regression": 2, "deqntk_depth": 2, **rerun}
     config = changed_config(tmp_path, "sizes.yaml", lambda c: c["deqntk"].update(n_train=[40, 50, 64]))
@@ -499,8 +518,12 @@ def test_report(tiny_run):
         "pullback_symmetry.png",
         "pullback_grid_myrtle.png",
         "pullback_summary.csv",
+        "claims.csv",
     ]:
         assert item in html
+    # The opening page shows the scorecard, its claims linked to their figures.
+    opening = html.index("Which of the papers' claims this run reproduces")
+    assert opening < html.index("rotation_penalty.png</a>") < html.index("stitching_penalty.png</a>")
     # The opening gives each variant's seeds, zoo.seeds_per_variant included (tests/test_report_text.py).
     zoo = yaml.safe_load(TINY.read_text())["zoo"]
     for variant in zoo["variants"]:
@@ -543,6 +566,7 @@ def test_zoo_change_reruns_zoo_and_downstream(tiny_run, tmp_path):
         "npk_member": 4,
         "gated_table": 1,
         "gated_figure": 1,
+        "claims": 1,
         **PULLBACK_RERUN,
     }
 
@@ -603,11 +627,18 @@ def test_per_variant_training_retrains_that_variant_only(tiny_run, tmp_path):
         "deqntk_figure": 1,  # so does the DEQ-NTK's accuracy figure
         "gated_table": 1,  # and the gated study's table (its variants' rows are unchanged)
         "gated_figure": 1,
+        "claims": 1,  # the scorecard reads every stage's table
         "all": 1,
     }
 
 
-STITCHING_RERUN = {"stitching_table": 1, "stitching_figure": 1, "stitching_studies_figure": 1, "all": 1}
+STITCHING_RERUN = {
+    "stitching_table": 1,
+    "stitching_figure": 1,
+    "stitching_studies_figure": 1,
+    "claims": 1,
+    "all": 1,
+}
 # every job of the pullback stage (member, pair and images: myrtle and c4gap_dgn)
 PULLBACK_RERUN = {
     "pullback_member": 2,
@@ -655,7 +686,10 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
                 "all": 1,
             },
         ),
-        ("rotation.py", {"rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "all": 1}),
+        (
+            "rotation.py",
+            {"rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "claims": 1, "all": 1},
+        ),
         # the pullback stage matches hidden units with stitching.match_grelu
         ("stitching.py", {"stitch_pair": 14, **STITCHING_RERUN, **PULLBACK_RERUN}),
         (
@@ -672,6 +706,7 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
                 "kernel_reference_member": 1,
                 "kernel_reference_table": 1,
                 "deqntk_figure": 1,
+                "claims": 1,
                 "all": 1,
             },
         ),
@@ -682,6 +717,7 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
                 "dissection_table": 1,
                 "dissection_figure": 1,
                 "dissection_masks": 2,
+                "claims": 1,
                 "all": 1,
             },
         ),

@@ -222,6 +222,26 @@ def cmd_unpack_member(args) -> None:
     unpack_member(args.pack, args.seed, args.out, args.metrics)
 
 
+def cmd_claims(args) -> None:
+    import pandas as pd
+
+    from intertwine.claims import as_rst, scorecard
+    from intertwine.tables import write_csv
+    from intertwine.utils import atomic_path
+
+    tables = {}
+    for item in args.table:
+        name, _, path = item.partition("=")
+        tables[name] = pd.read_csv(path) if path.endswith(".csv") else pd.read_parquet(path)
+    findings = tables.pop("gated_findings", None)
+    card = scorecard(tables, args.settings, findings)
+    write_csv(card, args.out)
+    with atomic_path(args.rst) as tmp:
+        tmp.write_text(as_rst(card, set(args.figures)))
+    counts = card["verdict"].value_counts()
+    _log(f"{len(card)} claims: " + ", ".join(f"{n} {verdict}" for verdict, n in counts.items()))
+
+
 def cmd_rotation_trial(args) -> None:
     from intertwine.jobs.rotation import rotation_trial
     from intertwine.tables import ROTATION, write_parquet
@@ -907,6 +927,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--units", required=True, help="the member's dissection units (seed0.units.parquet)")
 
     # --- tables
+    p = command(
+        "claims",
+        cmd_claims,
+        "the claims scorecard: which of the papers' findings this run's tables reproduce",
+        out="claims.csv: one row per claim",
+    )
+    p.add_argument(
+        "--table",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a stage's table (zoo, symmetry, rotation, stitching, similarity, dissection, gated_findings, "
+        "pullback_symmetry, deqntk); a claim whose table is not given reads `not run`",
+    )
+    p.add_argument(
+        "--settings", type=_json_object, required=True, help="the run's settings (Plan.claims_settings, JSON)"
+    )
+    p.add_argument(
+        "--figures", nargs="*", default=[], help="file names of the report's figures a row may link to"
+    )
+    p.add_argument("--rst", required=True, help="the scorecard as an RST table for the report's opening page")
     p = command(
         "zoo-table",
         cmd_zoo_table,

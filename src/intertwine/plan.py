@@ -752,10 +752,61 @@ class Plan:
             )
         return None
 
+    # --- the claims scorecard -----------------------------------------------------------------
+
+    CLAIMS_TABLES = {
+        "zoo": "results/tables/zoo.parquet",
+        "symmetry": "results/tables/symmetry.parquet",
+        "rotation": "results/tables/rotation.parquet",
+        "stitching": "results/tables/stitching.parquet",
+        "similarity": "results/tables/similarity.parquet",
+        "dissection": "results/tables/dissection.parquet",
+        "gated_findings": "results/tables/gated_findings.csv",
+        "pullback_symmetry": "results/tables/pullback_symmetry.parquet",
+        "deqntk": "results/tables/deqntk.parquet",
+    }
+    CLAIMS_OUTPUTS = ["results/tables/claims.csv", "results/tables/claims.rst"]
+
+    @property
+    def claims_tables(self) -> dict[str, str]:
+        """The tables the claims job reads: those the configured stages write (a claim whose
+        table is missing reads `not run`)."""
+        made = set(self.stage_outputs)
+        return {name: path for name, path in self.CLAIMS_TABLES.items() if path in made}
+
+    @property
+    def claims_figures(self) -> list[str]:
+        """The report's figures and summaries a scorecard row can link to (file names)."""
+        return sorted(
+            {path.rpartition("/")[2] for path in self.stage_outputs if path.endswith((".png", ".csv"))}
+        )
+
+    @property
+    def claims_settings(self) -> dict:
+        """What the verdicts read of the config, and the settings whose paper and corrected modes
+        the scorecard names."""
+        stitched = self.stitching["variants"]
+        return {
+            "myrtle_variants": [v for v in stitched if self.spec(v)["arch"] == "myrtle"],
+            "residual_variants": [v for v in stitched if self.spec(v)["arch"] in ("resnet20", "resnet18")],
+            "residual_activation": {
+                v: self.spec(v)["residual_activation"]
+                for v in self.dissection["variants"]
+                if "residual_activation" in self.spec(v)
+            },
+            "leaky_slopes": self.leaky_slopes,
+            "batch_norm": {v: self.spec(v).get("batch_norm", True) for v in self.variants},
+            "rotation_variants": list(self.rotation["variants"]),
+            "select_on": self.train_block()["select_on"],
+            "stitching_init": self.stitching["init"],
+            "stitching_optimizer": self.stitching["optimizer"],
+            "stitching_momentum": self.stitching["momentum"],
+        }
+
     # --- everything ---------------------------------------------------------------------------
 
     @property
-    def all_outputs(self) -> list[str]:
+    def stage_outputs(self) -> list[str]:
         return (
             ZOO_TABLES
             + self.zoo_figures
@@ -768,6 +819,10 @@ class Plan:
             + self.deqntk_outputs
             + self.pullback_outputs
         )
+
+    @property
+    def all_outputs(self) -> list[str]:
+        return self.stage_outputs + self.CLAIMS_OUTPUTS
 
     def _pairs(self, stage: str, variant: str, count: int, symmetric: bool = False) -> list[tuple[int, int]]:
         return draw_pairs(
