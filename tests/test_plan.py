@@ -113,6 +113,8 @@ def test_stages_off_have_no_outputs(tiny):
         "results/tables/claims.rst",
     ]
     assert plan.claims_tables == {"zoo": "results/tables/zoo.parquet"}
+    # C2 is about the ReLU Myrtle: not its LeakyReLU or gated forms.
+    assert Plan(tiny).claims_settings["myrtle_variants"] == ["myrtle"]
 
 
 def test_stitch_block_holds_what_the_method_reads(tiny):

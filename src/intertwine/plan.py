@@ -787,7 +787,13 @@ class Plan:
         the scorecard names."""
         stitched = self.stitching["variants"]
         return {
-            "myrtle_variants": [v for v in stitched if self.spec(v)["arch"] == "myrtle"],
+            "myrtle_variants": [
+                v
+                for v in stitched
+                if self.spec(v)["arch"] == "myrtle"
+                and self.spec(v)["activation"] == "relu"
+                and not self.spec(v).get("gated")
+            ],
             "residual_variants": [v for v in stitched if self.spec(v)["arch"] in ("resnet20", "resnet18")],
             "residual_activation": {
                 v: self.spec(v)["residual_activation"]
