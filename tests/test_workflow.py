@@ -122,7 +122,7 @@ def test_paper_config_dag(tmp_path):
 def test_cifar10_cpu_config_dag(tmp_path):
     """The laptop-scale real-data config plans every Godfrey stage and the scorecard (CI does not run it)."""
     jobs = planned_jobs(tmp_path, REPO / "config" / "cifar10_cpu.yaml")
-    assert jobs["train_member"] == 4 + 2 + 3 + 2 and jobs["claims"] == 1
+    assert jobs["train_member"] == 3 + 2 + 3 + 2 and jobs["claims"] == 1
     assert jobs["stitch_pair"] == 3 * 3 + 2 * 3 and jobs["rotation_trial"] == 4 * 2 * 2
     assert {"similarity_pair", "dissect_member", "symmetry_check"} <= set(jobs)
 
