@@ -1,6 +1,8 @@
 """The claims scorecard: each verdict rule on synthetic tables that should and should not reproduce
 its claim, too few units (inconclusive), and stages not in the config (not run)."""
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -270,3 +272,25 @@ def test_interval_matches_the_t_distribution():
         4.302653 * 1 / np.sqrt(3)
     )
     assert Estimate.of([1.0]).side() == 0 and Estimate.of([5, 6, 7]).side() == 1
+
+
+def test_welch_interval_matches_scipy():
+    from scipy import stats
+
+    a, b = RNG.normal(1.0, 0.5, 7), RNG.normal(0.4, 1.5, 11)
+    low, high = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    estimate = Estimate.difference(a, b)
+    assert estimate.mean - estimate.half_width == pytest.approx(low)
+    assert estimate.mean + estimate.half_width == pytest.approx(high)
+
+
+def test_rank1_is_compared_with_grelu_on_the_same_pairs():
+    tables = stitching(full=0.0, grelu=0.04, rank1=0.3)
+    table = tables["stitching"]
+    # rank 1 on pair 5 only (stitching.pairs_per_method): compared with pair 5's G_ReLU layer.
+    table = table[(table["method"] != "rank1") | (table["pair"] == 5)].copy()
+    table.loc[(table["method"] == "grelu") & (table["pair"] == 5), "penalty"] = 0.3  # as bad as rank 1 there
+    ours = scorecard({"stitching": table}, SETTINGS, None).set_index("claim").loc["C2", "ours"]
+    differences = [float(d) for d in re.findall(r"rank 1 - G_ReLU ([+-][\d.]+) \(no interval\)", ours)]
+    # Pair 5 against pair 5: about 0 (noise sd 1 point); another pair's G_ReLU would give about +26.
+    assert len(differences) == 3 and all(abs(d) < 5 for d in differences)

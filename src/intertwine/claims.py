@@ -54,13 +54,15 @@ class Estimate:
     @classmethod
     def difference(cls, a, b) -> Estimate:
         """mean(a) - mean(b) of independent samples, Welch's interval."""
-        a, b = Estimate.of(a), Estimate.of(b)
-        if a.n < 2 or b.n < 2:
-            return cls(a.mean - b.mean, math.nan, min(a.n, b.n))
-        va, vb = (np.square(e.half_width / stats.t.ppf(0.975, e.n - 1)) for e in (a, b))
+        a, b = (np.asarray(v, dtype=float) for v in (a, b))
+        a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+        mean = (a.mean() if len(a) else math.nan) - (b.mean() if len(b) else math.nan)
+        if len(a) < 2 or len(b) < 2:
+            return cls(float(mean), math.nan, min(len(a), len(b)))
+        va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
         se = math.sqrt(va + vb)
-        df = (va + vb) ** 2 / (va**2 / (a.n - 1) + vb**2 / (b.n - 1)) if se > 0 else a.n + b.n - 2
-        return cls(a.mean - b.mean, float(stats.t.ppf(0.975, df) * se), a.n + b.n)
+        df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else len(a) + len(b) - 2
+        return cls(float(mean), float(stats.t.ppf(0.975, df) * se), len(a) + len(b))
 
     def side(self) -> int:
         """+1 when the interval lies above 0, -1 below, 0 when it covers 0 or there is none."""
@@ -148,11 +150,10 @@ def stitching_myrtle(tables, settings) -> Result:
         sides.append(-full.side())  # full below 2 points
         below_ten.append(-grelu.side())
         part = f"{site}: full {full.mean * 100 + 2:.1f}, G_ReLU {grelu.mean * 100 + 10:.1f}"
-        rank1 = group.loc[group["method"] == "rank1", "penalty"]
-        if len(rank1):
-            d = Estimate.of(
-                rank1.to_numpy() - group.loc[group["method"] == "grelu", "penalty"].to_numpy()[: len(rank1)]
-            )
+        by_pair = group.pivot_table(index="pair", columns="method", values="penalty")
+        if "rank1" in by_pair:
+            # Paired by pair: rank 1 may run on fewer pairs than G_ReLU (stitching.pairs_per_method).
+            d = Estimate.of((by_pair["rank1"] - by_pair["grelu"]).dropna())
             sides.append(d.side())
             part += f", rank 1 - G_ReLU {d.points()}"
         parts.append(part)
