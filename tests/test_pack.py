@@ -1,5 +1,7 @@
 """Packed zoo training: K members in one job end with the weights each gets alone."""
 
+import re
+
 import pytest
 import torch
 
@@ -27,13 +29,10 @@ def cancelled_by_batch_norm(state: dict) -> set[str]:
     those batch norms' running means."""
     keys = set()
     for key in state:
-        prefix, _, name = key.rpartition(".")
-        if name == "bias" and prefix.rpartition(".")[2].startswith("conv"):
-            bn = prefix[: len(prefix) - len(prefix.rpartition(".")[2])] + prefix.rpartition(".")[2].replace(
-                "conv", "bn"
-            )
-            if f"{bn}.running_mean" in state:
-                keys |= {key, f"{bn}.running_mean"}
+        match = re.fullmatch(r"(.*)conv(\d+)\.bias", key)
+        running_mean = match and f"{match[1]}bn{match[2]}.running_mean"
+        if running_mean in state:
+            keys |= {key, running_mean}
     return keys
 
 

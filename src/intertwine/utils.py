@@ -44,15 +44,20 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files; outputs get the usual permissions
+    os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600 files; outputs get the usual permissions
     try:
         yield Path(tmp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def current_umask() -> int:
+    """The process's umask (reading it means setting it; it is set back at once)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def write_json(obj: Any, path: str | os.PathLike) -> None:

@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 
 from intertwine import models
-from intertwine.utils import DivergedError, atomic_path
+from intertwine.utils import DivergedError, atomic_path, current_umask
 
 CHECKPOINT_FORMAT = "intertwine-checkpoint/1"
 
@@ -154,7 +154,7 @@ def write_pack(pack: str | Path, members: dict[int, tuple[dict, pd.DataFrame] | 
             checkpoint, metrics = member
             torch.save(checkpoint, checkpoint_path)
             write_parquet(metrics, metrics_path, ZOO_EPOCHS)
-        building.chmod(0o777 & ~_umask())
+        building.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700 directories
         if pack.exists():  # an empty directory, e.g. made by the workflow manager
             pack.rmdir()
         os.rename(building, pack)
@@ -180,12 +180,6 @@ def unpack_member(pack: str | Path, seed: int, checkpoint_out: str | Path, metri
                 os.link(source, tmp)
             except OSError:
                 shutil.copyfile(source, tmp)
-
-
-def _umask() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask
 
 
 def zoo_table(epoch_tables: list[pd.DataFrame]) -> pd.DataFrame:
