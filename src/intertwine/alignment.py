@@ -1,0 +1,452 @@
+"""CCA- and shape-based representation similarity measures that the literature compares against.
+
+Small functions in the style of netrep / scikit-learn: arrays in, numbers out, no file I/O.
+
+* ``svcca``: SVCCA (Raghu et al., NeurIPS 2017), the mean canonical correlation between the top
+  singular directions of each representation.
+* ``pwcca``: projection-weighted CCA (Morcos, Raghu & Bengio, NeurIPS 2018), following
+  ``compute_pwcca`` of Google's ``svcca`` repository. Not symmetric (see its docstring).
+* ``shape_metric`` / ``shape_angular`` / ``shape_euclidean``: the generalized shape metrics with
+  partial whitening of Williams, Kunz, Kornblith & Linderman (NeurIPS 2021), scored exactly as
+  ``netrep.metrics.LinearMetric(alpha, center_columns=True, zero_pad=True).fit_score``.
+
+Inputs: torch tensors or numpy arrays of shape (N, C) or (N, C, *spatial) holding the same N inputs
+through two networks. Each is flattened to an (N, D) matrix with D = C * prod(spatial): spatial
+positions are separate features, as in linear CKA on flattened features. All computation is in
+float64 on the inputs' device; every measure returns a python float.
+
+Every measure is ``compare(prepare(X), prepare(Y))``: ``prepare_*`` does the per-representation
+work (centring, an SVD), ``compare_*`` only the pair's (an SVD of a small cross-product), so that
+comparing L layers with L layers costs L prepares and L^2 cheap compares. ``PREPARED`` maps
+measure names to these (prepare, compare) pairs.
+
+Constant representations (the same for every sample: zero variance after centring) define none of
+these measures and raise ``ConstantRepresentationError`` naming the argument; no measure returns
+NaN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = [
+    "PREPARED",
+    "PreparedPWCCA",
+    "PreparedSVCCA",
+    "PreparedShape",
+    "compare_pwcca",
+    "compare_shape_metric",
+    "compare_svcca",
+    "prepare_pwcca",
+    "prepare_shape_metric",
+    "prepare_svcca",
+    "pwcca",
+    "shape_angular",
+    "shape_euclidean",
+    "shape_metric",
+    "svcca",
+]
+
+ArrayLike = Tensor | np.ndarray
+_F64 = torch.float64
+# netrep.utils.whiten: eigenvalues of X^T X are clipped to this value, and alpha > 1 - tol means
+# no whitening at all.
+_NETREP_EIGVAL_TOL = 1e-7
+_SCORES = ("angular", "euclidean")
+
+
+# ---------------------------------------------------------------------------
+# Shared per-representation work
+# ---------------------------------------------------------------------------
+
+
+def _centred_svd(X: ArrayLike, which: str, measure: str) -> tuple[Tensor, Tensor, Tensor, int]:
+    """Thin SVD of the centred (N, D) features, numerically zero singular values dropped.
+
+    Returns (U, s, Vh, D): U (N, r) orthonormal basis of the centred column space, s (r,) its
+    singular values in decreasing order, Vh (r, D), r the numerical rank (numpy's ``matrix_rank``
+    tolerance s_max * max(N, D) * eps)."""
+    from intertwine.similarity import ConstantRepresentationError, _as_features
+
+    F = _as_features(X, which)
+    n = F.shape[0]
+    if n < 2:
+        raise ValueError(f"{measure} needs at least 2 samples, got N = {n} in {which}")
+    F = F.reshape(n, -1).to(_F64)
+    constant = ConstantRepresentationError(
+        f"{which} is the same for each of its {n} samples (zero variance after centring), so "
+        f"{measure} is undefined: it compares how two representations vary across inputs",
+        which,
+    )
+    if torch.equal(F.amin(0), F.amax(0)):
+        raise constant
+    Fc = F - F.mean(0, keepdim=True)
+    U, s, Vh = torch.linalg.svd(Fc, full_matrices=False)
+    tol = s[0] * max(Fc.shape) * torch.finfo(_F64).eps
+    r = int((s > tol).sum())
+    if r == 0:
+        raise constant
+    return U[:, :r], s[:r], Vh[:r], Fc.shape[1]
+
+
+def _check_same_n(px, py, measure: str) -> None:
+    nx, ny = px.basis.shape[0], py.basis.shape[0]
+    if nx != ny:
+        raise ValueError(
+            f"X and Y must hold the same samples (first axis), got N = {nx} for X and N = {ny} for Y "
+            f"({measure})"
+        )
+    if px.basis.device != py.basis.device:
+        raise ValueError(f"X and Y must be on the same device, got {px.basis.device} and {py.basis.device}")
+
+
+def _check_pair_n(X: ArrayLike, Y: ArrayLike) -> None:
+    """ValueError naming X and Y if their first axes (the samples) differ in length."""
+    sx, sy = tuple(np.shape(X)), tuple(np.shape(Y))
+    nx, ny = (sx or (None,))[0], (sy or (None,))[0]
+    if sx and sy and nx != ny:
+        raise ValueError(
+            f"X and Y must hold the same samples (first axis), got N = {nx} for X and N = {ny} for Y"
+        )
+
+
+def _canonical(px, py) -> tuple[Tensor, Tensor, Tensor]:
+    """SVD A diag(rho) B^T of Ux^T Uy: rho are the canonical correlations (cosines of the principal
+    angles between the centred column spaces), Ux A and Uy B the unit-norm canonical variates."""
+    A, rho, Bh = torch.linalg.svd(px.basis.T @ py.basis)
+    return A, rho.clamp(0.0, 1.0), Bh.T
+
+
+# ---------------------------------------------------------------------------
+# SVCCA
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PreparedSVCCA:
+    """Per-representation SVCCA state: ``basis`` (N, k), an orthonormal basis of the top-k singular
+    directions of the centred features (the SV step), k the fewest explaining ``variance``."""
+
+    basis: Tensor
+    variance: float
+
+
+def prepare_svcca(X: ArrayLike, variance: float = 0.99, *, name: str = "X") -> PreparedSVCCA:
+    """SV step of SVCCA for one representation.
+
+    Parameters
+    ----------
+    X : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
+        Flattened to (N, D), D = C * prod(spatial).
+    variance : float in (0, 1]
+        Fraction of the total variance (sum of squared singular values of the centred features)
+        the kept directions must explain: the fewest top singular directions k with
+        sum_{i<=k} s_i^2 >= variance * sum_i s_i^2 (up to 1e-12) are kept. ``variance=1`` keeps
+        the numerical rank.
+    name : str
+        How errors name the argument ("X" or "Y").
+
+    Returns
+    -------
+    PreparedSVCCA
+    """
+    if not 0.0 < variance <= 1.0:
+        raise ValueError(f"variance must be in (0, 1], got {variance}")
+    U, s, _, _ = _centred_svd(X, name, "SVCCA")
+    power = s.square()
+    ratio = power.cumsum(0) / power.sum()
+    k = min(int(torch.searchsorted(ratio, ratio.new_tensor(variance - 1e-12))) + 1, len(s))
+    return PreparedSVCCA(U[:, :k], float(variance))
+
+
+def compare_svcca(px: PreparedSVCCA, py: PreparedSVCCA) -> float:
+    """Mean canonical correlation between two prepared representations (see ``svcca``)."""
+    _check_same_n(px, py, "SVCCA")
+    _, rho, _ = _canonical(px, py)
+    return float(rho.mean())
+
+
+def svcca(X: ArrayLike, Y: ArrayLike, *, variance: float = 0.99) -> float:
+    """SVCCA similarity (Raghu et al. 2017).
+
+    Each representation is flattened to (N, D) and each feature centred over the N samples; the
+    SV step keeps the top singular directions explaining ``variance`` of its variance; CCA between
+    the two reduced representations gives min(k_x, k_y) canonical correlations, whose mean is
+    returned.
+
+    Parameters
+    ----------
+    X, Y : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
+        The same N >= 2 inputs through two networks; widths may differ.
+    variance : float in (0, 1]
+        See ``prepare_svcca``.
+
+    Returns
+    -------
+    float in [0, 1]
+        1 when one reduced subspace contains the other.
+
+    Notes
+    -----
+    Symmetric. Invariant to translations of either representation and to orthogonal maps and
+    isotropic scalings of its features; with ``variance=1`` (or whenever the reduction keeps the
+    full rank) invariant to every invertible linear map of the features. The canonical
+    correlations are the singular values of Ux^T Uy for orthonormal bases Ux, Uy of the reduced
+    spaces, the same numbers as Google's ``cca_core`` computes from covariance inverse square
+    roots.
+    """
+    _check_pair_n(X, Y)
+    return compare_svcca(prepare_svcca(X, variance), prepare_svcca(Y, variance, name="Y"))
+
+
+# ---------------------------------------------------------------------------
+# PWCCA
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PreparedPWCCA:
+    """Per-representation PWCCA state: ``basis`` (N, r), an orthonormal basis of the centred
+    column space (r the numerical rank), and ``loadings`` (r, D) = basis^T Xc, the coordinates of
+    the centred features in that basis."""
+
+    basis: Tensor
+    loadings: Tensor
+
+
+def prepare_pwcca(X: ArrayLike, *, name: str = "X") -> PreparedPWCCA:
+    """Per-representation part of ``pwcca``: centre, reduce to the numerical rank (an SVD).
+    ``name`` ("X" or "Y") is how errors name the argument."""
+    U, s, Vh, _ = _centred_svd(X, name, "PWCCA")
+    return PreparedPWCCA(U, s[:, None] * Vh)
+
+
+def compare_pwcca(px: PreparedPWCCA, py: PreparedPWCCA) -> float:
+    """Projection-weighted mean canonical correlation of two prepared representations (see
+    ``pwcca``; the weights come from ``px`` unless ``py`` has the smaller rank)."""
+    _check_same_n(px, py, "PWCCA")
+    A, rho, B = _canonical(px, py)
+    if px.basis.shape[1] <= py.basis.shape[1]:
+        # Unit canonical variates of X are Ux A; <h_i, x_j> = (A^T Ux^T Xc)_ij.
+        proj = A.T @ px.loadings
+    else:
+        proj = B.T @ py.loadings
+    weights = proj.abs().sum(1)
+    weights = weights / weights.sum()
+    return float((weights * rho).sum())
+
+
+def pwcca(X: ArrayLike, Y: ArrayLike) -> float:
+    """Projection-weighted CCA (Morcos et al. 2018), as Google's ``svcca/pwcca.py``
+    (``compute_pwcca``).
+
+    Each representation is flattened to (N, D), its features centred, and reduced to its numerical
+    rank r (so CCA is well defined). CCA gives min(r_x, r_y) canonical correlations rho_i and unit
+    canonical variates h_i on each side. On the side with the smaller rank (X on a tie, as
+    ``compute_pwcca`` picks X when X has no more neurons than Y) the weights are
+    alpha_i = sum_j |<h_i, x_j>| over that side's centred features x_j, normalised to sum to 1;
+    the result is sum_i alpha_i rho_i.
+
+    Parameters
+    ----------
+    X, Y : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
+        The same N >= 2 inputs through two networks; widths may differ.
+
+    Returns
+    -------
+    float in [0, 1]
+
+    Notes
+    -----
+    NOT symmetric: when X and Y have the same rank, the weights come from X's features, so
+    ``pwcca(X, Y) != pwcca(Y, X)`` in general (with different ranks both orders weight by the
+    smaller side and agree). Invariant to translations of either side, to invertible linear maps
+    of the features of the side whose features are not used for the weights, and to permutations,
+    sign flips and isotropic scaling of the features of the weighting side -- but not to general
+    linear maps or rotations of it, which change the weights.
+
+    Where this departs from Google's code: ``compute_pwcca`` orthonormalises (QR) the directions
+    ``coef_x @ (acts1 - mean) + mean``, which omit the ``invsqrt_xx`` factor of the canonical
+    variates and add the feature means back, and weights them against uncentred activations; its
+    Y branch also projects ``acts1``. Here h_i are the exact (centred, unit-norm, mutually
+    orthogonal) canonical variates and the x_j centred, the paper's definition; the two coincide
+    when the weighting side's centred features are orthonormal (the tests check this).
+    """
+    _check_pair_n(X, Y)
+    return compare_pwcca(prepare_pwcca(X), prepare_pwcca(Y, name="Y"))
+
+
+# ---------------------------------------------------------------------------
+# Generalized shape metrics (netrep LinearMetric)
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PreparedShape:
+    """Per-representation state of the partially whitened shape metric.
+
+    ``basis`` (N, r) is an orthonormal basis of the centred column space and ``scales`` (r,) the
+    lengths of the partially whitened data along it before netrep's variance-preserving rescale:
+    the whitened data is Xw = basis diag(scales * c) Vh, Vh orthonormal rows, so its Gram matrix
+    and every score need only basis and scales. The rescale c depends on how many zero columns
+    netrep pads on, so it is applied in ``compare_shape_metric`` from ``lam_sum`` (the sum of the
+    clipped eigenvalues of Xc^T Xc), ``new_var`` (the unscaled variance of the whitened data) and
+    ``width`` (D). ``whiten`` is False when alpha > 1 - 1e-7 (netrep then skips whitening)."""
+
+    basis: Tensor
+    scales: Tensor
+    lam_sum: float
+    new_var: float
+    width: int
+    alpha: float
+    whiten: bool
+
+
+def _zero_eig_terms(alpha: float) -> tuple[float, float]:
+    """(clipped eigenvalue, contribution to new_var) of one zero eigenvalue in netrep's whiten."""
+    lam = _NETREP_EIGVAL_TOL
+    return lam, alpha**2 * lam + 2 * alpha * (1 - alpha) * lam**0.5 + (1 - alpha) ** 2
+
+
+def _check_alpha(alpha: float) -> float:
+    real = isinstance(alpha, (int, float, np.integer, np.floating)) and not isinstance(alpha, bool)
+    ok = real and 0.0 <= float(alpha) <= 1.0
+    if not ok:
+        raise ValueError(
+            f"alpha must be a number in [0, 1] (1: no whitening, 0: full whitening), got {alpha!r}"
+        )
+    return float(alpha)
+
+
+def prepare_shape_metric(X: ArrayLike, alpha: float = 1.0, *, name: str = "X") -> PreparedShape:
+    """Per-representation part of ``shape_metric``: centre and partially whiten (netrep's
+    ``LinearMetric.partial_fit`` with ``whiten(..., preserve_variance=True)``), via a thin SVD of
+    the centred (N, D) features instead of an eigendecomposition of the D x D matrix Xc^T Xc.
+    ``name`` ("X" or "Y") is how errors name the argument."""
+    alpha = _check_alpha(alpha)
+    U, s, _, width = _centred_svd(X, name, "the shape metric")
+    if alpha > 1 - _NETREP_EIGVAL_TOL:
+        return PreparedShape(U, s, float(s.square().sum()), 1.0, width, alpha, False)
+    lam = s.square().clamp_min(_NETREP_EIGVAL_TOL)
+    d = alpha + (1 - alpha) * lam.rsqrt()
+    # Eigenvalues of Xc^T Xc: s_i^2 for the r kept directions, 0 for the other D - r.
+    zero_lam, zero_var = _zero_eig_terms(alpha)
+    nulls = width - len(s)
+    new_var = float((alpha**2 * lam + 2 * alpha * (1 - alpha) * lam.sqrt() + (1 - alpha) ** 2).sum())
+    new_var += nulls * zero_var
+    lam_sum = float(lam.sum()) + nulls * zero_lam
+    return PreparedShape(U, s * d, lam_sum, new_var, width, alpha, True)
+
+
+def _whitened_gram_factor(p: PreparedShape, width: int) -> Tensor:
+    """G (N, r) with G G^T = Xw Xw^T for the data zero-padded to ``width`` features."""
+    if not p.whiten:
+        return p.basis * p.scales
+    zero_lam, zero_var = _zero_eig_terms(p.alpha)
+    pad = width - p.width
+    c = ((p.lam_sum + pad * zero_lam) / (p.new_var + pad * zero_var)) ** 0.5
+    return p.basis * (p.scales * c)
+
+
+def compare_shape_metric(
+    px: PreparedShape, py: PreparedShape, score: Literal["angular", "euclidean"] = "angular"
+) -> float:
+    """Shape distance between two prepared representations (see ``shape_metric``)."""
+    if score not in _SCORES:
+        raise ValueError(f"score must be 'angular' or 'euclidean', got {score!r}")
+    _check_same_n(px, py, "shape metric")
+    if px.alpha != py.alpha:
+        raise ValueError(f"X and Y were prepared with different alpha: {px.alpha} and {py.alpha}")
+    width = max(px.width, py.width)
+    Gx, Gy = _whitened_gram_factor(px, width), _whitened_gram_factor(py, width)
+    # max over orthogonal Q of <Xw Q, Yw> = nuclear norm of Xw^T Yw = nuclear norm of Gx^T Gy.
+    nuclear = torch.linalg.svdvals(Gx.T @ Gy).sum()
+    nx, ny = torch.linalg.norm(Gx), torch.linalg.norm(Gy)
+    if score == "angular":
+        return float(torch.arccos((nuclear / (nx * ny)).clamp(-1.0, 1.0)))
+    return float((nx.square() + ny.square() - 2 * nuclear).clamp_min(0.0).sqrt())
+
+
+def shape_metric(
+    X: ArrayLike,
+    Y: ArrayLike,
+    *,
+    alpha: float = 1.0,
+    score: Literal["angular", "euclidean"] = "angular",
+) -> float:
+    """Generalized shape metric with partial whitening (Williams et al. 2021), as netrep scores it:
+    ``netrep.metrics.LinearMetric(alpha, center_columns=True, zero_pad=True,
+    score_method=score).fit_score(X, Y)`` on the flattened (N, D) features.
+
+    Each representation is centred and partially whitened,
+    Xw = Xc Z with Z = V diag(alpha + (1 - alpha) lam^(-1/2)) V^T, V diag(lam) V^T the
+    eigendecomposition of Xc^T Xc (not divided by N; eigenvalues clipped at 1e-7), rescaled so
+    that ||Xw||_F = ||Xc||_F as netrep's ``preserve_variance`` computes it (the rescale counts
+    the zero eigenvalues of the null and zero-padded directions, each clipped to 1e-7). The
+    narrower representation is zero-padded to the wider's width and the two are aligned by the
+    optimal orthogonal map.
+
+    Parameters
+    ----------
+    X, Y : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
+        The same N >= 2 inputs through two networks; widths may differ.
+    alpha : float in [0, 1]
+        1: no whitening (only centring), the Procrustes shape metric; 0: full whitening, a
+        CCA-like metric: the angular score is then arccos(sum_i rho_i / sqrt(r_x r_y)), rho_i the
+        canonical correlations and r the ranks (when no eigenvalue falls below netrep's 1e-7).
+    score : {"angular", "euclidean"}
+        ``"angular"``: arccos(||Xw^T Yw||_* / (||Xw||_F ||Yw||_F)), in radians in [0, pi/2].
+        ``"euclidean"``: min over orthogonal Q of ||Xw Q - Yw||_F
+        = sqrt(||Xw||^2 + ||Yw||^2 - 2 ||Xw^T Yw||_*), unnormalised (not divided by N), in the
+        units of the data.
+
+    Returns
+    -------
+    float
+        A distance: 0 for a representation with itself.
+
+    Notes
+    -----
+    Symmetric, and a metric (triangle inequality) on representations modulo the invariance group.
+    alpha = 1: invariant to translations and orthogonal maps of the features; the angular score
+    also to isotropic scaling. alpha = 0: the angular score is invariant to every invertible linear
+    map of the features (the euclidean score is not, through netrep's variance-preserving
+    rescale). The euclidean score with alpha < 1 depends on the feature widths through that
+    rescale, exactly as in netrep.
+    """
+    if score not in _SCORES:
+        raise ValueError(f"score must be 'angular' or 'euclidean', got {score!r}")
+    alpha = _check_alpha(alpha)
+    _check_pair_n(X, Y)
+    return compare_shape_metric(
+        prepare_shape_metric(X, alpha), prepare_shape_metric(Y, alpha, name="Y"), score=score
+    )
+
+
+def shape_angular(X: ArrayLike, Y: ArrayLike, *, alpha: float = 1.0) -> float:
+    """``shape_metric(X, Y, alpha=alpha, score="angular")``: radians in [0, pi/2]."""
+    return shape_metric(X, Y, alpha=alpha, score="angular")
+
+
+def shape_euclidean(X: ArrayLike, Y: ArrayLike, *, alpha: float = 1.0) -> float:
+    """``shape_metric(X, Y, alpha=alpha, score="euclidean")``: unnormalised Frobenius distance."""
+    return shape_metric(X, Y, alpha=alpha, score="euclidean")
+
+
+# ---------------------------------------------------------------------------
+# Helpers and registry
+# ---------------------------------------------------------------------------
+
+
+PREPARED = {
+    "svcca": (prepare_svcca, compare_svcca),
+    "pwcca": (prepare_pwcca, compare_pwcca),
+    "shape_angular": (prepare_shape_metric, partial(compare_shape_metric, score="angular")),
+    "shape_euclidean": (prepare_shape_metric, partial(compare_shape_metric, score="euclidean")),
+}
