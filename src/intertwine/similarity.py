@@ -44,22 +44,29 @@ intermediate is blocked so that it stays within ``max_bytes`` (64 MiB by default
 from __future__ import annotations
 
 import math
-from typing import Callable, Literal, Union
+from functools import partial
+from typing import Callable, Iterable, Literal, Sequence, Union
 
 import numpy as np
+import pandas as pd
 import torch
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
+from intertwine import alignment
+
 __all__ = [
     "CKA_MEASURES",
     "ConstantRepresentationError",
+    "DISTANCES",
+    "LinearCKAAccumulator",
     "MEASURES",
     "PROCRUSTES_MEASURES",
     "cka_kernel",
     "kernel_cka",
     "ProcrustesAccumulator",
     "channel_normalized_linear_cka",
+    "compare_models",
     "gate_cka",
     "grelu_cka",
     "grelu_procrustes",
@@ -67,6 +74,8 @@ __all__ = [
     "linear_cka",
     "max_kernel",
     "orthogonal_procrustes",
+    "pairwise",
+    "rbf_cka",
     "site_cka",
     "site_procrustes",
     "unbiased_hsic",
@@ -116,11 +125,14 @@ def _as_features(X: ArrayLike, name: str, graph: bool = False) -> Tensor:
 
 class ConstantRepresentationError(ValueError):
     """A representation is the same for every sample (or all zero): no similarity is defined.
-    ``which`` names the argument or model ("X"/"Y", "a"/"b"), ``site`` the site when known."""
+    ``which`` names the argument or model ("X"/"Y", "a"/"b", or "xs"/"ys" with ``index``, the
+    position in that list, from ``pairwise``), ``site`` the site when known."""
 
-    def __init__(self, message: str, which: str | None = None, site: str | None = None):
+    def __init__(
+        self, message: str, which: str | None = None, site: str | None = None, index: int | None = None
+    ):
         super().__init__(message)
-        self.which, self.site = which, site
+        self.which, self.site, self.index = which, site, index
 
 
 def _constant_message(which: str, n: int, measure: str) -> str:
@@ -355,7 +367,7 @@ def _max_kernel_per_channel(Xc: Tensor, max_bytes: int) -> Tensor:
     of per-channel Gram blocks written into K's rows: no (channels, rows, N) intermediate. With one
     position per channel (2-D features) a Gram block is an outer product, computed elementwise on
     whole rows; otherwise a matrix product on the upper triangle, mirrored."""
-    c, n, p = Xc.shape
+    _, n, p = Xc.shape
     K = torch.empty(n, n, dtype=Xc.dtype, device=Xc.device)
     # Two (rows, N) buffers: K's block and one channel's product.
     rows = max(1, min(_PER_CHANNEL_ROWS, _rows_per_block(n, 2 * Xc.element_size(), max_bytes)))
@@ -451,21 +463,46 @@ def _l1_distances(X: Tensor, max_bytes: int) -> Tensor:
     return D
 
 
-def _median_offdiagonal(D: Tensor) -> float:
-    """Median of the distances d(x_i, x_j), i < j (mean of the two middle values if even)."""
+def _median_offdiagonal(D: Tensor) -> Tensor:
+    """Median of the distances d(x_i, x_j), i < j (mean of the two middle values if even), as a
+    0-d tensor (differentiable: it is one or two of the distances)."""
     n = D.shape[0]
     upper = D[torch.triu(torch.ones(n, n, dtype=torch.bool, device=D.device), 1)]
     m = upper.numel()
-    lower_middle = float(upper.kthvalue((m + 1) // 2).values)
+    lower_middle = upper.kthvalue((m + 1) // 2).values
     if m % 2:
         return lower_middle
-    return 0.5 * (lower_middle + float(upper.kthvalue(m // 2 + 1).values))
+    return 0.5 * (lower_middle + upper.kthvalue(m // 2 + 1).values)
+
+
+def _squared_distances(X: Tensor) -> Tensor:
+    """(N, D) -> (N, N) squared Euclidean distances from the Gram matrix of the centred features
+    (centring keeps the norms, and so the cancellation, small); differentiable."""
+    X = X - X.mean(0, keepdim=True)
+    gram = X @ X.T
+    norms = torch.diagonal(gram)
+    return (norms[:, None] + norms[None, :] - 2.0 * gram).clamp_min(0.0)
+
+
+def _rbf_kernel(X: Tensor, bandwidth_fraction: float) -> Tensor:
+    """exp(-||x_i - x_j||^2 / (2 sigma^2)), sigma^2 = bandwidth_fraction^2 * the median squared
+    distance over i < j."""
+    if not bandwidth_fraction > 0:
+        raise ValueError(f"bandwidth_fraction must be positive, got {bandwidth_fraction}")
+    squared = _squared_distances(X)
+    median = _median_offdiagonal(squared)
+    if not float(median) > 0:
+        raise ValueError(
+            "the median distance between samples is 0 (most samples are identical), so the RBF "
+            "kernel's bandwidth bandwidth_fraction * median is 0; compare on more varied samples"
+        )
+    return torch.exp(-squared / (2.0 * bandwidth_fraction**2 * median))
 
 
 def _laplace_kernel(X: Tensor, bandwidth: float | None, max_bytes: int) -> Tensor:
     D = _l1_distances(X, max_bytes)
     if bandwidth is None:
-        bandwidth = _median_offdiagonal(D)
+        bandwidth = float(_median_offdiagonal(D))
         if bandwidth <= 0:
             raise ValueError(
                 "the median heuristic gave bandwidth 0 (most samples are identical); "
@@ -606,7 +643,7 @@ class ProcrustesAccumulator:
             if self.cross.shape[0] == self.cross.shape[1]:
                 self._optimum["matching"] = self._matching()[1:]
             self._residuals = dict.fromkeys(self._optimum, 0.0)
-        x, y, graph = self._batch(x, y)
+        x, y, _ = self._batch(x, y)
         self._refined += x.shape[0]
         if self._refined > self.n_samples:
             raise ValueError(f"refine() has seen more samples than update()'s {self.n_samples}")
@@ -881,12 +918,39 @@ def laplace_cka(
     return float(_cka(K, L, max_bytes))
 
 
+def rbf_cka(
+    X: ArrayLike, Y: ArrayLike, *, bandwidth_fraction: float = 0.5, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Tensor | float:
+    """CKA with the Gaussian (RBF) kernel exp(-||x_i - x_j||^2 / (2 sigma^2)) on the flattened
+    features (N, C*H*W) (Kornblith et al. 2019, section 3), unbiased HSIC_1; N >= 4.
+
+    Bandwidth: sigma^2 = ``bandwidth_fraction``^2 times the median squared distance between
+    distinct samples of that representation (pairs i < j), i.e. sigma is that fraction of the
+    median distance; Kornblith et al. report fractions 0.2-0.8 and their code's example uses 0.5,
+    the default here. Their code takes the median over all N^2 entries, the N zeros of the
+    diagonal included, which lowers it slightly and shifts with N; here the diagonal is left out.
+
+    Invariance group: orthogonal transformations of the flattened features, isotropic scaling (the
+    bandwidth scales with the distances) and translation, of either argument. Symmetric in X, Y.
+
+    Differentiable: with a tensor that requires grad it returns a float64 0-d tensor carrying the
+    graph (the median too: it is one or two of the distances); otherwise a float.
+    """
+    graph = _tracks_graph(X, Y)
+    X, Y = _check_pair(X, Y, 4, "CKA", graph)
+    _require_variation(X, "X", "rbf_cka"), _require_variation(Y, "Y", "rbf_cka")
+    K = _rbf_kernel(X.reshape(X.shape[0], -1), bandwidth_fraction)
+    L = _rbf_kernel(Y.reshape(Y.shape[0], -1), bandwidth_fraction)
+    return _result(_cka(K, L, max_bytes), graph)
+
+
 def cka_kernel(measure: str, X: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Tensor:
     """The N x N kernel a CKA measure computes from one representation, so that
     ``kernel_cka(cka_kernel(m, X), cka_kernel(m, Y)) == m(X, Y)`` for m in ``CKA_MEASURES``.
 
     Comparing every site of one model with every site of another (the CKA heatmaps) then costs
-    one kernel per site instead of one per site pair. ``laplace_cka`` uses its median bandwidth.
+    one kernel per site instead of one per site pair. ``laplace_cka`` and ``rbf_cka`` use their
+    default (median) bandwidths.
     """
     X = _as_features(X, "X")
     if X.shape[0] < 4:
@@ -907,6 +971,8 @@ def cka_kernel(measure: str, X: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES
         return _linear_gram(_flatten_centered(G))
     if measure == "laplace_cka":
         return _laplace_kernel(_channel_normalize(X, True).reshape(X.shape[0], -1), None, max_bytes)
+    if measure == "rbf_cka":
+        return _rbf_kernel(X.reshape(X.shape[0], -1), 0.5)
     raise ValueError(f"unknown CKA measure {measure!r}; expected one of {CKA_MEASURES}")
 
 
@@ -921,7 +987,14 @@ def kernel_cka(K: ArrayLike, L: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES
     return _result(_cka(K, L.to(K.device), max_bytes), graph)
 
 
-CKA_MEASURES = ("grelu_cka", "linear_cka", "laplace_cka", "channel_normalized_linear_cka", "gate_cka")
+CKA_MEASURES = (
+    "grelu_cka",
+    "linear_cka",
+    "laplace_cka",
+    "rbf_cka",
+    "channel_normalized_linear_cka",
+    "gate_cka",
+)
 PROCRUSTES_MEASURES = ("grelu_procrustes", "orthogonal_procrustes")
 
 MEASURES: dict[str, Callable[..., float]] = {
@@ -932,7 +1005,388 @@ MEASURES: dict[str, Callable[..., float]] = {
     "laplace_cka": laplace_cka,
     "channel_normalized_linear_cka": channel_normalized_linear_cka,
     "gate_cka": gate_cka,
+    "rbf_cka": rbf_cka,
+    "svcca": alignment.svcca,
+    "pwcca": alignment.pwcca,
+    "shape_angular": alignment.shape_angular,
+    "shape_euclidean": alignment.shape_euclidean,
 }
+# Distances (0 for equal representations, up to a symmetry); every other measure is a similarity.
+DISTANCES = ("shape_angular", "shape_euclidean")
+
+
+# ---------------------------------------------------------------------------
+# Many layers at once
+# ---------------------------------------------------------------------------
+
+# Measures whose CKA is linear in features after a transformation: for these a layer keeps its
+# centred features (N, D) when D is at most N, its Gram matrix otherwise.
+_LINEAR_TRANSFORMS: dict[str, Callable[[Tensor], Tensor]] = {
+    "linear_cka": lambda X: X,
+    "channel_normalized_linear_cka": lambda X: _channel_normalize(X, True),
+    "gate_cka": _gates,
+}
+# pwcca takes its weights from one side; every other measure is symmetric in its arguments.
+_ASYMMETRIC = ("pwcca",)
+
+
+class _CKALayer:
+    """One representation's share of every CKA it takes part in: its centred features (N, D) or
+    its N x N kernel, with the kernel's off-diagonal row sums and HSIC1(K, K)."""
+
+    def __init__(self, features: Tensor | None, kernel: Tensor | None, max_bytes: int) -> None:
+        self.features, self.kernel = features, kernel
+        n = (features if kernel is None else kernel).shape[0]
+        if kernel is None:
+            self.self_hsic = _linear_hsic_features(features, features, max_bytes)
+            self.scale = float(torch.linalg.vector_norm(features, dim=1).max()) ** 2
+        else:
+            self.row_sums = _offdiagonal_row_sums(kernel, _rows_per_block(n, 8, max_bytes))
+            self.self_hsic = _u_dot(self, self, max_bytes) / (n * (n - 3))
+            self.scale = float(kernel.abs().max())
+
+
+def _u_dot(a: _CKALayer, b: _CKALayer, max_bytes: int) -> Tensor:
+    """sum_ij U(K)_ij U(L)_ij over row blocks, U the U-centring (see ``_u_centered_rows``)."""
+    K, L = a.kernel, b.kernel
+    n = K.shape[0]
+    rows = _rows_per_block(n, 4 * 8, max_bytes)
+    total = torch.zeros((), dtype=_F64, device=K.device)
+    sk, sl = a.row_sums.sum(), b.row_sums.sum()
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        uk = _u_centered_rows(K, start, stop, a.row_sums, sk)
+        ul = uk if b is a else _u_centered_rows(L, start, stop, b.row_sums, sl)
+        total = total + torch.dot(uk.view(-1), ul.view(-1))
+    return total
+
+
+def _u_dot_features(features: _CKALayer, kernel: _CKALayer, max_bytes: int) -> Tensor:
+    """sum_ij U(A A')_ij U(L)_ij = tr(A' U(L) A): U(L) has zero row sums and diagonal, so the
+    U-centring of A A' adds nothing to the product (Szekely & Rizzo 2014). O(N^2 D) for A (N, D)."""
+    A, L = features.features, kernel.kernel
+    n = L.shape[0]
+    rows = _rows_per_block(n, 2 * 8, max_bytes)
+    total = torch.zeros((), dtype=_F64, device=L.device)
+    sl = kernel.row_sums.sum()
+    A64 = A.to(_F64)
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        ul = _u_centered_rows(L, start, stop, kernel.row_sums, sl)
+        total = total + ((ul @ A64) * A64[start:stop]).sum()
+    return total
+
+
+def _cka_of_layers(a: _CKALayer, b: _CKALayer, max_bytes: int) -> float:
+    n = (a.features if a.kernel is None else a.kernel).shape[0]
+    if a.kernel is None and b.kernel is None:
+        cross = _linear_hsic_features(a.features, b.features, max_bytes)
+    elif a.kernel is not None and b.kernel is not None:
+        cross = _u_dot(a, b, max_bytes) / (n * (n - 3))
+    else:
+        features, kernel = (a, b) if a.kernel is None else (b, a)
+        cross = _u_dot_features(features, kernel, max_bytes) / (n * (n - 3))
+    return float(_cka_from_hsic(cross, a.self_hsic, b.self_hsic, a.scale, b.scale))
+
+
+def _prepare_cka(measure: str, X: Tensor, max_bytes: int) -> _CKALayer:
+    if measure in _LINEAR_TRANSFORMS:
+        Z = _LINEAR_TRANSFORMS[measure](X)
+        _require_variation(Z, "X", measure)
+        A = _flatten_centered(Z)
+        if A.shape[1] <= A.shape[0]:
+            return _CKALayer(A, None, max_bytes)
+        return _CKALayer(None, _linear_gram(A), max_bytes)
+    return _CKALayer(None, cka_kernel(measure, X, max_bytes=max_bytes), max_bytes)
+
+
+def _preparer(measure: str, max_bytes: int) -> tuple[Callable, Callable]:
+    """(prepare, compare) for a measure: per-representation work and the pair's."""
+    if measure in CKA_MEASURES:
+        return partial(_prepare_cka, measure, max_bytes=max_bytes), partial(
+            _cka_of_layers, max_bytes=max_bytes
+        )
+    if measure in alignment.PREPARED:
+        return alignment.PREPARED[measure]
+    # Procrustes: the pair's cross-product is the work; nothing to share.
+    return (lambda X: X), partial(MEASURES[measure], max_bytes=max_bytes)
+
+
+def pairwise(
+    measure: str,
+    xs: Sequence[ArrayLike],
+    ys: Sequence[ArrayLike] | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> np.ndarray:
+    """The (len(xs), len(ys)) matrix of ``measure`` between each representation of ``xs`` and each
+    of ``ys`` (``ys`` omitted: ``xs`` with itself), all on the same N samples; widths and spatial
+    shapes may differ (the Procrustes measures need equal spatial shapes, and ``grelu_procrustes``
+    equal widths, for each pair).
+
+    Per-layer work is done once per layer, not once per pair: a CKA layer keeps its N x N kernel,
+    its row sums and HSIC1(K, K); linear CKAs (linear, channel-normalised, gate) keep the centred
+    features (N, D) where D <= N and pair them through D x D' cross-products, otherwise the Gram
+    matrix (a feature layer pairs with a Gram layer as tr(A' U(L) A)); the CCA and shape measures
+    keep their SVDs (``intertwine.alignment``). Values equal the single-pair measure's (within
+    rounding). Not differentiable: the entries are floats.
+    """
+    if measure not in MEASURES:
+        raise ValueError(f"unknown measure {measure!r}; expected one of {sorted(MEASURES)}")
+    symmetric = ys is None and measure not in _ASYMMETRIC
+    prepare, compare = _preparer(measure, max_bytes)
+    # Each representation is prepared as it comes (``xs`` and ``ys`` may be generators: a layer's
+    # activations need not outlive its preparation).
+    prepared: dict[str, list] = {}
+    samples: set[int] = set()
+    for side, layers in (("xs", xs), ("ys", xs if ys is None else ys))[: 1 if ys is None else 2]:
+        prepared[side] = []
+        for i, layer in enumerate(layers):
+            X = _as_features(layer, f"{side}[{i}]")
+            samples.add(len(X))
+            if len(samples) > 1:
+                raise ValueError(
+                    f"every representation must hold the same samples, got N = {sorted(samples)}"
+                )
+            if measure in CKA_MEASURES and len(X) < 4:
+                raise ValueError(f"CKA needs at least 4 samples, got N = {len(X)}")
+            try:
+                prepared[side].append(prepare(X))
+            except ConstantRepresentationError as err:
+                raise ConstantRepresentationError(f"{side}[{i}]: {err}", side, index=i) from None
+        if not prepared[side]:
+            raise ValueError(f"pairwise needs at least one representation in {side}")
+    px, py = prepared["xs"], prepared.get("ys", prepared["xs"])
+    matrix = np.empty((len(px), len(py)))
+    for i, a in enumerate(px):
+        for j, b in enumerate(py):
+            if symmetric and j < i:
+                matrix[i, j] = matrix[j, i]
+                continue
+            try:
+                matrix[i, j] = compare(a, b)
+            except ValueError as err:
+                raise type(err)(f"xs[{i}] and {'ys' if ys is not None else 'xs'}[{j}]: {err}") from None
+    return matrix
+
+
+# ---------------------------------------------------------------------------
+# Streaming: linear CKA accumulated over batches, and two models compared on a data set
+# ---------------------------------------------------------------------------
+
+
+class LinearCKAAccumulator:
+    """Linear CKA (unbiased HSIC_1) of paired batches, accumulated exactly, in float64.
+
+    Every term of the unbiased estimator on features a_i, b_i (flattened) is a sum over samples
+    of feature-space products: tr(K~ L~) = ||A'B||^2 - sum_i |a_i|^2 |b_i|^2, and with s = sum_i a_i
+    the Gram row sums are a_i . s - |a_i|^2, so sum_i r_i r'_i needs s' A'B s', A' diag|b|^2 and
+    the like. The state is the D x D', D x D and D' x D' cross-products and a few vectors: memory
+    8 (D + D')^2 bytes, independent of N. Batches are shifted by the first batch's means (the
+    estimator ignores translations; the sums stay small).
+    """
+
+    def __init__(self) -> None:
+        self.n_samples = 0
+        self._shift: tuple[Tensor, Tensor] | None = None
+        self._sums: dict[str, Tensor] = {}
+        self._ranges: list[Tensor] = []
+        self._largest = [0.0, 0.0]  # max_i |a_i|^2, max_i |b_i|^2: bounds of the Gram entries
+
+    def update(self, x: ArrayLike, y: ArrayLike) -> LinearCKAAccumulator:
+        x, y = _check_pair(x, y, 1, "linear_cka")
+        A, B = x.reshape(len(x), -1).to(_F64), y.reshape(len(y), -1).to(_F64)
+        if self._shift is None:
+            self._shift = A.mean(0), B.mean(0)
+        elif (A.shape[1], B.shape[1]) != (len(self._shift[0]), len(self._shift[1])):
+            raise ValueError(
+                f"batch feature sizes ({A.shape[1]}, {B.shape[1]}) differ from earlier batches' "
+                f"({len(self._shift[0])}, {len(self._shift[1])})"
+            )
+        A, B = A - self._shift[0], B - self._shift[1]
+        da, db = A.square().sum(1), B.square().sum(1)
+        terms = {
+            "ab": A.T @ B, "aa": A.T @ A, "bb": B.T @ B, "a": A.sum(0), "b": B.sum(0),
+            "a_da": A.T @ da, "a_db": A.T @ db, "b_da": B.T @ da, "b_db": B.T @ db,
+            "da": da.sum(), "db": db.sum(), "da_db": da @ db, "da_da": da @ da, "db_db": db @ db,
+        }  # fmt: skip
+        for key, value in terms.items():
+            self._sums[key] = self._sums[key] + value if key in self._sums else value
+        ranges = [x.amin(0), x.amax(0), y.amin(0), y.amax(0)]
+        self._ranges = ranges if not self._ranges else [
+            (torch.minimum if i % 2 == 0 else torch.maximum)(old, new) for i, (old, new) in enumerate(zip(self._ranges, ranges))
+        ]  # fmt: skip
+        self._largest = [max(self._largest[0], float(da.max())), max(self._largest[1], float(db.max()))]
+        self.n_samples += len(x)
+        return self
+
+    def _hsic(self, cross: str, a: str, b: str, a_db: str, b_da: str, da: str, db: str, da_db: str) -> Tensor:
+        S, n = self._sums, self.n_samples
+        trace = S[cross].square().sum() - S[da_db]
+        row_a, row_b = S[a] @ S[a] - S[da], S[b] @ S[b] - S[db]
+        rows = S[a] @ S[cross] @ S[b] - S[a] @ S[a_db] - S[b] @ S[b_da] + S[da_db]
+        return (trace + row_a * row_b / ((n - 1) * (n - 2)) - 2.0 / (n - 2) * rows) / (n * (n - 3))
+
+    def value(self) -> float:
+        """The linear CKA of everything accumulated; see ``linear_cka``."""
+        if self.n_samples < 4:
+            raise ValueError(f"CKA needs at least 4 samples, got N = {self.n_samples}")
+        for which, (low, high) in (("X", self._ranges[:2]), ("Y", self._ranges[2:])):
+            if _is_constant(low, high, self.n_samples):
+                raise ConstantRepresentationError(
+                    _constant_message(which, self.n_samples, "linear_cka"), which
+                )
+        kl = self._hsic("ab", "a", "b", "a_db", "b_da", "da", "db", "da_db")
+        kk = self._hsic("aa", "a", "a", "a_da", "a_da", "da", "da", "da_da")
+        ll = self._hsic("bb", "b", "b", "b_db", "b_db", "db", "db", "db_db")
+        return float(_cka_from_hsic(kl, kk, ll, *self._largest))
+
+
+def _batches(data, batch_size: int) -> tuple[Iterable, int | None]:
+    """(iterable of input batches, their number if known) from a tensor of inputs, a map-style
+    Dataset of (input, ...) items, or any iterable of batches (a DataLoader): a batch is a tensor
+    or a tuple/list whose first element is the inputs."""
+    from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+    if isinstance(data, Tensor):
+        batches = data.split(batch_size)
+    elif isinstance(data, Dataset) and not isinstance(data, IterableDataset):
+        batches = DataLoader(data, batch_size=batch_size)
+    else:
+        batches = data
+    count = len(batches) if hasattr(batches, "__len__") else None
+    return (batch[0] if isinstance(batch, (tuple, list)) else batch for batch in batches), count
+
+
+def _positions(X: Tensor) -> int:
+    return X[0, 0].numel()
+
+
+def compare_models(
+    model_a: torch.nn.Module,
+    model_b: torch.nn.Module,
+    data,
+    measures: Sequence[str],
+    sites_a: Sequence[str] | None = None,
+    sites_b: Sequence[str] | None = None,
+    *,
+    batch_size: int = 256,
+    progress: bool = True,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_accumulator_bytes: int = 2**30,
+) -> dict[str, pd.DataFrame]:
+    """Each of ``measures`` between every site of model a and every site of model b on the same
+    inputs: {measure: DataFrame (sites_a x sites_b)}.
+
+    ``sites_a``/``sites_b`` are module names (default: the zoo model's sites, ``models.sites``);
+    forward hooks read them, so any ``nn.Module`` works. ``data`` is a tensor of model inputs, a
+    map-style Dataset of (input, ...) items (batched by ``batch_size``) or an iterable of batches
+    such as a DataLoader; inputs go to each model's device, so the whole computation runs where the
+    models are (CPU or GPU), in eval mode without autograd, with a progress bar over batches.
+
+    Streamed with exact accumulation, nothing kept per sample: the Procrustes measures (the
+    cross-products of ``ProcrustesAccumulator``, for the site pairs with equal spatial shapes, and
+    for ``grelu_procrustes`` equal widths; NaN for the others, where they are undefined) and
+    ``linear_cka`` (``LinearCKAAccumulator``) while its site pairs' cross-products fit in
+    ``max_accumulator_bytes``. Every other measure (and linear CKA between wider sites) keeps every
+    site's activations on the models' device and computes its matrix with ``pairwise`` at the end.
+    The Procrustes values here come from one pass (close to 1 they resolve about 1e-8; the
+    one-shot functions make a second pass).
+    """
+    from tqdm.auto import tqdm
+
+    from intertwine.models import site_activations, sites
+
+    unknown = [m for m in measures if m not in MEASURES]
+    if unknown:
+        raise ValueError(f"unknown measures {unknown}; expected some of {sorted(MEASURES)}")
+    names = [
+        [s.name for s in sites(model)] if chosen is None else list(chosen)
+        for model, chosen in ((model_a, sites_a), (model_b, sites_b))
+    ]
+    pairs = [(i, j) for i in range(len(names[0])) for j in range(len(names[1]))]
+    procrustes: dict[tuple[int, int], ProcrustesAccumulator] = {}
+    linear: dict[tuple[int, int], LinearCKAAccumulator] = {}
+    kept: list[dict[str, list[Tensor]]] | None = None
+    batches, count = _batches(data, batch_size)
+    for inputs in tqdm(batches, total=count, disable=not progress, desc="compare_models", unit="batch"):
+        acts = [
+            site_activations(model, inputs, chosen, batch_size=len(inputs))
+            for model, chosen in zip((model_a, model_b), names)
+        ]
+        xs, ys = (
+            [acts[0][s] for s in names[0]],
+            [acts[1][s].to(acts[0][names[0][0]].device) for s in names[1]],
+        )
+        if kept is None:  # the first batch: decide what is streamed, from the shapes
+            kept = [{} for _ in range(2)]
+            if any(m in PROCRUSTES_MEASURES for m in measures):
+                procrustes = {
+                    (i, j): ProcrustesAccumulator()
+                    for i, j in pairs
+                    if _positions(xs[i]) == _positions(ys[j])
+                }
+            width = [[x[0].numel() for x in xs], [y[0].numel() for y in ys]]
+            state = sum(8 * (width[0][i] + width[1][j]) ** 2 for i, j in pairs)
+            if "linear_cka" in measures and state <= max_accumulator_bytes:
+                linear = {pair: LinearCKAAccumulator() for pair in pairs}
+            collected = [
+                m for m in measures if m not in PROCRUSTES_MEASURES and not (m == "linear_cka" and linear)
+            ]
+            if not collected:
+                kept = [None, None]
+        for (i, j), acc in procrustes.items():
+            acc.update(xs[i], ys[j])
+        for (i, j), acc in linear.items():
+            acc.update(xs[i], ys[j])
+        if kept[0] is not None:
+            for side, layers in zip(kept, (xs, ys)):
+                for k, layer in enumerate(layers):
+                    side.setdefault(k, []).append(layer)
+    if kept is None:
+        raise ValueError("compare_models: data gave no batches")
+    full = [None if side is None else [torch.cat(side[k]) for k in sorted(side)] for side in kept]
+    results = {}
+    for measure in measures:
+        try:
+            matrix = _streamed_matrix(
+                measure, procrustes, linear, full, len(names[0]), len(names[1]), max_bytes
+            )
+        except ConstantRepresentationError as err:
+            model = {"X": "a", "xs": "a", "Y": "b", "ys": "b"}[err.which]
+            site = names[0 if model == "a" else 1][err.index]
+            raise ConstantRepresentationError(
+                f"{measure}: model {model} at site {site}: {err}", model, site
+            ) from None
+        results[measure] = pd.DataFrame(matrix, index=names[0], columns=names[1])
+    return results
+
+
+def _streamed_matrix(
+    measure: str,
+    procrustes: dict[tuple[int, int], ProcrustesAccumulator],
+    linear: dict[tuple[int, int], LinearCKAAccumulator],
+    full: list[list[Tensor] | None],
+    rows: int,
+    cols: int,
+    max_bytes: int,
+) -> np.ndarray:
+    """One measure's matrix in ``compare_models`` from its accumulators or kept activations; a
+    ConstantRepresentationError carries the site's position in ``index``."""
+    if measure in PROCRUSTES_MEASURES or (measure == "linear_cka" and linear):
+        matrix = np.full((rows, cols), np.nan)
+        accumulators = procrustes if measure in PROCRUSTES_MEASURES else linear
+        for (i, j), acc in accumulators.items():
+            if measure == "grelu_procrustes" and acc.cross.shape[0] != acc.cross.shape[1]:
+                continue
+            read = {"grelu_procrustes": acc.grelu, "orthogonal_procrustes": acc.orthogonal}.get(measure)
+            try:
+                matrix[i, j] = read() if read else acc.value()
+            except ConstantRepresentationError as err:
+                err.index = i if err.which == "X" else j
+                raise
+        return matrix
+    return pairwise(measure, full[0], full[1], max_bytes=max_bytes)
 
 
 # ---------------------------------------------------------------------------
@@ -986,24 +1440,21 @@ def site_cka(
     batch_size: int,
 ) -> dict[tuple[str, str], float]:
     """The CKA ``measure`` between model a at each of ``sites`` and model b at each of ``sites``
-    (every pair, for the heatmaps) on uint8 ``images``; one N x N kernel per model and site is held."""
+    (every pair, for the heatmaps) on uint8 ``images``, by ``pairwise``: one site's activations at
+    a time are read and prepared (an N x N kernel, or centred features where narrower)."""
     from intertwine.models import site_activations
 
-    kernels = {}
-    for name, model in (("a", model_a), ("b", model_b)):
+    def layers(model: torch.nn.Module):
         for site in sites:
-            activations = site_activations(model, images, [site], mean, std, batch_size)[site]
-            try:
-                kernels[name, site] = cka_kernel(measure, activations)
-            except ConstantRepresentationError:
-                raise ConstantRepresentationError(
-                    f"model {name} at site {site}: "
-                    + _constant_message("its representation", len(activations), measure),
-                    name,
-                    site,
-                ) from None
-    return {
-        (site_a, site_b): kernel_cka(kernels["a", site_a], kernels["b", site_b])
-        for site_a in sites
-        for site_b in sites
-    }
+            yield site_activations(model, images, [site], mean, std, batch_size)[site]
+
+    try:
+        matrix = pairwise(measure, layers(model_a), layers(model_b))
+    except ConstantRepresentationError as err:
+        name, site = {"xs": "a", "ys": "b"}[err.which], sites[err.index]
+        raise ConstantRepresentationError(
+            f"model {name} at site {site}: " + _constant_message("its representation", len(images), measure),
+            name,
+            site,
+        ) from None
+    return {(a, b): float(matrix[i, j]) for i, a in enumerate(sites) for j, b in enumerate(sites)}
