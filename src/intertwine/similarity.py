@@ -317,7 +317,7 @@ def _cka_from_hsic(kl: Tensor, kk: Tensor, ll: Tensor, scale_k: float, scale_l: 
     against which a zero HSIC1(K, K), i.e. a kernel constant up to centring, is recognised."""
     # HSIC1(K, K) is a sum of squares of the U-centred K, so never negative.
     for which, own, scale in (("K", kk, scale_k), ("L", ll, scale_l)):
-        if not float(own) > (_CONSTANT_KERNEL * scale) ** 2:
+        if not float(own.detach()) > (_CONSTANT_KERNEL * scale) ** 2:
             raise ConstantRepresentationError(
                 f"kernel {which} is constant up to centring (HSIC1({which}, {which}) = {own:.3g}), so CKA "
                 "is 0/0: its representation is the same for every sample",
@@ -1379,9 +1379,9 @@ def _streamed_matrix(
         for (i, j), acc in accumulators.items():
             if measure == "grelu_procrustes" and acc.cross.shape[0] != acc.cross.shape[1]:
                 continue
-            read = {"grelu_procrustes": acc.grelu, "orthogonal_procrustes": acc.orthogonal}.get(measure)
+            read = {"grelu_procrustes": "grelu", "orthogonal_procrustes": "orthogonal", "linear_cka": "value"}
             try:
-                matrix[i, j] = read() if read else acc.value()
+                matrix[i, j] = getattr(acc, read[measure])()
             except ConstantRepresentationError as err:
                 err.index = i if err.which == "X" else j
                 raise
