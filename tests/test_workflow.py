@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 import pytest
@@ -298,8 +299,14 @@ def test_similarity_table_and_figures(tiny_run):
     procrustes = table[table["measure"].str.endswith("procrustes")]
     assert len(procrustes) == 2 * 2 * 4  # 2 pairs, 2 measures, Myrtle's 4 sites
     assert (procrustes["site_a"] == procrustes["site_b"]).all() and procrustes["value"].between(0, 1).all()
-    cka = table[table["measure"].str.endswith("cka")]
-    assert len(cka) == 1 * 2 * 4 * 4 and set(cka["pair"]) == {0}  # 1 pair, 2 measures, 4x4 sites
+    heatmaps = table[~table["measure"].str.endswith("procrustes")]
+    # 1 pair; G_ReLU and linear CKA, SVCCA, the angular shape distance; 4x4 sites
+    assert len(heatmaps) == 1 * 4 * 4 * 4 and set(heatmaps["pair"]) == {0}
+    shape = heatmaps.loc[heatmaps["measure"] == "shape_angular", "value"]
+    assert (
+        shape.between(0, np.pi / 2).all()
+        and heatmaps.loc[heatmaps["measure"] == "svcca", "value"].between(0, 1).all()
+    )
     assert (table["n_samples"] == 64).all()
     summary = pd.read_csv(tiny_run / "results/tables/similarity_summary.csv")
     assert set(summary["measure"]) == {
@@ -309,6 +316,8 @@ def test_similarity_table_and_figures(tiny_run):
         "linear_cka",
         "gate_cka",
         "npk_cka",
+        "svcca",
+        "shape_angular",
     }
     assert summary["paper"].isna().all()  # the paper's numbers are CIFAR-10 only
     for figure in ["similarity_procrustes.png", "similarity_cka.png"]:

@@ -692,6 +692,11 @@ MEASURE_LABELS = {
     "channel_normalized_linear_cka": "linear CKA (channels normalised)",
     "gate_cka": "gate CKA",
     "npk_cka": "NPK CKA",
+    "rbf_cka": "RBF CKA",
+    "svcca": "SVCCA",
+    "pwcca": "PWCCA",
+    "shape_angular": "angular shape distance",
+    "shape_euclidean": "Euclidean shape distance",
 }
 
 
@@ -763,10 +768,14 @@ def similarity_procrustes(table: pd.DataFrame, paper: dict[str, dict[str, dict[s
 
 
 def similarity_cka(table: pd.DataFrame) -> plt.Figure:
-    """CKA heatmaps, site of model a x site of model b, averaged over pairs: one row per variant,
-    one column per CKA measure (G_ReLU CKA beside linear CKA; Figs. 2, 5, 11)."""
+    """Heatmaps of the measures between every pair of sites (the CKAs: G_ReLU CKA beside linear
+    CKA, Figs. 2, 5, 11; and any of SVCCA, PWCCA, the shape distances), site of model a x site of
+    model b, averaged over pairs: one row per variant, one column per measure. Similarities share
+    the 0-1 colour scale; a distance has its own, from 0."""
+    from intertwine.similarity import DISTANCES
+
     # npk_cka is one number per pair (site "model"), in the summary, not a heatmap
-    rows = table[table["measure"].str.endswith("cka") & (table["measure"] != "npk_cka")]
+    rows = table[~table["measure"].str.endswith("procrustes") & (table["measure"] != "npk_cka")]
     variants = list(dict.fromkeys(rows["variant"]))
     measures = list(dict.fromkeys(rows["measure"]))
     panel = 2.6 + 0.16 * rows.groupby("variant")["site_a"].nunique().max()  # room for site labels
@@ -782,7 +791,11 @@ def similarity_cka(table: pd.DataFrame) -> plt.Figure:
             part = rows[(rows["variant"] == variant) & (rows["measure"] == measure)]
             sites = list(dict.fromkeys(part["site_a"]))
             grid = part.groupby(["site_a", "site_b"])["value"].mean().unstack().loc[sites, sites]
-            image = axes[r][c].imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="magma")
+            if measure in DISTANCES:
+                distance = axes[r][c].imshow(grid.to_numpy(), vmin=0, cmap="viridis")
+                fig.colorbar(distance, ax=axes[r][c], shrink=0.8, label="distance")
+            else:
+                image = axes[r][c].imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="magma")
             ticks = range(len(sites))
             axes[r][c].set_xticks(ticks, sites, rotation=90, fontsize=6)
             axes[r][c].set_yticks(ticks, sites, fontsize=6)
@@ -792,7 +805,8 @@ def similarity_cka(table: pd.DataFrame) -> plt.Figure:
             )
             axes[r][c].set_xlabel("site of model b", fontsize=7)
             axes[r][c].set_ylabel("site of model a", fontsize=7)
-    fig.colorbar(image, ax=axes, shrink=0.8, label="CKA")
+    if any(m not in DISTANCES for m in measures):
+        fig.colorbar(image, ax=axes, shrink=0.8, label="similarity")
     return fig
 
 

@@ -491,7 +491,7 @@ def _rbf_kernel(X: Tensor, bandwidth_fraction: float) -> Tensor:
         raise ValueError(f"bandwidth_fraction must be positive, got {bandwidth_fraction}")
     squared = _squared_distances(X)
     median = _median_offdiagonal(squared)
-    if not float(median) > 0:
+    if not float(median.detach()) > 0:
         raise ValueError(
             "the median distance between samples is 0 (most samples are identical), so the RBF "
             "kernel's bandwidth bandwidth_fraction * median is 0; compare on more varied samples"

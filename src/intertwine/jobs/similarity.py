@@ -16,7 +16,8 @@ def similarity_pair(
 ) -> pd.DataFrame:
     """One row per (site_a, site_b, measure) of zoo members a and b on the first
     ``block["samples"]`` test images: Procrustes measures at matching sites (``procrustes``),
-    CKA measures for every pair of sites (``cka``). Keys ``block`` lacks take the schema's
+    the ``cka_measures`` (CKAs, SVCCA, PWCCA, shape distances) for every pair of sites (``cka``,
+    by ``similarity.pairwise``). Keys ``block`` lacks take the schema's
     defaults."""
     settings = SimilarityConfig.from_block(block, "similarity")
     model_a, meta_a = job.model(a)
