@@ -510,38 +510,6 @@ def timed_in_process(
     return seconds, _peak_growth(device, marker), K.cpu().numpy().tobytes()
 
 
-def auto_method(n: int, channels: int, positions: int, itemsize: int) -> str | None:
-    """Which path max_kernel(method="auto") takes, if the library has a chooser to ask (a function
-    whose name holds "max_kernel" and "method", "choose" or "pick"), else None."""
-    for attr in dir(similarity):
-        chooser = getattr(similarity, attr)
-        if not (callable(chooser) and "max_kernel" in attr) or attr == "max_kernel":
-            continue
-        if not any(word in attr for word in ("method", "choose", "pick")):
-            continue
-        # The first of (n, channels, positions, itemsize) as many as it takes.
-        count = len(inspect.signature(chooser).parameters)
-        picked = chooser(*(n, channels, positions, itemsize)[:count])
-        if picked in MAX_KERNEL_METHODS:
-            return f"{picked} (asked)"
-    return None
-
-
-def infer_auto(results: dict) -> str:
-    """The path ``auto`` took, from its fresh-process run: the one whose kernel it reproduced bit
-    for bit if only one did, else the one closest in time and peak memory (marked ~)."""
-    same = [m for m in MAX_KERNEL_METHODS if results[m][2] == results["auto"][2]]
-    if len(same) == 1:
-        return f"{same[0]} (same bits)"
-    t_auto, p_auto = results["auto"][:2]
-
-    def distance(m):
-        t, p = results[m][:2]
-        return abs(math.log(t / t_auto)) + abs(math.log((p + MiB) / (p_auto + MiB)))
-
-    return f"~{min(MAX_KERNEL_METHODS, key=distance)} (closest time, memory)"
-
-
 def max_kernel_section(args, device: torch.device) -> None:
     context = multiprocessing.get_context("spawn")
     print(
@@ -550,16 +518,15 @@ def max_kernel_section(args, device: torch.device) -> None:
     )
     header = (
         f"{'shape':>5s} {'N':>6s} {'C':>5s} {'blocked s':>10s} {'peak MiB':>9s} "
-        f"{'per_ch s':>10s} {'peak MiB':>9s} {'ratio':>8s} {'|diff|':>9s}  auto"
+        f"{'per_ch s':>10s} {'peak MiB':>9s} {'ratio':>8s} {'|diff|':>9s}"
     )
     print(header + "\n" + "-" * len(header), flush=True)
-    itemsize = torch.empty(0, dtype=getattr(torch, args.dtype)).element_size()
     np_dtype = np.dtype(args.dtype)
     for size in (0, args.size):
         for channels in args.channels:
             for n in sorted(args.n):
                 results = {}
-                for method in (*MAX_KERNEL_METHODS, "auto"):
+                for method in MAX_KERNEL_METHODS:
                     job = (method, n, channels, size, args.dtype, args.device)
                     job += (torch.get_num_threads(), args.repeats)
                     with context.Pool(1) as pool:
@@ -567,14 +534,12 @@ def max_kernel_section(args, device: torch.device) -> None:
                 (t_b, p_b, k_b), (t_c, p_c, k_c) = (results[m] for m in MAX_KERNEL_METHODS)
                 K_b, K_c = (np.frombuffer(k, dtype=np_dtype) for k in (k_b, k_c))
                 diff = float(np.max(np.abs(K_b.astype(np.float64) - K_c)))
-                picked = auto_method(n, channels, max(size, 1) ** 2, itemsize)
-                picked = picked or infer_auto(results)
                 print(
                     f"{shape_name(size):>5s} {n:6d} {channels:5d} {t_b:10.3f} {p_b / MiB:9.0f} "
-                    f"{t_c:10.3f} {p_c / MiB:9.0f} {t_c / t_b:7.1f}x {diff:9.1e}  {picked}",
+                    f"{t_c:10.3f} {p_c / MiB:9.0f} {t_b / t_c:7.1f}x {diff:9.1e}",
                     flush=True,
                 )
-    print("ratio = per_channel time / blocked time")
+    print("ratio = blocked time / per_channel time (method='auto' is per_channel)")
 
 
 # ---------------------------------------------------------------------------
