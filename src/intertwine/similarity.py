@@ -1031,62 +1031,111 @@ _ASYMMETRIC = ("pwcca",)
 
 
 class _CKALayer:
-    """One representation's share of every CKA it takes part in: its centred features (N, D) or
-    its N x N kernel, with the kernel's off-diagonal row sums and HSIC1(K, K)."""
+    """One representation's share of every CKA it takes part in: its centred features A (N, D),
+    or its U-centred N x N kernel (``_u_centered_rows``, stored in the kernel's dtype, in place of
+    the kernel); and HSIC1 with itself and a bound of the kernel's entries (``_cka_from_hsic``)."""
 
     def __init__(self, features: Tensor | None, kernel: Tensor | None, max_bytes: int) -> None:
-        self.features, self.kernel = features, kernel
-        n = (features if kernel is None else kernel).shape[0]
+        self.features, self.centered = features, None
         if kernel is None:
             self.self_hsic = _linear_hsic_features(features, features, max_bytes)
             self.scale = float(torch.linalg.vector_norm(features, dim=1).max()) ** 2
         else:
-            self.row_sums = _offdiagonal_row_sums(kernel, _rows_per_block(n, 8, max_bytes))
-            self.self_hsic = _u_dot(self, self, max_bytes) / (n * (n - 3))
             self.scale = float(kernel.abs().max())
+            self._center(kernel, max_bytes)
+
+    def _center(self, kernel: Tensor, max_bytes: int) -> None:
+        """U-centre ``kernel`` in place, row block by row block (a block needs only its own rows
+        and the row sums), and sum HSIC1(K, K) from the float64 blocks."""
+        n = len(kernel)
+        rows = _rows_per_block(n, 4 * 8, max_bytes)
+        row_sums = _offdiagonal_row_sums(kernel, rows)
+        total, squares = row_sums.sum(), torch.zeros((), dtype=_F64, device=kernel.device)
+        for start in range(0, n, rows):
+            block = _u_centered_rows(kernel, start, min(n, start + rows), row_sums, total)
+            squares = squares + block.square().sum()
+            kernel[start : start + rows] = block
+        self.centered, self.self_hsic = kernel, squares / (n * (n - 3))
+
+    @property
+    def width(self) -> int | None:
+        """D of a layer that keeps its features, None for a kernel layer."""
+        return None if self.features is None else self.features.shape[1]
+
+    def use_gram(self, max_bytes: int) -> None:
+        """Keep the U-centred Gram matrix of A instead of A (HSIC1 with itself is unchanged)."""
+        self._center(_linear_gram(self.features), max_bytes)
+        self.features = None
 
 
 def _u_dot(a: _CKALayer, b: _CKALayer, max_bytes: int) -> Tensor:
-    """sum_ij U(K)_ij U(L)_ij over row blocks, U the U-centring (see ``_u_centered_rows``)."""
-    K, L = a.kernel, b.kernel
-    n = K.shape[0]
-    rows = _rows_per_block(n, 4 * 8, max_bytes)
-    total = torch.zeros((), dtype=_F64, device=K.device)
-    sk, sl = a.row_sums.sum(), b.row_sums.sum()
-    for start in range(0, n, rows):
-        stop = min(n, start + rows)
-        uk = _u_centered_rows(K, start, stop, a.row_sums, sk)
-        ul = uk if b is a else _u_centered_rows(L, start, stop, b.row_sums, sl)
-        total = total + torch.dot(uk.view(-1), ul.view(-1))
-    return total
+    """sum_ij U(K)_ij U(L)_ij of two kernel layers, in float64 over row blocks."""
+    n = len(a.centered)
+    rows = _rows_per_block(n, 3 * 8, max_bytes)
+    blocks = (
+        (a.centered[start : start + rows].to(_F64) * b.centered[start : start + rows].to(_F64)).sum()
+        for start in range(0, n, rows)
+    )
+    return sum(blocks, torch.zeros((), dtype=_F64, device=a.centered.device))
 
 
 def _u_dot_features(features: _CKALayer, kernel: _CKALayer, max_bytes: int) -> Tensor:
     """sum_ij U(A A')_ij U(L)_ij = tr(A' U(L) A): U(L) has zero row sums and diagonal, so the
     U-centring of A A' adds nothing to the product (Szekely & Rizzo 2014). O(N^2 D) for A (N, D)."""
-    A, L = features.features, kernel.kernel
-    n = L.shape[0]
+    A, L = features.features.to(_F64), kernel.centered
+    n = len(L)
     rows = _rows_per_block(n, 2 * 8, max_bytes)
-    total = torch.zeros((), dtype=_F64, device=L.device)
-    sl = kernel.row_sums.sum()
-    A64 = A.to(_F64)
-    for start in range(0, n, rows):
-        stop = min(n, start + rows)
-        ul = _u_centered_rows(L, start, stop, kernel.row_sums, sl)
-        total = total + ((ul @ A64) * A64[start:stop]).sum()
-    return total
+    blocks = (
+        ((L[start : start + rows].to(_F64) @ A) * A[start : start + rows]).sum()
+        for start in range(0, n, rows)
+    )
+    return sum(blocks, torch.zeros((), dtype=_F64, device=L.device))
 
 
 def _cka_of_layers(a: _CKALayer, b: _CKALayer, max_bytes: int) -> float:
-    n = (a.features if a.kernel is None else a.kernel).shape[0]
-    if a.kernel is None and b.kernel is None:
+    n = len(a.features if a.centered is None else a.centered)
+    if a.centered is None and b.centered is None:
         cross = _linear_hsic_features(a.features, b.features, max_bytes)
-    elif a.kernel is not None and b.kernel is not None:
+    elif a.centered is not None and b.centered is not None:
         cross = _u_dot(a, b, max_bytes) / (n * (n - 3))
     else:
-        features, kernel = (a, b) if a.kernel is None else (b, a)
+        features, kernel = (a, b) if a.centered is None else (b, a)
         cross = _u_dot_features(features, kernel, max_bytes) / (n * (n - 3))
     return float(_cka_from_hsic(cross, a.self_hsic, b.self_hsic, a.scale, b.scale))
+
+
+def _pair_cost(n: int, a: int | None, b: int | None) -> int:
+    """Rough operation count of one CKA pair: D x D' cross-products of features, tr(A' U(L) A)
+    for features with a kernel, or a blocked pass over two N x N kernels (None: a kernel layer)."""
+    if a is not None and b is not None:
+        return n * a * b
+    return n * n + n * n * (a or b or 0)
+
+
+def _choose_grams(layers: list[_CKALayer], partners: list[list[_CKALayer]], n: int, max_bytes: int) -> None:
+    """Turn into Gram layers the feature layers wider than the threshold that minimises the total
+    operation count of every pair (building a Gram costs N^2 D once; see ``_pair_cost``)."""
+    widths = sorted({layer.width for layer in layers if layer.width is not None})
+    if not widths:
+        return
+
+    def total(threshold: int) -> int:
+        width = {
+            id(layer): (None if w is not None and w > threshold else w)
+            for layer in layers
+            for w in [layer.width]
+        }
+        build = sum(
+            n * n * layer.width for layer in layers if layer.width is not None and layer.width > threshold
+        )
+        return build + sum(
+            _pair_cost(n, width[id(a)], width[id(b)]) for a, others in zip(layers, partners) for b in others
+        )
+
+    best = min([0, *widths], key=total)
+    for layer in layers:
+        if layer.width is not None and layer.width > best:
+            layer.use_gram(max_bytes)
 
 
 def _prepare_cka(measure: str, X: Tensor, max_bytes: int) -> _CKALayer:
@@ -1157,6 +1206,11 @@ def pairwise(
         if not prepared[side]:
             raise ValueError(f"pairwise needs at least one representation in {side}")
     px, py = prepared["xs"], prepared.get("ys", prepared["xs"])
+    if measure in _LINEAR_TRANSFORMS:
+        # Which linear layers pair best through their Gram matrices depends on all of them.
+        everyone = px if ys is None else px + py
+        partners = [py] * len(px) if ys is None else [py] * len(px) + [px] * len(py)
+        _choose_grams(everyone, partners, samples.pop(), max_bytes)
     matrix = np.empty((len(px), len(py)))
     for i, a in enumerate(px):
         for j, b in enumerate(py):
