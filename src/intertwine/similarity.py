@@ -19,6 +19,19 @@ converted; tensors stay on their device.
   kernel of gated networks, Lakshminarayanan & Singh): which units an input switches on. Invariant
   to G_ReLU (a positive scaling keeps every sign, a permutation permutes the units), not to
   rotations, which mix the signs.
+* ``rbf_cka``: CKA with the Gaussian kernel, bandwidth a fraction of the median distance
+  (Kornblith et al. 2019).
+* ``svcca``, ``pwcca``, ``shape_angular``, ``shape_euclidean`` (``intertwine.alignment``, also in
+  ``MEASURES``): SVCCA, PWCCA and netrep's shape metrics; the shape metrics are distances.
+
+Beyond one pair: ``pairwise`` computes the matrix of a measure between two lists of layers, each
+layer's work done once; ``compare_models`` reads sites of two models by forward hooks over a data
+set, streaming the Procrustes measures and linear CKA through exact accumulators
+(``ProcrustesAccumulator``, ``LinearCKAAccumulator``).
+
+Gradients: ``linear_cka``, ``rbf_cka``, ``kernel_cka`` and both Procrustes similarities, given a
+tensor that requires grad, return a float64 0-d tensor carrying the graph (a training loss);
+otherwise every measure returns a float.
 
 All CKAs use the unbiased HSIC_1 estimator (Song et al. 2012; Nguyen, Raghu & Kornblith 2021,
 eq. 3), so they need N >= 4 and can be slightly negative for unrelated representations.
@@ -431,9 +444,9 @@ def max_kernel(
       upper triangle only; ``block_rows`` / ``block_channels`` override its block shape (and
       select it).
 
-    ``"auto"`` is ``"per_channel"``: measured on 2 CPU threads it was 2.4-17x faster than
-    ``"blocked"`` on 2-D features and 1.1-3.9x on (N, C, H, W) with H*W from 4 to 256 (N 500-5000,
-    C 32-256; ``benchmarks/similarity.py``).
+    ``"auto"`` is ``"per_channel"``: measured on 2 CPU threads (N 500-5000, C 64-256,
+    ``benchmarks/similarity.py``) it was 6.7-12.6x faster than ``"blocked"`` on 2-D features,
+    2.7-5.1x at 4x4 positions, and 1.1-3.9x up to 16x16 (C 32-256, one thread).
     """
     X = _as_features(X, "X")
     if block_rows or block_channels:
