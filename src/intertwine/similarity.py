@@ -544,7 +544,7 @@ class ProcrustesAccumulator:
     comes out with an error of about 1e-8, not d * 1e-16. An optional second pass, ``refine(x, y)``
     over the same batches (any order, each once), sums the residual ||X~ - Y~ A*||^2 directly at
     the optimum A* the first pass found, which keeps every digit; once it has covered every sample
-    the results use it. The one-shot functions always make both passes.
+    the results use it. The one-shot functions make it when delta^2 < 1e-6 (``_REFINE_BELOW``).
 
     Differentiable: batches that require grad keep their graph, and ``grelu`` and ``orthogonal``
     then return 0-d tensors. The optimal permutation or rotation is held fixed (detached): the
@@ -678,25 +678,40 @@ class ProcrustesAccumulator:
     def _refined_residual(self, key: str) -> Tensor | None:
         return self._residuals[key] if self._refined and self._refined == self.n_samples else None
 
-    def grelu(self) -> Tensor | float:
-        """G_ReLU Procrustes similarity 1 - delta / (2 sqrt(C)); see ``grelu_procrustes``."""
+    def _grelu_distance_sq(self) -> tuple[Tensor, int]:
+        """(delta^2, C) of G_ReLU Procrustes: the refined residual, else the closed form."""
         normalized, rows, cols, _, _ = self._matching()
         delta_sq = self._refined_residual("matching")
         if delta_sq is None:
             # ||X~||^2 + ||Y~||^2 - 2 max_P tr(M~ P): equals 2C - 2 max tr without dead channels.
             live = (self.x_sq > 0).sum() + (self.y_sq > 0).sum()
             delta_sq = (live - 2.0 * normalized[rows, cols].sum()).clamp_min(0.0)
-        c = normalized.shape[0]
-        return _result((1.0 - delta_sq.sqrt() / (2.0 * math.sqrt(c))).clamp(0.0, 1.0), self._graph)
+        return delta_sq, normalized.shape[0]
 
-    def orthogonal(self) -> Tensor | float:
-        """Orthogonal Procrustes similarity 1 - sqrt(2 - 2 ||M||_*) / 2; see ``orthogonal_procrustes``."""
+    def _orthogonal_distance_sq(self) -> Tensor:
+        """delta^2 of orthogonal Procrustes: the refined residual, else the closed form."""
         M, x_sq, y_sq = self._state("orthogonal_procrustes")
         delta_sq = self._refined_residual("rotation")
         if delta_sq is None:
             nuclear = torch.linalg.svdvals(M).sum() / (x_sq.sum() * y_sq.sum()).sqrt()
             delta_sq = (2.0 - 2.0 * nuclear).clamp_min(0.0)
+        return delta_sq
+
+    def grelu(self) -> Tensor | float:
+        """G_ReLU Procrustes similarity 1 - delta / (2 sqrt(C)); see ``grelu_procrustes``."""
+        delta_sq, c = self._grelu_distance_sq()
+        return _result((1.0 - delta_sq.sqrt() / (2.0 * math.sqrt(c))).clamp(0.0, 1.0), self._graph)
+
+    def orthogonal(self) -> Tensor | float:
+        """Orthogonal Procrustes similarity 1 - sqrt(2 - 2 ||M||_*) / 2; see ``orthogonal_procrustes``."""
+        delta_sq = self._orthogonal_distance_sq()
         return _result((1.0 - delta_sq.sqrt() / 2.0).clamp(0.0, 1.0), self._graph)
+
+
+# The closed forms' delta^2 carries an absolute error of about 1e-16 times the channel count
+# (rounding of the summed cross-products): above this bound that is under 1e-7 of delta, below
+# it the one-shot functions make the second pass that sums the residual directly.
+_REFINE_BELOW = 1e-6
 
 
 def _pad_square(M: Tensor) -> Tensor:
@@ -706,7 +721,8 @@ def _pad_square(M: Tensor) -> Tensor:
 
 
 def _accumulate(X: Tensor, Y: Tensor, max_bytes: int, measure: str) -> ProcrustesAccumulator:
-    """Both passes over X and Y in sample batches whose float64 copies stay within max_bytes."""
+    """The accumulated statistics of X and Y, over sample batches whose float64 copies stay within
+    max_bytes; a second pass where the distance is small enough for the closed form to lose digits."""
     per_sample = (X[0].numel() + Y[0].numel()) * 8
     batch = max(1, max_bytes // per_sample)
     starts = range(0, X.shape[0], batch)
@@ -714,8 +730,10 @@ def _accumulate(X: Tensor, Y: Tensor, max_bytes: int, measure: str) -> Procruste
     for start in starts:
         acc.update(X[start : start + batch], Y[start : start + batch])
     acc._state(measure)  # a constant representation is an error naming the measure, before pass 2
-    for start in starts:
-        acc.refine(X[start : start + batch], Y[start : start + batch])
+    closed = acc._grelu_distance_sq()[0] if measure == "grelu_procrustes" else acc._orthogonal_distance_sq()
+    if float(closed.detach()) < _REFINE_BELOW:
+        for start in starts:
+            acc.refine(X[start : start + batch], Y[start : start + batch])
     return acc
 
 
@@ -730,8 +748,8 @@ def grelu_procrustes(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX
     Invariance group: G_ReLU acting on the channels of either argument -- permutations times
     positive diagonal scalings -- i.e. f(X A, Y B) = f(X, Y) for A, B in G_ReLU. Symmetric in X, Y.
     Needs equal channel counts and equal spatial shapes; spatial positions are paired, not matched.
-    Features are accumulated over sample batches of about ``max_bytes``, in two passes: the second
-    sums the residual at the optimum, so that similarities near 1 keep their digits.
+    Features are accumulated over sample batches of about ``max_bytes``; when delta^2 < 1e-6 a
+    second pass sums the residual at the optimum, so that similarities near 1 keep their digits.
 
     Differentiable (almost everywhere: the matching is held fixed): with a tensor that requires
     grad it returns a float64 0-d tensor carrying the graph; otherwise a float.
@@ -760,8 +778,9 @@ def orthogonal_procrustes(
     Invariance group: O(C) acting on the channels of either argument, times positive isotropic
     scaling. Symmetric in X, Y. Not invariant to translation (no centring).
 
-    Computed in two passes over sample batches: the second sums the residual ||X - Y Q*||^2 at the
-    optimal Q* directly, so that similarities near 1 keep their digits. Differentiable: with a
+    Accumulated over sample batches; when delta^2 < 1e-6 a second pass sums the residual
+    ||X - Y Q*||^2 at the optimal Q* directly, so that similarities near 1 keep their digits
+    (sqrt(2 - 2 x) would resolve delta only to about 1e-8). Differentiable: with a
     tensor that requires grad it returns a float64 0-d tensor carrying the graph; otherwise a float.
     """
     graph = _tracks_graph(X, Y)
