@@ -1195,8 +1195,8 @@ def _preparer(measure: str, max_bytes: int) -> tuple[Callable, Callable]:
 
 def pairwise(
     measure: str,
-    xs: Sequence[ArrayLike],
-    ys: Sequence[ArrayLike] | None = None,
+    xs: Iterable[ArrayLike],
+    ys: Iterable[ArrayLike] | None = None,
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> np.ndarray:
@@ -1205,22 +1205,23 @@ def pairwise(
     shapes may differ (the Procrustes measures need equal spatial shapes, and ``grelu_procrustes``
     equal widths, for each pair).
 
-    Per-layer work is done once per layer, not once per pair: a CKA layer keeps its N x N kernel,
-    its row sums and HSIC1(K, K); linear CKAs (linear, channel-normalised, gate) keep the centred
-    features (N, D) where D <= N and pair them through D x D' cross-products, otherwise the Gram
-    matrix (a feature layer pairs with a Gram layer as tr(A' U(L) A)); the CCA and shape measures
-    keep their SVDs (``intertwine.alignment``). Values equal the single-pair measure's (within
-    rounding). Not differentiable: the entries are floats.
+    ``xs`` and ``ys`` may be generators: each representation is prepared as it comes, and its
+    activations need not outlive that. Per-layer work is done once per layer, not once per pair:
+    a kernel CKA layer keeps its U-centred N x N kernel (in place of the kernel) and HSIC1(K, K),
+    so that a pair is one pass over two matrices; a linear CKA layer (linear, channel-normalised,
+    gate) keeps its centred features (N, D), paired through D x D' cross-products, or its U-centred
+    Gram matrix, whichever makes the whole matrix cheaper (a threshold on D chosen from every
+    pair's operation count; a feature layer pairs with a Gram layer as tr(A' U(L) A)); the CCA and
+    shape measures keep their SVDs (``intertwine.alignment``). Values equal the single-pair
+    measure's within rounding. Not differentiable: the entries are floats.
     """
     if measure not in MEASURES:
         raise ValueError(f"unknown measure {measure!r}; expected one of {sorted(MEASURES)}")
     symmetric = ys is None and measure not in _ASYMMETRIC
     prepare, compare = _preparer(measure, max_bytes)
-    # Each representation is prepared as it comes (``xs`` and ``ys`` may be generators: a layer's
-    # activations need not outlive its preparation).
     prepared: dict[str, list] = {}
     samples: set[int] = set()
-    for side, layers in (("xs", xs), ("ys", xs if ys is None else ys))[: 1 if ys is None else 2]:
+    for side, layers in ({"xs": xs} if ys is None else {"xs": xs, "ys": ys}).items():
         prepared[side] = []
         for i, layer in enumerate(layers):
             X = _as_features(layer, f"{side}[{i}]")
