@@ -66,8 +66,11 @@ _SCORES = ("angular", "euclidean")
 # ---------------------------------------------------------------------------
 
 
-def _centred_svd(X: ArrayLike, which: str, measure: str) -> tuple[Tensor, Tensor, Tensor, int]:
-    """Thin SVD of the centred (N, D) features, numerically zero singular values dropped.
+def _centred_svd(
+    X: ArrayLike, which: str, measure: str, svd: bool = True
+) -> tuple[Tensor, Tensor, Tensor, int]:
+    """Thin SVD of the centred (N, D) features, numerically zero singular values dropped (with
+    ``svd=False``: the centred features themselves, then None, None, D).
 
     Returns (U, s, Vh, D): U (N, r) orthonormal basis of the centred column space, s (r,) its
     singular values in decreasing order, Vh (r, D), r the numerical rank (numpy's ``matrix_rank``
@@ -87,6 +90,8 @@ def _centred_svd(X: ArrayLike, which: str, measure: str) -> tuple[Tensor, Tensor
     if torch.equal(F.amin(0), F.amax(0)):
         raise constant
     Fc = F - F.mean(0, keepdim=True)
+    if not svd:
+        return Fc, None, None, Fc.shape[1]
     U, s, Vh = torch.linalg.svd(Fc, full_matrices=False)
     tol = s[0] * max(Fc.shape) * torch.finfo(_F64).eps
     r = int((s > tol).sum())
@@ -291,7 +296,8 @@ def pwcca(X: ArrayLike, Y: ArrayLike) -> float:
 class PreparedShape:
     """Per-representation state of the partially whitened shape metric.
 
-    ``basis`` (N, r) is an orthonormal basis of the centred column space and ``scales`` (r,) the
+    ``basis`` (N, r) is an orthonormal basis of the centred column space (without whitening, where
+    D <= N: the centred features themselves, ``scales`` ones) and ``scales`` (r,) the
     lengths of the partially whitened data along it before netrep's variance-preserving rescale:
     the whitened data is Xw = basis diag(scales * c) Vh, Vh orthonormal rows, so its Gram matrix
     and every score need only basis and scales. The rescale c depends on how many zero columns
@@ -330,9 +336,17 @@ def prepare_shape_metric(X: ArrayLike, alpha: float = 1.0, *, name: str = "X") -
     the centred (N, D) features instead of an eigendecomposition of the D x D matrix Xc^T Xc.
     ``name`` ("X" or "Y") is how errors name the argument."""
     alpha = _check_alpha(alpha)
-    U, s, _, width = _centred_svd(X, name, "the shape metric")
     if alpha > 1 - _NETREP_EIGVAL_TOL:
+        # No whitening: any factor G with G G' = Xc Xc' serves; the centred features themselves
+        # where they are no wider than tall (no SVD), else U diag(s), N x r.
+        Fc, _, _, width = _centred_svd(X, name, "the shape metric", svd=False)
+        if width <= Fc.shape[0]:
+            return PreparedShape(
+                Fc, torch.ones_like(Fc[0]), float(Fc.square().sum()), 1.0, width, alpha, False
+            )
+        U, s, _, width = _centred_svd(Fc, name, "the shape metric")
         return PreparedShape(U, s, float(s.square().sum()), 1.0, width, alpha, False)
+    U, s, _, width = _centred_svd(X, name, "the shape metric")
     lam = s.square().clamp_min(_NETREP_EIGVAL_TOL)
     d = alpha + (1 - alpha) * lam.rsqrt()
     # Eigenvalues of Xc^T Xc: s_i^2 for the r kept directions, 0 for the other D - r.
