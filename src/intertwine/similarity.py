@@ -586,9 +586,12 @@ class ProcrustesAccumulator:
             raise ValueError("update() after refine(): the first pass must see every batch before the second")
         x, y, graph = self._batch(x, y)
         # (C, B*P): channels as columns of the (samples x positions) by channels matrix.
-        xm = x.transpose(0, 1).reshape(x.shape[1], -1).to(_F64)
-        ym = y.transpose(0, 1).reshape(y.shape[1], -1).to(_F64)
-        cross, x_sq, y_sq = xm @ ym.T, xm.square().sum(1), ym.square().sum(1)
+        xm, ym = _channel_rows(x), _channel_rows(y)
+        cross = xm @ ym.T
+        x_sq, y_sq = (
+            torch.linalg.vector_norm(xm, dim=1).square(),
+            torch.linalg.vector_norm(ym, dim=1).square(),
+        )
         ranges = [r.detach() for r in (x.amin(0), x.amax(0), y.amin(0), y.amax(0))]
         if self.cross is None:
             self.cross, self.x_sq, self.y_sq, self._positions = cross, x_sq, y_sq, x.shape[2]
@@ -712,6 +715,14 @@ class ProcrustesAccumulator:
 # (rounding of the summed cross-products): above this bound that is under 1e-7 of delta, below
 # it the one-shot functions make the second pass that sums the residual directly.
 _REFINE_BELOW = 1e-6
+
+
+def _channel_rows(x: Tensor) -> Tensor:
+    """(B, C, P) -> (C, B*P) in float64, one copy (the transpose and the conversion together)."""
+    if x.requires_grad:
+        return x.transpose(0, 1).reshape(x.shape[1], -1).to(_F64)
+    rows = torch.empty((x.shape[1], x.shape[0], x.shape[2]), dtype=_F64, device=x.device)
+    return rows.copy_(x.transpose(0, 1)).view(x.shape[1], -1)
 
 
 def _pad_square(M: Tensor) -> Tensor:
