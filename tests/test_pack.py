@@ -20,7 +20,12 @@ TRAINING = {"epochs": 3, "batch_size": 32}
 # bias moves by about +-lr per step either way (measured 5.6e-3 after 12 steps at lr 1e-3), and
 # its batch norm's running mean follows. In training mode the batch norm cancels it exactly. A
 # member trained from another seed differs by about 1e-1.
-WEIGHT_TOLERANCE = 1e-5
+# One more exception, machine-dependent: where rounding flips a ReLU or max-pool decision at some
+# step (a pre-activation within rounding of 0), the member's gradients change by O(1e-3) from then
+# on. Measured on an AMD EPYC: ResNet20 seed 0 ends with weights 2.2e-4 and batch-norm running
+# variances (about 2) 1.8e-3 away; every other member, and every member on the machine the
+# tolerance was first set on, within 5e-7. Another seed is 20x beyond the tolerance (checked below).
+WEIGHT_TOLERANCE = 5e-3
 CANCELLED_TOLERANCE = 2e-2  # 12 steps x lr 1e-3 + the running mean's lag
 
 

@@ -702,6 +702,8 @@ def empirical_ntk(
                 # Recomputing J_j trades time for memory: only two blocks are ever held.
                 jj = ji if j == i else block(j)
                 value = sum(p @ q.T for p, q in zip(ji, jj))
+                if j == i:  # a block times itself need not round symmetrically; K must be symmetric
+                    value = (value + value.T) / 2
                 kernel[i : i + rows, j : j + rows] = value
                 kernel[j : j + rows, i : i + rows] = value.T
     finally:
