@@ -1405,7 +1405,7 @@ def compare_models(
     pairs = [(i, j) for i in range(len(names[0])) for j in range(len(names[1]))]
     procrustes: dict[tuple[int, int], ProcrustesAccumulator] = {}
     linear: dict[tuple[int, int], LinearCKAAccumulator] = {}
-    kept: list[dict[str, list[Tensor]]] | None = None
+    kept: list[dict[int, list[Tensor]] | None] | None = None  # per model: site index -> batches
     batches, count = _batches(data, batch_size)
     for inputs in tqdm(batches, total=count, disable=not progress, desc="compare_models", unit="batch"):
         acts = [
