@@ -414,12 +414,15 @@ def _mirror_rows(K: Tensor, block: Tensor, start: int, stop: int) -> None:
     K[stop:, start:stop] = block[:, b:].T
 
 
-def _max_kernel_of(Xc: Tensor, method: str, max_bytes: int) -> Tensor:
+def _max_kernel_of(
+    Xc: Tensor, method: str, max_bytes: int, block_rows: int | None = None, block_channels: int | None = None
+) -> Tensor:
     """The max kernel of channel-major features by ``method`` (see ``max_kernel``)."""
     if method not in ("auto", "per_channel", "blocked"):
         raise ValueError(f"method must be 'auto', 'per_channel' or 'blocked', got {method!r}")
     if method == "blocked":
-        return _max_kernel(Xc, *_max_kernel_blocks(Xc.shape[1], Xc.shape[0], Xc.element_size(), max_bytes))
+        rows, channels = _max_kernel_blocks(Xc.shape[1], Xc.shape[0], Xc.element_size(), max_bytes)
+        return _max_kernel(Xc, block_rows or rows, block_channels or channels)
     return _max_kernel_per_channel(Xc, max_bytes)
 
 
@@ -448,12 +451,9 @@ def max_kernel(
     ``benchmarks/similarity.py``) it was 6.7-12.6x faster than ``"blocked"`` on 2-D features,
     2.7-5.1x at 4x4 positions, and 1.1-3.9x up to 16x16 (C 32-256, one thread).
     """
-    X = _as_features(X, "X")
     if block_rows or block_channels:
-        n, c, _ = X.shape
-        rows, channels = _max_kernel_blocks(n, c, X.element_size(), max_bytes)
-        return _max_kernel(_channel_major(X), block_rows or rows, block_channels or channels)
-    return _max_kernel_of(_channel_major(X), method, max_bytes)
+        method = "blocked"
+    return _max_kernel_of(_channel_major(_as_features(X, "X")), method, max_bytes, block_rows, block_channels)
 
 
 def _linear_gram(X: Tensor) -> Tensor:
@@ -663,9 +663,7 @@ class ProcrustesAccumulator:
         self._refined += x.shape[0]
         if self._refined > self.n_samples:
             raise ValueError(f"refine() has seen more samples than update()'s {self.n_samples}")
-        # (B*P, C): samples and positions as rows.
-        xr = x.transpose(1, 2).reshape(-1, x.shape[1]).to(_F64)
-        yr = y.transpose(1, 2).reshape(-1, y.shape[1]).to(_F64)
+        xr, yr = _channel_rows(x).T, _channel_rows(y).T  # (B*P, C): samples and positions as rows
         width = max(xr.shape[1], yr.shape[1])
         pad = torch.nn.functional.pad
         scale_x, scale_y = self.x_sq.sum().sqrt(), self.y_sq.sum().sqrt()
@@ -681,34 +679,34 @@ class ProcrustesAccumulator:
     def _refined_residual(self, key: str) -> Tensor | None:
         return self._residuals[key] if self._refined and self._refined == self.n_samples else None
 
-    def _grelu_distance_sq(self) -> tuple[Tensor, int]:
-        """(delta^2, C) of G_ReLU Procrustes: the refined residual, else the closed form."""
-        normalized, rows, cols, _, _ = self._matching()
-        delta_sq = self._refined_residual("matching")
-        if delta_sq is None:
-            # ||X~||^2 + ||Y~||^2 - 2 max_P tr(M~ P): equals 2C - 2 max tr without dead channels.
-            live = (self.x_sq > 0).sum() + (self.y_sq > 0).sum()
-            delta_sq = (live - 2.0 * normalized[rows, cols].sum()).clamp_min(0.0)
-        return delta_sq, normalized.shape[0]
-
-    def _orthogonal_distance_sq(self) -> Tensor:
-        """delta^2 of orthogonal Procrustes: the refined residual, else the closed form."""
+    def _distance_sq(self, measure: str) -> tuple[Tensor, int]:
+        """(delta^2, C) of ``measure``'s similarity 1 - delta / (2 sqrt(C)), C = 1 for orthogonal
+        Procrustes: the refined residual once ``refine`` has seen every sample, else the closed form."""
+        if measure == "grelu_procrustes":
+            normalized, rows, cols, _, _ = self._matching()
+            delta_sq = self._refined_residual("matching")
+            if delta_sq is None:
+                # ||X~||^2 + ||Y~||^2 - 2 max_P tr(M~ P): 2C - 2 max tr without dead channels.
+                live = (self.x_sq > 0).sum() + (self.y_sq > 0).sum()
+                delta_sq = (live - 2.0 * normalized[rows, cols].sum()).clamp_min(0.0)
+            return delta_sq, normalized.shape[0]
         M, x_sq, y_sq = self._state("orthogonal_procrustes")
         delta_sq = self._refined_residual("rotation")
         if delta_sq is None:
             nuclear = torch.linalg.svdvals(M).sum() / (x_sq.sum() * y_sq.sum()).sqrt()
             delta_sq = (2.0 - 2.0 * nuclear).clamp_min(0.0)
-        return delta_sq
+        return delta_sq, 1
+
+    def _similarity(self, delta_sq: Tensor, c: int) -> Tensor | float:
+        return _result((1.0 - delta_sq.sqrt() / (2.0 * math.sqrt(c))).clamp(0.0, 1.0), self._graph)
 
     def grelu(self) -> Tensor | float:
         """G_ReLU Procrustes similarity 1 - delta / (2 sqrt(C)); see ``grelu_procrustes``."""
-        delta_sq, c = self._grelu_distance_sq()
-        return _result((1.0 - delta_sq.sqrt() / (2.0 * math.sqrt(c))).clamp(0.0, 1.0), self._graph)
+        return self._similarity(*self._distance_sq("grelu_procrustes"))
 
     def orthogonal(self) -> Tensor | float:
         """Orthogonal Procrustes similarity 1 - sqrt(2 - 2 ||M||_*) / 2; see ``orthogonal_procrustes``."""
-        delta_sq = self._orthogonal_distance_sq()
-        return _result((1.0 - delta_sq.sqrt() / 2.0).clamp(0.0, 1.0), self._graph)
+        return self._similarity(*self._distance_sq("orthogonal_procrustes"))
 
 
 # The closed forms' delta^2 carries an absolute error of about 1e-16 times the channel count
@@ -731,8 +729,8 @@ def _pad_square(M: Tensor) -> Tensor:
     return torch.nn.functional.pad(M, (0, width - M.shape[1], 0, width - M.shape[0]))
 
 
-def _accumulate(X: Tensor, Y: Tensor, max_bytes: int, measure: str) -> ProcrustesAccumulator:
-    """The accumulated statistics of X and Y, over sample batches whose float64 copies stay within
+def _procrustes(X: Tensor, Y: Tensor, max_bytes: int, measure: str) -> Tensor | float:
+    """``measure`` of X and Y accumulated over sample batches whose float64 copies stay within
     max_bytes; a second pass where the distance is small enough for the closed form to lose digits."""
     per_sample = (X[0].numel() + Y[0].numel()) * 8
     batch = max(1, max_bytes // per_sample)
@@ -740,12 +738,12 @@ def _accumulate(X: Tensor, Y: Tensor, max_bytes: int, measure: str) -> Procruste
     acc = ProcrustesAccumulator()
     for start in starts:
         acc.update(X[start : start + batch], Y[start : start + batch])
-    acc._state(measure)  # a constant representation is an error naming the measure, before pass 2
-    closed = acc._grelu_distance_sq()[0] if measure == "grelu_procrustes" else acc._orthogonal_distance_sq()
-    if float(closed.detach()) < _REFINE_BELOW:
+    delta_sq, c = acc._distance_sq(measure)  # a constant representation is an error naming measure
+    if float(delta_sq.detach()) < _REFINE_BELOW:
         for start in starts:
             acc.refine(X[start : start + batch], Y[start : start + batch])
-    return acc
+        delta_sq, c = acc._distance_sq(measure)
+    return acc._similarity(delta_sq, c)
 
 
 def grelu_procrustes(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Tensor | float:
@@ -772,7 +770,7 @@ def grelu_procrustes(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX
             f"grelu_procrustes matches channels one to one, so X and Y need the same "
             f"number of channels, got {X.shape[1]} and {Y.shape[1]}"
         )
-    return _accumulate(X, Y, max_bytes, "grelu_procrustes").grelu()
+    return _procrustes(X, Y, max_bytes, "grelu_procrustes")
 
 
 def orthogonal_procrustes(
@@ -796,7 +794,7 @@ def orthogonal_procrustes(
     """
     graph = _tracks_graph(X, Y)
     X, Y = _check_pair(X, Y, 1, "orthogonal_procrustes", graph)
-    return _accumulate(X, Y, max_bytes, "orthogonal_procrustes").orthogonal()
+    return _procrustes(X, Y, max_bytes, "orthogonal_procrustes")
 
 
 # ---------------------------------------------------------------------------
@@ -961,8 +959,16 @@ def laplace_cka(
     return float(_cka(K, L, max_bytes))
 
 
+# Kornblith et al.'s example fraction of the median distance; also cka_kernel's for rbf_cka.
+_RBF_BANDWIDTH_FRACTION = 0.5
+
+
 def rbf_cka(
-    X: ArrayLike, Y: ArrayLike, *, bandwidth_fraction: float = 0.5, max_bytes: int = DEFAULT_MAX_BYTES
+    X: ArrayLike,
+    Y: ArrayLike,
+    *,
+    bandwidth_fraction: float = _RBF_BANDWIDTH_FRACTION,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> Tensor | float:
     """CKA with the Gaussian (RBF) kernel exp(-||x_i - x_j||^2 / (2 sigma^2)) on the flattened
     features (N, C*H*W) (Kornblith et al. 2019, section 3), unbiased HSIC_1; N >= 4.
@@ -1015,7 +1021,7 @@ def cka_kernel(measure: str, X: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES
     if measure == "laplace_cka":
         return _laplace_kernel(_channel_normalize(X, True).reshape(X.shape[0], -1), None, max_bytes)
     if measure == "rbf_cka":
-        return _rbf_kernel(X.reshape(X.shape[0], -1), 0.5)
+        return _rbf_kernel(X.reshape(X.shape[0], -1), _RBF_BANDWIDTH_FRACTION)
     raise ValueError(f"unknown CKA measure {measure!r}; expected one of {CKA_MEASURES}")
 
 
