@@ -531,6 +531,25 @@ def _laplace_kernel(X: Tensor, bandwidth: float | None, max_bytes: int) -> Tenso
 # ---------------------------------------------------------------------------
 
 
+def _merged_ranges(ranges: list[Tensor] | None, x: Tensor, y: Tensor) -> list[Tensor]:
+    """Per-entry (min x, max x, min y, max y) over the samples so far, ``ranges``, and this batch."""
+    new = [r.detach() for r in (x.amin(0), x.amax(0), y.amin(0), y.amax(0))]
+    if not ranges:
+        return new
+    return [
+        (torch.minimum if i % 2 == 0 else torch.maximum)(old, batch.to(old.device, old.dtype))
+        for i, (old, batch) in enumerate(zip(ranges, new))
+    ]
+
+
+def _constant_side(ranges: list[Tensor], n: int) -> str | None:
+    """Which representation, "X" or "Y" (X first), is constant over its n samples, or None."""
+    low_x, high_x, low_y, high_y = ranges
+    if _is_constant(low_x, high_x, n):
+        return "X"
+    return "Y" if _is_constant(low_y, high_y, n) else None
+
+
 class ProcrustesAccumulator:
     """Sufficient statistics of both Procrustes similarities, accumulated over batches.
 
@@ -592,17 +611,13 @@ class ProcrustesAccumulator:
             torch.linalg.vector_norm(xm, dim=1).square(),
             torch.linalg.vector_norm(ym, dim=1).square(),
         )
-        ranges = [r.detach() for r in (x.amin(0), x.amax(0), y.amin(0), y.amax(0))]
+        self._ranges = _merged_ranges(self._ranges, x, y)
         if self.cross is None:
             self.cross, self.x_sq, self.y_sq, self._positions = cross, x_sq, y_sq, x.shape[2]
-            self._ranges = ranges
         else:
             self.cross = self.cross + cross.to(self.cross.device)
             self.x_sq = self.x_sq + x_sq.to(self.x_sq.device)
             self.y_sq = self.y_sq + y_sq.to(self.y_sq.device)
-            for i, (old, new) in enumerate(zip(self._ranges, ranges)):
-                combine = torch.minimum if i % 2 == 0 else torch.maximum
-                self._ranges[i] = combine(old, new.to(old.device, old.dtype))
         self.n_samples += x.shape[0]
         self._graph |= graph
         return self
@@ -610,12 +625,7 @@ class ProcrustesAccumulator:
     def constant(self) -> str | None:
         """Which of the accumulated representations is constant over the samples ("X" or "Y",
         X first), or None: the measures are undefined then (see the module docstring)."""
-        if self.cross is None:
-            return None
-        low_x, high_x, low_y, high_y = self._ranges
-        if _is_constant(low_x, high_x, self.n_samples):
-            return "X"
-        return "Y" if _is_constant(low_y, high_y, self.n_samples) else None
+        return None if self.cross is None else _constant_side(self._ranges, self.n_samples)
 
     def _state(self, measure: str) -> tuple[Tensor, Tensor, Tensor]:
         if self.cross is None:
@@ -1316,10 +1326,7 @@ class LinearCKAAccumulator:
         }  # fmt: skip
         for key, value in terms.items():
             self._sums[key] = self._sums[key] + value if key in self._sums else value
-        ranges = [x.amin(0), x.amax(0), y.amin(0), y.amax(0)]
-        self._ranges = ranges if not self._ranges else [
-            (torch.minimum if i % 2 == 0 else torch.maximum)(old, new) for i, (old, new) in enumerate(zip(self._ranges, ranges))
-        ]  # fmt: skip
+        self._ranges = _merged_ranges(self._ranges, x, y)
         self._largest = [max(self._largest[0], float(da.max())), max(self._largest[1], float(db.max()))]
         self.n_samples += len(x)
         return self
@@ -1335,11 +1342,9 @@ class LinearCKAAccumulator:
         """The linear CKA of everything accumulated; see ``linear_cka``."""
         if self.n_samples < 4:
             raise ValueError(f"CKA needs at least 4 samples, got N = {self.n_samples}")
-        for which, (low, high) in (("X", self._ranges[:2]), ("Y", self._ranges[2:])):
-            if _is_constant(low, high, self.n_samples):
-                raise ConstantRepresentationError(
-                    _constant_message(which, self.n_samples, "linear_cka"), which
-                )
+        which = _constant_side(self._ranges, self.n_samples)
+        if which:
+            raise ConstantRepresentationError(_constant_message(which, self.n_samples, "linear_cka"), which)
         kl = self._hsic("ab", "a", "b", "a_db", "b_da", "da", "db", "da_db")
         kk = self._hsic("aa", "a", "a", "a_da", "a_da", "da", "da", "da_da")
         ll = self._hsic("bb", "b", "b", "b_db", "b_db", "db", "db", "db_db")
