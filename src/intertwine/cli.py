@@ -298,7 +298,7 @@ def cmd_gated_table(args) -> None:
     table = gated.study_table(read_parquet([args.zoo], ZOO), specs, args.dataset, args.epochs)
     write_parquet(table, args.out, GATED)
     write_parquet(read_parquet(args.parts, NPK), args.npk_out, NPK)
-    write_csv(gated.findings(table), args.findings)
+    write_csv(gated.findings(table, args.epochs), args.findings)
 
 
 def cmd_gated_figure(args) -> None:

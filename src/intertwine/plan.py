@@ -84,29 +84,42 @@ def gram_layout(n_train: int, n_test: int, block_rows: int) -> list[tuple[str, i
     ]
 
 
-def distinct_pairs(n_members: int, symmetric: bool) -> int:
-    """How many distinct pairs ``n_members`` members form: n(n-1), or n(n-1)/2 for a symmetric measure."""
+def distinct_pairs(n_members: int, symmetric: bool, share_members: bool = True) -> int:
+    """How many pairs ``n_members`` members form: with ``share_members`` every distinct pair,
+    n(n-1), or n(n-1)/2 for a symmetric measure; without, n // 2 pairs with no member in common."""
+    if not share_members:
+        return n_members // 2
     return n_members * (n_members - 1) // (2 if symmetric else 1)
 
 
-def draw_pairs(n_members: int, n_pairs: int, *key, symmetric: bool = False) -> list[tuple[int, int]]:
-    """``n_pairs`` distinct ordered pairs of distinct zoo members, drawn uniformly from
-    ``range(n_members)`` by a generator seeded from ``key`` (e.g. the global seed, the stage and
-    the variant), so every run draws the same pairs. A pair already drawn (or, when
-    ``symmetric``, its reverse) is drawn again: the same pair twice is not independent evidence."""
+def draw_pairs(
+    n_members: int, n_pairs: int, *key, symmetric: bool = False, share_members: bool = False
+) -> list[tuple[int, int]]:
+    """``n_pairs`` ordered pairs of distinct zoo members of ``range(n_members)``, drawn by a
+    generator seeded from ``key`` (e.g. the global seed, the stage and the variant), so every run
+    draws the same pairs.
+
+    By default no member is in two pairs (a random matching: a shuffle of the members, paired off
+    in order), so the pairs are independent units of evidence; 2k members give k such pairs.
+    With ``share_members`` the pairs are drawn uniformly with replacement as in the paper's code,
+    the two members distinct and no pair (or, when ``symmetric``, its reverse) twice; pairs then
+    share members, and an analysis must treat each member as a cluster."""
     import torch
 
     from intertwine.utils import derive_seed
 
     if n_members < 2:
         raise ValueError(f"pairs need at least 2 zoo members per variant, got {n_members}")
-    available = distinct_pairs(n_members, symmetric)
+    available = distinct_pairs(n_members, symmetric, share_members)
     if n_pairs > available:
+        kind = "distinct " + ("unordered " if symmetric else "") if share_members else "member-disjoint "
         raise ValueError(
-            f"{n_pairs} pairs asked for, but {n_members} members form only {available} "
-            f"distinct {'unordered ' if symmetric else ''}pairs"
+            f"{n_pairs} pairs asked for, but {n_members} members form only {available} {kind}pairs"
         )
     generator = torch.Generator().manual_seed(derive_seed(*key))
+    if not share_members:
+        order = torch.randperm(n_members, generator=generator).tolist()
+        return [(order[2 * i], order[2 * i + 1]) for i in range(n_pairs)]
     pairs: list[tuple[int, int]] = []
     while len(pairs) < n_pairs:
         a, b = torch.randint(n_members, (2,), generator=generator).tolist()
@@ -783,18 +796,26 @@ class Plan:
 
     @property
     def claims_settings(self) -> dict:
-        """What the verdicts read of the config, and the settings whose paper and corrected modes
-        the scorecard names."""
+        """What the verdicts read of the config: which variants each claim tests, the settings whose
+        paper and corrected modes the scorecard names, and the run's scale beside the paper's."""
+
+        def plain_relu(variant):
+            spec = self.spec(variant)
+            return spec["activation"] == "relu" and not spec.get("gated")
+
         stitched = self.stitching["variants"]
         return {
             "myrtle_variants": [
                 v
                 for v in stitched
                 if self.spec(v)["arch"] == "myrtle"
-                and self.spec(v)["activation"] == "relu"
-                and not self.spec(v).get("gated")
+                and plain_relu(v)
+                and not self.spec(v).get("constant_width")
             ],
-            "residual_variants": [v for v in stitched if self.spec(v)["arch"] in ("resnet20", "resnet18")],
+            "residual_variants": [
+                v for v in stitched if self.spec(v)["arch"] in ("resnet20", "resnet18") and plain_relu(v)
+            ],
+            "relu_similarity_variants": [v for v in self.similarity["variants"] if plain_relu(v)],
             "residual_activation": {
                 v: self.spec(v)["residual_activation"]
                 for v in self.dissection["variants"]
@@ -803,10 +824,36 @@ class Plan:
             "leaky_slopes": self.leaky_slopes,
             "batch_norm": {v: self.spec(v).get("batch_norm", True) for v in self.variants},
             "rotation_variants": list(self.rotation["variants"]),
+            "rotation_activation": {v: self.spec(v)["activation"] for v in self.rotation["variants"]},
             "select_on": self.train_block()["select_on"],
             "stitching_init": self.stitching["init"],
             "stitching_optimizer": self.stitching["optimizer"],
             "stitching_momentum": self.stitching["momentum"],
+            "scale": self.claims_scale,
+        }
+
+    @property
+    def claims_scale(self) -> dict:
+        """The run's budget beside the paper's (Godfrey et al., appendix D), per stage, in words."""
+        from intertwine.claims import PAPER_EPOCHS, PAPER_MEMBERS, PAPER_STITCH_EPOCHS
+
+        n_train, n_test = self.dataset_sizes()
+        n_train -= self.config["data"]["val_size"]
+        epochs = self.zoo["training"]["epochs"]
+        members = sorted({len(self.zoo_seeds(v)) for v in self.variants})
+        span = f"{members[0]}" if len(members) == 1 else f"{members[0]}-{members[-1]}"
+        stitch_images = self.stitching["train_images"] or n_train
+        samples = self.similarity["samples"] or n_test
+        return {
+            "zoo_epochs": epochs,
+            "zoo": f"zoo: {epochs} of the paper's {PAPER_EPOCHS} epochs, {span} of its {PAPER_MEMBERS} members "
+            f"per variant, {self.config['data']['dataset']}",
+            "rotation": f"rotation: {self.rotation['trials']} of the paper's 10 trials, {self.rotation['epochs']} "
+            "of its 50 fine-tuning epochs",
+            "stitching": f"stitching: {self.stitching['epochs']} of the paper's {PAPER_STITCH_EPOCHS} epochs on "
+            f"{stitch_images:,} training images",
+            "similarity": f"similarity: {samples:,} of {n_test:,} test images (the paper: the whole test set)",
+            "dissection": "dissection: generated probe images (the paper: Broden, ImageNet models)",
         }
 
     # --- everything ---------------------------------------------------------------------------
@@ -832,7 +879,13 @@ class Plan:
 
     def _pairs(self, stage: str, variant: str, count: int, symmetric: bool = False) -> list[tuple[int, int]]:
         return draw_pairs(
-            len(self.zoo_seeds(variant)), count, self.config["seed"], stage, variant, symmetric=symmetric
+            len(self.zoo_seeds(variant)),
+            count,
+            self.config["seed"],
+            stage,
+            variant,
+            symmetric=symmetric,
+            share_members=self.config["pairs_share_members"],
         )
 
     def errors(self) -> list[str]:
@@ -848,6 +901,8 @@ class Plan:
                 errors.append(f"config key {key}: {unknown} not among {list(available)}")
             return not unknown
 
+        share = self.config["pairs_share_members"]
+
         def pairable(key, variants, count_key, count, symmetric):
             for variant in variants:
                 if variant not in self.variants:
@@ -859,13 +914,19 @@ class Plan:
                         f"members, but the zoo trains {members} of {variant!r}; raise "
                         "zoo.seeds (or zoo.seeds_per_variant) or drop the variant"
                     )
-                elif count(variant) > distinct_pairs(members, symmetric):
+                elif count(variant) > distinct_pairs(members, symmetric, share):
+                    available = distinct_pairs(members, symmetric, share)
                     errors.append(
                         f"config key {count_key}: {count(variant)} pairs of {variant!r} asked "
-                        f"for, but its {members} zoo members form only "
-                        f"{distinct_pairs(members, symmetric)} distinct pairs"
-                        f"{' (the measures are symmetric)' if symmetric else ''}; ask for at "
-                        "most that many, or raise zoo.seeds (or zoo.seeds_per_variant)"
+                        f"for, but its {members} zoo members form only {available} "
+                        + (
+                            f"distinct pairs{' (the measures are symmetric)' if symmetric else ''}; ask "
+                            "for at most that many, or raise zoo.seeds (or zoo.seeds_per_variant)"
+                            if share
+                            else "pairs with no member in common (independent units); ask for at most "
+                            f"that many, raise zoo.seeds (or zoo.seeds_per_variant) to {2 * count(variant)}, "
+                            "or set pairs_share_members: true (the claims then treat each member as a cluster)"
+                        )
                     )
 
         def members(key, variants, count):
