@@ -50,7 +50,7 @@ FAN_OUT = {
     },
     "rotation": {"variants", "seeds", "sites", "trials"},
     "symmetry": {"seeds"},
-    "similarity": {"variants", "procrustes_pairs", "cka_pairs"},
+    "similarity": {"variants", "procrustes_pairs", "cka_pairs", "pairs_per_variant"},
     "dissection": {"variants", "seeds", "sites", "external"},
     # depth and reference are sub-blocks (below)
     "deqntk": {"n_train", "settings", "block_rows", "depth", "reference"},

@@ -961,9 +961,9 @@ def as_rst(table: pd.DataFrame, figures: set[str]) -> str:
             ]
         return lines
 
-    lines = block(
+    lines = [f"**The decision rule.** {DECISION_RULE}", ""] + block(
         table[table["kind"] == "paper"],
-        "The papers' claims: which this run reproduces (results/tables/claims.csv)",
+        "Which of the papers' claims this run reproduces (results/tables/claims.csv)",
     )
     ours = table[table["kind"] != "paper"]
     if len(ours):

@@ -381,13 +381,15 @@ class Plan:
 
     # --- similarity ---------------------------------------------------------------------------
 
-    @property
-    def similarity_pair_count(self) -> int:
-        return max(self.similarity["procrustes_pairs"], self.similarity["cka_pairs"])
+    def similarity_pair_count(self, variant: str) -> int:
+        """How many pairs of ``variant`` the stage compares: the larger of procrustes_pairs and
+        cka_pairs, at most its pairs_per_variant."""
+        count = max(self.similarity["procrustes_pairs"], self.similarity["cka_pairs"])
+        return min(count, self.similarity["pairs_per_variant"].get(variant, count))
 
     def similarity_pairs(self, variant: str) -> list[tuple[int, int]]:
         """The variant's pairs; the measures are symmetric, so (a, b) and (b, a) are one pair."""
-        return self._pairs("similarity", variant, self.similarity_pair_count, symmetric=True)
+        return self._pairs("similarity", variant, self.similarity_pair_count(variant), symmetric=True)
 
     def similarity_parts(self, pair: int) -> str:
         """Which measures pair k computes, as CLI flags: Procrustes for the first procrustes_pairs,
@@ -405,7 +407,7 @@ class Plan:
         return [
             f"results/similarity/{variant}/pair{pair}.parquet"
             for variant in self.similarity["variants"]
-            for pair in range(self.similarity_pair_count)
+            for pair in range(self.similarity_pair_count(variant))
         ]
 
     @property
@@ -1012,13 +1014,16 @@ class Plan:
                 overrides(f"stitching.settings_per_method.{method}", override, "stitching")
 
         if subset("similarity.variants", self.similarity["variants"], self.variants):
+            subset(
+                "similarity.pairs_per_variant", self.similarity["pairs_per_variant"], self.similarity["variants"]
+            )
             pairable(
                 "similarity.variants",
                 self.similarity["variants"],
                 "similarity.procrustes_pairs"
                 if self.similarity["procrustes_pairs"] >= self.similarity["cka_pairs"]
                 else "similarity.cka_pairs",
-                lambda v: self.similarity_pair_count,
+                self.similarity_pair_count,
                 symmetric=True,
             )
 
