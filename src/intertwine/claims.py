@@ -416,8 +416,8 @@ def procrustes_order(tables, settings) -> Result:
 
 def cka_diagonal(tables, settings) -> Result:
     """Pooled over the ReLU variants' pairs: the decay of the diagonal (same site in both members)
-    from the first site to the last (a least-squares line over depth), for G_ReLU-CKA above 0 and
-    above linear CKA's."""
+    from the first site to the last (a least-squares line over depth), G_ReLU-CKA's above linear
+    CKA's (paired within the pair)."""
     table = tables["similarity"]
     table = table[table["variant"].isin(settings["relu_similarity_variants"])]
     diagonal = table[
@@ -428,9 +428,9 @@ def cka_diagonal(tables, settings) -> Result:
     keys = _pair_keys(diagonal)
 
     def decay(rows):
-        depth = (
-            rows["site_a"].map({s: i for i, s in enumerate(dict.fromkeys(rows["site_a"]))}).to_numpy(float)
-        )
+        # Depth order from the plan (the model's site order); else the order of the table's rows.
+        order = settings.get("site_order", {}).get(rows.name[0]) or list(dict.fromkeys(rows["site_a"]))
+        depth = rows["site_a"].map({s: i for i, s in enumerate(order)}).to_numpy(float)
         if len(rows) < 2:
             return math.nan
         slope = np.polyfit(depth, rows["value"].to_numpy(float), 1)[0]
@@ -441,11 +441,9 @@ def cka_diagonal(tables, settings) -> Result:
     )
     decays = decays.dropna().reset_index()
     members = _members(decays)
+    # The sentence is a comparison ("more ... than its orthogonal counterpart"): one paired interval.
     comparisons = [
-        Comparison("G_ReLU-CKA decay", Estimate.of(decays["grelu_cka"], members), +1),
-        Comparison(
-            "G_ReLU - linear decay", Estimate.of(decays["grelu_cka"] - decays["linear_cka"], members), +1
-        ),
+        Comparison("G_ReLU - linear decay", Estimate.of(decays["grelu_cka"] - decays["linear_cka"], members), +1)
     ]
     judgement = judge(comparisons)
     return Result(
@@ -467,6 +465,8 @@ def dissection_rotation(tables, settings) -> Result:
     table = table[table["variant"].isin(flags)]
     if table.empty:
         return _not_run("needs a dissected ResNet (with or without residual activation)")
+    if not (table["alpha"] == 0).any():
+        return _not_run("needs the unrotated basis (dissection.alphas with 0)")
     falls = {}
     for variant, rows in table.groupby("variant", sort=False):
         top = rows["alpha"].max()
@@ -687,7 +687,7 @@ CLAIMS = (
         '"the G_ReLU-CKA exhibits a much more significant decay with network depth than its orthogonal '
         'counterpart" (appendix E)',
         "ReLU networks, pooled over pairs: the CKA of a site with the same site of the other member falls "
-        "with depth, more for G_ReLU-CKA than for linear CKA",
+        "more with depth for G_ReLU-CKA than for linear CKA",
         "G_ReLU-CKA's diagonal decays with depth, linear CKA's less",
         ("similarity",),
         "similarity_cka.png",

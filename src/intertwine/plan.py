@@ -818,6 +818,7 @@ class Plan:
                 v for v in stitched if self.spec(v)["arch"] in ("resnet20", "resnet18") and plain_relu(v)
             ],
             "relu_similarity_variants": [v for v in self.similarity["variants"] if plain_relu(v)],
+            "site_order": {v: self.site_names(v) for v in self.similarity["variants"]},
             "residual_activation": {
                 v: self.spec(v)["residual_activation"]
                 for v in self.dissection["variants"]
