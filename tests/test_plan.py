@@ -41,7 +41,7 @@ def test_shipped_configs_plan_without_errors():
 
 def test_paper_plan_counts():
     plan = Plan(load("config/paper.yaml"))
-    assert len(plan.stitch_jobs) == 816
+    assert len(plan.stitch_jobs) == 816 - 2 * (16 - 5)  # the CCT: 5 pairs of its 10 members (full, grelu)
     assert len(set(plan.stitch_jobs)) == len(plan.stitch_jobs)
     assert set(plan.leaky_slopes.values()) == {0.0, 0.0001, 0.001, 0.01, 0.1, 0.5, 0.9, 1.0}
 
@@ -158,19 +158,24 @@ def test_rotation_similarity_dissection_blocks(tiny):
 
 
 def test_pairs_are_deterministic_and_distinct():
-    pairs = draw_pairs(6, 20, 0, "stitching", "myrtle")
-    assert pairs == draw_pairs(6, 20, 0, "stitching", "myrtle")
-    assert pairs != draw_pairs(6, 20, 0, "stitching", "resnet20")
+    """With pairs_share_members (the paper's draw, with replacement); member-disjoint pairs, the
+    default: tests/test_claims.py."""
+    pairs = draw_pairs(6, 20, 0, "stitching", "myrtle", share_members=True)
+    assert pairs == draw_pairs(6, 20, 0, "stitching", "myrtle", share_members=True)
+    assert pairs != draw_pairs(6, 20, 0, "stitching", "resnet20", share_members=True)
     assert all(a != b and 0 <= a < 6 and 0 <= b < 6 for a, b in pairs)
     assert len(set(pairs)) == 20
     # Every ordered pair of 4 members, or every unordered one for a symmetric measure.
-    assert len(set(draw_pairs(4, 12, 0, "s", "v"))) == 12
-    unordered = draw_pairs(4, 6, 0, "s", "v", symmetric=True)
+    assert len(set(draw_pairs(4, 12, 0, "s", "v", share_members=True))) == 12
+    unordered = draw_pairs(4, 6, 0, "s", "v", symmetric=True, share_members=True)
     assert len({frozenset(pair) for pair in unordered}) == 6
     with pytest.raises(ValueError, match="at least 2 zoo members"):
         draw_pairs(1, 3, 0)
     with pytest.raises(ValueError, match="3 members form only 3 distinct unordered pairs"):
-        draw_pairs(3, 4, 0, symmetric=True)
+        draw_pairs(3, 4, 0, symmetric=True, share_members=True)
+    # The first k pairs of a draw are the same whatever the count: stages that take a prefix of
+    # another's draw (pullbacks of the similarity stage's) compare the same pairs.
+    assert draw_pairs(10, 2, 0, "s", "v") == draw_pairs(10, 5, 0, "s", "v")[:2]
 
 
 def test_models_are_built_once_per_spec(tiny):
