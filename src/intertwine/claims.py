@@ -160,6 +160,16 @@ class Comparison:
     group: str = ""  # comparisons of one group may have ``exceptions`` undecided or against
 
 
+def within(label: str, estimate: Estimate, margin: float, scale: float = 100) -> list[Comparison]:
+    """The two one-sided comparisons of an equivalence claim ("within +-margin"): the estimate
+    lies below +margin and above -margin (both needed; either decided against refutes)."""
+    bound = f"{margin * scale:g}"
+    return [
+        Comparison(f"{label} below +{bound}", estimate.shift(margin), -1),
+        Comparison(f"{label} above -{bound}", estimate.shift(-margin), +1),
+    ]
+
+
 @dataclass(frozen=True)
 class Judgement:
     verdict: str
@@ -443,7 +453,9 @@ def cka_diagonal(tables, settings) -> Result:
     members = _members(decays)
     # The sentence is a comparison ("more ... than its orthogonal counterpart"): one paired interval.
     comparisons = [
-        Comparison("G_ReLU - linear decay", Estimate.of(decays["grelu_cka"] - decays["linear_cka"], members), +1)
+        Comparison(
+            "G_ReLU - linear decay", Estimate.of(decays["grelu_cka"] - decays["linear_cka"], members), +1
+        )
     ]
     judgement = judge(comparisons)
     return Result(
@@ -523,10 +535,7 @@ def leaky_relu_flat(tables, settings) -> Result:
                 grelu[(grelu["variant"] == variant) & (grelu["site"] == site)]["penalty"], reference
             )
             label = f"{site} slope {slopes[variant]:g} - {slopes[base]:g}"
-            comparisons += [
-                Comparison(label + " below +5", d.shift(FLAT_MARGIN), -1),
-                Comparison(label + " above -5", d.shift(-FLAT_MARGIN), +1),
-            ]
+            comparisons += within(label, d, FLAT_MARGIN)
     judgement = judge(comparisons)
     accuracy = ""
     if "zoo" in tables:
@@ -609,10 +618,7 @@ def deq_accuracy(tables, settings) -> Result:
         se = math.sqrt(max(r.test_acc * (1 - r.test_acc), 1e-12) / r.n_test)
         d = Estimate(r.test_acc - r.paper_acc, se, math.inf, int(r.n_test))
         label = f"({r.sigma_w2:g},{r.sigma_u2:g},{r.sigma_b2:g}) {r.test_acc * 100:.1f} vs {r.paper_acc * 100:.2f}"
-        comparisons += [
-            Comparison(label + " below +3", d.shift(DEQ_MARGIN), -1),
-            Comparison(label + " above -3", d.shift(-DEQ_MARGIN), +1),
-        ]
+        comparisons += within(label, d, DEQ_MARGIN)
     judgement = judge(comparisons)
     return Result(
         "ours - the paper's (points): "

@@ -238,7 +238,7 @@ def findings(table: pd.DataFrame, epochs: dict[str, int] | None = None) -> pd.Da
     ``epochs``: {variant: training epochs}, for the scale column. Columns: finding, source, sentence,
     paper, ours, verdict (reproduced, not reproduced, inconclusive, not run), evidence, units, scale,
     below_budget."""
-    from intertwine.claims import Comparison, Estimate
+    from intertwine.claims import Comparison, Estimate, within
 
     rows = []
     base = table[(table["regime"].isna()) | (table["regime"] == "standalone")]
@@ -294,10 +294,7 @@ def findings(table: pd.DataFrame, epochs: dict[str, int] | None = None) -> pd.Da
             comparisons = []
             if len(x) and len(ones):
                 d = Estimate.difference(x, ones)
-                comparisons = [
-                    Comparison(f"x - ones below +{BARELY:g}", d.shift(BARELY), -1),
-                    Comparison(f"x - ones above -{BARELY:g}", d.shift(-BARELY), +1),
-                ]
+                comparisons = within("x - ones", d, BARELY, scale=1)
             finding(
                 f"the value input barely matters ({family.upper()})",
                 "Tables I, II",
