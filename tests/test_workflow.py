@@ -130,7 +130,8 @@ def test_cifar10_cpu_config_dag(tmp_path):
 
 def test_claims_scorecard(tiny_run):
     card = pd.read_csv(tiny_run / "results/tables/claims.csv", keep_default_na=False)
-    assert {"claim", "source", "paper", "ours", "verdict", "evidence", "mode", "figure"} <= set(card.columns)
+    assert {"claim", "source", "sentence", "paper", "ours", "verdict", "reading", "units", "scale"} <= set(card.columns)
+    assert card.loc[card["verdict"] != "not run", "units"].str.len().gt(0).all()
     assert set(card["verdict"]) <= {"reproduced", "not reproduced", "inconclusive", "not run"}
     by_claim = card.set_index("claim")
     assert by_claim.loc["T1", "verdict"] == "reproduced"  # G_ReLU elements are exact symmetries
@@ -532,6 +533,7 @@ def test_report(tiny_run):
         assert item in html
     # The opening page shows the scorecard, its claims linked to their figures.
     opening = html.index("Which of the papers' claims this run reproduces")
+    assert html.index("The decision rule.") < opening  # stated in plain words before the table
     assert opening < html.index("rotation_penalty.png</a>") < html.index("stitching_penalty.png</a>")
     # The opening gives each variant's seeds, zoo.seeds_per_variant included (tests/test_report_text.py).
     zoo = yaml.safe_load(TINY.read_text())["zoo"]
