@@ -414,9 +414,15 @@ def procrustes_order(tables, settings) -> Result:
     means = wide.groupby(["variant", "site_a"], sort=False)[
         ["grelu_procrustes", "orthogonal_procrustes"]
     ].mean()
-    by_site = "; ".join(f"{v} {s} {g:.2f} vs {o:.2f}" for (v, s), (g, o) in means.iterrows())
+    by_site = "; ".join(
+        f"{variant} "
+        + "/".join(f"{g:.2f}" for g in rows["grelu_procrustes"])
+        + " vs "
+        + "/".join(f"{o:.2f}" for o in rows["orthogonal_procrustes"])
+        for variant, rows in means.groupby(level=0, sort=False)
+    )
     return Result(
-        f"G_ReLU vs orthogonal: {by_site}; " + _comparison_text(comparisons, judgement, 1, ".3f"),
+        f"G_ReLU vs orthogonal by site: {by_site}; " + _comparison_text(comparisons, judgement, 1, ".3f"),
         judgement.verdict,
         f"paired 95 % t-intervals over pairs pooled across variants, {judgement.note}"
         + ("" if len(pattern) else "; no variant has 3 sites, so the depth pattern is not tested"),
