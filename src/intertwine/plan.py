@@ -843,7 +843,7 @@ class Plan:
         n_train, n_test = self.dataset_sizes()
         n_train -= self.config["data"]["val_size"]
         epochs = self.zoo["training"]["epochs"]
-        members = sorted({len(self.zoo_seeds(v)) for v in self.variants})
+        members = sorted({len(self.zoo_seeds(v)) for v in self.variants}) or [0]
         span = f"{members[0]}" if len(members) == 1 else f"{members[0]}-{members[-1]}"
         stitch_images = self.stitching["train_images"] or n_train
         samples = self.similarity["samples"] or n_test
