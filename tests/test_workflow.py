@@ -130,7 +130,9 @@ def test_cifar10_cpu_config_dag(tmp_path):
 
 def test_claims_scorecard(tiny_run):
     card = pd.read_csv(tiny_run / "results/tables/claims.csv", keep_default_na=False)
-    assert {"claim", "source", "sentence", "paper", "ours", "verdict", "reading", "units", "scale"} <= set(card.columns)
+    assert {"claim", "source", "sentence", "paper", "ours", "verdict", "reading", "units", "scale"} <= set(
+        card.columns
+    )
     assert card.loc[card["verdict"] != "not run", "units"].str.len().gt(0).all()
     assert set(card["verdict"]) <= {"reproduced", "not reproduced", "inconclusive", "not run"}
     by_claim = card.set_index("claim")

@@ -1016,7 +1016,9 @@ class Plan:
 
         if subset("similarity.variants", self.similarity["variants"], self.variants):
             subset(
-                "similarity.pairs_per_variant", self.similarity["pairs_per_variant"], self.similarity["variants"]
+                "similarity.pairs_per_variant",
+                self.similarity["pairs_per_variant"],
+                self.similarity["variants"],
             )
             pairable(
                 "similarity.variants",
