@@ -177,14 +177,18 @@ class Judgement:
     note: str
 
 
-def judge(comparisons: list[Comparison], exceptions: dict[str, int] | None = None) -> Judgement:
+def judge(
+    comparisons: list[Comparison], exceptions: dict[str, int] | None = None, missing: str = ""
+) -> Judgement:
     """The decision rule (module docstring). A claim needs each of its required comparisons (an
     intersection-union test: each at level 0.05 keeps the chance of a false "reproduced" at 0.05,
     no correction needed); it is refuted by any comparison decided against it after Holm's
     correction over all of its comparisons (a union: there the number of intervals counts).
     ``exceptions``: per group, how many of its comparisons may fail ("at all but one layer": 1);
     the group is then shown when all but that many are, each at level 0.05 / (exceptions + 1)
-    (Bonferroni over the comparisons that may fail), and refuted when more are against."""
+    (Bonferroni over the comparisons that may fail), and refuted when more are against.
+    ``missing``: why a part the claim needs was not measured; the claim can then be refuted but
+    not reproduced."""
     exceptions = exceptions or {}
     adjusted = holm([c.estimate.p for c in comparisons])
     agreement = []
@@ -198,13 +202,24 @@ def judge(comparisons: list[Comparison], exceptions: dict[str, int] | None = Non
         allowed = exceptions.get(group, 0)
         refuted |= sum(a < 0 for _, a in members) > allowed
         shown &= sum(a <= 0 for c, a in members if c.required) <= allowed
-    verdict = "not reproduced" if refuted else "reproduced" if comparisons and shown else "inconclusive"
+    shown &= bool(comparisons) and not missing
+    verdict = "not reproduced" if refuted else "reproduced" if shown else "inconclusive"
     note = (
         f"each of {len(comparisons)} intervals at 95 % to show, Holm over them to refute"
         if len(comparisons) > 1
         else "one interval"
-    )
+    ) + (f"; {missing}" if missing else "")
     return Judgement(verdict, agreement, note)
+
+
+def describe(
+    comparisons: list[Comparison], agreement: list[int], scale: float = 100, fmt: str = ".1f"
+) -> str:
+    """Each comparison's estimate and interval (times ``scale``) and whether it was shown."""
+    marks = {1: "shown", -1: "against", 0: "undecided"}
+    return "; ".join(
+        f"{c.label} {c.estimate.text(scale, fmt)} [{marks[a]}]" for c, a in zip(comparisons, agreement)
+    )
 
 
 # --- claims ----------------------------------------------------------------------------------------
@@ -252,16 +267,6 @@ def _units(label: str, n: int) -> str:
     return f"{n} {label}{'' if n == 1 else 's'}"
 
 
-def _comparison_text(
-    comparisons: list[Comparison], judgement: Judgement, scale: float = 100, fmt=".1f"
-) -> str:
-    marks = {1: "shown", -1: "against", 0: "undecided"}
-    return "; ".join(
-        f"{c.label} {c.estimate.text(scale, fmt)} [{marks[a]}]"
-        for c, a in zip(comparisons, judgement.agreement)
-    )
-
-
 # --- Godfrey et al. ----------------------------------------------------------------------------
 
 
@@ -287,7 +292,7 @@ def rotation_penalty(tables, settings) -> Result:
     judgement = judge(comparisons)
     trials = table[table["group"].isin(["grelu", "orthogonal"])].groupby(["variant", "site", "group"]).size()
     return Result(
-        "orthogonal - G_ReLU penalty (points): " + _comparison_text(comparisons, judgement),
+        "orthogonal - G_ReLU penalty (points): " + describe(comparisons, judgement.agreement),
         judgement.verdict,
         f"Welch 95 % intervals over trials per site, {judgement.note}; every site above 0 decides",
         f"{int(trials.min())}-{int(trials.max())} trials per site and group"
@@ -327,15 +332,9 @@ def stitching_myrtle(tables, settings) -> Result:
                     f"{site} rank 1 - G_ReLU", Estimate.of(both["rank1"] - both["grelu"], _members(both)), +1
                 )
             )
-    judgement = judge(comparisons, {"below ten": 1})
-    if "rank1" not in wide:
-        judgement = Judgement(
-            "not reproduced" if judgement.verdict == "not reproduced" else "inconclusive",
-            judgement.agreement,
-            judgement.note + "; rank 1 was not run",
-        )
+    judgement = judge(comparisons, {"below ten": 1}, "" if "rank1" in wide else "rank 1 was not run")
     return Result(
-        "penalty differences (points): " + _comparison_text(comparisons, judgement),
+        "penalty differences (points): " + describe(comparisons, judgement.agreement),
         judgement.verdict,
         f"paired 95 % t-intervals over pairs per site, {judgement.note}; full below G_ReLU and G_ReLU "
         "below rank 1 at every site, G_ReLU below 10 points at all but one",
@@ -366,7 +365,7 @@ def stitching_residual(tables, settings) -> Result:
         return _not_run("needs a ReLU ResNet stitched at sites inside and outside residual blocks")
     judgement = judge(comparisons)
     return Result(
-        "inside - outside residual blocks (points): " + _comparison_text(comparisons, judgement),
+        "inside - outside residual blocks (points): " + describe(comparisons, judgement.agreement),
         judgement.verdict,
         f"paired 95 % t-intervals over pairs (each pair's mean inside minus its mean outside), {judgement.note}",
         _units("pair", pairs) + " per variant",
@@ -422,7 +421,7 @@ def procrustes_order(tables, settings) -> Result:
         for variant, rows in means.groupby(level=0, sort=False)
     )
     return Result(
-        f"G_ReLU vs orthogonal by site: {by_site}; " + _comparison_text(comparisons, judgement, 1, ".3f"),
+        f"G_ReLU vs orthogonal by site: {by_site}; " + describe(comparisons, judgement.agreement, 1, ".3f"),
         judgement.verdict,
         f"paired 95 % t-intervals over pairs pooled across variants, {judgement.note}"
         + ("" if len(pattern) else "; no variant has 3 sites, so the depth pattern is not tested"),
@@ -466,7 +465,7 @@ def cka_diagonal(tables, settings) -> Result:
     judgement = judge(comparisons)
     return Result(
         f"diagonal decay first to last site: G_ReLU-CKA {decays['grelu_cka'].mean():.3f}, linear CKA "
-        f"{decays['linear_cka'].mean():.3f}; " + _comparison_text(comparisons, judgement, 1, ".3f"),
+        f"{decays['linear_cka'].mean():.3f}; " + describe(comparisons, judgement.agreement, 1, ".3f"),
         judgement.verdict,
         f"paired 95 % t-intervals over pairs pooled across variants, {judgement.note}",
         _units("pair", len(decays)),
@@ -501,16 +500,15 @@ def dissection_rotation(tables, settings) -> Result:
             comparisons.append(
                 Comparison(f"{other} - {variant} fall", Estimate.difference(falls[other], falls[variant]), +1)
             )
-    judgement = judge(comparisons)
-    if not with_activation or not without:
-        judgement = Judgement(
-            "not reproduced" if judgement.verdict == "not reproduced" else "inconclusive",
-            judgement.agreement,
-            judgement.note + "; needs variants with and without the residual activation",
-        )
+    judgement = judge(
+        comparisons,
+        missing=""
+        if with_activation and without
+        else "needs variants with and without the residual activation",
+    )
     return Result(
         "fall of the interpretable fraction, alpha 0 to the largest: "
-        + _comparison_text(comparisons, judgement, 1, ".3f"),
+        + describe(comparisons, judgement.agreement, 1, ".3f"),
         judgement.verdict,
         f"95 % t-intervals over members (paired within member and site), Welch between variants, "
         f"{judgement.note}; without the activation a fall decided above 0 refutes",
@@ -555,7 +553,7 @@ def leaky_relu_flat(tables, settings) -> Result:
         + ", ".join(f"{slopes[v]:g}: {m * 100:.1f}" for v, m in means.items())
         + accuracy
         + "; "
-        + _comparison_text(comparisons[::2], Judgement("", judgement.agreement[::2], "")),
+        + describe(comparisons[::2], judgement.agreement[::2]),
         judgement.verdict,
         f"Welch 95 % intervals per site over pairs, each within +-{FLAT_MARGIN * 100:g} points (our margin: "
         f"the paper gives none), {judgement.note}",
@@ -627,8 +625,7 @@ def deq_accuracy(tables, settings) -> Result:
         comparisons += within(label, d, DEQ_MARGIN)
     judgement = judge(comparisons)
     return Result(
-        "ours - the paper's (points): "
-        + _comparison_text(comparisons[::2], Judgement("", judgement.agreement[::2], "")),
+        "ours - the paper's (points): " + describe(comparisons[::2], judgement.agreement[::2]),
         judgement.verdict,
         f"binomial 95 % interval per setting within +-{DEQ_MARGIN * 100:g} points (our margin), {judgement.note}",
         f"{int(rows['n_test'].min())} test images per setting, {len(rows)} settings",

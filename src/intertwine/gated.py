@@ -345,7 +345,7 @@ def findings(table: pd.DataFrame, epochs: dict[str, int] | None = None) -> pd.Da
 
 def _finding(name, source, sentence, reported, comparisons, units, missing) -> dict:
     """One finding's row: its verdict by ``intertwine.claims.judge`` (``not run`` without comparisons)."""
-    from intertwine.claims import judge
+    from intertwine.claims import describe, judge
 
     if not comparisons:
         return {
@@ -359,11 +359,7 @@ def _finding(name, source, sentence, reported, comparisons, units, missing) -> d
             "units": "",
         }
     judgement = judge(comparisons)
-    marks = {1: "shown", -1: "against", 0: "undecided"}
-    ours = "; ".join(
-        f"{c.label} {c.estimate.text(1, '.1f')} [{marks[a]}]"
-        for c, a in zip(comparisons, judgement.agreement)
-    )
+    ours = describe(comparisons, judgement.agreement, 1)
     return {
         "finding": name,
         "source": source,
