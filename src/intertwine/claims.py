@@ -131,10 +131,6 @@ class Estimate:
         interval = f" ± {self.half_width * scale:{fmt}}" if self.has_interval else " (no interval)"
         return f"{self.mean * scale:+{fmt}}{interval}"
 
-    def points(self) -> str:
-        """In accuracy points (the tables hold fractions)."""
-        return self.text(100, ".1f")
-
 
 def holm(p_values: list[float]) -> list[float]:
     """Holm's step-down adjusted p-values (the same order as given)."""
@@ -193,9 +189,9 @@ def judge(
     adjusted = holm([c.estimate.p for c in comparisons])
     agreement = []
     for c, p_holm in zip(comparisons, adjusted):
-        sign = c.claimed * int(np.sign(c.estimate.mean))
-        level = LEVEL / (exceptions.get(c.group, 0) + 1)
-        agreement.append(1 if sign > 0 and c.estimate.p < level else -1 if sign < 0 and p_holm < LEVEL else 0)
+        shown_alone = c.estimate.side(LEVEL / (exceptions.get(c.group, 0) + 1)) == c.claimed
+        against = c.claimed * np.sign(c.estimate.mean) < 0 and p_holm < LEVEL
+        agreement.append(1 if shown_alone else -1 if against else 0)
     shown, refuted = True, False
     for group in dict.fromkeys(c.group for c in comparisons):
         members = [(c, a) for c, a in zip(comparisons, agreement) if c.group == group]
@@ -301,11 +297,6 @@ def rotation_penalty(tables, settings) -> Result:
     )
 
 
-def _per_pair(frame: pd.DataFrame, columns: list[str], values: str, index: str = "site") -> pd.DataFrame:
-    """One row per pair and ``index`` value, one column per ``columns`` value."""
-    return frame.pivot_table(index=_pair_keys(frame) + [index], columns=columns, values=values).reset_index()
-
-
 def stitching_myrtle(tables, settings) -> Result:
     """Myrtle: per site, full below G_ReLU, G_ReLU below 10 points (at all but one site) and
     G_ReLU below rank 1; pairs as units, each comparison paired within the pair."""
@@ -313,7 +304,9 @@ def stitching_myrtle(tables, settings) -> Result:
     myrtle = table[table["variant"].isin(settings["myrtle_variants"])]
     if myrtle.empty or not {"full", "grelu"} <= set(myrtle["method"]):
         return _not_run("needs Myrtle pairs stitched with full and grelu")
-    wide = _per_pair(myrtle, ["method"], "penalty")
+    wide = myrtle.pivot_table(
+        index=_pair_keys(myrtle) + ["site"], columns="method", values="penalty"
+    ).reset_index()
     comparisons = []
     for site, rows in wide.groupby("site", sort=False):
         members = _members(rows)
