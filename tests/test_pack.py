@@ -171,3 +171,22 @@ def test_an_architecture_vmap_cannot_run_trains_its_pack_one_at_a_time(tiny_shap
     for seed, (checkpoint, _) in enumerate(packed):
         alone = train_member(Job("cpu", tiny_shapes_dir), "m", seed, spec, {"epochs": 1})[0]
         assert max_weight_difference(checkpoint["state_dict"], alone["state_dict"]) == 0.0  # the same code
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="bf16 autocast of packed training is CUDA's")
+@pytest.mark.parametrize("arch", ["myrtle", "resnet20"])
+def test_packed_bf16_trains_like_members_alone_in_bf16(tiny_shapes_dir, arch):
+    # On CUDA the vmapped batch norm's backward needs float32 inputs under bf16 autocast (it
+    # failed with "Expected running_mean to have type BFloat16"); bf16 rounding leaves the
+    # accuracies, not the weights, comparable.
+    spec = {"arch": arch, "width_multiplier": 0.25}
+    training = TRAINING | {"bf16": True, "channels_last": False}
+    seeds = [0, 1, 2]
+    packed = train_pack(Job("cuda", tiny_shapes_dir), "m", seeds, spec, training, ["a", "b", "c"])
+    alone = [train_member(Job("cuda", tiny_shapes_dir), "m", seed, spec, training)[0] for seed in seeds]
+    for (checkpoint, metrics), single in zip(packed, alone):
+        assert (
+            metrics["train_loss"].notna().all()
+            and metrics["train_loss"].iloc[-1] < metrics["train_loss"].iloc[0]
+        )
+        assert abs(checkpoint["test_acc"] - single["test_acc"]) <= 0.15

@@ -211,6 +211,14 @@ def train(
 # --- packed training: K members of a variant as one network ------------------------------------
 
 
+def _batch_norm_in_float32(layer: nn.Module, inputs: tuple) -> tuple | None:
+    """Under bf16 autocast a batch norm runs in its input's dtype (bf16 after a convolution), and
+    on CUDA the vmapped batch norm's backward then fails ("Expected running_mean to have type
+    BFloat16 but got Float"): it gets its input in float32, the dtype of its statistics."""
+    x = inputs[0]
+    return (x.float(), *inputs[1:]) if x.dtype in (torch.bfloat16, torch.float16) else None
+
+
 class _Stack:
     """K models of one architecture as stacked tensors (member k is index k of each), run by
     ``torch.func.vmap`` over ``functional_call`` of the first model: one batched forward and
@@ -218,7 +226,10 @@ class _Stack:
     (elementwise) optimiser state stay its own."""
 
     def __init__(self, models: list[nn.Module]):
-        self.module = models[0]
+        self.module = copy.deepcopy(models[0])  # its hooks below stay off the caller's model
+        for layer in self.module.modules():
+            if isinstance(layer, nn.modules.batchnorm._BatchNorm):
+                layer.register_forward_pre_hook(_batch_norm_in_float32)
         self.params = {
             name: torch.stack([m.get_parameter(name).detach() for m in models]).requires_grad_(
                 p.requires_grad
