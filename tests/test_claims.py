@@ -34,6 +34,8 @@ SETTINGS = {
     "stitching_init": "random",
     "stitching_optimizer": "sgd",
     "stitching_momentum": 0.0,
+    "stitching_permutation_update": "paper",
+    "stitching_batch_norm_refresh": "grelu",
     "scale": {"zoo_epochs": 50, "zoo": "zoo: 50 of the paper's 50 epochs"},
 }
 
@@ -583,8 +585,10 @@ def test_modes_are_named_and_figures_linked():
     card = scorecard({"stitching": stitching(FIG1)}, SETTINGS, None).set_index("claim")
     assert "stitching init random (the paper)" in card.loc["C2", "mode"]
     assert "selected on val (corrected" in card.loc["C2", "mode"]
+    assert "G_ReLU P update paper, batch-norm refresh grelu (the paper)" in card.loc["C2", "mode"]
     corrected = SETTINGS | {
         "stitching_init": "match",
+        "stitching_permutation_update": "mirror",
         "stitching_momentum": 0.9,
         "rotation_variants": ["myrtle"],
     }
@@ -592,6 +596,7 @@ def test_modes_are_named_and_figures_linked():
     assert (
         "ours; the paper: random" in card.loc["C2", "mode"]
         and "not the released code" in card.loc["C2", "mode"]
+        and "ours; the paper: paper, grelu" in card.loc["C3", "mode"]
     )
     assert "the paper used a batch-norm-free Myrtle" in card.loc["C1", "mode"]
     assert set(card["verdict"]) <= set(VERDICTS)

@@ -245,11 +245,17 @@ def test_paper_rows_are_found_for_their_specs_only():
     assert permuted[0] == "I" and "permuted" in permuted[1] and permuted[2] == 75.9
     assert paper.reported_gated(spec(family="dgn"), "shapes", 50) is None
     assert paper.reported_gated(spec(family="dgn", regime="fr"), "cifar10", 50) is None
+    # Table III's C1GAP is "a shallow DNN with ReLU" (no gates): its rows score the plain network
+    c1gap = models.normalize_spec({"arch": "c1gap"})
+    assert paper.reported_gated(c1gap, "cifar10", 2000)[1:] == ("CIFAR-10 C1GAP (2000 epochs), DNN", 70.0, 0.2)
+    assert paper.reported_gated(c1gap, "cifar100", 200)[2] == 36.3
+    assert paper.reported_gated(c1gap, "cifar10", 7) is None
     sf = models.normalize_spec({"arch": "c1gap", "gated": {"family": "dlgn_sf", "value_input": "ones"}})
-    assert (
-        paper.reported_gated(sf, "cifar10", 2000)[2] == 70.0
-        and paper.reported_gated(sf, "cifar10", 7) is None
+    assert paper.reported_gated(sf, "cifar10", 200) is None
+    sf4 = models.normalize_spec(
+        {"arch": "c4gap", "width_multiplier": 4.0, "gated": {"family": "dlgn_sf", "value_input": "ones"}}
     )
+    assert paper.reported_gated(sf4, "cifar10", 50)[2] == 75.1
     vgg = models.normalize_spec({"arch": "vgg16_avg", "gated": {"family": "dlgn"}})
     assert paper.reported_gated(vgg, "cifar10", 32)[:3] == ("II", "CIFAR-10 VGG16, DLGN(x,x)", 87.0)
 

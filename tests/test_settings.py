@@ -101,7 +101,13 @@ def test_job_block_reads_each_field_from_its_key():
     assert grelu["lr"] == "s.lr" and grelu["translate"] == "t.translate" and grelu["alpha"] == "s.alpha"
     assert "alpha_grid" not in grelu and "softsort_tau" not in grelu
     full = StitchConfig.job_block({"stitching": stitching, "zoo.training": training}, "full")
-    assert set(grelu) - set(full) == {"alpha", "scales_frozen_fraction", "sinkhorn_iters", "permutation_step"}
+    assert set(grelu) - set(full) == {
+        "alpha",
+        "scales_frozen_fraction",
+        "sinkhorn_iters",
+        "permutation_step",
+        "permutation_update",
+    }
     # A job block of a validated config is exactly what from_block takes back.
     defaults = {
         "stitching": {k: settings.default(v) for k, v in schema_block("stitching")["properties"].items()},

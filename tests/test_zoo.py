@@ -10,7 +10,7 @@ import torch
 from intertwine import models
 from intertwine.data import load_split
 from intertwine.settings import TrainConfig
-from intertwine.training import DivergedError, lr_factor, train
+from intertwine.training import DivergedError, lr_factor, train, training_length
 from intertwine.jobs import Job
 from intertwine.jobs.zoo import train_member
 from intertwine.zoo import load_model, load_weights, save_checkpoint, zoo_table
@@ -32,6 +32,31 @@ def test_lr_schedule_has_four_even_drops():
     assert factors[0] == 1.0 and factors[-1] == 0.5**4
     drops = [step for step in range(1, 100) if factors[step] != factors[step - 1]]
     assert drops == [20, 40, 60, 80]
+
+
+@pytest.mark.parametrize("images, epochs", [(45_000, 182), (49_000, 168)])
+def test_table_ii_schedule_is_counted_in_iterations(images, epochs):
+    # The gated-networks paper's Table II: 0.01 for 400 iterations, 0.1 to 32k, 0.01 to 48k and
+    # 0.001 to 64k, whatever the training set's size.
+    config = TrainConfig(
+        steps=64_000, batch_size=128, lr_milestones=[0.5, 0.75], lr_drop_factor=0.1, warmup_steps=400
+    )
+    assert training_length(config, images) == (epochs, 64_000, -(-images // 128))
+    factor = lambda step: lr_factor(step, 64_000, 4, 0.1, [0.5, 0.75], 400)  # noqa: E731
+    assert [factor(s) for s in (0, 399, 400, 31_999)] == [0.1, 0.1, 1.0, 1.0]
+    assert factor(32_000) == pytest.approx(0.1) and factor(47_999) == pytest.approx(0.1)
+    assert factor(48_000) == pytest.approx(0.01) and factor(63_999) == pytest.approx(0.01)
+    assert training_length(TrainConfig(epochs=3, batch_size=128), images)[:2] == (3, 3 * -(-images // 128))
+
+
+def test_training_by_steps_cuts_the_last_epoch(tiny_shapes_dir):
+    torch.set_num_threads(1)
+    steps_per_epoch = -(-len(load_split(tiny_shapes_dir, "train")) // 32)
+    checkpoint, metrics = train_member(
+        Job("cpu", tiny_shapes_dir), "m", 0, SPEC, TRAINING | {"steps": steps_per_epoch + 2}
+    )
+    assert list(metrics["epoch"]) == [1, 2] and checkpoint["epochs"] == 2
+    assert metrics["train_acc"].between(0, 1).all()
 
 
 def test_training_is_bit_identical_and_seed_dependent(tiny_shapes_dir):

@@ -650,7 +650,7 @@ CLAIMS = (
         ("stitching",),
         "stitching_penalty.png",
         stitching_myrtle,
-        ("stitching_init", "stitching_optimizer", "select_on"),
+        ("stitching_init", "stitching_optimizer", "stitching_protocol", "select_on"),
         ("zoo", "stitching"),
     ),
     Claim(
@@ -664,7 +664,7 @@ CLAIMS = (
         ("stitching",),
         "stitching_penalty.png",
         stitching_residual,
-        ("stitching_init", "stitching_optimizer", "select_on"),
+        ("stitching_init", "stitching_optimizer", "stitching_protocol", "select_on"),
         ("zoo", "stitching"),
     ),
     Claim(
@@ -722,7 +722,7 @@ CLAIMS = (
         ("stitching", "zoo"),
         "stitching_leaky_relu.png",
         leaky_relu_flat,
-        ("stitching_init", "stitching_optimizer", "select_on"),
+        ("stitching_init", "stitching_optimizer", "stitching_protocol", "select_on"),
         ("zoo", "stitching"),
     ),
     Claim(
@@ -777,6 +777,16 @@ MODES = {
             "the released code"
             if s["stitching_optimizer"] == "sgd" and s["stitching_momentum"] == 0
             else "not the released code's plain SGD"
+        )
+        + ")"
+    ),
+    "stitching_protocol": lambda s: (
+        f"G_ReLU P update {s['stitching_permutation_update']}, batch-norm refresh "
+        f"{s['stitching_batch_norm_refresh']} ("
+        + (
+            "the paper"
+            if (s["stitching_permutation_update"], s["stitching_batch_norm_refresh"]) == ("paper", "grelu")
+            else "ours; the paper: paper, grelu"
         )
         + ")"
     ),

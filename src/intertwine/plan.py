@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import re
 
 import jsonschema
@@ -213,6 +214,15 @@ class Plan:
         overrides (``None``: zoo.training as written, which rotation trials fine-tune with)."""
         block = self.zoo["training"] | self.zoo["training_per_variant"].get(variant, {})
         return TrainConfig.job_block({"zoo.training": block})
+
+    def member_epochs(self, variant: str) -> int:
+        """The epochs a member of the variant trains: zoo.training's ``epochs``, or the epochs its
+        ``steps`` take on the training split (the last one cut short)."""
+        block = self.train_block(variant)
+        if block["steps"] is None:
+            return block["epochs"]
+        images = self.dataset_sizes()[0] - self.config["data"]["val_size"]
+        return math.ceil(block["steps"] / math.ceil(images / block["batch_size"]))
 
     def train_run(self, variant: str | None = None) -> dict:
         """The training settings beside ``train_block`` that cannot change a result
@@ -832,6 +842,8 @@ class Plan:
             "stitching_init": self.stitching["init"],
             "stitching_optimizer": self.stitching["optimizer"],
             "stitching_momentum": self.stitching["momentum"],
+            "stitching_permutation_update": self.stitching["permutation_update"],
+            "stitching_batch_norm_refresh": self.stitching["batch_norm_refresh"],
             "scale": self.claims_scale,
         }
 

@@ -172,6 +172,7 @@ class TrainConfig(_Settings):
     """How a zoo member trains (config ``zoo.training``; the rotation stage fine-tunes with it)."""
 
     epochs: int = _setting("zoo.training.epochs")
+    steps: int | None = _setting("zoo.training.steps")
     batch_size: int = _setting("zoo.training.batch_size")
     lr: float = _setting("zoo.training.lr")
     weight_decay: float = _setting("zoo.training.weight_decay")
@@ -207,6 +208,7 @@ class StitchConfig(_Settings):
     # refreshes g's batch-norm statistics (`refresh_batch_norm`, an average of per-batch
     # statistics), so it changes the stitched accuracy.
     eval_batch_size: int = _setting("stitching.eval_batch_size")
+    batch_norm_refresh: str = _setting("stitching.batch_norm_refresh")
     translate: int = _setting("zoo.training.translate")
     flip: bool = _setting("zoo.training.flip")
     alpha: float = _setting("stitching.alpha", only_for=("grelu", "monomial"))
@@ -216,6 +218,9 @@ class StitchConfig(_Settings):
     sinkhorn_iters: int = _setting("stitching.sinkhorn_iters", only_for=("grelu", "grelu_cv", "monomial"))
     permutation_step: float = _setting(
         "stitching.permutation_step", only_for=("grelu", "grelu_cv", "monomial")
+    )
+    permutation_update: str = _setting(
+        "stitching.permutation_update", only_for=("grelu", "grelu_cv", "monomial")
     )
     softsort_tau: float | None = _setting("stitching.softsort_tau", only_for=("softsort",))
     softsort_hardening: float = _setting("stitching.softsort_hardening", only_for=("softsort",))

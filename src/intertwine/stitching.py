@@ -251,6 +251,9 @@ class GReLULayer(nn.Module):
         return self.permutation.tolist(), self.column_scales().detach()[self.permutation].cpu().tolist()
 
 
+#: How the Birkhoff G_ReLU layer's P moves (``stitching.permutation_update``; ``GReLUStitch``).
+PERMUTATION_UPDATES = ("paper", "mirror")
+
 # Under ``init: match``, the fraction of each row of P off the matched permutation at the start.
 MATCH_OFF_MASS = 0.01
 
@@ -263,8 +266,14 @@ class GReLUStitch(GReLULayer):
     """``P diag(scales)`` with P doubly stochastic (a permutation once rounded) and scales >= 0.
 
     P starts near the centre of the Birkhoff polytope (uniform plus a little seeded noise to break
-    the symmetry), the scales at 1. The optimiser steps the scales only; P takes a mirror-descent
-    step of its own (``step_permutation``): ``P <- Sinkhorn(P * exp(-step * grad / max|grad|))``.
+    the symmetry), the scales at 1. How P moves is ``update``:
+
+    - ``"paper"`` (appendix D.2.1: "after each gradient descent step we project P back onto B by
+      P <- ReLU(P) followed by P <- sink(P)"): the optimiser steps P with the scales, then
+      ``project()`` applies ReLU and Sinkhorn.
+    - ``"mirror"`` (ours): the optimiser steps the scales only; P takes a mirror-descent step of
+      its own (``step_permutation``): ``P <- Sinkhorn(P * exp(-step * grad / max|grad|))``.
+
     A multiplicative step is the natural one on the polytope: its size is relative to each entry,
     so an entry near 0 stays near 0 unless the gradient keeps favouring it, and the iterates
     approach a vertex instead of diffusing to the centre, as additive steps of a fixed size (Adam's,
@@ -282,10 +291,16 @@ class GReLUStitch(GReLULayer):
         alpha: float = 0.1,
         step: float = 0.1,
         init_noise: float = 0.01,
+        update: str = "paper",
     ):
         super().__init__()
         if channels < 1:
             raise ValueError(f"a G_ReLU layer needs at least one channel, got {channels}")
+        if update not in PERMUTATION_UPDATES:
+            raise ValueError(
+                f"stitching.permutation_update: {update!r} is not one of {', '.join(PERMUTATION_UPDATES)}"
+            )
+        self.update = update
         noise = torch.rand(channels, channels, generator=generator) * init_noise
         self.sinkhorn_iters = sinkhorn_iters
         self.alpha = alpha
@@ -305,7 +320,7 @@ class GReLUStitch(GReLULayer):
         return self.scales
 
     def optimized_parameters(self) -> list[nn.Parameter]:
-        return [self.scales]
+        return [self.P, self.scales] if self.update == "paper" else [self.scales]
 
     def regularizer(self) -> torch.Tensor | None:
         """``-alpha ||P||_F``: largest at the vertices of the polytope (the permutations)."""
@@ -324,7 +339,12 @@ class GReLUStitch(GReLULayer):
 
     @torch.no_grad()
     def step_permutation(self) -> None:
-        """The mirror-descent step of P (see the class), from the gradient of the last backward."""
+        """P back onto the polytope after the last backward (see the class): ``paper``, the
+        optimiser has stepped it and ReLU and Sinkhorn project it; ``mirror``, its own
+        multiplicative step from its gradient, then Sinkhorn."""
+        if self.update == "paper":
+            self.P.copy_(groups.sinkhorn(self.P, self.sinkhorn_iters))  # ReLU, then Sinkhorn
+            return
         grad, self.P.grad = self.P.grad, None
         if grad is not None and self.step:
             largest = grad.abs().max()
@@ -361,9 +381,10 @@ class SoftSortStitch(GReLULayer):
     mass; lambda starts at 0 (D = I).
 
     At a fixed tau, P stays as soft as its scores' spacing allows (about half its mass off the
-    permutation at spacing tau), and rounding it at the end throws that away. So training hardens
-    it: the temperature falls geometrically from tau to ``hardening * tau`` (``anneal``), and the
-    layer trained last is nearly the permutation it rounds to. ``hardening=1`` keeps tau fixed.
+    permutation at spacing tau), and rounding it at the end throws that away. So training can harden
+    it (ours, ``hardening=0.1``): the temperature falls geometrically from tau to ``hardening * tau``
+    (``anneal``), and the layer trained last is nearly the permutation it rounds to.
+    ``hardening=1``, the default, keeps tau fixed as the paper does.
     """
 
     def __init__(
@@ -371,7 +392,7 @@ class SoftSortStitch(GReLULayer):
         channels: int,
         generator: torch.Generator | None = None,
         tau: float | None = None,
-        hardening: float = 0.1,
+        hardening: float = 1.0,
     ):
         super().__init__()
         if channels < 1:
@@ -494,7 +515,8 @@ def build_layer(
     alpha: float = 0.1,
     softsort_tau: float | None = None,
     permutation_step: float = 0.1,
-    softsort_hardening: float = 0.1,
+    softsort_hardening: float = 1.0,
+    permutation_update: str = "paper",
 ) -> nn.Module:
     """A fresh stitching layer of ``method`` for ``channels`` channels (grelu_cv builds one
     G_ReLU layer per alpha; this is the layer at ``alpha``). ``channels`` must be at least 1; a
@@ -508,8 +530,10 @@ def build_layer(
     if kind == "softsort":
         return SoftSortStitch(channels, generator, softsort_tau, softsort_hardening)
     if kind == "monomial":
-        return MonomialStitch(channels, generator, sinkhorn_iters, alpha, permutation_step)
-    return GReLUStitch(channels, generator, sinkhorn_iters, alpha, permutation_step)
+        return MonomialStitch(
+            channels, generator, sinkhorn_iters, alpha, permutation_step, update=permutation_update
+        )
+    return GReLUStitch(channels, generator, sinkhorn_iters, alpha, permutation_step, update=permutation_update)
 
 
 def sparsity(matrix: torch.Tensor, tolerance: float = 1e-3) -> float:
@@ -573,7 +597,7 @@ def fit(
     ``-alpha ||P||_F``; L1: ``lambda sum |W|``).
 
     A G_ReLU layer is projected back onto its constraint set after every step (the Birkhoff
-    layer's P by its own mirror-descent step), and its scales stay at their initial values (1, or
+    layer's P as ``stitching.permutation_update`` says), and its scales stay at their initial values (1, or
     matched) for the first ``scales_frozen_fraction`` of the epochs.
     """
     layer = stitched.bridge
@@ -696,6 +720,13 @@ def refresh_batch_norm(
     stitched.eval()
 
 
+def refreshes_batch_norm(layer: nn.Module, config: StitchConfig) -> bool:
+    """Whether g's batch-norm statistics are recomputed for this trained layer
+    (``stitching.batch_norm_refresh``): the paper does it for the G_ReLU layer, whose rounded P
+    differs from the P it trained with (appendix D.2.1); ours, for every method."""
+    return config.batch_norm_refresh == "every_method" or isinstance(layer, GReLULayer)
+
+
 def stitch_site(
     f: nn.Module,
     g: nn.Module,
@@ -712,7 +743,8 @@ def stitch_site(
 ) -> tuple[models.Stitched, dict]:
     """Stitch f into a copy of g at ``site`` with a fresh layer of ``method`` and train it; every
     random draw comes from generators seeded from ``key`` (the layer's start, the batches).
-    A G_ReLU layer is rounded, and g's batch-norm statistics are refreshed for the final layer.
+    A G_ReLU layer is rounded, and g's batch-norm statistics are refreshed for the final layer
+    (``refreshes_batch_norm``).
 
     With ``accuracy`` (a stitched network -> its test accuracy), the layer before training is
     measured too (``acc_start``: rounded, batch norm refreshed), so a table shows what training
@@ -741,6 +773,7 @@ def stitch_site(
             config.softsort_tau,
             config.permutation_step,
             config.softsort_hardening,
+            config.permutation_update,
         ).to(device)
         if matched is not None:
             layer.match(*matched)
@@ -760,7 +793,8 @@ def stitch_site(
         )  # f is shared
         if isinstance(before.bridge, GReLULayer):
             before.bridge.round()
-        refresh_batch_norm(before, train_split, mean, std, config.eval_batch_size)
+        if refreshes_batch_norm(before.bridge, config):
+            refresh_batch_norm(before, train_split, mean, std, config.eval_batch_size)
         columns["acc_start"] = accuracy(before)
         del before
     batches = torch.Generator(device=device).manual_seed(derive_seed(*key, "batches"))
@@ -784,7 +818,8 @@ def stitch_site(
         if not layer.rounded:
             columns["off_permutation_mass"] = layer.round()
         columns["permutation"], columns["scales"] = layer.rounded_layer()
-    refresh_batch_norm(stitched, train_split, mean, std, config.eval_batch_size)
+    if refreshes_batch_norm(layer, config):
+        refresh_batch_norm(stitched, train_split, mean, std, config.eval_batch_size)
     return stitched, columns | {
         "train_seconds": seconds,
         "sparsity": sparsity(layer.matrix()),

@@ -47,6 +47,20 @@ def lr_factor(
     return factor ** min(drops, (drops + 1) * step // total_steps)
 
 
+def training_length(config: TrainConfig, n_images: int) -> tuple[int, int, int]:
+    """(epochs, optimiser steps in all, steps per full epoch) of training on ``n_images``:
+    ``config.steps`` when set (the last epoch cut short), else ``config.epochs`` full epochs."""
+    per_epoch = math.ceil(n_images / config.batch_size)
+    if config.steps is None:
+        return config.epochs, config.epochs * per_epoch, per_epoch
+    return math.ceil(config.steps / per_epoch), config.steps, per_epoch
+
+
+def _epoch_steps(epoch: int, total_steps: int, per_epoch: int) -> int:
+    """Steps of the (1-based) ``epoch``: a full epoch, or what is left of ``total_steps``."""
+    return min(per_epoch, total_steps - (epoch - 1) * per_epoch)
+
+
 def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
     """Adam, or SGD with momentum (``zoo.training.optimizer``), at ``config.lr``."""
     if config.optimizer == "sgd":
@@ -168,19 +182,21 @@ def train(
     memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
     model.to(memory_format=memory_format)
     optimizer = make_optimizer(model.parameters(), config)
-    steps_per_epoch = math.ceil(len(train_split) / config.batch_size)
-    schedule = _schedule(optimizer, config, config.epochs * steps_per_epoch)
+    epochs, total_steps, steps_per_epoch = training_length(config, len(train_split))
+    schedule = _schedule(optimizer, config, total_steps)
     loss_fn = nn.CrossEntropyLoss()
 
     result = TrainResult(state_dict={}, best_epoch=-1, val_acc=-1.0)
-    for epoch in range(1, config.epochs + 1):
+    for epoch in range(1, epochs + 1):
         start_time = time.perf_counter()
         model.train()
         lr = optimizer.param_groups[0]["lr"]
         order = torch.randperm(len(train_split), device=device, generator=generator)
         loss_sum = torch.zeros((), device=device)
         correct = torch.zeros((), device=device, dtype=torch.long)
-        for step in range(steps_per_epoch):
+        steps = _epoch_steps(epoch, total_steps, steps_per_epoch)
+        seen = min(steps * config.batch_size, len(train_split))
+        for step in range(steps):
             x, y = _batch(train_split, order, step, config, generator, mean, std)
             with _autocast(device, config.bf16):
                 logits = model(x.contiguous(memory_format=memory_format))
@@ -192,7 +208,7 @@ def train(
             # Accumulated on the device: one host sync per epoch, not per step.
             loss_sum += loss.detach() * len(y)
             correct += (logits.argmax(1) == y).sum()
-        train_loss = _train_loss(loss_sum.item(), len(train_split), label, epoch)
+        train_loss = _train_loss(loss_sum.item(), seen, label, epoch)
         val_acc = evaluate(
             model, val_split, mean, std, config.eval_batch_size, config.bf16, config.channels_last
         )
@@ -200,11 +216,11 @@ def train(
             "epoch": epoch,
             "lr": lr,
             "train_loss": train_loss,
-            "train_acc": correct.item() / len(train_split),
+            "train_acc": correct.item() / seen,
             "val_acc": val_acc,
             "epoch_seconds": time.perf_counter() - start_time,
         }
-        _end_epoch(result, row, model.state_dict, label, config.epochs, log)
+        _end_epoch(result, row, model.state_dict, label, epochs, log)
     return result
 
 
@@ -338,18 +354,20 @@ def train_pack(
     device = train_split.images.device
     stack = _Stack(models)
     optimizer = make_optimizer(stack.trainable(), config)
-    steps_per_epoch = math.ceil(len(train_split) / config.batch_size)
-    schedule = _schedule(optimizer, config, config.epochs * steps_per_epoch)
+    epochs, total_steps, steps_per_epoch = training_length(config, len(train_split))
+    schedule = _schedule(optimizer, config, total_steps)
     results: list[TrainResult | DivergedError] = [TrainResult({}, -1, -1.0) for _ in models]
 
-    for epoch in range(1, config.epochs + 1):
+    for epoch in range(1, epochs + 1):
         start_time = time.perf_counter()
         stack.module.train()
         lr = optimizer.param_groups[0]["lr"]
         orders = [torch.randperm(len(train_split), device=device, generator=g) for g in generators]
         loss_sums = torch.zeros(len(models), device=device)
         correct = torch.zeros(len(models), device=device, dtype=torch.long)
-        for step in range(steps_per_epoch):
+        steps = _epoch_steps(epoch, total_steps, steps_per_epoch)
+        seen = min(steps * config.batch_size, len(train_split))
+        for step in range(steps):
             batches = [
                 _batch(train_split, order, step, config, g, mean, std) for order, g in zip(orders, generators)
             ]
@@ -372,7 +390,7 @@ def train_pack(
             if isinstance(result, DivergedError):
                 continue
             try:
-                train_loss = _train_loss(loss_sums[k].item(), len(train_split), label, epoch)
+                train_loss = _train_loss(loss_sums[k].item(), seen, label, epoch)
             except DivergedError as err:
                 log(str(err))
                 results[k] = err
@@ -381,11 +399,11 @@ def train_pack(
                 "epoch": epoch,
                 "lr": lr,
                 "train_loss": train_loss,
-                "train_acc": correct[k].item() / len(train_split),
+                "train_acc": correct[k].item() / seen,
                 "val_acc": val_accs[k],
                 "epoch_seconds": seconds / len(models),  # its share of the pack's epoch
             }
-            _end_epoch(result, row, lambda k=k: stack.state_dict(k), label, config.epochs, log)
+            _end_epoch(result, row, lambda k=k: stack.state_dict(k), label, epochs, log)
     return results
 
 

@@ -49,7 +49,7 @@ rule gated_table:
     params:
         variants=as_json(config["zoo"]["variants"]),
         study=as_json(config["gated"]["variants"]),
-        epochs=as_json({v: PLAN.train_block(v)["epochs"] for v in config["gated"]["variants"]}),
+        epochs=as_json({v: PLAN.member_epochs(v) for v in config["gated"]["variants"]}),
         dataset=DATASET,
         code=code_hash("tables"),
     shell:

@@ -40,7 +40,9 @@ def rotation_trial(
     generator = torch.Generator().manual_seed(job.seed(*key, "element"))
     matrix = rotation.sample_transform(group, by_name[site].channels, generator, settings.lognormal_sigma)
     splits = job.split("train", settings.train_images), job.split("val"), job.split("test")
-    config = replace(training_settings, epochs=settings.epochs, lr=settings.lr or training_settings.lr)
+    config = replace(
+        training_settings, epochs=settings.epochs, steps=None, lr=settings.lr or training_settings.lr
+    )
     batches = torch.Generator(device=job.device).manual_seed(job.seed(*key, "batches"))
     label = f"{meta['variant']} seed {meta['seed']} {site} {group} trial {trial}"
     row = rotation.rotation_trial(

@@ -1,0 +1,71 @@
+"""The one list of deviations from the papers: config/paper.yaml uses the paper's value of every
+switch (or ours where the list says why), the CPU config ours, and the README shows the list."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_plan import load
+
+from intertwine.deviations import DEVIATIONS, markdown_table
+from intertwine.models import normalize_spec
+
+REPO = Path(__file__).resolve().parents[1]
+SWITCHES = [d for d in DEVIATIONS if d.key]
+
+
+def values(config: dict, key: str) -> list:
+    """The values of a dotted key in a validated config; ``zoo.variants.*.<option...>``: the
+    option of every variant whose normalised spec has it."""
+    head, _, rest = key.partition(".*.")
+    if not rest:
+        node = config
+        for part in key.split("."):
+            node = node[part]
+        return [node]
+    assert head == "zoo.variants", key
+    found = []
+    for spec in config["zoo"]["variants"].values():
+        node = normalize_spec(spec)
+        for part in rest.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            found.append(node)
+    return found
+
+
+@pytest.mark.parametrize("deviation", SWITCHES, ids=[d.key for d in SWITCHES])
+def test_paper_config_uses_the_papers_value(deviation):
+    found = values(load("config/paper.yaml"), deviation.key)
+    assert found, f"config/paper.yaml has no {deviation.key}"
+    assert set(map(repr, found)) == {repr(deviation.in_paper_config)}, deviation.key
+
+
+def test_the_cpu_config_uses_ours_where_it_applies():
+    config = load("config/config.yaml")
+    for deviation in SWITCHES:
+        found = values(config, deviation.key)
+        assert repr(deviation.ours) in set(map(repr, found)), deviation.key
+
+
+def test_every_switch_has_both_values_as_options():
+    # the paper's value and ours are each accepted by the schema (a config can choose either)
+    for deviation in SWITCHES:
+        for value in (deviation.paper, deviation.ours):
+            if ".*." in deviation.key:
+                continue  # spec options: checked by normalize_spec above
+            section, _, name = deviation.key.rpartition(".")
+
+            def choose(config, section=section, name=name, value=value):
+                node = config
+                for part in filter(None, section.split(".")):
+                    node = node.setdefault(part, {})
+                node[name] = value
+
+            load("config/config.yaml", choose)  # raises if the schema refuses the value
+
+
+def test_the_readme_shows_the_list():
+    readme = (REPO / "README.md").read_text()
+    assert markdown_table() in readme, "README: paste intertwine.deviations.markdown_table()"
