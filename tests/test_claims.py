@@ -646,7 +646,7 @@ def test_shipped_configs_draw_member_disjoint_pairs(path):
 
 def test_asking_for_more_pairs_than_disjoint_names_the_fix():
     def more(config):
-        config["stitching"]["pairs"] = 4
+        config["stitching"]["pairs_per_variant"]["myrtle"] = 6  # 10 members: 5 disjoint pairs
 
     errors = Plan(load("config/config.yaml", more)).errors()
     assert any(

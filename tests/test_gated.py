@@ -247,7 +247,11 @@ def test_paper_rows_are_found_for_their_specs_only():
     assert paper.reported_gated(spec(family="dgn", regime="fr"), "cifar10", 50) is None
     # Table III's C1GAP is "a shallow DNN with ReLU" (no gates): its rows score the plain network
     c1gap = models.normalize_spec({"arch": "c1gap"})
-    assert paper.reported_gated(c1gap, "cifar10", 2000)[1:] == ("CIFAR-10 C1GAP (2000 epochs), DNN", 70.0, 0.2)
+    assert paper.reported_gated(c1gap, "cifar10", 2000)[1:] == (
+        "CIFAR-10 C1GAP (2000 epochs), DNN",
+        70.0,
+        0.2,
+    )
     assert paper.reported_gated(c1gap, "cifar100", 200)[2] == 36.3
     assert paper.reported_gated(c1gap, "cifar10", 7) is None
     sf = models.normalize_spec({"arch": "c1gap", "gated": {"family": "dlgn_sf", "value_input": "ones"}})

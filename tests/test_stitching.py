@@ -535,7 +535,9 @@ def test_alpha_by_cross_validation_measures_the_chosen_layer(trained_pair):
     built = []
 
     def make_layer(alpha):
-        layer = build_layer("grelu", 16, torch.Generator().manual_seed(0), alpha=alpha, permutation_update="mirror")
+        layer = build_layer(
+            "grelu", 16, torch.Generator().manual_seed(0), alpha=alpha, permutation_update="mirror"
+        )
         layer.match(*matched)
         built.append(layer)
         return layer

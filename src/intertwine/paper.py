@@ -163,7 +163,11 @@ def reported_gated(spec: dict, dataset: str, epochs: int) -> tuple[str, str, flo
     key, width = gated_key(spec), spec["width_multiplier"]
     if spec["arch"] == "c1gap":
         entry = _TABLE_III_C1GAP.get(epochs) if gated is None and width == 1.0 else None
-        return None if entry is None else ("III", f"{paper_data} C1GAP ({epochs} epochs), DNN", *entry[paper_data])
+        return (
+            None
+            if entry is None
+            else ("III", f"{paper_data} C1GAP ({epochs} epochs), DNN", *entry[paper_data])
+        )
     perm = None if gated is None else gated["gate_perm"]
     permuted = perm is not None and perm != sorted(perm)
     if gated is not None and gated["family"] == "dlgn_sf":

@@ -533,7 +533,9 @@ def build_layer(
         return MonomialStitch(
             channels, generator, sinkhorn_iters, alpha, permutation_step, update=permutation_update
         )
-    return GReLUStitch(channels, generator, sinkhorn_iters, alpha, permutation_step, update=permutation_update)
+    return GReLUStitch(
+        channels, generator, sinkhorn_iters, alpha, permutation_step, update=permutation_update
+    )
 
 
 def sparsity(matrix: torch.Tensor, tolerance: float = 1e-3) -> float:
