@@ -14,17 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
-import torch
 
 from common import benchmark_data, describe_device
-from intertwine import models
-from intertwine.data import Split
+from train_throughput import members_per_second
+
 from intertwine.settings import TrainConfig
-from intertwine.training import train, train_pack
 from intertwine.utils import resolve_device
 
 # Spec fields that change what a member computes but not what it costs to train.
@@ -72,33 +69,6 @@ def plan(config_path: str, out: str) -> None:
     )
 
 
-def images_per_second(spec, k, packed, data, config, device) -> float:
-    """Training images/s of all k members together (k members' images over the wall time)."""
-    images, labels, mean, std = data
-    split = Split(images, labels).to(device)
-    tiny_val = Split(images[: config.batch_size], labels[: config.batch_size]).to(device)
-    mean, std = mean.to(device), std.to(device)
-    built = []
-    for seed in range(k):
-        torch.manual_seed(seed)
-        built.append(models.build(spec).to(device))
-    generators = [torch.Generator(device=device).manual_seed(seed) for seed in range(k)]
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    started = time.perf_counter()
-    quiet = lambda _: None  # noqa: E731
-    if packed:
-        train_pack(
-            built, split, tiny_val, config, generators, mean, std, [f"m{i}" for i in range(k)], log=quiet
-        )
-    else:
-        for model, generator in zip(built, generators):
-            train(model, split, tiny_val, config, generator, mean, std, log=quiet)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return k * config.epochs * len(labels) / (time.perf_counter() - started)
-
-
 def measure(work_path: str, packs: list[int], n: int, bf16: bool, device_name: str) -> None:
     work = json.loads(Path(work_path).read_text())
     device = resolve_device(device_name)
@@ -125,13 +95,13 @@ def measure(work_path: str, packs: list[int], n: int, bf16: bool, device_name: s
         packed_config = TrainConfig(
             epochs=1, batch_size=group["batch_size"], optimizer=group["optimizer"], bf16=bf16
         )
-        images_per_second(spec, 1, False, warm, alone_config, device)  # kernel selection, allocation
-        alone = images_per_second(spec, 1, False, data, alone_config, device)
+        members_per_second(spec, 1, False, *warm, alone_config, device)  # kernel selection, allocation
+        alone = members_per_second(spec, 1, False, *data, alone_config, device)[0]
         largest = max(v["members"] for v in group["variants"].values())
         rates = {1: alone}
         for k in [k for k in packs if k <= largest]:
-            images_per_second(spec, k, True, warm, packed_config, device)
-            rates[k] = images_per_second(spec, k, True, data, packed_config, device)
+            members_per_second(spec, k, True, *warm, packed_config, device)
+            rates[k] = members_per_second(spec, k, True, *data, packed_config, device)[0]
         hours_alone += group["images"] / alone / 3600
         # a pack holds members of one variant: each variant at its best K up to its members
         for variant in group["variants"].values():

@@ -64,8 +64,9 @@ PACK_SPECS = [
 
 
 def members_per_second(spec, k, packed, images, labels, mean, std, config, device) -> tuple[float, float]:
-    """Images/s per member and peak GPU memory (GiB; 0 on the CPU) of training k members of
-    ``spec`` packed or one after another, from the same seeds."""
+    """Training images/s of the k members together (k x epochs x images over the wall time; one
+    at a time, that is one member's rate) and peak GPU memory (GiB; 0 on the CPU) of training k
+    members of ``spec`` packed or one after another, from the same seeds."""
     split = Split(images, labels).to(device)
     tiny_val = Split(images[: config.batch_size], labels[: config.batch_size]).to(device)
     mean, std = mean.to(device), std.to(device)

@@ -10,7 +10,7 @@ import torch
 from intertwine import models
 from intertwine.data import load_split
 from intertwine.settings import TrainConfig
-from intertwine.training import DivergedError, lr_factor, train, training_length
+from intertwine.training import DivergedError, lr_factor, train
 from intertwine.jobs import Job
 from intertwine.jobs.zoo import train_member
 from intertwine.zoo import load_model, load_weights, save_checkpoint, zoo_table
@@ -41,12 +41,12 @@ def test_table_ii_schedule_is_counted_in_iterations(images, epochs):
     config = TrainConfig(
         steps=64_000, batch_size=128, lr_milestones=[0.5, 0.75], lr_drop_factor=0.1, warmup_steps=400
     )
-    assert training_length(config, images) == (epochs, 64_000, -(-images // 128))
+    assert config.length(images) == (epochs, 64_000, -(-images // 128))
     factor = lambda step: lr_factor(step, 64_000, 4, 0.1, [0.5, 0.75], 400)  # noqa: E731
     assert [factor(s) for s in (0, 399, 400, 31_999)] == [0.1, 0.1, 1.0, 1.0]
     assert factor(32_000) == pytest.approx(0.1) and factor(47_999) == pytest.approx(0.1)
     assert factor(48_000) == pytest.approx(0.01) and factor(63_999) == pytest.approx(0.01)
-    assert training_length(TrainConfig(epochs=3, batch_size=128), images)[:2] == (3, 3 * -(-images // 128))
+    assert TrainConfig(epochs=3, batch_size=128).length(images)[:2] == (3, 3 * -(-images // 128))
 
 
 def test_training_by_steps_cuts_the_last_epoch(tiny_shapes_dir):

@@ -37,6 +37,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from intertwine.deviations import paper_value
+
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not run")
 LEVEL = 0.05  # family-wise error of a claim (Holm)
 GODFREY = "Godfrey et al. 2022"
@@ -760,17 +762,26 @@ CLAIMS = (
     ),
 )
 
+
+def _paper_or_ours(text: str, settings: dict, *keys: str) -> str:
+    """``text`` and whether the run's values of the switches ``keys`` (settings named
+    ``key.replace(".", "_")``) are the paper's (``intertwine.deviations``)."""
+    paper = [paper_value(key) for key in keys]
+    ours = [settings[key.replace(".", "_")] for key in keys]
+    return (
+        f"{text} ("
+        + ("the paper" if ours == paper else "ours; the paper: " + ", ".join(map(str, paper)))
+        + ")"
+    )
+
+
 MODES = {
     "select_on": lambda s: (
         f"kept weights selected on {s['select_on']} ("
         + ("the released code" if s["select_on"] == "test" else "corrected; the released code: test")
         + ")"
     ),
-    "stitching_init": lambda s: (
-        f"stitching init {s['stitching_init']} ("
-        + ("the paper" if s["stitching_init"] == "random" else "ours; the paper: random")
-        + ")"
-    ),
+    "stitching_init": lambda s: _paper_or_ours(f"stitching init {s['stitching_init']}", s, "stitching.init"),
     "stitching_optimizer": lambda s: (
         f"stitching {s['stitching_optimizer']} momentum {s['stitching_momentum']:g} ("
         + (
@@ -780,15 +791,12 @@ MODES = {
         )
         + ")"
     ),
-    "stitching_protocol": lambda s: (
+    "stitching_protocol": lambda s: _paper_or_ours(
         f"G_ReLU P update {s['stitching_permutation_update']}, batch-norm refresh "
-        f"{s['stitching_batch_norm_refresh']} ("
-        + (
-            "the paper"
-            if (s["stitching_permutation_update"], s["stitching_batch_norm_refresh"]) == ("paper", "grelu")
-            else "ours; the paper: paper, grelu"
-        )
-        + ")"
+        f"{s['stitching_batch_norm_refresh']}",
+        s,
+        "stitching.permutation_update",
+        "stitching.batch_norm_refresh",
     ),
     "rotation_variants": lambda s: (
         "rotation on "

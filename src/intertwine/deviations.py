@@ -147,6 +147,11 @@ DEVIATIONS = (
 )
 
 
+def paper_value(key: str) -> Any:
+    """The paper's value of the switch ``key`` (a dotted config key of ``DEVIATIONS``)."""
+    return next(d.paper for d in DEVIATIONS if d.key == key)
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 import re
 
 import jsonschema
@@ -218,11 +217,8 @@ class Plan:
     def member_epochs(self, variant: str) -> int:
         """The epochs a member of the variant trains: zoo.training's ``epochs``, or the epochs its
         ``steps`` take on the training split (the last one cut short)."""
-        block = self.train_block(variant)
-        if block["steps"] is None:
-            return block["epochs"]
         images = self.dataset_sizes()[0] - self.config["data"]["val_size"]
-        return math.ceil(block["steps"] / math.ceil(images / block["batch_size"]))
+        return TrainConfig(**self.train_block(variant)).length(images)[0]
 
     def train_run(self, variant: str | None = None) -> dict:
         """The training settings beside ``train_block`` that cannot change a result

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +191,14 @@ class TrainConfig(_Settings):
     # Evaluation runs in eval mode, one image at a time as far as the result goes: the batch size
     # changes the speed and memory only (checked: bit-identical weights and accuracies).
     eval_batch_size: int = _setting("zoo.training.eval_batch_size", affects_results=False)
+
+    def length(self, n_images: int) -> tuple[int, int, int]:
+        """(epochs, optimiser steps in all, steps per full epoch) of training on ``n_images``:
+        ``steps`` when set (the last epoch cut short), else ``epochs`` full epochs."""
+        per_epoch = math.ceil(n_images / self.batch_size)
+        if self.steps is None:
+            return self.epochs, self.epochs * per_epoch, per_epoch
+        return math.ceil(self.steps / per_epoch), self.steps, per_epoch
 
 
 @dataclasses.dataclass(frozen=True)

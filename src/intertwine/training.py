@@ -47,18 +47,10 @@ def lr_factor(
     return factor ** min(drops, (drops + 1) * step // total_steps)
 
 
-def training_length(config: TrainConfig, n_images: int) -> tuple[int, int, int]:
-    """(epochs, optimiser steps in all, steps per full epoch) of training on ``n_images``:
-    ``config.steps`` when set (the last epoch cut short), else ``config.epochs`` full epochs."""
-    per_epoch = math.ceil(n_images / config.batch_size)
-    if config.steps is None:
-        return config.epochs, config.epochs * per_epoch, per_epoch
-    return math.ceil(config.steps / per_epoch), config.steps, per_epoch
-
-
-def _epoch_steps(epoch: int, total_steps: int, per_epoch: int) -> int:
-    """Steps of the (1-based) ``epoch``: a full epoch, or what is left of ``total_steps``."""
-    return min(per_epoch, total_steps - (epoch - 1) * per_epoch)
+def _epoch_steps(epoch: int, total_steps: int, per_epoch: int, config: TrainConfig, n_images: int):
+    """(steps, images) of the (1-based) ``epoch``: a full epoch, or what is left of ``total_steps``."""
+    steps = min(per_epoch, total_steps - (epoch - 1) * per_epoch)
+    return steps, min(steps * config.batch_size, n_images)
 
 
 def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
@@ -182,7 +174,7 @@ def train(
     memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
     model.to(memory_format=memory_format)
     optimizer = make_optimizer(model.parameters(), config)
-    epochs, total_steps, steps_per_epoch = training_length(config, len(train_split))
+    epochs, total_steps, steps_per_epoch = config.length(len(train_split))
     schedule = _schedule(optimizer, config, total_steps)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -194,8 +186,7 @@ def train(
         order = torch.randperm(len(train_split), device=device, generator=generator)
         loss_sum = torch.zeros((), device=device)
         correct = torch.zeros((), device=device, dtype=torch.long)
-        steps = _epoch_steps(epoch, total_steps, steps_per_epoch)
-        seen = min(steps * config.batch_size, len(train_split))
+        steps, seen = _epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
         for step in range(steps):
             x, y = _batch(train_split, order, step, config, generator, mean, std)
             with _autocast(device, config.bf16):
@@ -354,7 +345,7 @@ def train_pack(
     device = train_split.images.device
     stack = _Stack(models)
     optimizer = make_optimizer(stack.trainable(), config)
-    epochs, total_steps, steps_per_epoch = training_length(config, len(train_split))
+    epochs, total_steps, steps_per_epoch = config.length(len(train_split))
     schedule = _schedule(optimizer, config, total_steps)
     results: list[TrainResult | DivergedError] = [TrainResult({}, -1, -1.0) for _ in models]
 
@@ -365,8 +356,7 @@ def train_pack(
         orders = [torch.randperm(len(train_split), device=device, generator=g) for g in generators]
         loss_sums = torch.zeros(len(models), device=device)
         correct = torch.zeros(len(models), device=device, dtype=torch.long)
-        steps = _epoch_steps(epoch, total_steps, steps_per_epoch)
-        seen = min(steps * config.batch_size, len(train_split))
+        steps, seen = _epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
         for step in range(steps):
             batches = [
                 _batch(train_split, order, step, config, g, mean, std) for order, g in zip(orders, generators)
