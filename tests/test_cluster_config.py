@@ -71,11 +71,11 @@ def jobcomp_line(jobid, partition, state="COMPLETED", exit_code="0:0", name=RUN_
     )
 
 
-def start_line(jobid, comment, partition, gpu=True):
+def start_line(jobid, comment, partition, gpu=True, account="lab"):
     """A `scontrol show job --oneliner` line as the PrologSlurmctld saves it."""
     tres = " TresPerJob=gres:gpu:1" if gpu else ""
     return (
-        f"JobId={jobid} JobName={RUN_ID} UserId=root(0) GroupId=root(0) JobState=CONFIGURING "
+        f"JobId={jobid} JobName={RUN_ID} UserId=root(0) GroupId=root(0) Account={account} JobState=CONFIGURING "
         f"Reason=None ExitCode=0:0 Partition={partition} Comment={comment} "
         f"WorkDir=/tmp/x/work{tres} TresPerTask=cpu:1\n"
     )
@@ -105,6 +105,12 @@ def run_check(tmp_path, jobcomp=JOBCOMP, starts=STARTS):
             str(tmp_path / "job_starts.txt"),
             "--gpu-rule",
             "train_member",
+            "--cpu-partition",
+            "cpu",
+            "--gpu-partition",
+            "gpu",
+            "--account",
+            "lab",
         ],
         check=False,
         capture_output=True,
@@ -155,6 +161,21 @@ def test_a_later_record_of_a_job_wins(tmp_path):
             JOBCOMP,
             STARTS[:2] + [start_line(3, "rule_other", "cpu", gpu=False)],
             "SLURM job 3 has comment 'rule_other', expected rule_zoo_table",
+        ),
+        (
+            JOBCOMP,
+            STARTS[:1] + [start_line(1, "rule_train_member_wildcards_1", "cpu")] + STARTS[2:],
+            "asks for a GPU, but SLURM job 1 ran in partition 'cpu', not 'gpu'",
+        ),
+        (
+            JOBCOMP,
+            STARTS[:2] + [start_line(3, "rule_zoo_table", "debug", gpu=False)],
+            "CPU-only rule, but SLURM job 3 ran in partition 'debug', not 'cpu'",
+        ),
+        (
+            JOBCOMP,
+            STARTS[:2] + [start_line(3, "rule_zoo_table", "cpu", gpu=False, account="(null)")],
+            "SLURM job 3 was charged to '(null)', not 'lab'",
         ),
     ],
 )

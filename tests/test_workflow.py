@@ -196,6 +196,19 @@ def test_tiny_run_outputs(tiny_run):
     assert "epoch 2/2" in (tiny_run / "results/logs/zoo/myrtle/seed0.log").read_text()
 
 
+def test_cluster_requests_cover_what_the_jobs_used(tiny_run):
+    """Every job's measured peak (its benchmark file) is below the smallest memory and time a torch
+    job asks a cluster for (intertwine.cluster), before the margin."""
+    from intertwine.cluster import TORCH_MB, TORCH_MINUTES
+
+    measured = [
+        pd.read_csv(path, sep="\t").iloc[0] for path in (tiny_run / "results/benchmarks").rglob("*.tsv")
+    ]
+    assert len(measured) > 20
+    assert max(row["max_rss"] for row in measured) < TORCH_MB
+    assert max(row["s"] for row in measured) < TORCH_MINUTES * 60
+
+
 def test_symmetry_and_rotation_tables(tiny_run):
     symmetry = pd.read_parquet(tiny_run / "results/tables/symmetry.parquet")
     assert set(symmetry["group"]) == {"grelu", "orthogonal", "monomial"}
@@ -685,10 +698,11 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
 
 
 @pytest.mark.parametrize(
-    "module, reruns",
+    "module, function, reruns",
     [
         (
             "figures.py",
+            "mean_ci",  # every figure job: the stage's entry is the whole module
             {
                 "zoo_figure": 1,
                 "rotation_figure": 1,
@@ -706,12 +720,28 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
         ),
         (
             "rotation.py",
+            "rotation_trial",
             {"rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "claims": 1, "all": 1},
         ),
+        ("stitching.py", "stitch_site", {"stitch_pair": 14, **STITCHING_RERUN}),
         # the pullback stage matches hidden units with stitching.match_grelu
-        ("stitching.py", {"stitch_pair": 14, **STITCHING_RERUN, **PULLBACK_RERUN}),
+        ("stitching.py", "match_grelu", {"stitch_pair": 14, **STITCHING_RERUN, **PULLBACK_RERUN}),
         (
             "similarity.py",
+            "linear_cka",
+            # the gated figure reads the similarity table too
+            {
+                "similarity_pair": 4,
+                "similarity_table": 1,
+                "similarity_figure": 1,
+                "gated_figure": 1,
+                "claims": 1,
+                "all": 1,
+            },
+        ),
+        (
+            "similarity.py",
+            "kernel_cka",
             {
                 "similarity_pair": 4,
                 "similarity_table": 1,
@@ -730,6 +760,7 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
         ),
         (
             "dissection.py",
+            "dissect_sites",
             {
                 "dissect_member": 2,
                 "dissection_table": 1,
@@ -741,14 +772,89 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
         ),
     ],
 )
-def test_later_stage_code_change_does_not_retrain(tiny_run, module, reruns):
-    source = REPO / "src" / "intertwine" / module
-    original = source.read_bytes()
+def test_later_stage_code_change_does_not_retrain(tiny_run, module, function, reruns):
+    """A function's code edited: the jobs that run it rerun, with what reads them; nothing else."""
+    source, original, edited = edited_function(module, function)
     try:
-        source.write_bytes(original + b"\n# an edit to this stage's code\n")
+        source.write_text(edited)
         assert planned_jobs(tiny_run) == reruns
     finally:
         source.write_bytes(original)
+    assert planned_jobs(tiny_run) == {}
+
+
+def edited_function(module: str, function: str, statement: str = "_edited_by_a_test = 1"):
+    """(path, original bytes, edited text): ``statement`` put first in the body of a top-level
+    function of a library module, after its docstring."""
+    import ast
+
+    path = REPO / "src" / "intertwine" / module
+    original = path.read_bytes()
+    lines = original.decode().splitlines(keepends=True)
+    node = next(n for n in ast.parse(original).body if getattr(n, "name", None) == function)
+    first = node.body[1] if ast.get_docstring(node) else node.body[0]
+    indent = " " * first.col_offset
+    lines.insert(first.lineno - 1, f"{indent}{statement}\n")
+    return path, original, "".join(lines)
+
+
+@pytest.mark.parametrize(
+    "module, edit",
+    [
+        ("training.py", lambda text: text.replace('"""', '"""Edited. ', 1)),  # the module docstring
+        ("training.py", lambda text: text.replace("def train(", "# a comment\ndef train(", 1)),
+        ("alignment.py", lambda text: text + "\n\ndef a_new_measure(x):\n    return x\n"),  # used by nothing
+        ("models/__init__.py", lambda text: text.replace("\n\n", "\n\n\n", 1)),  # formatting
+    ],
+    ids=["docstring", "comment", "new unused function", "blank lines"],
+)
+def test_edits_that_change_no_code_a_job_runs_rerun_nothing(tiny_run, module, edit):
+    path = REPO / "src" / "intertwine" / module
+    original = path.read_bytes()
+    try:
+        path.write_text(edit(original.decode()))
+        assert planned_jobs(tiny_run) == {}
+    finally:
+        path.write_bytes(original)
+
+
+def test_editing_a_measure_reruns_the_jobs_that_compute_it(tiny_run):
+    """SVCCA (alignment.py) is computed by the similarity jobs; nothing else reruns but what reads them."""
+    path, original, edited = edited_function("alignment.py", "svcca")
+    try:
+        path.write_text(edited)
+        jobs = planned_jobs(tiny_run)
+    finally:
+        path.write_bytes(original)
+    assert jobs["similarity_pair"] == 4 and jobs["similarity_table"] == 1
+    assert not {"train_member", "train_pack", "stitch_pair", "rotation_trial", "dissect_member"} & set(jobs)
+
+
+def test_editing_a_read_only_model_helper_retrains_nothing(tiny_run):
+    """site_activations reads a trained model: the stages that read activations rerun, the zoo does not."""
+    path, original, edited = edited_function("models/__init__.py", "site_activations")
+    try:
+        path.write_text(edited)
+        jobs = planned_jobs(tiny_run)
+    finally:
+        path.write_bytes(original)
+    assert jobs.get("similarity_pair") == 4
+    assert not {"train_member", "train_pack", "unpack_member", "zoo_table"} & set(jobs)
+
+
+def test_editing_the_training_loop_reruns_the_zoo_and_stops_at_its_checkpoints(tiny_run):
+    path, original, edited = edited_function("training.py", "train")
+    checkpoints = sorted((tiny_run / "results/zoo").rglob("*.pt"))
+    before = [checkpoint.read_bytes() for checkpoint in checkpoints]
+    try:
+        path.write_text(edited)
+        jobs = planned_jobs(tiny_run)
+        result = snakemake(tiny_run, "--until", "train_member", check=False, as_non_root=True)
+    finally:
+        path.write_bytes(original)
+    assert jobs["train_member"] > 0 and jobs["zoo_table"] == 1
+    assert result.returncode != 0 and "protected" in result.stderr.lower()
+    assert [checkpoint.read_bytes() for checkpoint in checkpoints] == before
     assert planned_jobs(tiny_run) == {}
 
 

@@ -1,7 +1,8 @@
 """Check a Snakemake run through the SLURM executor against what SLURM recorded.
 
     python check_jobs.py --snakemake-log snakemake.log --jobcomp jobcomp.txt \
-        --job-starts job_starts.txt [--gpu-rule train_member]
+        --job-starts job_starts.txt [--gpu-rule train_member] \
+        [--cpu-partition cpu --gpu-partition gpu] [--account lab]
 
 The SLURM side comes from files that slurmctld writes while the jobs run, so the check
 works however long ago a job ended (`scontrol show job` forgets a finished job after
@@ -18,8 +19,9 @@ blocks; `localrule X:` ran on the submit host), its resources and the SLURM job 
 got. Then, for each of them, SLURM must have recorded a job of this run (job name =
 the plugin's SLURM run ID, comment = rule_<X>...) that COMPLETED with exit code 0:0,
 with a GPU request exactly when the rule asked for one (`gpu=`, `gpu_model=` or a
-gpu `gres=`). Prints a one-line summary; exits non-zero with the reasons when a check
-fails.
+gpu `gres=`), in the GPU partition if it asked for one and in the CPU partition if not
+(when those are given), charged to the account given. Prints a one-line summary; exits
+non-zero with the reasons when a check fails.
 """
 
 import argparse
@@ -121,6 +123,9 @@ def main():
         default="train_member",
         help="a rule that must have run with a GPU request ('' for none)",
     )
+    ap.add_argument("--cpu-partition", help="the partition every CPU-only job must run in")
+    ap.add_argument("--gpu-partition", help="the partition every job asking for a GPU must run in")
+    ap.add_argument("--account", help="the account every job must be charged to")
     args = ap.parse_args()
 
     with open(args.snakemake_log) as fh:
@@ -169,6 +174,17 @@ def main():
             errors.append(f"{what}: CPU-only rule, but SLURM job {sid} requested {got}")
         if expected and got:
             n_gpu += 1
+        partition = args.gpu_partition if expected else args.cpu_partition
+        if partition and start.get("Partition") != partition:
+            kind = "asks for a GPU" if expected else "CPU-only rule"
+            errors.append(
+                f"{what}: {kind}, but SLURM job {sid} ran in partition {start.get('Partition')!r}, "
+                f"not {partition!r}"
+            )
+        if args.account and start.get("Account") != args.account:
+            errors.append(
+                f"{what}: SLURM job {sid} was charged to {start.get('Account')!r}, not {args.account!r}"
+            )
         job["gpu"] = expected
     if args.gpu_rule:
         tagged = [j for j in jobs.values() if j["rule"] == args.gpu_rule]

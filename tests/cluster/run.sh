@@ -5,8 +5,10 @@
 # munge; one node on 127.0.0.1 with two placeholder GPUs, no accounting database),
 # runs the workflow through the cluster profile with every rule submitted by sbatch,
 # then checks SLURM's own records that the jobs ran as SLURM jobs, finished with exit
-# code 0:0, and that rules tagged `resources: gpu=...` (and only those) were submitted
-# with a GPU request. Stops everything it started on exit.
+# code 0:0, that rules tagged `resources: gpu=...` (and only those) were submitted with a
+# GPU request to the GPU partition and every other job to the CPU partition (both named
+# in a site file, as a user gives them), and that the site's account reached sbatch.
+# Stops everything it started on exit.
 #
 # Those records are files that slurmctld writes as the jobs go (jobcomp/filetxt when a
 # job ends; a PrologSlurmctld that saves `scontrol show job` when it starts), not a
@@ -208,32 +210,27 @@ CPUS=${CLUSTER_CPUS:-$((NCPU > 4 ? NCPU : 4))}
 PHYS_MB=$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)
 MEM_MB=${CLUSTER_MEM_MB:-$((PHYS_MB > 131072 ? PHYS_MB : 131072))}
 
-# Partition names and GPU types come from the profile, so the profile is tested as a
-# user would run it (no partition overrides on the command line).
-"$PYTHON" "$HERE/profile_info.py" "$PROFILE/config.yaml" >"$TMP/profile_info" \
-    || die "could not read $PROFILE/config.yaml"
-# shellcheck disable=SC1091
-source "$TMP/profile_info"  # sets DEFAULT_PARTITION, PARTITIONS, GPU_MODELS
-mkdir -p "$TMP/state" "$TMP/spool" "$TMP/gpu"
+# The site's settings, as a user gives them: the config's `cluster` block in a file of
+# their own, passed after the run's config. Three partitions on the one node: the CPU and
+# GPU partitions it names, and a default partition that no job of the workflow may land
+# in (a job that the workflow does not route goes there, and the check below fails).
+CPU_PARTITION=cpu GPU_PARTITION=gpu DEFAULT_PARTITION=debug ACCOUNT=intertwine-lab
+PARTITIONS="$DEFAULT_PARTITION $CPU_PARTITION $GPU_PARTITION"
+printf 'cluster:\n  cpu_partition: %s\n  gpu_partition: %s\n  account: %s\n' \
+    "$CPU_PARTITION" "$GPU_PARTITION" "$ACCOUNT" >"$TMP/site.yaml"
+mkdir -p "$TMP/state" "$TMP/spool" "$TMP/gpu" "$TMP/bin"
+# Without an accounting database `sacctmgr` cannot list the user's accounts, and the SLURM
+# plugin validates a given account with it: this stand-in lists the one the site file names.
+printf '#!/bin/sh\necho %s\n' "$ACCOUNT" >"$TMP/bin/sacctmgr"
+chmod 755 "$TMP/bin/sacctmgr"
+export PATH="$TMP/bin:$PATH"
 
-# Two placeholder GPUs per type. slurmd wants device files, so these are links to
-# /dev/null (a character device); jobs then see CUDA_VISIBLE_DEVICES like on a real node.
-GRES="" GRES_CONF=""
-if [[ -z $GPU_MODELS ]]; then
-    ln -s /dev/null "$TMP/gpu/gpu0"
-    ln -s /dev/null "$TMP/gpu/gpu1"
-    GRES="gpu:2"
-    GRES_CONF="Name=gpu File=$TMP/gpu/gpu[0-1]"
-else
-    k=0
-    for model in $GPU_MODELS; do
-        ln -s /dev/null "$TMP/gpu/gpu$k"
-        ln -s /dev/null "$TMP/gpu/gpu$((k + 1))"
-        GRES+="${GRES:+,}gpu:$model:2"
-        GRES_CONF+="Name=gpu Type=$model File=$TMP/gpu/gpu[$k-$((k + 1))]"$'\n'
-        k=$((k + 2))
-    done
-fi
+# Two placeholder GPUs. slurmd wants device files, so these are links to /dev/null (a
+# character device); jobs then see CUDA_VISIBLE_DEVICES like on a real node.
+ln -s /dev/null "$TMP/gpu/gpu0"
+ln -s /dev/null "$TMP/gpu/gpu1"
+GRES="gpu:2"
+GRES_CONF="Name=gpu File=$TMP/gpu/gpu[0-1]"
 printf '%s\n' "$GRES_CONF" >"$TMP/gres.conf"
 
 cat >"$TMP/slurm.conf" <<EOF
@@ -349,7 +346,7 @@ mkdir -p "$WORK"
 cmd=(snakemake
     --snakefile "$SNAKEFILE"
     --workflow-profile "$PROFILE"
-    --configfile "$CONFIG"
+    --configfile "$CONFIG" "$TMP/site.yaml"
     --directory "$WORK"
     --slurm-status-command squeue
     --slurm-init-seconds-before-status-checks 2
@@ -402,6 +399,7 @@ log "slurmctld dropped its job records ($n_known left after the run) in ${T_EXPI
 FAILED_STEP="checking the SLURM jobs"
 "$PYTHON" "$HERE/check_jobs.py" --snakemake-log "$TMP/snakemake.log" \
     --jobcomp "$TMP/jobcomp.txt" --job-starts "$TMP/job_starts.txt" --gpu-rule "$GPU_RULE" \
+    --cpu-partition "$CPU_PARTITION" --gpu-partition "$GPU_PARTITION" --account "$ACCOUNT" \
     >"$TMP/summary" || { tail -n 40 "$TMP/snakemake.log" >&2; die "job checks failed (see above)"; }
 FAILED_STEP="done"
 log "timings: apt ${T_APT} s, daemons ${T_DAEMONS} s, workflow ${T_RUN} s, record expiry ${T_EXPIRE} s, total $((SECONDS - T0)) s"

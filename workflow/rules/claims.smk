@@ -14,6 +14,8 @@ rule claims:
         "results/logs/tables/claims.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         tables=lambda wc, input: " ".join(f"--table {name}={path}" for name, path in input.items()),
         settings=as_json(PLAN.claims_settings),

@@ -1,17 +1,16 @@
 # Validation, constants and input functions. Which jobs each stage runs, and what each job is
 # given, is the plan (intertwine.plan): plain Python, unit-tested, the same for every caller.
 import functools
-import hashlib
 import os
 import shutil
 import sys
-from pathlib import Path
 
 import jsonschema
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-import intertwine
+from intertwine.cluster import JobNeeds, request, submission
+from intertwine.code_identity import code_identity
 from intertwine.config import describe_validation_error
 from intertwine.plan import Plan, as_json
 from intertwine.settings import SCHEMA_PATH
@@ -73,62 +72,59 @@ DATA_DIR = f"results/data/{DATASET}"
 DATA_FILES = multiext(f"{DATA_DIR}/", "train.npz", "val.npz", "test.npz", "meta.json")
 THREADS = config["zoo"]["training"]["threads"]  # the rules' threads directive (no rerun trigger)
 
-# The library files each stage runs; a change to them reruns that stage (and its dependents) only.
-STAGE_CODE = {
-    "data": ["data/__init__.py", "data/shapes.py", "data/cifar10.py"],
-    "zoo": ["models", "data/augment.py", "training.py", "zoo.py", "jobs/__init__.py", "jobs/zoo.py"],
-    "rotation": ["rotation.py", "groups.py", "jobs/__init__.py", "jobs/rotation.py"],
-    "symmetry": ["symmetry.py", "groups.py", "jobs/__init__.py", "jobs/symmetry.py"],
-    "stitching": ["stitching.py", "groups.py", "jobs/__init__.py", "jobs/stitching.py"],
-    "similarity": ["similarity.py", "gated.py", "kernels", "jobs/__init__.py", "jobs/similarity.py"],
-    "gated": ["gated.py", "kernels", "symmetry.py", "similarity.py", "jobs/__init__.py", "jobs/gated.py"],
-    "dissection": [
-        "dissection.py",
-        "data/concepts.py",
-        "data/broden.py",
-        "data/cifar10.py",
-        "data/shapes.py",
-        "models/__init__.py",
-        "models/imagenet.py",
-        "groups.py",
-        "jobs/__init__.py",
-        "jobs/dissection.py",
-    ],
-    "deqntk": ["deqntk.py", "kernels/deq.py", "jobs/__init__.py", "jobs/deqntk.py"],
-    # symmetry.py: the group action; stitching.py: the Hungarian matching of hidden units
-    "pullback": [
-        "pullback.py",
-        "pullback_study.py",
-        "symmetry.py",
-        "groups.py",
-        "stitching.py",
-        "jobs/__init__.py",
-        "jobs/pullback.py",
-    ],
-    "kernel_reference": [
-        "deqntk.py",
-        "kernels/deq.py",
-        "similarity.py",
-        "jobs/__init__.py",
-        "jobs/deqntk.py",
-    ],
-    "tables": ["tables.py"],
-    "claims": ["claims.py"],
-    "deqntk_table": ["tables.py", "paper.py"],  # the table holds the paper's accuracies
-    "figures": ["figures.py", "paper.py"],
+# Cluster resources. A rule says whether its jobs need a GPU (on_gpu) or not (on_cpu), and what
+# they need (a JobNeeds method of its wildcards); where that is (config block `cluster`) and how
+# much to ask for (intertwine.cluster) follow. A profile's set-resources still win over these.
+NEEDS = JobNeeds(PLAN)
+
+
+def on_gpu(need):
+    """A rule's resources when its jobs need a GPU: the GPU partition, one GPU, memory and time."""
+    return _submitted(need, gpu=True)
+
+
+def on_cpu(need=NEEDS.light):
+    """A rule's resources when its jobs run on CPUs only."""
+    return _submitted(need, gpu=False)
+
+
+def _submitted(need, gpu):
+    cluster = config["cluster"]
+
+    def amount(index):
+        return lambda wildcards, attempt: request(need(**dict(wildcards.items())), cluster, attempt)[index]
+
+    return submission(cluster, gpu) | {"mem_mb": amount(0), "runtime": amount(1)}
+
+
+# Where each stage's code starts: its job functions (a module: all of it). A stage's code identity
+# is the code those reach, followed through the package's imports and names, without comments or
+# docstrings (intertwine.code_identity): editing what a job runs reruns it and what reads it;
+# editing anything else reruns nothing.
+STAGE_ENTRIES = {
+    "data": ["intertwine.data:build_dataset", "intertwine.data:write_dataset"],
+    "zoo": ["intertwine.jobs.zoo"],
+    "rotation": ["intertwine.jobs.rotation"],
+    "symmetry": ["intertwine.jobs.symmetry"],
+    "stitching": ["intertwine.jobs.stitching"],
+    "similarity": ["intertwine.jobs.similarity"],
+    "gated": ["intertwine.jobs.gated"],
+    "dissection": ["intertwine.jobs.dissection"],
+    "deqntk_gram": ["intertwine.jobs.deqntk:deqntk_gram"],
+    "deqntk_regression": ["intertwine.jobs.deqntk:deqntk_regression"],
+    "deqntk_depth": ["intertwine.jobs.deqntk:deqntk_depth"],
+    "kernel_reference": ["intertwine.jobs.deqntk:kernel_reference_member"],
+    "pullback": ["intertwine.jobs.pullback"],
+    "tables": ["intertwine.tables"],
+    "claims": ["intertwine.claims"],
+    "deqntk_table": ["intertwine.tables", "intertwine.paper"],  # the table holds the paper's accuracies
+    "figures": ["intertwine.figures", "intertwine.paper"],
 }
-_PACKAGE = Path(intertwine.__file__).parent
 
 
-@functools.cache  # each rule asks; the files are read once per run
+@functools.cache  # each rule asks; the sources are read once per run
 def code_hash(stage):
-    digest = hashlib.sha256()
-    for entry in STAGE_CODE[stage]:
-        path = _PACKAGE / entry
-        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
-            digest.update(file.relative_to(_PACKAGE).as_posix().encode())
-            digest.update(file.read_bytes())
-    return digest.hexdigest()[:12]
+    return code_identity(STAGE_ENTRIES[stage])
 
 
 def member(pairs, which):

@@ -7,6 +7,8 @@ rule prepare_data:
         f"results/benchmarks/data/{DATASET}.tsv"
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(NEEDS.prepare_data),
     params:
         block=as_json(config["data"]),
         seed=config["seed"],

@@ -20,14 +20,14 @@ rule deqntk_gram:
         CONDA_ENV
     threads: THREADS
     resources:
-        gpu=1,
+        **on_gpu(NEEDS.deqntk_gram),
     params:
         block=as_json(PLAN.deqntk_block("gram")),
         n_train=PLAN.deqntk_train_rows,
         stop=lambda wc: PLAN.deqntk_stop(wc.part, int(wc.start)),
         seed=config["seed"],
         device=config["device"],
-        code=code_hash("deqntk"),
+        code=code_hash("deqntk_gram"),
         data=data_dir,
     shell:
         "intertwine deqntk-gram --data {params.data} --variances {wildcards.variances}"
@@ -52,12 +52,12 @@ rule deqntk_regression:
         CONDA_ENV
     threads: THREADS
     resources:
-        gpu=1,
+        **on_gpu(NEEDS.deqntk_regression),
     params:
         block=as_json(PLAN.deqntk_block("regression")),
         seed=config["seed"],
         device=config["device"],
-        code=code_hash("deqntk"),
+        code=code_hash("deqntk_regression"),
         data=data_dir,
     shell:
         "intertwine deqntk-regression {input.blocks} --data {params.data} --variances {wildcards.variances}"
@@ -80,12 +80,12 @@ rule deqntk_depth:
         CONDA_ENV
     threads: THREADS
     resources:
-        gpu=1,
+        **on_gpu(NEEDS.deqntk_depth),
     params:
         block=as_json(PLAN.deqntk_block("depth")),
         seed=config["seed"],
         device=config["device"],
-        code=code_hash("deqntk"),
+        code=code_hash("deqntk_depth"),
         data=data_dir,
     shell:
         "intertwine deqntk-depth --data {params.data} --draw {wildcards.draw} --config {params.block:q}"
@@ -106,7 +106,7 @@ rule kernel_reference_member:
         CONDA_ENV
     threads: THREADS
     resources:
-        gpu=1,
+        **on_gpu(NEEDS.kernel_reference_member),
     params:
         block=as_json(PLAN.deqntk_block("reference")),
         seed=config["seed"],
@@ -128,6 +128,8 @@ rule deqntk_table:
         "results/logs/tables/deqntk.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         code=code_hash("deqntk_table"),
     shell:
@@ -143,6 +145,8 @@ rule kernel_reference_table:
         "results/logs/tables/kernel_reference.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         code=code_hash("tables"),
     shell:
@@ -187,6 +191,8 @@ rule deqntk_figure:
         "results/logs/figures/deqntk.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         figures=as_json(config["figures"]),
         # the figures the config asks for, as flags (each with the table it draws)

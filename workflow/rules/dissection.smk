@@ -13,7 +13,7 @@ rule dissect_member:
         CONDA_ENV
     threads: THREADS
     resources:
-        gpu=1,
+        **on_gpu(NEEDS.heavy),
     params:
         block=as_json(PLAN.dissection_block()),
         sites=lambda wc: as_json(PLAN.dissection_sites(wc.variant)),
@@ -39,7 +39,7 @@ rule dissect_external:
         CONDA_ENV
     threads: THREADS
     resources:
-        gpu=1,
+        **on_gpu(NEEDS.heavy),
     params:
         block=as_json(PLAN.dissection_block()),
         arch=lambda wc: config["dissection"]["external"][wc.name]["arch"],
@@ -65,6 +65,8 @@ rule dissection_table:
         "results/logs/tables/dissection.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         code=code_hash("tables"),
     shell:

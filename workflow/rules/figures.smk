@@ -17,6 +17,8 @@ rule zoo_figure:
         "results/logs/figures/zoo_accuracy.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         figures=as_json(config["figures"]),
         variants=as_json(config["zoo"]["variants"]),
@@ -42,6 +44,8 @@ rule rotation_figure:
         "results/logs/figures/rotation_penalty.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         figures=as_json(config["figures"]),
         code=code_hash("figures"),
@@ -85,6 +89,8 @@ rule stitching_figure:
         "results/logs/figures/stitching.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         figures=as_json(config["figures"]),
         code=code_hash("figures"),
@@ -113,6 +119,8 @@ rule similarity_figure:
         "results/logs/figures/similarity.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         figures=as_json(config["figures"]),
         variants=as_json(config["zoo"]["variants"]),
@@ -149,6 +157,8 @@ rule dissection_figure:
         "results/logs/figures/dissection.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         figures=as_json(config["figures"]),
         category_sites=as_json(PLAN.category_sites),
@@ -181,6 +191,8 @@ rule dissection_masks:
     conda:
         CONDA_ENV
     threads: THREADS
+    resources:
+        **on_cpu(NEEDS.heavy),
     params:
         block=as_json(PLAN.dissection_block("masks")),
         site=lambda wc: PLAN.mask_site(wc.variant),
@@ -214,6 +226,8 @@ rule stitching_studies_figure:
         "results/logs/figures/stitching_studies.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         figures=as_json(config["figures"]),
         paths=" ".join(f"--{flag} {png}" for flag, png in PLAN.study_figures.items())

@@ -17,7 +17,7 @@ rule npk_member:
         CONDA_ENV
     threads: THREADS
     resources:
-        gpu=1,
+        **on_gpu(NEEDS.heavy),
     params:
         block=as_json(PLAN.gated_block),
         seed=config["seed"],
@@ -46,6 +46,8 @@ rule gated_table:
         "results/logs/tables/gated.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         variants=as_json(config["zoo"]["variants"]),
         study=as_json(config["gated"]["variants"]),
@@ -88,6 +90,8 @@ rule gated_figure:
         "results/logs/figures/gated.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         figures=as_json(config["figures"]),
         permutations=lambda wc, output: (

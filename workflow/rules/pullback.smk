@@ -18,7 +18,7 @@ rule pullback_member:
         CONDA_ENV
     threads: THREADS
     resources:
-        gpu=1,
+        **on_gpu(NEEDS.heavy),
     params:
         block=as_json(PLAN.pullback_block("member")),
         seed=config["seed"],
@@ -47,7 +47,7 @@ rule pullback_pair:
         CONDA_ENV
     threads: THREADS
     resources:
-        gpu=1,
+        **on_gpu(NEEDS.heavy),
     params:
         block=as_json(PLAN.pullback_block("pair")),
         sites=lambda wc: as_json(PLAN.pullback_sites(wc.variant)),
@@ -90,7 +90,7 @@ rule pullback_images:
         CONDA_ENV
     threads: THREADS
     resources:
-        gpu=1,
+        **on_gpu(NEEDS.heavy),
     params:
         block=as_json(PLAN.pullback_block("images")),
         figures=as_json(config["figures"]),
@@ -123,6 +123,8 @@ rule pullback_table:
         "results/logs/tables/pullback.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         code=code_hash("tables"),
     shell:
@@ -161,6 +163,8 @@ rule pullback_figure:
         "results/logs/figures/pullback.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         figures=as_json(config["figures"]),
         agreement=lambda wc, output: (f" --agreement-figure {output.agreement}" if output.agreement else ""),

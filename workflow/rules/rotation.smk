@@ -12,7 +12,7 @@ rule rotation_trial:
         CONDA_ENV
     threads: THREADS
     resources:
-        gpu=1,
+        **on_gpu(NEEDS.rotation_trial),
         eval_batch_size=PLAN.train_run()["eval_batch_size"],  # not a params: see zoo.smk
     params:
         block=as_json(PLAN.rotation_block),
@@ -38,6 +38,8 @@ rule rotation_table:
         "results/logs/tables/rotation.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         code=code_hash("tables"),
     shell:

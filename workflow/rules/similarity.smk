@@ -13,7 +13,7 @@ rule similarity_pair:
         CONDA_ENV
     threads: THREADS
     resources:
-        gpu=1,
+        **on_gpu(NEEDS.similarity_pair),
     params:
         block=as_json(PLAN.similarity_block),
         parts=lambda wc: PLAN.similarity_parts(int(wc.pair)),
@@ -36,6 +36,8 @@ rule similarity_table:
         "results/logs/tables/similarity.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         code=code_hash("tables"),
     shell:

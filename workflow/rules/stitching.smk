@@ -13,7 +13,7 @@ rule stitch_pair:
         CONDA_ENV
     threads: THREADS
     resources:
-        gpu=1,
+        **on_gpu(NEEDS.stitch_pair),
     params:
         block=lambda wc: as_json(PLAN.stitch_block(wc.method)),
         sites=lambda wc: as_json(config["stitching"]["sites"].get(wc.variant)),
@@ -37,6 +37,8 @@ rule stitching_table:
         "results/logs/tables/stitching.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         code=code_hash("tables"),
     shell:

@@ -9,7 +9,7 @@ rule symmetry_check:
     conda:
         CONDA_ENV
     resources:
-        gpu=1,
+        **on_gpu(NEEDS.heavy),
     params:
         block=as_json(PLAN.symmetry_block),
         seed=config["seed"],
@@ -36,6 +36,8 @@ rule symmetry_table:
         "results/logs/tables/symmetry.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         code=code_hash("tables"),
     shell:

@@ -19,7 +19,7 @@ rule train_member:
         CONDA_ENV
     threads: THREADS
     resources:
-        gpu=1,
+        **on_gpu(NEEDS.train_member),
         # Settings that cannot change a result (Plan.train_run): here, not in params, so that
         # changing them reruns nothing.
         eval_batch_size=lambda wc: PLAN.train_run(wc.variant)["eval_batch_size"],
@@ -55,7 +55,7 @@ rule train_pack:
         CONDA_ENV
     threads: THREADS
     resources:
-        gpu=1,
+        **on_gpu(NEEDS.train_pack),
         eval_batch_size=lambda wc: PLAN.train_run(wc.variant)["eval_batch_size"],
     params:
         spec=lambda wc: as_json(config["zoo"]["variants"][wc.variant]),
@@ -108,6 +108,8 @@ rule zoo_table:
         "results/logs/tables/zoo.log",
     conda:
         CONDA_ENV
+    resources:
+        **on_cpu(),
     params:
         code=code_hash("tables"),
     shell:

@@ -1,0 +1,186 @@
+"""The identity of the code a job runs, for reruns: what changes it is what changes the job's result.
+
+A stage names its entry points (a job module, or functions of one). From them the package's
+source is followed statically, name by name: the top-level definitions (functions, classes,
+assignments such as constants and registries) an entry refers to, those they refer to, across
+modules through imports (also imports inside functions), and every other top-level statement of
+a module reached (imports, code run on import). The
+identity is a hash of those definitions' syntax trees without their docstrings: comments,
+docstrings, formatting and definitions nothing reaches do not change it, so editing them reruns
+nothing; editing a function a job calls, or anything it calls, reruns that job.
+
+Static and conservative: a name counts as a reference wherever it appears in a definition (a
+local variable of the same name over-includes, never under-includes). What it cannot see: code
+reached by a string (``getattr(module, name)``; no module of the package does that with its own
+modules), and what importing a module does beyond defining names (a registration as a side
+effect: none in the package; the importing code uses the module's names, which are followed).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+from pathlib import Path
+
+PACKAGE = "intertwine"
+ROOT = Path(__file__).resolve().parent
+
+
+@functools.cache
+def _module_file(module: str) -> Path | None:
+    """The source file of a module of the package, or None when ``module`` is not one."""
+    if module != PACKAGE and not module.startswith(PACKAGE + "."):
+        return None
+    path = ROOT.joinpath(*module.split(".")[1:])
+    for candidate in (path / "__init__.py", path.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _strip_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(getattr(body[0], "value", None), ast.Constant)
+            ):
+                if isinstance(body[0].value.value, str):
+                    node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def _bound_names(node: ast.AST) -> list[str]:
+    """The names a top-level statement defines: a def or class, or an assignment to plain names."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        names = [t.id for target in targets for t in ast.walk(target) if isinstance(t, ast.Name)]
+        if all(
+            isinstance(t, (ast.Name, ast.Tuple, ast.List, ast.Starred))
+            for target in targets
+            for t in [target]
+        ):
+            return names
+    return []
+
+
+class _Module:
+    """One module of the package: its top-level definitions, other statements and imports."""
+
+    def __init__(self, name: str, path: Path):
+        self.name = name
+        self.is_package = path.name == "__init__.py"
+        tree = _strip_docstrings(ast.parse(path.read_text(), str(path)))
+        # name -> the top-level statements that bind it (a def, a class, an assignment to a name)
+        self.definitions: dict[str, list[ast.AST]] = {}
+        self.statements: list[ast.AST] = []  # every other top-level statement: run on import
+        for node in tree.body:
+            for name in _bound_names(node):
+                self.definitions.setdefault(name, []).append(node)
+            if not _bound_names(node):
+                self.statements.append(node)
+        # local name -> (module, attribute or None for the module itself), from every import
+        self.imports: dict[str, tuple[str, str | None]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        self.imports[alias.asname] = (alias.name, None)
+                    else:
+                        top = alias.name.split(".")[0]
+                        self.imports[top] = (top, None)
+            elif isinstance(node, ast.ImportFrom):
+                base = self._absolute(node)
+                for alias in node.names:
+                    submodule = f"{base}.{alias.name}"
+                    target = (submodule, None) if _module_file(submodule) else (base, alias.name)
+                    self.imports[alias.asname or alias.name] = target
+
+    def _absolute(self, node: ast.ImportFrom) -> str:
+        if not node.level:
+            return node.module or ""
+        parts = self.name.split(".")
+        package = parts if self.is_package else parts[:-1]
+        base = package[: len(package) - node.level + 1]
+        return ".".join(base + ([node.module] if node.module else []))
+
+    def references(self, node: ast.AST) -> set[tuple[str, str | None]]:
+        """The (module, name) pairs a piece of this module's code refers to; (module, None): all of it."""
+        found: set[tuple[str, str | None]] = set()
+        attribute_bases = set()
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name):
+                target = self.imports.get(sub.value.id)
+                if target and target[1] is None and _module_file(target[0]):
+                    attribute_bases.add(id(sub.value))
+                    submodule = f"{target[0]}.{sub.attr}"
+                    found.add((submodule, None) if _module_file(submodule) else (target[0], sub.attr))
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and id(sub) not in attribute_bases:
+                if sub.id in self.definitions:
+                    found.add((self.name, sub.id))
+                elif sub.id in self.imports:
+                    found.add(self.imports[sub.id])
+        return {(module, name) for module, name in found if _module_file(module)}
+
+
+@functools.cache
+def _load(module: str) -> _Module:
+    return _Module(module, _module_file(module))
+
+
+def reached(entries: tuple[str, ...]) -> dict[str, set[str]]:
+    """{module: the top-level definitions reached} from entry points 'intertwine.jobs.zoo' (the
+    whole module) or 'intertwine.jobs.deqntk:deqntk_gram' (one definition and what it uses)."""
+    seen: dict[str, set[str]] = {}
+    todo: list[tuple[str, str | None]] = []
+    for entry in entries:
+        module, _, name = entry.partition(":")
+        if _module_file(module) is None:
+            raise ValueError(f"code identity: {entry!r} names no module of the {PACKAGE} package")
+        todo.append((module, name or None))
+    while todo:
+        module, name = todo.pop()
+        source = _load(module)
+        first_visit = module not in seen
+        names = seen.setdefault(module, set())
+        if first_visit:
+            # Importing a module runs its package's __init__ and its own top-level statements.
+            parent = module.rpartition(".")[0]
+            if parent:
+                todo.append((parent, ""))
+            for statement in source.statements:
+                todo.extend(source.references(statement))
+        if name is None:
+            wanted = set(source.definitions) - names
+        elif name in source.definitions:
+            wanted = {name} - names
+        elif name in source.imports:  # a name the module re-exports
+            todo.append(source.imports[name])
+            wanted = set()
+        else:
+            wanted = set()
+        names |= wanted
+        for definition in wanted:
+            for node in source.definitions[definition]:
+                todo.extend(source.references(node))
+    return seen
+
+
+def code_identity(entries: list[str] | tuple[str, ...]) -> str:
+    """A 12-digit hash of the code the entry points run (see the module's docstring)."""
+    digest = hashlib.sha256()
+    for module, names in sorted(reached(tuple(entries)).items()):
+        source = _load(module)
+        digest.update(module.encode())
+        for statement in source.statements:
+            digest.update(ast.dump(statement).encode())
+        for name in sorted(names):
+            for node in source.definitions[name]:
+                digest.update(ast.dump(node).encode())
+    return digest.hexdigest()[:12]

@@ -1,0 +1,115 @@
+"""The code identity that decides reruns (intertwine.code_identity), on a small package of its own."""
+
+import textwrap
+
+import pytest
+
+from intertwine import code_identity as ci
+
+FILES = {
+    "__init__.py": "VERSION = 1\n",
+    "jobs/__init__.py": "",
+    "jobs/train.py": """
+        from intertwine import models
+        from intertwine.loop import fit as run_fit
+
+        def train_job(spec):
+            return run_fit(models.build(spec))
+    """,
+    "jobs/probe.py": """
+        import intertwine.models as m
+
+        def probe_job(model):
+            return m.activations(model)
+    """,
+    "loop.py": '''
+        """The training loop."""
+        STEPS = 10
+
+        def fit(model):
+            """Fit a model."""
+            return _step(model) * STEPS
+
+        def _step(model):
+            return model  # one step
+    ''',
+    "models/__init__.py": """
+        from .nets import Net
+
+        ARCHS = {"net": Net}
+
+        def build(spec):
+            return ARCHS[spec]()
+
+        def activations(model):
+            return model
+    """,
+    "models/nets.py": """
+        class Net:
+            width = 4
+    """,
+}
+
+
+@pytest.fixture
+def package(tmp_path, monkeypatch):
+    root = tmp_path / "intertwine"
+    for name, text in FILES.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(textwrap.dedent(text))
+    monkeypatch.setattr(ci, "ROOT", root)
+    for cached in (ci._module_file, ci._load):
+        cached.cache_clear()
+    yield root
+    for cached in (ci._module_file, ci._load):
+        cached.cache_clear()
+
+
+def identity_after(package, path, old, new, entry="intertwine.jobs.train"):
+    before = ci.code_identity([entry])
+    file = package / path
+    text = file.read_text()
+    assert old in text
+    file.write_text(text.replace(old, new))
+    for cached in (ci._module_file, ci._load):
+        cached.cache_clear()
+    return before, ci.code_identity([entry])
+
+
+def test_follows_names_through_imports_aliases_and_registries(package):
+    reached = ci.reached(("intertwine.jobs.train",))
+    assert reached["intertwine.loop"] == {"fit", "_step", "STEPS"}
+    assert reached["intertwine.models"] == {"build", "ARCHS"}  # not activations
+    assert reached["intertwine.models.nets"] == {"Net"}  # through the registry and the re-export
+    assert "intertwine.jobs" in reached and "intertwine" in reached  # packages run on import
+
+
+@pytest.mark.parametrize(
+    "path, old, new, changes",
+    [
+        ("loop.py", "return model  # one step", "return model + 0", True),  # a function it calls
+        ("loop.py", "STEPS = 10", "STEPS = 11", True),  # a constant it reads
+        ("models/nets.py", "width = 4", "width = 5", True),  # a class reached through a registry
+        ("loop.py", '"""Fit a model."""', '"""Fit a model, edited."""', False),  # a docstring
+        ("loop.py", "# one step", "# one step, edited", False),  # a comment
+        ("loop.py", "def _step", "\n\ndef _step", False),  # formatting
+        ("models/__init__.py", "return model\n", "return model.eval()\n", False),  # activations: unused
+        ("loop.py", "STEPS = 10\n", "STEPS = 10\nUNUSED = 1\n", False),  # a new name nothing reads
+        ("loop.py", "STEPS = 10\n", "STEPS = 10\nprint(STEPS)\n", True),  # code run on import
+    ],
+)
+def test_identity_changes_with_the_code_a_job_runs_only(package, path, old, new, changes):
+    before, after = identity_after(package, path, old, new)
+    assert (before != after) == changes
+
+
+def test_a_read_only_helper_is_part_of_the_job_that_uses_it(package):
+    before, after = identity_after(
+        package, "models/__init__.py", "return model\n", "return model.eval()\n", "intertwine.jobs.probe"
+    )
+    assert before != after
+
+
+def test_an_unknown_entry_is_refused(package):
+    with pytest.raises(ValueError, match="names no module of the intertwine package"):
+        ci.code_identity(["intertwine.jobs.nothing"])
