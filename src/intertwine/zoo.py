@@ -42,9 +42,48 @@ class CheckpointError(ValueError):
 
 
 def _recover(path: str | Path) -> str:
+    pack = pack_of(path)
+    if pack is not None:
+        return repair_pack(pack, path)
     return (
         f"Delete it (rm -f {path}: the workflow write-protects checkpoints) and rerun its job: snakemake "
         "retrains that member (train_member), and every job that read it reruns after"
+    )
+
+
+def pack_of(path: str | Path) -> Path | None:
+    """The pack directory that ``path`` belongs to: the pack itself for a file in one
+    (``.../packs/<pack>/seed<s>.pt``), or for a member's checkpoint the pack holding a hard link
+    to the same file (``<zoo>/packs/*/<name>``); None for a checkpoint of its own."""
+    path = Path(path)
+    if path.parent.parent.name == "packs":
+        return path.parent
+    try:
+        if path.stat().st_nlink < 2:
+            return None
+        for candidate in sorted((path.parent / "packs").glob(f"*/{path.name}")):
+            if os.path.samefile(candidate, path):
+                return candidate.parent
+    except OSError:
+        return None
+    return None
+
+
+def repair_pack(pack: str | Path, path: str | Path) -> str:
+    """How to recover from a damaged file of a pack: every member's checkpoint is a hard link
+    into the pack, so deleting one alone would link the same damaged file again; the pack and
+    the links of all its members go, and the pack is retrained."""
+    pack = Path(pack)
+    zoo = pack.parent.parent
+    seeds = sorted(
+        {int(f.name[4:].split(".")[0]) for f in pack.glob("seed*") if f.name[4:].split(".")[0].isdigit()}
+    )
+    members = [str(zoo / f"seed{seed}{suffix}") for seed in seeds for suffix in (".pt", ".metrics.parquet")]
+    return (
+        f"It is a file of the pack {pack} (each member's checkpoint is a hard link into it, so deleting "
+        f"{Path(path).name} alone would link the same damaged file again). Delete the pack and its "
+        f"members' checkpoints and metrics (chmod -R u+w {pack} && rm -rf {pack} {' '.join(members)}) "
+        "and rerun: snakemake retrains the pack (train_pack), and every job that read its members reruns after"
     )
 
 
@@ -164,7 +203,11 @@ def write_pack(pack: str | Path, members: dict[int, tuple[dict, pd.DataFrame] | 
 
 def unpack_member(pack: str | Path, seed: int, checkpoint_out: str | Path, metrics_out: str | Path) -> None:
     """Give a member of a trained pack its own paths: hard links to its files (copies where the
-    file system has no links). A member that diverged in the pack is its ``DivergedError``."""
+    file system has no links). A member that diverged in the pack is its ``DivergedError``. The
+    files are read before they are linked: a damaged one is a ``CheckpointError`` that says to
+    delete the pack and its members' links (``repair_pack``), never a link to the damage."""
+    from intertwine.tables import ZOO_EPOCHS, read_parquet
+
     checkpoint_path, metrics_path, diverged_path = pack_files(pack, seed)
     if diverged_path.exists():
         raise DivergedError(f"{diverged_path.read_text().strip()} (the rest of its pack, {pack}, is kept)")
@@ -173,6 +216,18 @@ def unpack_member(pack: str | Path, seed: int, checkpoint_out: str | Path, metri
             f"{pack} holds no member seed {seed}; delete the pack and its members' checkpoints to retrain it"
         )
     refuse_overwrite(checkpoint_out)
+    checkpoint = read_checkpoint(checkpoint_path)  # a damaged file's error says how to repair the pack
+    if checkpoint["seed"] != seed:
+        raise CheckpointError(
+            f"{checkpoint_path} holds seed {checkpoint['seed']}, not {seed}. {repair_pack(pack, checkpoint_path)}"
+        )
+    try:
+        read_parquet([metrics_path], ZOO_EPOCHS)
+    except Exception as err:  # noqa: BLE001 - pyarrow raises many kinds for a damaged file
+        raise CheckpointError(
+            f"{metrics_path} is not a readable metrics table ({type(err).__name__}: "
+            f"{(str(err).splitlines() or [''])[0][:120]}). {repair_pack(pack, metrics_path)}"
+        ) from None
     for source, out in ((metrics_path, metrics_out), (checkpoint_path, checkpoint_out)):
         with atomic_path(out) as tmp:
             tmp.unlink()
