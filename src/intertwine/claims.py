@@ -855,12 +855,18 @@ def scorecard(
     ``gated_findings`` the gated-networks stage's findings (None when not configured), one claim
     each. ``reading`` is the verdict with the run's scale where the zoo trained far below the
     paper's budget ("not reproduced at 4 of 50 epochs")."""
+    unknown = sorted(set(tables) - set(EVIDENCE))
+    if unknown:
+        raise ValueError(
+            f"unknown table {unknown[0]!r} given to the scorecard; the tables are {', '.join(EVIDENCE)} "
+            "(gated_findings apart)"
+        )
     rows = []
     for claim in CLAIMS:
         if not all(name in tables for name in claim.tables if name != "zoo"):
             result = _not_run(f"its stage is not in the config (needs {', '.join(claim.tables)})")
         else:
-            result = claim.test(tables, settings)
+            result = _test(claim, tables, settings)
         rows.append(
             {
                 "claim": claim.claim,
@@ -925,6 +931,63 @@ def scorecard(
         raise ValueError(f"verdicts {sorted(bad)} are not among {VERDICTS}")
     # The papers' claims first, ours apart at the end.
     return pd.concat([table[table["kind"] == "paper"], table[table["kind"] != "paper"]], ignore_index=True)
+
+
+#: Per table the scorecard reads, its column of evidence: a row whose value there is NaN is no
+#: evidence (a failed measurement), left out before any claim counts units or reaches a verdict.
+EVIDENCE = {
+    "zoo": None,
+    "symmetry": "relative_change",
+    "rotation": "penalty",
+    "stitching": "penalty",
+    "similarity": "value",
+    "dissection": "fraction_interpretable",
+    "pullback_symmetry": "cos_min",
+    "deqntk": "test_acc",
+}
+
+
+def _test(claim: Claim, tables: dict[str, pd.DataFrame], settings: dict) -> Result:
+    """``claim.test`` on the tables with their NaN evidence left out: a claim whose every row of
+    evidence is NaN reads inconclusive ("no evidence"), never a verdict on NaN; a table that lacks
+    a column the claim reads is an error naming the table and the column."""
+    given, dropped = dict(tables), []
+    for name in claim.tables:
+        column = EVIDENCE.get(name)
+        if column is None or name not in tables:
+            continue
+        table = tables[name]
+        if column not in table.columns:
+            raise ValueError(
+                f"table {name!r} has no column {column!r} (claim {claim.claim} reads it): it was written by "
+                "another stage or an older version; rerun its table job"
+            )
+        values = pd.to_numeric(table[column], errors="coerce")
+        missing = int(values.isna().sum())
+        if missing == len(table) and len(table):
+            return Result(
+                "no evidence",
+                "inconclusive",
+                f"no evidence: every one of the {len(table)} rows of table {name!r} has NaN {column} "
+                "(failed measurements, not a finding)",
+                f"0 of {len(table)} rows with a value",
+            )
+        if missing:
+            given[name] = table[values.notna()]
+            dropped.append(
+                f"{missing} of {len(table)} rows of {name} with NaN {column} left out (no evidence)"
+            )
+    try:
+        result = claim.test(given, settings)
+    except KeyError as err:
+        names = ", ".join(name for name in claim.tables if name in tables)
+        raise ValueError(
+            f"claim {claim.claim} reads column {err} that its table ({names}) lacks: it was written by "
+            "another stage or an older version; rerun its table job"
+        ) from None
+    if dropped:
+        result = Result(result.ours, result.verdict, f"{result.evidence}; {'; '.join(dropped)}", result.units)
+    return result
 
 
 def _reading(verdict: str, budget: str) -> str:
