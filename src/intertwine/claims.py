@@ -21,7 +21,10 @@ The decision rule (``judge``), the same throughout:
    chance of a false "reproduced" at 5 % without a correction). ``not reproduced``: any
    comparison lies on the other side after Holm's correction over all of the claim's comparisons
    (a union of chances to refute, so their number counts). ``inconclusive`` otherwise (one unit
-   gives no interval). A claim whose table is absent reads ``not run``. Exact claims (identities)
+   gives no interval). A claim whose table is absent reads ``not run``. A NaN in a table's column
+   of evidence (``EVIDENCE``) is a failed measurement, no evidence: its rows are left out before
+   units are counted (the evidence says how many), and a claim left with none reads
+   ``inconclusive`` ("no evidence"), never a verdict. Exact claims (identities)
    compare a maximum error with a tolerance instead.
 
 No file I/O here: the ``claims`` job reads the tables and writes the scorecard.
@@ -1005,7 +1008,7 @@ DECISION_RULE = (
     "Reproduced: every comparison the claim needs lies on the claimed side (needing all of them keeps a "
     "false reproduced at 5 % without correction). Not reproduced: any comparison lies on the other side "
     "after Holm's correction over the claim's comparisons. Inconclusive: otherwise (one unit gives no "
-    "interval). Not run: its stage is not in the config. A verdict reached far below the paper's "
+    "interval; a NaN value, a failed measurement, is no evidence and counts as no unit). Not run: its stage is not in the config. A verdict reached far below the paper's "
     "training budget says so."
 )
 
