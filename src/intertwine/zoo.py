@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import pickle
 import shutil
@@ -31,6 +33,50 @@ def save_checkpoint(checkpoint: dict, path: str | Path) -> None:
     refuse_overwrite(path)
     with atomic_path(path) as tmp:
         torch.save(checkpoint, tmp)
+
+
+def data_fingerprint(meta: dict) -> dict:
+    """The identity of a data cache, from its metadata (``data.load_meta``): the data set's name,
+    image size, split sizes and a hash of those with its classes, its config hash and its
+    training set's per-channel mean and std (float64 sums over every training pixel, so two
+    caches drawn from other seeds or sources differ there). A checkpoint records the fingerprint
+    of the data it was trained on (``checkpoint["data"]``); jobs compare it with their own."""
+    identity = {
+        "dataset": meta.get("dataset"),
+        "image_size": list(meta.get("image_size", [])),
+        "sizes": dict(meta.get("sizes", {})),
+    }
+    hashed = identity | {key: meta.get(key) for key in ("classes", "config_hash", "mean", "std")}
+    digest = hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:16]
+    return identity | {"hash": digest}
+
+
+def fingerprint_text(fingerprint: dict) -> str:
+    size = "x".join(map(str, fingerprint.get("image_size", [])))
+    sizes = ", ".join(f"{split} {n}" for split, n in fingerprint.get("sizes", {}).items())
+    return f"{fingerprint.get('dataset')} at {size} ({sizes}; hash {fingerprint.get('hash')})"
+
+
+def check_data(checkpoint: dict, path: str | Path, meta: dict, data_dir: str | Path) -> str | None:
+    """Whether the checkpoint at ``path`` was trained on the data cache ``data_dir`` (its
+    metadata ``meta``): a ValueError naming both when its recorded fingerprint differs; for a
+    checkpoint that records none (trained before checkpoints did), a warning to log (returned),
+    and the checkpoint is used unchecked."""
+    recorded = checkpoint.get("data")
+    if recorded is None:
+        return (
+            f"warning: {path} records no data fingerprint (trained before checkpoints recorded one), so "
+            f"whether it was trained on {data_dir} ({fingerprint_text(data_fingerprint(meta))}) is not "
+            "checked; retrain it to have it checked"
+        )
+    ours = data_fingerprint(meta)
+    if recorded != ours:
+        raise ValueError(
+            f"{path} was trained on {fingerprint_text(recorded)}, but this job's data cache {data_dir} "
+            f"holds {fingerprint_text(ours)}: its rows would describe another data set. Give the job "
+            "the data cache the member was trained on (--data), or retrain the member on this one"
+        )
+    return None
 
 
 # What every checkpoint holds (``jobs.zoo.train_member`` writes more).
