@@ -326,7 +326,10 @@ def _other_cache(tmp_path, change):
 @pytest.mark.parametrize(
     "change, differs",
     [
-        (lambda b: b["shapes"].update(image_size=12), r"was trained on shapes at 16x16 .* holds shapes at 12x12"),
+        (
+            lambda b: b["shapes"].update(image_size=12),
+            r"was trained on shapes at 16x16 .* holds shapes at 12x12",
+        ),
         (
             lambda b: b["shapes"].update(test_size=48),
             r"was trained on .*\(test 64, .* holds shapes at 16x16 \(test 48",

@@ -192,8 +192,9 @@ def prepare_svcca(X: ArrayLike, variance: float = 0.99, *, name: str = "X") -> P
     -------
     PreparedSVCCA
     """
-    if not 0.0 < variance <= 1.0:
-        raise ValueError(f"variance must be in (0, 1], got {variance}")
+    real = isinstance(variance, (int, float, np.integer, np.floating)) and not isinstance(variance, bool)
+    if not real or not 0.0 < variance <= 1.0:
+        raise ValueError(f"variance must be a number in (0, 1], got {variance!r}")
     U, s, _, width, _ = _centred_svd(X, name, "SVCCA")
     power = s.square()
     ratio = power.cumsum(0) / power.sum()

@@ -858,6 +858,12 @@ def scorecard(
     ``gated_findings`` the gated-networks stage's findings (None when not configured), one claim
     each. ``reading`` is the verdict with the run's scale where the zoo trained far below the
     paper's budget ("not reproduced at 4 of 50 epochs")."""
+    missing = [key for key in SETTINGS_KEYS if key not in settings]
+    if missing:
+        raise ValueError(
+            f"the scorecard's settings lack {missing}: give the run's settings as the plan makes them "
+            "(Plan.claims_settings; the claims rule passes them as --settings)"
+        )
     unknown = sorted(set(tables) - set(EVIDENCE))
     if unknown:
         raise ValueError(
@@ -935,6 +941,24 @@ def scorecard(
     # The papers' claims first, ours apart at the end.
     return pd.concat([table[table["kind"] == "paper"], table[table["kind"] != "paper"]], ignore_index=True)
 
+
+#: The run's settings the claims and the mode column read (``Plan.claims_settings`` holds more).
+SETTINGS_KEYS = (
+    "myrtle_variants",
+    "residual_variants",
+    "relu_similarity_variants",
+    "residual_activation",
+    "leaky_slopes",
+    "batch_norm",
+    "rotation_variants",
+    "rotation_activation",
+    "select_on",
+    "stitching_init",
+    "stitching_optimizer",
+    "stitching_momentum",
+    "stitching_permutation_update",
+    "stitching_batch_norm_refresh",
+)
 
 #: Per table the scorecard reads, its column of evidence: a row whose value there is NaN is no
 #: evidence (a failed measurement), left out before any claim counts units or reaches a verdict.

@@ -75,8 +75,8 @@ def _cut_sites(spec_json: str) -> tuple:
 def gram_layout(n_train: int, n_test: int, block_rows: int) -> list[tuple[str, int, int]]:
     """The DEQ-NTK accuracy study's Gram, rows [train; test], cut into jobs: (part, start, stop)
     for the training rows, then the test rows, each every ``block_rows`` rows."""
-    if block_rows < 1:
-        raise ValueError(f"block_rows must be at least 1, got {block_rows}")
+    if isinstance(block_rows, bool) or not isinstance(block_rows, int) or block_rows < 1:
+        raise ValueError(f"block_rows must be an integer of at least 1, got {block_rows!r}")
     return [
         (part, start, min(start + block_rows, n))
         for part, n in (("train", n_train), ("test", n_test))

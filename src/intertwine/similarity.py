@@ -125,6 +125,8 @@ def _as_features(X: ArrayLike, name: str, graph: bool = False) -> Tensor:
     """Floating tensor of shape (N, C, P), P the number of spatial positions (1 if none); detached
     unless ``graph``."""
     X = X if isinstance(X, Tensor) else torch.as_tensor(np.asarray(X))
+    if X.is_meta:
+        raise ValueError(f"{name} is a meta tensor (a shape without data); pass the actual activations")
     X = X if graph else X.detach()
     if X.ndim < 2 or X.shape[0] < 1 or X.shape[1] < 1:
         raise ValueError(
@@ -313,8 +315,15 @@ def _flatten_centered(X: Tensor) -> Tensor:
 # ---------------------------------------------------------------------------
 
 
+def _check_max_bytes(max_bytes) -> int:
+    """``max_bytes``, a memory budget: an integer >= 1 (a ValueError otherwise)."""
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, (int, np.integer)) or max_bytes < 1:
+        raise ValueError(f"max_bytes must be an integer number of bytes >= 1, got {max_bytes!r}")
+    return int(max_bytes)
+
+
 def _rows_per_block(n_cols: int, bytes_per_entry: int, max_bytes: int) -> int:
-    return max(1, max_bytes // max(1, n_cols * bytes_per_entry))
+    return max(1, _check_max_bytes(max_bytes) // max(1, n_cols * bytes_per_entry))
 
 
 def _offdiagonal_row_sums(K: Tensor, rows: int) -> Tensor:
@@ -359,6 +368,8 @@ def _hsic_triple(K: Tensor, L: Tensor, max_bytes: int) -> tuple[Tensor, Tensor, 
 
 def _as_kernel(K: ArrayLike, name: str, graph: bool = False) -> Tensor:
     K = K if isinstance(K, Tensor) else torch.as_tensor(np.asarray(K))
+    if K.is_meta:
+        raise ValueError(f"{name} is a meta tensor (a shape without data); pass the actual kernel")
     K = K if graph else K.detach()
     if not K.is_floating_point():
         K = K.to(_F64)
@@ -426,6 +437,7 @@ def _cka_from_hsic(kl: Tensor, kk: Tensor, ll: Tensor, scale_k: float, scale_l: 
 
 def _max_kernel_blocks(n: int, c: int, itemsize: int, max_bytes: int) -> tuple[int, int]:
     """(rows, channels) per block so that a (channels, rows, n) block fits in max_bytes."""
+    max_bytes = _check_max_bytes(max_bytes)
     per_row = c * n * itemsize
     if per_row <= max_bytes:
         return min(n, max_bytes // per_row), c
@@ -835,7 +847,7 @@ def _procrustes(X: Tensor, Y: Tensor, max_bytes: int, measure: str) -> Tensor | 
     """``measure`` of X and Y accumulated over sample batches whose float64 copies stay within
     max_bytes; a second pass where the distance is small enough for the closed form to lose digits."""
     per_sample = (X[0].numel() + Y[0].numel()) * 8
-    batch = max(1, max_bytes // per_sample)
+    batch = max(1, _check_max_bytes(max_bytes) // per_sample)
     starts = range(0, X.shape[0], batch)
     acc = ProcrustesAccumulator()
     for start in starts:
@@ -1457,6 +1469,8 @@ def _batches(data, batch_size: int) -> tuple[Iterable, int | None]:
     or a tuple/list whose first element is the inputs."""
     from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer of at least 1, got {batch_size!r}")
     if isinstance(data, Tensor):
         batches = data.split(batch_size)
     elif isinstance(data, Dataset) and not isinstance(data, IterableDataset):

@@ -171,7 +171,7 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
 def load_weights(model: torch.nn.Module, path: str | Path, spec: dict | None = None) -> dict:
     """Load a checkpoint's weights into ``model``; a different architecture is an error naming both."""
-    checkpoint = read_checkpoint(path, next(model.parameters()).device)
+    checkpoint = read_checkpoint(path, models.model_device(model, f"load_weights({path})"))
     try:
         model.load_state_dict(checkpoint["state_dict"])
     except RuntimeError as err:

@@ -133,6 +133,8 @@ class RegressionResult(NamedTuple):
 def _as_tensor(X: ArrayLike, name: str) -> Tensor:
     """Detached real floating tensor; numpy and integer input become float64."""
     X = (X if isinstance(X, Tensor) else torch.as_tensor(np.asarray(X))).detach()
+    if X.is_meta:
+        raise ValueError(f"{name} is a meta tensor (a shape without data); pass the actual values")
     if X.is_complex():
         raise ValueError(f"{name} must be real, got {X.dtype}")
     if not X.is_floating_point():
@@ -220,10 +222,16 @@ def check_variances(sigma_w2: float, sigma_u2: float, sigma_b2: float, *, equili
 
 
 def _check_iteration(tol: float, max_iter: int) -> None:
-    if not tol > 0:
-        raise ValueError(f"tol must be > 0, got {tol}")
-    if max_iter < 1:
-        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
+    if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating)) or not tol > 0:
+        raise ValueError(f"tol must be a number > 0, got {tol!r}")
+    _check_count(max_iter, "max_iter")
+
+
+def _check_count(value, name: str) -> int:
+    """An integer >= 1 (numpy integers too); a float, bool or None is a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
 
 
 def _effective_tol(tol: float, dtype: torch.dtype) -> float:
@@ -408,8 +416,8 @@ def _blocked_gram(
     n, m = X.shape[0], Y.shape[0]
     if block_rows is None:
         block_rows = max(1, DEFAULT_BLOCK_ENTRIES // m)
-    elif block_rows < 1:
-        raise ValueError(f"block_rows must be >= 1, got {block_rows}")
+    else:
+        block_rows = _check_count(block_rows, "block_rows")
     gram = torch.empty((n, m), dtype=X.dtype, device=X.device)
     iterations, residual = 0, 0.0
     for start in range(0, n, block_rows):
@@ -581,8 +589,7 @@ def finite_deq_ntk(
     """
     check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
     _check_iteration(tol, max_iter)
-    if width < 1:
-        raise ValueError(f"width must be >= 1, got {width}")
+    width = _check_count(width, "width")
     X, _ = _check_matrices(X, None, normalize)
     dtype, device, n = X.dtype, X.device, X.shape[0]
 
@@ -756,8 +763,8 @@ def conv_deq_ntk(
     pair_bytes = 16 * ((height + 2) * (width + 2)) ** 2 * X.element_size()
     if block_pairs is None:
         block_pairs = max(1, DEFAULT_CONV_BLOCK_BYTES // pair_bytes)
-    elif block_pairs < 1:
-        raise ValueError(f"block_pairs must be >= 1, got {block_pairs}")
+    else:
+        block_pairs = _check_count(block_pairs, "block_pairs")
     shape = (n, m) if pooling != "none" else (n, m, height, width, height, width)
     gram = torch.empty(shape, dtype=X.dtype, device=X.device)
     iterations, residual = 0, 0.0
@@ -822,8 +829,7 @@ def _labels(labels: ArrayLike, num_classes: int) -> Tensor:
         raise ValueError(
             f"labels must be a 1-D integer array, got {labels.dtype} of shape {tuple(labels.shape)}"
         )
-    if num_classes < 1:
-        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+    _check_count(num_classes, "num_classes")
     if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
         raise ValueError(
             f"labels must lie in [0, {num_classes}), got values in [{int(labels.min())}, {int(labels.max())}]"
