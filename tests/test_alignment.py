@@ -414,8 +414,9 @@ def test_errors():
     for measure in (svcca, pwcca, shape_angular, shape_euclidean):
         with pytest.raises(ValueError, match=r"X and Y .*N = 120 for X and N = 100 for Y"):
             measure(X, Y[:100])
-        with pytest.raises(ValueError, match="at least 2 samples"):
-            measure(X[:1], Y[:1])
+        for n in (1, 2):  # two centred samples span one line: 1 (or 0) for any data
+            with pytest.raises(ValueError, match=f"at least 3 samples \\(inputs\\), got N = {n}"):
+                measure(X[:n], Y[:n])
     for prepare, compare in PREPARED.values():
         with pytest.raises(ValueError, match="N = 120 for X and N = 100 for Y"):
             compare(prepare(X), prepare(Y[:100]))

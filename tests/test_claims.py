@@ -6,6 +6,7 @@ drawing of the shipped configs has no member in two pairs."""
 from __future__ import annotations
 
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -665,3 +666,131 @@ def test_the_decision_rule_is_stated():
 
     assert "Holm" in DECISION_RULE and "independent units" in DECISION_RULE
     assert math.isclose(0.835, gated.RECOVERS)
+
+
+# --- NaN evidence, missing columns, unknown tables (issue 33) -------------------------------------
+
+
+def _symmetry(change):
+    return pd.DataFrame(
+        {"group": ["grelu", "grelu", "orthogonal"], "relative_change": change, "dtype": "float64"}
+    )
+
+
+def _pullback(cos):
+    return pd.DataFrame(
+        [{"group": "permutation", "mode": "gradient", "scale_spread": 0.0, "cos_min": c} for c in cos]
+    )
+
+
+NAN = math.nan
+
+
+@pytest.mark.parametrize(
+    "claim, tables, rows",
+    [
+        ("T1", lambda: {"symmetry": _symmetry([NAN, NAN, NAN])}, 3),
+        ("C1", lambda: {"rotation": rotation({"act1": 0.4}, 0.01)["rotation"].assign(penalty=NAN)}, 20),
+        ("C2", lambda: {"stitching": stitching(FIG1).assign(penalty=NAN)}, 384),
+        ("C4", lambda: {"similarity": procrustes("myrtle", TABLE2, 8).assign(value=NAN)}, 64),
+        (
+            "C6",
+            lambda: {"dissection": dissection(0.3, 0.0)["dissection"].assign(fraction_interpretable=NAN)},
+            None,
+        ),
+        ("D1", lambda: {"deqntk": deq([0.59, 0.59, 0.59])["deqntk"].assign(test_acc=NAN)}, 3),
+        ("P1", lambda: {"pullback_symmetry": _pullback([NAN, NAN])}, 2),
+    ],
+)
+def test_all_nan_evidence_is_no_evidence_never_a_verdict(claim, tables, rows):
+    row = scorecard(tables(), SETTINGS, None).set_index("claim").loc[claim]
+    assert row["verdict"] == "inconclusive"
+    assert row["evidence"].startswith("no evidence: every one of the")
+    assert row["units"].startswith("0 of ")
+    if rows is not None:
+        assert row["units"] == f"0 of {rows} rows with a value"
+
+
+def test_partly_nan_evidence_is_left_out_and_said():
+    row = scorecard({"symmetry": _symmetry([NAN, 1e-16, 0.3])}, SETTINGS, None).set_index("claim").loc["T1"]
+    assert row["verdict"] == "reproduced" and row["units"] == "1 check"
+    assert "1 of 3 rows of symmetry with NaN relative_change left out (no evidence)" in row["evidence"]
+    # NaN penalties are not counted as trials
+    table = rotation({"act1": 0.4, "act2": 0.3}, 0.01, trials=3)["rotation"]
+    table.loc[table.index[:2], "penalty"] = NAN
+    row = scorecard({"rotation": table}, SETTINGS, None).set_index("claim").loc["C1"]
+    assert "2 of 12 rows of rotation with NaN penalty left out" in row["evidence"]
+    assert row["units"] == "1-3 trials per site and group"
+
+
+@pytest.mark.parametrize(
+    "tables, message",
+    [
+        (
+            {"symmetry": _symmetry([1e-16] * 3).drop(columns="relative_change")},
+            "table 'symmetry' has no column 'relative_change'",
+        ),
+        (
+            {"symmetry": _symmetry([1e-16] * 3).drop(columns="group")},
+            r"claim T1 reads column 'group' that its table \(symmetry\) lacks",
+        ),
+        (
+            {"rotation": rotation({"act1": 0.4}, 0.01)["rotation"].drop(columns="site")},
+            r"claim C1 reads column 'site' that its table \(rotation\) lacks",
+        ),
+        (
+            {"rotaton": _symmetry([1e-16] * 3)},
+            "unknown table 'rotaton' given to the scorecard; the tables are zoo, symmetry",
+        ),
+    ],
+)
+def test_missing_columns_and_unknown_tables_are_named(tables, message):
+    with pytest.raises(ValueError, match=message):
+        scorecard(tables, SETTINGS, None)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--table", "rotaton=x.parquet"],
+            r"unknown table 'rotaton' \(did you mean 'rotation'\?\); the tables are zoo",
+        ),
+        (
+            ["--table", "results/tables/rotation.parquet"],
+            r"expected NAME=PATH \(e.g. rotation=.*\), got 'results/tables/rotation.parquet'",
+        ),
+        (["--table", "rotation="], "expected NAME=PATH"),
+        (["--table", "symmetry=SYM", "--table", "symmetry=SYM"], "--table symmetry= is given twice"),
+        (
+            ["--table", "symmetry=NOCOL"],
+            r"--table symmetry: .*NOCOL.parquet: does not have the table's columns \(missing \['relative_change'\]",
+        ),
+        (
+            ["--table", "gated_findings=FIND"],
+            r"--table gated_findings: .*findings.csv: does not have the table's columns \(missing \['verdict'\]",
+        ),
+    ],
+)
+def test_claims_command_reads_its_tables_through_their_schemas(tmp_path, argv, message):
+    import json
+    import subprocess
+
+    from intertwine.tables import SYMMETRY
+
+    full = pd.DataFrame({name: pd.Series(dtype=object) for name in SYMMETRY.names})
+    full.drop(columns="relative_change").to_parquet(tmp_path / "NOCOL.parquet")
+    pd.DataFrame({"finding": ["x"], "paper": ["y"], "ours": ["z"], "evidence": ["e"]}).to_csv(
+        tmp_path / "findings.csv", index=False
+    )
+    argv = [
+        a.replace("NOCOL", str(tmp_path / "NOCOL.parquet"))
+        .replace("FIND", str(tmp_path / "findings.csv"))
+        .replace("SYM", str(tmp_path / "NOCOL.parquet"))
+        for a in argv
+    ]
+    command = [sys.executable, "-m", "intertwine", "claims", *argv, "--settings", json.dumps(SETTINGS)]
+    command += ["--out", str(tmp_path / "claims.csv"), "--rst", str(tmp_path / "claims.rst")]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert re.search(message, result.stderr), result.stderr

@@ -279,3 +279,86 @@ def test_command_errors_name_the_problem(tmp_path, tiny_shapes_dir):
         *("--config", "{}", "--out", str(tmp_path / "r.parquet")),
     )
     assert result.returncode == 1 and "block.npz: not a readable Gram block" in result.stderr
+
+
+# --- provenance of the Gram's blocks (issue 33) -------------------------------------------------------
+
+
+@pytest.fixture
+def gram_job(tmp_path, tiny_shapes_dir):
+    from intertwine.jobs import Job
+    from intertwine.jobs.deqntk import deqntk_gram
+
+    job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
+
+    def blocks(variances, n_train=40, n_test=16, where="g"):
+        paths = []
+        for part, start, stop in gram_layout(n_train, n_test, 24):
+            paths.append(tmp_path / where / f"{part}{start}.npz")
+            block = deqntk_gram(job, variances, n_train, part, start, stop, {"n_test": n_test})
+            deqntk.save_block(block, paths[-1])
+        return [str(p) for p in paths]
+
+    return job, blocks
+
+
+@pytest.mark.parametrize(
+    "mix, message",
+    [
+        ("other variances", r"test0.npz is a block of the Gram at w0.8_u0.2_b0, not at w0.6_u0.4_b0"),
+        ("other n_train", r"train24.npz is a block of a Gram of 48 training and 16 test images"),
+        ("other n_test", r"test0.npz is a block of a Gram of 40 training and 8 test images"),
+    ],
+)
+def test_regression_refuses_blocks_of_another_gram(gram_job, mix, message):
+    from intertwine.jobs.deqntk import deqntk_regression
+
+    job, blocks = gram_job
+    good = blocks(SETTING)
+    if mix == "other variances":
+        other = blocks((0.8, 0.2, 0.0), where="o")
+        paths = good[:-1] + other[-1:]
+    elif mix == "other n_train":
+        paths = good[:1] + blocks(SETTING, n_train=48, where="o")[1:2] + good[2:]
+    else:
+        paths = good[:-1] + blocks(SETTING, n_test=8, where="o")[-1:]
+    with pytest.raises(ValueError, match=message):
+        deqntk_regression(job, SETTING, 40, paths, {"n_test": 16})
+
+
+def test_regression_refuses_a_gram_too_small_and_variances_that_do_not_sum_to_one(gram_job):
+    from intertwine.jobs.deqntk import deqntk_regression
+
+    job, blocks = gram_job
+    paths = blocks(SETTING)
+    assert deqntk.load_block(paths[0]).variances == SETTING
+    assert (deqntk.load_block(paths[0]).n_train, deqntk.load_block(paths[0]).n_test) == (40, 16)
+    with pytest.raises(ValueError, match="hold a Gram of 40 training images, fewer than the 48 asked for"):
+        deqntk_regression(job, SETTING, 48, paths, {"n_test": 16})
+    with pytest.raises(ValueError, match="hold 16 test rows, but n_test is 8"):
+        deqntk_regression(job, SETTING, 40, paths, {"n_test": 8})
+    with pytest.raises(ValueError, match=r"w0.6_u0.5_b0: sigma_w2 \+ sigma_u2 \+ sigma_b2 must be 1"):
+        deqntk_regression(job, (0.6, 0.5, 0.0), 40, paths, {"n_test": 16})
+    with pytest.raises(ValueError, match="a variance setting is three numbers"):
+        deqntk_regression(job, (None, 0.4, 0.0), 40, paths, {"n_test": 16})
+
+
+@pytest.mark.parametrize("damage", ["truncated", "old format", "empty"])
+def test_damaged_or_old_block_is_an_error_naming_the_file(tmp_path, damage):
+    x_train, x_test = unit(10, seed=1), unit(4, seed=2)
+    path = tmp_path / "train0.npz"
+    deqntk.save_block(deqntk.gram_block(x_train, x_test, "train", 0, 5, SETTING), path)
+    if damage == "truncated":
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+        message = r"train0.npz: not a readable Gram block \(BadZipFile"
+    elif damage == "empty":
+        path.write_bytes(b"")
+        message = "train0.npz: not a readable Gram block"
+    else:
+        with np.load(path) as f:
+            old = {k: f[k] for k in f.files if k not in ("variances", "sizes")}
+        np.savez(path, **old)
+        message = "train0.npz: a Gram block that records no variance setting or sizes"
+    with pytest.raises(ValueError, match=message + r".*delete it and rerun its deqntk_gram job"):
+        deqntk.load_block(path)

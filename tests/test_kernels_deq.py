@@ -464,3 +464,45 @@ def test_conv_matches_dense_linear_solve(setting):
     # which kappa0's singularity turns into 1e-7 (the library works with 1 - rho, exact there).
     reference = _dense_conv_reference(X[1], X[1], setting)
     torch.testing.assert_close(full[1, 1].reshape(12, 12), reference, rtol=0, atol=1e-6)
+
+
+def test_kernel_regression_refuses_a_non_symmetric_k_train():
+    """A square test-train Gram passed as K_train: the Cholesky solve would read one triangle."""
+    setting = _variances((0.6, 0.4, 0.0))
+    X, y = _clusters(10, seed=9)
+    X_test, _ = _clusters(10, seed=10)
+    square = deq.deq_ntk(X_test, X, **setting).gram  # (30, 30), not symmetric
+    assert deq.symmetry_error(square) > 1e-2
+    with pytest.raises(ValueError, match=r"K_train must be symmetric .* was a test-train Gram passed"):
+        deq.kernel_regression(square, y, square, num_classes=3)
+    # rounding-level asymmetry (as from X @ X.T in another order) is accepted
+    K = deq.deq_ntk(X, **setting).gram
+    nearly = K + 1e-12 * torch.triu(torch.ones_like(K), 1)
+    assert 0 < deq.symmetry_error(nearly) < 1e-11
+    assert torch.equal(deq.kernel_regression(nearly, y, K, num_classes=3).predictions, y)
+
+
+@pytest.mark.parametrize("ridge", [0.0, 0])
+def test_singular_k_train_says_to_set_a_ridge_or_remove_duplicates(ridge):
+    setting = _variances((0.6, 0.4, 0.0))
+    X, y = _clusters(5, seed=9)
+    X = torch.cat([X, X[:3]])  # three duplicate images
+    y = torch.cat([y, y[:3]])
+    K = deq.deq_ntk(X, **setting).gram
+    K = torch.ones_like(K)  # every row equal: exactly singular
+    with pytest.raises(deq.SingularKernelError, match=r"is singular.*17 of its rows repeat.*pass ridge > 0"):
+        deq.kernel_regression(K, y, K, num_classes=3, ridge=ridge)
+    assert issubclass(deq.SingularKernelError, torch.linalg.LinAlgError)  # regression_accuracy's NaN
+    # and the ridge it suggests solves it
+    fit = deq.kernel_regression(K, y, K, num_classes=3, ridge=1e-6)
+    assert torch.isfinite(fit.scores).all()
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [(None, "sigma_w2 must be a number"), ("0.6", "sigma_w2 must be a number"), (True, "must be a number")],
+)
+def test_variances_that_are_not_numbers(value, message):
+    X, _ = _clusters(3, seed=9)
+    with pytest.raises(ValueError, match=message):
+        deq.deq_ntk(X, sigma_w2=value, sigma_u2=0.4, sigma_b2=0.0)

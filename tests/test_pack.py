@@ -190,3 +190,79 @@ def test_packed_bf16_trains_like_members_alone_in_bf16(tiny_shapes_dir, arch):
             and metrics["train_loss"].iloc[-1] < metrics["train_loss"].iloc[0]
         )
         assert abs(checkpoint["test_acc"] - single["test_acc"]) <= 0.15
+
+
+def _damage(path, how):
+    """Damage a file in place (through a hard link, both names see it)."""
+    data = path.read_bytes()
+    path.chmod(0o644)
+    with open(path, "r+b") as f:  # in place: the inode, and so every link to it, is kept
+        if how == "truncated":
+            f.truncate(len(data) // 2)
+        else:
+            f.seek(len(data) // 3)
+            f.write(b"\0" * 4096)
+
+
+@pytest.mark.parametrize("how", ["truncated", "overwritten"])
+@pytest.mark.parametrize("found_by", ["reading the member", "unpacking it again"])
+def test_damaged_pack_member_is_repaired_by_following_its_error(tiny_shapes_dir, tmp_path, how, found_by):
+    """A member's checkpoint is a hard link into its pack, so damage to one is damage to both.
+    Deleting the member alone and unpacking again would link the same damage: the error (from
+    reading the member, or from unpack_member, which reads what it links) says to delete the pack
+    and its members' links, and doing exactly that and rerunning gives readable members."""
+    import subprocess
+
+    from intertwine.zoo import CheckpointError, read_checkpoint, unpack_member, write_pack
+
+    spec = {"arch": "c4gap", "width_multiplier": 0.0625}
+    trained = {
+        seed: train_member(Job("cpu", tiny_shapes_dir), "m", seed, spec, {"epochs": 1}) for seed in (0, 1)
+    }
+    zoo = tmp_path / "results" / "zoo" / "m"
+    pack = zoo / "packs" / "seeds0-1"
+
+    def run_jobs():  # what the workflow's train_pack and unpack_member jobs do
+        if not pack.exists():
+            write_pack(pack, trained)
+        for seed in (0, 1):
+            if not (zoo / f"seed{seed}.pt").exists():
+                unpack_member(pack, seed, zoo / f"seed{seed}.pt", zoo / f"seed{seed}.metrics.parquet")
+
+    run_jobs()
+    for path in [*pack.iterdir(), zoo / "seed1.pt"]:
+        path.chmod(0o444)  # as the workflow protects them
+    pack.chmod(0o555)
+    _damage(zoo / "seed0.pt", how)
+    if found_by == "reading the member":
+        with pytest.raises(CheckpointError, match="is not a readable intertwine checkpoint") as error:
+            read_checkpoint(zoo / "seed0.pt")
+    else:
+        (zoo / "seed0.pt").unlink()  # the old advice: delete the member and rerun its job
+        with pytest.raises(CheckpointError, match="is not a readable intertwine checkpoint") as error:
+            unpack_member(pack, 0, zoo / "seed0.pt", zoo / "seed0.metrics.parquet")
+        assert not (zoo / "seed0.pt").exists()  # nothing linked to the damage
+    message = str(error.value)
+    assert f"It is a file of the pack {pack}" in message
+    command = re.search(r"\((chmod -R u\+w .*?)\)", message)[1]
+    subprocess.run(["bash", "-c", command], check=True, cwd=tmp_path)
+    assert not pack.exists() and not list(zoo.glob("seed*"))
+    run_jobs()
+    for seed in (0, 1):
+        checkpoint = read_checkpoint(zoo / f"seed{seed}.pt")
+        assert checkpoint["seed"] == seed
+        assert torch.equal(checkpoint["state_dict"]["fc.weight"], trained[seed][0]["state_dict"]["fc.weight"])
+
+
+def test_checkpoint_of_its_own_keeps_the_plain_advice(tiny_shapes_dir, tmp_path):
+    from intertwine.zoo import CheckpointError, read_checkpoint, save_checkpoint
+
+    checkpoint, _ = train_member(
+        Job("cpu", tiny_shapes_dir), "m", 0, {"arch": "c4gap", "width_multiplier": 0.0625}, {"epochs": 1}
+    )
+    path = tmp_path / "seed0.pt"
+    save_checkpoint(checkpoint, path)
+    _damage(path, "truncated")
+    with pytest.raises(CheckpointError, match=r"Delete it \(rm -f .*seed0.pt.*retrains that member") as error:
+        read_checkpoint(path)
+    assert "pack" not in str(error.value)

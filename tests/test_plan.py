@@ -567,3 +567,54 @@ def test_packs_cover_each_member_once(tiny):
     assert any(
         e.startswith("config key zoo.pack_size_per_variant") and "vgg" in e for e in Plan(bad).errors()
     )
+
+
+# --- checks at plan time that were silent until a job ran (issue 33) ------------------------------
+
+
+@pytest.mark.parametrize(
+    "change, key, message",
+    [
+        (
+            lambda c: c["zoo"]["variants"].update(
+                perm={
+                    "arch": "c4gap",
+                    "width_multiplier": 0.0625,
+                    "gated": {"family": "dlgn", "gate_perm": [1, 0, 2]},
+                }
+            ),
+            "zoo.variants.perm",
+            "model option 'gated.gate_perm': the network has 4 gated layers, got a permutation of 3",
+        ),
+        (
+            lambda c: c["similarity"].update(samples=500),
+            "similarity.samples",
+            "500 test images asked for, but the test split of shapes has 128; ask for at most 128 (or null for the whole split)",
+        ),
+        (
+            lambda c: c["gated"].update(probe_images=129),
+            "gated.probe_images",
+            "129 test images asked for, but the test split of shapes has 128",
+        ),
+        (lambda c: c["pullback"].update(images=200), "pullback.images", "200 test images asked for"),
+        (
+            lambda c: c["pullback"].update(probe_images=300),
+            "pullback.probe_images",
+            "300 training images asked for, but the training split of shapes has 256; ask for at most 256 (data.val_size",
+        ),
+        (lambda c: c["symmetry"].update(images=1000), "symmetry.images", "1000 test images asked for"),
+    ],
+)
+def test_image_counts_and_gate_permutations_are_checked_at_plan_time(change, key, message):
+    errors = Plan(load("tests/configs/tiny.yaml", change)).errors()
+    assert any(error.startswith(f"config key {key}: ") and message in error for error in errors), errors
+    # the key the user set, and no other: an oversized similarity.samples is not reported under
+    # deqntk.reference.samples, which takes it when null
+    assert not any("deqntk.reference.samples" in error for error in errors), errors
+
+
+def test_image_counts_at_the_split_size_plan(tiny):
+    config = copy.deepcopy(tiny)
+    config["similarity"]["samples"] = 128
+    config["pullback"]["probe_images"] = 256
+    assert Plan(config).errors() == []

@@ -1,6 +1,8 @@
 """Representation similarity measures (paper section 5, appendix D.7): invariances, reference
 formulas, blocked and accumulated computations against one-shot ones, errors."""
 
+import math
+import warnings
 from itertools import permutations
 
 import numpy as np
@@ -601,3 +603,101 @@ def test_similarity_pair_names_the_member_and_site_of_a_constant_representation(
         similarity_pair(
             job, *paths, 0, {"samples": 48, "cka_measures": ["linear_cka"]}, procrustes=False, cka=True
         )
+
+
+# --- minimum samples and scale safety (issue 33) ------------------------------------------------
+
+from intertwine import similarity as _similarity  # noqa: E402
+
+
+def _pair(n, channels=6, positions=(), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, channels, *positions, generator=g, dtype=F64)
+    Y = X + 0.5 * torch.randn(n, channels, *positions, generator=g, dtype=F64)
+    return X, Y
+
+
+@pytest.mark.parametrize("measure", sorted(_similarity.MIN_SAMPLES))
+def test_each_measure_has_one_minimum_sample_count(measure):
+    """Below its minimum a measure is undefined or the same for any data: an error naming the
+    minimum, from the one-pair function and from ``pairwise`` alike; at the minimum, a value."""
+    need = _similarity.MIN_SAMPLES[measure]
+    assert need == (2 if "procrustes" in measure else 4 if "cka" in measure else 3)
+    X, Y = _pair(need - 1)
+    pattern = rf"{measure} needs at least {need} (samples|rows).*got N = {need - 1}"
+    if measure in ("svcca", "pwcca", "shape_angular", "shape_euclidean"):
+        pattern = rf"needs at least {need} samples \(inputs\), got N = {need - 1}"
+    with pytest.raises(ValueError, match=pattern):
+        _similarity.MEASURES[measure](X, Y)
+    with pytest.raises(ValueError, match=pattern):
+        _similarity.pairwise(measure, [X], [Y])
+    X, Y = _pair(need, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # SVCCA at N <= width
+        assert math.isfinite(_similarity.MEASURES[measure](X, Y))
+
+
+def test_procrustes_counts_rows_and_the_accumulators_enforce_the_minimum():
+    X, Y = _pair(1)
+    with pytest.raises(ValueError, match="orthogonal_procrustes needs at least 2 rows"):
+        orthogonal_procrustes(X, Y)  # one vector rotates onto any other: 1 for any data
+    acc = ProcrustesAccumulator().update(X, Y)
+    with pytest.raises(ValueError, match="grelu_procrustes needs at least 2 rows"):
+        acc.grelu()
+    X, Y = _pair(1, positions=(3, 3))  # one image: its positions are the rows
+    assert 0 < orthogonal_procrustes(X, Y) < 1
+    from intertwine.similarity import LinearCKAAccumulator
+
+    X, Y = _pair(3)
+    with pytest.raises(ValueError, match="linear_cka needs at least 4 samples"):
+        LinearCKAAccumulator().update(X[:2], Y[:2]).update(X[2:], Y[2:]).value()
+
+
+@pytest.mark.parametrize("scale", [1e-200, 1e200, 1e-300, 1e300])
+@pytest.mark.parametrize("measure", sorted(_similarity.MEASURES))
+def test_measures_are_right_at_extreme_scales(measure, scale):
+    """Rescaled before squaring: the value at scale 1e+-200 (and 1e+-300) is the value at 1 (the
+    euclidean shape distance scaled by it). Width 8 against 40 samples keeps CCA well posed (PWCCA
+    at widths whose subspaces must intersect has tied correlations of 1 and arbitrary weights)."""
+    X, Y = _pair(40, channels=4, positions=(2,))
+    f = _similarity.MEASURES[measure]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        expected = f(X, Y)
+        value = f(X * scale, Y * scale)
+    if measure == "shape_euclidean":
+        value /= scale
+    assert value == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert 0.05 < abs(expected)  # not a degenerate value that any scale would give
+
+
+@pytest.mark.parametrize("scales", [(1e200, 1e-200), (1e-150, 1.0)])
+def test_accumulators_and_pairwise_are_scale_safe(scales):
+    from intertwine.similarity import LinearCKAAccumulator
+
+    X, Y = _pair(40, positions=(2, 2))
+    sx, sy = scales
+    acc, lin = ProcrustesAccumulator(), LinearCKAAccumulator()
+    for start in range(0, 40, 7):
+        acc.update(X[start : start + 7] * sx, Y[start : start + 7] * sy)
+        lin.update(X[start : start + 7] * sx, Y[start : start + 7] * sy)
+    assert acc.grelu() == pytest.approx(grelu_procrustes(X, Y), rel=1e-12)
+    assert acc.orthogonal() == pytest.approx(orthogonal_procrustes(X, Y), rel=1e-12)
+    assert lin.value() == pytest.approx(linear_cka(X, Y), rel=1e-10)
+    for measure in ("linear_cka", "grelu_cka", "shape_angular"):
+        matrix = _similarity.pairwise(measure, [X * sx, X], [Y * sy])
+        assert matrix[0, 0] == pytest.approx(matrix[1, 0], rel=1e-10)
+
+
+def test_svcca_warns_when_samples_do_not_exceed_the_width():
+    from intertwine.alignment import pwcca, svcca
+
+    X, Y = _pair(20, channels=24)  # width 24 >= N = 20: saturates
+    with pytest.warns(RuntimeWarning, match=r"SVCCA on N = 20 samples of X, whose width .* is 24 >= N"):
+        svcca(X, Y)
+    with pytest.warns(RuntimeWarning, match="PWCCA on N = 20 samples"):
+        pwcca(X, Y)
+    X, Y = _pair(60, channels=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        svcca(X, Y)  # N well above the width: no warning

@@ -304,3 +304,68 @@ def test_job_takes_an_incomplete_training_block_and_eval_batch_size_apart(tiny_s
         train_member(job, "m", 0, SPEC, {"epochs": 1}, eval_batch_size=0)
     with pytest.raises(ValueError, match=r"config key zoo\.training\.epochs: 'two' is not of type 'integer'"):
         train_member(job, "m", 0, SPEC, {"epochs": "two"})
+
+
+# --- the data a checkpoint was trained on (issue 33) ---------------------------------------------
+
+
+def _other_cache(tmp_path, change):
+    from intertwine.data import build_dataset, write_dataset
+
+    block = {
+        "dataset": "shapes",
+        "val_size": 32,
+        "shapes": {"train_size": 160, "test_size": 64, "image_size": 16},
+    }
+    seed = change(block) or 0
+    splits, meta = build_dataset(block, seed=seed)
+    write_dataset(tmp_path / "other", splits, meta)
+    return tmp_path / "other"
+
+
+@pytest.mark.parametrize(
+    "change, differs",
+    [
+        (
+            lambda b: b["shapes"].update(image_size=12),
+            r"was trained on shapes at 16x16 .* holds shapes at 12x12",
+        ),
+        (
+            lambda b: b["shapes"].update(test_size=48),
+            r"was trained on .*\(test 64, .* holds shapes at 16x16 \(test 48",
+        ),
+        (
+            lambda b: 1,
+            r"was trained on shapes at 16x16 \(test 64, train 128, val 32; hash (\w+)\), but .*hash (?!\1)\w+\)",
+        ),
+    ],
+    ids=["image size", "split size", "other seed"],
+)
+def test_jobs_refuse_a_checkpoint_trained_on_other_data(tiny_shapes_dir, tmp_path, change, differs):
+    from intertwine.zoo import data_fingerprint, read_checkpoint
+
+    spec = {"arch": "c4gap", "width_multiplier": 0.0625}
+    checkpoint, _ = train_member(Job("cpu", tiny_shapes_dir), "m", 0, spec, {"epochs": 1})
+    path = tmp_path / "seed0.pt"
+    save_checkpoint(checkpoint, path)
+    assert read_checkpoint(path)["data"] == data_fingerprint(Job("cpu", tiny_shapes_dir).meta())
+    assert set(checkpoint["data"]) == {"dataset", "image_size", "sizes", "hash"}
+    Job("cpu", tiny_shapes_dir).model(path)  # its own data: accepted
+    other = _other_cache(tmp_path, change)
+    with pytest.raises(
+        ValueError, match=rf"seed0.pt {differs}.*Give the job the data cache the member was trained on"
+    ):
+        Job("cpu", other).model(path)
+
+
+def test_a_checkpoint_without_a_fingerprint_is_used_with_a_warning(tiny_shapes_dir, tmp_path):
+    spec = {"arch": "c4gap", "width_multiplier": 0.0625}
+    checkpoint, _ = train_member(Job("cpu", tiny_shapes_dir), "m", 0, spec, {"epochs": 1})
+    del checkpoint["data"]  # as written before checkpoints recorded their data
+    save_checkpoint(checkpoint, tmp_path / "old.pt")
+    logged = []
+    model, meta = Job("cpu", tiny_shapes_dir, 0, logged.append).model(tmp_path / "old.pt")
+    assert meta["seed"] == 0
+    assert len(logged) == 1 and re.match(
+        r"warning: .*old.pt records no data fingerprint .* retrain it", logged[0]
+    )

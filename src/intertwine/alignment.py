@@ -27,6 +27,7 @@ NaN.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from functools import partial
 from typing import Literal
@@ -66,22 +67,37 @@ _SCORES = ("angular", "euclidean")
 # ---------------------------------------------------------------------------
 
 
+#: The fewest samples CCA and the shape metrics are defined on (``similarity.MIN_SAMPLES``): N
+#: centred samples span at most N - 1 directions, so at N = 2 both representations are the same
+#: line, SVCCA and PWCCA 1 and the shape distances 0 for any data.
+MIN_SAMPLES = 3
+
+
 def _centred_svd(
     X: ArrayLike, which: str, measure: str, svd: bool = True
-) -> tuple[Tensor, Tensor, Tensor, int]:
+) -> tuple[Tensor, Tensor, Tensor, int, float]:
     """Thin SVD of the centred (N, D) features, numerically zero singular values dropped (with
-    ``svd=False``: the centred features themselves, then None, None, D).
+    ``svd=False``: the centred features themselves, then None, None, D, unit).
 
-    Returns (U, s, Vh, D): U (N, r) orthonormal basis of the centred column space, s (r,) its
-    singular values in decreasing order, Vh (r, D), r the numerical rank (numpy's ``matrix_rank``
-    tolerance s_max * max(N, D) * eps)."""
-    from intertwine.similarity import ConstantRepresentationError, _as_features
+    Returns (U, s, Vh, D, unit): U (N, r) orthonormal basis of the centred column space, s (r,)
+    its singular values in decreasing order in units of ``unit``, Vh (r, D), r the numerical rank
+    (numpy's ``matrix_rank`` tolerance s_max * max(N, D) * eps). ``unit`` is 1, or a power of two
+    the features were divided by where their squares would overflow or underflow (beyond about
+    1e+-77 in float64): rescaled before squaring, exactly."""
+    from intertwine.similarity import ConstantRepresentationError, _as_features, _pow2_scale, _rescaled
 
     F = _as_features(X, which)
     n = F.shape[0]
-    if n < 2:
-        raise ValueError(f"{measure} needs at least 2 samples, got N = {n} in {which}")
+    if n < MIN_SAMPLES:
+        raise ValueError(
+            f"{measure} needs at least {MIN_SAMPLES} samples (inputs), got N = {n} in {which}: N centred "
+            f"samples span N - 1 directions, so below {MIN_SAMPLES} it is the same for any data (see "
+            "similarity.MIN_SAMPLES); compare the representations of more inputs"
+        )
     F = F.reshape(n, -1).to(_F64)
+    rescaled = _rescaled(F)
+    unit = 1.0 if rescaled is F else _pow2_scale(float(F.abs().max()))
+    F = rescaled
     constant = ConstantRepresentationError(
         f"{which} is the same for each of its {n} samples (zero variance after centring), so "
         f"{measure} is undefined: it compares how two representations vary across inputs",
@@ -91,13 +107,28 @@ def _centred_svd(
         raise constant
     Fc = F - F.mean(0, keepdim=True)
     if not svd:
-        return Fc, None, None, Fc.shape[1]
+        return Fc, None, None, Fc.shape[1], unit
     U, s, Vh = torch.linalg.svd(Fc, full_matrices=False)
     tol = s[0] * max(Fc.shape) * torch.finfo(_F64).eps
     r = int((s > tol).sum())
     if r == 0:
         raise constant
-    return U[:, :r], s[:r], Vh[:r], Fc.shape[1]
+    return U[:, :r], s[:r], Vh[:r], Fc.shape[1], unit
+
+
+def _warn_saturation(measure: str, which: str, n: int, width: int, kept: int) -> None:
+    """A RuntimeWarning where CCA saturates: N centred samples span N - 1 directions, so a
+    representation whose kept directions are that many contains the other's, and every canonical
+    correlation is 1; as N falls towards the width the correlations creep up to it."""
+    if n <= width:
+        warnings.warn(
+            f"{measure} on N = {n} samples of {which}, whose width (features, C x positions) is {width} "
+            f">= N: {kept} directions kept of the at most {n - 1} that N centred samples span, so the "
+            "canonical correlations saturate towards 1 whatever the representations; use well more "
+            "samples than the width (or compare with CKA)",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
 
 def _check_same_n(px, py, measure: str) -> None:
@@ -161,12 +192,14 @@ def prepare_svcca(X: ArrayLike, variance: float = 0.99, *, name: str = "X") -> P
     -------
     PreparedSVCCA
     """
-    if not 0.0 < variance <= 1.0:
-        raise ValueError(f"variance must be in (0, 1], got {variance}")
-    U, s, _, _ = _centred_svd(X, name, "SVCCA")
+    real = isinstance(variance, (int, float, np.integer, np.floating)) and not isinstance(variance, bool)
+    if not real or not 0.0 < variance <= 1.0:
+        raise ValueError(f"variance must be a number in (0, 1], got {variance!r}")
+    U, s, _, width, _ = _centred_svd(X, name, "SVCCA")
     power = s.square()
     ratio = power.cumsum(0) / power.sum()
     k = min(int(torch.searchsorted(ratio, ratio.new_tensor(variance - 1e-12))) + 1, len(s))
+    _warn_saturation("SVCCA", name, U.shape[0], width, k)
     return PreparedSVCCA(U[:, :k], float(variance))
 
 
@@ -188,7 +221,7 @@ def svcca(X: ArrayLike, Y: ArrayLike, *, variance: float = 0.99) -> float:
     Parameters
     ----------
     X, Y : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
-        The same N >= 2 inputs through two networks; widths may differ.
+        The same N >= 3 inputs through two networks (``MIN_SAMPLES``); widths may differ.
     variance : float in (0, 1]
         See ``prepare_svcca``.
 
@@ -228,7 +261,8 @@ class PreparedPWCCA:
 def prepare_pwcca(X: ArrayLike, *, name: str = "X") -> PreparedPWCCA:
     """Per-representation part of ``pwcca``: centre, reduce to the numerical rank (an SVD).
     ``name`` ("X" or "Y") is how errors name the argument."""
-    U, s, Vh, _ = _centred_svd(X, name, "PWCCA")
+    U, s, Vh, width, _ = _centred_svd(X, name, "PWCCA")
+    _warn_saturation("PWCCA", name, U.shape[0], width, len(s))
     return PreparedPWCCA(U, s[:, None] * Vh)
 
 
@@ -261,7 +295,7 @@ def pwcca(X: ArrayLike, Y: ArrayLike) -> float:
     Parameters
     ----------
     X, Y : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
-        The same N >= 2 inputs through two networks; widths may differ.
+        The same N >= 3 inputs through two networks (``MIN_SAMPLES``); widths may differ.
 
     Returns
     -------
@@ -312,6 +346,11 @@ class PreparedShape:
     width: int
     alpha: float
     whiten: bool
+    #: ``scales`` are in units of ``unit`` (a power of two, 1 unless the features' squares would
+    #: overflow or underflow), ``lam_sum`` and ``new_var`` in units of ``ref`` squared (1, or the
+    #: largest clipped singular value where its square would overflow): rescaled before squaring.
+    unit: float = 1.0
+    ref: float = 1.0
 
 
 def _zero_eig_terms(alpha: float) -> tuple[float, float]:
@@ -339,23 +378,37 @@ def prepare_shape_metric(X: ArrayLike, alpha: float = 1.0, *, name: str = "X") -
     if alpha > 1 - _NETREP_EIGVAL_TOL:
         # No whitening: any factor G with G G' = Xc Xc' serves; the centred features themselves
         # where they are no wider than tall (no SVD), else U diag(s), N x r.
-        Fc, _, _, width = _centred_svd(X, name, "the shape metric", svd=False)
+        Fc, _, _, width, unit = _centred_svd(X, name, "the shape metric", svd=False)
         if width <= Fc.shape[0]:
             return PreparedShape(
-                Fc, torch.ones_like(Fc[0]), float(Fc.square().sum()), 1.0, width, alpha, False
+                Fc, torch.ones_like(Fc[0]), float(Fc.square().sum()), 1.0, width, alpha, False, unit
             )
-        U, s, _, width = _centred_svd(Fc, name, "the shape metric")
-        return PreparedShape(U, s, float(s.square().sum()), 1.0, width, alpha, False)
-    U, s, _, width = _centred_svd(X, name, "the shape metric")
-    lam = s.square().clamp_min(_NETREP_EIGVAL_TOL)
-    d = alpha + (1 - alpha) * lam.rsqrt()
+        U, s, _, width, more = _centred_svd(Fc, name, "the shape metric")
+        return PreparedShape(U, s, float(s.square().sum()), 1.0, width, alpha, False, unit * more)
+    U, s, _, width, unit = _centred_svd(X, name, "the shape metric")
     # Eigenvalues of Xc^T Xc: s_i^2 for the r kept directions, 0 for the other D - r.
     zero_lam, zero_var = _zero_eig_terms(alpha)
     nulls = width - len(s)
-    new_var = float((alpha**2 * lam + 2 * alpha * (1 - alpha) * lam.sqrt() + (1 - alpha) ** 2).sum())
-    new_var += nulls * zero_var
-    lam_sum = float(lam.sum()) + nulls * zero_lam
-    return PreparedShape(U, s * d, lam_sum, new_var, width, alpha, True)
+    if unit == 1.0:  # s^2 is representable
+        lam = s.square().clamp_min(_NETREP_EIGVAL_TOL)
+        d = alpha + (1 - alpha) * lam.rsqrt()
+        new_var = float((alpha**2 * lam + 2 * alpha * (1 - alpha) * lam.sqrt() + (1 - alpha) ** 2).sum())
+        new_var += nulls * zero_var
+        lam_sum = float(lam.sum()) + nulls * zero_lam
+        return PreparedShape(U, s * d, lam_sum, new_var, width, alpha, True)
+    # Features far from unit scale: the clipped eigenvalues' square roots sigma (in the data's
+    # units, as netrep clips them) are representable, their squares perhaps not, so the sums are
+    # taken relative to ref = max sigma.
+    sigma = (s * unit).clamp_min(_NETREP_EIGVAL_TOL**0.5)
+    ref = float(sigma.max())
+    rho = sigma / ref
+    d = alpha + (1 - alpha) / sigma
+    new_var = float(
+        (alpha**2 * rho.square() + 2 * alpha * (1 - alpha) * rho / ref + (1 - alpha) ** 2 / ref / ref).sum()
+    )
+    new_var += nulls * zero_var / ref / ref
+    lam_sum = float(rho.square().sum()) + nulls * zero_lam / ref / ref
+    return PreparedShape(U, s * d, lam_sum, new_var, width, alpha, True, unit, ref)
 
 
 def _whitened_gram_factor(p: PreparedShape, width: int) -> Tensor:
@@ -364,7 +417,7 @@ def _whitened_gram_factor(p: PreparedShape, width: int) -> Tensor:
         return p.basis * p.scales
     zero_lam, zero_var = _zero_eig_terms(p.alpha)
     pad = width - p.width
-    c = ((p.lam_sum + pad * zero_lam) / (p.new_var + pad * zero_var)) ** 0.5
+    c = ((p.lam_sum + pad * zero_lam / p.ref / p.ref) / (p.new_var + pad * zero_var / p.ref / p.ref)) ** 0.5
     return p.basis * (p.scales * c)
 
 
@@ -377,14 +430,27 @@ def compare_shape_metric(
     _check_same_n(px, py, "shape metric")
     if px.alpha != py.alpha:
         raise ValueError(f"X and Y were prepared with different alpha: {px.alpha} and {py.alpha}")
+    from intertwine.similarity import _pow2_scale, _rescaled
+
     width = max(px.width, py.width)
-    Gx, Gy = _whitened_gram_factor(px, width), _whitened_gram_factor(py, width)
+    factors = []
+    for p in (px, py):
+        # G in units of p.unit, rescaled once more where its products would over- or underflow.
+        G = _whitened_gram_factor(p, width)
+        rescaled = _rescaled(G)
+        factors.append((rescaled, p.unit * (1.0 if rescaled is G else _pow2_scale(float(G.abs().max())))))
+    (Gx, ux), (Gy, uy) = factors
     # max over orthogonal Q of <Xw Q, Yw> = nuclear norm of Xw^T Yw = nuclear norm of Gx^T Gy.
+    if score == "angular":  # invariant to the scale of either side
+        nuclear = torch.linalg.svdvals(Gx.T @ Gy).sum()
+        nx, ny = torch.linalg.norm(Gx), torch.linalg.norm(Gy)
+        return float(torch.arccos((nuclear / (nx * ny)).clamp(-1.0, 1.0)))
+    # In the units of the larger side: the smaller one's share may underflow, as it is negligible.
+    unit = max(ux, uy)
+    Gx, Gy = Gx * (ux / unit), Gy * (uy / unit)
     nuclear = torch.linalg.svdvals(Gx.T @ Gy).sum()
     nx, ny = torch.linalg.norm(Gx), torch.linalg.norm(Gy)
-    if score == "angular":
-        return float(torch.arccos((nuclear / (nx * ny)).clamp(-1.0, 1.0)))
-    return float((nx.square() + ny.square() - 2 * nuclear).clamp_min(0.0).sqrt())
+    return unit * float((nx.square() + ny.square() - 2 * nuclear).clamp_min(0.0).sqrt())
 
 
 def shape_metric(
@@ -409,7 +475,7 @@ def shape_metric(
     Parameters
     ----------
     X, Y : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
-        The same N >= 2 inputs through two networks; widths may differ.
+        The same N >= 3 inputs through two networks (``MIN_SAMPLES``); widths may differ.
     alpha : float in [0, 1]
         1: no whitening (only centring), the Procrustes shape metric; 0: full whitening, a
         CCA-like metric: the angular score is then arccos(sum_i rho_i / sqrt(r_x r_y)), rho_i the

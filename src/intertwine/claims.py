@@ -21,7 +21,10 @@ The decision rule (``judge``), the same throughout:
    chance of a false "reproduced" at 5 % without a correction). ``not reproduced``: any
    comparison lies on the other side after Holm's correction over all of the claim's comparisons
    (a union of chances to refute, so their number counts). ``inconclusive`` otherwise (one unit
-   gives no interval). A claim whose table is absent reads ``not run``. Exact claims (identities)
+   gives no interval). A claim whose table is absent reads ``not run``. A NaN in a table's column
+   of evidence (``EVIDENCE``) is a failed measurement, no evidence: its rows are left out before
+   units are counted (the evidence says how many), and a claim left with none reads
+   ``inconclusive`` ("no evidence"), never a verdict. Exact claims (identities)
    compare a maximum error with a tolerance instead.
 
 No file I/O here: the ``claims`` job reads the tables and writes the scorecard.
@@ -855,12 +858,24 @@ def scorecard(
     ``gated_findings`` the gated-networks stage's findings (None when not configured), one claim
     each. ``reading`` is the verdict with the run's scale where the zoo trained far below the
     paper's budget ("not reproduced at 4 of 50 epochs")."""
+    missing = [key for key in SETTINGS_KEYS if key not in settings]
+    if missing:
+        raise ValueError(
+            f"the scorecard's settings lack {missing}: give the run's settings as the plan makes them "
+            "(Plan.claims_settings; the claims rule passes them as --settings)"
+        )
+    unknown = sorted(set(tables) - set(EVIDENCE))
+    if unknown:
+        raise ValueError(
+            f"unknown table {unknown[0]!r} given to the scorecard; the tables are {', '.join(EVIDENCE)} "
+            "(gated_findings apart)"
+        )
     rows = []
     for claim in CLAIMS:
         if not all(name in tables for name in claim.tables if name != "zoo"):
             result = _not_run(f"its stage is not in the config (needs {', '.join(claim.tables)})")
         else:
-            result = claim.test(tables, settings)
+            result = _test(claim, tables, settings)
         rows.append(
             {
                 "claim": claim.claim,
@@ -927,6 +942,81 @@ def scorecard(
     return pd.concat([table[table["kind"] == "paper"], table[table["kind"] != "paper"]], ignore_index=True)
 
 
+#: The run's settings the claims and the mode column read (``Plan.claims_settings`` holds more).
+SETTINGS_KEYS = (
+    "myrtle_variants",
+    "residual_variants",
+    "relu_similarity_variants",
+    "residual_activation",
+    "leaky_slopes",
+    "batch_norm",
+    "rotation_variants",
+    "rotation_activation",
+    "select_on",
+    "stitching_init",
+    "stitching_optimizer",
+    "stitching_momentum",
+    "stitching_permutation_update",
+    "stitching_batch_norm_refresh",
+)
+
+#: Per table the scorecard reads, its column of evidence: a row whose value there is NaN is no
+#: evidence (a failed measurement), left out before any claim counts units or reaches a verdict.
+EVIDENCE = {
+    "zoo": None,
+    "symmetry": "relative_change",
+    "rotation": "penalty",
+    "stitching": "penalty",
+    "similarity": "value",
+    "dissection": "fraction_interpretable",
+    "pullback_symmetry": "cos_min",
+    "deqntk": "test_acc",
+}
+
+
+def _test(claim: Claim, tables: dict[str, pd.DataFrame], settings: dict) -> Result:
+    """``claim.test`` on the tables with their NaN evidence left out: a claim whose every row of
+    evidence is NaN reads inconclusive ("no evidence"), never a verdict on NaN; a table that lacks
+    a column the claim reads is an error naming the table and the column."""
+    given, dropped = dict(tables), []
+    for name in claim.tables:
+        column = EVIDENCE.get(name)
+        if column is None or name not in tables:
+            continue
+        table = tables[name]
+        if column not in table.columns:
+            raise ValueError(
+                f"table {name!r} has no column {column!r} (claim {claim.claim} reads it): it was written by "
+                "another stage or an older version; rerun its table job"
+            )
+        values = pd.to_numeric(table[column], errors="coerce")
+        missing = int(values.isna().sum())
+        if missing == len(table) and len(table):
+            return Result(
+                "no evidence",
+                "inconclusive",
+                f"no evidence: every one of the {len(table)} rows of table {name!r} has NaN {column} "
+                "(failed measurements, not a finding)",
+                f"0 of {len(table)} rows with a value",
+            )
+        if missing:
+            given[name] = table[values.notna()]
+            dropped.append(
+                f"{missing} of {len(table)} rows of {name} with NaN {column} left out (no evidence)"
+            )
+    try:
+        result = claim.test(given, settings)
+    except KeyError as err:
+        names = ", ".join(name for name in claim.tables if name in tables)
+        raise ValueError(
+            f"claim {claim.claim} reads column {err} that its table ({names}) lacks: it was written by "
+            "another stage or an older version; rerun its table job"
+        ) from None
+    if dropped:
+        result = Result(result.ours, result.verdict, f"{result.evidence}; {'; '.join(dropped)}", result.units)
+    return result
+
+
 def _reading(verdict: str, budget: str) -> str:
     return (
         f"{verdict} {budget}"
@@ -942,7 +1032,7 @@ DECISION_RULE = (
     "Reproduced: every comparison the claim needs lies on the claimed side (needing all of them keeps a "
     "false reproduced at 5 % without correction). Not reproduced: any comparison lies on the other side "
     "after Holm's correction over the claim's comparisons. Inconclusive: otherwise (one unit gives no "
-    "interval). Not run: its stage is not in the config. A verdict reached far below the paper's "
+    "interval; a NaN value, a failed measurement, is no evidence and counts as no unit). Not run: its stage is not in the config. A verdict reached far below the paper's "
     "training budget says so."
 )
 

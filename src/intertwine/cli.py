@@ -10,6 +10,7 @@ can be rerun by hand from the command its log prints.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import re
 import shlex
@@ -68,6 +69,25 @@ def _seed_range(text: str) -> list[int]:
     if not seeds or seeds[0] < 0:
         raise argparse.ArgumentTypeError(f"expected 0 <= first <= last, got {text!r}")
     return seeds
+
+
+def _claims_table(text: str) -> tuple[str, str]:
+    """A claims table as NAME=PATH: (name, path), the name one the scorecard reads."""
+    from intertwine.tables import CLAIMS_SCHEMAS
+
+    name, equals, path = text.partition("=")
+    if not equals or not name or not path:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=PATH (e.g. rotation=results/tables/rotation.parquet), got {text!r}"
+        )
+    if name not in CLAIMS_SCHEMAS:
+        close = difflib.get_close_matches(name, CLAIMS_SCHEMAS, n=1)
+        raise argparse.ArgumentTypeError(
+            f"unknown table {name!r}"
+            + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f"; the tables are {', '.join(CLAIMS_SCHEMAS)}"
+        )
+    return name, path
 
 
 def _integer(minimum: int):
@@ -226,13 +246,29 @@ def cmd_claims(args) -> None:
     import pandas as pd
 
     from intertwine.claims import as_rst, scorecard
-    from intertwine.tables import write_csv
+    from intertwine.tables import CLAIMS_SCHEMAS, GATED_FINDINGS_COLUMNS, read_parquet, write_csv
     from intertwine.utils import atomic_path
 
+    names = [name for name, _ in args.table]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"--table {twice[0]}= is given twice; give each table once")
     tables = {}
-    for item in args.table:
-        name, _, path = item.partition("=")
-        tables[name] = pd.read_csv(path) if path.endswith(".csv") else pd.read_parquet(path)
+    for name, path in args.table:
+        schema = CLAIMS_SCHEMAS[name]
+        try:
+            if schema is None:
+                tables[name] = pd.read_csv(path)
+                missing = [c for c in GATED_FINDINGS_COLUMNS if c not in tables[name].columns]
+                if missing:
+                    raise ValueError(
+                        f"{path}: does not have the table's columns (missing {missing}); it was written by "
+                        "another stage or an older version: delete it and rerun its job"
+                    )
+            else:
+                tables[name] = read_parquet([path], schema)
+        except ValueError as err:
+            raise ValueError(f"--table {name}: {err}") from None
     findings = tables.pop("gated_findings", None)
     card = scorecard(tables, args.settings, findings)
     write_csv(card, args.out)
@@ -938,6 +974,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=PATH",
+        type=_claims_table,
         help="a stage's table (zoo, symmetry, rotation, stitching, similarity, dissection, gated_findings, "
         "pullback_symmetry, deqntk); a claim whose table is not given reads `not run`",
     )

@@ -31,6 +31,7 @@ from __future__ import annotations
 import io
 import math
 import time
+import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -45,6 +46,7 @@ from intertwine.utils import atomic_path
 __all__ = [
     "Block",
     "assemble",
+    "check_blocks",
     "depth_sweep",
     "draw",
     "gram_block",
@@ -82,7 +84,10 @@ def draw(n: int, size: int, generator: torch.Generator, what: str = "images") ->
 
 
 class Block(NamedTuple):
-    """Rows [start, stop) of the Gram's ``part`` ("train" or "test"), columns [column, N)."""
+    """Rows [start, stop) of the Gram's ``part`` ("train" or "test"), columns [column, N), of
+    the Gram of ``n_train`` = N training and ``n_test`` test images at ``variances``
+    (sigma_w2, sigma_u2, sigma_b2): a block records the setting and sizes of its Gram, so that
+    blocks of another Gram are refused (``check_blocks``)."""
 
     part: str
     start: int
@@ -92,6 +97,9 @@ class Block(NamedTuple):
     iterations: int
     residual: float
     seconds: float
+    variances: tuple[float, float, float]
+    n_train: int
+    n_test: int
 
 
 def gram_block(
@@ -117,7 +125,19 @@ def gram_block(
     gram, iterations, residual = deq.deq_ntk(
         rows[start:stop], x_train[column:], sigma_w2=w, sigma_u2=u, sigma_b2=b, tol=tol
     )
-    return Block(part, start, stop, column, gram, iterations, residual, time.perf_counter() - started)
+    return Block(
+        part,
+        start,
+        stop,
+        column,
+        gram,
+        iterations,
+        residual,
+        time.perf_counter() - started,
+        tuple(float(v) for v in variances),
+        len(x_train),
+        len(x_test),
+    )
 
 
 def save_block(block: Block, path: str | Path) -> None:
@@ -131,16 +151,25 @@ def save_block(block: Block, path: str | Path) -> None:
         iterations=np.array(block.iterations),
         residual=np.array(block.residual),
         seconds=np.array(block.seconds),
+        variances=np.array(block.variances, dtype=np.float64),
+        sizes=np.array([block.n_train, block.n_test]),
     )
     with atomic_path(path) as tmp:
         Path(tmp).write_bytes(buffer.getvalue())
 
 
 def load_block(path: str | Path) -> Block:
-    """A block written by :func:`save_block`; a damaged or foreign file is an error naming it."""
+    """A block written by :func:`save_block`; a damaged or foreign file, or one written before
+    blocks recorded their variances and sizes, is an error naming it."""
     try:
         with np.load(path) as f:
+            if "variances" not in f.files or "sizes" not in f.files:
+                raise ValueError(
+                    f"{path}: a Gram block that records no variance setting or sizes (written by an "
+                    "older version, or not a block of this stage); delete it and rerun its deqntk_gram job"
+                )
             start, stop, column = (int(v) for v in f["rows"])
+            n_train, n_test = (int(v) for v in f["sizes"])
             block = Block(
                 str(f["part"]),
                 start,
@@ -150,14 +179,67 @@ def load_block(path: str | Path) -> Block:
                 int(f["iterations"]),
                 float(f["residual"]),
                 float(f["seconds"]),
+                tuple(float(v) for v in f["variances"]),
+                n_train,
+                n_test,
             )
-    except (OSError, KeyError, ValueError, EOFError) as err:
+    except FileNotFoundError:
+        raise
+    except ValueError as err:
+        if str(err).startswith(f"{path}: "):
+            raise
         raise ValueError(
             f"{path}: not a readable Gram block ({err}); delete it and rerun its deqntk_gram job"
         ) from None
-    if block.part not in ("train", "test") or block.gram.shape[0] != stop - start:
+    except (OSError, KeyError, EOFError, TypeError, zipfile.BadZipFile) as err:
+        raise ValueError(
+            f"{path}: not a readable Gram block ({type(err).__name__}: {err}); delete it and rerun its "
+            "deqntk_gram job"
+        ) from None
+    if (
+        block.part not in ("train", "test")
+        or block.gram.ndim != 2
+        or block.gram.shape[0] != stop - start
+        or len(block.variances) != 3
+    ):
         raise ValueError(f"{path}: not a Gram block of this stage; delete it and rerun its deqntk_gram job")
     return block
+
+
+def check_blocks(
+    blocks: list[Block], names: list[str], variances: tuple[float, float, float], n_train: int, n_test: int
+) -> None:
+    """ValueError naming the first block (``names``: its file) that belongs to another Gram than
+    the one of ``variances`` with at least ``n_train`` training columns and ``n_test`` test rows,
+    or that disagrees with the first block on the Gram's sizes."""
+    if not blocks:
+        raise ValueError("no Gram blocks given; give every block of one Gram (deqntk-gram's outputs)")
+    first = blocks[0]
+    for block, name in zip(blocks, names):
+        if not all(
+            math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15) for a, b in zip(block.variances, variances)
+        ):
+            raise ValueError(
+                f"{name} is a block of the Gram at {variances_name(block.variances)}, not at "
+                f"{variances_name(variances)}: give only the blocks of one variance setting (rerun its "
+                "deqntk_gram jobs if it is in the wrong place)"
+            )
+        if (block.n_train, block.n_test) != (first.n_train, first.n_test):
+            raise ValueError(
+                f"{name} is a block of a Gram of {block.n_train} training and {block.n_test} test images, "
+                f"but {names[0]} of one of {first.n_train} and {first.n_test}: the blocks come from two "
+                "configs; delete the stale ones and rerun their deqntk_gram jobs"
+            )
+    if first.n_train < n_train:
+        raise ValueError(
+            f"the blocks ({names[0]}, ...) hold a Gram of {first.n_train} training images, fewer than the "
+            f"{n_train} asked for; rerun the deqntk_gram jobs with --n-train {n_train} or more"
+        )
+    if first.n_test != n_test:
+        raise ValueError(
+            f"the blocks ({names[0]}, ...) hold {first.n_test} test rows, but n_test is {n_test}: they belong "
+            "to another config; rerun their deqntk_gram jobs"
+        )
 
 
 def _tiles(blocks: list[Block], n: int, what: str) -> None:

@@ -38,6 +38,7 @@ def npk_inputs(model: nn.Module, x: Tensor) -> dict:
     network's gates in its layers' order (a gated network's ``gate_perm`` applied; a plain ReLU
     network's own 1{pre-activation > 0}), its input, and the selections of its max-pools (a gated
     network's gated max-pools; a plain network's max-pools select by its own activations)."""
+    models.check_input(model, x, "npk_inputs")
     with torch.no_grad():
         if isinstance(model, GatedNet):
             gates, selections, final = model.gating(x)

@@ -75,8 +75,8 @@ def _cut_sites(spec_json: str) -> tuple:
 def gram_layout(n_train: int, n_test: int, block_rows: int) -> list[tuple[str, int, int]]:
     """The DEQ-NTK accuracy study's Gram, rows [train; test], cut into jobs: (part, start, stop)
     for the training rows, then the test rows, each every ``block_rows`` rows."""
-    if block_rows < 1:
-        raise ValueError(f"block_rows must be at least 1, got {block_rows}")
+    if isinstance(block_rows, bool) or not isinstance(block_rows, int) or block_rows < 1:
+        raise ValueError(f"block_rows must be an integer of at least 1, got {block_rows!r}")
     return [
         (part, start, min(start + block_rows, n))
         for part, n in (("train", n_train), ("test", n_test))
@@ -968,6 +968,15 @@ class Plan:
         subset("zoo.seeds_per_variant", self.zoo["seeds_per_variant"], self.variants)
         subset("zoo.pack_size_per_variant", self.zoo["pack_size_per_variant"], self.variants)
         for variant in self.variants:
+            # A gate permutation's length and shapes are checked where the network is built: at
+            # plan time, not in the first training job.
+            if (self.spec(variant).get("gated") or {}).get("gate_perm") is not None:
+                try:
+                    self.variant_sites(variant)
+                except ValueError as err:
+                    errors.append(f"config key zoo.variants.{variant}: {err}")
+        errors += self._image_count_errors()
+        for variant in self.variants:
             gated = self.spec(variant).get("gated")
             if gated is None or gated["regime"] != "fl":
                 continue
@@ -1089,6 +1098,31 @@ class Plan:
             )
         return errors
 
+    def _image_count_errors(self) -> list[str]:
+        """Image counts the data set's splits must hold, each under the key the user set: a job
+        takes the first n images of a split and would otherwise take fewer without a word."""
+        train_size, test_size = self.dataset_sizes()
+        train_split = train_size - self.config["data"]["val_size"]
+        dataset = self.config["data"]["dataset"]
+        checks = []
+        if self.symmetry["seeds"]:
+            checks.append(("symmetry.images", self.symmetry["images"], test_size, "test"))
+        if self.similarity["variants"]:
+            checks.append(("similarity.samples", self.similarity["samples"], test_size, "test"))
+        if self.gated["variants"]:
+            checks.append(("gated.probe_images", self.gated["probe_images"], test_size, "test"))
+        if self.pullback["variants"]:
+            checks.append(("pullback.images", self.pullback["images"], test_size, "test"))
+            checks.append(("pullback.probe_images", self.pullback["probe_images"], train_split, "training"))
+        return [
+            f"config key {key}: {n} {what} images asked for, but the {what} split of {dataset} has "
+            f"{available}; ask for at most {available}"
+            + (" (or null for the whole split)" if key == "similarity.samples" else "")
+            + (" (data.val_size of the training images are held out)" if what == "training" else "")
+            for key, n, available, what in checks
+            if n is not None and n > available
+        ]
+
     def _deqntk_errors(self) -> list[str]:
         """The DEQ-NTK stage's cross-checks: variance settings that sum to 1 (sigma_w2 < 1 for the
         equilibrium), image counts the data set has, reference variants the zoo trains."""
@@ -1144,7 +1178,8 @@ class Plan:
                     self.members("deqntk.reference.seeds", variant, reference["seeds"])
                 except ConfigError as err:
                     errors.append(str(err))
-            samples = self.deqntk_block("reference")["reference_samples"]
+            # Only as set: a null takes similarity.samples, which is checked under its own key.
+            samples = reference["samples"]
             if samples is not None:
                 images("deqntk.reference.samples", samples, test_size, "test")
         return errors

@@ -34,7 +34,13 @@ tensor that requires grad, return a float64 0-d tensor carrying the graph (a tra
 otherwise every measure returns a float.
 
 All CKAs use the unbiased HSIC_1 estimator (Song et al. 2012; Nguyen, Raghu & Kornblith 2021,
-eq. 3), so they need N >= 4 and can be slightly negative for unrelated representations.
+eq. 3), so they need N >= 4 and can be slightly negative for unrelated representations. Every
+measure's minimum N, and why, is ``MIN_SAMPLES``.
+
+Scale: every measure divides a representation whose entries would overflow or underflow once
+squared (beyond about 1e+-77 in float64, 1e+-9 in float32) by a power of two before it squares
+anything (exact; the measures are invariant to the scale, and the euclidean shape distance is
+scaled back), so values at 1e-200 and 1e+200 are those at 1.
 
 Constant representations: a representation that is the same for every one of its N samples (zero
 variance over the inputs, e.g. a layer whose units are all dead on them; with one sample, an
@@ -74,6 +80,7 @@ __all__ = [
     "DISTANCES",
     "LinearCKAAccumulator",
     "MEASURES",
+    "MIN_SAMPLES",
     "PROCRUSTES_MEASURES",
     "cka_kernel",
     "kernel_cka",
@@ -118,6 +125,8 @@ def _as_features(X: ArrayLike, name: str, graph: bool = False) -> Tensor:
     """Floating tensor of shape (N, C, P), P the number of spatial positions (1 if none); detached
     unless ``graph``."""
     X = X if isinstance(X, Tensor) else torch.as_tensor(np.asarray(X))
+    if X.is_meta:
+        raise ValueError(f"{name} is a meta tensor (a shape without data); pass the actual activations")
     X = X if graph else X.detach()
     if X.ndim < 2 or X.shape[0] < 1 or X.shape[1] < 1:
         raise ValueError(
@@ -170,20 +179,93 @@ def _require_variation(X: Tensor, which: str, measure: str) -> None:
         raise ConstantRepresentationError(_constant_message(which, X.shape[0], measure), which)
 
 
+#: The fewest samples (inputs, the first axis) each measure is defined on, from its estimator:
+#: the CKAs' unbiased HSIC_1 divides by N (N - 3), so N >= 4; CCA and the shape metrics centre the
+#: features, and N centred samples span at most N - 1 directions: at N = 2 both representations
+#: are the same line and SVCCA and PWCCA are 1 and the shape distances 0 for any data, so N >= 3;
+#: Procrustes does not centre and compares the rows of the (N x positions, C) matrices, so it
+#: counts rows: one row of each is two vectors one rotation (or, per channel, one normalisation)
+#: apart, 1 for any data, so N x positions >= 2 (N >= 2 for features without positions; one
+#: image with its spatial positions is allowed). Every entry point (one-shot, ``pairwise``, the
+#: accumulators, ``compare_models``) enforces it with the same message.
+MIN_SAMPLES = {
+    "grelu_procrustes": 2,
+    "orthogonal_procrustes": 2,
+    "grelu_cka": 4,
+    "linear_cka": 4,
+    "laplace_cka": 4,
+    "rbf_cka": 4,
+    "channel_normalized_linear_cka": 4,
+    "gate_cka": 4,
+    "svcca": 3,
+    "pwcca": 3,
+    "shape_angular": 3,
+    "shape_euclidean": 3,
+}
+
+
+def too_few_samples(measure: str, n: int, positions: int = 1) -> str | None:
+    """Why ``measure`` is undefined on ``n`` samples (``MIN_SAMPLES``; of ``positions`` spatial
+    positions each, which count for Procrustes), or None when it is defined."""
+    need = MIN_SAMPLES[measure]
+    procrustes = measure in ("grelu_procrustes", "orthogonal_procrustes")
+    if (n * positions if procrustes else n) >= need:
+        return None
+    what = "rows (samples x spatial positions)" if procrustes else "samples (inputs)"
+    return (
+        f"{measure} needs at least {need} {what}, got N = {n}"
+        + (f" x {positions}" if procrustes and positions > 1 else "")
+        + f": below that it is {'undefined' if need == 4 else 'the same for any data'} (see "
+        "similarity.MIN_SAMPLES); compare the representations of more inputs"
+    )
+
+
+def _pow2_scale(top: float) -> float:
+    """A power of two near ``top`` (> 0): dividing by it is exact."""
+    return 2.0 ** math.floor(math.log2(top)) if top >= 2.0**-1000 else 2.0**-1000
+
+
+def _safe_bound(dtype: torch.dtype, degree: int) -> float:
+    """Entries within [1 / bound, bound] keep sums of products of ``degree`` of them finite and
+    nonzero in ``dtype`` (a margin for sums over many terms)."""
+    return 2.0 ** (math.ceil(math.log2(torch.finfo(dtype).max)) // (2 * degree))
+
+
+def _rescaled(X: Tensor, degree: int = 2) -> Tensor:
+    """X divided by a power of two near its largest |entry| when that lies outside the range
+    where products of ``degree`` entries neither overflow nor underflow (beyond about 1e+-77 for
+    squares in float64, 1e+-9 in float32); X itself otherwise. Exact (a power of two), so a
+    measure invariant to the scale of a representation is unchanged; used by every measure before
+    it squares anything ("rescale before squaring")."""
+    top = float(X.detach().abs().max()) if X.numel() else 0.0
+    bound = _safe_bound(X.dtype, degree)
+    if top == 0 or not math.isfinite(top) or 1 / bound <= top <= bound:
+        return X
+    scale = _pow2_scale(top)
+    return X * (1 / math.sqrt(scale)) * (1 / math.sqrt(scale)) if scale < 2.0**-1000 else X / scale
+
+
 def _check_pair(
-    X: ArrayLike, Y: ArrayLike, min_samples: int, measure: str, graph: bool = False
+    X: ArrayLike, Y: ArrayLike, min_samples: int, measure: str, graph: bool = False, rescale: bool = True
 ) -> tuple[Tensor, Tensor]:
+    """X and Y as (N, C, P) features of one dtype and device, checked: the same N, at least
+    ``MIN_SAMPLES[measure]`` of them (unchecked with ``min_samples`` 1: an accumulator's batch); each rescaled by a power of two when its entries
+    would overflow or underflow once squared (``_rescaled``; not with ``rescale=False``, for
+    accumulators, which keep one scale over their batches)."""
     X, Y = _as_features(X, "X", graph), _as_features(Y, "Y", graph)
     if X.shape[0] != Y.shape[0]:
         raise ValueError(
             f"X and Y must hold the same samples (first axis), got N = {X.shape[0]} and N = {Y.shape[0]}"
         )
-    if X.shape[0] < min_samples:
-        raise ValueError(f"{measure} needs at least {min_samples} samples, got N = {X.shape[0]}")
+    if min_samples > 1 and too_few_samples(measure, X.shape[0], X.shape[2]):
+        raise ValueError(too_few_samples(measure, X.shape[0], X.shape[2]))
     if X.device != Y.device:
         raise ValueError(f"X and Y must be on the same device, got {X.device} and {Y.device}")
     dtype = torch.promote_types(X.dtype, Y.dtype)
-    return X.to(dtype), Y.to(dtype)
+    X, Y = X.to(dtype), Y.to(dtype)
+    if rescale:
+        X, Y = _rescaled(X), _rescaled(Y)
+    return X, Y
 
 
 def _normalize_channels_(X: Tensor, center: bool, channel_axis: int = 1) -> Tensor:
@@ -233,8 +315,15 @@ def _flatten_centered(X: Tensor) -> Tensor:
 # ---------------------------------------------------------------------------
 
 
+def _check_max_bytes(max_bytes) -> int:
+    """``max_bytes``, a memory budget: an integer >= 1 (a ValueError otherwise)."""
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, (int, np.integer)) or max_bytes < 1:
+        raise ValueError(f"max_bytes must be an integer number of bytes >= 1, got {max_bytes!r}")
+    return int(max_bytes)
+
+
 def _rows_per_block(n_cols: int, bytes_per_entry: int, max_bytes: int) -> int:
-    return max(1, max_bytes // max(1, n_cols * bytes_per_entry))
+    return max(1, _check_max_bytes(max_bytes) // max(1, n_cols * bytes_per_entry))
 
 
 def _offdiagonal_row_sums(K: Tensor, rows: int) -> Tensor:
@@ -279,6 +368,8 @@ def _hsic_triple(K: Tensor, L: Tensor, max_bytes: int) -> tuple[Tensor, Tensor, 
 
 def _as_kernel(K: ArrayLike, name: str, graph: bool = False) -> Tensor:
     K = K if isinstance(K, Tensor) else torch.as_tensor(np.asarray(K))
+    if K.is_meta:
+        raise ValueError(f"{name} is a meta tensor (a shape without data); pass the actual kernel")
     K = K if graph else K.detach()
     if not K.is_floating_point():
         K = K.to(_F64)
@@ -346,6 +437,7 @@ def _cka_from_hsic(kl: Tensor, kk: Tensor, ll: Tensor, scale_k: float, scale_l: 
 
 def _max_kernel_blocks(n: int, c: int, itemsize: int, max_bytes: int) -> tuple[int, int]:
     """(rows, channels) per block so that a (channels, rows, n) block fits in max_bytes."""
+    max_bytes = _check_max_bytes(max_bytes)
     per_row = c * n * itemsize
     if per_row <= max_bytes:
         return min(n, max_bytes // per_row), c
@@ -581,10 +673,20 @@ class ProcrustesAccumulator:
         self._optimum: dict | None = None  # the minimisers, fixed by the first refine()
         self._residuals: dict[str, Tensor] = {}
         self._refined = 0
+        self._scales: tuple[float, float] | None = None  # each side's divisor, set by the first batch
 
     def _batch(self, x: ArrayLike, y: ArrayLike) -> tuple[Tensor, Tensor, bool]:
         graph = _tracks_graph(x, y)
-        x, y = _check_pair(x, y, 1, "Procrustes", graph)
+        x, y = _check_pair(x, y, 1, "Procrustes", graph, rescale=False)
+        # Rescale before squaring: both measures are invariant to the scale of either side, so
+        # each side is divided by one power of two for every batch (the first batch's, where its
+        # entries would overflow or underflow once squared; exact).
+        if self._scales is None:
+            self._scales = tuple(
+                1.0 if _rescaled(z) is z else _pow2_scale(float(z.detach().abs().max())) for z in (x, y)
+            )
+        if self._scales != (1.0, 1.0):
+            x, y = x / self._scales[0], y / self._scales[1]
         if x.shape[2] != y.shape[2]:
             raise ValueError(
                 f"Procrustes pairs spatial positions, so X and Y need the same number "
@@ -630,6 +732,8 @@ class ProcrustesAccumulator:
     def _state(self, measure: str) -> tuple[Tensor, Tensor, Tensor]:
         if self.cross is None:
             raise ValueError("no batches accumulated yet: call update(x, y) first")
+        if too_few_samples(measure, self.n_samples, self._positions):
+            raise ValueError(too_few_samples(measure, self.n_samples, self._positions))
         which = self.constant()
         if which:
             raise ConstantRepresentationError(_constant_message(which, self.n_samples, measure), which)
@@ -743,7 +847,7 @@ def _procrustes(X: Tensor, Y: Tensor, max_bytes: int, measure: str) -> Tensor | 
     """``measure`` of X and Y accumulated over sample batches whose float64 copies stay within
     max_bytes; a second pass where the distance is small enough for the closed form to lose digits."""
     per_sample = (X[0].numel() + Y[0].numel()) * 8
-    batch = max(1, max_bytes // per_sample)
+    batch = max(1, _check_max_bytes(max_bytes) // per_sample)
     starts = range(0, X.shape[0], batch)
     acc = ProcrustesAccumulator()
     for start in starts:
@@ -774,7 +878,7 @@ def grelu_procrustes(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX
     grad it returns a float64 0-d tensor carrying the graph; otherwise a float.
     """
     graph = _tracks_graph(X, Y)
-    X, Y = _check_pair(X, Y, 1, "grelu_procrustes", graph)
+    X, Y = _check_pair(X, Y, 2, "grelu_procrustes", graph)
     if X.shape[1] != Y.shape[1]:
         raise ValueError(
             f"grelu_procrustes matches channels one to one, so X and Y need the same "
@@ -803,7 +907,7 @@ def orthogonal_procrustes(
     tensor that requires grad it returns a float64 0-d tensor carrying the graph; otherwise a float.
     """
     graph = _tracks_graph(X, Y)
-    X, Y = _check_pair(X, Y, 1, "orthogonal_procrustes", graph)
+    X, Y = _check_pair(X, Y, 2, "orthogonal_procrustes", graph)
     return _procrustes(X, Y, max_bytes, "orthogonal_procrustes")
 
 
@@ -828,7 +932,7 @@ def grelu_cka(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES)
     normalised channel-major copy of one input at a time and a product block of at most
     ``max_bytes``.
     """
-    X, Y = _check_pair(X, Y, 4, "CKA")
+    X, Y = _check_pair(X, Y, 4, "grelu_cka")
     _require_variation(X, "X", "grelu_cka"), _require_variation(Y, "Y", "grelu_cka")
     kernels = []
     for Z in (X, Y):
@@ -871,7 +975,7 @@ def gate_cka(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) 
     Invariance group: G_ReLU on the channels of either argument (and any map that keeps each
     unit's sign pattern); not orthogonal maps. Symmetric in X, Y.
     """
-    X, Y = _check_pair(X, Y, 4, "CKA")
+    X, Y = _check_pair(X, Y, 4, "gate_cka")
     GX, GY = _gates(X), _gates(Y)
     _require_variation(GX, "X", "gate_cka"), _require_variation(GY, "Y", "gate_cka")
     return float(_linear_cka(GX, GY, "auto", max_bytes))
@@ -918,7 +1022,7 @@ def linear_cka(
     graph (a training loss); otherwise a float.
     """
     graph = _tracks_graph(X, Y)
-    X, Y = _check_pair(X, Y, 4, "CKA", graph)
+    X, Y = _check_pair(X, Y, 4, "linear_cka", graph)
     _require_variation(X, "X", "linear_cka"), _require_variation(Y, "Y", "linear_cka")
     return _result(_linear_cka(X, Y, method, max_bytes), graph)
 
@@ -936,7 +1040,7 @@ def channel_normalized_linear_cka(
     Invariance group: per-channel translations and G_ReLU (indeed any monomial matrix) on the
     channels, isotropic scaling; unlike ``linear_cka`` not O(C). Symmetric in X, Y.
     """
-    X, Y = _check_pair(X, Y, 4, "CKA")
+    X, Y = _check_pair(X, Y, 4, "channel_normalized_linear_cka")
     for Z, which in ((X, "X"), (Y, "Y")):
         _require_variation(Z, which, "channel_normalized_linear_cka")
     return float(_linear_cka(_channel_normalize(X, True), _channel_normalize(Y, True), method, max_bytes))
@@ -961,7 +1065,7 @@ def laplace_cka(
     removes the scales, the L1 norm ignores the order of coordinates; also channel sign flips),
     of either argument. Symmetric in X, Y.
     """
-    X, Y = _check_pair(X, Y, 4, "CKA")
+    X, Y = _check_pair(X, Y, 4, "laplace_cka")
     _require_variation(X, "X", "laplace_cka"), _require_variation(Y, "Y", "laplace_cka")
     bx, by = bandwidth if isinstance(bandwidth, tuple) else (bandwidth, bandwidth)
     K = _laplace_kernel(_channel_normalize(X, True).reshape(X.shape[0], -1), bx, max_bytes)
@@ -996,7 +1100,7 @@ def rbf_cka(
     graph (the median too: it is one or two of the distances); otherwise a float.
     """
     graph = _tracks_graph(X, Y)
-    X, Y = _check_pair(X, Y, 4, "CKA", graph)
+    X, Y = _check_pair(X, Y, 4, "rbf_cka", graph)
     _require_variation(X, "X", "rbf_cka"), _require_variation(Y, "Y", "rbf_cka")
     K = _rbf_kernel(X.reshape(X.shape[0], -1), bandwidth_fraction)
     L = _rbf_kernel(Y.reshape(Y.shape[0], -1), bandwidth_fraction)
@@ -1011,11 +1115,11 @@ def cka_kernel(measure: str, X: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES
     one kernel per site instead of one per site pair. ``laplace_cka`` and ``rbf_cka`` use their
     default (median) bandwidths.
     """
-    X = _as_features(X, "X")
-    if X.shape[0] < 4:
-        raise ValueError(f"CKA needs at least 4 samples, got N = {X.shape[0]}")
+    X = _rescaled(_as_features(X, "X"))
     if measure not in CKA_MEASURES:
         raise ValueError(f"unknown CKA measure {measure!r}; expected one of {CKA_MEASURES}")
+    if too_few_samples(measure, X.shape[0]):
+        raise ValueError(too_few_samples(measure, X.shape[0]))
     _require_variation(X, "X", measure)
     if measure == "grelu_cka":
         Xc = _normalize_channels_(_channel_major(X), center=True, channel_axis=0)
@@ -1199,7 +1303,7 @@ def _choose_grams(layers: list[_CKALayer], partners: list[list[_CKALayer]], n: i
 
 def _prepare_cka(measure: str, X: Tensor, max_bytes: int) -> _CKALayer:
     if measure in _LINEAR_TRANSFORMS:
-        Z = _LINEAR_TRANSFORMS[measure](X)
+        Z = _LINEAR_TRANSFORMS[measure](_rescaled(X))
         _require_variation(Z, "X", measure)
         A = _flatten_centered(Z)
         if A.shape[1] <= A.shape[0]:
@@ -1257,8 +1361,8 @@ def pairwise(
                 raise ValueError(
                     f"every representation must hold the same samples, got N = {sorted(samples)}"
                 )
-            if measure in CKA_MEASURES and len(X) < 4:
-                raise ValueError(f"CKA needs at least 4 samples, got N = {len(X)}")
+            if too_few_samples(measure, len(X), X.shape[2]):
+                raise ValueError(too_few_samples(measure, len(X), X.shape[2]))
             try:
                 prepared[side].append(prepare(X))
             except ConstantRepresentationError as err:
@@ -1306,10 +1410,18 @@ class LinearCKAAccumulator:
         self._sums: dict[str, Tensor] = {}
         self._ranges: list[Tensor] = []
         self._largest = [0.0, 0.0]  # max_i |a_i|^2, max_i |b_i|^2: bounds of the Gram entries
+        self._scales: tuple[float, float] | None = None  # each side's divisor, set by the first batch
 
     def update(self, x: ArrayLike, y: ArrayLike) -> LinearCKAAccumulator:
-        x, y = _check_pair(x, y, 1, "linear_cka")
+        x, y = _check_pair(x, y, 1, "linear_cka", rescale=False)
         A, B = x.reshape(len(x), -1).to(_F64), y.reshape(len(y), -1).to(_F64)
+        # Rescale before squaring: the sums hold fourth powers, so each side is divided by one
+        # power of two for every batch (the first batch's, where those would overflow or underflow).
+        if self._scales is None:
+            self._scales = tuple(
+                1.0 if _rescaled(z, 4) is z else _pow2_scale(float(z.abs().max())) for z in (A, B)
+            )
+        A, B = A / self._scales[0], B / self._scales[1]
         if self._shift is None:
             self._shift = A.mean(0), B.mean(0)
         elif (A.shape[1], B.shape[1]) != (len(self._shift[0]), len(self._shift[1])):
@@ -1340,8 +1452,8 @@ class LinearCKAAccumulator:
 
     def value(self) -> float:
         """The linear CKA of everything accumulated; see ``linear_cka``."""
-        if self.n_samples < 4:
-            raise ValueError(f"CKA needs at least 4 samples, got N = {self.n_samples}")
+        if too_few_samples("linear_cka", self.n_samples):
+            raise ValueError(too_few_samples("linear_cka", self.n_samples))
         which = _constant_side(self._ranges, self.n_samples)
         if which:
             raise ConstantRepresentationError(_constant_message(which, self.n_samples, "linear_cka"), which)
@@ -1357,6 +1469,8 @@ def _batches(data, batch_size: int) -> tuple[Iterable, int | None]:
     or a tuple/list whose first element is the inputs."""
     from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer of at least 1, got {batch_size!r}")
     if isinstance(data, Tensor):
         batches = data.split(batch_size)
     elif isinstance(data, Dataset) and not isinstance(data, IterableDataset):

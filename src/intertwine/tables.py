@@ -345,6 +345,22 @@ KERNEL_REFERENCE = pa.schema(
 )
 
 
+#: The tables the claims scorecard reads (``intertwine claims --table NAME=PATH``), by name, with
+#: their schemas (gated_findings is a CSV of the gated stage's findings: its columns below).
+CLAIMS_SCHEMAS = {
+    "zoo": ZOO,
+    "symmetry": SYMMETRY,
+    "rotation": ROTATION,
+    "stitching": STITCHING,
+    "similarity": SIMILARITY,
+    "dissection": DISSECTION,
+    "gated_findings": None,
+    "pullback_symmetry": PULLBACK_SYMMETRY,
+    "deqntk": DEQNTK,
+}
+GATED_FINDINGS_COLUMNS = ("finding", "paper", "ours", "verdict", "evidence")
+
+
 def to_table(df: pd.DataFrame, schema: pa.Schema) -> pa.Table:
     """Cast ``df`` to ``schema``; a missing or extra column is an error that names it."""
     missing = [name for name in schema.names if name not in df.columns]

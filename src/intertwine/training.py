@@ -303,6 +303,35 @@ def _evaluate_stack(stack: _Stack, split: Split, mean, std, batch_size: int, bf1
     return (correct.double() / len(split)).tolist()
 
 
+def _check_pack(models: list[nn.Module], generators: list[torch.Generator], labels: list[str]) -> None:
+    """ValueError unless there is one generator (each its own) and one label per member and the
+    members share one architecture (their parameters and buffers, by name and shape)."""
+    if not models:
+        raise ValueError("train_pack: no models given; a pack trains one or more members")
+    if len(generators) != len(models) or len(labels) != len(models):
+        raise ValueError(
+            f"train_pack: {len(models)} models, {len(generators)} generators and {len(labels)} labels; "
+            "give one generator and one label per member"
+        )
+    if len({id(g) for g in generators}) != len(generators):
+        raise ValueError(
+            "train_pack: one generator is given for two members, which would interleave their draws; "
+            "give each member its own (seeded from the member's seed)"
+        )
+    shapes = [{k: tuple(v.shape) for k, v in m.state_dict().items()} for m in models]
+    for k, other in enumerate(shapes[1:], 1):
+        if other != shapes[0]:
+            key = next(
+                (key for key in shapes[0] if other.get(key) != shapes[0][key]),
+                next(iter(set(other) - set(shapes[0])), None),
+            )
+            raise ValueError(
+                f"train_pack: members {labels[0]!r} and {labels[k]!r} have different architectures ({key!r} is "
+                f"{shapes[0].get(key)} in the first and {other.get(key)} in the other); a pack holds members of "
+                "one variant"
+            )
+
+
 def train_pack(
     models: list[nn.Module],
     train_split: Split,
@@ -324,6 +353,7 @@ def train_pack(
     not changed. Architectures ``vmap`` cannot run (``pack_problem``) train one after another,
     with the reason logged; so does a pack of one, which is ``train`` itself.
     """
+    _check_pack(models, generators, labels)
     _check_splits(train_split, val_split, labels[0])
     if len(models) == 1:
         return [

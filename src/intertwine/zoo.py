@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import pickle
 import shutil
@@ -33,6 +35,50 @@ def save_checkpoint(checkpoint: dict, path: str | Path) -> None:
         torch.save(checkpoint, tmp)
 
 
+def data_fingerprint(meta: dict) -> dict:
+    """The identity of a data cache, from its metadata (``data.load_meta``): the data set's name,
+    image size, split sizes and a hash of those with its classes, its config hash and its
+    training set's per-channel mean and std (float64 sums over every training pixel, so two
+    caches drawn from other seeds or sources differ there). A checkpoint records the fingerprint
+    of the data it was trained on (``checkpoint["data"]``); jobs compare it with their own."""
+    identity = {
+        "dataset": meta.get("dataset"),
+        "image_size": list(meta.get("image_size", [])),
+        "sizes": dict(meta.get("sizes", {})),
+    }
+    hashed = identity | {key: meta.get(key) for key in ("classes", "config_hash", "mean", "std")}
+    digest = hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:16]
+    return identity | {"hash": digest}
+
+
+def fingerprint_text(fingerprint: dict) -> str:
+    size = "x".join(map(str, fingerprint.get("image_size", [])))
+    sizes = ", ".join(f"{split} {n}" for split, n in fingerprint.get("sizes", {}).items())
+    return f"{fingerprint.get('dataset')} at {size} ({sizes}; hash {fingerprint.get('hash')})"
+
+
+def check_data(checkpoint: dict, path: str | Path, meta: dict, data_dir: str | Path) -> str | None:
+    """Whether the checkpoint at ``path`` was trained on the data cache ``data_dir`` (its
+    metadata ``meta``): a ValueError naming both when its recorded fingerprint differs; for a
+    checkpoint that records none (trained before checkpoints did), a warning to log (returned),
+    and the checkpoint is used unchecked."""
+    recorded = checkpoint.get("data")
+    if recorded is None:
+        return (
+            f"warning: {path} records no data fingerprint (trained before checkpoints recorded one), so "
+            f"whether it was trained on {data_dir} ({fingerprint_text(data_fingerprint(meta))}) is not "
+            "checked; retrain it to have it checked"
+        )
+    ours = data_fingerprint(meta)
+    if recorded != ours:
+        raise ValueError(
+            f"{path} was trained on {fingerprint_text(recorded)}, but this job's data cache {data_dir} "
+            f"holds {fingerprint_text(ours)}: its rows would describe another data set. Give the job "
+            "the data cache the member was trained on (--data), or retrain the member on this one"
+        )
+    return None
+
+
 # What every checkpoint holds (``jobs.zoo.train_member`` writes more).
 CHECKPOINT_KEYS = ("format", "variant", "spec", "seed", "state_dict")
 
@@ -42,9 +88,48 @@ class CheckpointError(ValueError):
 
 
 def _recover(path: str | Path) -> str:
+    pack = pack_of(path)
+    if pack is not None:
+        return repair_pack(pack, path)
     return (
         f"Delete it (rm -f {path}: the workflow write-protects checkpoints) and rerun its job: snakemake "
         "retrains that member (train_member), and every job that read it reruns after"
+    )
+
+
+def pack_of(path: str | Path) -> Path | None:
+    """The pack directory that ``path`` belongs to: the pack itself for a file in one
+    (``.../packs/<pack>/seed<s>.pt``), or for a member's checkpoint the pack holding a hard link
+    to the same file (``<zoo>/packs/*/<name>``); None for a checkpoint of its own."""
+    path = Path(path)
+    if path.parent.parent.name == "packs":
+        return path.parent
+    try:
+        if path.stat().st_nlink < 2:
+            return None
+        for candidate in sorted((path.parent / "packs").glob(f"*/{path.name}")):
+            if os.path.samefile(candidate, path):
+                return candidate.parent
+    except OSError:
+        return None
+    return None
+
+
+def repair_pack(pack: str | Path, path: str | Path) -> str:
+    """How to recover from a damaged file of a pack: every member's checkpoint is a hard link
+    into the pack, so deleting one alone would link the same damaged file again; the pack and
+    the links of all its members go, and the pack is retrained."""
+    pack = Path(pack)
+    zoo = pack.parent.parent
+    seeds = sorted(
+        {int(f.name[4:].split(".")[0]) for f in pack.glob("seed*") if f.name[4:].split(".")[0].isdigit()}
+    )
+    members = [str(zoo / f"seed{seed}{suffix}") for seed in seeds for suffix in (".pt", ".metrics.parquet")]
+    return (
+        f"It is a file of the pack {pack} (each member's checkpoint is a hard link into it, so deleting "
+        f"{Path(path).name} alone would link the same damaged file again). Delete the pack and its "
+        f"members' checkpoints and metrics (chmod -R u+w {pack} && rm -rf {pack} {' '.join(members)}) "
+        "and rerun: snakemake retrains the pack (train_pack), and every job that read its members reruns after"
     )
 
 
@@ -86,7 +171,7 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
 def load_weights(model: torch.nn.Module, path: str | Path, spec: dict | None = None) -> dict:
     """Load a checkpoint's weights into ``model``; a different architecture is an error naming both."""
-    checkpoint = read_checkpoint(path, next(model.parameters()).device)
+    checkpoint = read_checkpoint(path, models.model_device(model, f"load_weights({path})"))
     try:
         model.load_state_dict(checkpoint["state_dict"])
     except RuntimeError as err:
@@ -164,7 +249,11 @@ def write_pack(pack: str | Path, members: dict[int, tuple[dict, pd.DataFrame] | 
 
 def unpack_member(pack: str | Path, seed: int, checkpoint_out: str | Path, metrics_out: str | Path) -> None:
     """Give a member of a trained pack its own paths: hard links to its files (copies where the
-    file system has no links). A member that diverged in the pack is its ``DivergedError``."""
+    file system has no links). A member that diverged in the pack is its ``DivergedError``. The
+    files are read before they are linked: a damaged one is a ``CheckpointError`` that says to
+    delete the pack and its members' links (``repair_pack``), never a link to the damage."""
+    from intertwine.tables import ZOO_EPOCHS, read_parquet
+
     checkpoint_path, metrics_path, diverged_path = pack_files(pack, seed)
     if diverged_path.exists():
         raise DivergedError(f"{diverged_path.read_text().strip()} (the rest of its pack, {pack}, is kept)")
@@ -173,6 +262,18 @@ def unpack_member(pack: str | Path, seed: int, checkpoint_out: str | Path, metri
             f"{pack} holds no member seed {seed}; delete the pack and its members' checkpoints to retrain it"
         )
     refuse_overwrite(checkpoint_out)
+    checkpoint = read_checkpoint(checkpoint_path)  # a damaged file's error says how to repair the pack
+    if checkpoint["seed"] != seed:
+        raise CheckpointError(
+            f"{checkpoint_path} holds seed {checkpoint['seed']}, not {seed}. {repair_pack(pack, checkpoint_path)}"
+        )
+    try:
+        read_parquet([metrics_path], ZOO_EPOCHS)
+    except Exception as err:  # noqa: BLE001 - pyarrow raises many kinds for a damaged file
+        raise CheckpointError(
+            f"{metrics_path} is not a readable metrics table ({type(err).__name__}: "
+            f"{(str(err).splitlines() or [''])[0][:120]}). {repair_pack(pack, metrics_path)}"
+        ) from None
     for source, out in ((metrics_path, metrics_out), (checkpoint_path, checkpoint_out)):
         with atomic_path(out) as tmp:
             tmp.unlink()

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 import intertwine
 from intertwine.data import Split, channel_stats, load_meta, load_split
 from intertwine.utils import config_hash, derive_seed, resolve_device
-from intertwine.zoo import load_model
+from intertwine.zoo import check_data, load_model
 
 
 @dataclass
@@ -53,8 +53,24 @@ class Job:
         return derive_seed(self.global_seed, *keys)
 
     def model(self, checkpoint: str | Path) -> tuple[nn.Module, dict]:
-        """A zoo member on the job's device in eval mode, and its checkpoint's metadata."""
-        return self._cached(("model", str(checkpoint)), lambda: load_model(checkpoint, self.device))
+        """A zoo member on the job's device in eval mode, and its checkpoint's metadata. With a
+        data cache, the data the member was trained on must be it (``zoo.check_data``: an error
+        naming both otherwise; a checkpoint that records no data is used with a logged warning)."""
+
+        def load():
+            model, meta = load_model(checkpoint, self.device)
+            self.check_data(meta, checkpoint)
+            return model, meta
+
+        return self._cached(("model", str(checkpoint)), load)
+
+    def check_data(self, checkpoint: dict, path: str | Path) -> None:
+        """``zoo.check_data`` of a checkpoint's contents against the job's data cache (none: nothing)."""
+        if self.data_dir is None:
+            return
+        warning = check_data(checkpoint, path, self.meta(), self.data_dir)
+        if warning:
+            self.log(warning)
 
     def meta(self) -> dict:
         """The data set's metadata (classes, image size, ...)."""

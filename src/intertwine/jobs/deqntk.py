@@ -43,10 +43,22 @@ def _num_classes(job: Job) -> int:
     return len(job.meta()["classes"])
 
 
-def _variances(values) -> tuple[float, float, float]:
+def _variances(values, equilibrium: bool = True) -> tuple[float, float, float]:
+    """A variance setting (sigma_w2, sigma_u2, sigma_b2): numbers >= 0 that sum to 1, with
+    sigma_w2 < 1 for the equilibrium kernel (``equilibrium``; a finite-depth NTK allows 1)."""
     if len(values) != 3:
         raise ValueError(f"a variance setting is (sigma_w2, sigma_u2, sigma_b2), got {values}")
-    return tuple(float(v) for v in values)
+    try:
+        w, u, b = (float(v) for v in values)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"a variance setting is three numbers (sigma_w2, sigma_u2, sigma_b2), got {values}"
+        ) from None
+    try:
+        deq.check_variances(w, u, b, equilibrium=equilibrium)
+    except ValueError as err:
+        raise ValueError(f"variance setting {deqntk.variances_name((w, u, b))}: {err}") from None
+    return w, u, b
 
 
 def deqntk_gram(
@@ -74,12 +86,8 @@ def deqntk_regression(job: Job, variances, n_train: int, blocks: list[str], bloc
     settings = DeqntkConfig.from_block(block, "deqntk")
     variances = _variances(variances)
     parts = [deqntk.load_block(path) for path in blocks]
+    deqntk.check_blocks(parts, [str(path) for path in blocks], variances, n_train, settings.n_test)
     K, K_test = deqntk.assemble(parts, n_train)
-    if len(K_test) != settings.n_test:
-        raise ValueError(
-            f"the blocks hold {len(K_test)} test rows, but n_test is {settings.n_test}: they belong to "
-            "another config; rerun their deqntk_gram jobs"
-        )
     used = [p for p in parts if p.part == "test" or p.start < n_train]
     y_train = _pool(job).labels[_training_order(job, n_train)]
     y_test = _test_split(job, settings.n_test).labels
@@ -129,7 +137,7 @@ def deqntk_depth(job: Job, draw: int, block: dict) -> pd.DataFrame:
         test.labels[test_idx],
         _num_classes(job),
         settings.depths,
-        [_variances(v) for v in settings.finite_variances],
+        [_variances(v, equilibrium=False) for v in settings.finite_variances],
         _variances(settings.depth_variances),
         settings.ridge,
         settings.tol,

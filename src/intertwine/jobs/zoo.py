@@ -13,7 +13,7 @@ from intertwine.jobs import Job
 from intertwine.settings import TrainConfig
 from intertwine.training import evaluate, train, train_pack as train_models_packed
 from intertwine.utils import DivergedError
-from intertwine.zoo import CHECKPOINT_FORMAT, read_checkpoint
+from intertwine.zoo import CHECKPOINT_FORMAT, data_fingerprint, read_checkpoint
 
 
 def train_member(
@@ -123,7 +123,7 @@ def _member(job: Job, variant: str, seed: int, spec: dict, features: str | Path 
     """A member's initial model and its batch generator, from its own seeds."""
     torch.manual_seed(job.seed("zoo", variant, seed, "init"))
     model = models.build(spec).to(job.device)
-    _load_features(model, spec, features, variant)
+    _load_features(job, model, spec, features, variant)
     generator = torch.Generator(device=job.device).manual_seed(job.seed("zoo", variant, seed, "batches"))
     job.log(
         f"{variant} seed {seed}: {spec} ({models.count_parameters(model):,} parameters) on {job.device}, "
@@ -160,6 +160,8 @@ def _outputs(job, variant, seed, spec, training, config, model, result, seconds,
         "select_on": config.select_on,
         # Later stages reuse test_acc rather than re-evaluating when it is float32.
         "test_dtype": "bfloat16" if config.bf16 and job.device.type == "cuda" else "float32",
+        # What it was trained on: jobs that read it with a data cache check that it is this one.
+        "data": data_fingerprint(job.meta()),
         **provenance,
     }
     metrics = pd.DataFrame(result.history)
@@ -170,7 +172,9 @@ def _outputs(job, variant, seed, spec, training, config, model, result, seconds,
     return checkpoint, metrics.assign(n_params=n_params, checkpoint=str(checkpoint_path), **provenance)
 
 
-def _load_features(model: torch.nn.Module, spec: dict, features: str | Path | None, variant: str) -> None:
+def _load_features(
+    job: Job, model: torch.nn.Module, spec: dict, features: str | Path | None, variant: str
+) -> None:
     """An FL variant's feature network: the weights of a trained plain member of its architecture
     (its head dropped: F gives gates only)."""
     gated = spec.get("gated")
@@ -185,6 +189,7 @@ def _load_features(model: torch.nn.Module, spec: dict, features: str | Path | No
             f"{gated['features_from']!r} member for its feature network (--features)"
         )
     source = read_checkpoint(features, next(model.parameters()).device)
+    job.check_data(source, features)
     plain = models.normalize_spec({key: value for key, value in spec.items() if key != "gated"})
     if source["spec"] != plain:
         raise ValueError(

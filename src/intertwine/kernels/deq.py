@@ -69,8 +69,10 @@ from torch import Tensor
 
 __all__ = [
     "ConvPooling",
+    "check_variances",
     "KernelResult",
     "RegressionResult",
+    "SingularKernelError",
     "conv_deq_ntk",
     "deq_nngp",
     "deq_ntk",
@@ -112,6 +114,10 @@ class KernelResult(NamedTuple):
     residual: float
 
 
+class SingularKernelError(torch.linalg.LinAlgError):
+    """``kernel_regression``'s system cannot be solved: K_train (plus the ridge) is singular."""
+
+
 class RegressionResult(NamedTuple):
     """``predictions`` (m,) int64 class indices, the argmax of ``scores`` (m, num_classes)."""
 
@@ -127,6 +133,8 @@ class RegressionResult(NamedTuple):
 def _as_tensor(X: ArrayLike, name: str) -> Tensor:
     """Detached real floating tensor; numpy and integer input become float64."""
     X = (X if isinstance(X, Tensor) else torch.as_tensor(np.asarray(X))).detach()
+    if X.is_meta:
+        raise ValueError(f"{name} is a meta tensor (a shape without data); pass the actual values")
     if X.is_complex():
         raise ValueError(f"{name} must be real, got {X.dtype}")
     if not X.is_floating_point():
@@ -189,10 +197,13 @@ def _same_dtype_device(X: Tensor, Y: Tensor) -> tuple[Tensor, Tensor]:
     return X.to(dtype), Y.to(dtype)
 
 
-def _check_variances(sigma_w2: float, sigma_u2: float, sigma_b2: float, *, equilibrium: bool) -> None:
-    """ValueError unless the variances are finite, >= 0, sum to 1 and (equilibrium) sigma_w2 < 1."""
+def check_variances(sigma_w2: float, sigma_u2: float, sigma_b2: float, *, equilibrium: bool) -> None:
+    """ValueError unless the variances are finite numbers >= 0 that sum to 1 and (``equilibrium``,
+    the DEQ kernels) sigma_w2 < 1 (sigma_w2 <= 1 for the finite-depth kernels)."""
     values = {"sigma_w2": sigma_w2, "sigma_u2": sigma_u2, "sigma_b2": sigma_b2}
     for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+            raise ValueError(f"{name} must be a number (a variance >= 0), got {value!r}")
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"{name} must be a finite variance >= 0, got {value}")
     total = sigma_w2 + sigma_u2 + sigma_b2
@@ -211,10 +222,16 @@ def _check_variances(sigma_w2: float, sigma_u2: float, sigma_b2: float, *, equil
 
 
 def _check_iteration(tol: float, max_iter: int) -> None:
-    if not tol > 0:
-        raise ValueError(f"tol must be > 0, got {tol}")
-    if max_iter < 1:
-        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
+    if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating)) or not tol > 0:
+        raise ValueError(f"tol must be a number > 0, got {tol!r}")
+    _check_count(max_iter, "max_iter")
+
+
+def _check_count(value, name: str) -> int:
+    """An integer >= 1 (numpy integers too); a float, bool or None is a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
 
 
 def _effective_tol(tol: float, dtype: torch.dtype) -> float:
@@ -359,7 +376,7 @@ def deq_ntk_from_inner(
     Elementwise: for any shape; e.g. ``deq_ntk_from_inner(0.5, sigma_w2=0.6, sigma_u2=0.4,
     sigma_b2=0)`` is 1.064349. Values outside [-1, 1] are clipped (see the module docstring).
     """
-    _check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
+    check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
     _check_iteration(tol, max_iter)
     delta_x = _delta(_as_tensor(inner, "inner"))
     delta_star, iterations, residual = _equilibrium_delta(delta_x, sigma_w2, sigma_u2, tol, max_iter)
@@ -399,8 +416,8 @@ def _blocked_gram(
     n, m = X.shape[0], Y.shape[0]
     if block_rows is None:
         block_rows = max(1, DEFAULT_BLOCK_ENTRIES // m)
-    elif block_rows < 1:
-        raise ValueError(f"block_rows must be >= 1, got {block_rows}")
+    else:
+        block_rows = _check_count(block_rows, "block_rows")
     gram = torch.empty((n, m), dtype=X.dtype, device=X.device)
     iterations, residual = 0, 0.0
     for start in range(0, n, block_rows):
@@ -424,7 +441,7 @@ def _blocked_gram(
 
 
 def _equilibrium_gram(X, Y, sigma_w2, sigma_u2, sigma_b2, normalize, tol, max_iter, block_rows, ntk: bool):
-    _check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
+    check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
     _check_iteration(tol, max_iter)
     X, Y = _check_matrices(X, Y, normalize)
 
@@ -491,7 +508,7 @@ def deq_nngp(
 def _depth_gram(X, Y, depth, sigma_w2, sigma_u2, sigma_b2, normalize, block_rows, which: int) -> Tensor:
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"depth must be an integer >= 1 (the number of hidden layers), got {depth!r}")
-    _check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=False)
+    check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=False)
     X, Y = _check_matrices(X, Y, normalize)
 
     def entrywise(delta_x):
@@ -570,10 +587,9 @@ def finite_deq_ntk(
     As N grows its mean over seeds tends to ``deq_ntk``; it fluctuates by about 15 % from seed to
     seed at N = 1000 and (0.6, 0.4, 0).
     """
-    _check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
+    check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
     _check_iteration(tol, max_iter)
-    if width < 1:
-        raise ValueError(f"width must be >= 1, got {width}")
+    width = _check_count(width, "width")
     X, _ = _check_matrices(X, None, normalize)
     dtype, device, n = X.dtype, X.device, X.shape[0]
 
@@ -731,7 +747,7 @@ def conv_deq_ntk(
     (n, m), diagonal ``1/(1 - sigma_w2)``; ``"none"`` all of Theta, (n, m, H, W, H, W).
     ``iterations`` adds the two iterations' steps, ``residual`` is the larger last step.
     """
-    _check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
+    check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
     _check_iteration(tol, max_iter)
     if pooling not in ("gap", "flatten", "none"):
         raise ValueError(f"pooling must be 'gap', 'flatten' or 'none', got {pooling!r}")
@@ -747,8 +763,8 @@ def conv_deq_ntk(
     pair_bytes = 16 * ((height + 2) * (width + 2)) ** 2 * X.element_size()
     if block_pairs is None:
         block_pairs = max(1, DEFAULT_CONV_BLOCK_BYTES // pair_bytes)
-    elif block_pairs < 1:
-        raise ValueError(f"block_pairs must be >= 1, got {block_pairs}")
+    else:
+        block_pairs = _check_count(block_pairs, "block_pairs")
     shape = (n, m) if pooling != "none" else (n, m, height, width, height, width)
     gram = torch.empty(shape, dtype=X.dtype, device=X.device)
     iterations, residual = 0, 0.0
@@ -813,13 +829,35 @@ def _labels(labels: ArrayLike, num_classes: int) -> Tensor:
         raise ValueError(
             f"labels must be a 1-D integer array, got {labels.dtype} of shape {tuple(labels.shape)}"
         )
-    if num_classes < 1:
-        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+    _check_count(num_classes, "num_classes")
     if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
         raise ValueError(
             f"labels must lie in [0, {num_classes}), got values in [{int(labels.min())}, {int(labels.max())}]"
         )
     return labels.long()
+
+
+def symmetry_error(K: Tensor) -> float:
+    """How far a square matrix is from symmetric, relative to its size.
+
+    Parameters
+    ----------
+    K : (n, n) tensor.
+
+    Returns
+    -------
+    float
+        ``max |K - K^T| / max |K|`` (0 for a zero matrix), computed in blocks of rows so that only
+        about ``DEFAULT_BLOCK_ENTRIES`` entries are held beside K.
+    """
+    n = K.shape[0]
+    rows = max(1, DEFAULT_BLOCK_ENTRIES // max(n, 1))
+    scale, gap = 0.0, 0.0
+    for start in range(0, n, rows):
+        block = K[start : start + rows]
+        scale = max(scale, float(block.abs().max()))
+        gap = max(gap, float((block - K[:, start : start + rows].T).abs().max()))
+    return gap / scale if scale > 0 else 0.0
 
 
 def kernel_regression(
@@ -838,6 +876,12 @@ def kernel_regression(
     it with the kernel's diagonal (``1/(1 - sigma_w2)`` for the DEQ-NTK). A Cholesky solve, with an
     LU solve as fallback for a kernel that is not numerically positive definite. Memory: the
     factor, and with a ridge the shifted matrix, are n x n copies beside K_train.
+
+    Only one triangle of K_train would be read by the Cholesky solve, so a K_train that is not
+    symmetric (``symmetry_error`` above sqrt(eps): 1.5e-8 in float64, 3.5e-4 in float32, e.g. a
+    square test-train Gram passed by mistake) is a ValueError; a singular one (duplicate training
+    points at ridge 0) a ``SingularKernelError`` (a ``torch.linalg.LinAlgError``) that suggests a
+    ridge or removing the duplicates.
     """
     K_train, K_test_train = _as_tensor(K_train, "K_train"), _as_tensor(K_test_train, "K_test_train")
     K_train, K_test_train = _same_dtype_device(K_train, K_test_train)
@@ -849,8 +893,21 @@ def kernel_regression(
     labels = _labels(y_train, num_classes).to(K_train.device)
     if labels.shape[0] != n:
         raise ValueError(f"y_train must have one label per training point ({n}), got {labels.shape[0]}")
-    if not math.isfinite(ridge) or ridge < 0:
-        raise ValueError(f"ridge must be a finite number >= 0, got {ridge}")
+    if (
+        isinstance(ridge, bool)
+        or not isinstance(ridge, (int, float))
+        or not math.isfinite(ridge)
+        or ridge < 0
+    ):
+        raise ValueError(f"ridge must be a finite number >= 0, got {ridge!r}")
+    asymmetry = symmetry_error(K_train)
+    tolerance = math.sqrt(torch.finfo(K_train.dtype).eps)
+    if asymmetry > tolerance:
+        raise ValueError(
+            f"K_train must be symmetric (a Gram of the training points with themselves), but "
+            f"max |K - K^T| / max |K| is {asymmetry:.3g} > {tolerance:.2g}: was a test-train Gram passed "
+            "as K_train? Pass the training Gram, or symmetrise a nearly symmetric one ((K + K.T) / 2)"
+        )
     targets = regression_targets(labels, num_classes, dtype=K_train.dtype)
     system = K_train
     if ridge:
@@ -860,6 +917,18 @@ def kernel_regression(
     if int(info) == 0:
         weights = torch.cholesky_solve(targets, factor)
     else:
-        weights = torch.linalg.solve(system, targets)
+        try:
+            weights = torch.linalg.solve(system, targets)
+        except torch.linalg.LinAlgError:
+            repeated = ""
+            if n <= 10_000:  # counting them sorts the rows: for moderate Grams only
+                duplicates = n - int(torch.unique(K_train, dim=0).shape[0])
+                repeated = f"; {duplicates} of its rows repeat another exactly"
+            raise SingularKernelError(
+                f"K_train ({n} x {n}{f', ridge {ridge:g}' if ridge else ''}) is singular, so the regression "
+                f"has no unique solution{repeated} (duplicate training images give equal rows). Remove "
+                "duplicate training images, or pass ridge > 0 "
+                f"(e.g. 1e-6 times the mean diagonal, {1e-6 * float(K_train.diagonal().mean()):.3g})"
+            ) from None
     scores = K_test_train @ weights
     return RegressionResult(scores.argmax(1), scores)

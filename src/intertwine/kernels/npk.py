@@ -81,6 +81,8 @@ def _as_tensor(a: ArrayLike, name: str, promote: bool = True) -> Tensor:
     """A detached real tensor (numpy arrays and lists converted), bool and integer promoted to
     float64 unless ``promote`` is false."""
     t = (a if isinstance(a, Tensor) else torch.as_tensor(np.asarray(a))).detach()
+    if t.is_meta:
+        raise ValueError(f"{name} is a meta tensor (a shape without data); pass the actual values")
     if t.is_complex():
         raise ValueError(f"{name} must be real, got {t.dtype}")
     if promote and not t.is_floating_point():

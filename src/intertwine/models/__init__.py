@@ -399,8 +399,8 @@ def site_activations(
 
     if len(images) == 0:
         raise ValueError("site_activations: no images given (an empty batch has no activations)")
-    if batch_size < 1:
-        raise ValueError(f"site_activations: batch size must be at least 1, got {batch_size}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"site_activations: batch size must be at least 1, got {batch_size!r} (an integer)")
     names = [site.name for site in sites(model)] if names is None else list(names)
     seen: dict[str, list[torch.Tensor]] = {name: [] for name in names}
     batch = 0
@@ -419,10 +419,11 @@ def site_activations(
 
         return read
 
+    check_input(model, images if mean is None else normalize(images[:1], mean, std), "site_activations")
     handles = [model.get_submodule(name).register_forward_hook(hook(name)) for name in names]
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
+    device = next(model.parameters(), images).device
     try:
         with torch.inference_mode():
             for start in range(0, len(images), batch_size):
@@ -440,3 +441,34 @@ def site_activations(
             handle.remove()
         model.train(was_training)
     return {name: torch.cat(outputs) for name, outputs in seen.items()}
+
+
+def model_device(model: nn.Module, what: str) -> torch.device:
+    """The device of a model's first parameter (or buffer); a model with neither is a ValueError
+    naming ``what`` needed it (rather than a bare StopIteration)."""
+    tensor = next(model.parameters(), None)
+    if tensor is None:
+        tensor = next(model.buffers(), None)
+    if tensor is None:
+        raise ValueError(
+            f"{what}: the model ({type(model).__name__}) has no parameters or buffers, so it has no "
+            "device or weights to work with; pass a network with weights"
+        )
+    return tensor.device
+
+
+def check_input(model: nn.Module, x: torch.Tensor, what: str) -> None:
+    """ValueError naming ``what`` when floating inputs ``x`` and the model's floating parameters
+    differ in dtype (torch would raise "Input type (double) and bias type (float) ..."), or when
+    either is a meta tensor (a shape without data)."""
+    parameter = next((p for p in model.parameters() if p.is_floating_point()), None)
+    if x.is_meta or (parameter is not None and parameter.is_meta):
+        raise ValueError(
+            f"{what}: the {'inputs are' if x.is_meta else 'model is'} on the meta device (shapes without "
+            "data); materialise it first (load weights with to_empty and load_state_dict, or pass real inputs)"
+        )
+    if parameter is not None and x.is_floating_point() and x.dtype != parameter.dtype:
+        raise ValueError(
+            f"{what}: the inputs are {x.dtype} but the model's parameters are {parameter.dtype}; convert "
+            f"one to the other (x.to({parameter.dtype}) or model.to({x.dtype}))"
+        )
