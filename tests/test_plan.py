@@ -465,12 +465,15 @@ def test_pullback_plan(tiny):
         "images",
         "probe_images",
         "temperature",
+        "functional",
+        "pool_padding",
         "spreads",
         "deletion_steps",
         "pgd",
     }
-    assert set(plan.pullback_block("pair")) == {"images", "probe_images", "temperature", "units"}
-    assert set(plan.pullback_block("images")) == {"probe_images", "temperature", "pgd", "grid_images"}
+    swaps = {"temperature", "functional", "pool_padding"}
+    assert set(plan.pullback_block("pair")) == {"images", "probe_images", "units"} | swaps
+    assert set(plan.pullback_block("images")) == {"probe_images", "pgd", "grid_images"} | swaps
     assert plan.pullback_outputs == [
         "results/tables/pullback_symmetry.parquet",
         "results/tables/pullback_faithfulness.parquet",

@@ -414,3 +414,22 @@ def test_gpu_matches_cpu():
     cpu = pullback(model, x, [0, 1, 2, 3], mode="per_neuron", temperatures=temperatures)
     gpu = pullback(model.cuda(), x.cuda(), [0, 1, 2, 3], mode="per_neuron", temperatures=temperatures)
     assert gpu.device.type == "cuda" and relative(gpu.cpu(), cpu) < 1e-10
+
+
+def test_options_set_the_defaults_of_every_pullback_in_the_block():
+    from intertwine.jobs.pullback import _with_pullback_options
+    from intertwine.pullback import options
+
+    model, x = _FunctionalReLU("relu").double(), images(2)
+    hard = pullback(model, x, 0, functional="hard")
+    with options(functional="hard"):
+        assert torch.equal(pullback(model, x, 0), hard)
+    assert relative(pullback(model, x, 0), hard) > 1e-3  # restored on exit
+
+    @_with_pullback_options
+    def job(block):  # a job reads the block's settings as the pullbacks' defaults
+        return pullback(model, x, 0)
+
+    assert torch.equal(job({"functional": "hard"}), hard)
+    with pytest.raises(ValueError, match="pool_padding must be one of"), options(pool_padding="same"):
+        pass

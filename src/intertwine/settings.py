@@ -299,6 +299,8 @@ class PullbackConfig(_Settings):
     images: int = _setting("pullback.images", only_for=("member", "pair"))
     probe_images: int = _setting("pullback.probe_images")
     temperature: float = _setting("pullback.temperature")
+    functional: str = _setting("pullback.functional")
+    pool_padding: str = _setting("pullback.pool_padding")
     spreads: list[float] = _setting("pullback.spreads", only_for=("member",))
     deletion_steps: int = _setting("pullback.deletion_steps", only_for=("member",))
     pgd: dict = _setting("pullback.pgd", only_for=("member", "images"))

@@ -4,6 +4,8 @@ a variant's image grids (the mathematics is in ``intertwine.pullback_study``).""
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 
 import numpy as np
 import pandas as pd
@@ -12,8 +14,22 @@ import torch
 from intertwine import pullback_study as study
 from intertwine.data.augment import normalize
 from intertwine.jobs import Job
-from intertwine.pullback import per_neuron_temperatures
+from intertwine.pullback import options, per_neuron_temperatures
 from intertwine.settings import PullbackConfig
+
+
+def _with_pullback_options(job_function):
+    """Runs a job with ``pullback.functional`` and ``pullback.pool_padding`` of its ``block`` as
+    every pullback's setting (the study's functions take them from :func:`intertwine.pullback.options`)."""
+
+    @functools.wraps(job_function)
+    def run(*args, **kwargs):
+        block = inspect.signature(job_function).bind(*args, **kwargs).arguments["block"]
+        settings = PullbackConfig.from_block(block, "pullback")
+        with options(functional=settings.functional, pool_padding=settings.pool_padding):
+            return job_function(*args, **kwargs)
+
+    return run
 
 
 def _inputs(job: Job, settings: PullbackConfig, images: int):
@@ -43,6 +59,7 @@ def _direction(model, mode: str, temperature: float, temperatures):
     ).to(z.dtype)
 
 
+@_with_pullback_options
 def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A zoo member's symmetry rows (``pullback_study.symmetry_cosines`` in float64, one per group,
     spread and mode) and faithfulness rows (one per mode: deletion and insertion curves and areas,
@@ -127,6 +144,7 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
     return symmetry, faithfulness
 
 
+@_with_pullback_options
 def pullback_pair(job: Job, a: str, b: str, pair: int, block: dict, sites: list[str]) -> pd.DataFrame:
     """The agreement of zoo members a and b (``pullback_study.agreement_rows``): per mode, the
     cosines of their pullbacks of the true class's logit, and of ``block["units"]`` hidden units
@@ -159,6 +177,7 @@ def pullback_pair(job: Job, a: str, b: str, pair: int, block: dict, sites: list[
     )
 
 
+@_with_pullback_options
 def pullback_images(job: Job, checkpoint: str, block: dict) -> dict:
     """What a variant's image grids show, from one member: ``block["grid_images"]`` test images per
     class with their gradient and pullbacks (global and per-neuron T); one image per class moved by
