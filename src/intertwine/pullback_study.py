@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from intertwine import pullback as pb
+from intertwine.tables import at_stage_temperature
 
 __all__ = [
     "GROUPS",
@@ -355,7 +356,9 @@ def _spread_label(spread: float) -> str:
 def summarize(symmetry: pd.DataFrame, agreement: pd.DataFrame, faithfulness: pd.DataFrame) -> pd.DataFrame:
     """The stage in one table, a column per mode: per variant the smallest cosine under each group
     element (over members and images), the mean agreement across seeds (class logit; matched
-    hidden units), the mean deletion and insertion areas and the PGD success rate over members."""
+    hidden units), the mean deletion and insertion areas and the PGD success rate over members, at
+    the stage's temperature (:func:`at_stage_temperature`)."""
+    symmetry, agreement, faithfulness = map(at_stage_temperature, (symmetry, agreement, faithfulness))
     rows = []
     for variant in dict.fromkeys(symmetry["variant"]):
         part = symmetry[symmetry["variant"] == variant]

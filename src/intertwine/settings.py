@@ -299,6 +299,7 @@ class PullbackConfig(_Settings):
     images: int = _setting("pullback.images", only_for=("member", "pair"))
     probe_images: int = _setting("pullback.probe_images")
     temperature: float = _setting("pullback.temperature")
+    sweep: list[float] = _setting("pullback.sweep", only_for=("member", "pair"))
     functional: str = _setting("pullback.functional")
     pool_padding: str = _setting("pullback.pool_padding")
     spreads: list[float] = _setting("pullback.spreads", only_for=("member",))

@@ -41,6 +41,14 @@ def _inputs(job: Job, settings: PullbackConfig, images: int):
     return normalize(test.images, *stats), test.labels, probe
 
 
+def _temperatures(settings: PullbackConfig) -> list[tuple[float, tuple[str, ...]]]:
+    """(T, modes) to measure: the stage's temperature with every mode, then each ``sweep``
+    temperature with the soft modes only (the plain gradient does not depend on T)."""
+    soft = tuple(mode for mode in study.MODES if mode != "gradient")
+    sweep = [t for t in dict.fromkeys(settings.sweep) if t != settings.temperature]
+    return [(settings.temperature, study.MODES), *((t, soft) for t in sweep)]
+
+
 def _pgd_settings(settings: PullbackConfig, image_shape) -> dict:
     """The PGD radius and step for these images: the paper's, scaled to their size."""
     dims = int(np.prod(image_shape))
@@ -69,27 +77,31 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
     model, meta = job.model(checkpoint)
     variant, seed = meta["variant"], meta["seed"]
     x, labels, probe = _inputs(job, settings, settings.images)
-    generator = torch.Generator().manual_seed(job.seed("pullback", variant, seed, "symmetry"))
-    rows = study.symmetry_cosines(
-        copy.deepcopy(model).double(),  # the loaded model stays as it is
-        x.double(),
-        labels,
-        probe.double(),
-        settings.temperature,
-        settings.spreads,
-        generator,
-    )
-    symmetry = pd.DataFrame(rows)
-    worst = symmetry.groupby(["group", "scale_spread", "mode"])["cos_min"].min()
-    job.log(f"{variant} seed {seed}: smallest cosine per group, spread and mode\n{worst.to_string()}")
+    parts = []
+    for temperature, modes in _temperatures(settings):
+        # the same group elements at every temperature: one seed, drawn again
+        generator = torch.Generator().manual_seed(job.seed("pullback", variant, seed, "symmetry"))
+        rows = study.symmetry_cosines(
+            copy.deepcopy(model).double(),  # the loaded model stays as it is
+            x.double(),
+            labels,
+            probe.double(),
+            temperature,
+            settings.spreads,
+            generator,
+            modes=modes,
+        )
+        parts.append(
+            pd.DataFrame(rows).assign(temperature=temperature, sweep=temperature != settings.temperature)
+        )
+    symmetry = pd.concat(parts, ignore_index=True)
+    worst = symmetry.groupby(["group", "scale_spread", "mode", "temperature"])["cos_min"].min()
+    job.log(f"{variant} seed {seed}: smallest cosine per group, spread, mode and T\n{worst.to_string()}")
     symmetry.insert(0, "variant", variant)
     symmetry.insert(1, "seed", seed)
     provenance = job.provenance({"pullback": block}, device=False)
-    symmetry = symmetry.assign(
-        probe_images=len(probe), temperature=settings.temperature, dtype="float64", **provenance
-    )
+    symmetry = symmetry.assign(probe_images=len(probe), dtype="float64", **provenance)
 
-    temperatures = per_neuron_temperatures(model, probe, settings.temperature)
     pgd = _pgd_settings(settings, x.shape[1:])
     targets = study.random_targets(
         labels,
@@ -98,12 +110,11 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
     ).to(x.device)
     mean, std = job.stats()
     rows = []
-    for mode in study.MODES:
-        attribution = study.attributions(
-            model, x, labels, mode, settings.temperature, temperatures=temperatures
-        )
+    for temperature, mode in [(t, mode) for t, modes in _temperatures(settings) for mode in modes]:
+        temperatures = per_neuron_temperatures(model, probe, temperature) if mode == "per_neuron" else None
+        attribution = study.attributions(model, x, labels, mode, temperature, temperatures=temperatures)
         deletion, insertion = study.deletion_insertion(model, x, labels, attribution, settings.deletion_steps)
-        direction = _direction(model, mode, settings.temperature, temperatures)
+        direction = _direction(model, mode, temperature, temperatures)
         by_step = []
 
         def record(z, by_step=by_step):
@@ -116,6 +127,8 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
         rows.append(
             {
                 "mode": mode,
+                "temperature": temperature,
+                "sweep": temperature != settings.temperature,
                 "images": len(x),
                 "deletion_auc": study.curve_area(deletion).mean().item(),
                 "insertion_auc": study.curve_area(insertion).mean().item(),
@@ -131,16 +144,14 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
             }
         )
         job.log(
-            f"{variant} seed {seed} {mode}: deletion area {rows[-1]['deletion_auc']:.3f}, insertion "
+            f"{variant} seed {seed} {mode} (T {temperature:g}): deletion area {rows[-1]['deletion_auc']:.3f}, insertion "
             f"area {rows[-1]['insertion_auc']:.3f}, PGD success {rows[-1]['pgd_success']:.2f} (by step: "
             f"{', '.join(f'{v:.2f}' for v in by_step)})"
         )
     faithfulness = pd.DataFrame(rows)
     faithfulness.insert(0, "variant", variant)
     faithfulness.insert(1, "seed", seed)
-    faithfulness = faithfulness.assign(
-        probe_images=len(probe), temperature=settings.temperature, **provenance
-    )
+    faithfulness = faithfulness.assign(probe_images=len(probe), **provenance)
     return symmetry, faithfulness
 
 
@@ -157,24 +168,26 @@ def pullback_pair(job: Job, a: str, b: str, pair: int, block: dict, sites: list[
         raise ValueError(f"{a} and {b} belong to different variants")
     variant = meta_a["variant"]
     x, labels, probe = _inputs(job, settings, settings.images)
-    generator = torch.Generator().manual_seed(job.seed("pullback", variant, "pair", pair))
-    rows = study.agreement_rows(
-        model_a, model_b, x, labels, probe, settings.temperature, sites, settings.units, generator
-    )
-    table = pd.DataFrame(rows)
+    parts = []
+    for temperature, modes in _temperatures(settings):
+        # the same units at every temperature: one seed, drawn again
+        generator = torch.Generator().manual_seed(job.seed("pullback", variant, "pair", pair))
+        rows = study.agreement_rows(
+            model_a, model_b, x, labels, probe, temperature, sites, settings.units, generator, modes
+        )
+        parts.append(
+            pd.DataFrame(rows).assign(temperature=temperature, sweep=temperature != settings.temperature)
+        )
+    table = pd.concat(parts, ignore_index=True)
     summary = table.assign(kind=np.where(table["site"] == "logit", "logit", "units"))
     job.log(
         f"{variant} pair {pair} (seeds {meta_a['seed']}, {meta_b['seed']}): mean cosine\n"
-        f"{summary.groupby(['kind', 'mode'])['cos_mean'].mean().to_string()}"
+        f"{summary.groupby(['kind', 'mode', 'temperature'])['cos_mean'].mean().to_string()}"
     )
     base = {"variant": variant, "pair": pair, "seed_a": meta_a["seed"], "seed_b": meta_b["seed"]}
     for k, (column, value) in enumerate(base.items()):
         table.insert(k, column, value)
-    return table.assign(
-        probe_images=len(probe),
-        temperature=settings.temperature,
-        **job.provenance({"pullback": block}, device=False),
-    )
+    return table.assign(probe_images=len(probe), **job.provenance({"pullback": block}, device=False))
 
 
 @_with_pullback_options
