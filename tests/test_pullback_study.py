@@ -252,10 +252,10 @@ def test_a_temperature_sweep_adds_soft_rows_and_its_figure(tmp_path, tiny_shapes
     paths = [_checkpoint(tmp_path / f"seed{s}.pt", MYRTLE, "myrtle", s) for s in range(2)]
     job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
     block = {
-        "images": 3,
-        "probe_images": 6,
+        "images": 2,
+        "probe_images": 4,
         "spreads": [1.0],
-        "deletion_steps": 2,
+        "deletion_steps": 1,
         "pgd": {"steps": 1},
         "sweep": [0.1, 0.3],  # 0.3, the stage's own T, is not measured twice
     }

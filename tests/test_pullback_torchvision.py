@@ -3,6 +3,9 @@ every ReLU *call* is a call site (reused modules, functional calls), per-neuron 
 pullbacks exactly invariant to G_ReLU acting on the weights, the soft max-pool is the paper's
 Listing 2, and the result equals a transcription of the paper's released code."""
 
+import copy
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,6 +16,16 @@ from intertwine.pullback import per_neuron_temperatures, pullback, soft_backward
 
 ARCHS = ("resnet18", "resnet50", "vgg11_bn", "densenet121")
 CLASSES = 10
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Small float64 tensors and many Python-side ops: on a busy 2-core machine intra-op threads
+    only wait for each other (the module took 70 s with two threads, 8 s with one)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def calibrated(model: nn.Module, seed: int) -> nn.Module:
@@ -33,7 +46,8 @@ def calibrated(model: nn.Module, seed: int) -> nn.Module:
     return model.eval()
 
 
-def build(arch: str, seed: int = 0) -> nn.Module:
+@functools.cache
+def _built(arch: str, seed: int) -> nn.Module:
     torch.manual_seed(seed)
     if arch == "vgg11_bn":
         # torchvision's VGG11_BN with its classifier's layout at width 64 instead of 4096: the 25088 x
@@ -51,6 +65,11 @@ def build(arch: str, seed: int = 0) -> nn.Module:
     else:
         model = getattr(torchvision.models, arch)(weights=None, num_classes=CLASSES)
     return calibrated(model.double(), seed)
+
+
+def build(arch: str, seed: int = 0) -> nn.Module:
+    """torchvision's ``arch`` with random weights and batch-norm statistics (10 classes, float64)."""
+    return copy.deepcopy(_built(arch, seed))
 
 
 def images(n=2, seed=1, size=32):
@@ -167,12 +186,17 @@ def acted(request):
 
 
 def test_g_relu_invariance_per_call_site(acted):
-    _, model, moved = acted
+    arch, model, moved = acted
     x, probe, classes = images(2), images(4, seed=2), [1, 2]
     with torch.no_grad():
         assert relative(moved(x), model(x)) < 1e-12  # the same function
     ours, theirs = per_neuron_temperatures(model, probe), per_neuron_temperatures(moved, probe)
     assert list(ours) == list(theirs)
+    if arch == "resnet50":  # torchvision's Bottleneck calls one ReLU three times: 64, 64, 256 channels
+        shapes = [ours[f"layer1.0.relu{k}"].shape for k in ("", "@2", "@3")]
+        assert shapes == [(64,), (64,), (256,)] and "layer1.0.relu@4" not in ours
+    if arch == "densenet121":  # its functional last ReLU, called in the root module's forward
+        assert ours["relu()"].shape == (1024,)
     got = {
         mode: [
             pullback(m, x, classes, mode=mode, temperatures=t) for m, t in ((model, ours), (moved, theirs))
@@ -183,15 +207,6 @@ def test_g_relu_invariance_per_call_site(acted):
     assert relative(*got["per_neuron"]) < 1e-10
     assert relative(*got["global"]) > 1e-3  # a global T is not scale-invariant: the test can fail
     assert relative(got["per_neuron"][0], got["gradient"][0]) > 1e-2  # and the pullback is no gradient
-
-
-def test_reused_and_functional_calls_get_their_own_temperatures():
-    temperatures = per_neuron_temperatures(build("resnet50"), images(2))
-    # torchvision's Bottleneck calls one ReLU three times: 64, 64 and 256 channels in layer1.0
-    shapes = [temperatures[f"layer1.0.relu{k}"].shape for k in ("", "@2", "@3")]
-    assert shapes == [(64,), (64,), (256,)] and "layer1.0.relu@4" not in temperatures
-    dense = per_neuron_temperatures(build("densenet121"), images(2))
-    assert dense["relu()"].shape == (1024,)  # DenseNet's functional last ReLU, in its root forward
 
 
 # --- the paper's released code, transcribed (Listings 1 and 2) ----------------------------------------
