@@ -465,12 +465,16 @@ def test_pullback_plan(tiny):
         "images",
         "probe_images",
         "temperature",
+        "sweep",
+        "functional",
+        "pool_padding",
         "spreads",
         "deletion_steps",
         "pgd",
     }
-    assert set(plan.pullback_block("pair")) == {"images", "probe_images", "temperature", "units"}
-    assert set(plan.pullback_block("images")) == {"probe_images", "temperature", "pgd", "grid_images"}
+    swaps = {"temperature", "functional", "pool_padding"}
+    assert set(plan.pullback_block("pair")) == {"images", "probe_images", "units", "sweep"} | swaps
+    assert set(plan.pullback_block("images")) == {"probe_images", "pgd", "grid_images"} | swaps
     assert plan.pullback_outputs == [
         "results/tables/pullback_symmetry.parquet",
         "results/tables/pullback_faithfulness.parquet",
@@ -491,6 +495,11 @@ def test_pullback_plan(tiny):
     assert len(plan.pullback_member_jobs) == 3 + 2 and plan.pullback_pair_jobs == []
     assert "results/figures/pullback_agreement.png" not in plan.pullback_outputs
     assert "results/tables/pullback_agreement.parquet" in plan.pullback_outputs
+    # a temperature sweep adds its figure (the default, no sweep, makes none)
+    assert "results/figures/pullback_temperature.png" not in plan.pullback_outputs
+    config["pullback"].update(sweep=[0.1, 0.5])
+    assert "results/figures/pullback_temperature.png" in Plan(config).pullback_outputs
+    assert Plan(config).pullback_block("member")["sweep"] == [0.1, 0.5]
 
 
 @pytest.mark.parametrize(

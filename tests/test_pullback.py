@@ -1,8 +1,11 @@
 """Excitation pullbacks (intertwine.pullback): limits, the gated-value identity, symmetry, coverage."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
+from test_pullback_torchvision import TwoWayReLU
 from torch import nn
 
 from intertwine import models
@@ -102,9 +105,9 @@ def test_soft_adaptive_max_pool(output_size):
 
 def test_forward_unchanged_while_swapped():
     model, x = build(ZOO["myrtle"]), images()
-    with soft_backward(model, 0.3) as names:
+    with soft_backward(model, 0.3) as sites:
         soft = model(x)
-    assert names == swapped_modules(model)
+    assert sites.soft == swapped_modules(model)
     assert torch.equal(soft, model(x))
 
 
@@ -248,31 +251,73 @@ def test_every_relu_and_max_pool_of_the_zoo_is_swapped(variant):
 
 
 class _FunctionalReLU(nn.Module):
-    def __init__(self, pool=False):
+    def __init__(self, kind="relu"):
         super().__init__()
-        self.conv, self.act, self.pool = nn.Conv2d(3, 4, 3), nn.ReLU(), pool
+        self.conv, self.act, self.kind = nn.Conv2d(3, 4, 3), nn.ReLU(), kind
         self.fc = nn.Linear(4, 2)
 
     def forward(self, x):
         x = self.act(self.conv(x))
-        x = F.max_pool2d(x, 2) if self.pool else F.relu(x - 0.1)
+        x = {
+            "relu": lambda x: F.relu(x - 0.1),
+            "pool": lambda x: F.max_pool2d(x, 3, 2, 1),
+            "clamp": lambda x: (x - 0.1).clamp(min=0),
+        }[self.kind](x)
         return self.fc(x.mean((2, 3)))
 
 
-@pytest.mark.parametrize("pool, node", [(False, "ReluBackward0"), (True, "MaxPool2DWithIndicesBackward0")])
-def test_functional_nonlinearities_are_detected(pool, node):
-    model, x = _FunctionalReLU(pool).double(), images(2)
-    with pytest.raises(ValueError, match=node):
+class _ModuleReLU(_FunctionalReLU):
+    """The same function with modules where _FunctionalReLU calls functions."""
+
+    def __init__(self, kind):
+        super().__init__(kind)
+        self.second = nn.ReLU() if kind == "relu" else nn.MaxPool2d(3, 2, 1)
+
+    def forward(self, x):
+        x = self.act(self.conv(x))
+        x = self.second(x - 0.1 if self.kind == "relu" else x)
+        return self.fc(x.mean((2, 3)))
+
+
+@pytest.mark.parametrize("kind, site", [("relu", "relu()"), ("pool", "max_pool2d()")])
+def test_functional_calls_are_swapped_or_left_hard(kind, site):
+    model, x = _FunctionalReLU(kind).double(), images(2)
+    modules = _ModuleReLU(kind).double()
+    modules.load_state_dict(model.state_dict(), strict=False)
+    # functional="soft" (the default): the call is swapped, as its module form is
+    assert relative(pullback(model, x, 0), pullback(modules, x, 0)) < 1e-14
+    with soft_backward(model, 0.3) as sites:
+        model(x)
+    assert sites.soft == ["act", site] and not sites.hard
+    # functional="hard": the released code's behaviour, the call keeps its hard gradient
+    hard = pullback(model, x, 0, functional="hard")
+    released = copy.deepcopy(model)
+    released.act = TwoWayReLU(0.3)  # the released code's module swap; the functional call untouched
+    assert relative(hard, input_gradient(lambda z: released(z)[:, 0], x)) < 1e-14
+    assert relative(hard, pullback(model, x, 0)) > 1e-3
+    assert not any("forward" in vars(module) for module in model.modules())
+
+
+def test_other_kinks_are_refused():
+    model, x = _FunctionalReLU("clamp").double(), images(2)
+    with pytest.raises(ValueError, match="ClampBackward"):
         pullback(model, x, 0)
     assert not any("forward" in vars(module) for module in model.modules())
     pullback(model, x, 0, mode="gradient")  # the plain gradient needs no swap
 
 
-def test_zoo_functional_relu_detected():
-    # CCT's tokenizer calls F.relu and F.max_pool2d: with ReLU blocks it is still no pullback model.
+def test_zoo_functional_calls_are_call_sites():
+    # The CCT's tokenizer calls F.relu and F.max_pool2d: with ReLU blocks it is a pullback model.
     model = build({"arch": "cct", "width_multiplier": 0.25, "activation": "relu"})
-    with pytest.raises(ValueError, match="ReluBackward0"):
-        pullback(model, images(2), 0)
+    with soft_backward(model, 0.3) as sites:
+        model(images(2))
+    functional = [site for site in sites.soft if site.endswith("()")]
+    assert functional == [f"tokenizer.{i}.{f}()" for i in (0, 1) for f in ("relu", "max_pool2d")]
+    x = images(2)
+    assert (
+        relative(pullback(model, x, 0, temperature=SMALL_T), input_gradient(lambda z: model(z)[:, 0], x))
+        < 1e-6
+    )
 
 
 @pytest.mark.parametrize(
@@ -289,16 +334,21 @@ def test_non_relu_activations_are_refused(spec, module):
 
 
 def test_registered_module_types_are_swapped(monkeypatch):
-    class Rectifier(nn.ReLU):  # a subclass may compute anything, so it is not swapped by default
+    class Rectifier(nn.ReLU):  # a subclass may compute anything, so it is not swapped as a module
         pass
 
     net = nn.Sequential(nn.Linear(5, 7), Rectifier(), nn.Linear(7, 3)).double()
     x = torch.randn(4, 5, dtype=torch.float64)
-    with pytest.raises(ValueError, match="ReluBackward0"):
-        pullback(net, x, 0)
+    reference = nn.Sequential(net[0], nn.ReLU(), net[2])
+    with soft_backward(net, 0.3) as sites:  # its F.relu call is caught as a functional call
+        net(x)
+    assert sites.soft == ["1.relu()"]
+    assert relative(pullback(net, x, 0), pullback(reference, x, 0)) < 1e-15
     monkeypatch.setitem(SOFT_FORWARDS, Rectifier, SOFT_FORWARDS[nn.ReLU])
     assert swapped_modules(net) == ["1"]
-    reference = nn.Sequential(net[0], nn.ReLU(), net[2])
+    with soft_backward(net, 0.3) as sites:
+        net(x)
+    assert sites.soft == ["1"]
     assert relative(pullback(net, x, 0), pullback(reference, x, 0)) < 1e-15
 
 
@@ -348,7 +398,7 @@ def test_argument_errors():
     with pytest.raises(ValueError, match="needs temperatures"):
         pullback(model, x, 0, mode="per_neuron")
     with pytest.raises(ValueError, match="no per-neuron temperatures"):
-        pullback(model, x, 0, mode="per_neuron", temperatures={"act1": torch.ones(2)})
+        pullback(model, x, 0, mode="per_neuron", temperatures={"conv1": torch.ones(2)})
     with pytest.raises(ValueError, match="2 images but 3 classes"):
         pullback(model, x, [0, 1, 2])
     with pytest.raises(ValueError, match="either classes"):
@@ -364,3 +414,22 @@ def test_gpu_matches_cpu():
     cpu = pullback(model, x, [0, 1, 2, 3], mode="per_neuron", temperatures=temperatures)
     gpu = pullback(model.cuda(), x.cuda(), [0, 1, 2, 3], mode="per_neuron", temperatures=temperatures)
     assert gpu.device.type == "cuda" and relative(gpu.cpu(), cpu) < 1e-10
+
+
+def test_options_set_the_defaults_of_every_pullback_in_the_block():
+    from intertwine.jobs.pullback import _with_pullback_options
+    from intertwine.pullback import options
+
+    model, x = _FunctionalReLU("relu").double(), images(2)
+    hard = pullback(model, x, 0, functional="hard")
+    with options(functional="hard"):
+        assert torch.equal(pullback(model, x, 0), hard)
+    assert relative(pullback(model, x, 0), hard) > 1e-3  # restored on exit
+
+    @_with_pullback_options
+    def job(block):  # a job reads the block's settings as the pullbacks' defaults
+        return pullback(model, x, 0)
+
+    assert torch.equal(job({"functional": "hard"}), hard)
+    with pytest.raises(ValueError, match="pool_padding must be one of"), options(pool_padding="same"):
+        pass

@@ -241,3 +241,42 @@ def test_jobs_on_tiny_models(tmp_path, tiny_shapes_dir):
     arrays = pullback_images(job, paths[0], {"grid_images": 1, "pgd": {"steps": 1}, "probe_images": 8})
     assert len(arrays["images"]) == 10 and set(arrays["attributions"]) == set(study.MODES)
     assert len(arrays["pgd_images"]) == 10 and (arrays["pgd_targets"] != arrays["pgd_labels"]).all()
+
+
+def test_a_temperature_sweep_adds_soft_rows_and_its_figure(tmp_path, tiny_shapes_dir):
+    from intertwine.figures import pullback_temperature
+    from intertwine.jobs import Job
+    from intertwine.jobs.pullback import pullback_member, pullback_pair
+    from intertwine.tables import PULLBACK_AGREEMENT, PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, to_table
+
+    paths = [_checkpoint(tmp_path / f"seed{s}.pt", MYRTLE, "myrtle", s) for s in range(2)]
+    job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
+    block = {
+        "images": 2,
+        "probe_images": 4,
+        "spreads": [1.0],
+        "deletion_steps": 1,
+        "pgd": {"steps": 1},
+        "sweep": [0.1, 0.3],  # 0.3, the stage's own T, is not measured twice
+    }
+    symmetry, faithfulness = pullback_member(job, paths[0], block)
+    agreement = pullback_pair(job, paths[0], paths[1], 0, block | {"units": 1}, ["act2"])
+    for table, schema in (
+        (symmetry, PULLBACK_SYMMETRY),
+        (faithfulness, PULLBACK_FAITHFULNESS),
+        (agreement, PULLBACK_AGREEMENT),
+    ):
+        to_table(table, schema)  # one row per key: the temperature is a key
+        soft = table[table["mode"] != "gradient"]
+        assert sorted(set(soft["temperature"])) == [0.1, 0.3]
+        assert set(table.loc[table["mode"] == "gradient", "temperature"]) == {0.3}  # measured once
+        assert (table["sweep"] == (table["temperature"] != 0.3)).all()
+    grelu = symmetry[symmetry["group"] == "grelu"]
+    for temperature, rows in grelu.groupby("temperature"):  # per-neuron T is invariant at every T
+        assert (rows.loc[rows["mode"] == "per_neuron", "cos_min"] > EXACT).all(), temperature
+    # the summary reads the stage's own temperature only
+    summary = study.summarize(symmetry, agreement, faithfulness)
+    alone = study.summarize(*(t[~t["sweep"]] for t in (symmetry, agreement, faithfulness)))
+    pd.testing.assert_frame_equal(summary, alone)
+    fig = pullback_temperature(symmetry, agreement, faithfulness)
+    assert len(fig.axes) == 5 and len(fig.axes[2].lines) == 3  # gradient line, global and per-neuron T

@@ -41,6 +41,7 @@ import pandas as pd
 from scipy import stats
 
 from intertwine.deviations import paper_value
+from intertwine.tables import at_stage_temperature
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not run")
 LEVEL = 0.05  # family-wise error of a claim (Holm)
@@ -587,6 +588,7 @@ def pullback_invariances(tables, settings) -> Result:
     """Permutations leave every pullback unchanged; G_ReLU scalings leave the gradient and the
     per-neuron-temperature pullback unchanged but not the global-temperature one."""
     table = tables["pullback_symmetry"]
+    table = at_stage_temperature(table)
     exact = table[(table["group"] == "permutation") | table["mode"].isin(["gradient", "per_neuron"])]
     global_t = table[(table["group"] == "grelu") & (table["mode"] == "global") & (table["scale_spread"] >= 1)]
     worst = (1 - exact["cos_min"]).max()

@@ -480,7 +480,12 @@ def cmd_pullback_table(args) -> None:
 
 
 def cmd_pullback_figure(args) -> None:
-    from intertwine.figures import pullback_agreement, pullback_faithfulness, pullback_symmetry
+    from intertwine.figures import (
+        pullback_agreement,
+        pullback_faithfulness,
+        pullback_symmetry,
+        pullback_temperature,
+    )
     from intertwine.tables import PULLBACK_AGREEMENT, PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, read_parquet
 
     save = lambda fig, path: _save(fig, path, args.other_formats, args.figures)  # noqa: E731
@@ -491,6 +496,16 @@ def cmd_pullback_figure(args) -> None:
     )
     if args.agreement_figure:
         save(pullback_agreement(read_parquet([args.agreement], PULLBACK_AGREEMENT)), args.agreement_figure)
+    if args.temperature_figure:
+        tables = [
+            read_parquet([path], schema)
+            for path, schema in (
+                (args.symmetry, PULLBACK_SYMMETRY),
+                (args.agreement, PULLBACK_AGREEMENT),
+                (args.faithfulness, PULLBACK_FAITHFULNESS),
+            )
+        ]
+        save(pullback_temperature(*tables), args.temperature_figure)
 
 
 def cmd_dissect_member(args) -> None:
@@ -1118,6 +1133,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--symmetry-figure", required=True, help="cosine vs scale spread per mode (.png)")
     p.add_argument("--faithfulness-figure", required=True, help="deletion, insertion, PGD success (.png)")
     p.add_argument("--agreement-figure", help="agreement across seeds (.png); none without pairs")
+    p.add_argument("--temperature-figure", help="every measure against T (.png); none without pullback.sweep")
     p = command(
         "deqntk-figure",
         cmd_deqntk_figure,

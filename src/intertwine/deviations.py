@@ -16,6 +16,7 @@ from typing import Any
 
 GODFREY = "Godfrey et al. 2022"
 GATED = "Lakshminarayanan & Singh"
+PULLBACK = "Satkiewicz (excitation pullbacks)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +116,16 @@ DEVIATIONS = (
         "the Compact Convolutional Transformer's tokenizer: convolution, ReLU, max-pool",
         "an instance norm after each tokenizer layer takes the CPU zoo's 4 epochs from 20-30 % to "
         "60-77 % on shapes",
+    ),
+    Deviation(
+        "pullback.functional",
+        "hard",
+        "soft",
+        f"{PULLBACK}, released code",
+        "nn.ReLU and nn.MaxPool2d modules are replaced by soft ones; a functional call (DenseNet121's "
+        "last ReLU, F.relu in its forward) keeps its hard gradient",
+        "every ReLU of the network is a gate of the paper's definition, wherever the forward calls "
+        "it; `hard` reproduces the released code (no zoo variant of the stage calls one)",
     ),
     Deviation(
         None,

@@ -14,6 +14,7 @@ import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from intertwine.settings import G_RELU_METHODS, parse_method  # noqa: E402
+from intertwine.tables import at_stage_temperature  # noqa: E402
 from intertwine.utils import atomic_path  # noqa: E402
 
 
@@ -1297,6 +1298,7 @@ def pullback_symmetry(table: pd.DataFrame) -> plt.Figure:
     random group element on its weights, against the G_ReLU scale spread (0: permutations), per
     temperature mode: solid the smallest cosine over members and images, dashed the mean. Rounding
     level (about 1e-16) is invariance."""
+    table = at_stage_temperature(table)
     variants = list(dict.fromkeys(table["variant"]))
     fig, axes = plt.subplots(
         1, len(variants), figsize=(3.6 * len(variants) + 0.6, 3.4), layout="constrained", squeeze=False
@@ -1350,6 +1352,7 @@ def pullback_agreement(table: pd.DataFrame) -> plt.Figure:
     """Agreement across seeds: the mean cosine over images between two members' pullbacks, per
     variant and mode; left of the true class's logit (a dot per pair), right of hidden units matched
     by the Hungarian algorithm (a dot per unit)."""
+    table = at_stage_temperature(table)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained")
     logits, units = table[table["site"] == "logit"], table[table["site"] != "logit"]
     _mode_bars(axes[0], logits, "cos_mean", ["pair"], "cosine across seeds (mean over images)")
@@ -1371,6 +1374,7 @@ def pullback_faithfulness(table: pd.DataFrame) -> plt.Figure:
     |v| set to the data mean, 5 % per step; lower is more faithful) and under the insertion curve
     (from the mean image; higher is more faithful), both our extension; and the success of the
     paper's PGD toward a random other class after each step."""
+    table = at_stage_temperature(table)
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), layout="constrained")
     _mode_bars(axes[0], table, "deletion_auc", ["seed"], "deletion area (lower: more faithful)")
     axes[0].set_title("deletion (ours)", fontsize=9)
@@ -1463,4 +1467,63 @@ def pullback_pgd(arrays: dict) -> plt.Figure:
                 ax.set_ylabel(name, fontsize=6)
     fig.suptitle(f"{arrays['title']}: PGD toward a target class (the paper's, 32x32-scaled)", fontsize=9)
     fig.tight_layout()
+    return fig
+
+
+def _against_temperature(ax, table: pd.DataFrame, column: str, reduce: str, ylabel: str) -> None:
+    """Per variant (line style) and soft mode (colour): ``column`` reduced over the rows (``reduce``
+    "mean" or "min") against T; the plain gradient, which has no T, a horizontal line per variant."""
+    styles = ["-", "--", ":", "-."]
+    for j, variant in enumerate(dict.fromkeys(table["variant"])):
+        part = table[table["variant"] == variant]
+        for k, mode in enumerate(_pullback_modes(part)):
+            rows = part[part["mode"] == mode].groupby("temperature")[column].agg(reduce)
+            label = f"{variant}: {PULLBACK_MODES[mode]}"
+            if mode == "gradient":
+                ax.axhline(rows.iloc[0], color=f"C{k}", ls=styles[j % len(styles)], lw=0.8, label=label)
+            else:
+                ax.plot(
+                    rows.index,
+                    rows.to_numpy(),
+                    styles[j % len(styles)],
+                    marker="o",
+                    ms=3,
+                    color=f"C{k}",
+                    label=label,
+                )
+    ax.set_xlabel("temperature T")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+
+
+def pullback_temperature(
+    symmetry: pd.DataFrame, agreement: pd.DataFrame, faithfulness: pd.DataFrame
+) -> plt.Figure:
+    """The stage at every temperature (``pullback.temperature`` and ``pullback.sweep``): 1 - the
+    smallest cosine under G_ReLU at the largest scale spread (over members and images), the mean
+    agreement of the class logit's pullbacks across seeds, the deletion and insertion areas and the
+    PGD success (means over members), each against T, the plain gradient a horizontal line."""
+    fig, axes = plt.subplots(1, 5, figsize=(20, 3.8), layout="constrained")
+    grelu = symmetry[symmetry["group"] == "grelu"]
+    grelu = grelu[grelu["scale_spread"] == grelu["scale_spread"].max()]
+    grelu = grelu.assign(one_minus_cos=(1 - grelu["cos_min"]).clip(lower=1e-17))
+    _against_temperature(axes[0], grelu, "one_minus_cos", "max", "1 - cosine (worst image)")
+    axes[0].set_yscale("log")
+    spread = grelu["scale_spread"].max() if len(grelu) else float("nan")
+    axes[0].set_title(f"G_ReLU symmetry, scale spread {spread:g}", fontsize=9)
+    logits = agreement[agreement["site"] == "logit"]
+    if len(logits):
+        _against_temperature(axes[1], logits, "cos_mean", "mean", "cosine across seeds (mean)")
+    axes[1].set_title("agreement across seeds, class logit", fontsize=9)
+    _against_temperature(
+        axes[2], faithfulness, "deletion_auc", "mean", "deletion area (lower: more faithful)"
+    )
+    axes[2].set_title("deletion (ours)", fontsize=9)
+    _against_temperature(
+        axes[3], faithfulness, "insertion_auc", "mean", "insertion area (higher: more faithful)"
+    )
+    axes[3].set_title("insertion (ours)", fontsize=9)
+    _against_temperature(axes[4], faithfulness, "pgd_success", "mean", "PGD success (target predicted)")
+    axes[4].set_title("the paper's PGD toward a random other class", fontsize=9)
+    axes[4].legend(fontsize=6)
     return fig

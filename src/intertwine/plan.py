@@ -748,6 +748,7 @@ class Plan:
             "results/figures/pullback_symmetry.png",
             *(["results/figures/pullback_agreement.png"] if self.pullback_pair_jobs else []),
             "results/figures/pullback_faithfulness.png",
+            *(["results/figures/pullback_temperature.png"] if self.pullback.get("sweep") else []),
         ]
 
     @property

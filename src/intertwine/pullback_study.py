@@ -19,11 +19,11 @@ Cosines are computed in float64; a pair in which either vector is exactly zero h
 
 Gated networks (:mod:`intertwine.models.gated`): a value unit ``pre * gate`` (``GateActivation``)
 is linear given its gate, and the gated max-pool is a gather at positions the feature network
-chooses. Importing this module registers a soft forward for ``GateActivation`` that holds the gate
-fixed (detached), exactly as the pullback holds a ReLU's soft gate fixed: a gated network's
-pullback is then its value network's input gradient with the feature network's gates (soft or
-hard) held fixed, the same at every temperature (the swapped ReLUs and max-pools of the feature
-network are off its path). Our extension: the paper treats ReLU networks only.
+chooses. :mod:`intertwine.pullback` holds the gate fixed (detached), exactly as the pullback holds a
+ReLU's soft gate fixed: a gated network's pullback is its value network's input gradient with the
+feature network's gates (soft or hard) held fixed, the same at every temperature (the swapped ReLUs
+and max-pools of the feature network are off its path). Our extension: the paper treats ReLU
+networks only.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from intertwine import pullback as pb
-from intertwine.models.gated import GateActivation
+from intertwine.tables import at_stage_temperature
 
 __all__ = [
     "GROUPS",
@@ -66,15 +66,6 @@ GROUPS = ("permutation", "grelu")
 #: The paper's ImageNet inputs: 224 x 224 x 3 values in [-1, 1]; its PGD radius and step are L2
 #: norms there (epsilon 100, step 20).
 PAPER_IMAGE_DIMS = 224 * 224 * 3
-
-
-def _held_gate(module: GateActivation, temperature, pre: Tensor, gate: Tensor) -> Tensor:
-    """A gated network's value unit ``pre * gate`` with the gate held fixed (see the module
-    docstring): the value is exactly the module's, the derivative with respect to pre is the gate."""
-    return pre * gate.detach()
-
-
-pb.register_soft_forward(GateActivation, _held_gate)
 
 
 # --- pullbacks and cosines -----------------------------------------------------------------------
@@ -365,7 +356,9 @@ def _spread_label(spread: float) -> str:
 def summarize(symmetry: pd.DataFrame, agreement: pd.DataFrame, faithfulness: pd.DataFrame) -> pd.DataFrame:
     """The stage in one table, a column per mode: per variant the smallest cosine under each group
     element (over members and images), the mean agreement across seeds (class logit; matched
-    hidden units), the mean deletion and insertion areas and the PGD success rate over members."""
+    hidden units), the mean deletion and insertion areas and the PGD success rate over members, at
+    the stage's temperature (:func:`at_stage_temperature`)."""
+    symmetry, agreement, faithfulness = map(at_stage_temperature, (symmetry, agreement, faithfulness))
     rows = []
     for variant in dict.fromkeys(symmetry["variant"]):
         part = symmetry[symmetry["variant"] == variant]

@@ -226,9 +226,16 @@ NPK = pa.schema(
     metadata={"keys": "variant seed kernel site"},
 )
 
+
 # The excitation-pullback stage (intertwine.pullback_study). mode: gradient, global, per_neuron.
 # Per member: cosines between its pullbacks and those of the same function with a random group
 # element on its weights (group permutation, spread 0; grelu, log-normal scale spread sigma).
+def at_stage_temperature(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a pullback table at the stage's own temperature (``pullback.temperature``): those
+    of a ``pullback.sweep`` temperature (``sweep`` true) left out; a table without the column as it is."""
+    return table[~table["sweep"].astype(bool)] if "sweep" in table else table
+
+
 PULLBACK_SYMMETRY = pa.schema(
     [
         pa.field("variant", pa.string()),
@@ -242,10 +249,11 @@ PULLBACK_SYMMETRY = pa.schema(
         pa.field("logit_change", pa.float64()),  # the element's change of the function: rounding
         pa.field("probe_images", pa.int64()),
         pa.field("temperature", pa.float64()),
+        pa.field("sweep", pa.bool_()),  # true: a pullback.sweep temperature, not the stage's own
         pa.field("dtype", pa.string()),
         *PROVENANCE,
     ],
-    metadata={"keys": "variant seed group scale_spread mode"},
+    metadata={"keys": "variant seed group scale_spread mode temperature"},
 )
 
 # Per pair of members: cosines between their pullbacks of the class logit (site "logit", units -1)
@@ -266,9 +274,10 @@ PULLBACK_AGREEMENT = pa.schema(
         pa.field("images", pa.int64()),
         pa.field("probe_images", pa.int64()),
         pa.field("temperature", pa.float64()),
+        pa.field("sweep", pa.bool_()),
         *PROVENANCE,
     ],
-    metadata={"keys": "variant pair site unit_a mode"},
+    metadata={"keys": "variant pair site unit_a mode temperature"},
 )
 
 # Per member and mode: deletion and insertion curves (mean over images at 0, 1/steps, ..., 1 of
@@ -293,9 +302,10 @@ PULLBACK_FAITHFULNESS = pa.schema(
         pa.field("pgd_step_size", pa.float64()),
         pa.field("probe_images", pa.int64()),
         pa.field("temperature", pa.float64()),
+        pa.field("sweep", pa.bool_()),
         *PROVENANCE,
     ],
-    metadata={"keys": "variant seed mode"},
+    metadata={"keys": "variant seed mode temperature"},
 )
 
 # The DEQ neural tangent kernel stage: one row per kernel regression. study "accuracy" (the

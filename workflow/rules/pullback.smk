@@ -158,6 +158,15 @@ rule pullback_figure:
             caption="../report/pullback_faithfulness.rst",
             category="Excitation pullbacks",
         ),
+        temperature=[
+            report(
+                png,
+                caption="../report/pullback_temperature.rst",
+                category="Excitation pullbacks",
+            )
+            for png in PLAN.pullback_figures
+            if png.endswith("pullback_temperature.png")
+        ],
         other_formats=PLAN.other_formats(PLAN.pullback_figures),
     log:
         "results/logs/figures/pullback.log",
@@ -168,9 +177,12 @@ rule pullback_figure:
     params:
         figures=as_json(config["figures"]),
         agreement=lambda wc, output: (f" --agreement-figure {output.agreement}" if output.agreement else ""),
+        temperature=lambda wc, output: (
+            f" --temperature-figure {output.temperature}" if output.temperature else ""
+        ),
         code=code_hash("figures"),
     shell:
         "intertwine pullback-figure --symmetry {input.symmetry} --faithfulness {input.faithfulness}"
-        " --agreement {input.agreement}{params.agreement} --figures {params.figures:q}"
+        " --agreement {input.agreement}{params.agreement}{params.temperature} --figures {params.figures:q}"
         " --symmetry-figure {output.symmetry} --faithfulness-figure {output.faithfulness}"
         " --other-formats {output.other_formats} > {log} 2>&1"

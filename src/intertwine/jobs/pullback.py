@@ -4,6 +4,8 @@ a variant's image grids (the mathematics is in ``intertwine.pullback_study``).""
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 
 import numpy as np
 import pandas as pd
@@ -12,8 +14,22 @@ import torch
 from intertwine import pullback_study as study
 from intertwine.data.augment import normalize
 from intertwine.jobs import Job
-from intertwine.pullback import per_neuron_temperatures
+from intertwine.pullback import options, per_neuron_temperatures
 from intertwine.settings import PullbackConfig
+
+
+def _with_pullback_options(job_function):
+    """Runs a job with ``pullback.functional`` and ``pullback.pool_padding`` of its ``block`` as
+    every pullback's setting (the study's functions take them from :func:`intertwine.pullback.options`)."""
+
+    @functools.wraps(job_function)
+    def run(*args, **kwargs):
+        block = inspect.signature(job_function).bind(*args, **kwargs).arguments["block"]
+        settings = PullbackConfig.from_block(block, "pullback")
+        with options(functional=settings.functional, pool_padding=settings.pool_padding):
+            return job_function(*args, **kwargs)
+
+    return run
 
 
 def _inputs(job: Job, settings: PullbackConfig, images: int):
@@ -23,6 +39,14 @@ def _inputs(job: Job, settings: PullbackConfig, images: int):
     stats = job.stats()
     probe = normalize(job.split("train", settings.probe_images).images, *stats)
     return normalize(test.images, *stats), test.labels, probe
+
+
+def _temperatures(settings: PullbackConfig) -> list[tuple[float, tuple[str, ...]]]:
+    """(T, modes) to measure: the stage's temperature with every mode, then each ``sweep``
+    temperature with the soft modes only (the plain gradient does not depend on T)."""
+    soft = tuple(mode for mode in study.MODES if mode != "gradient")
+    sweep = [t for t in dict.fromkeys(settings.sweep) if t != settings.temperature]
+    return [(settings.temperature, study.MODES), *((t, soft) for t in sweep)]
 
 
 def _pgd_settings(settings: PullbackConfig, image_shape) -> dict:
@@ -43,6 +67,7 @@ def _direction(model, mode: str, temperature: float, temperatures):
     ).to(z.dtype)
 
 
+@_with_pullback_options
 def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A zoo member's symmetry rows (``pullback_study.symmetry_cosines`` in float64, one per group,
     spread and mode) and faithfulness rows (one per mode: deletion and insertion curves and areas,
@@ -52,27 +77,31 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
     model, meta = job.model(checkpoint)
     variant, seed = meta["variant"], meta["seed"]
     x, labels, probe = _inputs(job, settings, settings.images)
-    generator = torch.Generator().manual_seed(job.seed("pullback", variant, seed, "symmetry"))
-    rows = study.symmetry_cosines(
-        copy.deepcopy(model).double(),  # the loaded model stays as it is
-        x.double(),
-        labels,
-        probe.double(),
-        settings.temperature,
-        settings.spreads,
-        generator,
-    )
-    symmetry = pd.DataFrame(rows)
-    worst = symmetry.groupby(["group", "scale_spread", "mode"])["cos_min"].min()
-    job.log(f"{variant} seed {seed}: smallest cosine per group, spread and mode\n{worst.to_string()}")
+    parts = []
+    for temperature, modes in _temperatures(settings):
+        # the same group elements at every temperature: one seed, drawn again
+        generator = torch.Generator().manual_seed(job.seed("pullback", variant, seed, "symmetry"))
+        rows = study.symmetry_cosines(
+            copy.deepcopy(model).double(),  # the loaded model stays as it is
+            x.double(),
+            labels,
+            probe.double(),
+            temperature,
+            settings.spreads,
+            generator,
+            modes=modes,
+        )
+        parts.append(
+            pd.DataFrame(rows).assign(temperature=temperature, sweep=temperature != settings.temperature)
+        )
+    symmetry = pd.concat(parts, ignore_index=True)
+    worst = symmetry.groupby(["group", "scale_spread", "mode", "temperature"])["cos_min"].min()
+    job.log(f"{variant} seed {seed}: smallest cosine per group, spread, mode and T\n{worst.to_string()}")
     symmetry.insert(0, "variant", variant)
     symmetry.insert(1, "seed", seed)
     provenance = job.provenance({"pullback": block}, device=False)
-    symmetry = symmetry.assign(
-        probe_images=len(probe), temperature=settings.temperature, dtype="float64", **provenance
-    )
+    symmetry = symmetry.assign(probe_images=len(probe), dtype="float64", **provenance)
 
-    temperatures = per_neuron_temperatures(model, probe, settings.temperature)
     pgd = _pgd_settings(settings, x.shape[1:])
     targets = study.random_targets(
         labels,
@@ -81,12 +110,11 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
     ).to(x.device)
     mean, std = job.stats()
     rows = []
-    for mode in study.MODES:
-        attribution = study.attributions(
-            model, x, labels, mode, settings.temperature, temperatures=temperatures
-        )
+    for temperature, mode in [(t, mode) for t, modes in _temperatures(settings) for mode in modes]:
+        temperatures = per_neuron_temperatures(model, probe, temperature) if mode == "per_neuron" else None
+        attribution = study.attributions(model, x, labels, mode, temperature, temperatures=temperatures)
         deletion, insertion = study.deletion_insertion(model, x, labels, attribution, settings.deletion_steps)
-        direction = _direction(model, mode, settings.temperature, temperatures)
+        direction = _direction(model, mode, temperature, temperatures)
         by_step = []
 
         def record(z, by_step=by_step):
@@ -99,6 +127,8 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
         rows.append(
             {
                 "mode": mode,
+                "temperature": temperature,
+                "sweep": temperature != settings.temperature,
                 "images": len(x),
                 "deletion_auc": study.curve_area(deletion).mean().item(),
                 "insertion_auc": study.curve_area(insertion).mean().item(),
@@ -114,19 +144,18 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
             }
         )
         job.log(
-            f"{variant} seed {seed} {mode}: deletion area {rows[-1]['deletion_auc']:.3f}, insertion "
+            f"{variant} seed {seed} {mode} (T {temperature:g}): deletion area {rows[-1]['deletion_auc']:.3f}, insertion "
             f"area {rows[-1]['insertion_auc']:.3f}, PGD success {rows[-1]['pgd_success']:.2f} (by step: "
             f"{', '.join(f'{v:.2f}' for v in by_step)})"
         )
     faithfulness = pd.DataFrame(rows)
     faithfulness.insert(0, "variant", variant)
     faithfulness.insert(1, "seed", seed)
-    faithfulness = faithfulness.assign(
-        probe_images=len(probe), temperature=settings.temperature, **provenance
-    )
+    faithfulness = faithfulness.assign(probe_images=len(probe), **provenance)
     return symmetry, faithfulness
 
 
+@_with_pullback_options
 def pullback_pair(job: Job, a: str, b: str, pair: int, block: dict, sites: list[str]) -> pd.DataFrame:
     """The agreement of zoo members a and b (``pullback_study.agreement_rows``): per mode, the
     cosines of their pullbacks of the true class's logit, and of ``block["units"]`` hidden units
@@ -139,26 +168,29 @@ def pullback_pair(job: Job, a: str, b: str, pair: int, block: dict, sites: list[
         raise ValueError(f"{a} and {b} belong to different variants")
     variant = meta_a["variant"]
     x, labels, probe = _inputs(job, settings, settings.images)
-    generator = torch.Generator().manual_seed(job.seed("pullback", variant, "pair", pair))
-    rows = study.agreement_rows(
-        model_a, model_b, x, labels, probe, settings.temperature, sites, settings.units, generator
-    )
-    table = pd.DataFrame(rows)
+    parts = []
+    for temperature, modes in _temperatures(settings):
+        # the same units at every temperature: one seed, drawn again
+        generator = torch.Generator().manual_seed(job.seed("pullback", variant, "pair", pair))
+        rows = study.agreement_rows(
+            model_a, model_b, x, labels, probe, temperature, sites, settings.units, generator, modes
+        )
+        parts.append(
+            pd.DataFrame(rows).assign(temperature=temperature, sweep=temperature != settings.temperature)
+        )
+    table = pd.concat(parts, ignore_index=True)
     summary = table.assign(kind=np.where(table["site"] == "logit", "logit", "units"))
     job.log(
         f"{variant} pair {pair} (seeds {meta_a['seed']}, {meta_b['seed']}): mean cosine\n"
-        f"{summary.groupby(['kind', 'mode'])['cos_mean'].mean().to_string()}"
+        f"{summary.groupby(['kind', 'mode', 'temperature'])['cos_mean'].mean().to_string()}"
     )
     base = {"variant": variant, "pair": pair, "seed_a": meta_a["seed"], "seed_b": meta_b["seed"]}
     for k, (column, value) in enumerate(base.items()):
         table.insert(k, column, value)
-    return table.assign(
-        probe_images=len(probe),
-        temperature=settings.temperature,
-        **job.provenance({"pullback": block}, device=False),
-    )
+    return table.assign(probe_images=len(probe), **job.provenance({"pullback": block}, device=False))
 
 
+@_with_pullback_options
 def pullback_images(job: Job, checkpoint: str, block: dict) -> dict:
     """What a variant's image grids show, from one member: ``block["grid_images"]`` test images per
     class with their gradient and pullbacks (global and per-neuron T); one image per class moved by

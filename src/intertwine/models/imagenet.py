@@ -1,8 +1,11 @@
 """torchvision's ImageNet classifiers with weights from a local file, for network dissection.
 
-Nothing is downloaded: the caller supplies the weights file (e.g. torchvision's own release,
-``torchvision.models.ResNet50_Weights.IMAGENET1K_V2.url``, fetched by hand). The models take
-images scaled to 0..1 and normalised with ``IMAGENET_MEAN`` and ``IMAGENET_STD``.
+Nothing is downloaded: the caller supplies the weights file, e.g. torchvision's own release
+``torchvision.models.ResNet50_Weights.IMAGENET1K_V1.url`` fetched by hand. Use the V1 weights
+(``IMAGENET1K_V1``, what ``pretrained=True`` loaded): they are the weights of the excitation-pullback
+paper (Satkiewicz), whose section 6.3 reports pullbacks of the V2 weights (torchvision's newer
+training recipe) to be worse; V2 is a deviation to state where it is used. The models
+take images scaled to 0..1 and normalised with ``IMAGENET_MEAN`` and ``IMAGENET_STD``.
 
 ``DEFAULT_SITES`` names the modules whose forward output the dissection reads with forward hooks
 (``model.get_submodule(name).register_forward_hook``): each stage's output on the residual
@@ -52,7 +55,7 @@ def _weights_urls(arch: str) -> str:
     from torchvision import models
 
     enum = {"resnet50": models.ResNet50_Weights, "convnext_tiny": models.ConvNeXt_Tiny_Weights}[arch]
-    return ", ".join(w.url for w in enum)
+    return "; ".join(f"{w.name}: {w.url}" for w in enum)
 
 
 def _check_arch(arch: str) -> None:
@@ -94,7 +97,8 @@ def load_imagenet_model(arch: str, weights_path: str | Path) -> nn.Module:
     if not path.is_file():
         raise FileNotFoundError(
             f"{path}: no such weights file for {arch}. Nothing is downloaded; "
-            f"fetch torchvision's ImageNet weights yourself ({_weights_urls(arch)}) "
+            f"fetch torchvision's ImageNet weights yourself (IMAGENET1K_V1, the pullback paper's: "
+            f"{_weights_urls(arch)}) "
             f"or point at a state dict of torchvision.models.{arch}"
         )
     try:
