@@ -2,7 +2,7 @@
 # Real one-node SLURM test of profiles/slurm (`make test-cluster`).
 #
 # Builds a private SLURM cluster on this machine (Debian's slurmctld + slurmd +
-# munge; one node on 127.0.0.1 with two placeholder GPUs, no accounting database),
+# munge; one node on 127.0.0.1 with four placeholder GPUs, no accounting database),
 # runs the workflow through the cluster profile with every rule submitted by sbatch,
 # then checks SLURM's own records that the jobs ran as SLURM jobs, finished with exit
 # code 0:0, that rules tagged `resources: gpu=...` (and only those) were submitted with a
@@ -225,12 +225,12 @@ printf '#!/bin/sh\necho %s\n' "$ACCOUNT" >"$TMP/bin/sacctmgr"
 chmod 755 "$TMP/bin/sacctmgr"
 export PATH="$TMP/bin:$PATH"
 
-# Two placeholder GPUs. slurmd wants device files, so these are links to /dev/null (a
-# character device); jobs then see CUDA_VISIBLE_DEVICES like on a real node.
-ln -s /dev/null "$TMP/gpu/gpu0"
-ln -s /dev/null "$TMP/gpu/gpu1"
-GRES="gpu:2"
-GRES_CONF="Name=gpu File=$TMP/gpu/gpu[0-1]"
+# Four placeholder GPUs (as many GPU jobs at once as the node's CPUs allow). slurmd wants
+# device files, so these are links to /dev/null (a character device); jobs then see
+# CUDA_VISIBLE_DEVICES like on a real node.
+for k in 0 1 2 3; do ln -s /dev/null "$TMP/gpu/gpu$k"; done
+GRES="gpu:4"
+GRES_CONF="Name=gpu File=$TMP/gpu/gpu[0-3]"
 printf '%s\n' "$GRES_CONF" >"$TMP/gres.conf"
 
 cat >"$TMP/slurm.conf" <<EOF
