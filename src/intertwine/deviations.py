@@ -155,6 +155,54 @@ DEVIATIONS = (
         "three blocks of 64/128/256",
         "we follow the schematic, the standard CIFAR ResNet18 of He et al. (11,173,962 parameters)",
     ),
+    Deviation(
+        None,
+        "not stated",
+        "a bias and batch norm per convolution",
+        f"{GATED}, Tables I-III (the paper is silent)",
+        "C4GAP, C1GAP and VGG16: 3x3 convolutions with ReLU and a global average pool; whether a "
+        "layer has a bias or batch normalisation is not stated",
+        "ours, as in the zoo's other networks (intertwine.models.plain); a variant's "
+        "`batch_norm: false` removes the batch norm (the bias stays)",
+    ),
+    Deviation(
+        None,
+        "FC1, FC2",
+        "one linear head",
+        f"{GATED}, Fig. 2",
+        "the schematic draws two fully connected layers after the global average pool; the text "
+        "gives no widths for them",
+        "one linear layer after the global average pool, as in Myrtle, so that the weight-space "
+        "action and the gated forms treat both alike",
+    ),
+    Deviation(
+        None,
+        "not stated (Table II: the cited ResNet recipe)",
+        "translations of 2 px and flips (Table II: 4 px)",
+        f"{GATED}, Tables I-III (silent but for Table II's reference recipe)",
+        "no augmentation is stated for Tables I and III; Table II follows the ResNet recipe it cites "
+        "(He et al.: 4-pixel padded crops and flips)",
+        "the zoo's augmentation for Tables I and III; Table II's recipe uses He et al.'s 4-pixel "
+        "translations (config/paper.yaml's table_ii)",
+    ),
+    Deviation(
+        None,
+        "not stated",
+        "45,000 / 5,000 train / validation, best validation epoch",
+        f"{GATED}, Tables I-III (the paper is silent)",
+        "test accuracies are reported; no validation split and no selection of the reported epoch are stated",
+        "the zoo's protocol for every stage (data.val_size, zoo.training.select_on): the test set "
+        "never chooses an epoch",
+    ),
+    Deviation(
+        None,
+        "not stated",
+        "batch norm at its initial statistics",
+        f"{GATED}, DGN-FR (the paper is silent)",
+        "FR: the feature network stays at its random initialisation; what its batch norm does is not stated",
+        "a frozen feature network stays in evaluation mode, so batch norm keeps mean 0 and variance "
+        "1 (measured by us: 26 % of a C4GAP's layer-4 gates are constant across inputs)",
+    ),
 )
 
 
