@@ -521,3 +521,50 @@ def test_a_cuda_device_that_is_not_there_is_one_clear_error():
     missing = "cuda" if not torch.cuda.is_available() else f"cuda:{torch.cuda.device_count()}"
     with pytest.raises(ValueError, match=rf"device: '{missing}' was requested but .*; set device: auto"):
         resolve_device(missing)  # was a RuntimeError, printed by the CLI as a traceback
+
+
+def test_version_and_help_say_what_the_tool_is():
+    from intertwine import __version__
+
+    version = intertwine("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"intertwine {__version__}"
+    help_text = intertwine("--help").stdout
+    assert "make run" in help_text and "snakemake" in help_text and "check-config" in help_text
+    assert "``" not in help_text  # no reST markup from the module's docstring
+
+
+def test_every_option_has_help_text():
+    missing = [
+        f"{name} {action.option_strings or action.dest}"
+        for name, parser in subcommands().items()
+        for action in parser._actions
+        if action.help is None and action.dest != "help"
+    ]
+    assert missing == []
+
+
+def test_stitch_pair_help_lists_every_method():
+    from intertwine.settings import G_RELU_METHODS
+
+    help_text = " ".join(intertwine("stitch-pair", "--help").stdout.split())
+    for method in ("full", "rank<r>", "l1_<lambda>", *G_RELU_METHODS):
+        assert method in help_text, method
+
+
+def test_check_config_gives_the_workflows_messages_naming_the_files(tmp_path):
+    default = REPO / "config" / "config.yaml"
+    assert intertwine("check-config", str(default)).returncode == 0
+    wrong = tmp_path / "site.yaml"
+    wrong.write_text("similarity:\n  variants: [resnet56]\n")
+    result = intertwine("check-config", str(default), str(wrong))
+    assert result.returncode != 0
+    assert f"{default}, {wrong}:" in result.stderr
+    assert "config key similarity.variants: ['resnet56'] must be among zoo.variants: [" in result.stderr
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("zoo:\n  seeds: 3\n   bad: 1\n")
+    result = intertwine("check-config", str(broken))
+    assert f"{broken}, line 3, column 7: not valid YAML" in result.stderr
+    misspelt = tmp_path / "misspelt.yaml"
+    misspelt.write_text("zoo:\n  seedz: 3\n")
+    result = intertwine("check-config", str(default), str(misspelt))
+    assert "config key zoo.seedz: unknown key (misspelt?)" in result.stderr

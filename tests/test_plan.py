@@ -197,33 +197,33 @@ def test_models_are_built_once_per_spec(tiny):
         ),
         (
             lambda c: c["stitching"].update(variants=["resnet18"]),
-            "config key stitching.variants: ['resnet18'] not among",
+            "config key stitching.variants: ['resnet18'] must be among",
         ),
         (
             lambda c: c["stitching"].update(sites={"myrtle": ["act9"]}),
-            "config key stitching.sites.myrtle: ['act9'] not among",
+            "config key stitching.sites.myrtle: ['act9'] must be among",
         ),
         (
             lambda c: c["dissection"].update(sites={"resnet20": ["layer9.act"]}),
-            "config key dissection.sites.resnet20: ['layer9.act'] not among",
+            "config key dissection.sites.resnet20: ['layer9.act'] must be among",
         ),
         (
             lambda c: c["dissection"].update(seeds=3),
             "config key dissection.seeds: 3 seeds of 'resnet20' asked for",
         ),
         (lambda c: c["rotation"].update(seeds=4), "config key rotation.seeds: 4 seeds of 'myrtle' asked for"),
-        (lambda c: c["rotation"].update(sites=["act9"]), "config key rotation.sites: ['act9'] not among"),
+        (lambda c: c["rotation"].update(sites=["act9"]), "config key rotation.sites: ['act9'] must be among"),
         (
             lambda c: c["zoo"].update(training_per_variant={"convnext": {"learning_rate": 0.1}}),
-            "config key zoo.training_per_variant.convnext: ['learning_rate'] not among",
+            "config key zoo.training_per_variant.convnext: ['learning_rate'] must be among",
         ),
         (
             lambda c: c["zoo"].update(training_per_variant={"vgg": {"lr": 0.1}}),
-            "config key zoo.training_per_variant: ['vgg'] not among",
+            "config key zoo.training_per_variant: ['vgg'] must be among",
         ),
         (
             lambda c: c["zoo"].update(seeds_per_variant={"vgg": 2}),
-            "config key zoo.seeds_per_variant: ['vgg'] not among",
+            "config key zoo.seeds_per_variant: ['vgg'] must be among",
         ),
         (
             lambda c: c["dissection"].update(external={"r50": {"arch": "resnet50", "weights": "r50.pth"}}),
@@ -231,7 +231,7 @@ def test_models_are_built_once_per_spec(tiny):
         ),
         (
             lambda c: c["stitching"].update(methods_per_variant={"vgg": ["grelu"]}),
-            "config key stitching.methods_per_variant: ['vgg'] not among",
+            "config key stitching.methods_per_variant: ['vgg'] must be among",
         ),
         (
             lambda c: c["stitching"].update(pairs_per_variant={"vgg": 2}),
@@ -239,11 +239,11 @@ def test_models_are_built_once_per_spec(tiny):
         ),
         (
             lambda c: c["stitching"].update(settings_per_method={"l1": {"epoch": 3}}),
-            "config key stitching.settings_per_method.l1: ['epoch'] not among",
+            "config key stitching.settings_per_method.l1: ['epoch'] must be among",
         ),
         (
             lambda c: c["stitching"].update(settings_per_method={"l1": {"translate": 0}}),
-            "config key stitching.settings_per_method.l1: ['translate'] not among",
+            "config key stitching.settings_per_method.l1: ['translate'] must be among",
         ),
         (
             lambda c: c["similarity"].update(variants=["convnext"]),
@@ -418,7 +418,7 @@ def test_paper_deqntk_gram_is_one_per_setting_for_every_training_size():
         (lambda c: c["deqntk"]["depth"].update(n_train=1000), "config key deqntk.depth.n_train: 1000"),
         (
             lambda c: c["deqntk"]["reference"].update(variants=["vgg"]),
-            "config key deqntk.reference.variants: ['vgg'] not among",
+            "config key deqntk.reference.variants: ['vgg'] must be among",
         ),
         (
             lambda c: c["deqntk"]["reference"].update(seeds=4),
@@ -507,7 +507,7 @@ def test_pullback_plan(tiny):
     [
         (
             {"variants": ["vgg"]},
-            "config key pullback.variants: ['vgg'] not among",
+            "config key pullback.variants: ['vgg'] must be among",
         ),
         (
             {"variants": ["cct"]},
@@ -535,15 +535,15 @@ def test_pullback_plan(tiny):
         ),
         (
             {"sites": {"resnet20": ["act"]}},
-            "config key pullback.sites: ['resnet20'] not among",
+            "config key pullback.sites: ['resnet20'] must be among",
         ),
         (
             {"sites": {"myrtle": ["act9"]}},
-            "config key pullback.sites.myrtle: ['act9'] not among",
+            "config key pullback.sites.myrtle: ['act9'] must be among",
         ),
         (
             {"sites": {"c4gap_dgn": ["features.act1"]}},
-            "config key pullback.sites.c4gap_dgn: ['features.act1'] not among",
+            "config key pullback.sites.c4gap_dgn: ['features.act1'] must be among",
         ),
     ],
 )

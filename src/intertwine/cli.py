@@ -182,6 +182,16 @@ def _job(args):
     return Job(args.device, args.data, args.global_seed, _log)
 
 
+def cmd_check_config(args) -> None:
+    from intertwine.config import check_config, load_config
+
+    config = load_config(args.files)
+    errors = check_config(config)
+    if errors:
+        raise ValueError(f"{', '.join(args.files)}:\n" + "\n".join(errors))
+    print(f"{', '.join(args.files)}: valid ({len(config['zoo']['variants'])} zoo variants)")
+
+
 def cmd_prepare_data(args) -> None:
     from intertwine.data import build_dataset, write_dataset
 
@@ -662,7 +672,19 @@ def cmd_dissection_figure(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="intertwine", description=__doc__.splitlines()[0])
+    from intertwine import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="intertwine",
+        description=(
+            "intertwine: model zoos and the symmetries of their internal representations. These "
+            "commands are the jobs of the Snakemake workflow (each is named like its rule); run the "
+            "workflow itself with `make run` (the default config) or `snakemake --cores N "
+            "[--configfile FILE]`. `intertwine check-config FILE` checks a config as the workflow does."
+        ),
+        epilog="Every job's log starts with the command that reruns it; `intertwine <command> --help` says more.",
+    )
+    parser.add_argument("--version", action="version", version=f"intertwine {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     # Options every torch job takes, and those of every figure command: one parent parser each.
@@ -724,6 +746,17 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(option, **same[option])
         return p
 
+    p = command(
+        "check-config",
+        cmd_check_config,
+        "check config files as the workflow does: the schema, then the plan's cross-checks",
+    )
+    p.add_argument(
+        "files",
+        nargs="+",
+        help="config files, merged in order as by snakemake --configfile (later over earlier)",
+    )
+
     # --- torch jobs, named like their rules and their functions in intertwine.jobs
     p = command(
         "prepare-data",
@@ -741,7 +774,7 @@ def build_parser() -> argparse.ArgumentParser:
         out="its checkpoint .pt (never overwritten)",
         options=["--training", "--eval-batch-size"],
     )
-    p.add_argument("--variant", required=True)
+    p.add_argument("--variant", required=True, help="the variant's name in zoo.variants (names the outputs)")
     p.add_argument("--seed", type=_integer(0), required=True, help="zoo member seed")
     p.add_argument("--spec", type=_json_object, required=True, help="the variant's model spec (JSON)")
     p.add_argument("--metrics", required=True, help="output per-epoch metrics .parquet")
@@ -757,7 +790,7 @@ def build_parser() -> argparse.ArgumentParser:
         out="the pack directory (never overwritten): per member a checkpoint and metrics, or a .diverged note",
         options=["--training", "--eval-batch-size"],
     )
-    p.add_argument("--variant", required=True)
+    p.add_argument("--variant", required=True, help="the variant's name in zoo.variants (names the outputs)")
     p.add_argument(
         "--seeds", required=True, type=_seed_range, help="the members, first-last (e.g. 0-3), consecutive"
     )
@@ -795,8 +828,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=_schema_enum(
             "properties", "rotation", "properties", "variants", "additionalProperties", "items"
         ),
+        help="the group a random element of which transforms the site",
     )
-    p.add_argument("--trial", type=_integer(0), required=True)
+    p.add_argument("--trial", type=_integer(0), required=True, help="the trial's index (seeds its draw)")
     p = command(
         "stitch-pair",
         cmd_stitch_pair,
@@ -810,7 +844,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--method",
         type=_method,
         required=True,
-        help="full, rank<r>, l1_<lambda>, grelu, grelu_cv or softsort",
+        help="full, rank<r>, l1_<lambda>, grelu, grelu_cv, softsort or monomial",
     )
     p.add_argument(
         "--sites",
@@ -958,6 +992,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=_schema_enum(
             "properties", "dissection", "properties", "external", "additionalProperties", "properties", "arch"
         ),
+        help="torchvision architecture of the weights",
     )
     p.add_argument("--weights", required=True, help="state dict file (.pth)")
     p.add_argument(
@@ -1015,7 +1050,7 @@ def build_parser() -> argparse.ArgumentParser:
         out="symmetry.parquet",
         options=["--summary"],
     )
-    p.add_argument("parts", nargs="+")
+    p.add_argument("parts", nargs="+", help="per-member tables (symmetry-check)")
     p = command(
         "gated-table",
         cmd_gated_table,
@@ -1049,7 +1084,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--faithfulness-out", required=True, help="pullback_faithfulness.parquet")
     p.add_argument("--agreement-out", required=True, help="pullback_agreement.parquet")
     p = command("table", cmd_table, "concatenate per-job Parquet files into a stage's table", out="the table")
-    p.add_argument("parts", nargs="+")
+    p.add_argument("parts", nargs="+", help="per-job Parquet files of one stage")
     p.add_argument(
         "--schema", required=True, choices=TABLE_SCHEMAS, help="the table's schema in intertwine.tables"
     )

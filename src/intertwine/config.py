@@ -21,3 +21,47 @@ def describe_validation_error(error) -> str:
             "(a repeated item would run the same jobs twice and count them as independent evidence)"
         )
     return f"config key {where}: {error.message}"
+
+
+def load_config(paths) -> dict:
+    """The config the workflow would run with ``--configfile paths...``: the YAML files merged in
+    order, a later file's keys over an earlier one's (nested blocks key by key, as Snakemake does).
+    A YAML syntax error names the file, line and column."""
+    import yaml
+    from snakemake.utils import update_config
+
+    config: dict = {}
+    for path in paths:
+        try:
+            with open(path) as fh:
+                loaded = yaml.safe_load(fh) or {}
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(err, "problem", None) or str(err)
+            raise ValueError(f"{path}{where}: not valid YAML: {problem}") from None
+        if not isinstance(loaded, dict):
+            raise ValueError(
+                f"{path}: a config is a mapping of blocks (data:, zoo:, ...), not {type(loaded).__name__}"
+            )
+        update_config(config, loaded)
+    return config
+
+
+def check_config(config: dict) -> list[str]:
+    """The workflow's checks of a config, as messages (none: it runs): the schema, whose defaults
+    this fills in (``config`` changes in place), then the plan's cross-checks."""
+    import jsonschema
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    from intertwine.plan import Plan
+    from intertwine.settings import SCHEMA_PATH
+
+    try:
+        validate(config, schema=str(SCHEMA_PATH), set_default=True)
+    except WorkflowError as err:
+        if not isinstance(err.__context__, jsonschema.ValidationError):
+            raise
+        return [describe_validation_error(err.__context__)]
+    return Plan(config).errors()

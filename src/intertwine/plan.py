@@ -907,10 +907,10 @@ class Plan:
 
         errors = []
 
-        def subset(key, chosen, available):
+        def subset(key, chosen, available, among):
             unknown = sorted(set(chosen) - set(available))
             if unknown:
-                errors.append(f"config key {key}: {unknown} not among {list(available)}")
+                errors.append(f"config key {key}: {unknown} must be among {among}: {list(available)}")
             return not unknown
 
         share = self.config["pairs_share_members"]
@@ -959,15 +959,15 @@ class Plan:
 
         def overrides(key, override, block):
             """Per-variant or per-method overrides: known keys, each valid as in ``block``."""
-            if subset(key, override, schema_block(block)["properties"]):
+            if subset(key, override, schema_block(block)["properties"], f"the settings of {block}"):
                 for name, value in override.items():
                     try:
                         jsonschema.validate(value, schema_block(block)["properties"][name])
                     except jsonschema.ValidationError as err:
                         errors.append(f"config key {key}.{name}: {err.message}")
 
-        subset("zoo.seeds_per_variant", self.zoo["seeds_per_variant"], self.variants)
-        subset("zoo.pack_size_per_variant", self.zoo["pack_size_per_variant"], self.variants)
+        subset("zoo.seeds_per_variant", self.zoo["seeds_per_variant"], self.variants, "zoo.variants")
+        subset("zoo.pack_size_per_variant", self.zoo["pack_size_per_variant"], self.variants, "zoo.variants")
         for variant in self.variants:
             # A gate permutation's length and shapes are checked where the network is built: at
             # plan time, not in the first training job.
@@ -1000,22 +1000,44 @@ class Plan:
                     f"{len(self.zoo_seeds(source))} seeds for {len(self.zoo_seeds(variant))}; raise "
                     f"zoo.seeds_per_variant.{source}"
                 )
-        if subset("zoo.training_per_variant", self.zoo["training_per_variant"], self.variants):
+        if subset(
+            "zoo.training_per_variant", self.zoo["training_per_variant"], self.variants, "zoo.variants"
+        ):
             for variant, override in self.zoo["training_per_variant"].items():
                 overrides(f"zoo.training_per_variant.{variant}", override, "zoo.training")
 
-        if subset("rotation.variants", self.rotation["variants"], self.variants):
+        if subset("rotation.variants", self.rotation["variants"], self.variants, "zoo.variants"):
             for variant in self.rotation["variants"]:
-                subset("rotation.sites", self.rotation["sites"], self.cut_site_names(variant))
+                subset(
+                    "rotation.sites",
+                    self.rotation["sites"],
+                    self.cut_site_names(variant),
+                    f"the sites of {variant}",
+                )
             members("rotation.seeds", self.rotation["variants"], self.rotation["seeds"])
 
         stitching = self.stitching
-        if subset("stitching.variants", stitching["variants"], self.variants):
-            subset("stitching.pairs_per_variant", stitching["pairs_per_variant"], stitching["variants"])
-            if subset("stitching.sites", stitching["sites"], self.variants):
+        if subset("stitching.variants", stitching["variants"], self.variants, "zoo.variants"):
+            subset(
+                "stitching.pairs_per_variant",
+                stitching["pairs_per_variant"],
+                stitching["variants"],
+                "stitching.variants",
+            )
+            if subset("stitching.sites", stitching["sites"], self.variants, "zoo.variants"):
                 for variant, chosen in stitching["sites"].items():
-                    subset(f"stitching.sites.{variant}", chosen, self.cut_site_names(variant))
-            subset("stitching.methods_per_variant", stitching["methods_per_variant"], stitching["variants"])
+                    subset(
+                        f"stitching.sites.{variant}",
+                        chosen,
+                        self.cut_site_names(variant),
+                        f"the sites of {variant}",
+                    )
+            subset(
+                "stitching.methods_per_variant",
+                stitching["methods_per_variant"],
+                stitching["variants"],
+                "stitching.variants",
+            )
             pairable(
                 "stitching.variants",
                 stitching["variants"],
@@ -1029,14 +1051,17 @@ class Plan:
             if f.metadata["key"].startswith("stitching.")
         ]
         for method, override in stitching["settings_per_method"].items():
-            if subset(f"stitching.settings_per_method.{method}", override, per_method):
+            if subset(
+                f"stitching.settings_per_method.{method}", override, per_method, "the method's settings"
+            ):
                 overrides(f"stitching.settings_per_method.{method}", override, "stitching")
 
-        if subset("similarity.variants", self.similarity["variants"], self.variants):
+        if subset("similarity.variants", self.similarity["variants"], self.variants, "zoo.variants"):
             subset(
                 "similarity.pairs_per_variant",
                 self.similarity["pairs_per_variant"],
                 self.similarity["variants"],
+                "similarity.variants",
             )
             pairable(
                 "similarity.variants",
@@ -1048,7 +1073,7 @@ class Plan:
                 symmetric=True,
             )
 
-        if subset("gated.variants", self.gated["variants"], self.variants):
+        if subset("gated.variants", self.gated["variants"], self.variants, "zoo.variants"):
             members("gated.seeds", self.gated["variants"], self.gated["seeds"])
             for variant in self.gated["variants"]:
                 if self.spec(variant)["arch"] not in GATED_ARCHS:
@@ -1058,7 +1083,7 @@ class Plan:
                     )
 
         pullback = self.pullback
-        if subset("pullback.variants", pullback["variants"], self.variants):
+        if subset("pullback.variants", pullback["variants"], self.variants, "zoo.variants"):
             if pullback["seeds"] is not None:
                 members("pullback.seeds", pullback["variants"], pullback["seeds"])
             for variant in pullback["variants"]:
@@ -1073,14 +1098,19 @@ class Plan:
                     lambda v: pullback["pairs"],
                     symmetric=True,
                 )
-            if subset("pullback.sites", pullback["sites"], pullback["variants"]):
+            if subset("pullback.sites", pullback["sites"], pullback["variants"], "pullback.variants"):
                 for variant, chosen in pullback["sites"].items():
-                    subset(f"pullback.sites.{variant}", chosen, self.cut_site_names(variant))
+                    subset(
+                        f"pullback.sites.{variant}",
+                        chosen,
+                        self.cut_site_names(variant),
+                        f"the sites of {variant}",
+                    )
 
         errors += self._deqntk_errors()
 
         dissection = self.dissection
-        if subset("dissection.variants", dissection["variants"], self.variants):
+        if subset("dissection.variants", dissection["variants"], self.variants, "zoo.variants"):
             for variant in dissection["variants"]:
                 if self.spec(variant)["arch"] == "cct":
                     errors.append(
@@ -1089,9 +1119,14 @@ class Plan:
                         "concept masks; dissect convolutional variants"
                     )
             members("dissection.seeds", dissection["variants"], dissection["seeds"])
-            if subset("dissection.sites", dissection["sites"], dissection["variants"]):
+            if subset("dissection.sites", dissection["sites"], dissection["variants"], "dissection.variants"):
                 for variant, chosen in dissection["sites"].items():
-                    subset(f"dissection.sites.{variant}", chosen, self.site_names(variant))
+                    subset(
+                        f"dissection.sites.{variant}",
+                        chosen,
+                        self.site_names(variant),
+                        f"the sites of {variant}",
+                    )
         if dissection["external"] and not dissection["probe"]["broden"]:
             errors.append(
                 "config key dissection.external: ImageNet models are dissected on Broden; "
@@ -1171,7 +1206,9 @@ class Plan:
         reference = deqntk["reference"]
         unknown = sorted(set(reference["variants"]) - set(self.variants))
         if unknown:
-            errors.append(f"config key deqntk.reference.variants: {unknown} not among {self.variants}")
+            errors.append(
+                f"config key deqntk.reference.variants: {unknown} must be among zoo.variants: {self.variants}"
+            )
         elif reference["variants"]:
             variances("deqntk.reference.variances", reference["variances"])
             for variant in reference["variants"]:

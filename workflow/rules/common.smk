@@ -5,27 +5,18 @@ import os
 import shutil
 import sys
 
-import jsonschema
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
 
 from intertwine.cluster import JobNeeds, request, submission
 from intertwine.code_identity import code_identity
-from intertwine.config import describe_validation_error
+from intertwine.config import check_config
 from intertwine.plan import Plan, as_json
-from intertwine.settings import SCHEMA_PATH
 
-try:
-    validate(config, schema=str(SCHEMA_PATH), set_default=True)
-except WorkflowError as err:
-    if not isinstance(err.__context__, jsonschema.ValidationError):
-        raise
-    raise WorkflowError(describe_validation_error(err.__context__)) from None
-
-PLAN = Plan(config)
-_errors = PLAN.errors()
+_errors = check_config(config)  # the schema (filling in its defaults), then the plan's cross-checks
 if _errors:
-    raise WorkflowError("\n".join(_errors))
+    _files = ", ".join(map(str, workflow.configfiles)) or "the config"
+    raise WorkflowError(f"{_files}:\n" + "\n".join(_errors))
+PLAN = Plan(config)
 
 
 # device: cuda on a machine without a GPU would fail every torch job, the first after the data
