@@ -111,3 +111,21 @@ def test_stitching_convergence_names_the_layers_that_did_not_converge():
     assert "penalty_start_mean" in summary
     empty = figures.stitching_convergence(table[table["method"] == "full"])
     assert empty.axes[0].get_title() == "(no G_ReLU layer trained)"
+
+
+@pytest.mark.parametrize("n_sites, rows", [(3, 3), (20, 5)])
+def test_penalty_panels_wrap_into_rows_readable_at_the_reports_width(n_sites, rows):
+    """Five variants: rows of two panels (one where the sites make a panel wide), not one strip;
+    every label at least 8 pt when the figure is shown 800 px wide; one pair is '1 pair'."""
+    variants = ("v1", "v2", "v3", "v4", "v5")
+    table = stitching_rows(variants=variants, sites=[f"act{k}" for k in range(n_sites)], pairs=1)
+    fig = figures.stitching_penalty(table)
+    axes = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    assert len(axes) == 5
+    assert len({round(ax.get_position().y0, 3) for ax in axes}) == rows
+    shown = 800 / (fig.get_size_inches()[0] * 72)  # points on screen per point of the figure
+    for ax in axes:
+        assert ax.get_title().endswith("(1 pair)")
+        for label in [*ax.get_xticklabels(), *ax.get_yticklabels(), ax.yaxis.label]:
+            assert label.get_fontsize() * shown >= 8, label.get_text()
+    plt.close(fig)

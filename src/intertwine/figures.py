@@ -18,6 +18,23 @@ from intertwine.tables import at_stage_temperature  # noqa: E402
 from intertwine.utils import atomic_path  # noqa: E402
 
 
+def _count(n: int, noun: str) -> str:
+    """'1 pair', '5 pairs'."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _panel_grid(n: int, width: float, height: float, columns: int = 2):
+    """(figure, the n axes in reading order): panels in rows of ``columns``, so that a figure of
+    many panels stays readable at the report's width; unused cells are hidden."""
+    columns = max(1, min(columns, n))
+    rows = -(-n // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
 def mean_ci(values, confidence: float = 0.95) -> tuple[float, float]:
     """Mean and half-width of its Student-t confidence interval (0 for a single value)."""
     values = np.asarray(values, dtype=float)
@@ -282,7 +299,7 @@ def _penalty_panel(ax, rows: pd.DataFrame, title: str) -> None:
     # axis follows the means and long bars run off it.
     means = 100 * rows.groupby(["site", "method"])["penalty"].mean()
     ax.set_ylim(max(-100.0, min(0.0, means.min()) - 10), min(100.0, means.max() + 15))
-    ax.set_title(f"{title} ({rows['pair'].nunique()} pairs)")
+    ax.set_title(f"{title} ({_count(rows['pair'].nunique(), 'pair')})")
     ax.set_ylabel("stitching penalty (accuracy points)")
     ax.grid(axis="y", alpha=0.3)
 
@@ -353,15 +370,13 @@ def stitching_penalty(table: pd.DataFrame) -> plt.Figure:
     """Stitching penalty per site and method, mean with 95% CI over pairs, one panel per variant;
     residual-internal sites marked * (the paper's Figs. 1, 6, 7)."""
     variants = list(dict.fromkeys(table["variant"]))
-    fig, axes = plt.subplots(
-        1,
-        len(variants),
-        figsize=(max(4.5, 0.45 * table["site"].nunique() + 2.5) * len(variants) ** 0.5 * 1.3, 3.8),
-        squeeze=False,
-    )
-    for ax, variant in zip(axes[0], variants):
+    width = max(4.5, 0.3 * table.groupby("variant")["site"].nunique().max() + 2.5)
+    # Two panels a row, one where a variant's sites make a panel wide: 8-pt labels stay at least
+    # 8 pt when the figure is shown 800 px wide.
+    fig, axes = _panel_grid(len(variants), width, 3.8, columns=2 if width <= 5.5 else 1)
+    for ax, variant in zip(axes, variants):
         _penalty_panel(ax, table[table["variant"] == variant], variant)
-    _legend_of_every_panel(axes[0])
+    _legend_of_every_panel(axes)
     fig.tight_layout()
     return fig
 
@@ -469,7 +484,7 @@ def leaky_relu_penalty(
             marker="o",
             markersize=4,
             color=plt.cm.viridis(0.9 * k / max(1, len(ordered) - 1)),
-            label=f"{_slope_label(slopes[variant])} ({part['pair'].nunique()} pairs)",
+            label=f"{_slope_label(slopes[variant])} ({_count(part['pair'].nunique(), 'pair')})",
         )
     left.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
     left.axhline(0, color="gray", linewidth=0.8)
@@ -567,7 +582,7 @@ def alpha_selection(table: pd.DataFrame) -> plt.Figure:
         hist.set_xticks(range(len(grid)), [f"{alpha:g}" for alpha in grid])
         hist.set_xlabel(r"$\alpha$ chosen by cross-validation")
         hist.set_ylabel("pairs")
-        hist.set_title(f"{variant}: chosen alpha per site ({rows['pair'].nunique()} pairs)")
+        hist.set_title(f"{variant}: chosen alpha per site ({_count(rows['pair'].nunique(), 'pair')})")
         hist.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         hist.grid(axis="y", alpha=0.3)
         hist.legend(
@@ -622,7 +637,9 @@ def l1_sparsity(table: pd.DataFrame) -> plt.Figure:
         ax.set_xlim(-0.03, 1.03)
         ax.set_xlabel("sparsity (fraction of |W_ij| <= 1e-3)")
         ax.set_ylabel("stitching penalty (accuracy points)")
-        ax.set_title(f"{variant} ({rows['pair'].nunique()} pairs, {rows['site'].nunique()} sites)")
+        ax.set_title(
+            f"{variant} ({_count(rows['pair'].nunique(), 'pair')}, {_count(rows['site'].nunique(), 'site')})"
+        )
         ax.grid(alpha=0.3)
     _legend_of_every_panel(axes[0])
     fig.tight_layout()
@@ -760,7 +777,7 @@ def similarity_procrustes(table: pd.DataFrame, paper: dict[str, dict[str, dict[s
                 )
         ax.set_xticks(range(len(sites)), sites, rotation=45, ha="right", fontsize=8)
         ax.set_ylim(0, 1)
-        ax.set_title(f"{variant} ({part['pair'].nunique()} pairs)")
+        ax.set_title(f"{variant} ({_count(part['pair'].nunique(), 'pair')})")
         ax.set_ylabel("similarity")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7)
@@ -801,7 +818,7 @@ def similarity_cka(table: pd.DataFrame) -> plt.Figure:
             axes[r][c].set_xticks(ticks, sites, rotation=90, fontsize=6)
             axes[r][c].set_yticks(ticks, sites, fontsize=6)
             axes[r][c].set_title(
-                f"{variant}: {MEASURE_LABELS.get(measure, measure)} ({part['pair'].nunique()} pairs)",
+                f"{variant}: {MEASURE_LABELS.get(measure, measure)} ({_count(part['pair'].nunique(), 'pair')})",
                 fontsize=8,
             )
             axes[r][c].set_xlabel("site of model b", fontsize=7)
@@ -1259,7 +1276,7 @@ def deqntk_reference(reference: pd.DataFrame) -> plt.Figure:
                 x = [sites.index(site) for site in rows["site"]]
                 ax.scatter(x, rows["cka"], s=6, color=f"C{k}", alpha=0.4)
         ax.set_xticks(range(len(sites)), sites, rotation=60, fontsize=6)
-        ax.set_title(f"{variant} ({part['seed'].nunique()} members)", fontsize=9)
+        ax.set_title(f"{variant} ({_count(part['seed'].nunique(), 'member')})", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("CKA with the DEQ-NTK")
     axes[0][0].legend(fontsize=7)
