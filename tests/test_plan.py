@@ -363,7 +363,10 @@ def test_deqntk_plan(tiny):
         "results/deqntk/depth/draw1.parquet",
     ]
     assert plan.kernel_reference_jobs == ["results/deqntk/reference/myrtle/seed0.parquet"]
-    assert plan.deqntk_block("gram") == {"n_test": 32, "tol": 1e-10}
+    assert plan.deqntk_block("gram") == {"n_test": 32, "tol": 1e-10, "preprocessing": "raw"}
+    # every DEQ-NTK job reads the preprocessing (changing it reruns them, and only them)
+    for kind in ("gram", "regression", "depth", "reference"):
+        assert plan.deqntk_block(kind)["preprocessing"] == "raw", kind
     assert plan.deqntk_block("reference")["reference_samples"] == 64  # similarity.samples
     assert {
         "results/tables/deqntk.parquet",
@@ -380,6 +383,17 @@ def test_deqntk_plan(tiny):
     assert plan.deqntk_gram_jobs == [] and plan.deqntk_regression_jobs == []
     assert plan.deqntk_figures == ["results/figures/deqntk_depth.png"]
     assert plan.deqntk_outputs == ["results/tables/deqntk.parquet", "results/figures/deqntk_depth.png"]
+
+
+def test_paper_deqntk_depth_sweep_is_the_papers_panels():
+    """Figure 1 as the paper's: per panel the depth-L NTK at (sigma_w2, 0, sigma_b2) against the
+    DEQ-NTK at (sigma_w2, sigma_b2 - 0.1, 0.1), 1,000 / 100 images, 20 draws, with the regulariser."""
+    depth = Plan(load("config/paper.yaml")).deqntk_block("depth")
+    assert depth["depth_n_train"] == 1000 and depth["depth_n_test"] == 100
+    assert depth["deq_sigma_b2"] == 0.1 and depth["frozen_ridge"] > 0
+    assert depth["panels"] and depth["finite_variances"] == [] and depth["depth_variances"] is None
+    assert depth["depths"] == list(range(1, 33)) and depth["preprocessing"] == "raw"
+    assert load("config/paper.yaml")["deqntk"]["depth"]["draws"] == 20
 
 
 def test_paper_deqntk_gram_is_one_per_setting_for_every_training_size():
@@ -416,6 +430,18 @@ def test_paper_deqntk_gram_is_one_per_setting_for_every_training_size():
             "config key deqntk.depth.variances: sigma_w2 = 1",
         ),
         (lambda c: c["deqntk"]["depth"].update(n_train=1000), "config key deqntk.depth.n_train: 1000"),
+        (
+            lambda c: c["deqntk"]["depth"].update(panels=[[0.95, 0.05]]),
+            "config key deqntk.depth.panels.0: sigma_b2 = 0.05 is below deqntk.depth.deq_sigma_b2 = 0.1",
+        ),
+        (
+            lambda c: c["deqntk"]["depth"].update(panels=[[0.5, 0.4]]),
+            "config key deqntk.depth.panels.0: [0.5, 0.0, 0.4] sums to 0.9",
+        ),
+        (
+            lambda c: c["deqntk"]["depth"].update(variances=None, finite=[]),
+            "config key deqntk.depth: draws asks for the depth sweep, but it has no kernel",
+        ),
         (
             lambda c: c["deqntk"]["reference"].update(variants=["vgg"]),
             "config key deqntk.reference.variants: ['vgg'] not among",

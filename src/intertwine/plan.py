@@ -1163,9 +1163,24 @@ class Plan:
             images("deqntk.n_test", deqntk["n_test"], test_size, "test")
         depth = deqntk["depth"]
         if depth["draws"]:
-            variances("deqntk.depth.variances", depth["variances"])
+            if depth["variances"] is not None:
+                variances("deqntk.depth.variances", depth["variances"])
             for i, values in enumerate(depth["finite"]):
                 variances(f"deqntk.depth.finite.{i}", values, equilibrium=False)
+            for i, (w, b) in enumerate(depth["panels"]):
+                if b < depth["deq_sigma_b2"]:
+                    errors.append(
+                        f"config key deqntk.depth.panels.{i}: sigma_b2 = {b:g} is below deqntk.depth.deq_sigma_b2 "
+                        f"= {depth['deq_sigma_b2']:g}, so the panel's DEQ would have sigma_u2 < 0; raise the "
+                        "panel's sigma_b2 or lower deq_sigma_b2"
+                    )
+                else:
+                    variances(f"deqntk.depth.panels.{i}", [w, 0.0, b])
+            if depth["variances"] is None and not depth["finite"] and not depth["panels"]:
+                errors.append(
+                    "config key deqntk.depth: draws asks for the depth sweep, but it has no kernel "
+                    "(variances null, finite and panels empty); give one, or set draws to 0"
+                )
             images("deqntk.depth.n_train", depth["n_train"], train_size, "training")
             images("deqntk.depth.n_test", depth["n_test"], test_size, "test")
         reference = deqntk["reference"]

@@ -318,13 +318,19 @@ class DeqntkConfig(_Settings):
     ``reference.variants``, ``reference.seeds``) is the plan's; each job gets its own values."""
 
     n_test: int = _setting("deqntk.n_test", only_for=("gram", "regression"))
+    preprocessing: str = _setting(
+        "deqntk.preprocessing", only_for=("gram", "regression", "depth", "reference")
+    )
     ridge: float = _setting("deqntk.ridge", only_for=("regression", "depth"))
     tol: float = _setting("deqntk.tol", only_for=("gram", "depth", "reference"))
     depths: list[int] = _setting("deqntk.depth.depths", only_for=("depth",))
     depth_n_train: int = _setting("deqntk.depth.n_train", only_for=("depth",))
     depth_n_test: int = _setting("deqntk.depth.n_test", only_for=("depth",))
-    depth_variances: list[float] = _setting("deqntk.depth.variances", only_for=("depth",))
+    depth_variances: list[float] | None = _setting("deqntk.depth.variances", only_for=("depth",))
     finite_variances: list[list[float]] = _setting("deqntk.depth.finite", only_for=("depth",))
+    panels: list[list[float]] = _setting("deqntk.depth.panels", only_for=("depth",))
+    deq_sigma_b2: float = _setting("deqntk.depth.deq_sigma_b2", only_for=("depth",))
+    frozen_ridge: float = _setting("deqntk.depth.frozen_ridge", only_for=("depth",))
     reference_samples: int | None = _setting("deqntk.reference.samples", only_for=("reference",))
     reference_measures: list[str] = _setting("deqntk.reference.measures", only_for=("reference",))
     reference_variances: list[float] = _setting("deqntk.reference.variances", only_for=("reference",))

@@ -322,8 +322,11 @@ DEQNTK = pa.schema(
         pa.field("n_test", pa.int64()),
         pa.field("depth", pa.string()),
         pa.field("draw", pa.int64()),
+        # the depth sweep's panel of the paper's Figure 1 ("w0.6_b0.4"), "" outside the panels
+        pa.field("panel", pa.string()),
+        pa.field("preprocessing", pa.string()),  # deqntk.preprocessing: raw, centred, standardised
         pa.field("test_acc", pa.float64()),  # NaN where the kernel system is singular
-        pa.field("ridge", pa.float64()),
+        pa.field("ridge", pa.float64()),  # the ridge used (the finite-depth NTK's: with Theta(x, x) / n's)
         pa.field("iterations", pa.int64()),  # fixed-point iterations (the most any entry took); DEQ only
         pa.field("residual", pa.float64()),  # the largest last step of those iterations; DEQ only
         # seconds of the Gram (the accuracy study: summed over the blocks read) and of the solve
@@ -335,7 +338,7 @@ DEQNTK = pa.schema(
         pa.field("device", pa.string()),
         *PROVENANCE,
     ],
-    metadata={"keys": "study sigma_w2 sigma_u2 sigma_b2 n_train n_test depth draw"},
+    metadata={"keys": "study panel sigma_w2 sigma_u2 sigma_b2 n_train n_test depth draw"},
 )
 
 KERNEL_REFERENCE = pa.schema(
