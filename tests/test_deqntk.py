@@ -170,6 +170,14 @@ def test_preprocessing_choices():
         deqntk.unit_rows(flat, "centred", torch.tensor([0.2, 0.2, 0.2], dtype=torch.float64))
 
 
+def test_three_equal_channels_give_the_kernel_of_one():
+    """MNIST's grey images are stored as three equal channels: their unit rows' inner products, and
+    so the DEQ-NTK, are those of the one channel (exactly up to rounding)."""
+    grey = torch.randint(0, 256, (5, 1, 6, 6), dtype=torch.uint8, generator=torch.Generator().manual_seed(9))
+    one, three = deqntk.unit_rows(grey), deqntk.unit_rows(grey.repeat(1, 3, 1, 1))
+    torch.testing.assert_close(three @ three.T, one @ one.T, rtol=0, atol=1e-15)
+
+
 def test_frozen_ridge_and_panels():
     K = torch.diag(torch.tensor([3.0, 3.0, 3.0, 3.0], dtype=torch.float64)) + 1
     assert deqntk.frozen_ridge(K, 1.0) == 4.0 / 4  # Theta(x, x) = 4, n = 4
@@ -270,6 +278,46 @@ def test_jobs_write_the_tables_rows(tmp_path, tiny_shapes_dir):
     assert (raw.gram - centred.gram).abs().max() > 1e-3
     with pytest.raises(ValueError, match="500 training images asked for, but there are only 160"):
         deqntk_depth(job, 0, {"depth_n_train": 500})
+
+
+def test_table_holds_the_papers_accuracy_as_a_fraction(tmp_path):
+    """deqntk-table fills paper_acc where the paper has a number, on test_acc's scale: the claims
+    subtract one from the other."""
+    from argparse import Namespace
+
+    from intertwine.cli import cmd_deqntk_table
+    from intertwine.tables import read_parquet, write_parquet
+
+    row = {
+        "study": "accuracy",
+        "dataset": "cifar10",
+        "sigma_w2": 0.6,
+        "sigma_u2": 0.4,
+        "sigma_b2": 0.0,
+        "n_train": 50_000,
+        "n_test": 10_000,
+        "depth": "deq",
+        "draw": 0,
+        "panel": "",
+        "preprocessing": "raw",
+        "test_acc": 0.5,
+        "ridge": 0.0,
+        "gram_seconds": 1.0,
+        "regression_seconds": 1.0,
+        "iterations": 29,
+        "residual": 1e-11,
+        "paper_acc": None,
+        "device": "cpu",
+        "config_hash": "0",
+        "version": "0",
+    }
+    other = row | {"n_train": 1000}  # not the paper's size: no number
+    part = tmp_path / "part.parquet"
+    write_parquet(pd.DataFrame([row, other]), part, DEQNTK)
+    cmd_deqntk_table(Namespace(parts=[str(part)], out=str(tmp_path / "deqntk.parquet")))
+    table = read_parquet([tmp_path / "deqntk.parquet"], DEQNTK)
+    assert table["paper_acc"].iloc[0] == pytest.approx(0.5977, abs=1e-12)
+    assert pd.isna(table["paper_acc"].iloc[1])
 
 
 def test_reference_job_rows(tmp_path, tiny_shapes_dir):

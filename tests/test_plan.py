@@ -34,9 +34,23 @@ def test_shipped_configs_plan_without_errors():
         "config/config.yaml",
         "config/paper.yaml",
         "config/cifar10_cpu.yaml",
+        "config/deqntk_mnist.yaml",
         "tests/configs/tiny.yaml",
     ):
         assert Plan(load(path)).errors() == [], path
+
+
+def test_mnist_config_is_the_papers_deqntk_run():
+    """config/deqntk_mnist.yaml: the paper's MNIST number (98.6 % at (.25, .25, .5)) is compared
+    with the regression on all 60,000 training and 10,000 test images."""
+    from intertwine.paper import reported_deqntk
+
+    config = load("config/deqntk_mnist.yaml")
+    plan = Plan(config)
+    assert plan.dataset_sizes() == (60_000, 10_000) and plan.deqntk_train_rows == 60_000
+    assert plan.deqntk_regression_jobs[-1] == "results/deqntk/accuracy/w0.25_u0.25_b0.5/n60000.parquet"
+    assert reported_deqntk("mnist", (0.25, 0.25, 0.5), 60_000, config["deqntk"]["n_test"]) == 98.6
+    assert plan.deqntk_depth_jobs == [] and plan.kernel_reference_jobs == []
 
 
 def test_paper_plan_counts():

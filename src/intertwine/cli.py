@@ -401,12 +401,14 @@ def cmd_deqntk_table(args) -> None:
     from intertwine.tables import DEQNTK, read_parquet, write_parquet
 
     table = read_parquet(args.parts, DEQNTK)
-    table["paper_acc"] = [
+    # The paper's accuracy as a fraction, like test_acc (the claims subtract one from the other).
+    reported = [
         reported_deqntk(row.dataset, (row.sigma_w2, row.sigma_u2, row.sigma_b2), row.n_train, row.n_test)
         if row.study == "accuracy" and row.depth == "deq"
         else None
         for row in table.itertuples()
     ]
+    table["paper_acc"] = [None if value is None else value / 100 for value in reported]
     write_parquet(table, args.out, DEQNTK)
 
 

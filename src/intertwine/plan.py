@@ -570,6 +570,8 @@ class Plan:
         data = self.config["data"]
         if data["dataset"] == "shapes":
             return data["shapes"]["train_size"], data["shapes"]["test_size"]
+        if data["dataset"] == "mnist":
+            return 60_000, 10_000
         return 50_000, 10_000  # CIFAR-10 and CIFAR-100
 
     @property

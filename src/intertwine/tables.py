@@ -334,7 +334,7 @@ DEQNTK = pa.schema(
         pa.field("regression_seconds", pa.float64()),
         pa.field(
             "paper_acc", pa.float64()
-        ),  # Feng & Kolter's, in %, where it has one (filled by deqntk_table)
+        ),  # Feng & Kolter's, a fraction like test_acc, where it has one (filled by deqntk_table)
         pa.field("device", pa.string()),
         *PROVENANCE,
     ],
