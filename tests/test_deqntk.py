@@ -178,6 +178,29 @@ def test_three_equal_channels_give_the_kernel_of_one():
     torch.testing.assert_close(three @ three.T, one @ one.T, rtol=0, atol=1e-15)
 
 
+def test_unit_pixels_and_the_convolutional_regression():
+    images = torch.randint(
+        1, 256, (7, 3, 1, 1), dtype=torch.uint8, generator=torch.Generator().manual_seed(2)
+    )
+    x = deqntk.unit_pixels(images, "raw")
+    torch.testing.assert_close(x.norm(dim=1), torch.ones(7, 1, 1, dtype=torch.float64))
+    black = images.clone()
+    black[0] = 0
+    with pytest.raises(ValueError, match="1 pixels are zero after deqntk.conv.preprocessing 'raw'"):
+        deqntk.unit_pixels(black, "raw")
+    mean = torch.tensor([0.5, 0.5, 0.5], dtype=torch.float64)
+    assert deqntk.unit_pixels(black, "centred", mean).isfinite().all()
+    # one-pixel images: the convolutional kernel is the fully connected one of the pixel, so the
+    # regression gives the same accuracy; pairs are the training triangle and test x train
+    labels = torch.tensor([0, 1, 2, 0, 1, 2, 0])
+    result = deqntk.conv_accuracy(x[:5], labels[:5], x[5:], labels[5:], 3, SETTING, "gap")
+    rows = x.flatten(1)
+    K = deq.deq_ntk(rows[:5], **dict(zip(("sigma_w2", "sigma_u2", "sigma_b2"), SETTING))).gram
+    K_test = deq.deq_ntk(rows[5:], rows[:5], **dict(zip(("sigma_w2", "sigma_u2", "sigma_b2"), SETTING))).gram
+    assert result["test_acc"] == deqntk.regression_accuracy(K, labels[:5], K_test, labels[5:], 3)
+    assert result["pairs"] == 15 + 10 and result["seconds_per_pair"] > 0 and result["iterations"] > 0
+
+
 def test_frozen_ridge_and_panels():
     K = torch.diag(torch.tensor([3.0, 3.0, 3.0, 3.0], dtype=torch.float64)) + 1
     assert deqntk.frozen_ridge(K, 1.0) == 4.0 / 4  # Theta(x, x) = 4, n = 4
@@ -234,7 +257,7 @@ def test_papers_accuracies():
 
 def test_jobs_write_the_tables_rows(tmp_path, tiny_shapes_dir):
     from intertwine.jobs import Job
-    from intertwine.jobs.deqntk import deqntk_depth, deqntk_gram, deqntk_regression
+    from intertwine.jobs.deqntk import deqntk_conv, deqntk_depth, deqntk_gram, deqntk_regression
 
     job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
     block = {"n_test": 16, "tol": 1e-10}
@@ -272,6 +295,13 @@ def test_jobs_write_the_tables_rows(tmp_path, tiny_shapes_dir):
     to_table(panels, DEQNTK)
     assert list(panels["panel"]) == ["w0.6_b0.4"] * 2 and list(panels["depth"]) == ["2", "deq"]
     assert (panels["preprocessing"] == "standardised").all() and panels["ridge"].iloc[0] > 0
+    conv = deqntk_conv(
+        job, {"conv_n_train": 4, "conv_n_test": 2, "conv_settings": [[0.6, 0.4, 0.0], [0.25, 0.25, 0.5]]}
+    )
+    to_table(conv, DEQNTK)
+    assert list(conv["study"]) == ["conv"] * 2 and list(conv["sigma_w2"]) == [0.6, 0.25]
+    assert (conv["readout"] == "gap").all() and (conv["preprocessing"] == "centred").all()
+    assert conv["test_acc"].between(0, 1).all() and (conv["n_train"] == 4).all()
     # the preprocessing reaches the Gram: centred inputs give another block than raw ones
     raw = deqntk_gram(job, SETTING, 40, "test", 0, 16, block)
     centred = deqntk_gram(job, SETTING, 40, "test", 0, 16, block | {"preprocessing": "centred"})
@@ -300,6 +330,7 @@ def test_table_holds_the_papers_accuracy_as_a_fraction(tmp_path):
         "draw": 0,
         "panel": "",
         "preprocessing": "raw",
+        "readout": "",
         "test_acc": 0.5,
         "ridge": 0.0,
         "gram_seconds": 1.0,

@@ -410,6 +410,17 @@ def test_paper_deqntk_depth_sweep_is_the_papers_panels():
     assert load("config/paper.yaml")["deqntk"]["depth"]["draws"] == 20
 
 
+def test_conv_deqntk_is_one_job_where_asked_for(tiny):
+    assert Plan(tiny).deqntk_conv_jobs == [] and Plan(load("config/config.yaml")).deqntk_conv_jobs == []
+    plan = Plan(load("config/paper.yaml"))
+    assert plan.deqntk_conv_jobs == ["results/deqntk/conv.parquet"]
+    assert plan.deqntk_parts[-1] == "results/deqntk/conv.parquet"
+    block = plan.deqntk_block("conv")
+    assert block["conv_n_train"] == 2000 and block["conv_readout"] == "gap"
+    assert {"conv_n_train", "tol", "ridge"} <= set(block) and "n_test" not in block
+    assert not any(key.startswith("conv_") for key in plan.deqntk_block("gram"))
+
+
 def test_paper_deqntk_gram_is_one_per_setting_for_every_training_size():
     plan = Plan(load("config/paper.yaml"))
     assert plan.deqntk_train_rows == 50_000 and len(plan.deqntk_layout) == 50 + 10
@@ -451,6 +462,14 @@ def test_paper_deqntk_gram_is_one_per_setting_for_every_training_size():
         (
             lambda c: c["deqntk"]["depth"].update(panels=[[0.5, 0.4]]),
             "config key deqntk.depth.panels.0: [0.5, 0.0, 0.4] sums to 0.9",
+        ),
+        (
+            lambda c: c["deqntk"].update(conv={"n_train": 400}),
+            "config key deqntk.conv.n_train: 400 training images asked for, but shapes has 320",
+        ),
+        (
+            lambda c: c["deqntk"].update(conv={"n_train": 10, "settings": [[1.0, 0.0, 0.0]]}),
+            "config key deqntk.conv.settings.0: sigma_w2 = 1",
         ),
         (
             lambda c: c["deqntk"]["depth"].update(variances=None, finite=[]),

@@ -52,9 +52,10 @@ FAN_OUT = {
     "symmetry": {"seeds"},
     "similarity": {"variants", "procrustes_pairs", "cka_pairs", "pairs_per_variant"},
     "dissection": {"variants", "seeds", "sites", "external"},
-    # depth and reference are sub-blocks (below)
-    "deqntk": {"n_train", "settings", "block_rows", "depth", "reference"},
+    # depth, reference and conv are sub-blocks (below)
+    "deqntk": {"n_train", "settings", "block_rows", "depth", "reference", "conv"},
     "deqntk.depth": {"draws"},
+    "deqntk.conv": set(),  # its one job reads n_train (0: the plan runs none)
     "deqntk.reference": {"variants", "seeds"},
     "pullback": {"variants", "seeds", "pairs", "sites", "unit_sites"},
 }

@@ -387,6 +387,13 @@ def cmd_deqntk_depth(args) -> None:
     write_parquet(deqntk_depth(_job(args), args.draw, args.config), args.out, DEQNTK)
 
 
+def cmd_deqntk_conv(args) -> None:
+    from intertwine.jobs.deqntk import deqntk_conv
+    from intertwine.tables import DEQNTK, write_parquet
+
+    write_parquet(deqntk_conv(_job(args), args.config), args.out, DEQNTK)
+
+
 def cmd_kernel_reference_member(args) -> None:
     from intertwine.jobs.deqntk import kernel_reference_member
     from intertwine.tables import KERNEL_REFERENCE, write_parquet
@@ -926,6 +933,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--draw", type=_integer(0), required=True, help="the draw's index (seeds its images)")
     command(
+        "deqntk-conv",
+        cmd_deqntk_conv,
+        "the convolutional DEQ-NTK's kernel regression on a small subset, per variance setting",
+        [job],
+        out=".parquet, one row per variance setting",
+        config="deqntk",
+    )
+    command(
         "kernel-reference-member",
         cmd_kernel_reference_member,
         "CKA of each site of a zoo member with the DEQ-NTK of the same images",
@@ -1037,7 +1052,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the DEQ-NTK regressions and depth sweep in one table, with the paper's accuracies",
         out="deqntk.parquet",
     )
-    p.add_argument("parts", nargs="+", help="per-job tables (deqntk-regression, deqntk-depth)")
+    p.add_argument("parts", nargs="+", help="per-job tables (deqntk-regression, deqntk-depth, deqntk-conv)")
     p = command(
         "pullback-table",
         cmd_pullback_table,

@@ -52,6 +52,7 @@ __all__ = [
     "Block",
     "assemble",
     "check_blocks",
+    "conv_accuracy",
     "depth_sweep",
     "draw",
     "frozen_ridge",
@@ -63,6 +64,7 @@ __all__ = [
     "regression_accuracy",
     "save_block",
     "PREPROCESSING",
+    "unit_pixels",
     "unit_rows",
     "variances_name",
 ]
@@ -73,6 +75,30 @@ DEQ = "deq"
 
 #: The choices of ``deqntk.preprocessing`` (what :func:`unit_rows` does before the unit norm).
 PREPROCESSING = ("raw", "centred", "standardised")
+
+
+def _preprocess(images: Tensor, preprocessing: str, mean, std, key: str) -> Tensor:
+    """uint8 images (n, C, H, W) as float64 in [0, 1], then shifted (and scaled) per channel as
+    ``preprocessing`` says (see :func:`unit_rows`); ``key`` names the setting in errors."""
+    if preprocessing not in PREPROCESSING:
+        raise ValueError(f"{key}: unknown choice {preprocessing!r}; use one of {', '.join(PREPROCESSING)}")
+    x = images.to(torch.float64) / 255.0
+    if preprocessing != "raw":
+        if mean is None or (preprocessing == "standardised" and std is None):
+            raise ValueError(
+                f"{key} {preprocessing!r} needs the training set's per-channel "
+                "mean" + (" and std" if preprocessing == "standardised" else "") + "; pass them"
+            )
+        channels = x.shape[1]
+        x = x - torch.as_tensor(mean, dtype=torch.float64, device=x.device).reshape(1, channels, 1, 1)
+        if preprocessing == "standardised":
+            scale = torch.as_tensor(std, dtype=torch.float64, device=x.device).reshape(1, channels, 1, 1)
+            if bool((scale <= 0).any()):
+                raise ValueError(
+                    f"{key} 'standardised': a channel has std 0 in the training set; use 'centred'"
+                )
+            x = x / scale
+    return x
 
 
 def unit_rows(
@@ -93,33 +119,39 @@ def unit_rows(
     (n, C H W) float64 rows, each divided by its norm after the preprocessing. An image that is
     zero after it (all black for ``raw``, equal to the mean for the others) is a ValueError.
     """
-    if preprocessing not in PREPROCESSING:
-        raise ValueError(
-            f"deqntk.preprocessing: unknown choice {preprocessing!r}; use one of {', '.join(PREPROCESSING)}"
-        )
-    x = images.to(torch.float64) / 255.0
-    if preprocessing != "raw":
-        if mean is None or (preprocessing == "standardised" and std is None):
-            raise ValueError(
-                f"deqntk.preprocessing {preprocessing!r} needs the training set's per-channel "
-                "mean" + (" and std" if preprocessing == "standardised" else "") + "; pass them"
-            )
-        channels = x.shape[1]
-        x = x - torch.as_tensor(mean, dtype=torch.float64, device=x.device).reshape(1, channels, 1, 1)
-        if preprocessing == "standardised":
-            scale = torch.as_tensor(std, dtype=torch.float64, device=x.device).reshape(1, channels, 1, 1)
-            if bool((scale <= 0).any()):
-                raise ValueError(
-                    "deqntk.preprocessing 'standardised': a channel has std 0 in the training set; "
-                    "use 'centred'"
-                )
-            x = x / scale
+    x = _preprocess(images, preprocessing, mean, std, "deqntk.preprocessing")
     x = x.flatten(1)
     norms = torch.linalg.vector_norm(x, dim=1, keepdim=True)
     if bool((norms == 0).any()):
         raise ValueError(
             f"an image is zero after deqntk.preprocessing {preprocessing!r} (all black, or equal to the "
             "mean) and cannot be normalised to unit norm; drop it or choose another preprocessing"
+        )
+    return x / norms
+
+
+def unit_pixels(
+    images: Tensor, preprocessing: str = "centred", mean: Tensor | None = None, std: Tensor | None = None
+) -> Tensor:
+    """Images as the convolutional DEQ-NTK's inputs: every pixel's channel vector of unit norm.
+
+    Parameters
+    ----------
+    images : uint8 (n, C, H, W).
+    preprocessing, mean, std : as in :func:`unit_rows` (config key ``deqntk.conv.preprocessing``).
+
+    Returns
+    -------
+    (n, C, H, W) float64, each pixel divided by its norm after the preprocessing. A pixel that is
+    zero after it (a black pixel of ``raw`` images) has no direction: a ValueError.
+    """
+    x = _preprocess(images, preprocessing, mean, std, "deqntk.conv.preprocessing")
+    norms = torch.linalg.vector_norm(x, dim=1, keepdim=True)
+    zero = int((norms == 0).sum())
+    if zero:
+        raise ValueError(
+            f"{zero} pixels are zero after deqntk.conv.preprocessing {preprocessing!r} (black pixels of raw "
+            "images) and cannot be normalised to unit norm; use 'centred' or 'standardised'"
         )
     return x / norms
 
@@ -472,6 +504,59 @@ def depth_sweep(
         finite_rows(name, *finite_variances)
         deq_row(name, deq_variances)
     return rows
+
+
+# --- the convolutional DEQ-NTK on a small subset ---------------------------------------------------
+
+
+def conv_accuracy(
+    x_train: Tensor,
+    y_train: Tensor,
+    x_test: Tensor,
+    y_test: Tensor,
+    num_classes: int,
+    variances: tuple[float, float, float],
+    readout: str = "gap",
+    ridge: float = 0.0,
+    tol: float = 1e-10,
+    block_pairs: int | None = None,
+) -> dict:
+    """Kernel regression with the convolutional DEQ-NTK (``kernels.deq.conv_deq_ntk``).
+
+    Parameters
+    ----------
+    x_train, x_test : (n, C, H, W) and (m, C, H, W) images with unit pixels (:func:`unit_pixels`).
+    y_train, y_test : their labels; num_classes : the number of classes.
+    variances : (sigma_w2, sigma_u2, sigma_b2).
+    readout : ``"gap"`` (global average pooling of f*) or ``"flatten"`` (a dense readout).
+    ridge, tol, block_pairs : the regression's ridge, the fixed point's tolerance, pairs per block.
+
+    Returns
+    -------
+    {"test_acc", "iterations", "residual", "gram_seconds", "regression_seconds", "pairs",
+    "seconds_per_pair"}: the accuracy (a fraction, NaN where the system is singular), the most
+    steps any pair took (both iterations together), and the cost per image pair of the Grams
+    (the training Gram's upper triangle and the test x train Gram).
+    """
+    w, u, b = variances
+    options = dict(sigma_w2=w, sigma_u2=u, sigma_b2=b, pooling=readout, tol=tol, block_pairs=block_pairs)
+    started = time.perf_counter()
+    train = deq.conv_deq_ntk(x_train, **options)
+    test = deq.conv_deq_ntk(x_test, x_train, **options)
+    gram_seconds = time.perf_counter() - started
+    n, m = len(x_train), len(x_test)
+    pairs = n * (n + 1) // 2 + m * n
+    started = time.perf_counter()
+    acc = regression_accuracy(train.gram, y_train, test.gram, y_test, num_classes, ridge)
+    return {
+        "test_acc": acc,
+        "iterations": max(train.iterations, test.iterations),
+        "residual": max(train.residual, test.residual),
+        "gram_seconds": gram_seconds,
+        "regression_seconds": time.perf_counter() - started,
+        "pairs": pairs,
+        "seconds_per_pair": gram_seconds / pairs,
+    }
 
 
 # --- the reference for the similarity stage -------------------------------------------------------

@@ -645,6 +645,7 @@ class Plan:
             "deqntk": self.deqntk,
             "deqntk.depth": self.deqntk["depth"],
             "deqntk.reference": self.deqntk["reference"],
+            "deqntk.conv": self.deqntk["conv"],
         }
         block = DeqntkConfig.job_block(sources, kind)
         if kind == "reference" and block["reference_samples"] is None:
@@ -652,9 +653,15 @@ class Plan:
         return block
 
     @property
+    def deqntk_conv_jobs(self) -> list[str]:
+        """The convolutional DEQ-NTK's one job, when ``deqntk.conv.n_train`` asks for it."""
+        return ["results/deqntk/conv.parquet"] if self.deqntk["conv"]["n_train"] else []
+
+    @property
     def deqntk_parts(self) -> list[str]:
-        """The per-job rows of results/tables/deqntk.parquet: the regressions, then the depth draws."""
-        return self.deqntk_regression_jobs + self.deqntk_depth_jobs
+        """The per-job rows of results/tables/deqntk.parquet: the regressions, the depth draws,
+        the convolutional kernel's."""
+        return self.deqntk_regression_jobs + self.deqntk_depth_jobs + self.deqntk_conv_jobs
 
     @property
     def deqntk_tables(self) -> list[str]:
@@ -1185,6 +1192,12 @@ class Plan:
                 )
             images("deqntk.depth.n_train", depth["n_train"], train_size, "training")
             images("deqntk.depth.n_test", depth["n_test"], test_size, "test")
+        conv = deqntk["conv"]
+        if conv["n_train"]:
+            for i, values in enumerate(conv["settings"]):
+                variances(f"deqntk.conv.settings.{i}", values)
+            images("deqntk.conv.n_train", conv["n_train"], train_size, "training")
+            images("deqntk.conv.n_test", conv["n_test"], test_size, "test")
         reference = deqntk["reference"]
         unknown = sorted(set(reference["variants"]) - set(self.variants))
         if unknown:

@@ -309,7 +309,8 @@ PULLBACK_FAITHFULNESS = pa.schema(
 )
 
 # The DEQ neural tangent kernel stage: one row per kernel regression. study "accuracy" (the
-# configured training-set sizes, one fixed test set, draw 0) or "depth" (the depth sweep's draws);
+# configured training-set sizes, one fixed test set, draw 0), "depth" (the depth sweep's draws) or
+# "conv" (the convolutional DEQ-NTK on a small subset);
 # depth is a string, "1", "2", ... for the depth-L NTK and "deq" for the DEQ-NTK.
 DEQNTK = pa.schema(
     [
@@ -325,6 +326,7 @@ DEQNTK = pa.schema(
         # the depth sweep's panel of the paper's Figure 1 ("w0.6_b0.4"), "" outside the panels
         pa.field("panel", pa.string()),
         pa.field("preprocessing", pa.string()),  # deqntk.preprocessing: raw, centred, standardised
+        pa.field("readout", pa.string()),  # the convolutional kernel's (study "conv"): gap, flatten; else ""
         pa.field("test_acc", pa.float64()),  # NaN where the kernel system is singular
         pa.field("ridge", pa.float64()),  # the ridge used (the finite-depth NTK's: with Theta(x, x) / n's)
         pa.field("iterations", pa.int64()),  # fixed-point iterations (the most any entry took); DEQ only

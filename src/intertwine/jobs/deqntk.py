@@ -121,6 +121,7 @@ def deqntk_regression(job: Job, variances, n_train: int, blocks: list[str], bloc
         "ridge": settings.ridge,
         "panel": "",
         "preprocessing": settings.preprocessing,
+        "readout": "",
         "iterations": max(p.iterations for p in used),
         "residual": max(p.residual for p in used),
         "gram_seconds": sum(p.seconds for p in used),
@@ -171,10 +172,68 @@ def deqntk_depth(job: Job, draw: int, block: dict) -> pd.DataFrame:
         n_test=settings.depth_n_test,
         draw=draw,
         preprocessing=settings.preprocessing,
+        readout="",
         paper_acc=None,
         iterations=table["iterations"].astype("Int64"),
         **job.provenance({"deqntk": block}),
     )
+
+
+def deqntk_conv(job: Job, block: dict) -> pd.DataFrame:
+    """The convolutional DEQ-NTK on a small subset: the first ``conv_n_train`` images of the
+    accuracy study's permutation of the pool and the first ``conv_n_test`` test images, each pixel
+    a unit vector (``deqntk.unit_pixels``); per variance setting, kernel regression with the
+    NTK of the configured readout (``deqntk.conv_accuracy``): one row each."""
+    settings = DeqntkConfig.from_block(block, "deqntk")
+    order = _training_order(job, settings.conv_n_train)
+    pool, test = _pool(job), _test_split(job, settings.conv_n_test)
+    mean, std = job.stats() if settings.conv_preprocessing != "raw" else (None, None)
+    x_train = deqntk.unit_pixels(pool.images[order], settings.conv_preprocessing, mean, std)
+    x_test = deqntk.unit_pixels(test.images, settings.conv_preprocessing, mean, std)
+    rows = []
+    for values in settings.conv_settings:
+        w, u, b = _variances(values)
+        result = deqntk.conv_accuracy(
+            x_train,
+            pool.labels[order],
+            x_test,
+            test.labels,
+            _num_classes(job),
+            (w, u, b),
+            settings.conv_readout,
+            settings.ridge,
+            settings.tol,
+        )
+        job.log(
+            f"convolutional DEQ-NTK {deqntk.variances_name((w, u, b))}, {settings.conv_readout} readout, "
+            f"{len(x_train)} training / {len(x_test)} test images of {tuple(x_train.shape[1:])}: test accuracy "
+            f"{100 * result['test_acc']:.2f} %, {result['iterations']} iterations, "
+            f"{result['seconds_per_pair']:.3g} s per image pair ({result['pairs']} pairs)"
+        )
+        rows.append(
+            {
+                "study": "conv",
+                "dataset": job.meta()["dataset"],
+                "sigma_w2": w,
+                "sigma_u2": u,
+                "sigma_b2": b,
+                "n_train": len(x_train),
+                "n_test": len(x_test),
+                "depth": deqntk.DEQ,
+                "draw": 0,
+                "panel": "",
+                "preprocessing": settings.conv_preprocessing,
+                "readout": settings.conv_readout,
+                "test_acc": result["test_acc"],
+                "ridge": settings.ridge,
+                "iterations": result["iterations"],
+                "residual": result["residual"],
+                "gram_seconds": result["gram_seconds"],
+                "regression_seconds": result["regression_seconds"],
+                "paper_acc": None,
+            }
+        )
+    return pd.DataFrame(rows).assign(**job.provenance({"deqntk": block}))
 
 
 #: Activations held at once by ``kernel_reference_member`` (a forward pass reads every site of a group).
