@@ -466,6 +466,16 @@ def test_deqntk_settings_rerun_their_jobs_only(tiny_run, tmp_path):
     assert planned_jobs(tiny_run, config) == {"deqntk_regression": 2, "deqntk_depth": 2, **rerun}
     config = changed_config(tmp_path, "sizes.yaml", lambda c: c["deqntk"].update(n_train=[40, 50, 64]))
     assert planned_jobs(tiny_run, config) == {"deqntk_regression": 1, **rerun}
+    # the input preprocessing: every DEQ-NTK job, and nothing of another stage
+    config = changed_config(tmp_path, "centred.yaml", lambda c: c["deqntk"].update(preprocessing="centred"))
+    assert planned_jobs(tiny_run, config) == {
+        "deqntk_gram": 3,
+        "deqntk_regression": 2,
+        "deqntk_depth": 2,
+        "kernel_reference_member": 1,
+        "kernel_reference_table": 1,
+        **rerun,
+    }
 
 
 def test_pullback_tables_and_figures(tiny_run):
