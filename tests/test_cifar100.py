@@ -164,7 +164,7 @@ def test_wrong_layout(tmp_path, rng):
     (tmp_path / "test").mkdir()
     with pytest.raises(DataNotFoundError, match=rf"^{tmp_path}/test: .*expected CIFAR-100"):
         load_cifar100(tmp_path)  # auto: image folders, but test/ holds no class folder
-    with pytest.raises(ValueError, match=r"not one of \('cifar10', 'cifar100'\)"):
+    with pytest.raises(ValueError, match=r"not one of \('cifar10', 'cifar100', 'mnist'\)"):
         load_cifar("cifar1000", tmp_path)
 
 

@@ -26,6 +26,7 @@ JOBS = {
     "deqntk-gram": "deqntk",
     "deqntk-regression": "deqntk",
     "deqntk-depth": "deqntk",
+    "deqntk-conv": "deqntk",
     "kernel-reference-member": "deqntk",
     "pullback-member": "pullback",
     "pullback-pair": "pullback",

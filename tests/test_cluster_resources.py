@@ -72,7 +72,10 @@ def lower_bounds(plan, rule, wildcards):
     return 0, 0
 
 
-@pytest.mark.parametrize("config", ["config/config.yaml", "config/cifar10_cpu.yaml", "config/paper.yaml"])
+@pytest.mark.parametrize(
+    "config",
+    ["config/config.yaml", "config/cifar10_cpu.yaml", "config/paper.yaml", "config/deqntk_mnist.yaml"],
+)
 def test_every_job_goes_where_its_rule_needs_with_what_it_needs(tmp_path, config):
     plan, needs = plan_of(REPO / config), None
     needs = JobNeeds(plan)

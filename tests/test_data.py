@@ -240,5 +240,56 @@ def test_data_block_takes_defaults_and_names_a_bad_key():
         r"\('train_sise' was unexpected\)",
     ):
         build_dataset({"dataset": "shapes", "shapes": {"train_sise": 40}}, seed=0)
-    with pytest.raises(ValueError, match=r"config key data\.dataset: 'mnist' is not one of"):
-        build_dataset({"dataset": "mnist"}, seed=0)
+    with pytest.raises(ValueError, match=r"config key data\.dataset: 'emnist' is not one of"):
+        build_dataset({"dataset": "emnist"}, seed=0)
+
+
+# --- MNIST: grey images as three equal channels, in both layouts ------------------------------------
+
+
+def write_idx(path, array: np.ndarray) -> None:
+    """An idx file (MNIST's format): magic 0 0 type ndim, big-endian sizes, the uint8 data."""
+    import struct
+
+    code = 0x08  # unsigned byte
+    header = struct.pack(">BBBB", 0, 0, code, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    path.write_bytes(header + array.astype(np.uint8).tobytes())
+
+
+def test_mnist_torchvision_layout_is_three_equal_channels(tmp_path, rng):
+    from intertwine.data.cifar10 import load_cifar
+
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    truth = {}
+    for split, prefix, n in (("train", "train", 12), ("test", "t10k", 5)):
+        images, labels = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), rng.integers(0, 10, n)
+        write_idx(raw / f"{prefix}-images-idx3-ubyte", images)
+        write_idx(raw / f"{prefix}-labels-idx1-ubyte", labels)
+        truth[split] = (images, labels)
+    data = load_cifar("mnist", tmp_path)
+    for split, (images, labels) in truth.items():
+        read, read_labels = data[split]
+        assert read.shape == (len(labels), 3, 28, 28) and read.dtype == np.uint8
+        for channel in range(3):
+            np.testing.assert_array_equal(read[:, channel], images)
+        np.testing.assert_array_equal(read_labels, labels)
+    assert len(data["classes"]) == 10
+
+
+def test_mnist_image_folders_build_a_cache(tmp_path, rng):
+    for split, n in (("train", 5), ("test", 2)):
+        for digit in "0123":
+            (tmp_path / split / digit).mkdir(parents=True)
+            for i in range(n):
+                grey = rng.integers(0, 256, (28, 28), dtype=np.uint8)
+                Image.fromarray(grey, mode="L").save(tmp_path / split / digit / f"{i}.png")
+    block = {"dataset": "mnist", "val_size": 4, "mnist": {"root": str(tmp_path)}}
+    splits, meta = build_dataset(block, seed=0)
+    assert meta["classes"] == ["0", "1", "2", "3"] and meta["image_size"] == [28, 28]
+    assert splits["train"]["images"].shape == (16, 3, 28, 28) and len(splits["val"]["labels"]) == 4
+    images = splits["test"]["images"]
+    assert (images[:, 0] == images[:, 1]).all() and (images[:, 0] == images[:, 2]).all()
+    assert meta["mean"][0] == meta["mean"][1] == meta["mean"][2]
+    with pytest.raises(DataNotFoundError, match="MNIST/ with raw/train-images-idx3-ubyte"):
+        build_dataset({"dataset": "mnist", "mnist": {"root": str(tmp_path / "nowhere")}}, seed=0)

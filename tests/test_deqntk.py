@@ -97,6 +97,7 @@ def test_depth_sweep_rows_and_the_injected_ntk_reaching_the_deq_ntk():
         x[:20], labels[:20], x[20:], labels[20:], 3, [1, 60], [(1.0, 0.0, 0.0), SETTING], SETTING
     )
     assert [r["depth"] for r in rows] == ["1", "60", "1", "60", "deq"]
+    assert [r["panel"] for r in rows] == [""] * 5 and [r["ridge"] for r in rows] == [0.0] * 5
     assert all(0 <= r["test_acc"] <= 1 for r in rows)
     assert [r["iterations"] is None for r in rows] == [True] * 4 + [False]
     # depth 60 with input injection: the DEQ-NTK to 0.6^60, the same predictions
@@ -131,8 +132,110 @@ def test_inputs_are_unit_rows_and_variance_names_round_trip():
     x = deqntk.unit_rows(images)
     assert x.shape == (5, 48) and x.dtype == torch.float64
     torch.testing.assert_close(x.norm(dim=1), torch.ones(5, dtype=torch.float64))
-    with pytest.raises(ValueError, match="all-zero image"):
+    with pytest.raises(ValueError, match="zero after deqntk.preprocessing 'raw'"):
         deqntk.unit_rows(torch.zeros(1, 3, 2, 2, dtype=torch.uint8))
+
+
+def test_preprocessing_choices():
+    images = torch.randint(
+        0, 256, (6, 3, 4, 4), dtype=torch.uint8, generator=torch.Generator().manual_seed(3)
+    )
+    mean = torch.tensor([0.2, 0.5, 0.7])
+    std = torch.tensor([0.1, 0.2, 0.4])
+    pixels = images.double() / 255
+    raw = deqntk.unit_rows(images, "raw", mean, std)  # raw ignores the statistics
+    torch.testing.assert_close(raw, deqntk.unit_rows(images))
+    torch.testing.assert_close(
+        raw, pixels.flatten(1) / pixels.flatten(1).norm(dim=1, keepdim=True), rtol=0, atol=0
+    )
+    centred = (pixels - mean.double()[:, None, None]).flatten(1)
+    torch.testing.assert_close(
+        deqntk.unit_rows(images, "centred", mean), centred / centred.norm(dim=1, keepdim=True)
+    )
+    standard = ((pixels - mean.double()[:, None, None]) / std.double()[:, None, None]).flatten(1)
+    x = deqntk.unit_rows(images, "standardised", mean, std)
+    torch.testing.assert_close(x, standard / standard.norm(dim=1, keepdim=True))
+    torch.testing.assert_close(x.norm(dim=1), torch.ones(6, dtype=torch.float64))
+    # the three differ: a per-channel shift and scale change the directions of the rows
+    assert (deqntk.unit_rows(images, "centred", mean) - raw).abs().max() > 0.05
+    assert (x - deqntk.unit_rows(images, "centred", mean)).abs().max() > 0.05
+    with pytest.raises(ValueError, match="deqntk.preprocessing: unknown choice 'zca'"):
+        deqntk.unit_rows(images, "zca")
+    with pytest.raises(ValueError, match="needs the training set's per-channel mean and std"):
+        deqntk.unit_rows(images, "standardised", mean)
+    with pytest.raises(ValueError, match="std 0"):
+        deqntk.unit_rows(images, "standardised", mean, torch.tensor([0.1, 0.0, 0.4]))
+    flat = torch.full((1, 3, 2, 2), 51, dtype=torch.uint8)  # 51 / 255 = 0.2 everywhere: the mean
+    with pytest.raises(ValueError, match="zero after deqntk.preprocessing 'centred'"):
+        deqntk.unit_rows(flat, "centred", torch.tensor([0.2, 0.2, 0.2], dtype=torch.float64))
+
+
+def test_three_equal_channels_give_the_kernel_of_one():
+    """MNIST's grey images are stored as three equal channels: their unit rows' inner products, and
+    so the DEQ-NTK, are those of the one channel (exactly up to rounding)."""
+    grey = torch.randint(0, 256, (5, 1, 6, 6), dtype=torch.uint8, generator=torch.Generator().manual_seed(9))
+    one, three = deqntk.unit_rows(grey), deqntk.unit_rows(grey.repeat(1, 3, 1, 1))
+    torch.testing.assert_close(three @ three.T, one @ one.T, rtol=0, atol=1e-15)
+
+
+def test_unit_pixels_and_the_convolutional_regression():
+    images = torch.randint(
+        1, 256, (7, 3, 1, 1), dtype=torch.uint8, generator=torch.Generator().manual_seed(2)
+    )
+    x = deqntk.unit_pixels(images, "raw")
+    torch.testing.assert_close(x.norm(dim=1), torch.ones(7, 1, 1, dtype=torch.float64))
+    black = images.clone()
+    black[0] = 0
+    with pytest.raises(ValueError, match="1 pixels are zero after deqntk.conv.preprocessing 'raw'"):
+        deqntk.unit_pixels(black, "raw")
+    mean = torch.tensor([0.5, 0.5, 0.5], dtype=torch.float64)
+    assert deqntk.unit_pixels(black, "centred", mean).isfinite().all()
+    # one-pixel images: the convolutional kernel is the fully connected one of the pixel, so the
+    # regression gives the same accuracy; pairs are the training triangle and test x train
+    labels = torch.tensor([0, 1, 2, 0, 1, 2, 0])
+    result = deqntk.conv_accuracy(x[:5], labels[:5], x[5:], labels[5:], 3, SETTING, "gap")
+    rows = x.flatten(1)
+    K = deq.deq_ntk(rows[:5], **dict(zip(("sigma_w2", "sigma_u2", "sigma_b2"), SETTING))).gram
+    K_test = deq.deq_ntk(rows[5:], rows[:5], **dict(zip(("sigma_w2", "sigma_u2", "sigma_b2"), SETTING))).gram
+    assert result["test_acc"] == deqntk.regression_accuracy(K, labels[:5], K_test, labels[5:], 3)
+    assert result["pairs"] == 15 + 10 and result["seconds_per_pair"] > 0 and result["iterations"] > 0
+
+
+def test_frozen_ridge_and_panels():
+    K = torch.diag(torch.tensor([3.0, 3.0, 3.0, 3.0], dtype=torch.float64)) + 1
+    assert deqntk.frozen_ridge(K, 1.0) == 4.0 / 4  # Theta(x, x) = 4, n = 4
+    assert deqntk.frozen_ridge(K, 0.5) == 0.5
+    assert deqntk.frozen_ridge(K, 0.0) == 0.0
+    curves = deqntk.panel_curves([[0.6, 0.4], [0.25, 0.75]], 0.1)
+    assert [c[0] for c in curves] == ["w0.6_b0.4", "w0.25_b0.75"]
+    assert curves[0][1] == (0.6, 0.0, 0.4)
+    assert curves[0][2] == pytest.approx((0.6, 0.3, 0.1), abs=1e-15)
+    assert curves[1][2] == pytest.approx((0.25, 0.65, 0.1), abs=1e-15)
+    with pytest.raises(ValueError, match="deqntk.depth.panels: panel .* sigma_b2 below"):
+        deqntk.panel_curves([[0.95, 0.05]], 0.1)
+
+
+def test_depth_sweep_panels_regularise_the_frozen_kernel():
+    x, labels = unit(30, d=16, seed=4), torch.arange(30) % 3
+    panels = deqntk.panel_curves([[0.6, 0.4]], 0.1)
+    rows = deqntk.depth_sweep(
+        x[:20], labels[:20], x[20:], labels[20:], 3, [1, 60], [], None, panels=panels, frozen_scale=1.0
+    )
+    assert [(r["panel"], r["depth"]) for r in rows] == [
+        ("w0.6_b0.4", "1"),
+        ("w0.6_b0.4", "60"),
+        ("w0.6_b0.4", "deq"),
+    ]
+    assert [(r["sigma_w2"], r["sigma_u2"]) for r in rows[:2]] == [(0.6, 0.0)] * 2
+    assert rows[2]["sigma_u2"] == pytest.approx(0.3) and rows[2]["sigma_b2"] == 0.1
+    # the finite-depth kernels get Theta(x, x) / n, the DEQ-NTK none
+    theta_60 = deq.ntk(x[:1], depth=60, sigma_w2=0.6, sigma_u2=0.0, sigma_b2=0.4)[0, 0]
+    assert rows[1]["ridge"] == pytest.approx(float(theta_60) / 20, rel=1e-12)
+    assert rows[2]["ridge"] == 0.0
+    # at depth 60 without input injection the kernel has frozen: every entry the same correlation's
+    K = deq.ntk(x[:20], depth=60, sigma_w2=0.6, sigma_u2=0.0, sigma_b2=0.4)
+    off = K[~torch.eye(20, dtype=torch.bool)]
+    assert float(off.max() - off.min()) < 1e-6 * float(off.mean())
     for variances in [(0.25, 0.25, 0.5), (0.6, 0.4, 0.0), (1.0, 0.0, 0.0)]:
         assert parse_variances(variances_name(variances)) == variances
     assert variances_name([0.6, 0.4, 0.0]) == "w0.6_u0.4_b0"
@@ -154,7 +257,7 @@ def test_papers_accuracies():
 
 def test_jobs_write_the_tables_rows(tmp_path, tiny_shapes_dir):
     from intertwine.jobs import Job
-    from intertwine.jobs.deqntk import deqntk_depth, deqntk_gram, deqntk_regression
+    from intertwine.jobs.deqntk import deqntk_conv, deqntk_depth, deqntk_gram, deqntk_regression
 
     job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
     block = {"n_test": 16, "tol": 1e-10}
@@ -175,8 +278,77 @@ def test_jobs_write_the_tables_rows(tmp_path, tiny_shapes_dir):
     to_table(depth, DEQNTK)
     assert list(depth["depth"]) == ["1", "3", "deq"] and (depth["study"] == "depth").all()
     assert depth["iterations"].isna().tolist() == [True, True, False]
+    assert (depth["preprocessing"] == "raw").all() and (depth["panel"] == "").all()
+    panels = deqntk_depth(
+        job,
+        0,
+        {
+            "depths": [2],
+            "depth_n_train": 20,
+            "depth_n_test": 10,
+            "finite_variances": [],
+            "depth_variances": None,
+            "panels": [[0.6, 0.4]],
+            "preprocessing": "standardised",
+        },
+    )
+    to_table(panels, DEQNTK)
+    assert list(panels["panel"]) == ["w0.6_b0.4"] * 2 and list(panels["depth"]) == ["2", "deq"]
+    assert (panels["preprocessing"] == "standardised").all() and panels["ridge"].iloc[0] > 0
+    conv = deqntk_conv(
+        job, {"conv_n_train": 4, "conv_n_test": 2, "conv_settings": [[0.6, 0.4, 0.0], [0.25, 0.25, 0.5]]}
+    )
+    to_table(conv, DEQNTK)
+    assert list(conv["study"]) == ["conv"] * 2 and list(conv["sigma_w2"]) == [0.6, 0.25]
+    assert (conv["readout"] == "gap").all() and (conv["preprocessing"] == "centred").all()
+    assert conv["test_acc"].between(0, 1).all() and (conv["n_train"] == 4).all()
+    # the preprocessing reaches the Gram: centred inputs give another block than raw ones
+    raw = deqntk_gram(job, SETTING, 40, "test", 0, 16, block)
+    centred = deqntk_gram(job, SETTING, 40, "test", 0, 16, block | {"preprocessing": "centred"})
+    assert (raw.gram - centred.gram).abs().max() > 1e-3
     with pytest.raises(ValueError, match="500 training images asked for, but there are only 160"):
         deqntk_depth(job, 0, {"depth_n_train": 500})
+
+
+def test_table_holds_the_papers_accuracy_as_a_fraction(tmp_path):
+    """deqntk-table fills paper_acc where the paper has a number, on test_acc's scale: the claims
+    subtract one from the other."""
+    from argparse import Namespace
+
+    from intertwine.cli import cmd_deqntk_table
+    from intertwine.tables import read_parquet, write_parquet
+
+    row = {
+        "study": "accuracy",
+        "dataset": "cifar10",
+        "sigma_w2": 0.6,
+        "sigma_u2": 0.4,
+        "sigma_b2": 0.0,
+        "n_train": 50_000,
+        "n_test": 10_000,
+        "depth": "deq",
+        "draw": 0,
+        "panel": "",
+        "preprocessing": "raw",
+        "readout": "",
+        "test_acc": 0.5,
+        "ridge": 0.0,
+        "gram_seconds": 1.0,
+        "regression_seconds": 1.0,
+        "iterations": 29,
+        "residual": 1e-11,
+        "paper_acc": None,
+        "device": "cpu",
+        "config_hash": "0",
+        "version": "0",
+    }
+    other = row | {"n_train": 1000}  # not the paper's size: no number
+    part = tmp_path / "part.parquet"
+    write_parquet(pd.DataFrame([row, other]), part, DEQNTK)
+    cmd_deqntk_table(Namespace(parts=[str(part)], out=str(tmp_path / "deqntk.parquet")))
+    table = read_parquet([tmp_path / "deqntk.parquet"], DEQNTK)
+    assert table["paper_acc"].iloc[0] == pytest.approx(0.5977, abs=1e-12)
+    assert pd.isna(table["paper_acc"].iloc[1])
 
 
 def test_reference_job_rows(tmp_path, tiny_shapes_dir):

@@ -254,22 +254,26 @@ def test_finite_width_formula_matches_autograd():
 
 
 def test_finite_width_deq_matches_deq_ntk():
-    setting = (0.6, 0.4, 0.0)
+    """At (.25, .25, .5) the per-seed spread is about 3.5 % at width 1000 (ours; 15-20 % at
+    (.6, .4, 0), where a 1 % check would need hundreds of times the seeds): the mean of 128
+    networks is within 1 % of Theta* in every entry (measured: within 0.34 %, 0.30 % standard
+    error; the finite-width bias at width 1000 is a few tenths of a percent)."""
+    setting = (0.25, 0.25, 0.5)
     X = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.5, math.sqrt(0.75), 0.0, 0.0]], dtype=F64)
     target = deq.deq_ntk(X, **_variances(setting)).gram
+    # float32: the inverses take half the time, and their rounding is far below the 1 %.
     samples = torch.stack(
         [
             deq.finite_deq_ntk(
-                X, width=1000, **_variances(setting), generator=torch.Generator().manual_seed(seed)
-            ).gram
-            for seed in range(16)
+                X.float(), width=1000, **_variances(setting), generator=torch.Generator().manual_seed(seed)
+            ).gram.double()
+            for seed in range(128)
         ]
     )
-    standard_error = samples.std(0) / math.sqrt(len(samples))
-    z = (samples.mean(0) - target) / standard_error
-    assert bool((z.abs() <= 4).all()), (
-        f"z-scores {z.tolist()}, mean {samples.mean(0).tolist()}, target {target.tolist()}"
-    )
+    relative = samples.mean(0) / target - 1
+    assert bool((relative.abs() <= 0.01).all()), f"relative errors {relative.tolist()}"
+    z = relative * target / (samples.std(0) / math.sqrt(len(samples)))
+    assert bool((z.abs() <= 4).all()), f"z-scores {z.tolist()}"
 
 
 # ---------------------------------------------------------------------------
@@ -364,7 +368,8 @@ def test_kernel_regression_interpolates_and_classifies():
     ("setting", "low", "high"), [(SETTINGS[0], 13, 16), (SETTINGS[1], 26, 31), (SETTINGS[2], 51, 57)]
 )
 def test_iteration_counts(setting, low, high):
-    # Spec (CIFAR-10): 14 / 28 / 54 steps to 1e-10. The count here includes the last step, the
+    # Ours, not the paper's (it uses the modified Powell hybrid method and reports no count for the
+    # fully connected kernel): 14 / 28 / 54 steps to 1e-10. The count here includes the last step, the
     # first of size <= tol; correlations of 0.73-0.93 as in raw images give 15 / 29 / 54.
     result = deq.deq_ntk(_cifar_like(150, 300, seed=11), **_variances(setting), tol=1e-10)
     assert low <= result.iterations <= high

@@ -34,9 +34,23 @@ def test_shipped_configs_plan_without_errors():
         "config/config.yaml",
         "config/paper.yaml",
         "config/cifar10_cpu.yaml",
+        "config/deqntk_mnist.yaml",
         "tests/configs/tiny.yaml",
     ):
         assert Plan(load(path)).errors() == [], path
+
+
+def test_mnist_config_is_the_papers_deqntk_run():
+    """config/deqntk_mnist.yaml: the paper's MNIST number (98.6 % at (.25, .25, .5)) is compared
+    with the regression on all 60,000 training and 10,000 test images."""
+    from intertwine.paper import reported_deqntk
+
+    config = load("config/deqntk_mnist.yaml")
+    plan = Plan(config)
+    assert plan.dataset_sizes() == (60_000, 10_000) and plan.deqntk_train_rows == 60_000
+    assert plan.deqntk_regression_jobs[-1] == "results/deqntk/accuracy/w0.25_u0.25_b0.5/n60000.parquet"
+    assert reported_deqntk("mnist", (0.25, 0.25, 0.5), 60_000, config["deqntk"]["n_test"]) == 98.6
+    assert plan.deqntk_depth_jobs == [] and plan.kernel_reference_jobs == []
 
 
 def test_paper_plan_counts():
@@ -363,7 +377,10 @@ def test_deqntk_plan(tiny):
         "results/deqntk/depth/draw1.parquet",
     ]
     assert plan.kernel_reference_jobs == ["results/deqntk/reference/myrtle/seed0.parquet"]
-    assert plan.deqntk_block("gram") == {"n_test": 32, "tol": 1e-10}
+    assert plan.deqntk_block("gram") == {"n_test": 32, "tol": 1e-10, "preprocessing": "raw"}
+    # every DEQ-NTK job reads the preprocessing (changing it reruns them, and only them)
+    for kind in ("gram", "regression", "depth", "reference"):
+        assert plan.deqntk_block(kind)["preprocessing"] == "raw", kind
     assert plan.deqntk_block("reference")["reference_samples"] == 64  # similarity.samples
     assert {
         "results/tables/deqntk.parquet",
@@ -380,6 +397,28 @@ def test_deqntk_plan(tiny):
     assert plan.deqntk_gram_jobs == [] and plan.deqntk_regression_jobs == []
     assert plan.deqntk_figures == ["results/figures/deqntk_depth.png"]
     assert plan.deqntk_outputs == ["results/tables/deqntk.parquet", "results/figures/deqntk_depth.png"]
+
+
+def test_paper_deqntk_depth_sweep_is_the_papers_panels():
+    """Figure 1 as the paper's: per panel the depth-L NTK at (sigma_w2, 0, sigma_b2) against the
+    DEQ-NTK at (sigma_w2, sigma_b2 - 0.1, 0.1), 1,000 / 100 images, 20 draws, with the regulariser."""
+    depth = Plan(load("config/paper.yaml")).deqntk_block("depth")
+    assert depth["depth_n_train"] == 1000 and depth["depth_n_test"] == 100
+    assert depth["deq_sigma_b2"] == 0.1 and depth["frozen_ridge"] > 0
+    assert depth["panels"] and depth["finite_variances"] == [] and depth["depth_variances"] is None
+    assert depth["depths"] == list(range(1, 33)) and depth["preprocessing"] == "raw"
+    assert load("config/paper.yaml")["deqntk"]["depth"]["draws"] == 20
+
+
+def test_conv_deqntk_is_one_job_where_asked_for(tiny):
+    assert Plan(tiny).deqntk_conv_jobs == [] and Plan(load("config/config.yaml")).deqntk_conv_jobs == []
+    plan = Plan(load("config/paper.yaml"))
+    assert plan.deqntk_conv_jobs == ["results/deqntk/conv.parquet"]
+    assert plan.deqntk_parts[-1] == "results/deqntk/conv.parquet"
+    block = plan.deqntk_block("conv")
+    assert block["conv_n_train"] == 2000 and block["conv_readout"] == "gap"
+    assert {"conv_n_train", "tol", "ridge"} <= set(block) and "n_test" not in block
+    assert not any(key.startswith("conv_") for key in plan.deqntk_block("gram"))
 
 
 def test_paper_deqntk_gram_is_one_per_setting_for_every_training_size():
@@ -416,6 +455,26 @@ def test_paper_deqntk_gram_is_one_per_setting_for_every_training_size():
             "config key deqntk.depth.variances: sigma_w2 = 1",
         ),
         (lambda c: c["deqntk"]["depth"].update(n_train=1000), "config key deqntk.depth.n_train: 1000"),
+        (
+            lambda c: c["deqntk"]["depth"].update(panels=[[0.95, 0.05]]),
+            "config key deqntk.depth.panels.0: sigma_b2 = 0.05 is below deqntk.depth.deq_sigma_b2 = 0.1",
+        ),
+        (
+            lambda c: c["deqntk"]["depth"].update(panels=[[0.5, 0.4]]),
+            "config key deqntk.depth.panels.0: [0.5, 0.0, 0.4] sums to 0.9",
+        ),
+        (
+            lambda c: c["deqntk"].update(conv={"n_train": 400}),
+            "config key deqntk.conv.n_train: 400 training images asked for, but shapes has 320",
+        ),
+        (
+            lambda c: c["deqntk"].update(conv={"n_train": 10, "settings": [[1.0, 0.0, 0.0]]}),
+            "config key deqntk.conv.settings.0: sigma_w2 = 1",
+        ),
+        (
+            lambda c: c["deqntk"]["depth"].update(variances=None, finite=[]),
+            "config key deqntk.depth: draws asks for the depth sweep, but it has no kernel",
+        ),
         (
             lambda c: c["deqntk"]["reference"].update(variants=["vgg"]),
             "config key deqntk.reference.variants: ['vgg'] must be among",

@@ -52,9 +52,10 @@ FAN_OUT = {
     "symmetry": {"seeds"},
     "similarity": {"variants", "procrustes_pairs", "cka_pairs", "pairs_per_variant"},
     "dissection": {"variants", "seeds", "sites", "external"},
-    # depth and reference are sub-blocks (below)
-    "deqntk": {"n_train", "settings", "block_rows", "depth", "reference"},
+    # depth, reference and conv are sub-blocks (below)
+    "deqntk": {"n_train", "settings", "block_rows", "depth", "reference", "conv"},
     "deqntk.depth": {"draws"},
+    "deqntk.conv": set(),  # its one job reads n_train (0: the plan runs none)
     "deqntk.reference": {"variants", "seeds"},
     "pullback": {"variants", "seeds", "pairs", "sites", "unit_sites"},
 }
@@ -188,12 +189,18 @@ def test_deqntk_job_blocks_hold_what_each_kind_reads():
         "deqntk.depth": settings.default(schema_block("deqntk.depth")),
         "deqntk.reference": settings.default(schema_block("deqntk.reference")),
     }
-    assert DeqntkConfig.job_block(sources, "gram") == {"n_test": 1000, "tol": 1e-10}
-    assert DeqntkConfig.job_block(sources, "regression") == {"n_test": 1000, "ridge": 0}
+    assert DeqntkConfig.job_block(sources, "gram") == {"n_test": 1000, "tol": 1e-10, "preprocessing": "raw"}
+    assert DeqntkConfig.job_block(sources, "regression") == {
+        "n_test": 1000,
+        "ridge": 0,
+        "preprocessing": "raw",
+    }
     depth = DeqntkConfig.job_block(sources, "depth")
     assert depth["finite_variances"] == [[1.0, 0.0, 0.0]] and "n_test" not in depth
+    assert depth["panels"] == [] and depth["deq_sigma_b2"] == 0.1 and depth["frozen_ridge"] == 1.0
     assert set(DeqntkConfig.job_block(sources, "reference")) == {
         "tol",
+        "preprocessing",
         "reference_samples",
         "reference_measures",
         "reference_variances",

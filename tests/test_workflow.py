@@ -422,7 +422,7 @@ def test_deqntk_tables_and_figures(tiny_run):
     """The DEQ neural tangent kernel stage: the accuracy study from a Gram in blocks, the depth
     sweep, the kernel reference, the figures; the DEQ-NTK has one accuracy per draw at every depth."""
     table = pd.read_parquet(tiny_run / "results/tables/deqntk.parquet")
-    assert list(table.columns[:10]) == [
+    assert list(table.columns[:13]) == [
         "study",
         "dataset",
         "sigma_w2",
@@ -432,8 +432,12 @@ def test_deqntk_tables_and_figures(tiny_run):
         "n_test",
         "depth",
         "draw",
+        "panel",
+        "preprocessing",
+        "readout",
         "test_acc",
     ]
+    assert (table["preprocessing"] == "raw").all() and (table["panel"] == "").all()
     assert table["test_acc"].between(0, 1).all() and (table["dataset"] == "shapes").all()
     accuracy = table[table["study"] == "accuracy"]
     assert sorted(accuracy["n_train"]) == [40, 64] and (accuracy["n_test"] == 32).all()
@@ -444,6 +448,7 @@ def test_deqntk_tables_and_figures(tiny_run):
     finite = depth[depth["depth"] != "deq"]
     assert sorted(finite["depth"].unique()) == ["1", "2"] and finite["iterations"].isna().all()
     assert (finite[["sigma_w2", "sigma_u2", "sigma_b2"]].to_numpy() == [1.0, 0.0, 0.0]).all()
+    assert (finite["ridge"] > 0).all()  # Theta(x, x) / n, the paper's regulariser of these kernels
     equilibrium = depth[depth["depth"] == "deq"]
     assert len(equilibrium) == 2 and (equilibrium["sigma_w2"] == 0.6).all()  # flat: one per draw
     assert (tiny_run / "results/deqntk/gram/w0.6_u0.4_b0/train40.npz").exists()
@@ -466,6 +471,16 @@ def test_deqntk_settings_rerun_their_jobs_only(tiny_run, tmp_path):
     assert planned_jobs(tiny_run, config) == {"deqntk_regression": 2, "deqntk_depth": 2, **rerun}
     config = changed_config(tmp_path, "sizes.yaml", lambda c: c["deqntk"].update(n_train=[40, 50, 64]))
     assert planned_jobs(tiny_run, config) == {"deqntk_regression": 1, **rerun}
+    # the input preprocessing: every DEQ-NTK job, and nothing of another stage
+    config = changed_config(tmp_path, "centred.yaml", lambda c: c["deqntk"].update(preprocessing="centred"))
+    assert planned_jobs(tiny_run, config) == {
+        "deqntk_gram": 3,
+        "deqntk_regression": 2,
+        "deqntk_depth": 2,
+        "kernel_reference_member": 1,
+        "kernel_reference_table": 1,
+        **rerun,
+    }
 
 
 def test_pullback_tables_and_figures(tiny_run):

@@ -397,6 +397,13 @@ def cmd_deqntk_depth(args) -> None:
     write_parquet(deqntk_depth(_job(args), args.draw, args.config), args.out, DEQNTK)
 
 
+def cmd_deqntk_conv(args) -> None:
+    from intertwine.jobs.deqntk import deqntk_conv
+    from intertwine.tables import DEQNTK, write_parquet
+
+    write_parquet(deqntk_conv(_job(args), args.config), args.out, DEQNTK)
+
+
 def cmd_kernel_reference_member(args) -> None:
     from intertwine.jobs.deqntk import kernel_reference_member
     from intertwine.tables import KERNEL_REFERENCE, write_parquet
@@ -411,12 +418,14 @@ def cmd_deqntk_table(args) -> None:
     from intertwine.tables import DEQNTK, read_parquet, write_parquet
 
     table = read_parquet(args.parts, DEQNTK)
-    table["paper_acc"] = [
+    # The paper's accuracy as a fraction, like test_acc (the claims subtract one from the other).
+    reported = [
         reported_deqntk(row.dataset, (row.sigma_w2, row.sigma_u2, row.sigma_b2), row.n_train, row.n_test)
         if row.study == "accuracy" and row.depth == "deq"
         else None
         for row in table.itertuples()
     ]
+    table["paper_acc"] = [None if value is None else value / 100 for value in reported]
     write_parquet(table, args.out, DEQNTK)
 
 
@@ -958,6 +967,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--draw", type=_integer(0), required=True, help="the draw's index (seeds its images)")
     command(
+        "deqntk-conv",
+        cmd_deqntk_conv,
+        "the convolutional DEQ-NTK's kernel regression on a small subset, per variance setting",
+        [job],
+        out=".parquet, one row per variance setting",
+        config="deqntk",
+    )
+    command(
         "kernel-reference-member",
         cmd_kernel_reference_member,
         "CKA of each site of a zoo member with the DEQ-NTK of the same images",
@@ -1070,7 +1087,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the DEQ-NTK regressions and depth sweep in one table, with the paper's accuracies",
         out="deqntk.parquet",
     )
-    p.add_argument("parts", nargs="+", help="per-job tables (deqntk-regression, deqntk-depth)")
+    p.add_argument("parts", nargs="+", help="per-job tables (deqntk-regression, deqntk-depth, deqntk-conv)")
     p = command(
         "pullback-table",
         cmd_pullback_table,

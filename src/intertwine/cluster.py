@@ -91,6 +91,7 @@ class JobNeeds:
         config = plan.config
         n_train, n_test = plan.dataset_sizes()
         size = config["data"]["shapes"]["image_size"] if config["data"]["dataset"] == "shapes" else 32
+        self.image_side = size
         self.train_images, self.test_images = n_train - config["data"]["val_size"], n_test
         # The data cache as a job holds it: every split, as float32 on the host.
         self.data_mb = (n_train + n_test) * 3 * size * size * 4 / 1e6
@@ -163,6 +164,16 @@ class JobNeeds:
         depth = self.plan.deqntk["depth"]
         n = depth["n_train"] + depth["n_test"]
         return self.gpu_base + Need(4 * len(depth["depths"]) * n * n * 8 / 1e6, 30)
+
+    def deqntk_conv(self, **_) -> Need:
+        conv = self.plan.deqntk["conv"]
+        n, m = conv["n_train"], conv["n_test"]
+        side = self.image_side
+        # A block of pairs (256 MiB by default) and the two Grams; about 3 s per image pair at
+        # 32 x 32 on one CPU thread (ours), taken as 0.05 s on a GPU, per variance setting.
+        pairs = n * (n + 1) / 2 + m * n
+        seconds = 0.05 * pairs * (side / 32) ** 4 * len(conv["settings"])
+        return self.gpu_base + Need(300 + (n + m) * n * 8 / 1e6, 30 + seconds / 60)
 
     def kernel_reference_member(self, **_) -> Need:
         return self.similarity_pair()

@@ -1203,15 +1203,11 @@ def deqntk_accuracy(table: pd.DataFrame, zoo: pd.DataFrame | None, paper: dict) 
     return fig
 
 
-def deqntk_depth(table: pd.DataFrame) -> plt.Figure:
-    """The paper's Figure 1: test accuracy of the depth-L NTK against depth, per finite network's
-    variances, and of the DEQ-NTK (flat: it has no depth), mean over draws with the 95 % t interval
-    (the draws themselves below three)."""
-    rows = table[table["study"] == "depth"]
+def _depth_panel(ax, rows: pd.DataFrame, depths: list[int]) -> None:
+    """One panel of the depth sweep: each finite network's accuracy over depth and each DEQ-NTK's
+    (flat), means over draws with 95 % t intervals (the draws themselves below three)."""
     finite = rows[rows["depth"] != "deq"].assign(L=lambda df: df["depth"].astype(int))
     equilibrium = rows[rows["depth"] == "deq"]
-    depths = sorted(finite["L"].unique())
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
     for k, ((w, u, b), part) in enumerate(finite.groupby(["sigma_w2", "sigma_u2", "sigma_b2"], sort=False)):
         color = f"C{k}"
         means, halves = [], []
@@ -1237,16 +1233,39 @@ def deqntk_depth(table: pd.DataFrame) -> plt.Figure:
     ax.set_xticks(depths, [str(d) for d in depths])
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.set_xlabel("depth L (hidden layers)")
-    ax.set_ylabel("test accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+
+
+def deqntk_depth(table: pd.DataFrame) -> plt.Figure:
+    """The paper's Figure 1: test accuracy of the depth-L NTK against depth, per finite network's
+    variances, and of the DEQ-NTK (flat: it has no depth), mean over draws with the 95 % t interval
+    (the draws themselves below three). One panel per ``panel`` of the table (the paper's: the
+    depth-L NTK at (sigma_w2, 0, sigma_b2) against its DEQ-NTK), the curves outside the panels
+    (panel "") in a first panel of their own."""
+    rows = table[table["study"] == "depth"]
+    if "panel" not in rows:
+        rows = rows.assign(panel="")
+    rows = rows.assign(panel=rows["panel"].fillna(""))
+    depths = sorted(rows.loc[rows["depth"] != "deq", "depth"].astype(int).unique())
+    # the curves outside the panels first, then the panels in the config's order
+    panels = sorted(dict.fromkeys(rows["panel"]), key=lambda name: name != "") or [""]
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(max(6.4, 4.2 * len(panels)), 4.0), layout="constrained", squeeze=False
+    )
+    for ax, panel in zip(axes[0], panels):
+        _depth_panel(ax, rows[rows["panel"] == panel], depths)
+        if panel:
+            w, b = panel[1:].split("_b")
+            ax.set_title(f"$\\sigma_W^2$ = {w}, $\\sigma_b^2$ = {b}", fontsize=9)
+    axes[0][0].set_ylabel("test accuracy (%)")
     draws = rows["draw"].nunique()
     sizes = (
         f"{int(rows['n_train'].iloc[0]):,} training / {int(rows['n_test'].iloc[0]):,} test images"
         if len(rows)
         else ""
     )
-    ax.set_title(f"Finite depth against the equilibrium: {sizes}, {draws} draws, 95% t intervals", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    fig.suptitle(f"Finite depth against the equilibrium: {sizes}, {draws} draws, 95% t intervals", fontsize=9)
     return fig
 
 

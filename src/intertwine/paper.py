@@ -189,7 +189,7 @@ def reported_gated(spec: dict, dataset: str, epochs: int) -> tuple[str, str, flo
 # --- Feng & Kolter, "On the Neural Tangent Kernel of Equilibrium Models": test accuracy (%) of
 # kernel regression (targets -0.1 + e_y, no ridge) with the fully connected DEQ-NTK on the whole
 # training and test sets, by data set (our names) and variance setting (sigma_w2, sigma_u2,
-# sigma_b2). MNIST is not a data set of this workflow; its number is here for reference.
+# sigma_b2). MNIST: config/deqntk_mnist.yaml.
 DEQNTK_ACCURACY = {
     "cifar10": {(0.25, 0.25, 0.5): 59.08, (0.6, 0.4, 0.0): 59.77, (0.8, 0.2, 0.0): 59.43},
     "mnist": {(0.25, 0.25, 0.5): 98.6},

@@ -570,6 +570,8 @@ class Plan:
         data = self.config["data"]
         if data["dataset"] == "shapes":
             return data["shapes"]["train_size"], data["shapes"]["test_size"]
+        if data["dataset"] == "mnist":
+            return 60_000, 10_000
         return 50_000, 10_000  # CIFAR-10 and CIFAR-100
 
     @property
@@ -643,6 +645,7 @@ class Plan:
             "deqntk": self.deqntk,
             "deqntk.depth": self.deqntk["depth"],
             "deqntk.reference": self.deqntk["reference"],
+            "deqntk.conv": self.deqntk["conv"],
         }
         block = DeqntkConfig.job_block(sources, kind)
         if kind == "reference" and block["reference_samples"] is None:
@@ -650,9 +653,15 @@ class Plan:
         return block
 
     @property
+    def deqntk_conv_jobs(self) -> list[str]:
+        """The convolutional DEQ-NTK's one job, when ``deqntk.conv.n_train`` asks for it."""
+        return ["results/deqntk/conv.parquet"] if self.deqntk["conv"]["n_train"] else []
+
+    @property
     def deqntk_parts(self) -> list[str]:
-        """The per-job rows of results/tables/deqntk.parquet: the regressions, then the depth draws."""
-        return self.deqntk_regression_jobs + self.deqntk_depth_jobs
+        """The per-job rows of results/tables/deqntk.parquet: the regressions, the depth draws,
+        the convolutional kernel's."""
+        return self.deqntk_regression_jobs + self.deqntk_depth_jobs + self.deqntk_conv_jobs
 
     @property
     def deqntk_tables(self) -> list[str]:
@@ -1198,11 +1207,32 @@ class Plan:
             images("deqntk.n_test", deqntk["n_test"], test_size, "test")
         depth = deqntk["depth"]
         if depth["draws"]:
-            variances("deqntk.depth.variances", depth["variances"])
+            if depth["variances"] is not None:
+                variances("deqntk.depth.variances", depth["variances"])
             for i, values in enumerate(depth["finite"]):
                 variances(f"deqntk.depth.finite.{i}", values, equilibrium=False)
+            for i, (w, b) in enumerate(depth["panels"]):
+                if b < depth["deq_sigma_b2"]:
+                    errors.append(
+                        f"config key deqntk.depth.panels.{i}: sigma_b2 = {b:g} is below deqntk.depth.deq_sigma_b2 "
+                        f"= {depth['deq_sigma_b2']:g}, so the panel's DEQ would have sigma_u2 < 0; raise the "
+                        "panel's sigma_b2 or lower deq_sigma_b2"
+                    )
+                else:
+                    variances(f"deqntk.depth.panels.{i}", [w, 0.0, b])
+            if depth["variances"] is None and not depth["finite"] and not depth["panels"]:
+                errors.append(
+                    "config key deqntk.depth: draws asks for the depth sweep, but it has no kernel "
+                    "(variances null, finite and panels empty); give one, or set draws to 0"
+                )
             images("deqntk.depth.n_train", depth["n_train"], train_size, "training")
             images("deqntk.depth.n_test", depth["n_test"], test_size, "test")
+        conv = deqntk["conv"]
+        if conv["n_train"]:
+            for i, values in enumerate(conv["settings"]):
+                variances(f"deqntk.conv.settings.{i}", values)
+            images("deqntk.conv.n_train", conv["n_train"], train_size, "training")
+            images("deqntk.conv.n_test", conv["n_test"], test_size, "test")
         reference = deqntk["reference"]
         unknown = sorted(set(reference["variants"]) - set(self.variants))
         if unknown:

@@ -104,6 +104,7 @@ STAGE_ENTRIES = {
     "deqntk_gram": ["intertwine.jobs.deqntk:deqntk_gram"],
     "deqntk_regression": ["intertwine.jobs.deqntk:deqntk_regression"],
     "deqntk_depth": ["intertwine.jobs.deqntk:deqntk_depth"],
+    "deqntk_conv": ["intertwine.jobs.deqntk:deqntk_conv"],
     "kernel_reference": ["intertwine.jobs.deqntk:kernel_reference_member"],
     "pullback": ["intertwine.jobs.pullback"],
     "tables": ["intertwine.tables"],

@@ -1,7 +1,8 @@
 # The DEQ neural tangent kernel (Feng & Kolter; config block `deqntk`): the accuracy study's
 # [train; test] x train Gram in blocks of rows (a job each, so a paper-scale Gram spreads over a
 # cluster), kernel regression per variance setting and training-set size on it, the depth sweep
-# per draw, and per zoo member the kernel reference for the similarity stage; tables and figures.
+# per draw, the convolutional DEQ-NTK on a small subset, and per zoo member the kernel reference
+# for the similarity stage; tables and figures.
 
 
 rule deqntk_gram:
@@ -90,6 +91,31 @@ rule deqntk_depth:
     shell:
         "intertwine deqntk-depth --data {params.data} --draw {wildcards.draw} --config {params.block:q}"
         " --global-seed {params.seed} --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
+
+
+rule deqntk_conv:
+    input:
+        DATA_FILES,
+    output:
+        "results/deqntk/conv.parquet",
+    log:
+        "results/logs/deqntk/conv.log",
+    benchmark:
+        "results/benchmarks/deqntk/conv.tsv"
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        **on_gpu(NEEDS.deqntk_conv),
+    params:
+        block=as_json(PLAN.deqntk_block("conv")),
+        seed=config["seed"],
+        device=config["device"],
+        code=code_hash("deqntk_conv"),
+        data=data_dir,
+    shell:
+        "intertwine deqntk-conv --data {params.data} --config {params.block:q} --global-seed {params.seed}"
+        " --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
 
 
 rule kernel_reference_member:

@@ -18,7 +18,7 @@ import torch
 from intertwine.utils import atomic_path, config_hash, derive_seed, write_json
 
 SPLITS = ("train", "val", "test")
-DATASETS = ("shapes", "cifar10", "cifar100")
+DATASETS = ("shapes", "cifar10", "cifar100", "mnist")
 
 
 @dataclass
@@ -54,7 +54,7 @@ def build_dataset(block: dict, seed: int) -> tuple[dict[str, dict[str, np.ndarra
             for split, n in sizes.items()
         }
         meta |= {"classes": list(CLASSES), "concepts": {k: list(v) for k, v in CONCEPTS.items()}}
-    elif name in ("cifar10", "cifar100"):
+    elif name in ("cifar10", "cifar100", "mnist"):
         from intertwine.data.cifar10 import load_cifar
 
         options = block[name]

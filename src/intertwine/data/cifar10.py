@@ -1,10 +1,13 @@
-"""CIFAR-10 and CIFAR-100 from a user's directory, in torchvision's layout or as image folders.
+"""CIFAR-10, CIFAR-100 and MNIST from a user's directory, in torchvision's layout or as image folders.
 
-One loader reads both (``load_cifar``; ``load_cifar10`` and ``load_cifar100`` name the data set);
-what tells them apart is in ``CIFARS``. Two layouts are read:
-- torchvision's: ``ROOT/cifar-10-batches-py/`` (``data_batch_1`` ... ``test_batch``) or
-  ``ROOT/cifar-100-python/`` (``train``, ``test``, ``meta``; the 100 fine labels), read through
-  ``torchvision.datasets.CIFAR10`` / ``CIFAR100``, which may also download it there
+One loader reads all three (``load_cifar``; ``load_cifar10`` and ``load_cifar100`` name the data
+set); what tells them apart is in ``CIFARS``. MNIST's grey images are stored as three equal
+channels, so that every stage reads (N, 3, H, W) (28 x 28); for the DEQ-NTK, whose inputs are unit
+vectors, three equal channels give the same kernel as one. Two layouts are read:
+- torchvision's: ``ROOT/cifar-10-batches-py/`` (``data_batch_1`` ... ``test_batch``),
+  ``ROOT/cifar-100-python/`` (``train``, ``test``, ``meta``; the 100 fine labels) or
+  ``ROOT/MNIST/raw/`` (the four idx files), read through ``torchvision.datasets.CIFAR10`` /
+  ``CIFAR100`` / ``MNIST``, which may also download it there
   (``download: true``); the classes are the names in the data set's meta file;
 - image folders: ``ROOT/train/<class>/*`` and ``ROOT/test/<class>/*`` (any format PIL reads), read
   through ``torchvision.datasets.ImageFolder``; classes are the folder names in sorted order, which
@@ -38,6 +41,13 @@ CIFARS = {
         "cifar10", "CIFAR-10", "cifar-10-batches-py", "data_batch_1..5 and test_batch", "CIFAR10"
     ),
     "cifar100": Cifar("cifar100", "CIFAR-100", "cifar-100-python", "train, test and meta", "CIFAR100"),
+    "mnist": Cifar(
+        "mnist",
+        "MNIST",
+        "MNIST",
+        "raw/train-images-idx3-ubyte, raw/train-labels-idx1-ubyte and the two t10k files",
+        "MNIST",
+    ),
 }
 
 
@@ -98,10 +108,11 @@ def detect_layout(root: Path, cifar: Cifar) -> str | None:
 
 
 def load_cifar(dataset: str, root: str | Path, layout: str = "auto", download: bool = False) -> dict:
-    """Read ``dataset`` (a key of ``CIFARS``: ``cifar10`` or ``cifar100``) from ``root``; return
+    """Read ``dataset`` (a key of ``CIFARS``: ``cifar10``, ``cifar100`` or ``mnist``) from ``root``; return
     ``{"train": (images, labels), "test": (images, labels), "classes": [...]}``.
 
-    Images are uint8 arrays of shape (N, 3, H, W), labels int64 arrays (CIFAR-100: fine labels).
+    Images are uint8 arrays of shape (N, 3, H, W), labels int64 arrays (CIFAR-100: fine labels;
+    MNIST: the grey value in all three channels, also when its image folders hold grey files).
     """
     if dataset not in CIFARS:
         raise ValueError(f"data.dataset: {dataset!r} is not one of {tuple(CIFARS)}")
@@ -140,7 +151,10 @@ def _load_torchvision(root: Path, download: bool, cifar: Cifar) -> dict:
             raise DataNotFoundError(
                 f"{cifar.title} {split} split is missing or corrupted ({err}); {_expected(root, cifar)}"
             ) from err
-        images = np.ascontiguousarray(dataset.data.transpose(0, 3, 1, 2))
+        data = np.asarray(dataset.data, dtype=np.uint8)
+        if data.ndim == 3:  # MNIST: (N, H, W) grey, stored as three equal channels
+            data = np.repeat(data[..., None], 3, axis=3)
+        images = np.ascontiguousarray(data.transpose(0, 3, 1, 2))
         out[split] = (images, np.asarray(dataset.targets, dtype=np.int64))
         out["classes"] = list(dataset.classes)  # the names in the data set's meta file
     return out

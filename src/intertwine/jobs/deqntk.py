@@ -39,6 +39,12 @@ def _test_split(job: Job, n: int) -> Split:
     return split
 
 
+def _unit_rows(job: Job, images: torch.Tensor, settings: DeqntkConfig) -> torch.Tensor:
+    """The images as the kernel's unit rows, preprocessed as ``deqntk.preprocessing`` says."""
+    mean, std = job.stats() if settings.preprocessing != "raw" else (None, None)
+    return deqntk.unit_rows(images, settings.preprocessing, mean, std)
+
+
 def _num_classes(job: Job) -> int:
     return len(job.meta()["classes"])
 
@@ -70,8 +76,8 @@ def deqntk_gram(
     settings = DeqntkConfig.from_block(block, "deqntk")
     variances = _variances(variances)
     order = _training_order(job, n_train)
-    x_train = deqntk.unit_rows(_pool(job).images[order])
-    x_test = deqntk.unit_rows(_test_split(job, settings.n_test).images)
+    x_train = _unit_rows(job, _pool(job).images[order], settings)
+    x_test = _unit_rows(job, _test_split(job, settings.n_test).images, settings)
     result = deqntk.gram_block(x_train, x_test, part, start, stop, variances, settings.tol)
     job.log(
         f"{deqntk.variances_name(variances)}: {part} rows [{start}, {stop}) x {tuple(result.gram.shape)} "
@@ -113,6 +119,9 @@ def deqntk_regression(job: Job, variances, n_train: int, blocks: list[str], bloc
         "draw": 0,
         "test_acc": acc,
         "ridge": settings.ridge,
+        "panel": "",
+        "preprocessing": settings.preprocessing,
+        "readout": "",
         "iterations": max(p.iterations for p in used),
         "residual": max(p.residual for p in used),
         "gram_seconds": sum(p.seconds for p in used),
@@ -130,22 +139,30 @@ def deqntk_depth(job: Job, draw: int, block: dict) -> pd.DataFrame:
     pool, test = _pool(job), job.split("test")
     train_idx = deqntk.draw(settings.depth_n_train, len(pool), generator, "training images").to(job.device)
     test_idx = deqntk.draw(settings.depth_n_test, len(test), generator, "test images").to(job.device)
+    panels = [
+        (name, _variances(finite, equilibrium=False), _variances(equilibrium))
+        for name, finite, equilibrium in deqntk.panel_curves(settings.panels, settings.deq_sigma_b2)
+    ]
     rows = deqntk.depth_sweep(
-        deqntk.unit_rows(pool.images[train_idx]),
+        _unit_rows(job, pool.images[train_idx], settings),
         pool.labels[train_idx],
-        deqntk.unit_rows(test.images[test_idx]),
+        _unit_rows(job, test.images[test_idx], settings),
         test.labels[test_idx],
         _num_classes(job),
         settings.depths,
         [_variances(v, equilibrium=False) for v in settings.finite_variances],
-        _variances(settings.depth_variances),
+        None if settings.depth_variances is None else _variances(settings.depth_variances),
         settings.ridge,
         settings.tol,
+        panels,
+        settings.frozen_ridge,
     )
     table = pd.DataFrame(rows)
     job.log(
         f"draw {draw}: "
-        + ", ".join(f"{r['depth']} {100 * r['test_acc']:.1f} %" for r in rows)
+        + ", ".join(
+            f"{r['panel'] + ' ' if r['panel'] else ''}{r['depth']} {100 * r['test_acc']:.1f} %" for r in rows
+        )
         + f" ({table['gram_seconds'].sum() + table['regression_seconds'].sum():.1f} s)"
     )
     return table.assign(
@@ -154,11 +171,69 @@ def deqntk_depth(job: Job, draw: int, block: dict) -> pd.DataFrame:
         n_train=settings.depth_n_train,
         n_test=settings.depth_n_test,
         draw=draw,
-        ridge=settings.ridge,
+        preprocessing=settings.preprocessing,
+        readout="",
         paper_acc=None,
         iterations=table["iterations"].astype("Int64"),
         **job.provenance({"deqntk": block}),
     )
+
+
+def deqntk_conv(job: Job, block: dict) -> pd.DataFrame:
+    """The convolutional DEQ-NTK on a small subset: the first ``conv_n_train`` images of the
+    accuracy study's permutation of the pool and the first ``conv_n_test`` test images, each pixel
+    a unit vector (``deqntk.unit_pixels``); per variance setting, kernel regression with the
+    NTK of the configured readout (``deqntk.conv_accuracy``): one row each."""
+    settings = DeqntkConfig.from_block(block, "deqntk")
+    order = _training_order(job, settings.conv_n_train)
+    pool, test = _pool(job), _test_split(job, settings.conv_n_test)
+    mean, std = job.stats() if settings.conv_preprocessing != "raw" else (None, None)
+    x_train = deqntk.unit_pixels(pool.images[order], settings.conv_preprocessing, mean, std)
+    x_test = deqntk.unit_pixels(test.images, settings.conv_preprocessing, mean, std)
+    rows = []
+    for values in settings.conv_settings:
+        w, u, b = _variances(values)
+        result = deqntk.conv_accuracy(
+            x_train,
+            pool.labels[order],
+            x_test,
+            test.labels,
+            _num_classes(job),
+            (w, u, b),
+            settings.conv_readout,
+            settings.ridge,
+            settings.tol,
+        )
+        job.log(
+            f"convolutional DEQ-NTK {deqntk.variances_name((w, u, b))}, {settings.conv_readout} readout, "
+            f"{len(x_train)} training / {len(x_test)} test images of {tuple(x_train.shape[1:])}: test accuracy "
+            f"{100 * result['test_acc']:.2f} %, {result['iterations']} iterations, "
+            f"{result['seconds_per_pair']:.3g} s per image pair ({result['pairs']} pairs)"
+        )
+        rows.append(
+            {
+                "study": "conv",
+                "dataset": job.meta()["dataset"],
+                "sigma_w2": w,
+                "sigma_u2": u,
+                "sigma_b2": b,
+                "n_train": len(x_train),
+                "n_test": len(x_test),
+                "depth": deqntk.DEQ,
+                "draw": 0,
+                "panel": "",
+                "preprocessing": settings.conv_preprocessing,
+                "readout": settings.conv_readout,
+                "test_acc": result["test_acc"],
+                "ridge": settings.ridge,
+                "iterations": result["iterations"],
+                "residual": result["residual"],
+                "gram_seconds": result["gram_seconds"],
+                "regression_seconds": result["regression_seconds"],
+                "paper_acc": None,
+            }
+        )
+    return pd.DataFrame(rows).assign(**job.provenance({"deqntk": block}))
 
 
 #: Activations held at once by ``kernel_reference_member`` (a forward pass reads every site of a group).
@@ -192,7 +267,9 @@ def kernel_reference_member(job: Job, checkpoint: str, block: dict) -> pd.DataFr
     model, meta = job.model(checkpoint)
     images = job.split("test", settings.reference_samples).images
     w, u, b = _variances(settings.reference_variances)
-    kernel = deq.deq_ntk(deqntk.unit_rows(images), sigma_w2=w, sigma_u2=u, sigma_b2=b, tol=settings.tol).gram
+    kernel = deq.deq_ntk(
+        _unit_rows(job, images, settings), sigma_w2=w, sigma_u2=u, sigma_b2=b, tol=settings.tol
+    ).gram
     sites = [site.name for site in models.sites(model)]
     activations = _site_activations(model, images, sites, *job.stats())
     rows = deqntk.reference_rows(activations, kernel, settings.reference_measures)
