@@ -449,6 +449,10 @@ def test_pullback_plan(tiny):
         "results/pullback/agreement/myrtle/pair0.parquet",
         "results/pullback/agreement/c4gap_dgn/pair0.parquet",
     ]
+    assert plan.pullback_transfer_parts == [
+        "results/pullback/transfer/myrtle/pair0.parquet",
+        "results/pullback/transfer/c4gap_dgn/pair0.parquet",
+    ]
     # the similarity stage's pairs: the same draw, its first pullback.pairs
     assert plan.pullback_pairs("myrtle") == plan.similarity_pairs("myrtle")[:1]
     # unit_sites of the cut sites on the residual stream, evenly spaced (a gated network's value sites)
@@ -479,9 +483,11 @@ def test_pullback_plan(tiny):
         "results/tables/pullback_symmetry.parquet",
         "results/tables/pullback_faithfulness.parquet",
         "results/tables/pullback_agreement.parquet",
+        "results/tables/pullback_transfer.parquet",
         "results/tables/pullback_summary.csv",
         "results/figures/pullback_symmetry.png",
         "results/figures/pullback_agreement.png",
+        "results/figures/pullback_transfer.png",
         "results/figures/pullback_faithfulness.png",
         "results/figures/pullback_grid_myrtle.png",
         "results/figures/pullback_pgd_myrtle.png",
@@ -494,6 +500,7 @@ def test_pullback_plan(tiny):
     plan = Plan(config)
     assert len(plan.pullback_member_jobs) == 3 + 2 and plan.pullback_pair_jobs == []
     assert "results/figures/pullback_agreement.png" not in plan.pullback_outputs
+    assert "results/figures/pullback_transfer.png" not in plan.pullback_outputs
     assert "results/tables/pullback_agreement.parquet" in plan.pullback_outputs
     # a temperature sweep adds its figure (the default, no sweep, makes none)
     assert "results/figures/pullback_temperature.png" not in plan.pullback_outputs

@@ -215,7 +215,13 @@ def _checkpoint(path, spec, variant, seed):
 def test_jobs_on_tiny_models(tmp_path, tiny_shapes_dir):
     from intertwine.jobs import Job
     from intertwine.jobs.pullback import pullback_images, pullback_member, pullback_pair
-    from intertwine.tables import PULLBACK_AGREEMENT, PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, to_table
+    from intertwine.tables import (
+        PULLBACK_AGREEMENT,
+        PULLBACK_FAITHFULNESS,
+        PULLBACK_SYMMETRY,
+        PULLBACK_TRANSFER,
+        to_table,
+    )
 
     paths = [_checkpoint(tmp_path / f"seed{s}.pt", MYRTLE, "myrtle", s) for s in range(2)]
     job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
@@ -233,10 +239,24 @@ def test_jobs_on_tiny_models(tmp_path, tiny_shapes_dir):
     assert faithfulness["pgd_epsilon"].iloc[0] == pytest.approx(100 * math.sqrt(16 * 16 * 3 / 150528))
     assert all(len(steps) == 2 for steps in faithfulness["pgd_success_by_step"])
 
-    agreement = pullback_pair(job, paths[0], paths[1], 0, block | {"units": 2}, ["act2"])
+    agreement, transfer = pullback_pair(job, paths[0], paths[1], 0, block | {"units": 2}, ["act2"])
     to_table(agreement, PULLBACK_AGREEMENT)
     assert set(agreement["site"]) <= {"logit", "act2"} and (agreement["seed_b"] == 1).all()
     assert agreement["cos_mean"].between(-1, 1).all()
+    to_table(transfer, PULLBACK_TRANSFER)
+    # both directions, every mode, the same images and targets
+    assert sorted(zip(transfer["seed_source"], transfer["seed_other"], transfer["mode"])) == sorted(
+        (a, b, mode) for a, b in ((0, 1), (1, 0)) for mode in study.MODES
+    )
+    assert (transfer["images"] == 4).all() and transfer["transfer_already"].nunique() <= 2
+    columns = ["source_success", "transfer_success", "transfer_target_prob", "transfer_target_prob_before"]
+    assert transfer[columns].stack().between(0, 1).all()
+    from intertwine.figures import pullback_transfer
+
+    assert len(pullback_transfer(transfer).axes) == 2
+    assert transfer["transfer_prob_gain"].to_numpy() == pytest.approx(
+        (transfer["transfer_target_prob"] - transfer["transfer_target_prob_before"]).to_numpy()
+    )
 
     arrays = pullback_images(job, paths[0], {"grid_images": 1, "pgd": {"steps": 1}, "probe_images": 8})
     assert len(arrays["images"]) == 10 and set(arrays["attributions"]) == set(study.MODES)
@@ -247,7 +267,13 @@ def test_a_temperature_sweep_adds_soft_rows_and_its_figure(tmp_path, tiny_shapes
     from intertwine.figures import pullback_temperature
     from intertwine.jobs import Job
     from intertwine.jobs.pullback import pullback_member, pullback_pair
-    from intertwine.tables import PULLBACK_AGREEMENT, PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, to_table
+    from intertwine.tables import (
+        PULLBACK_AGREEMENT,
+        PULLBACK_FAITHFULNESS,
+        PULLBACK_SYMMETRY,
+        PULLBACK_TRANSFER,
+        to_table,
+    )
 
     paths = [_checkpoint(tmp_path / f"seed{s}.pt", MYRTLE, "myrtle", s) for s in range(2)]
     job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
@@ -260,11 +286,12 @@ def test_a_temperature_sweep_adds_soft_rows_and_its_figure(tmp_path, tiny_shapes
         "sweep": [0.1, 0.3],  # 0.3, the stage's own T, is not measured twice
     }
     symmetry, faithfulness = pullback_member(job, paths[0], block)
-    agreement = pullback_pair(job, paths[0], paths[1], 0, block | {"units": 1}, ["act2"])
+    agreement, transfer = pullback_pair(job, paths[0], paths[1], 0, block | {"units": 1}, ["act2"])
     for table, schema in (
         (symmetry, PULLBACK_SYMMETRY),
         (faithfulness, PULLBACK_FAITHFULNESS),
         (agreement, PULLBACK_AGREEMENT),
+        (transfer, PULLBACK_TRANSFER),
     ):
         to_table(table, schema)  # one row per key: the temperature is a key
         soft = table[table["mode"] != "gradient"]
@@ -275,8 +302,59 @@ def test_a_temperature_sweep_adds_soft_rows_and_its_figure(tmp_path, tiny_shapes
     for temperature, rows in grelu.groupby("temperature"):  # per-neuron T is invariant at every T
         assert (rows.loc[rows["mode"] == "per_neuron", "cos_min"] > EXACT).all(), temperature
     # the summary reads the stage's own temperature only
-    summary = study.summarize(symmetry, agreement, faithfulness)
-    alone = study.summarize(*(t[~t["sweep"]] for t in (symmetry, agreement, faithfulness)))
+    summary = study.summarize(symmetry, agreement, faithfulness, transfer)
+    alone = study.summarize(*(t[~t["sweep"]] for t in (symmetry, agreement, faithfulness, transfer)))
     pd.testing.assert_frame_equal(summary, alone)
+    assert summary["measure"].str.startswith("PGD transfer across seeds (ours)").sum() == 2
     fig = pullback_temperature(symmetry, agreement, faithfulness)
     assert len(fig.axes) == 5 and len(fig.axes[2].lines) == 3  # gradient line, global and per-neuron T
+
+
+def test_transfer_measures_on_known_logits():
+    """Two images, target 1 then 0: the source reaches both; the other member reaches the first
+    only, its target probability and margin change by what the logits say."""
+    targets = torch.tensor([1, 0])
+    source_after = torch.tensor([[0.0, 5.0, 0.0], [5.0, 0.0, 0.0]])
+    other_before = torch.tensor([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
+    other_after = torch.tensor([[0.0, 3.0, 1.0], [1.0, 2.0, 0.0]])
+    got = study.transfer_measures(source_after, other_before, other_after, targets)
+    assert got["images"] == 2 and got["source_success"] == 1.0
+    assert got["transfer_success"] == 0.5 and got["transfer_already"] == 0.0
+    before = [other_before[0].softmax(0)[1], other_before[1].softmax(0)[0]]
+    after = [other_after[0].softmax(0)[1], other_after[1].softmax(0)[0]]
+    assert got["transfer_target_prob_before"] == pytest.approx(float(sum(before)) / 2)
+    assert got["transfer_prob_gain"] == pytest.approx(float(sum(after) - sum(before)) / 2)
+    # margins: image 0 from -2 to 2 (+4), image 1 from -2 to -1 (+1)
+    assert got["transfer_margin_gain"] == pytest.approx(2.5)
+    with pytest.raises(ValueError, match="expected three"):
+        study.transfer_measures(source_after, other_before[:1], other_after, targets)
+    with pytest.raises(ValueError, match="1 targets for 2 images"):
+        study.transfer_measures(source_after, other_before, other_after, targets[:1])
+
+
+def test_the_summary_reports_transfer_per_mode():
+    symmetry = pd.DataFrame(
+        [{"variant": "m", "scale_spread": 0.0, "mode": mode, "cos_min": 1.0} for mode in study.MODES]
+    )
+    agreement = pd.DataFrame(columns=["variant", "site", "mode", "cos_mean"])
+    faithfulness = pd.DataFrame(
+        [
+            {"variant": "m", "mode": mode, "deletion_auc": 0.1, "insertion_auc": 0.4, "pgd_success": 1.0}
+            for mode in study.MODES
+        ]
+    )
+    transfer = pd.DataFrame(
+        [
+            {"variant": "m", "mode": mode, "transfer_success": value, "transfer_prob_gain": value / 2}
+            for mode, values in zip(study.MODES, ([0.1, 0.3], [0.5, 0.7], [0.6, 0.6]))
+            for value in values
+        ]
+    )
+    summary = study.summarize(symmetry, agreement, faithfulness, transfer).set_index("measure")
+    row = summary.loc["PGD transfer across seeds (ours): other member predicts the target"]
+    assert row[list(study.MODES)].tolist() == pytest.approx([0.2, 0.6, 0.6])
+    gain = summary.loc["PGD transfer across seeds (ours): other member's target probability gain"]
+    assert gain["gradient"] == pytest.approx(0.1)
+    assert "PGD transfer across seeds (ours): other member predicts the target" not in set(
+        study.summarize(symmetry, agreement, faithfulness)["measure"]
+    )

@@ -442,9 +442,10 @@ def cmd_pullback_member(args) -> None:
 
 def cmd_pullback_pair(args) -> None:
     from intertwine.jobs.pullback import pullback_pair
-    from intertwine.tables import PULLBACK_AGREEMENT, write_parquet
+    from intertwine.tables import PULLBACK_AGREEMENT, PULLBACK_TRANSFER, write_parquet
 
-    rows = pullback_pair(_job(args), args.a, args.b, args.pair, args.config, args.sites)
+    rows, transfer = pullback_pair(_job(args), args.a, args.b, args.pair, args.config, args.sites)
+    write_parquet(transfer, args.transfer_out, PULLBACK_TRANSFER)
     write_parquet(rows, args.out, PULLBACK_AGREEMENT)
 
 
@@ -463,6 +464,7 @@ def cmd_pullback_table(args) -> None:
         PULLBACK_AGREEMENT,
         PULLBACK_FAITHFULNESS,
         PULLBACK_SYMMETRY,
+        PULLBACK_TRANSFER,
         read_parquet,
         write_csv,
         write_parquet,
@@ -473,6 +475,7 @@ def cmd_pullback_table(args) -> None:
         ("symmetry", PULLBACK_SYMMETRY, args.symmetry, args.out),
         ("agreement", PULLBACK_AGREEMENT, args.agreement, args.agreement_out),
         ("faithfulness", PULLBACK_FAITHFULNESS, args.faithfulness, args.faithfulness_out),
+        ("transfer", PULLBACK_TRANSFER, args.transfer, args.transfer_out),
     ):
         tables[name] = read_parquet(parts, schema)
         write_parquet(tables[name], out, schema)
@@ -485,8 +488,15 @@ def cmd_pullback_figure(args) -> None:
         pullback_faithfulness,
         pullback_symmetry,
         pullback_temperature,
+        pullback_transfer,
     )
-    from intertwine.tables import PULLBACK_AGREEMENT, PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, read_parquet
+    from intertwine.tables import (
+        PULLBACK_AGREEMENT,
+        PULLBACK_FAITHFULNESS,
+        PULLBACK_SYMMETRY,
+        PULLBACK_TRANSFER,
+        read_parquet,
+    )
 
     save = lambda fig, path: _save(fig, path, args.other_formats, args.figures)  # noqa: E731
     save(pullback_symmetry(read_parquet([args.symmetry], PULLBACK_SYMMETRY)), args.symmetry_figure)
@@ -496,6 +506,12 @@ def cmd_pullback_figure(args) -> None:
     )
     if args.agreement_figure:
         save(pullback_agreement(read_parquet([args.agreement], PULLBACK_AGREEMENT)), args.agreement_figure)
+    if args.transfer_figure:
+        if not args.transfer:
+            raise SystemExit(
+                "pullback-figure: --transfer-figure needs --transfer (pullback_transfer.parquet)"
+            )
+        save(pullback_transfer(read_parquet([args.transfer], PULLBACK_TRANSFER)), args.transfer_figure)
     if args.temperature_figure:
         tables = [
             read_parquet([path], schema)
@@ -867,6 +883,11 @@ def build_parser() -> argparse.ArgumentParser:
         options=["--a", "--b", "--pair"],
     )
     p.add_argument("--sites", type=_json_names, required=True, help="JSON list of the hidden units' sites")
+    p.add_argument(
+        "--transfer-out",
+        required=True,
+        help=".parquet, PGD transfer across the seeds: one row per direction and mode",
+    )
     p = command(
         "pullback-images",
         cmd_pullback_images,
@@ -1048,6 +1069,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agreement", nargs="*", default=[], help="per-pair agreement tables (none: no pairs)")
     p.add_argument("--faithfulness-out", required=True, help="pullback_faithfulness.parquet")
     p.add_argument("--agreement-out", required=True, help="pullback_agreement.parquet")
+    p.add_argument("--transfer", nargs="*", default=[], help="per-pair PGD transfer tables (none: no pairs)")
+    p.add_argument("--transfer-out", required=True, help="pullback_transfer.parquet")
     p = command("table", cmd_table, "concatenate per-job Parquet files into a stage's table", out="the table")
     p.add_argument("parts", nargs="+")
     p.add_argument(
@@ -1133,6 +1156,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--symmetry-figure", required=True, help="cosine vs scale spread per mode (.png)")
     p.add_argument("--faithfulness-figure", required=True, help="deletion, insertion, PGD success (.png)")
     p.add_argument("--agreement-figure", help="agreement across seeds (.png); none without pairs")
+    p.add_argument("--transfer", help="pullback_transfer.parquet (with --transfer-figure)")
+    p.add_argument("--transfer-figure", help="PGD transfer across seeds (.png); none without pairs")
     p.add_argument("--temperature-figure", help="every measure against T (.png); none without pullback.sweep")
     p = command(
         "deqntk-figure",

@@ -1369,6 +1369,40 @@ def pullback_agreement(table: pd.DataFrame) -> plt.Figure:
     return fig
 
 
+def pullback_transfer(table: pd.DataFrame) -> plt.Figure:
+    """PGD transfer across seeds (ours), per variant and mode, a dot per pair and direction: left,
+    the fraction of images the *other* member predicts as the target after the paper's PGD along
+    the source member's gradient or pullback (the source member's own success as open circles);
+    right, the other member's gain in target probability. The same images, targets and budget in
+    every mode."""
+    table = at_stage_temperature(table)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained")
+    keys = ["pair", "seed_source"]
+    _mode_bars(axes[0], table, "transfer_success", keys, "other member predicts the target")
+    variants = list(dict.fromkeys(table["variant"]))
+    modes = _pullback_modes(table)
+    width = 0.8 / max(len(modes), 1)
+    for k, mode in enumerate(modes):
+        for j, variant in enumerate(variants):
+            part = table[(table["variant"] == variant) & (table["mode"] == mode)]
+            x = j + (k - (len(modes) - 1) / 2) * width
+            axes[0].scatter(
+                np.full(len(part), x),
+                part["source_success"],
+                facecolors="none",
+                edgecolors=f"C{k}",
+                s=18,
+                label="source member itself" if (j == 0 and k == 0) else None,
+            )
+    axes[0].set_ylim(-0.02, 1.02)
+    axes[0].set_title("PGD along one member's direction, read by another seed", fontsize=9)
+    axes[0].legend(fontsize=7)
+    _mode_bars(axes[1], table, "transfer_prob_gain", keys, "other member's target probability gain")
+    axes[1].axhline(0, color="grey", lw=0.6)
+    axes[1].set_title("target probability, after minus before (mean over images)", fontsize=9)
+    return fig
+
+
 def pullback_faithfulness(table: pd.DataFrame) -> plt.Figure:
     """Per variant and mode (a dot per member): the area under the deletion curve (pixels ranked by
     |v| set to the data mean, 5 % per step; lower is more faithful) and under the insertion curve

@@ -707,6 +707,11 @@ class Plan:
             for pair in range(self.pullback["pairs"])
         ]
 
+    @property
+    def pullback_transfer_parts(self) -> list[str]:
+        """Per pair, its PGD transfer rows (written by the pair's job beside its agreement)."""
+        return [path.replace("/agreement/", "/transfer/") for path in self.pullback_pair_jobs]
+
     def pullback_sites(self, variant: str) -> list[str]:
         """The sites of the hidden-unit agreement: pullback.sites of the variant, or unit_sites of
         its cut sites on the residual stream, evenly spaced, the first and the last included."""
@@ -737,6 +742,7 @@ class Plan:
             "results/tables/pullback_symmetry.parquet",
             "results/tables/pullback_faithfulness.parquet",
             "results/tables/pullback_agreement.parquet",
+            "results/tables/pullback_transfer.parquet",
             "results/tables/pullback_summary.csv",
         ]
 
@@ -747,6 +753,7 @@ class Plan:
         return [
             "results/figures/pullback_symmetry.png",
             *(["results/figures/pullback_agreement.png"] if self.pullback_pair_jobs else []),
+            *(["results/figures/pullback_transfer.png"] if self.pullback_pair_jobs else []),
             "results/figures/pullback_faithfulness.png",
             *(["results/figures/pullback_temperature.png"] if self.pullback.get("sweep") else []),
         ]

@@ -280,6 +280,37 @@ PULLBACK_AGREEMENT = pa.schema(
     metadata={"keys": "variant pair site unit_a mode temperature"},
 )
 
+# Per pair of members (ours), direction, mode and temperature: the paper's PGD toward a random
+# other class along the source member's direction (seed_source), read by the other member
+# (seed_other) on the same perturbed images (intertwine.pullback_study.transfer_measures):
+# fractions of images predicted as the target, the other member's target probability and the
+# change of its target-minus-best-other logit margin, means over images.
+PULLBACK_TRANSFER = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("pair", pa.int64()),
+        pa.field("seed_source", pa.int64()),
+        pa.field("seed_other", pa.int64()),
+        pa.field("mode", pa.string()),
+        pa.field("temperature", pa.float64()),
+        pa.field("sweep", pa.bool_()),
+        pa.field("images", pa.int64()),
+        pa.field("source_success", pa.float64()),  # the source member predicts the target after PGD
+        pa.field("transfer_success", pa.float64()),  # the other member does
+        pa.field("transfer_already", pa.float64()),  # the other member did on the clean image
+        pa.field("transfer_target_prob_before", pa.float64()),
+        pa.field("transfer_target_prob", pa.float64()),
+        pa.field("transfer_prob_gain", pa.float64()),
+        pa.field("transfer_margin_gain", pa.float64()),  # logits: target minus best other
+        pa.field("pgd_steps", pa.int64()),
+        pa.field("pgd_epsilon", pa.float64()),  # L2, images in [-1, 1]
+        pa.field("pgd_step_size", pa.float64()),
+        pa.field("probe_images", pa.int64()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant pair seed_source mode temperature"},
+)
+
 # Per member and mode: deletion and insertion curves (mean over images at 0, 1/steps, ..., 1 of
 # the pixels; the class's probability) and their areas, the mean image's probability, and the PGD
 # toward a random other class (success: the target predicted after the last step).

@@ -38,7 +38,8 @@ rule pullback_pair:
         a=member(PLAN.pullback_pairs, "a"),
         b=member(PLAN.pullback_pairs, "b"),
     output:
-        "results/pullback/agreement/{variant}/pair{pair}.parquet",
+        agreement="results/pullback/agreement/{variant}/pair{pair}.parquet",
+        transfer="results/pullback/transfer/{variant}/pair{pair}.parquet",
     log:
         "results/logs/pullback/{variant}/pair{pair}.log",
     benchmark:
@@ -58,7 +59,8 @@ rule pullback_pair:
     shell:
         "intertwine pullback-pair --a {input.a} --b {input.b} --data {params.data} --pair {wildcards.pair}"
         " --sites {params.sites:q} --config {params.block:q} --global-seed {params.seed}"
-        " --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
+        " --device {params.device} --threads {threads} --out {output.agreement}"
+        " --transfer-out {output.transfer} > {log} 2>&1"
 
 
 rule pullback_images:
@@ -110,10 +112,12 @@ rule pullback_table:
         symmetry=PLAN.pullback_member_jobs,
         faithfulness=PLAN.pullback_faithfulness_parts,
         agreement=PLAN.pullback_pair_jobs,
+        transfer=PLAN.pullback_transfer_parts,
     output:
         symmetry="results/tables/pullback_symmetry.parquet",
         faithfulness="results/tables/pullback_faithfulness.parquet",
         agreement="results/tables/pullback_agreement.parquet",
+        transfer="results/tables/pullback_transfer.parquet",
         summary=report(
             "results/tables/pullback_summary.csv",
             caption="../report/pullback_summary.rst",
@@ -130,7 +134,8 @@ rule pullback_table:
     shell:
         "intertwine pullback-table --symmetry {input.symmetry} --faithfulness {input.faithfulness}"
         " --agreement {input.agreement} --out {output.symmetry} --faithfulness-out {output.faithfulness}"
-        " --agreement-out {output.agreement} --summary {output.summary} > {log} 2>&1"
+        " --agreement-out {output.agreement} --transfer {input.transfer} --transfer-out {output.transfer}"
+        " --summary {output.summary} > {log} 2>&1"
 
 
 rule pullback_figure:
@@ -138,6 +143,7 @@ rule pullback_figure:
         symmetry="results/tables/pullback_symmetry.parquet",
         faithfulness="results/tables/pullback_faithfulness.parquet",
         agreement="results/tables/pullback_agreement.parquet",
+        transfer="results/tables/pullback_transfer.parquet",
     output:
         symmetry=report(
             "results/figures/pullback_symmetry.png",
@@ -152,6 +158,15 @@ rule pullback_figure:
             )
             for png in PLAN.pullback_figures
             if png.endswith("pullback_agreement.png")
+        ],
+        transfer=[
+            report(
+                png,
+                caption="../report/pullback_transfer.rst",
+                category="Excitation pullbacks",
+            )
+            for png in PLAN.pullback_figures
+            if png.endswith("pullback_transfer.png")
         ],
         faithfulness=report(
             "results/figures/pullback_faithfulness.png",
@@ -177,12 +192,16 @@ rule pullback_figure:
     params:
         figures=as_json(config["figures"]),
         agreement=lambda wc, output: (f" --agreement-figure {output.agreement}" if output.agreement else ""),
+        transfer=lambda wc, input, output: (
+            f" --transfer {input.transfer} --transfer-figure {output.transfer}" if output.transfer else ""
+        ),
         temperature=lambda wc, output: (
             f" --temperature-figure {output.temperature}" if output.temperature else ""
         ),
         code=code_hash("figures"),
     shell:
         "intertwine pullback-figure --symmetry {input.symmetry} --faithfulness {input.faithfulness}"
-        " --agreement {input.agreement}{params.agreement}{params.temperature} --figures {params.figures:q}"
+        " --agreement {input.agreement}{params.agreement}{params.transfer}{params.temperature}"
+        " --figures {params.figures:q}"
         " --symmetry-figure {output.symmetry} --faithfulness-figure {output.faithfulness}"
         " --other-formats {output.other_formats} > {log} 2>&1"

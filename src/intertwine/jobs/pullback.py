@@ -155,12 +155,71 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
     return symmetry, faithfulness
 
 
+def _transfer_rows(
+    job: Job, settings, models: dict, metas: dict, x, labels, probe, variant, pair
+) -> pd.DataFrame:
+    """PGD transfer across seeds (ours): for each direction (a's pullback moving images that b then
+    reads, and b's read by a), temperature and mode, the paper's PGD toward a random other class
+    along the source member's direction, and what it does to the other member's logits
+    (``pullback_study.transfer_measures``). The targets are one draw per pair, the same for every
+    mode and direction, so the modes are compared on the same images and targets with the same budget."""
+    targets = study.random_targets(
+        labels,
+        len(job.meta()["classes"]),
+        torch.Generator().manual_seed(job.seed("pullback", variant, "pair", pair, "transfer")),
+    ).to(x.device)
+    pgd = _pgd_settings(settings, x.shape[1:])
+    mean, std = job.stats()
+    with torch.no_grad():
+        clean = {k: model.eval()(x) for k, model in models.items()}
+    rows = []
+    for temperature, modes in _temperatures(settings):
+        temperatures = {
+            k: per_neuron_temperatures(model, probe, temperature) if "per_neuron" in modes else None
+            for k, model in models.items()
+        }
+        for source, other in (("a", "b"), ("b", "a")):
+            for mode in modes:
+                direction = _direction(models[source], mode, temperature, temperatures[source])
+                moved = study.pgd_toward(direction, x, targets, mean, std, **pgd)
+                with torch.no_grad():
+                    source_after, other_after = models[source](moved), models[other](moved)
+                measures = study.transfer_measures(source_after, clean[other], other_after, targets)
+                rows.append(
+                    {
+                        "seed_source": metas[source]["seed"],
+                        "seed_other": metas[other]["seed"],
+                        "mode": mode,
+                        "temperature": temperature,
+                        "sweep": temperature != settings.temperature,
+                        **measures,
+                        "pgd_steps": pgd["steps"],
+                        "pgd_epsilon": pgd["epsilon"],
+                        "pgd_step_size": pgd["step_size"],
+                    }
+                )
+    table = pd.DataFrame(rows)
+    job.log(
+        f"{variant} pair {pair}: PGD transfer across seeds (other member predicts the target; its target "
+        "probability gain), mean over both directions\n"
+        + table.groupby(["mode", "temperature"])[["source_success", "transfer_success", "transfer_prob_gain"]]
+        .mean()
+        .to_string()
+    )
+    table.insert(0, "variant", variant)
+    table.insert(1, "pair", pair)
+    return table
+
+
 @_with_pullback_options
-def pullback_pair(job: Job, a: str, b: str, pair: int, block: dict, sites: list[str]) -> pd.DataFrame:
+def pullback_pair(
+    job: Job, a: str, b: str, pair: int, block: dict, sites: list[str]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The agreement of zoo members a and b (``pullback_study.agreement_rows``): per mode, the
     cosines of their pullbacks of the true class's logit, and of ``block["units"]`` hidden units
     at each of ``sites`` against their Hungarian matches, on the first ``block["images"]`` test
-    images."""
+    images; and the transfer of PGD across the two seeds (:func:`_transfer_rows`, ours) on the
+    same images. Returns (agreement rows, transfer rows)."""
     settings = PullbackConfig.from_block(block, "pullback")
     model_a, meta_a = job.model(a)
     model_b, meta_b = job.model(b)
@@ -187,7 +246,22 @@ def pullback_pair(job: Job, a: str, b: str, pair: int, block: dict, sites: list[
     base = {"variant": variant, "pair": pair, "seed_a": meta_a["seed"], "seed_b": meta_b["seed"]}
     for k, (column, value) in enumerate(base.items()):
         table.insert(k, column, value)
-    return table.assign(probe_images=len(probe), **job.provenance({"pullback": block}, device=False))
+    provenance = job.provenance({"pullback": block}, device=False)
+    transfer = _transfer_rows(
+        job,
+        settings,
+        {"a": model_a, "b": model_b},
+        {"a": meta_a, "b": meta_b},
+        x,
+        labels,
+        probe,
+        variant,
+        pair,
+    )
+    return (
+        table.assign(probe_images=len(probe), **provenance),
+        transfer.assign(probe_images=len(probe), **provenance),
+    )
 
 
 @_with_pullback_options
