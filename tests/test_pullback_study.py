@@ -358,3 +358,76 @@ def test_the_summary_reports_transfer_per_mode():
     assert "PGD transfer across seeds (ours): other member predicts the target" not in set(
         study.summarize(symmetry, agreement, faithfulness)["measure"]
     )
+
+
+def test_gate_patterns_name_every_relu_call_and_leave_the_model_as_it_was():
+    from torch import nn
+
+    from intertwine.pullback import gate_patterns
+
+    torch.manual_seed(0)
+
+    class Reused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+            self.bn = nn.BatchNorm2d(4)
+            self.relu = nn.ReLU()
+            self.pool = nn.MaxPool2d(2)
+            self.head = nn.Linear(4 * 4 * 4, 3)
+
+        def forward(self, x):
+            z = self.relu(self.bn(self.conv(x)))
+            z = self.pool(self.relu(z - 0.1))  # the module called twice
+            return self.head(torch.relu(z.flatten(1)))  # a functional call
+
+    model = Reused().train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(5, 3, 8, 8)
+    patterns = gate_patterns(model, x, batch_size=2)
+    assert list(patterns) == ["relu", "relu@2", "relu()"]  # max-pool left out
+    assert patterns["relu"].shape == (5, 4, 8, 8) and patterns["relu()"].shape == (5, 64)
+    assert patterns["relu"].dtype == torch.bool
+    model.eval()
+    z = model.bn(model.conv(x))
+    assert torch.equal(patterns["relu"], z > 0)
+    assert torch.equal(patterns["relu@2"], torch.relu(z) - 0.1 > 0)
+    assert model.training is False and all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_pattern_agreement_chance_and_settling_rows():
+    a = torch.tensor([[True, False], [True, True]])
+    b = torch.tensor([[True, True], [False, True]])
+    assert study.pattern_agreement(a, a) == 1.0 and study.pattern_agreement(a, b) == 0.5
+    # unit 0: p_a 1, p_b 0.5 -> 0.5; unit 1: p_a 0.5, p_b 1 -> 0.5
+    assert study.chance_agreement(a, b) == pytest.approx(0.5)
+    assert study.chance_agreement(a, ~a) < study.pattern_agreement(a, a)
+    with pytest.raises(ValueError, match="shapes"):
+        study.pattern_agreement(a, b[:1])
+    rows = study.settling_rows([(0, {"s": b}), (1, {"s": a})])
+    assert [(r["epoch"], r["agreement"], r["final_epoch"], r["units"]) for r in rows] == [
+        (0, 0.5, 1, 2),
+        (1, 1.0, 1, 2),
+    ]
+    with pytest.raises(ValueError, match="changed its ReLU calls"):
+        study.settling_rows([(0, {"t": b}), (1, {"s": a})])
+
+
+def test_settling_verdict_values_take_the_middle_epoch_per_member():
+    rows = [
+        {
+            "variant": "m",
+            "seed": seed,
+            "epoch": e,
+            "site": site,
+            "agreement": a,
+            "chance": 0.5,
+            "final_epoch": 4,
+        }
+        for seed in (0, 1)
+        for e, a in zip(range(5), (0.6, 0.8, 0.9, 0.95, 1.0))
+        for site in ("s", "t")
+    ]
+    values = study.settling_verdict_values(pd.DataFrame(rows))
+    assert list(values["epoch"]) == [2, 2] and list(values["agreement"]) == [0.9, 0.9]
+    assert list(values["initial"]) == [0.6, 0.6]

@@ -188,6 +188,9 @@ class TrainConfig(_Settings):
     select_on: str = _setting("zoo.training.select_on")
     bf16: bool = _setting("zoo.training.bf16")
     channels_last: bool = _setting("zoo.training.channels_last")
+    # Gate patterns recorded per epoch on this many training images (0: none); the weights are
+    # the same either way (tests/test_zoo.py), only the checkpoint gains the record.
+    gate_probe_images: int = _setting("zoo.training.gate_probe_images")
     # Evaluation runs in eval mode, one image at a time as far as the result goes: the batch size
     # changes the speed and memory only (checked: bit-identical weights and accuracies).
     eval_batch_size: int = _setting("zoo.training.eval_batch_size", affects_results=False)
