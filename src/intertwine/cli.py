@@ -160,6 +160,8 @@ TABLE_SCHEMAS = (
     "pullback_symmetry",
     "pullback_agreement",
     "pullback_faithfulness",
+    "pullback_transfer",
+    "pullback_settling",
 )
 
 
@@ -480,6 +482,16 @@ def cmd_pullback_table(args) -> None:
         tables[name] = read_parquet(parts, schema)
         write_parquet(tables[name], out, schema)
     write_csv(summarize(**tables), args.summary, float_format="%.6g")
+
+
+def cmd_pullback_settling(args) -> None:
+    from intertwine.figures import pullback_settling as figure
+    from intertwine.jobs.pullback import pullback_settling
+    from intertwine.tables import PULLBACK_SETTLING, write_parquet
+
+    table = pullback_settling(args.checkpoints)
+    write_parquet(table, args.out, PULLBACK_SETTLING)
+    _save(figure(table), args.figure, args.other_formats, args.figures)
 
 
 def cmd_pullback_figure(args) -> None:
@@ -1144,6 +1156,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accuracy", required=True, help="accuracy per family x value input (.png)")
     p.add_argument("--permutations", help="accuracy over gate permutations (.png)")
     p.add_argument("--kernels", required=True, help="kernel CKAs (.png)")
+    p = command(
+        "pullback-settling",
+        cmd_pullback_settling,
+        "Hypothesis 1: how far each recorded epoch's gate pattern is a zoo member's final one",
+        [figure],
+        out="pullback_settling.parquet",
+    )
+    p.add_argument("--checkpoints", nargs="+", required=True, help="members that recorded gate patterns")
+    p.add_argument("--figure", required=True, help="agreement with the final pattern per epoch (.png)")
     p = command(
         "pullback-figure",
         cmd_pullback_figure,

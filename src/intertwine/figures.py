@@ -1403,6 +1403,40 @@ def pullback_transfer(table: pd.DataFrame) -> plt.Figure:
     return fig
 
 
+def pullback_settling(table: pd.DataFrame) -> plt.Figure:
+    """Hypothesis 1 (path stability), a panel per variant: the agreement of each recorded epoch's
+    binary activation pattern (epoch 0: initialisation) with the final one, per ReLU call site
+    (colour from the first to the last site; mean over members, the band their range), and the
+    agreement by chance with the same units' rates (dashed, mean over sites)."""
+    variants = list(dict.fromkeys(table["variant"]))
+    fig, axes = plt.subplots(
+        1,
+        max(len(variants), 1),
+        figsize=(4.2 * max(len(variants), 1), 3.6),
+        layout="constrained",
+        squeeze=False,
+    )
+    for ax, variant in zip(axes[0], variants):
+        part = table[table["variant"] == variant]
+        sites = list(dict.fromkeys(part["site"]))
+        colours = plt.cm.viridis(np.linspace(0, 0.9, len(sites)))
+        for site, colour in zip(sites, colours):
+            rows = part[part["site"] == site].groupby("epoch")["agreement"]
+            mean, low, high = rows.mean(), rows.min(), rows.max()
+            ax.plot(mean.index, mean.to_numpy(), color=colour, lw=1, label=site)
+            ax.fill_between(mean.index, low.to_numpy(), high.to_numpy(), color=colour, alpha=0.15, lw=0)
+        chance = part.groupby("epoch")["chance"].mean()
+        ax.plot(chance.index, chance.to_numpy(), "--", color="grey", lw=1, label="chance (units' rates)")
+        members = part[["seed"]].drop_duplicates()
+        ax.set_title(f"{variant} ({len(members)} members)", fontsize=9)
+        ax.set_xlabel("epoch (0: initialisation)")
+        ax.set_ylabel("gates as in the final pattern")
+        ax.set_ylim(min(0.45, float(part["chance"].min()) - 0.02), 1.01)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=5, ncol=2)
+    return fig
+
+
 def pullback_faithfulness(table: pd.DataFrame) -> plt.Figure:
     """Per variant and mode (a dot per member): the area under the deletion curve (pixels ranked by
     |v| set to the data mean, 5 % per step; lower is more faithful) and under the insertion curve

@@ -760,9 +760,36 @@ class Plan:
 
     @property
     def pullback_outputs(self) -> list[str]:
+        settling = self.settling_outputs
         if not self.pullback_member_jobs:
+            return settling
+        return (
+            self.pullback_tables + self.figure_files(self.pullback_figures + self.pullback_grids()) + settling
+        )
+
+    # Hypothesis 1 (path stability): gate patterns recorded while the zoo trains
+    @property
+    def settling_variants(self) -> list[str]:
+        """The variants whose members record gate patterns (zoo.training.gate_probe_images > 0,
+        usually set per variant in zoo.training_per_variant)."""
+        return [v for v in self.variants if self.train_block(v).get("gate_probe_images", 0) > 0]
+
+    @property
+    def settling_checkpoints(self) -> list[str]:
+        """Every member of the settling variants: each an independent unit of the claim."""
+        return [
+            f"results/zoo/{variant}/seed{seed}.pt"
+            for variant in self.settling_variants
+            for seed in self.zoo_seeds(variant)
+        ]
+
+    @property
+    def settling_outputs(self) -> list[str]:
+        if not self.settling_variants:
             return []
-        return self.pullback_tables + self.figure_files(self.pullback_figures + self.pullback_grids())
+        return ["results/tables/pullback_settling.parquet"] + self.figure_files(
+            ["results/figures/pullback_settling.png"]
+        )
 
     def pullback_problem(self, variant: str) -> str | None:
         """Why a variant has no pullbacks to measure here (None: it has)."""
@@ -792,6 +819,7 @@ class Plan:
         "dissection": "results/tables/dissection.parquet",
         "gated_findings": "results/tables/gated_findings.csv",
         "pullback_symmetry": "results/tables/pullback_symmetry.parquet",
+        "pullback_settling": "results/tables/pullback_settling.parquet",
         "deqntk": "results/tables/deqntk.parquet",
     }
     CLAIMS_OUTPUTS = ["results/tables/claims.csv", "results/tables/claims.rst"]
@@ -975,6 +1003,13 @@ class Plan:
 
         subset("zoo.seeds_per_variant", self.zoo["seeds_per_variant"], self.variants)
         subset("zoo.pack_size_per_variant", self.zoo["pack_size_per_variant"], self.variants)
+        for variant in self.settling_variants:
+            if self.pack_size(variant) > 1:
+                errors.append(
+                    f"config key zoo.training_per_variant.{variant}.gate_probe_images: the members of "
+                    f"{variant!r} train as packs of {self.pack_size(variant)}, which record no gate "
+                    "patterns; set zoo.pack_size_per_variant." + variant + ": 1 or drop gate_probe_images"
+                )
         for variant in self.variants:
             # A gate permutation's length and shapes are checked where the network is built: at
             # plan time, not in the first training job.

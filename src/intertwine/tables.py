@@ -311,6 +311,29 @@ PULLBACK_TRANSFER = pa.schema(
     metadata={"keys": "variant pair seed_source mode temperature"},
 )
 
+# Hypothesis 1 (path stability), per zoo member, recorded epoch (0: initialisation) and ReLU call
+# site: the agreement of the member's binary activation pattern on its probe images with the
+# pattern after the last epoch (final_epoch), the agreement by chance with the units' rates, and the
+# fraction of active gates (intertwine.pullback_study.settling_rows). kept_epoch: the epoch whose
+# weights the member keeps (best validation).
+PULLBACK_SETTLING = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("seed", pa.int64()),
+        pa.field("epoch", pa.int64()),
+        pa.field("site", pa.string()),
+        pa.field("units", pa.int64()),  # gates per image at the site (channels x positions)
+        pa.field("agreement", pa.float64()),
+        pa.field("chance", pa.float64()),
+        pa.field("active", pa.float64()),
+        pa.field("final_epoch", pa.int64()),
+        pa.field("kept_epoch", pa.int64()),
+        pa.field("probe_images", pa.int64()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant seed epoch site"},
+)
+
 # Per member and mode: deletion and insertion curves (mean over images at 0, 1/steps, ..., 1 of
 # the pixels; the class's probability) and their areas, the mean image's probability, and the PGD
 # toward a random other class (success: the target predicted after the last step).
@@ -397,6 +420,7 @@ CLAIMS_SCHEMAS = {
     "dissection": DISSECTION,
     "gated_findings": None,
     "pullback_symmetry": PULLBACK_SYMMETRY,
+    "pullback_settling": PULLBACK_SETTLING,
     "deqntk": DEQNTK,
 }
 GATED_FINDINGS_COLUMNS = ("finding", "paper", "ours", "verdict", "evidence")

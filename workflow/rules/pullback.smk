@@ -205,3 +205,30 @@ rule pullback_figure:
         " --figures {params.figures:q}"
         " --symmetry-figure {output.symmetry} --faithfulness-figure {output.faithfulness}"
         " --other-formats {output.other_formats} > {log} 2>&1"
+
+
+# Hypothesis 1 (path stability): the gate patterns the settling variants' members recorded while
+# they trained (zoo.training.gate_probe_images), read from their checkpoints.
+rule pullback_settling:
+    input:
+        PLAN.settling_checkpoints,
+    output:
+        table="results/tables/pullback_settling.parquet",
+        figure=report(
+            "results/figures/pullback_settling.png",
+            caption="../report/pullback_settling.rst",
+            category="Excitation pullbacks",
+        ),
+        other_formats=PLAN.other_formats(["results/figures/pullback_settling.png"]),
+    log:
+        "results/logs/tables/pullback_settling.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **on_cpu(),
+    params:
+        figures=as_json(config["figures"]),
+        code=[code_hash("pullback_settling"), code_hash("tables")],
+    shell:
+        "intertwine pullback-settling --checkpoints {input} --out {output.table} --figure {output.figure}"
+        " --figures {params.figures:q} --other-formats {output.other_formats} > {log} 2>&1"

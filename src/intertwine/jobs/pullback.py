@@ -316,3 +316,31 @@ def pullback_images(job: Job, checkpoint: str, block: dict) -> dict:
         "pgd_moved": moved,
         "pgd_predicted": predicted,
     }
+
+
+def pullback_settling(checkpoints: list[str]) -> pd.DataFrame:
+    """Hypothesis 1's table (``tables.PULLBACK_SETTLING``) from the gate records zoo members keep in
+    their checkpoints (``zoo.training.gate_probe_images``): one row per member, recorded epoch and
+    ReLU call site. A checkpoint without a record is an error naming it and the setting."""
+    from intertwine.zoo import read_checkpoint
+
+    parts = []
+    for path in checkpoints:
+        checkpoint = read_checkpoint(path)
+        rows = checkpoint.get("gate_settling")
+        if not rows:
+            raise ValueError(
+                f"{path} has no gate record: its variant {checkpoint['variant']!r} trained without "
+                "zoo.training.gate_probe_images; set it (zoo.training_per_variant) and retrain the member"
+            )
+        part = pd.DataFrame(rows)
+        part.insert(0, "variant", checkpoint["variant"])
+        part.insert(1, "seed", checkpoint["seed"])
+        parts.append(
+            part.assign(
+                kept_epoch=checkpoint["best_epoch"],
+                config_hash=checkpoint.get("config_hash", ""),
+                version=checkpoint.get("version", ""),
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
