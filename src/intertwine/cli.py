@@ -484,6 +484,17 @@ def cmd_pullback_table(args) -> None:
     write_csv(summarize(**tables), args.summary, float_format="%.6g")
 
 
+def cmd_pullback_external(args) -> None:
+    from intertwine.figures import pullback_external as figure
+    from intertwine.jobs.pullback import pullback_external
+    from intertwine.tables import PULLBACK_EXTERNAL, write_parquet
+
+    table, arrays = pullback_external(_job(args), args.name, args.arch, args.weights, args.entry, args.config)
+    _save(figure(arrays), args.figure, args.other_formats, args.figures)
+    _save(figure(arrays, perturbed=True), args.perturbed_figure, args.other_formats, args.figures)
+    write_parquet(table, args.out, PULLBACK_EXTERNAL)
+
+
 def cmd_pullback_settling(args) -> None:
     from intertwine.figures import pullback_settling as figure
     from intertwine.jobs.pullback import pullback_settling
@@ -1156,6 +1167,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accuracy", required=True, help="accuracy per family x value input (.png)")
     p.add_argument("--permutations", help="accuracy over gate permutations (.png)")
     p.add_argument("--kernels", required=True, help="kernel CKAs (.png)")
+    p = command(
+        "pullback-external",
+        cmd_pullback_external,
+        "the paper's PGD grids (gradient vs pullbacks) for a torchvision ImageNet model on an image folder",
+        [job, figure],
+        out=".parquet, one row per (mode, image, target)",
+        config="pullback",
+    )
+    p.add_argument("--name", required=True, help="the model's name (pullback.external)")
+    p.add_argument(
+        "--arch",
+        required=True,
+        choices=_schema_enum(
+            "properties", "pullback", "properties", "external", "additionalProperties", "properties", "arch"
+        ),
+    )
+    p.add_argument("--weights", required=True, help="state dict file (.pth)")
+    p.add_argument(
+        "--entry", type=json.loads, required=True, help="JSON: the model's pullback.external entry"
+    )
+    p.add_argument("--figure", required=True, help="differences grid (.png)")
+    p.add_argument("--perturbed-figure", required=True, help="perturbed images grid (.png)")
     p = command(
         "pullback-settling",
         cmd_pullback_settling,

@@ -1437,6 +1437,52 @@ def pullback_settling(table: pd.DataFrame) -> plt.Figure:
     return fig
 
 
+def _scaled_each(difference: np.ndarray) -> np.ndarray:
+    """Per image (..., 3, H, W) -> (..., H, W, 3) in [0, 1], min-max scaled on its own (as the
+    released code's torchvision ``make_grid(normalize=True, scale_each=True)``)."""
+    low = difference.min(axis=(-3, -2, -1), keepdims=True)
+    high = difference.max(axis=(-3, -2, -1), keepdims=True)
+    scaled = (difference - low) / np.where(high > low, high - low, 1)
+    return np.moveaxis(scaled, -3, -1)
+
+
+def pullback_external(arrays: dict, perturbed: bool = False) -> plt.Figure:
+    """The paper's grid (its Figure 1 and README grids) for one ImageNet model: a block of rows per
+    mode (gradient, global-T and per-neuron-T pullback), a row per image (its clean image first),
+    a column per target class (the images' own classes, the diagonal, then random extra labels):
+    each cell the difference between the image after the paper's PGD toward that target and the
+    clean image, min-max scaled per cell (``perturbed``: the perturbed image itself)."""
+    modes = [m for m in PULLBACK_MODES if m in arrays["perturbed"]]
+    images = arrays["images"]
+    n, t = len(images), len(arrays["targets"])
+    cell = 1.25
+    fig, axes = plt.subplots(
+        n * len(modes), t + 1, figsize=(cell * (t + 1), cell * n * len(modes) + 0.6), squeeze=False
+    )
+    for b, mode in enumerate(modes):
+        moved = arrays["perturbed"][mode]
+        shown = np.moveaxis(moved, -3, -1) if perturbed else _scaled_each(moved - images[:, None])
+        for i in range(n):
+            row = axes[b * n + i]
+            row[0].imshow(np.moveaxis(images[i], 0, -1))
+            row[0].set_ylabel(f"{PULLBACK_MODES[mode]}\n{arrays['labels'][i]}", fontsize=5)
+            for j in range(t):
+                row[j + 1].imshow(shown[i, j])
+                if b == 0 and i == 0:
+                    row[j + 1].set_title(arrays["targets"][j], fontsize=5)
+            for ax in row:
+                ax.set_xticks([])
+                ax.set_yticks([])
+    what = "perturbed images" if perturbed else "perturbed minus clean"
+    fig.suptitle(
+        f"{arrays['title']}: {arrays['steps']}-step PGD toward each column's class (L2 radius "
+        f"{arrays['epsilon']:.3g}, images in [-1, 1]); {what}",
+        fontsize=7,
+    )
+    fig.subplots_adjust(wspace=0.03, hspace=0.03, top=1 - 0.5 / (cell * n * len(modes) + 0.6))
+    return fig
+
+
 def pullback_faithfulness(table: pd.DataFrame) -> plt.Figure:
     """Per variant and mode (a dot per member): the area under the deletion curve (pixels ranked by
     |v| set to the data mean, 5 % per step; lower is more faithful) and under the insertion curve

@@ -760,12 +760,28 @@ class Plan:
 
     @property
     def pullback_outputs(self) -> list[str]:
-        settling = self.settling_outputs
+        extra = self.settling_outputs + self.pullback_external_outputs
         if not self.pullback_member_jobs:
-            return settling
-        return (
-            self.pullback_tables + self.figure_files(self.pullback_figures + self.pullback_grids()) + settling
-        )
+            return extra
+        return self.pullback_tables + self.figure_files(self.pullback_figures + self.pullback_grids()) + extra
+
+    def pullback_external_figures(self, name: str) -> list[str]:
+        return [
+            f"results/figures/pullback_external_{name}.png",
+            f"results/figures/pullback_external_{name}_perturbed.png",
+        ]
+
+    @property
+    def pullback_external_outputs(self) -> list[str]:
+        """Per pullback.external model: its table and grids (the paper's own experiment)."""
+        return [
+            path
+            for name in self.pullback["external"]
+            for path in [
+                f"results/tables/pullback_external_{name}.parquet",
+                *self.figure_files(self.pullback_external_figures(name)),
+            ]
+        ]
 
     # Hypothesis 1 (path stability): gate patterns recorded while the zoo trains
     @property

@@ -334,6 +334,32 @@ PULLBACK_SETTLING = pa.schema(
     metadata={"keys": "variant seed epoch site"},
 )
 
+# The paper's grids on a torchvision ImageNet model (pullback.external): per mode, image and target
+# class, the model's target probability before and after the paper's PGD along that mode's
+# direction (and after each step), and whether the target is predicted after the last step.
+PULLBACK_EXTERNAL = pa.schema(
+    [
+        pa.field("name", pa.string()),
+        pa.field("arch", pa.string()),
+        pa.field("mode", pa.string()),
+        pa.field("image", pa.string()),  # file name in its class folder
+        pa.field("label", pa.int64()),  # ImageNet index of its folder
+        pa.field("target", pa.int64()),
+        pa.field("target_prob_before", pa.float64()),
+        pa.field("target_prob", pa.float64()),
+        pa.field("success", pa.bool_()),
+        pa.field("target_prob_by_step", pa.list_(pa.float64())),
+        pa.field("size", pa.int64()),
+        pa.field("temperature", pa.float64()),
+        pa.field("functional", pa.string()),
+        pa.field("pgd_steps", pa.int64()),
+        pa.field("pgd_epsilon", pa.float64()),
+        pa.field("pgd_step_size", pa.float64()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "name mode image target"},
+)
+
 # Per member and mode: deletion and insertion curves (mean over images at 0, 1/steps, ..., 1 of
 # the pixels; the class's probability) and their areas, the mean image's probability, and the PGD
 # toward a random other class (success: the target predicted after the last step).

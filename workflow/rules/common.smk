@@ -2,6 +2,7 @@
 # given, is the plan (intertwine.plan): plain Python, unit-tested, the same for every caller.
 import functools
 import os
+import re
 import shutil
 import sys
 

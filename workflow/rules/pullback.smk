@@ -232,3 +232,54 @@ rule pullback_settling:
     shell:
         "intertwine pullback-settling --checkpoints {input} --out {output.table} --figure {output.figure}"
         " --figures {params.figures:q} --other-formats {output.other_formats} > {log} 2>&1"
+
+
+# The paper's own experiment: a torchvision ImageNet model with local weights on an image folder
+# (pullback.external; Imagenette's layout), its PGD grids along the gradient and the pullbacks.
+rule pullback_external:
+    input:
+        weights=lambda wc: config["pullback"]["external"][wc.name]["weights"],
+    output:
+        table="results/tables/pullback_external_{name}.parquet",
+        figure=report(
+            "results/figures/pullback_external_{name}.png",
+            caption="../report/pullback_external.rst",
+            category="Excitation pullbacks",
+            subcategory="{name}",
+        ),
+        perturbed=report(
+            "results/figures/pullback_external_{name}_perturbed.png",
+            caption="../report/pullback_external.rst",
+            category="Excitation pullbacks",
+            subcategory="{name}",
+        ),
+        other_formats=PLAN.other_formats(
+            [
+                "results/figures/pullback_external_{name}.png",
+                "results/figures/pullback_external_{name}_perturbed.png",
+            ]
+        ),
+    log:
+        "results/logs/pullback/external/{name}.log",
+    wildcard_constraints:
+        # the configured names only: "x_perturbed" is not a model's name
+        name="|".join(map(re.escape, config["pullback"]["external"])) or "(?!)",
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        **on_gpu(NEEDS.pullback_external),
+    params:
+        block=as_json(PLAN.pullback_block("external")),
+        entry=lambda wc: as_json(config["pullback"]["external"][wc.name]),
+        arch=lambda wc: config["pullback"]["external"][wc.name]["arch"],
+        figures=as_json(config["figures"]),
+        seed=config["seed"],
+        device=config["device"],
+        code=[code_hash("pullback"), code_hash("figures")],
+    shell:
+        "intertwine pullback-external --name {wildcards.name} --arch {params.arch} --weights {input.weights}"
+        " --entry {params.entry:q} --config {params.block:q} --figures {params.figures:q}"
+        " --global-seed {params.seed} --device {params.device} --threads {threads} --out {output.table}"
+        " --figure {output.figure} --perturbed-figure {output.perturbed}"
+        " --other-formats {output.other_formats} > {log} 2>&1"

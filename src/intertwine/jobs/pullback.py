@@ -344,3 +344,119 @@ def pullback_settling(checkpoints: list[str]) -> pd.DataFrame:
             )
         )
     return pd.concat(parts, ignore_index=True)
+
+
+def _imagenet_labels(folders: list[str], labels: dict | None, name: str) -> list[int]:
+    """Each folder's ImageNet class index: ``labels`` (folder -> index), else Imagenette's WordNet
+    ids, else a folder named by its index."""
+    from intertwine.models.imagenet import IMAGENETTE_CLASSES
+
+    table = labels if labels is not None else IMAGENETTE_CLASSES
+    out = []
+    for folder in folders:
+        if folder in table:
+            out.append(int(table[folder]))
+        elif folder.isdigit() and int(folder) < 1000:
+            out.append(int(folder))
+        else:
+            raise ValueError(
+                f"pullback.external.{name}: folder {folder!r} is not one of Imagenette's WordNet ids nor a class "
+                "index; map it in pullback.external." + name + ".labels (folder: ImageNet index)"
+            )
+    return out
+
+
+@_with_pullback_options
+def pullback_external(
+    job: Job, name: str, arch: str, weights: str, entry: dict, block: dict
+) -> tuple[pd.DataFrame, dict]:
+    """The paper's grids for a torchvision ImageNet model with local weights
+    (``models.imagenet.load_imagenet_model``) on an image folder (Imagenette's layout): the first
+    ``per_class`` images of ``classes`` class folders spread over the sorted folders (Imagenette's
+    10 and 5: folders 0, 2, 4, 6, 8, the released code's choice), each moved by the paper's PGD
+    toward every one of their classes and ``extra_targets`` random other ImageNet classes (the
+    grid's columns), along the plain gradient, the global-T and the per-neuron-T pullback
+    (per-neuron temperatures on the grid's own images). ``entry``: the model's
+    ``pullback.external`` entry (images, labels, classes, extra_targets, per_class, size, resize).
+    Returns one row per (mode, image, target) and the arrays of the figures."""
+    from intertwine.data.image_folder import class_folders, load_folder_images
+    from intertwine.models.imagenet import IMAGENET_MEAN, IMAGENET_STD, load_imagenet_model
+    from torchvision.models._meta import _IMAGENET_CATEGORIES
+
+    settings = PullbackConfig.from_block(block, "pullback")
+    folders = class_folders(entry["images"])
+    count = min(entry.get("classes", 5), len(folders))
+    chosen = folders[:: max(1, len(folders) // count)][:count]
+    classes = _imagenet_labels(chosen, entry.get("labels"), name)
+    raw, owners, files = load_folder_images(
+        entry["images"], chosen, entry.get("per_class", 1), entry.get("size", 224), entry.get("resize", 256)
+    )
+    labels = torch.tensor([classes[chosen.index(f)] for f in owners])
+    generator = torch.Generator().manual_seed(job.seed("pullback", "external", name))
+    others = [c for c in torch.randperm(1000, generator=generator).tolist() if c not in classes]
+    targets = classes + others[: entry.get("extra_targets", 1)]
+    model = load_imagenet_model(arch, weights).to(job.device)
+    mean = torch.tensor(IMAGENET_MEAN, device=job.device)
+    std = torch.tensor(IMAGENET_STD, device=job.device)
+    x = normalize(raw.to(job.device), mean, std)
+    n, t = len(x), len(targets)
+    batch = x.repeat_interleave(t, 0)  # image i, target j at row i * t + j
+    goal = torch.tensor(targets, device=job.device).repeat(n)
+    pgd = _pgd_settings(settings, x.shape[1:])
+    temperatures = per_neuron_temperatures(model, x, settings.temperature)
+    with torch.no_grad():
+        before = model(batch).softmax(1)[torch.arange(n * t), goal]
+    rows, perturbed = [], {}
+    for mode in study.MODES:
+        by_step = []
+
+        def record(z, by_step=by_step):
+            with torch.no_grad():
+                by_step.append(model(z).softmax(1)[torch.arange(n * t), goal].cpu())
+
+        direction = _direction(model, mode, settings.temperature, temperatures)
+        moved = study.pgd_toward(direction, batch, goal, mean, std, **pgd, each_step=record)
+        with torch.no_grad():
+            predicted = model(moved).argmax(1).cpu()
+        perturbed[mode] = ((study.to_unit_range(moved, mean, std) + 1) / 2).clamp(0, 1).cpu().numpy()
+        steps = torch.stack(by_step, 1)
+        for k in range(n * t):
+            i, j = divmod(k, t)
+            rows.append(
+                {
+                    "name": name,
+                    "arch": arch,
+                    "mode": mode,
+                    "image": files[i],
+                    "label": int(labels[i]),
+                    "target": targets[j],
+                    "target_prob_before": before[k].item(),
+                    "target_prob": steps[k, -1].item(),
+                    "success": bool(predicted[k] == targets[j]),
+                    "target_prob_by_step": steps[k].tolist(),
+                }
+            )
+        job.log(
+            f"{name} ({arch}) {mode}: PGD toward {t} targets from {n} images, success "
+            f"{(predicted == goal.cpu()).double().mean().item():.2f}"
+        )
+    table = pd.DataFrame(rows).assign(
+        size=x.shape[-1],
+        temperature=settings.temperature,
+        functional=settings.functional,
+        pgd_steps=pgd["steps"],
+        pgd_epsilon=pgd["epsilon"],
+        pgd_step_size=pgd["step_size"],
+        **job.provenance({"pullback": block, "external": entry}, device=False),
+    )
+    clean = (raw.float() / 255).numpy()
+    arrays = {
+        "title": f"{name} ({arch}, {entry.get('size', 224)} px)",
+        "images": clean,
+        "labels": [_IMAGENET_CATEGORIES[c] for c in labels.tolist()],
+        "targets": [_IMAGENET_CATEGORIES[c] for c in targets],
+        "perturbed": {m: p.reshape(n, t, *p.shape[1:]) for m, p in perturbed.items()},
+        "steps": pgd["steps"],
+        "epsilon": pgd["epsilon"],
+    }
+    return table, arrays
