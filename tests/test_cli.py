@@ -30,6 +30,7 @@ JOBS = {
     "pullback-member": "pullback",
     "pullback-pair": "pullback",
     "pullback-images": "pullback",
+    "pullback-external": "pullback",
 }
 
 

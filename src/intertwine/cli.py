@@ -162,6 +162,7 @@ TABLE_SCHEMAS = (
     "pullback_faithfulness",
     "pullback_transfer",
     "pullback_settling",
+    "pullback_external",
 )
 
 
