@@ -431,3 +431,33 @@ def test_settling_verdict_values_take_the_middle_epoch_per_member():
     values = study.settling_verdict_values(pd.DataFrame(rows))
     assert list(values["epoch"]) == [2, 2] and list(values["agreement"]) == [0.9, 0.9]
     assert list(values["initial"]) == [0.6, 0.6]
+
+
+def test_the_settling_table_reads_the_members_records(tmp_path, tiny_shapes_dir):
+    """Hypothesis 1's table and figure from checkpoints that recorded gate patterns; a member that
+    did not is refused by name."""
+    from intertwine.figures import pullback_settling as figure
+    from intertwine.jobs import Job
+    from intertwine.jobs.pullback import pullback_settling
+    from intertwine.jobs.zoo import train_member
+    from intertwine.tables import PULLBACK_SETTLING, to_table
+    from intertwine.zoo import save_checkpoint
+
+    torch.set_num_threads(1)
+    spec, training = {"arch": "myrtle", "width_multiplier": 0.125}, {"epochs": 2, "batch_size": 32}
+    paths = []
+    for seed in range(2):
+        checkpoint, _ = train_member(
+            Job("cpu", tiny_shapes_dir), "m", seed, spec, training | {"gate_probe_images": 8}
+        )
+        save_checkpoint(checkpoint, tmp_path / f"seed{seed}.pt")
+        paths.append(str(tmp_path / f"seed{seed}.pt"))
+    table = pullback_settling(paths)
+    to_table(table, PULLBACK_SETTLING)
+    assert sorted(set(table["seed"])) == [0, 1] and set(table["epoch"]) == {0, 1, 2}
+    assert table["kept_epoch"].isin([1, 2]).all() and (table["probe_images"] == 8).all()
+    assert len(figure(table).axes) == 1
+    plain, _ = train_member(Job("cpu", tiny_shapes_dir), "m", 0, spec, training | {"epochs": 1})
+    save_checkpoint(plain, tmp_path / "plain.pt")
+    with pytest.raises(ValueError, match="no gate record.*gate_probe_images"):
+        pullback_settling([str(tmp_path / "plain.pt")])
