@@ -1455,19 +1455,19 @@ def pullback_external(arrays: dict, perturbed: bool = False) -> plt.Figure:
     modes = [m for m in PULLBACK_MODES if m in arrays["perturbed"]]
     images = arrays["images"]
     n, t = len(images), len(arrays["targets"])
-    cell = 1.25
-    fig, axes = plt.subplots(
-        n * len(modes), t + 1, figsize=(cell * (t + 1), cell * n * len(modes) + 0.6), squeeze=False
-    )
+    cell, head, left = 1.25, 0.75, 0.45  # inches: a cell, the title, the row labels
+    rows = n * len(modes)
+    width, height = left + cell * (t + 1), head + cell * rows
+    fig, axes = plt.subplots(rows, t + 1, figsize=(width, height), squeeze=False)
     for b, mode in enumerate(modes):
         moved = arrays["perturbed"][mode]
         shown = np.moveaxis(moved, -3, -1) if perturbed else _scaled_each(moved - images[:, None])
         for i in range(n):
             row = axes[b * n + i]
-            row[0].imshow(np.moveaxis(images[i], 0, -1))
+            row[0].imshow(np.moveaxis(images[i], 0, -1), aspect="auto")
             row[0].set_ylabel(f"{PULLBACK_MODES[mode]}\n{arrays['labels'][i]}", fontsize=5)
             for j in range(t):
-                row[j + 1].imshow(shown[i, j])
+                row[j + 1].imshow(shown[i, j], aspect="auto")
                 if b == 0 and i == 0:
                     row[j + 1].set_title(arrays["targets"][j], fontsize=5)
             for ax in row:
@@ -1475,11 +1475,13 @@ def pullback_external(arrays: dict, perturbed: bool = False) -> plt.Figure:
                 ax.set_yticks([])
     what = "perturbed images" if perturbed else "perturbed minus clean"
     fig.suptitle(
-        f"{arrays['title']}: {arrays['steps']}-step PGD toward each column's class (L2 radius "
+        f"{arrays['title']}\n{arrays['steps']}-step PGD toward each column's class\n(L2 radius "
         f"{arrays['epsilon']:.3g}, images in [-1, 1]); {what}",
-        fontsize=7,
+        fontsize=6,
     )
-    fig.subplots_adjust(wspace=0.03, hspace=0.03, top=1 - 0.5 / (cell * n * len(modes) + 0.6))
+    fig.subplots_adjust(
+        left=left / width, right=0.995, bottom=0.005, top=1 - head / height, wspace=0.03, hspace=0.03
+    )
     return fig
 
 
