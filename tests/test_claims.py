@@ -443,6 +443,7 @@ def test_h1_path_stability_on_known_answers():
     row = scorecard(settling([0.97, 0.96, 0.98]), SETTINGS, None).set_index("claim").loc["H1"]
     assert row["kind"] == "paper" and row["units"] == "3 members"
     assert "path stability" in row["sentence"] and "(chance 0.550" in row["ours"]
+    assert row["ours"].endswith("trained 4 epochs")
 
 
 def deq(accuracies, n_test=10_000):

@@ -625,6 +625,7 @@ def path_stability(tables, settings) -> Result:
         f"agreement with the final pattern at epoch {'/'.join(map(str, sorted(set(values['epoch']))))}: "
         f"{values['agreement'].mean():.3f} (chance {values['chance'].mean():.3f}, at initialisation "
         f"{values['initial'].mean():.3f}), over {len(values)} members of {', '.join(dict.fromkeys(values['variant']))}"
+        f" trained {'/'.join(map(str, sorted(set(tables['pullback_settling']['final_epoch']))))} epochs"
     )
     return Result(
         ours,
@@ -796,7 +797,6 @@ CLAIMS = (
         ("pullback_settling",),
         "pullback_settling.png",
         path_stability,
-        scale=("zoo",),
     ),
     Claim(
         "P1",
