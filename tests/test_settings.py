@@ -56,7 +56,7 @@ FAN_OUT = {
     "deqntk": {"n_train", "settings", "block_rows", "depth", "reference"},
     "deqntk.depth": {"draws"},
     "deqntk.reference": {"variants", "seeds"},
-    "pullback": {"variants", "seeds", "pairs", "sites", "unit_sites"},
+    "pullback": {"variants", "seeds", "pairs", "sites", "unit_sites", "external"},
 }
 
 
