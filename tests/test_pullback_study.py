@@ -363,7 +363,7 @@ def test_the_summary_reports_transfer_per_mode():
 def test_gate_patterns_name_every_relu_call_and_leave_the_model_as_it_was():
     from torch import nn
 
-    from intertwine.pullback import gate_patterns
+    from intertwine.gates import gate_patterns
 
     torch.manual_seed(0)
 

@@ -112,7 +112,6 @@ __all__ = [
     "SOFT_FORWARDS",
     "CallSites",
     "channel_view",
-    "gate_patterns",
     "options",
     "per_neuron_temperatures",
     "pullback",
@@ -821,48 +820,3 @@ def per_neuron_temperatures(
         for start in range(0, len(probe_images), batch_size):
             model(probe_images[start : start + batch_size].to(parameter.device, parameter.dtype))
     return {site: temperature * (sums[site] / counts[site]).sqrt() for site in sums}
-
-
-#: The call sites whose gates :func:`gate_patterns` records: ReLU-like modules and functions.
-_GATE_MODULES = (nn.ReLU, nn.LeakyReLU)
-_GATE_FUNCTIONS = ("relu()", "leaky_relu()")
-
-
-def _is_gate_site(model: nn.Module, site: str, functional: bool) -> bool:
-    base = site.split("@")[0]
-    if functional:
-        return any(base == f or base.endswith("." + f) for f in _GATE_FUNCTIONS)
-    return isinstance(model.get_submodule(base), _GATE_MODULES)
-
-
-@torch.no_grad()
-def gate_patterns(model: nn.Module, images: Tensor, batch_size: int = 256) -> dict[str, Tensor]:
-    """The binary activation pattern of ``model`` on ``images``: at every ReLU or LeakyReLU *call*
-    site (module calls and functional ``F.relu`` / ``torch.relu`` / ``F.leaky_relu`` calls, named
-    as the pullback names them: ``layer1.0.relu@2`` is the second call of that module), whether
-    each pre-activation is positive.
-
-    Parameters
-    ----------
-    model : the network, run in eval mode with its parameters untouched (modes and
-        ``requires_grad`` flags restored afterwards; no random number is drawn).
-    images : (N, ...) inputs on the model's device or any.
-    batch_size : images per forward pass.
-
-    Returns
-    -------
-    Call site name -> CPU bool tensor (N, ...) of the pre-activation's shape, in call order. Max-pool
-    sites are not gates and are left out; a model without a ReLU call gives an empty dict.
-    """
-    parameter = _first_parameter(model, "gate_patterns")
-    parts: dict[str, list[Tensor]] = {}
-
-    def record(site: str, _soft, hard, first_input: Tensor, functional: bool) -> Tensor:
-        if _is_gate_site(model, site, functional):
-            parts.setdefault(site, []).append((first_input.detach() > 0).cpu())
-        return hard()
-
-    with _frozen_eval(model), _Intercept(model, record).installed():
-        for start in range(0, len(images), batch_size):
-            model(images[start : start + batch_size].to(parameter.device, parameter.dtype))
-    return {site: torch.cat(chunks) for site, chunks in parts.items()}

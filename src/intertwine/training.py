@@ -171,7 +171,7 @@ def train(
     choice (order, translations, flips) comes from ``generator``. ``each_epoch(epoch, model)``, when
     given, is called before the first epoch (epoch 0) and after each epoch; it must leave the
     model, its modes and the generator as they were (the gate recording of
-    ``intertwine.pullback.gate_patterns`` does: the weights come out bit-identical).
+    ``intertwine.gates.gate_patterns`` does: the weights come out bit-identical).
     """
     _check_splits(train_split, val_split, label)
     device = train_split.images.device

@@ -71,12 +71,12 @@ def train_member(
 
 def _gate_recorder(job: Job, config: TrainConfig):
     """With ``gate_probe_images`` set: a list that fills with (epoch, gate patterns) and the
-    ``each_epoch`` callback of ``train`` that fills it (``pullback.gate_patterns`` on the first
+    ``each_epoch`` callback of ``train`` that fills it (``gates.gate_patterns`` on the first
     training images, normalised without augmentation). Without: ([], None)."""
     if not config.gate_probe_images:
         return [], None
     from intertwine.data.augment import normalize
-    from intertwine.pullback import gate_patterns
+    from intertwine.gates import gate_patterns
 
     probe = normalize(job.split("train", config.gate_probe_images).images, *job.stats())
     patterns = []
