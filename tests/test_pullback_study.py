@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from intertwine import models
+from intertwine import gates
 from intertwine import pullback_study as study
 from intertwine.pullback import pullback
 from intertwine.symmetry import act_on_weights, random_elements
@@ -398,19 +399,19 @@ def test_gate_patterns_name_every_relu_call_and_leave_the_model_as_it_was():
 def test_pattern_agreement_chance_and_settling_rows():
     a = torch.tensor([[True, False], [True, True]])
     b = torch.tensor([[True, True], [False, True]])
-    assert study.pattern_agreement(a, a) == 1.0 and study.pattern_agreement(a, b) == 0.5
+    assert gates.pattern_agreement(a, a) == 1.0 and gates.pattern_agreement(a, b) == 0.5
     # unit 0: p_a 1, p_b 0.5 -> 0.5; unit 1: p_a 0.5, p_b 1 -> 0.5
-    assert study.chance_agreement(a, b) == pytest.approx(0.5)
-    assert study.chance_agreement(a, ~a) < study.pattern_agreement(a, a)
+    assert gates.chance_agreement(a, b) == pytest.approx(0.5)
+    assert gates.chance_agreement(a, ~a) < gates.pattern_agreement(a, a)
     with pytest.raises(ValueError, match="shapes"):
-        study.pattern_agreement(a, b[:1])
-    rows = study.settling_rows([(0, {"s": b}), (1, {"s": a})])
+        gates.pattern_agreement(a, b[:1])
+    rows = gates.settling_rows([(0, {"s": b}), (1, {"s": a})])
     assert [(r["epoch"], r["agreement"], r["final_epoch"], r["units"]) for r in rows] == [
         (0, 0.5, 1, 2),
         (1, 1.0, 1, 2),
     ]
     with pytest.raises(ValueError, match="changed its ReLU calls"):
-        study.settling_rows([(0, {"t": b}), (1, {"s": a})])
+        gates.settling_rows([(0, {"t": b}), (1, {"s": a})])
 
 
 def test_settling_verdict_values_take_the_middle_epoch_per_member():
@@ -428,7 +429,7 @@ def test_settling_verdict_values_take_the_middle_epoch_per_member():
         for e, a in zip(range(5), (0.6, 0.8, 0.9, 0.95, 1.0))
         for site in ("s", "t")
     ]
-    values = study.settling_verdict_values(pd.DataFrame(rows))
+    values = gates.settling_verdict_values(pd.DataFrame(rows))
     assert list(values["epoch"]) == [2, 2] and list(values["agreement"]) == [0.9, 0.9]
     assert list(values["initial"]) == [0.6, 0.6]
 

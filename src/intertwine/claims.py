@@ -612,8 +612,8 @@ SETTLED = 0.9
 def path_stability(tables, settings) -> Result:
     """Hypothesis 1: per member (independent units: different seeds), the agreement of its gate
     pattern at the middle of training with the final one, mean over ReLU call sites
-    (``pullback_study.settling_verdict_values``), above ``SETTLED``."""
-    from intertwine.pullback_study import settling_verdict_values
+    (``gates.settling_verdict_values``), above ``SETTLED``."""
+    from intertwine.gates import settling_verdict_values
 
     values = settling_verdict_values(tables["pullback_settling"])
     if values.empty:

@@ -13,15 +13,23 @@ functional call is its call, not a second site.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["gate_patterns"]
+__all__ = [
+    "chance_agreement",
+    "gate_patterns",
+    "pattern_agreement",
+    "settling_rows",
+    "settling_verdict_values",
+]
 
 _GATE_MODULES = (nn.ReLU, nn.LeakyReLU)
 _GATE_FUNCTIONS = {
@@ -121,3 +129,90 @@ def gate_patterns(model: nn.Module, images: Tensor, batch_size: int = 256) -> di
         for module, training in modes:
             module.training = training
     return {site: torch.cat(chunks) for site, chunks in parts.items()}
+
+
+# --- Hypothesis 1: do gate patterns settle during training? --------------------------------------------
+
+
+def pattern_agreement(a: Tensor, b: Tensor) -> float:
+    """The fraction of gates (image x unit) that two binary activation patterns (bool, same shape)
+    share; 1 for identical patterns."""
+    if a.shape != b.shape:
+        raise ValueError(f"pattern_agreement: patterns of shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    return (a == b).double().mean().item()
+
+
+def chance_agreement(a: Tensor, b: Tensor) -> float:
+    """The agreement two patterns would have by chance with their units' rates: per unit u (every
+    dim but the first, the images), ``p_a p_b + (1 - p_a)(1 - p_b)`` with p the fraction of images
+    on which u is active, averaged over units. A unit on (or off) for every image in both patterns
+    agrees by chance too: this is the floor that :func:`pattern_agreement` should be read against."""
+    if a.shape != b.shape:
+        raise ValueError(f"chance_agreement: patterns of shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    pa, pb = a.double().mean(0), b.double().mean(0)
+    return (pa * pb + (1 - pa) * (1 - pb)).mean().item()
+
+
+def settling_rows(patterns: Sequence[tuple[int, dict[str, Tensor]]]) -> list[dict]:
+    """Per recorded epoch and ReLU call site, how far the member's gate pattern on its probe images
+    already is the final one (the pattern after the last recorded epoch).
+
+    Parameters
+    ----------
+    patterns : (epoch, {site: bool pattern (N, ...)}) in training order; epoch 0 is the
+        initialisation, the last entry the end of training.
+
+    Returns
+    -------
+    One dict per (epoch, site): ``epoch``, ``site``, ``units`` (gates per image), ``agreement``
+    (:func:`pattern_agreement` with the final pattern), ``chance`` (:func:`chance_agreement` with
+    it), ``active`` (fraction of positive pre-activations) and ``final_epoch``.
+    """
+    if not patterns:
+        raise ValueError("settling_rows: no recorded patterns")
+    final_epoch, final = patterns[-1]
+    rows = []
+    for epoch, sites in patterns:
+        if set(sites) != set(final):
+            raise ValueError(
+                f"settling_rows: epoch {epoch} has call sites {sorted(sites)}, the final pattern "
+                f"{sorted(final)}: the forward pass changed its ReLU calls during training"
+            )
+        for site, pattern in sites.items():
+            rows.append(
+                {
+                    "epoch": int(epoch),
+                    "site": site,
+                    "units": int(pattern[0].numel()),
+                    "agreement": pattern_agreement(pattern, final[site]),
+                    "chance": chance_agreement(pattern, final[site]),
+                    "active": pattern.double().mean().item(),
+                    "final_epoch": int(final_epoch),
+                }
+            )
+    return rows
+
+
+def settling_verdict_values(table: pd.DataFrame) -> pd.DataFrame:
+    """Per member (variant, seed), the agreement with the final pattern at the middle of training
+    (the first recorded epoch at or after half of its final epoch), averaged over ReLU call sites;
+    with the same average at initialisation (epoch 0) and by chance. Columns ``variant, seed,
+    epoch, agreement, chance, initial``: one independent unit per member for the claims scorecard."""
+    rows = []
+    for (variant, seed), member in table.groupby(["variant", "seed"], sort=False):
+        final = int(member["final_epoch"].iloc[0])
+        epochs = sorted(e for e in set(member["epoch"]) if 2 * e >= final and e > 0)
+        middle = epochs[0] if epochs else final
+        at = member[member["epoch"] == middle]
+        start = member[member["epoch"] == 0]
+        rows.append(
+            {
+                "variant": variant,
+                "seed": int(seed),
+                "epoch": middle,
+                "agreement": at["agreement"].mean(),
+                "chance": at["chance"].mean(),
+                "initial": start["agreement"].mean() if len(start) else math.nan,
+            }
+        )
+    return pd.DataFrame(rows, columns=["variant", "seed", "epoch", "agreement", "chance", "initial"])

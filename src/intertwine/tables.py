@@ -314,7 +314,7 @@ PULLBACK_TRANSFER = pa.schema(
 # Hypothesis 1 (path stability), per zoo member, recorded epoch (0: initialisation) and ReLU call
 # site: the agreement of the member's binary activation pattern on its probe images with the
 # pattern after the last epoch (final_epoch), the agreement by chance with the units' rates, and the
-# fraction of active gates (intertwine.pullback_study.settling_rows). kept_epoch: the epoch whose
+# fraction of active gates (intertwine.gates.settling_rows). kept_epoch: the epoch whose
 # weights the member keeps (best validation).
 PULLBACK_SETTLING = pa.schema(
     [

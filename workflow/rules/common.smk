@@ -116,7 +116,10 @@ STAGE_ENTRIES = {
     "deqntk_depth": ["intertwine.jobs.deqntk:deqntk_depth"],
     "kernel_reference": ["intertwine.jobs.deqntk:kernel_reference_member"],
     "pullback": ["intertwine.jobs.pullback"],
-    "pullback_settling": ["intertwine.jobs.pullback:pullback_settling", "intertwine.figures:pullback_settling"],
+    "pullback_settling": [
+        "intertwine.jobs.pullback:pullback_settling",
+        "intertwine.figures:pullback_settling",
+    ],
     "tables": ["intertwine.tables"],
     "claims": ["intertwine.claims"],
     "deqntk_table": ["intertwine.tables", "intertwine.paper"],  # the table holds the paper's accuracies

@@ -84,8 +84,8 @@ def _gate_recorder(job: Job, config: TrainConfig):
 
 
 def _settling(job: Job, patterns: list, config: TrainConfig, label: str) -> list[dict]:
-    """The checkpoint's record of Hypothesis 1: ``pullback_study.settling_rows`` with the probe size."""
-    from intertwine.pullback_study import settling_rows
+    """The checkpoint's record of Hypothesis 1: ``gates.settling_rows`` with the probe size."""
+    from intertwine.gates import settling_rows
 
     rows = settling_rows(patterns)
     final = patterns[-1][0]
