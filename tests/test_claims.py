@@ -406,6 +406,46 @@ def test_p1_is_ours_and_kept_apart():
     assert rst.index("not claims of the papers") > rst.index("   * - C1")
 
 
+def settling(agreements_at_middle, epochs=4, sites=("act1", "act2")):
+    """A settling table: per member (one per value), agreement rising linearly from 0.55 at
+    initialisation to its value at the middle epoch and 1 at the end."""
+    rows = []
+    for seed, middle in enumerate(agreements_at_middle):
+        for epoch in range(epochs + 1):
+            half = epochs / 2
+            value = (
+                0.55 + (middle - 0.55) * epoch / half
+                if epoch <= half
+                else middle + (1 - middle) * (epoch - half) / half
+            )
+            for k, site in enumerate(sites):
+                rows.append(
+                    {
+                        "variant": "myrtle",
+                        "seed": seed,
+                        "epoch": epoch,
+                        "site": site,
+                        "agreement": value + (0.004 if k else -0.004) * (epoch < epochs),
+                        "chance": 0.55,
+                        "final_epoch": epochs,
+                    }
+                )
+    return {"pullback_settling": pd.DataFrame(rows)}
+
+
+def test_h1_path_stability_on_known_answers():
+    """The hypothesis as the paper states it (patterns largely settled by the middle of training)
+    reads reproduced; patterns still changing (reversed: well below 90 % at mid-training) read not
+    reproduced; a single member gives no interval."""
+    assert verdict("H1", settling([0.97, 0.96, 0.98, 0.95])) == "reproduced"
+    assert verdict("H1", settling([0.62, 0.6, 0.65, 0.58])) == "not reproduced"
+    assert verdict("H1", settling([0.97])) == "inconclusive"
+    row = scorecard(settling([0.97, 0.96, 0.98]), SETTINGS, None).set_index("claim").loc["H1"]
+    assert row["kind"] == "paper" and row["units"] == "3 members"
+    assert "path stability" in row["sentence"] and "(chance 0.550" in row["ours"]
+    assert row["ours"].endswith("trained 4 epochs")
+
+
 def deq(accuracies, n_test=10_000):
     paper = {(0.25, 0.25, 0.5): 0.5908, (0.6, 0.4, 0.0): 0.5977, (0.8, 0.2, 0.0): 0.5943}
     return {
@@ -700,6 +740,11 @@ NAN = math.nan
         ),
         ("D1", lambda: {"deqntk": deq([0.59, 0.59, 0.59])["deqntk"].assign(test_acc=NAN)}, 3),
         ("P1", lambda: {"pullback_symmetry": _pullback([NAN, NAN])}, 2),
+        (
+            "H1",
+            lambda: {"pullback_settling": settling([0.9, 0.9])["pullback_settling"].assign(agreement=NAN)},
+            20,
+        ),
     ],
 )
 def test_all_nan_evidence_is_no_evidence_never_a_verdict(claim, tables, rows):

@@ -31,6 +31,7 @@ JOBS = {
     "pullback-member": "pullback",
     "pullback-pair": "pullback",
     "pullback-images": "pullback",
+    "pullback-external": "pullback",
 }
 
 
@@ -445,6 +446,8 @@ def test_incomplete_config_blocks_take_the_schemas_defaults(tmp_path, tiny_shape
                 '"act2"',
                 "--out",
                 "o",
+                "--transfer-out",
+                "t",
             ],
             2,
             "argument --sites: expected a JSON list of strings",
@@ -493,7 +496,10 @@ def test_incomplete_config_blocks_take_the_schemas_defaults(tmp_path, tiny_shape
         ),
         (
             "pullback-table",
-            ["--symmetry", "s.parquet", "--out", "s", "--faithfulness-out", "f", "--agreement-out", "a"],
+            [
+                *("--symmetry", "s.parquet", "--out", "s", "--faithfulness-out", "f", "--agreement-out", "a"),
+                *("--transfer-out", "t"),
+            ],
             2,
             "the following arguments are required: --summary, --faithfulness",
         ),
@@ -502,6 +508,7 @@ def test_incomplete_config_blocks_take_the_schemas_defaults(tmp_path, tiny_shape
             [
                 *("--symmetry", "s.parquet", "s.parquet", "--faithfulness", "f.parquet"),
                 *("--out", "s", "--faithfulness-out", "f", "--agreement-out", "a", "--summary", "x.csv"),
+                *("--transfer-out", "t"),
             ],
             1,
             "s.parquet is given more than once",

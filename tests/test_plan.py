@@ -508,6 +508,10 @@ def test_pullback_plan(tiny):
         "results/pullback/agreement/myrtle/pair0.parquet",
         "results/pullback/agreement/c4gap_dgn/pair0.parquet",
     ]
+    assert plan.pullback_transfer_parts == [
+        "results/pullback/transfer/myrtle/pair0.parquet",
+        "results/pullback/transfer/c4gap_dgn/pair0.parquet",
+    ]
     # the similarity stage's pairs: the same draw, its first pullback.pairs
     assert plan.pullback_pairs("myrtle") == plan.similarity_pairs("myrtle")[:1]
     # unit_sites of the cut sites on the residual stream, evenly spaced (a gated network's value sites)
@@ -538,9 +542,11 @@ def test_pullback_plan(tiny):
         "results/tables/pullback_symmetry.parquet",
         "results/tables/pullback_faithfulness.parquet",
         "results/tables/pullback_agreement.parquet",
+        "results/tables/pullback_transfer.parquet",
         "results/tables/pullback_summary.csv",
         "results/figures/pullback_symmetry.png",
         "results/figures/pullback_agreement.png",
+        "results/figures/pullback_transfer.png",
         "results/figures/pullback_faithfulness.png",
         "results/figures/pullback_grid_myrtle.png",
         "results/figures/pullback_pgd_myrtle.png",
@@ -553,7 +559,39 @@ def test_pullback_plan(tiny):
     plan = Plan(config)
     assert len(plan.pullback_member_jobs) == 3 + 2 and plan.pullback_pair_jobs == []
     assert "results/figures/pullback_agreement.png" not in plan.pullback_outputs
+    assert "results/figures/pullback_transfer.png" not in plan.pullback_outputs
     assert "results/tables/pullback_agreement.parquet" in plan.pullback_outputs
+    # the paper's own experiment: an external ImageNet model's table and grids, without zoo variants;
+    # its job's memory grows with the grid
+    from intertwine.cluster import JobNeeds
+
+    external = copy.deepcopy(config)
+    external["pullback"].update(
+        variants=[], external={"r50": {"arch": "resnet50", "weights": "w.pth", "images": "val"}}
+    )
+    assert Plan(external).pullback_outputs == [
+        "results/tables/pullback_external_r50.parquet",
+        "results/figures/pullback_external_r50.png",
+        "results/figures/pullback_external_r50_perturbed.png",
+    ]
+    needs = JobNeeds(Plan(external))
+    small = needs.pullback_external("r50")
+    external["pullback"]["external"]["r50"]["classes"] = 10
+    assert JobNeeds(Plan(external)).pullback_external("r50").mem_mb > small.mem_mb > needs.gpu_base.mem_mb
+    assert Plan(external).pullback_block("external") == {
+        "temperature": 0.3,
+        "functional": "soft",
+        "pool_padding": "zeros",
+        "pgd": external["pullback"]["pgd"],
+    }
+    # members that record gate patterns add Hypothesis 1's table and figure; a packed one is refused
+    recorded = copy.deepcopy(config)
+    recorded["zoo"]["training_per_variant"] = {"myrtle": {"gate_probe_images": 8}}
+    plan = Plan(recorded)
+    assert plan.settling_variants == ["myrtle"] and len(plan.settling_checkpoints) == 3
+    assert "results/tables/pullback_settling.parquet" in plan.pullback_outputs
+    recorded["zoo"]["pack_size_per_variant"] = {"myrtle": 3}
+    assert any("gate_probe_images" in e and "pack" in e for e in Plan(recorded).errors())
     # a temperature sweep adds its figure (the default, no sweep, makes none)
     assert "results/figures/pullback_temperature.png" not in plan.pullback_outputs
     config["pullback"].update(sweep=[0.1, 0.5])

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from intertwine import models
+from intertwine import gates
 from intertwine import pullback_study as study
 from intertwine.pullback import pullback
 from intertwine.symmetry import act_on_weights, random_elements
@@ -215,7 +216,13 @@ def _checkpoint(path, spec, variant, seed):
 def test_jobs_on_tiny_models(tmp_path, tiny_shapes_dir):
     from intertwine.jobs import Job
     from intertwine.jobs.pullback import pullback_images, pullback_member, pullback_pair
-    from intertwine.tables import PULLBACK_AGREEMENT, PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, to_table
+    from intertwine.tables import (
+        PULLBACK_AGREEMENT,
+        PULLBACK_FAITHFULNESS,
+        PULLBACK_SYMMETRY,
+        PULLBACK_TRANSFER,
+        to_table,
+    )
 
     paths = [_checkpoint(tmp_path / f"seed{s}.pt", MYRTLE, "myrtle", s) for s in range(2)]
     job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
@@ -233,10 +240,24 @@ def test_jobs_on_tiny_models(tmp_path, tiny_shapes_dir):
     assert faithfulness["pgd_epsilon"].iloc[0] == pytest.approx(100 * math.sqrt(16 * 16 * 3 / 150528))
     assert all(len(steps) == 2 for steps in faithfulness["pgd_success_by_step"])
 
-    agreement = pullback_pair(job, paths[0], paths[1], 0, block | {"units": 2}, ["act2"])
+    agreement, transfer = pullback_pair(job, paths[0], paths[1], 0, block | {"units": 2}, ["act2"])
     to_table(agreement, PULLBACK_AGREEMENT)
     assert set(agreement["site"]) <= {"logit", "act2"} and (agreement["seed_b"] == 1).all()
     assert agreement["cos_mean"].between(-1, 1).all()
+    to_table(transfer, PULLBACK_TRANSFER)
+    # both directions, every mode, the same images and targets
+    assert sorted(zip(transfer["seed_source"], transfer["seed_other"], transfer["mode"])) == sorted(
+        (a, b, mode) for a, b in ((0, 1), (1, 0)) for mode in study.MODES
+    )
+    assert (transfer["images"] == 4).all() and transfer["transfer_already"].nunique() <= 2
+    columns = ["source_success", "transfer_success", "transfer_target_prob", "transfer_target_prob_before"]
+    assert transfer[columns].stack().between(0, 1).all()
+    from intertwine.figures import pullback_transfer
+
+    assert len(pullback_transfer(transfer).axes) == 2
+    assert transfer["transfer_prob_gain"].to_numpy() == pytest.approx(
+        (transfer["transfer_target_prob"] - transfer["transfer_target_prob_before"]).to_numpy()
+    )
 
     arrays = pullback_images(job, paths[0], {"grid_images": 1, "pgd": {"steps": 1}, "probe_images": 8})
     assert len(arrays["images"]) == 10 and set(arrays["attributions"]) == set(study.MODES)
@@ -247,7 +268,13 @@ def test_a_temperature_sweep_adds_soft_rows_and_its_figure(tmp_path, tiny_shapes
     from intertwine.figures import pullback_temperature
     from intertwine.jobs import Job
     from intertwine.jobs.pullback import pullback_member, pullback_pair
-    from intertwine.tables import PULLBACK_AGREEMENT, PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, to_table
+    from intertwine.tables import (
+        PULLBACK_AGREEMENT,
+        PULLBACK_FAITHFULNESS,
+        PULLBACK_SYMMETRY,
+        PULLBACK_TRANSFER,
+        to_table,
+    )
 
     paths = [_checkpoint(tmp_path / f"seed{s}.pt", MYRTLE, "myrtle", s) for s in range(2)]
     job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
@@ -260,11 +287,12 @@ def test_a_temperature_sweep_adds_soft_rows_and_its_figure(tmp_path, tiny_shapes
         "sweep": [0.1, 0.3],  # 0.3, the stage's own T, is not measured twice
     }
     symmetry, faithfulness = pullback_member(job, paths[0], block)
-    agreement = pullback_pair(job, paths[0], paths[1], 0, block | {"units": 1}, ["act2"])
+    agreement, transfer = pullback_pair(job, paths[0], paths[1], 0, block | {"units": 1}, ["act2"])
     for table, schema in (
         (symmetry, PULLBACK_SYMMETRY),
         (faithfulness, PULLBACK_FAITHFULNESS),
         (agreement, PULLBACK_AGREEMENT),
+        (transfer, PULLBACK_TRANSFER),
     ):
         to_table(table, schema)  # one row per key: the temperature is a key
         soft = table[table["mode"] != "gradient"]
@@ -275,8 +303,162 @@ def test_a_temperature_sweep_adds_soft_rows_and_its_figure(tmp_path, tiny_shapes
     for temperature, rows in grelu.groupby("temperature"):  # per-neuron T is invariant at every T
         assert (rows.loc[rows["mode"] == "per_neuron", "cos_min"] > EXACT).all(), temperature
     # the summary reads the stage's own temperature only
-    summary = study.summarize(symmetry, agreement, faithfulness)
-    alone = study.summarize(*(t[~t["sweep"]] for t in (symmetry, agreement, faithfulness)))
+    summary = study.summarize(symmetry, agreement, faithfulness, transfer)
+    alone = study.summarize(*(t[~t["sweep"]] for t in (symmetry, agreement, faithfulness, transfer)))
     pd.testing.assert_frame_equal(summary, alone)
+    assert summary["measure"].str.startswith("PGD transfer across seeds (ours)").sum() == 2
     fig = pullback_temperature(symmetry, agreement, faithfulness)
     assert len(fig.axes) == 5 and len(fig.axes[2].lines) == 3  # gradient line, global and per-neuron T
+
+
+def test_transfer_measures_on_known_logits():
+    """Two images, target 1 then 0: the source reaches both; the other member reaches the first
+    only, its target probability and margin change by what the logits say."""
+    targets = torch.tensor([1, 0])
+    source_after = torch.tensor([[0.0, 5.0, 0.0], [5.0, 0.0, 0.0]])
+    other_before = torch.tensor([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
+    other_after = torch.tensor([[0.0, 3.0, 1.0], [1.0, 2.0, 0.0]])
+    got = study.transfer_measures(source_after, other_before, other_after, targets)
+    assert got["images"] == 2 and got["source_success"] == 1.0
+    assert got["transfer_success"] == 0.5 and got["transfer_already"] == 0.0
+    before = [other_before[0].softmax(0)[1], other_before[1].softmax(0)[0]]
+    after = [other_after[0].softmax(0)[1], other_after[1].softmax(0)[0]]
+    assert got["transfer_target_prob_before"] == pytest.approx(float(sum(before)) / 2)
+    assert got["transfer_prob_gain"] == pytest.approx(float(sum(after) - sum(before)) / 2)
+    # margins: image 0 from -2 to 2 (+4), image 1 from -2 to -1 (+1)
+    assert got["transfer_margin_gain"] == pytest.approx(2.5)
+    with pytest.raises(ValueError, match="expected three"):
+        study.transfer_measures(source_after, other_before[:1], other_after, targets)
+    with pytest.raises(ValueError, match="1 targets for 2 images"):
+        study.transfer_measures(source_after, other_before, other_after, targets[:1])
+
+
+def test_the_summary_reports_transfer_per_mode():
+    symmetry = pd.DataFrame(
+        [{"variant": "m", "scale_spread": 0.0, "mode": mode, "cos_min": 1.0} for mode in study.MODES]
+    )
+    agreement = pd.DataFrame(columns=["variant", "site", "mode", "cos_mean"])
+    faithfulness = pd.DataFrame(
+        [
+            {"variant": "m", "mode": mode, "deletion_auc": 0.1, "insertion_auc": 0.4, "pgd_success": 1.0}
+            for mode in study.MODES
+        ]
+    )
+    transfer = pd.DataFrame(
+        [
+            {"variant": "m", "mode": mode, "transfer_success": value, "transfer_prob_gain": value / 2}
+            for mode, values in zip(study.MODES, ([0.1, 0.3], [0.5, 0.7], [0.6, 0.6]))
+            for value in values
+        ]
+    )
+    summary = study.summarize(symmetry, agreement, faithfulness, transfer).set_index("measure")
+    row = summary.loc["PGD transfer across seeds (ours): other member predicts the target"]
+    assert row[list(study.MODES)].tolist() == pytest.approx([0.2, 0.6, 0.6])
+    gain = summary.loc["PGD transfer across seeds (ours): other member's target probability gain"]
+    assert gain["gradient"] == pytest.approx(0.1)
+    assert "PGD transfer across seeds (ours): other member predicts the target" not in set(
+        study.summarize(symmetry, agreement, faithfulness)["measure"]
+    )
+
+
+def test_gate_patterns_name_every_relu_call_and_leave_the_model_as_it_was():
+    from torch import nn
+
+    from intertwine.gates import gate_patterns
+
+    torch.manual_seed(0)
+
+    class Reused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+            self.bn = nn.BatchNorm2d(4)
+            self.relu = nn.ReLU()
+            self.pool = nn.MaxPool2d(2)
+            self.head = nn.Linear(4 * 4 * 4, 3)
+
+        def forward(self, x):
+            z = self.relu(self.bn(self.conv(x)))
+            z = self.pool(self.relu(z - 0.1))  # the module called twice
+            return self.head(torch.relu(z.flatten(1)))  # a functional call
+
+    model = Reused().train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(5, 3, 8, 8)
+    patterns = gate_patterns(model, x, batch_size=2)
+    assert list(patterns) == ["relu", "relu@2", "relu()"]  # max-pool left out
+    assert patterns["relu"].shape == (5, 4, 8, 8) and patterns["relu()"].shape == (5, 64)
+    assert patterns["relu"].dtype == torch.bool
+    model.eval()
+    z = model.bn(model.conv(x))
+    assert torch.equal(patterns["relu"], z > 0)
+    assert torch.equal(patterns["relu@2"], torch.relu(z) - 0.1 > 0)
+    assert model.training is False and all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_pattern_agreement_chance_and_settling_rows():
+    a = torch.tensor([[True, False], [True, True]])
+    b = torch.tensor([[True, True], [False, True]])
+    assert gates.pattern_agreement(a, a) == 1.0 and gates.pattern_agreement(a, b) == 0.5
+    # unit 0: p_a 1, p_b 0.5 -> 0.5; unit 1: p_a 0.5, p_b 1 -> 0.5
+    assert gates.chance_agreement(a, b) == pytest.approx(0.5)
+    assert gates.chance_agreement(a, ~a) < gates.pattern_agreement(a, a)
+    with pytest.raises(ValueError, match="shapes"):
+        gates.pattern_agreement(a, b[:1])
+    rows = gates.settling_rows([(0, {"s": b}), (1, {"s": a})])
+    assert [(r["epoch"], r["agreement"], r["final_epoch"], r["units"]) for r in rows] == [
+        (0, 0.5, 1, 2),
+        (1, 1.0, 1, 2),
+    ]
+    with pytest.raises(ValueError, match="changed its ReLU calls"):
+        gates.settling_rows([(0, {"t": b}), (1, {"s": a})])
+
+
+def test_settling_verdict_values_take_the_middle_epoch_per_member():
+    rows = [
+        {
+            "variant": "m",
+            "seed": seed,
+            "epoch": e,
+            "site": site,
+            "agreement": a,
+            "chance": 0.5,
+            "final_epoch": 4,
+        }
+        for seed in (0, 1)
+        for e, a in zip(range(5), (0.6, 0.8, 0.9, 0.95, 1.0))
+        for site in ("s", "t")
+    ]
+    values = gates.settling_verdict_values(pd.DataFrame(rows))
+    assert list(values["epoch"]) == [2, 2] and list(values["agreement"]) == [0.9, 0.9]
+    assert list(values["initial"]) == [0.6, 0.6]
+
+
+def test_the_settling_table_reads_the_members_records(tmp_path, tiny_shapes_dir):
+    """Hypothesis 1's table and figure from checkpoints that recorded gate patterns; a member that
+    did not is refused by name."""
+    from intertwine.figures import pullback_settling as figure
+    from intertwine.jobs import Job
+    from intertwine.jobs.pullback import pullback_settling
+    from intertwine.jobs.zoo import train_member
+    from intertwine.tables import PULLBACK_SETTLING, to_table
+    from intertwine.zoo import save_checkpoint
+
+    torch.set_num_threads(1)
+    spec, training = {"arch": "myrtle", "width_multiplier": 0.125}, {"epochs": 2, "batch_size": 32}
+    paths = []
+    for seed in range(2):
+        checkpoint, _ = train_member(
+            Job("cpu", tiny_shapes_dir), "m", seed, spec, training | {"gate_probe_images": 8}
+        )
+        save_checkpoint(checkpoint, tmp_path / f"seed{seed}.pt")
+        paths.append(str(tmp_path / f"seed{seed}.pt"))
+    table = pullback_settling(paths)
+    to_table(table, PULLBACK_SETTLING)
+    assert sorted(set(table["seed"])) == [0, 1] and set(table["epoch"]) == {0, 1, 2}
+    assert table["kept_epoch"].isin([1, 2]).all() and (table["probe_images"] == 8).all()
+    assert len(figure(table).axes) == 1
+    plain, _ = train_member(Job("cpu", tiny_shapes_dir), "m", 0, spec, training | {"epochs": 1})
+    save_checkpoint(plain, tmp_path / "plain.pt")
+    with pytest.raises(ValueError, match="no gate record.*gate_probe_images"):
+        pullback_settling([str(tmp_path / "plain.pt")])

@@ -314,3 +314,31 @@ def test_equals_the_released_code(arch):
         assert sites.hard == ["relu()"] and "relu()" not in sites.soft
     else:
         assert relative(soft, reference) < 1e-12
+
+
+def test_gate_patterns_name_the_call_sites_of_torchvisions_architectures():
+    """Hypothesis 1's record on the paper's architectures: a Bottleneck's ReLU module called three
+    times gives three sites; DenseNet121's functional ReLU is recorded; max-pools are not gates."""
+    from intertwine.gates import gate_patterns
+
+    x = images()
+    resnet = gate_patterns(build("resnet50"), x)
+    assert {"layer1.0.relu", "layer1.0.relu@2", "layer1.0.relu@3"} <= set(resnet)
+    assert resnet["layer1.0.relu"].shape[1] == 64 and resnet["layer1.0.relu@3"].shape[1] == 256
+    assert not any("maxpool" in site for site in resnet)
+    densenet = gate_patterns(build("densenet121"), x)
+    assert [site for site in densenet if site.endswith("relu()")] == ["relu()"]
+    assert all(p.dtype == torch.bool and len(p) == len(x) for p in densenet.values())
+    # named as the pullback names its call sites (per-neuron temperatures: every site, pools too)
+    for arch in ARCHS:
+        model = build(arch)
+        pools = (torch.nn.MaxPool2d, torch.nn.AdaptiveMaxPool2d)
+
+        def is_pool(site, model=model):
+            base = site.split("@")[0]
+            return "pool2d()" in base or (
+                not base.endswith(")") and isinstance(model.get_submodule(base), pools)
+            )
+
+        sites = [s for s in per_neuron_temperatures(model, x) if not is_pool(s)]
+        assert list(gate_patterns(model, x)) == sites, arch

@@ -57,7 +57,7 @@ FAN_OUT = {
     "deqntk.depth": {"draws"},
     "deqntk.conv": set(),  # its one job reads n_train (0: the plan runs none)
     "deqntk.reference": {"variants", "seeds"},
-    "pullback": {"variants", "seeds", "pairs", "sites", "unit_sites"},
+    "pullback": {"variants", "seeds", "pairs", "sites", "unit_sites", "external"},
 }
 
 

@@ -527,9 +527,22 @@ def test_pullback_tables_and_figures(tiny_run):
     assert faithfulness[["deletion_auc", "insertion_auc", "pgd_success"]].stack().between(0, 1).all()
     for curve, prob in zip(faithfulness["deletion_curve"], faithfulness["mean_image_prob"]):
         assert len(curve) == 5 and abs(curve[-1] - prob) < 1e-12
+    transfer = pd.read_parquet(tiny_run / "results/tables/pullback_transfer.parquet")
+    assert len(transfer) == 2 * 2 * 3  # variants x directions x modes
+    assert (transfer["seed_source"] != transfer["seed_other"]).all()
+    assert transfer[["source_success", "transfer_success"]].stack().between(0, 1).all()
     summary = pd.read_csv(tiny_run / "results/tables/pullback_summary.csv")
     assert list(summary.columns) == ["variant", "measure", "gradient", "global", "per_neuron"]
-    for name in ["symmetry", "agreement", "faithfulness", "grid_myrtle", "pgd_myrtle", "grid_c4gap_dgn"]:
+    assert summary["measure"].str.startswith("PGD transfer across seeds (ours)").sum() == 2 * 2
+    for name in [
+        "symmetry",
+        "agreement",
+        "transfer",
+        "faithfulness",
+        "grid_myrtle",
+        "pgd_myrtle",
+        "grid_c4gap_dgn",
+    ]:
         assert (tiny_run / f"results/figures/pullback_{name}.png").stat().st_size > 1000
     for log in ["pullback/myrtle/seed0.log", "pullback/c4gap_dgn/pair0.log", "tables/pullback.log"]:
         assert (tiny_run / "results/logs" / log).exists()

@@ -71,6 +71,29 @@ def test_training_is_bit_identical_and_seed_dependent(tiny_shapes_dir):
     assert first["test_acc"] == metrics["test_acc"].max()
 
 
+@pytest.mark.parametrize("spec", [SPEC, {"arch": "resnet20", "width_multiplier": 0.25}])
+def test_recording_gate_patterns_leaves_the_weights_bit_identical(tiny_shapes_dir, spec):
+    """Hypothesis 1's record (gate patterns before training and after each epoch) runs forward
+    passes in eval mode between epochs: the trained weights, batch-norm statistics included, and
+    the metrics are the same bit for bit, and the record settles on the last epoch's pattern."""
+    torch.set_num_threads(1)
+    plain, plain_metrics = train_member(Job("cpu", tiny_shapes_dir), "m", 0, spec, TRAINING)
+    recorded, metrics = train_member(
+        Job("cpu", tiny_shapes_dir), "m", 0, spec, TRAINING | {"gate_probe_images": 16}
+    )
+    assert state_hash(plain["state_dict"]) == state_hash(recorded["state_dict"])
+    columns = ["train_loss", "train_acc", "val_acc"]
+    pd.testing.assert_frame_equal(plain_metrics[columns], metrics[columns])
+    assert "gate_settling" not in plain
+    rows = pd.DataFrame(recorded["gate_settling"])
+    assert sorted(set(rows["epoch"])) == [0, 1, 2] and (rows["final_epoch"] == 2).all()
+    assert (rows["probe_images"] == 16).all() and rows["site"].nunique() >= 4
+    final = rows[rows["epoch"] == 2]
+    assert (final["agreement"] == 1.0).all()
+    assert rows[["agreement", "chance", "active"]].stack().between(0, 1).all()
+    assert (rows.loc[rows["epoch"] == 0, "agreement"] < 1).all()  # training changed the gates
+
+
 def test_training_learns(tiny_shapes_dir):
     torch.set_num_threads(1)
     checkpoint, metrics = train_member(Job("cpu", tiny_shapes_dir), "m", 0, SPEC, TRAINING | {"epochs": 6})

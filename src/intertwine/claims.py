@@ -604,6 +604,37 @@ def pullback_invariances(tables, settings) -> Result:
     )
 
 
+#: Our reading of "largely" in the path stability hypothesis: at the middle of training at least
+#: this fraction of a member's gates (averaged over its ReLU call sites) already as at the end.
+SETTLED = 0.9
+
+
+def path_stability(tables, settings) -> Result:
+    """Hypothesis 1: per member (independent units: different seeds), the agreement of its gate
+    pattern at the middle of training with the final one, mean over ReLU call sites
+    (``gates.settling_verdict_values``), above ``SETTLED``."""
+    from intertwine.gates import settling_verdict_values
+
+    values = settling_verdict_values(tables["pullback_settling"])
+    if values.empty:
+        return _not_run("no member recorded gate patterns")
+    estimate = Estimate.of(values["agreement"]).shift(SETTLED)
+    comparisons = [Comparison(f"agreement at mid-training - {SETTLED:g} (points)", estimate, +1)]
+    judgement = judge(comparisons)
+    ours = (
+        f"agreement with the final pattern at epoch {'/'.join(map(str, sorted(set(values['epoch']))))}: "
+        f"{values['agreement'].mean():.3f} (chance {values['chance'].mean():.3f}, at initialisation "
+        f"{values['initial'].mean():.3f}), over {len(values)} members of {', '.join(dict.fromkeys(values['variant']))}"
+        f" trained {'/'.join(map(str, sorted(set(tables['pullback_settling']['final_epoch']))))} epochs"
+    )
+    return Result(
+        ours,
+        judgement.verdict,
+        f"{describe(comparisons, judgement.agreement)} ({judgement.note})",
+        _units("member", len(values)),
+    )
+
+
 #: Our equivalence margin for D1 (the paper reports single regressions, no spread).
 DEQ_MARGIN = 0.03
 
@@ -752,6 +783,20 @@ CLAIMS = (
         ("deqntk",),
         "deqntk_accuracy.png",
         deq_accuracy,
+    ),
+    Claim(
+        "H1",
+        f"{PULLBACK}, Hypothesis 1 (path stability)",
+        '"we formulate the path stability hypothesis, claiming that the binary activation patterns largely '
+        'stabilize during training and get encoded in the pre-activation distribution of the final model" '
+        "(abstract, arXiv 2507.22832)",
+        "Zoo members' binary activation patterns on a fixed probe set (every ReLU call site) agree with the "
+        f"final pattern at the middle of training for at least {SETTLED:.0%} of their gates (our reading of "
+        '"largely")',
+        "a hypothesis; no measurement in the paper",
+        ("pullback_settling",),
+        "pullback_settling.png",
+        path_stability,
     ),
     Claim(
         "P1",
@@ -972,6 +1017,7 @@ EVIDENCE = {
     "similarity": "value",
     "dissection": "fraction_interpretable",
     "pullback_symmetry": "cos_min",
+    "pullback_settling": "agreement",
     "deqntk": "test_acc",
 }
 

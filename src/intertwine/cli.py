@@ -160,6 +160,9 @@ TABLE_SCHEMAS = (
     "pullback_symmetry",
     "pullback_agreement",
     "pullback_faithfulness",
+    "pullback_transfer",
+    "pullback_settling",
+    "pullback_external",
 )
 
 
@@ -461,9 +464,10 @@ def cmd_pullback_member(args) -> None:
 
 def cmd_pullback_pair(args) -> None:
     from intertwine.jobs.pullback import pullback_pair
-    from intertwine.tables import PULLBACK_AGREEMENT, write_parquet
+    from intertwine.tables import PULLBACK_AGREEMENT, PULLBACK_TRANSFER, write_parquet
 
-    rows = pullback_pair(_job(args), args.a, args.b, args.pair, args.config, args.sites)
+    rows, transfer = pullback_pair(_job(args), args.a, args.b, args.pair, args.config, args.sites)
+    write_parquet(transfer, args.transfer_out, PULLBACK_TRANSFER)
     write_parquet(rows, args.out, PULLBACK_AGREEMENT)
 
 
@@ -482,6 +486,7 @@ def cmd_pullback_table(args) -> None:
         PULLBACK_AGREEMENT,
         PULLBACK_FAITHFULNESS,
         PULLBACK_SYMMETRY,
+        PULLBACK_TRANSFER,
         read_parquet,
         write_csv,
         write_parquet,
@@ -492,10 +497,32 @@ def cmd_pullback_table(args) -> None:
         ("symmetry", PULLBACK_SYMMETRY, args.symmetry, args.out),
         ("agreement", PULLBACK_AGREEMENT, args.agreement, args.agreement_out),
         ("faithfulness", PULLBACK_FAITHFULNESS, args.faithfulness, args.faithfulness_out),
+        ("transfer", PULLBACK_TRANSFER, args.transfer, args.transfer_out),
     ):
         tables[name] = read_parquet(parts, schema)
         write_parquet(tables[name], out, schema)
     write_csv(summarize(**tables), args.summary, float_format="%.6g")
+
+
+def cmd_pullback_external(args) -> None:
+    from intertwine.figures import pullback_external as figure
+    from intertwine.jobs.pullback import pullback_external
+    from intertwine.tables import PULLBACK_EXTERNAL, write_parquet
+
+    table, arrays = pullback_external(_job(args), args.name, args.arch, args.weights, args.entry, args.config)
+    _save(figure(arrays), args.figure, args.other_formats, args.figures)
+    _save(figure(arrays, perturbed=True), args.perturbed_figure, args.other_formats, args.figures)
+    write_parquet(table, args.out, PULLBACK_EXTERNAL)
+
+
+def cmd_pullback_settling(args) -> None:
+    from intertwine.figures import pullback_settling as figure
+    from intertwine.jobs.pullback import pullback_settling
+    from intertwine.tables import PULLBACK_SETTLING, write_parquet
+
+    table = pullback_settling(args.checkpoints)
+    write_parquet(table, args.out, PULLBACK_SETTLING)
+    _save(figure(table), args.figure, args.other_formats, args.figures)
 
 
 def cmd_pullback_figure(args) -> None:
@@ -504,8 +531,15 @@ def cmd_pullback_figure(args) -> None:
         pullback_faithfulness,
         pullback_symmetry,
         pullback_temperature,
+        pullback_transfer,
     )
-    from intertwine.tables import PULLBACK_AGREEMENT, PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, read_parquet
+    from intertwine.tables import (
+        PULLBACK_AGREEMENT,
+        PULLBACK_FAITHFULNESS,
+        PULLBACK_SYMMETRY,
+        PULLBACK_TRANSFER,
+        read_parquet,
+    )
 
     save = lambda fig, path: _save(fig, path, args.other_formats, args.figures)  # noqa: E731
     save(pullback_symmetry(read_parquet([args.symmetry], PULLBACK_SYMMETRY)), args.symmetry_figure)
@@ -515,6 +549,12 @@ def cmd_pullback_figure(args) -> None:
     )
     if args.agreement_figure:
         save(pullback_agreement(read_parquet([args.agreement], PULLBACK_AGREEMENT)), args.agreement_figure)
+    if args.transfer_figure:
+        if not args.transfer:
+            raise SystemExit(
+                "pullback-figure: --transfer-figure needs --transfer (pullback_transfer.parquet)"
+            )
+        save(pullback_transfer(read_parquet([args.transfer], PULLBACK_TRANSFER)), args.transfer_figure)
     if args.temperature_figure:
         tables = [
             read_parquet([path], schema)
@@ -910,6 +950,11 @@ def build_parser() -> argparse.ArgumentParser:
         options=["--a", "--b", "--pair"],
     )
     p.add_argument("--sites", type=_json_names, required=True, help="JSON list of the hidden units' sites")
+    p.add_argument(
+        "--transfer-out",
+        required=True,
+        help=".parquet, PGD transfer across the seeds: one row per direction and mode",
+    )
     p = command(
         "pullback-images",
         cmd_pullback_images,
@@ -1100,6 +1145,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agreement", nargs="*", default=[], help="per-pair agreement tables (none: no pairs)")
     p.add_argument("--faithfulness-out", required=True, help="pullback_faithfulness.parquet")
     p.add_argument("--agreement-out", required=True, help="pullback_agreement.parquet")
+    p.add_argument("--transfer", nargs="*", default=[], help="per-pair PGD transfer tables (none: no pairs)")
+    p.add_argument("--transfer-out", required=True, help="pullback_transfer.parquet")
     p = command("table", cmd_table, "concatenate per-job Parquet files into a stage's table", out="the table")
     p.add_argument("parts", nargs="+", help="per-job Parquet files of one stage")
     p.add_argument(
@@ -1174,6 +1221,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--permutations", help="accuracy over gate permutations (.png)")
     p.add_argument("--kernels", required=True, help="kernel CKAs (.png)")
     p = command(
+        "pullback-external",
+        cmd_pullback_external,
+        "the paper's PGD grids (gradient vs pullbacks) for a torchvision ImageNet model on an image folder",
+        [job, figure],
+        out=".parquet, one row per (mode, image, target)",
+        config="pullback",
+    )
+    p.add_argument("--name", required=True, help="the model's name (pullback.external)")
+    p.add_argument(
+        "--arch",
+        required=True,
+        choices=_schema_enum(
+            "properties", "pullback", "properties", "external", "additionalProperties", "properties", "arch"
+        ),
+        help="torchvision architecture of the weights",
+    )
+    p.add_argument("--weights", required=True, help="state dict file (.pth)")
+    p.add_argument(
+        "--entry", type=json.loads, required=True, help="JSON: the model's pullback.external entry"
+    )
+    p.add_argument("--figure", required=True, help="differences grid (.png)")
+    p.add_argument("--perturbed-figure", required=True, help="perturbed images grid (.png)")
+    p = command(
+        "pullback-settling",
+        cmd_pullback_settling,
+        "Hypothesis 1: how far each recorded epoch's gate pattern is a zoo member's final one",
+        [figure],
+        out="pullback_settling.parquet",
+    )
+    p.add_argument("--checkpoints", nargs="+", required=True, help="members that recorded gate patterns")
+    p.add_argument("--figure", required=True, help="agreement with the final pattern per epoch (.png)")
+    p = command(
         "pullback-figure",
         cmd_pullback_figure,
         "excitation pullbacks: cosine vs scale spread per mode, agreement across seeds, faithfulness",
@@ -1185,6 +1264,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--symmetry-figure", required=True, help="cosine vs scale spread per mode (.png)")
     p.add_argument("--faithfulness-figure", required=True, help="deletion, insertion, PGD success (.png)")
     p.add_argument("--agreement-figure", help="agreement across seeds (.png); none without pairs")
+    p.add_argument("--transfer", help="pullback_transfer.parquet (with --transfer-figure)")
+    p.add_argument("--transfer-figure", help="PGD transfer across seeds (.png); none without pairs")
     p.add_argument("--temperature-figure", help="every measure against T (.png); none without pullback.sweep")
     p = command(
         "deqntk-figure",

@@ -178,6 +178,16 @@ class JobNeeds:
     def kernel_reference_member(self, **_) -> Need:
         return self.similarity_pair()
 
+    def pullback_external(self, name: str, **_) -> Need:
+        """The paper's PGD grids on a 224 px ImageNet model: every (image, target) pair in one
+        batch through forward and backward passes, three modes of ``steps`` steps."""
+        entry = self.plan.pullback["external"][name]
+        classes = entry.get("classes", 5)
+        pairs = classes * entry.get("per_class", 1) * (classes + entry.get("extra_targets", 1))
+        # ResNet50 and DenseNet121 keep about 100 MB of activations per 224 px image for a backward pass.
+        activations_mb = pairs * 100 * (entry.get("size", 224) / 224) ** 2
+        return self.gpu_base + Need(600 + 2 * activations_mb, 30)
+
     def heavy(self, **_) -> Need:
         """Forward passes over a few thousand images (symmetry, dissection, gated, pullbacks)."""
         return self.gpu_base + Need(0, 60)

@@ -1405,6 +1405,122 @@ def pullback_agreement(table: pd.DataFrame) -> plt.Figure:
     return fig
 
 
+def pullback_transfer(table: pd.DataFrame) -> plt.Figure:
+    """PGD transfer across seeds (ours), per variant and mode, a dot per pair and direction: left,
+    the fraction of images the *other* member predicts as the target after the paper's PGD along
+    the source member's gradient or pullback (the source member's own success as open circles);
+    right, the other member's gain in target probability. The same images, targets and budget in
+    every mode."""
+    table = at_stage_temperature(table)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained")
+    keys = ["pair", "seed_source"]
+    _mode_bars(axes[0], table, "transfer_success", keys, "other member predicts the target")
+    variants = list(dict.fromkeys(table["variant"]))
+    modes = _pullback_modes(table)
+    width = 0.8 / max(len(modes), 1)
+    for k, mode in enumerate(modes):
+        for j, variant in enumerate(variants):
+            part = table[(table["variant"] == variant) & (table["mode"] == mode)]
+            x = j + (k - (len(modes) - 1) / 2) * width
+            axes[0].scatter(
+                np.full(len(part), x),
+                part["source_success"],
+                facecolors="none",
+                edgecolors=f"C{k}",
+                s=18,
+                label="source member itself" if (j == 0 and k == 0) else None,
+            )
+    axes[0].set_ylim(-0.02, 1.02)
+    axes[0].set_title("PGD along one member's direction, read by another seed", fontsize=9)
+    axes[0].legend(fontsize=7)
+    _mode_bars(axes[1], table, "transfer_prob_gain", keys, "other member's target probability gain")
+    axes[1].axhline(0, color="grey", lw=0.6)
+    axes[1].set_title("target probability, after minus before (mean over images)", fontsize=9)
+    return fig
+
+
+def pullback_settling(table: pd.DataFrame) -> plt.Figure:
+    """Hypothesis 1 (path stability), a panel per variant: the agreement of each recorded epoch's
+    binary activation pattern (epoch 0: initialisation) with the final one, per ReLU call site
+    (colour from the first to the last site; mean over members, the band their range), and the
+    agreement by chance with the same units' rates (dashed, mean over sites)."""
+    variants = list(dict.fromkeys(table["variant"]))
+    fig, axes = plt.subplots(
+        1,
+        max(len(variants), 1),
+        figsize=(4.2 * max(len(variants), 1), 3.6),
+        layout="constrained",
+        squeeze=False,
+    )
+    for ax, variant in zip(axes[0], variants):
+        part = table[table["variant"] == variant]
+        sites = list(dict.fromkeys(part["site"]))
+        colours = plt.cm.viridis(np.linspace(0, 0.9, len(sites)))
+        for site, colour in zip(sites, colours):
+            rows = part[part["site"] == site].groupby("epoch")["agreement"]
+            mean, low, high = rows.mean(), rows.min(), rows.max()
+            ax.plot(mean.index, mean.to_numpy(), color=colour, lw=1, label=site)
+            ax.fill_between(mean.index, low.to_numpy(), high.to_numpy(), color=colour, alpha=0.15, lw=0)
+        chance = part.groupby("epoch")["chance"].mean()
+        ax.plot(chance.index, chance.to_numpy(), "--", color="grey", lw=1, label="chance (units' rates)")
+        members = part[["seed"]].drop_duplicates()
+        ax.set_title(f"{variant} ({len(members)} members)", fontsize=9)
+        ax.set_xlabel("epoch (0: initialisation)")
+        ax.set_ylabel("gates as in the final pattern")
+        ax.set_ylim(min(0.45, float(part["chance"].min()) - 0.02), 1.01)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=5, ncol=2)
+    return fig
+
+
+def _scaled_each(difference: np.ndarray) -> np.ndarray:
+    """Per image (..., 3, H, W) -> (..., H, W, 3) in [0, 1], min-max scaled on its own (as the
+    released code's torchvision ``make_grid(normalize=True, scale_each=True)``)."""
+    low = difference.min(axis=(-3, -2, -1), keepdims=True)
+    high = difference.max(axis=(-3, -2, -1), keepdims=True)
+    scaled = (difference - low) / np.where(high > low, high - low, 1)
+    return np.moveaxis(scaled, -3, -1)
+
+
+def pullback_external(arrays: dict, perturbed: bool = False) -> plt.Figure:
+    """The paper's grid (its Figure 1 and README grids) for one ImageNet model: a block of rows per
+    mode (gradient, global-T and per-neuron-T pullback), a row per image (its clean image first),
+    a column per target class (the images' own classes, the diagonal, then random extra labels):
+    each cell the difference between the image after the paper's PGD toward that target and the
+    clean image, min-max scaled per cell (``perturbed``: the perturbed image itself)."""
+    modes = [m for m in PULLBACK_MODES if m in arrays["perturbed"]]
+    images = arrays["images"]
+    n, t = len(images), len(arrays["targets"])
+    cell, head, left = 1.25, 0.75, 0.45  # inches: a cell, the title, the row labels
+    rows = n * len(modes)
+    width, height = left + cell * (t + 1), head + cell * rows
+    fig, axes = plt.subplots(rows, t + 1, figsize=(width, height), squeeze=False)
+    for b, mode in enumerate(modes):
+        moved = arrays["perturbed"][mode]
+        shown = np.moveaxis(moved, -3, -1) if perturbed else _scaled_each(moved - images[:, None])
+        for i in range(n):
+            row = axes[b * n + i]
+            row[0].imshow(np.moveaxis(images[i], 0, -1), aspect="auto")
+            row[0].set_ylabel(f"{PULLBACK_MODES[mode]}\n{arrays['labels'][i]}", fontsize=5)
+            for j in range(t):
+                row[j + 1].imshow(shown[i, j], aspect="auto")
+                if b == 0 and i == 0:
+                    row[j + 1].set_title(arrays["targets"][j], fontsize=5)
+            for ax in row:
+                ax.set_xticks([])
+                ax.set_yticks([])
+    what = "perturbed images" if perturbed else "perturbed minus clean"
+    fig.suptitle(
+        f"{arrays['title']}\n{arrays['steps']}-step PGD toward each column's class\n(L2 radius "
+        f"{arrays['epsilon']:.3g}, images in [-1, 1]); {what}",
+        fontsize=6,
+    )
+    fig.subplots_adjust(
+        left=left / width, right=0.995, bottom=0.005, top=1 - head / height, wspace=0.03, hspace=0.03
+    )
+    return fig
+
+
 def pullback_faithfulness(table: pd.DataFrame) -> plt.Figure:
     """Per variant and mode (a dot per member): the area under the deletion curve (pixels ranked by
     |v| set to the data mean, 5 % per step; lower is more faithful) and under the insertion curve

@@ -716,6 +716,11 @@ class Plan:
             for pair in range(self.pullback["pairs"])
         ]
 
+    @property
+    def pullback_transfer_parts(self) -> list[str]:
+        """Per pair, its PGD transfer rows (written by the pair's job beside its agreement)."""
+        return [path.replace("/agreement/", "/transfer/") for path in self.pullback_pair_jobs]
+
     def pullback_sites(self, variant: str) -> list[str]:
         """The sites of the hidden-unit agreement: pullback.sites of the variant, or unit_sites of
         its cut sites on the residual stream, evenly spaced, the first and the last included."""
@@ -746,6 +751,7 @@ class Plan:
             "results/tables/pullback_symmetry.parquet",
             "results/tables/pullback_faithfulness.parquet",
             "results/tables/pullback_agreement.parquet",
+            "results/tables/pullback_transfer.parquet",
             "results/tables/pullback_summary.csv",
         ]
 
@@ -756,15 +762,59 @@ class Plan:
         return [
             "results/figures/pullback_symmetry.png",
             *(["results/figures/pullback_agreement.png"] if self.pullback_pair_jobs else []),
+            *(["results/figures/pullback_transfer.png"] if self.pullback_pair_jobs else []),
             "results/figures/pullback_faithfulness.png",
             *(["results/figures/pullback_temperature.png"] if self.pullback.get("sweep") else []),
         ]
 
     @property
     def pullback_outputs(self) -> list[str]:
+        extra = self.settling_outputs + self.pullback_external_outputs
         if not self.pullback_member_jobs:
+            return extra
+        return self.pullback_tables + self.figure_files(self.pullback_figures + self.pullback_grids()) + extra
+
+    def pullback_external_figures(self, name: str) -> list[str]:
+        return [
+            f"results/figures/pullback_external_{name}.png",
+            f"results/figures/pullback_external_{name}_perturbed.png",
+        ]
+
+    @property
+    def pullback_external_outputs(self) -> list[str]:
+        """Per pullback.external model: its table and grids (the paper's own experiment)."""
+        return [
+            path
+            for name in self.pullback["external"]
+            for path in [
+                f"results/tables/pullback_external_{name}.parquet",
+                *self.figure_files(self.pullback_external_figures(name)),
+            ]
+        ]
+
+    # Hypothesis 1 (path stability): gate patterns recorded while the zoo trains
+    @property
+    def settling_variants(self) -> list[str]:
+        """The variants whose members record gate patterns (zoo.training.gate_probe_images > 0,
+        usually set per variant in zoo.training_per_variant)."""
+        return [v for v in self.variants if self.train_block(v).get("gate_probe_images", 0) > 0]
+
+    @property
+    def settling_checkpoints(self) -> list[str]:
+        """Every member of the settling variants: each an independent unit of the claim."""
+        return [
+            f"results/zoo/{variant}/seed{seed}.pt"
+            for variant in self.settling_variants
+            for seed in self.zoo_seeds(variant)
+        ]
+
+    @property
+    def settling_outputs(self) -> list[str]:
+        if not self.settling_variants:
             return []
-        return self.pullback_tables + self.figure_files(self.pullback_figures + self.pullback_grids())
+        return ["results/tables/pullback_settling.parquet"] + self.figure_files(
+            ["results/figures/pullback_settling.png"]
+        )
 
     def pullback_problem(self, variant: str) -> str | None:
         """Why a variant has no pullbacks to measure here (None: it has)."""
@@ -794,6 +844,7 @@ class Plan:
         "dissection": "results/tables/dissection.parquet",
         "gated_findings": "results/tables/gated_findings.csv",
         "pullback_symmetry": "results/tables/pullback_symmetry.parquet",
+        "pullback_settling": "results/tables/pullback_settling.parquet",
         "deqntk": "results/tables/deqntk.parquet",
     }
     CLAIMS_OUTPUTS = ["results/tables/claims.csv", "results/tables/claims.rst"]
@@ -977,6 +1028,13 @@ class Plan:
 
         subset("zoo.seeds_per_variant", self.zoo["seeds_per_variant"], self.variants, "zoo.variants")
         subset("zoo.pack_size_per_variant", self.zoo["pack_size_per_variant"], self.variants, "zoo.variants")
+        for variant in self.settling_variants:
+            if self.pack_size(variant) > 1:
+                errors.append(
+                    f"config key zoo.training_per_variant.{variant}.gate_probe_images: the members of "
+                    f"{variant!r} train as packs of {self.pack_size(variant)}, which record no gate "
+                    "patterns; set zoo.pack_size_per_variant." + variant + ": 1 or drop gate_probe_images"
+                )
         for variant in self.variants:
             # A gate permutation's length and shapes are checked where the network is built: at
             # plan time, not in the first training job.

@@ -57,6 +57,7 @@ __all__ = [
     "summarize_cosines",
     "symmetry_cosines",
     "to_unit_range",
+    "transfer_measures",
 ]
 
 #: The stage's temperature modes: the plain gradient, one global T, per-neuron T.
@@ -346,6 +347,63 @@ def pgd_toward(
     return from_unit_range(u, mean, std)
 
 
+# --- transfer across seeds (ours) ---------------------------------------------------------------------
+
+
+def transfer_measures(
+    source_after: Tensor, other_before: Tensor, other_after: Tensor, targets: Tensor
+) -> dict[str, float]:
+    """Whether a PGD perturbation made along one member's direction moves *another* member toward
+    the target class (our measure; the paper shows PGD on one model only).
+
+    Parameters
+    ----------
+    source_after : (N, K) logits of the member whose pullback (or gradient) steered the PGD, on the
+        perturbed images.
+    other_before, other_after : (N, K) logits of another member (a different seed) on the clean and
+        on the same perturbed images.
+    targets : (N,) the target classes.
+
+    Returns
+    -------
+    ``images``; ``source_success`` (fraction of images the source member predicts as the target
+    after PGD); ``transfer_success`` (the same for the other member); ``transfer_already`` (the
+    other member predicted the target on the clean image: the floor of ``transfer_success``);
+    ``transfer_target_prob_before`` and ``transfer_target_prob`` (the other member's softmax
+    probability of the target, mean over images); ``transfer_prob_gain`` (their difference) and
+    ``transfer_margin_gain`` (the mean change of the other member's target logit minus its largest
+    other logit). All in float64.
+    """
+    if not (source_after.shape == other_before.shape == other_after.shape) or source_after.dim() != 2:
+        raise ValueError(
+            f"transfer_measures: logits of shapes {tuple(source_after.shape)}, {tuple(other_before.shape)}, "
+            f"{tuple(other_after.shape)}; expected three (N, K) tensors of one shape"
+        )
+    targets = torch.as_tensor(targets, device=source_after.device).long().reshape(-1)
+    if len(targets) != len(source_after):
+        raise ValueError(f"transfer_measures: {len(targets)} targets for {len(source_after)} images")
+    rows = torch.arange(len(targets), device=targets.device)
+
+    def margin(logits: Tensor) -> Tensor:
+        logits = logits.double()
+        others = logits.clone()
+        others[rows, targets] = -math.inf
+        return logits[rows, targets] - others.max(1).values
+
+    before = other_before.double().softmax(1)[rows, targets]
+    after = other_after.double().softmax(1)[rows, targets]
+    return {
+        "images": len(targets),
+        "source_success": (source_after.argmax(1) == targets).double().mean().item(),
+        "transfer_success": (other_after.argmax(1) == targets).double().mean().item(),
+        "transfer_already": (other_before.argmax(1) == targets).double().mean().item(),
+        "transfer_target_prob_before": before.mean().item(),
+        "transfer_target_prob": after.mean().item(),
+        "transfer_prob_gain": (after - before).mean().item(),
+        "transfer_margin_gain": (margin(other_after) - margin(other_before)).mean().item(),
+    }
+
+
 # --- the stage's summary -----------------------------------------------------------------------------
 
 
@@ -353,12 +411,20 @@ def _spread_label(spread: float) -> str:
     return "permutation" if spread == 0 else f"G_ReLU sigma {spread:g}"
 
 
-def summarize(symmetry: pd.DataFrame, agreement: pd.DataFrame, faithfulness: pd.DataFrame) -> pd.DataFrame:
+def summarize(
+    symmetry: pd.DataFrame,
+    agreement: pd.DataFrame,
+    faithfulness: pd.DataFrame,
+    transfer: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """The stage in one table, a column per mode: per variant the smallest cosine under each group
     element (over members and images), the mean agreement across seeds (class logit; matched
-    hidden units), the mean deletion and insertion areas and the PGD success rate over members, at
-    the stage's temperature (:func:`at_stage_temperature`)."""
+    hidden units), the mean deletion and insertion areas and the PGD success rate over members,
+    and (``transfer`` given) the transfer of PGD across seeds (ours, :func:`transfer_measures`:
+    the other member's success and target-probability gain, mean over pairs and both directions),
+    at the stage's temperature (:func:`at_stage_temperature`)."""
     symmetry, agreement, faithfulness = map(at_stage_temperature, (symmetry, agreement, faithfulness))
+    transfer = at_stage_temperature(transfer) if transfer is not None else None
     rows = []
     for variant in dict.fromkeys(symmetry["variant"]):
         part = symmetry[symmetry["variant"] == variant]
@@ -380,5 +446,15 @@ def summarize(symmetry: pd.DataFrame, agreement: pd.DataFrame, faithfulness: pd.
             ("pgd_success", "PGD success toward a target class"),
         ):
             rows.append({"variant": variant, "measure": label, **members.groupby("mode")[column].mean()})
+        moved = transfer[transfer["variant"] == variant] if transfer is not None else []
+        if len(moved):
+            for column, label in (
+                ("transfer_success", "PGD transfer across seeds (ours): other member predicts the target"),
+                (
+                    "transfer_prob_gain",
+                    "PGD transfer across seeds (ours): other member's target probability gain",
+                ),
+            ):
+                rows.append({"variant": variant, "measure": label, **moved.groupby("mode")[column].mean()})
     table = pd.DataFrame(rows)
     return table[["variant", "measure", *(m for m in MODES if m in table.columns)]]

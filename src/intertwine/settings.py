@@ -188,6 +188,9 @@ class TrainConfig(_Settings):
     select_on: str = _setting("zoo.training.select_on")
     bf16: bool = _setting("zoo.training.bf16")
     channels_last: bool = _setting("zoo.training.channels_last")
+    # Gate patterns recorded per epoch on this many training images (0: none); the weights are
+    # the same either way (tests/test_zoo.py), only the checkpoint gains the record.
+    gate_probe_images: int = _setting("zoo.training.gate_probe_images")
     # Evaluation runs in eval mode, one image at a time as far as the result goes: the batch size
     # changes the speed and memory only (checked: bit-identical weights and accuracies).
     eval_batch_size: int = _setting("zoo.training.eval_batch_size", affects_results=False)
@@ -293,18 +296,18 @@ class GatedConfig(_Settings):
 class PullbackConfig(_Settings):
     """The excitation-pullback stage's jobs (config ``pullback``). Job kinds: ``member`` (symmetry
     and faithfulness of one zoo member), ``pair`` (agreement of two members), ``images`` (a
-    variant's image grids). Which jobs run (``variants``, ``seeds``, ``pairs``) and at which sites
+    variant's image grids), ``external`` (the paper's grids of a torchvision ImageNet model). Which jobs run (``variants``, ``seeds``, ``pairs``) and at which sites
     (``sites``, ``unit_sites``) is the plan's."""
 
     images: int = _setting("pullback.images", only_for=("member", "pair"))
-    probe_images: int = _setting("pullback.probe_images")
+    probe_images: int = _setting("pullback.probe_images", only_for=("member", "pair", "images"))
     temperature: float = _setting("pullback.temperature")
     sweep: list[float] = _setting("pullback.sweep", only_for=("member", "pair"))
     functional: str = _setting("pullback.functional")
     pool_padding: str = _setting("pullback.pool_padding")
     spreads: list[float] = _setting("pullback.spreads", only_for=("member",))
     deletion_steps: int = _setting("pullback.deletion_steps", only_for=("member",))
-    pgd: dict = _setting("pullback.pgd", only_for=("member", "images"))
+    pgd: dict = _setting("pullback.pgd", only_for=("member", "images", "external"))
     units: int = _setting("pullback.units", only_for=("pair",))
     grid_images: int = _setting("pullback.grid_images", only_for=("images",))
 

@@ -280,6 +280,86 @@ PULLBACK_AGREEMENT = pa.schema(
     metadata={"keys": "variant pair site unit_a mode temperature"},
 )
 
+# Per pair of members (ours), direction, mode and temperature: the paper's PGD toward a random
+# other class along the source member's direction (seed_source), read by the other member
+# (seed_other) on the same perturbed images (intertwine.pullback_study.transfer_measures):
+# fractions of images predicted as the target, the other member's target probability and the
+# change of its target-minus-best-other logit margin, means over images.
+PULLBACK_TRANSFER = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("pair", pa.int64()),
+        pa.field("seed_source", pa.int64()),
+        pa.field("seed_other", pa.int64()),
+        pa.field("mode", pa.string()),
+        pa.field("temperature", pa.float64()),
+        pa.field("sweep", pa.bool_()),
+        pa.field("images", pa.int64()),
+        pa.field("source_success", pa.float64()),  # the source member predicts the target after PGD
+        pa.field("transfer_success", pa.float64()),  # the other member does
+        pa.field("transfer_already", pa.float64()),  # the other member did on the clean image
+        pa.field("transfer_target_prob_before", pa.float64()),
+        pa.field("transfer_target_prob", pa.float64()),
+        pa.field("transfer_prob_gain", pa.float64()),
+        pa.field("transfer_margin_gain", pa.float64()),  # logits: target minus best other
+        pa.field("pgd_steps", pa.int64()),
+        pa.field("pgd_epsilon", pa.float64()),  # L2, images in [-1, 1]
+        pa.field("pgd_step_size", pa.float64()),
+        pa.field("probe_images", pa.int64()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant pair seed_source mode temperature"},
+)
+
+# Hypothesis 1 (path stability), per zoo member, recorded epoch (0: initialisation) and ReLU call
+# site: the agreement of the member's binary activation pattern on its probe images with the
+# pattern after the last epoch (final_epoch), the agreement by chance with the units' rates, and the
+# fraction of active gates (intertwine.gates.settling_rows). kept_epoch: the epoch whose
+# weights the member keeps (best validation).
+PULLBACK_SETTLING = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("seed", pa.int64()),
+        pa.field("epoch", pa.int64()),
+        pa.field("site", pa.string()),
+        pa.field("units", pa.int64()),  # gates per image at the site (channels x positions)
+        pa.field("agreement", pa.float64()),
+        pa.field("chance", pa.float64()),
+        pa.field("active", pa.float64()),
+        pa.field("final_epoch", pa.int64()),
+        pa.field("kept_epoch", pa.int64()),
+        pa.field("probe_images", pa.int64()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant seed epoch site"},
+)
+
+# The paper's grids on a torchvision ImageNet model (pullback.external): per mode, image and target
+# class, the model's target probability before and after the paper's PGD along that mode's
+# direction (and after each step), and whether the target is predicted after the last step.
+PULLBACK_EXTERNAL = pa.schema(
+    [
+        pa.field("name", pa.string()),
+        pa.field("arch", pa.string()),
+        pa.field("mode", pa.string()),
+        pa.field("image", pa.string()),  # file name in its class folder
+        pa.field("label", pa.int64()),  # ImageNet index of its folder
+        pa.field("target", pa.int64()),
+        pa.field("target_prob_before", pa.float64()),
+        pa.field("target_prob", pa.float64()),
+        pa.field("success", pa.bool_()),
+        pa.field("target_prob_by_step", pa.list_(pa.float64())),
+        pa.field("size", pa.int64()),
+        pa.field("temperature", pa.float64()),
+        pa.field("functional", pa.string()),
+        pa.field("pgd_steps", pa.int64()),
+        pa.field("pgd_epsilon", pa.float64()),
+        pa.field("pgd_step_size", pa.float64()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "name mode image target"},
+)
+
 # Per member and mode: deletion and insertion curves (mean over images at 0, 1/steps, ..., 1 of
 # the pixels; the class's probability) and their areas, the mean image's probability, and the PGD
 # toward a random other class (success: the target predicted after the last step).
@@ -371,6 +451,7 @@ CLAIMS_SCHEMAS = {
     "dissection": DISSECTION,
     "gated_findings": None,
     "pullback_symmetry": PULLBACK_SYMMETRY,
+    "pullback_settling": PULLBACK_SETTLING,
     "deqntk": DEQNTK,
 }
 GATED_FINDINGS_COLUMNS = ("finding", "paper", "ours", "verdict", "evidence")

@@ -163,11 +163,15 @@ def train(
     std: torch.Tensor,
     label: str = "model",
     log: Callable[[str], None] = print,
+    each_epoch: Callable[[int, nn.Module], None] | None = None,
 ) -> TrainResult:
     """Train ``model`` in place and return its best-validation weights.
 
     Splits, ``mean``/``std`` and ``generator`` must live on the model's device; every random
-    choice (order, translations, flips) comes from ``generator``.
+    choice (order, translations, flips) comes from ``generator``. ``each_epoch(epoch, model)``, when
+    given, is called before the first epoch (epoch 0) and after each epoch; it must leave the
+    model, its modes and the generator as they were (the gate recording of
+    ``intertwine.gates.gate_patterns`` does: the weights come out bit-identical).
     """
     _check_splits(train_split, val_split, label)
     device = train_split.images.device
@@ -179,6 +183,8 @@ def train(
     loss_fn = nn.CrossEntropyLoss()
 
     result = TrainResult(state_dict={}, best_epoch=-1, val_acc=-1.0)
+    if each_epoch is not None:
+        each_epoch(0, model)
     for epoch in range(1, epochs + 1):
         start_time = time.perf_counter()
         model.train()
@@ -212,6 +218,8 @@ def train(
             "epoch_seconds": time.perf_counter() - start_time,
         }
         _end_epoch(result, row, model.state_dict, label, epochs, log)
+        if each_epoch is not None:
+            each_epoch(epoch, model)
     return result
 
 

@@ -2,6 +2,7 @@
 # given, is the plan (intertwine.plan): plain Python, unit-tested, the same for every caller.
 import functools
 import os
+import re
 import shutil
 import sys
 
@@ -107,6 +108,10 @@ STAGE_ENTRIES = {
     "deqntk_conv": ["intertwine.jobs.deqntk:deqntk_conv"],
     "kernel_reference": ["intertwine.jobs.deqntk:kernel_reference_member"],
     "pullback": ["intertwine.jobs.pullback"],
+    "pullback_settling": [
+        "intertwine.jobs.pullback:pullback_settling",
+        "intertwine.figures:pullback_settling",
+    ],
     "tables": ["intertwine.tables"],
     "claims": ["intertwine.claims"],
     "deqntk_table": ["intertwine.tables", "intertwine.paper"],  # the table holds the paper's accuracies

@@ -38,7 +38,8 @@ rule pullback_pair:
         a=member(PLAN.pullback_pairs, "a"),
         b=member(PLAN.pullback_pairs, "b"),
     output:
-        "results/pullback/agreement/{variant}/pair{pair}.parquet",
+        agreement="results/pullback/agreement/{variant}/pair{pair}.parquet",
+        transfer="results/pullback/transfer/{variant}/pair{pair}.parquet",
     log:
         "results/logs/pullback/{variant}/pair{pair}.log",
     benchmark:
@@ -58,7 +59,8 @@ rule pullback_pair:
     shell:
         "intertwine pullback-pair --a {input.a} --b {input.b} --data {params.data} --pair {wildcards.pair}"
         " --sites {params.sites:q} --config {params.block:q} --global-seed {params.seed}"
-        " --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
+        " --device {params.device} --threads {threads} --out {output.agreement}"
+        " --transfer-out {output.transfer} > {log} 2>&1"
 
 
 rule pullback_images:
@@ -110,10 +112,12 @@ rule pullback_table:
         symmetry=PLAN.pullback_member_jobs,
         faithfulness=PLAN.pullback_faithfulness_parts,
         agreement=PLAN.pullback_pair_jobs,
+        transfer=PLAN.pullback_transfer_parts,
     output:
         symmetry="results/tables/pullback_symmetry.parquet",
         faithfulness="results/tables/pullback_faithfulness.parquet",
         agreement="results/tables/pullback_agreement.parquet",
+        transfer="results/tables/pullback_transfer.parquet",
         summary=report(
             "results/tables/pullback_summary.csv",
             caption="../report/pullback_summary.rst",
@@ -130,7 +134,8 @@ rule pullback_table:
     shell:
         "intertwine pullback-table --symmetry {input.symmetry} --faithfulness {input.faithfulness}"
         " --agreement {input.agreement} --out {output.symmetry} --faithfulness-out {output.faithfulness}"
-        " --agreement-out {output.agreement} --summary {output.summary} > {log} 2>&1"
+        " --agreement-out {output.agreement} --transfer {input.transfer} --transfer-out {output.transfer}"
+        " --summary {output.summary} > {log} 2>&1"
 
 
 rule pullback_figure:
@@ -138,6 +143,7 @@ rule pullback_figure:
         symmetry="results/tables/pullback_symmetry.parquet",
         faithfulness="results/tables/pullback_faithfulness.parquet",
         agreement="results/tables/pullback_agreement.parquet",
+        transfer="results/tables/pullback_transfer.parquet",
     output:
         symmetry=report(
             "results/figures/pullback_symmetry.png",
@@ -152,6 +158,15 @@ rule pullback_figure:
             )
             for png in PLAN.pullback_figures
             if png.endswith("pullback_agreement.png")
+        ],
+        transfer=[
+            report(
+                png,
+                caption="../report/pullback_transfer.rst",
+                category="Excitation pullbacks",
+            )
+            for png in PLAN.pullback_figures
+            if png.endswith("pullback_transfer.png")
         ],
         faithfulness=report(
             "results/figures/pullback_faithfulness.png",
@@ -177,12 +192,94 @@ rule pullback_figure:
     params:
         figures=as_json(config["figures"]),
         agreement=lambda wc, output: (f" --agreement-figure {output.agreement}" if output.agreement else ""),
+        transfer=lambda wc, input, output: (
+            f" --transfer {input.transfer} --transfer-figure {output.transfer}" if output.transfer else ""
+        ),
         temperature=lambda wc, output: (
             f" --temperature-figure {output.temperature}" if output.temperature else ""
         ),
         code=code_hash("figures"),
     shell:
         "intertwine pullback-figure --symmetry {input.symmetry} --faithfulness {input.faithfulness}"
-        " --agreement {input.agreement}{params.agreement}{params.temperature} --figures {params.figures:q}"
+        " --agreement {input.agreement}{params.agreement}{params.transfer}{params.temperature}"
+        " --figures {params.figures:q}"
         " --symmetry-figure {output.symmetry} --faithfulness-figure {output.faithfulness}"
+        " --other-formats {output.other_formats} > {log} 2>&1"
+
+
+# Hypothesis 1 (path stability): the gate patterns the settling variants' members recorded while
+# they trained (zoo.training.gate_probe_images), read from their checkpoints.
+rule pullback_settling:
+    input:
+        PLAN.settling_checkpoints,
+    output:
+        table="results/tables/pullback_settling.parquet",
+        figure=report(
+            "results/figures/pullback_settling.png",
+            caption="../report/pullback_settling.rst",
+            category="Excitation pullbacks",
+        ),
+        other_formats=PLAN.other_formats(["results/figures/pullback_settling.png"]),
+    log:
+        "results/logs/tables/pullback_settling.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **on_cpu(),
+    params:
+        figures=as_json(config["figures"]),
+        code=[code_hash("pullback_settling"), code_hash("tables")],
+    shell:
+        "intertwine pullback-settling --checkpoints {input} --out {output.table} --figure {output.figure}"
+        " --figures {params.figures:q} --other-formats {output.other_formats} > {log} 2>&1"
+
+
+# The paper's own experiment: a torchvision ImageNet model with local weights on an image folder
+# (pullback.external; Imagenette's layout), its PGD grids along the gradient and the pullbacks.
+rule pullback_external:
+    input:
+        weights=lambda wc: config["pullback"]["external"][wc.name]["weights"],
+    output:
+        table="results/tables/pullback_external_{name}.parquet",
+        figure=report(
+            "results/figures/pullback_external_{name}.png",
+            caption="../report/pullback_external.rst",
+            category="Excitation pullbacks",
+            subcategory="{name}",
+        ),
+        perturbed=report(
+            "results/figures/pullback_external_{name}_perturbed.png",
+            caption="../report/pullback_external.rst",
+            category="Excitation pullbacks",
+            subcategory="{name}",
+        ),
+        other_formats=PLAN.other_formats(
+            [
+                "results/figures/pullback_external_{name}.png",
+                "results/figures/pullback_external_{name}_perturbed.png",
+            ]
+        ),
+    log:
+        "results/logs/pullback/external/{name}.log",
+    wildcard_constraints:
+        # the configured names only: "x_perturbed" is not a model's name
+        name="|".join(map(re.escape, config["pullback"]["external"])) or "(?!)",
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        **on_gpu(NEEDS.pullback_external),
+    params:
+        block=as_json(PLAN.pullback_block("external")),
+        entry=lambda wc: as_json(config["pullback"]["external"][wc.name]),
+        arch=lambda wc: config["pullback"]["external"][wc.name]["arch"],
+        figures=as_json(config["figures"]),
+        seed=config["seed"],
+        device=config["device"],
+        code=[code_hash("pullback"), code_hash("figures")],
+    shell:
+        "intertwine pullback-external --name {wildcards.name} --arch {params.arch} --weights {input.weights}"
+        " --entry {params.entry:q} --config {params.block:q} --figures {params.figures:q}"
+        " --global-seed {params.seed} --device {params.device} --threads {threads} --out {output.table}"
+        " --figure {output.figure} --perturbed-figure {output.perturbed}"
         " --other-formats {output.other_formats} > {log} 2>&1"

@@ -155,12 +155,71 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
     return symmetry, faithfulness
 
 
+def _transfer_rows(
+    job: Job, settings, models: dict, metas: dict, x, labels, probe, variant, pair
+) -> pd.DataFrame:
+    """PGD transfer across seeds (ours): for each direction (a's pullback moving images that b then
+    reads, and b's read by a), temperature and mode, the paper's PGD toward a random other class
+    along the source member's direction, and what it does to the other member's logits
+    (``pullback_study.transfer_measures``). The targets are one draw per pair, the same for every
+    mode and direction, so the modes are compared on the same images and targets with the same budget."""
+    targets = study.random_targets(
+        labels,
+        len(job.meta()["classes"]),
+        torch.Generator().manual_seed(job.seed("pullback", variant, "pair", pair, "transfer")),
+    ).to(x.device)
+    pgd = _pgd_settings(settings, x.shape[1:])
+    mean, std = job.stats()
+    with torch.no_grad():
+        clean = {k: model.eval()(x) for k, model in models.items()}
+    rows = []
+    for temperature, modes in _temperatures(settings):
+        temperatures = {
+            k: per_neuron_temperatures(model, probe, temperature) if "per_neuron" in modes else None
+            for k, model in models.items()
+        }
+        for source, other in (("a", "b"), ("b", "a")):
+            for mode in modes:
+                direction = _direction(models[source], mode, temperature, temperatures[source])
+                moved = study.pgd_toward(direction, x, targets, mean, std, **pgd)
+                with torch.no_grad():
+                    source_after, other_after = models[source](moved), models[other](moved)
+                measures = study.transfer_measures(source_after, clean[other], other_after, targets)
+                rows.append(
+                    {
+                        "seed_source": metas[source]["seed"],
+                        "seed_other": metas[other]["seed"],
+                        "mode": mode,
+                        "temperature": temperature,
+                        "sweep": temperature != settings.temperature,
+                        **measures,
+                        "pgd_steps": pgd["steps"],
+                        "pgd_epsilon": pgd["epsilon"],
+                        "pgd_step_size": pgd["step_size"],
+                    }
+                )
+    table = pd.DataFrame(rows)
+    job.log(
+        f"{variant} pair {pair}: PGD transfer across seeds (other member predicts the target; its target "
+        "probability gain), mean over both directions\n"
+        + table.groupby(["mode", "temperature"])[["source_success", "transfer_success", "transfer_prob_gain"]]
+        .mean()
+        .to_string()
+    )
+    table.insert(0, "variant", variant)
+    table.insert(1, "pair", pair)
+    return table
+
+
 @_with_pullback_options
-def pullback_pair(job: Job, a: str, b: str, pair: int, block: dict, sites: list[str]) -> pd.DataFrame:
+def pullback_pair(
+    job: Job, a: str, b: str, pair: int, block: dict, sites: list[str]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The agreement of zoo members a and b (``pullback_study.agreement_rows``): per mode, the
     cosines of their pullbacks of the true class's logit, and of ``block["units"]`` hidden units
     at each of ``sites`` against their Hungarian matches, on the first ``block["images"]`` test
-    images."""
+    images; and the transfer of PGD across the two seeds (:func:`_transfer_rows`, ours) on the
+    same images. Returns (agreement rows, transfer rows)."""
     settings = PullbackConfig.from_block(block, "pullback")
     model_a, meta_a = job.model(a)
     model_b, meta_b = job.model(b)
@@ -187,7 +246,22 @@ def pullback_pair(job: Job, a: str, b: str, pair: int, block: dict, sites: list[
     base = {"variant": variant, "pair": pair, "seed_a": meta_a["seed"], "seed_b": meta_b["seed"]}
     for k, (column, value) in enumerate(base.items()):
         table.insert(k, column, value)
-    return table.assign(probe_images=len(probe), **job.provenance({"pullback": block}, device=False))
+    provenance = job.provenance({"pullback": block}, device=False)
+    transfer = _transfer_rows(
+        job,
+        settings,
+        {"a": model_a, "b": model_b},
+        {"a": meta_a, "b": meta_b},
+        x,
+        labels,
+        probe,
+        variant,
+        pair,
+    )
+    return (
+        table.assign(probe_images=len(probe), **provenance),
+        transfer.assign(probe_images=len(probe), **provenance),
+    )
 
 
 @_with_pullback_options
@@ -242,3 +316,147 @@ def pullback_images(job: Job, checkpoint: str, block: dict) -> dict:
         "pgd_moved": moved,
         "pgd_predicted": predicted,
     }
+
+
+def pullback_settling(checkpoints: list[str]) -> pd.DataFrame:
+    """Hypothesis 1's table (``tables.PULLBACK_SETTLING``) from the gate records zoo members keep in
+    their checkpoints (``zoo.training.gate_probe_images``): one row per member, recorded epoch and
+    ReLU call site. A checkpoint without a record is an error naming it and the setting."""
+    from intertwine.zoo import read_checkpoint
+
+    parts = []
+    for path in checkpoints:
+        checkpoint = read_checkpoint(path)
+        rows = checkpoint.get("gate_settling")
+        if not rows:
+            raise ValueError(
+                f"{path} has no gate record: its variant {checkpoint['variant']!r} trained without "
+                "zoo.training.gate_probe_images; set it (zoo.training_per_variant) and retrain the member"
+            )
+        part = pd.DataFrame(rows)
+        part.insert(0, "variant", checkpoint["variant"])
+        part.insert(1, "seed", checkpoint["seed"])
+        parts.append(
+            part.assign(
+                kept_epoch=checkpoint["best_epoch"],
+                config_hash=checkpoint.get("config_hash", ""),
+                version=checkpoint.get("version", ""),
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
+
+
+def _imagenet_labels(folders: list[str], labels: dict | None, name: str) -> list[int]:
+    """Each folder's ImageNet class index: ``labels`` (folder -> index), else Imagenette's WordNet
+    ids, else a folder named by its index."""
+    from intertwine.models.imagenet import IMAGENETTE_CLASSES
+
+    table = labels if labels is not None else IMAGENETTE_CLASSES
+    out = []
+    for folder in folders:
+        if folder in table:
+            out.append(int(table[folder]))
+        elif folder.isdigit() and int(folder) < 1000:
+            out.append(int(folder))
+        else:
+            raise ValueError(
+                f"pullback.external.{name}: folder {folder!r} is not one of Imagenette's WordNet ids nor a class "
+                "index; map it in pullback.external." + name + ".labels (folder: ImageNet index)"
+            )
+    return out
+
+
+@_with_pullback_options
+def pullback_external(
+    job: Job, name: str, arch: str, weights: str, entry: dict, block: dict
+) -> tuple[pd.DataFrame, dict]:
+    """The paper's grids for a torchvision ImageNet model with local weights
+    (``models.imagenet.load_imagenet_model``) on an image folder (Imagenette's layout): the first
+    ``per_class`` images of ``classes`` class folders spread over the sorted folders (Imagenette's
+    10 and 5: folders 0, 2, 4, 6, 8, the released code's choice), each moved by the paper's PGD
+    toward every one of their classes and ``extra_targets`` random other ImageNet classes (the
+    grid's columns), along the plain gradient, the global-T and the per-neuron-T pullback
+    (per-neuron temperatures on the grid's own images). ``entry``: the model's
+    ``pullback.external`` entry (images, labels, classes, extra_targets, per_class, size, resize).
+    Returns one row per (mode, image, target) and the arrays of the figures."""
+    from intertwine.data.image_folder import class_folders, load_folder_images
+    from intertwine.models.imagenet import IMAGENET_MEAN, IMAGENET_STD, load_imagenet_model
+    from torchvision.models._meta import _IMAGENET_CATEGORIES
+
+    settings = PullbackConfig.from_block(block, "pullback")
+    folders = class_folders(entry["images"])
+    count = min(entry.get("classes", 5), len(folders))
+    chosen = folders[:: max(1, len(folders) // count)][:count]
+    classes = _imagenet_labels(chosen, entry.get("labels"), name)
+    raw, owners, files = load_folder_images(
+        entry["images"], chosen, entry.get("per_class", 1), entry.get("size", 224), entry.get("resize", 256)
+    )
+    labels = torch.tensor([classes[chosen.index(f)] for f in owners])
+    generator = torch.Generator().manual_seed(job.seed("pullback", "external", name))
+    others = [c for c in torch.randperm(1000, generator=generator).tolist() if c not in classes]
+    targets = classes + others[: entry.get("extra_targets", 1)]
+    model = load_imagenet_model(arch, weights).to(job.device)
+    mean = torch.tensor(IMAGENET_MEAN, device=job.device)
+    std = torch.tensor(IMAGENET_STD, device=job.device)
+    x = normalize(raw.to(job.device), mean, std)
+    n, t = len(x), len(targets)
+    batch = x.repeat_interleave(t, 0)  # image i, target j at row i * t + j
+    goal = torch.tensor(targets, device=job.device).repeat(n)
+    pgd = _pgd_settings(settings, x.shape[1:])
+    temperatures = per_neuron_temperatures(model, x, settings.temperature)
+    with torch.no_grad():
+        before = model(batch).softmax(1)[torch.arange(n * t), goal]
+    rows, perturbed = [], {}
+    for mode in study.MODES:
+        by_step = []
+
+        def record(z, by_step=by_step):
+            with torch.no_grad():
+                by_step.append(model(z).softmax(1)[torch.arange(n * t), goal].cpu())
+
+        direction = _direction(model, mode, settings.temperature, temperatures)
+        moved = study.pgd_toward(direction, batch, goal, mean, std, **pgd, each_step=record)
+        with torch.no_grad():
+            predicted = model(moved).argmax(1).cpu()
+        perturbed[mode] = ((study.to_unit_range(moved, mean, std) + 1) / 2).clamp(0, 1).cpu().numpy()
+        steps = torch.stack(by_step, 1)
+        for k in range(n * t):
+            i, j = divmod(k, t)
+            rows.append(
+                {
+                    "name": name,
+                    "arch": arch,
+                    "mode": mode,
+                    "image": files[i],
+                    "label": int(labels[i]),
+                    "target": targets[j],
+                    "target_prob_before": before[k].item(),
+                    "target_prob": steps[k, -1].item(),
+                    "success": bool(predicted[k] == targets[j]),
+                    "target_prob_by_step": steps[k].tolist(),
+                }
+            )
+        job.log(
+            f"{name} ({arch}) {mode}: PGD toward {t} targets from {n} images, success "
+            f"{(predicted == goal.cpu()).double().mean().item():.2f}"
+        )
+    table = pd.DataFrame(rows).assign(
+        size=x.shape[-1],
+        temperature=settings.temperature,
+        functional=settings.functional,
+        pgd_steps=pgd["steps"],
+        pgd_epsilon=pgd["epsilon"],
+        pgd_step_size=pgd["step_size"],
+        **job.provenance({"pullback": block, "external": entry}, device=False),
+    )
+    clean = (raw.float() / 255).numpy()
+    arrays = {
+        "title": f"{name} ({arch}, {entry.get('size', 224)} px)",
+        "images": clean,
+        "labels": [_IMAGENET_CATEGORIES[c] for c in labels.tolist()],
+        "targets": [_IMAGENET_CATEGORIES[c] for c in targets],
+        "perturbed": {m: p.reshape(n, t, *p.shape[1:]) for m, p in perturbed.items()},
+        "steps": pgd["steps"],
+        "epsilon": pgd["epsilon"],
+    }
+    return table, arrays

@@ -39,6 +39,7 @@ def train_member(
     config, spec = _settings(job, variant, spec, training, eval_batch_size)
     model, generator = _member(job, variant, seed, spec, features)
     train_split, val_split = job.split("train"), job.split(config.select_on)
+    patterns, record = _gate_recorder(job, config)
     started = time.perf_counter()
     result = train(
         model,
@@ -49,8 +50,9 @@ def train_member(
         *job.stats(),
         label=f"{variant} seed {seed}",
         log=job.log,
+        each_epoch=record,
     )
-    return _outputs(
+    checkpoint, metrics = _outputs(
         job,
         variant,
         seed,
@@ -62,6 +64,42 @@ def train_member(
         time.perf_counter() - started,
         checkpoint_path,
     )
+    if record is not None:
+        checkpoint["gate_settling"] = _settling(job, patterns, config, f"{variant} seed {seed}")
+    return checkpoint, metrics
+
+
+def _gate_recorder(job: Job, config: TrainConfig):
+    """With ``gate_probe_images`` set: a list that fills with (epoch, gate patterns) and the
+    ``each_epoch`` callback of ``train`` that fills it (``gates.gate_patterns`` on the first
+    training images, normalised without augmentation). Without: ([], None)."""
+    if not config.gate_probe_images:
+        return [], None
+    from intertwine.data.augment import normalize
+    from intertwine.gates import gate_patterns
+
+    probe = normalize(job.split("train", config.gate_probe_images).images, *job.stats())
+    patterns = []
+    return patterns, lambda epoch, model: patterns.append((epoch, gate_patterns(model, probe)))
+
+
+def _settling(job: Job, patterns: list, config: TrainConfig, label: str) -> list[dict]:
+    """The checkpoint's record of Hypothesis 1: ``gates.settling_rows`` with the probe size."""
+    from intertwine.gates import settling_rows
+
+    rows = settling_rows(patterns)
+    final = patterns[-1][0]
+    first = [r for r in rows if r["epoch"] == 0]
+    job.log(
+        f"{label}: gate patterns at {len(first)} ReLU call sites on {config.gate_probe_images} images; "
+        "agreement with epoch "
+        f"{final}'s per epoch (mean over sites): "
+        + ", ".join(
+            f"{epoch}: {sum(r['agreement'] for r in rows if r['epoch'] == epoch) / max(len(first), 1):.3f}"
+            for epoch, _ in patterns
+        )
+    )
+    return [row | {"probe_images": config.gate_probe_images} for row in rows]
 
 
 def train_pack(
@@ -79,6 +117,12 @@ def train_pack(
     ``DivergedError`` that stopped it. ``checkpoint_paths`` are where the members' checkpoints will
     be (their metrics record it); ``features`` one checkpoint per seed for an FL variant."""
     config, spec = _settings(job, variant, spec, training, eval_batch_size)
+    if config.gate_probe_images:
+        raise ValueError(
+            f"variant {variant!r}: zoo.training.gate_probe_images is {config.gate_probe_images}, but its members "
+            "train as a pack, which records no gate patterns; set its zoo.pack_size to 1 or its "
+            "gate_probe_images to 0 (zoo.training_per_variant)"
+        )
     members = [
         _member(job, variant, seed, spec, f) for seed, f in zip(seeds, features or [None] * len(seeds))
     ]

@@ -39,6 +39,30 @@ from torch import Tensor, nn
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGENET_ARCHS = ("resnet50", "convnext_tiny")
+#: The architectures of the excitation-pullback paper (ResNet50, VGG11_BN, DenseNet121) and
+#: ResNet18: ``load_imagenet_model`` loads them too (the dissection reads IMAGENET_ARCHS only).
+PULLBACK_ARCHS = ("resnet50", "vgg11_bn", "densenet121", "resnet18")
+LOADABLE_ARCHS = tuple(dict.fromkeys(IMAGENET_ARCHS + PULLBACK_ARCHS))
+
+#: Imagenette's ten classes (its folders are ImageNet's WordNet ids) and their ImageNet indices,
+#: as the pullback paper's released code maps them.
+IMAGENETTE_CLASSES = {
+    "n01440764": 0,  # tench
+    "n02102040": 217,  # English springer
+    "n02979186": 482,  # cassette player
+    "n03000684": 491,  # chain saw
+    "n03028079": 497,  # church
+    "n03394916": 566,  # French horn
+    "n03417042": 569,  # garbage truck
+    "n03425413": 571,  # gas pump
+    "n03445777": 574,  # golf ball
+    "n03888605": 701,  # parachute
+}
+# torchvision's DenseNet release files name a layer's parts norm.1, relu.1, conv.1 (torchvision
+# renames them to norm1, ... when it loads them from its URL).
+_DENSENET_OLD_KEY = re.compile(
+    r"^(.*denselayer\d+\.(?:norm|relu|conv))\.((?:[12])\.(?:weight|bias|running_mean|running_var))$"
+)
 
 DEFAULT_SITES: dict[str, list[str]] = {
     "resnet50": ["layer1", "layer2", "layer3", "layer4", "layer4.2.bn2"],
@@ -54,20 +78,27 @@ _CONVNEXT_CHANNELS_LAST = re.compile(r"^features\.\d+\.\d+\.block\.[1-5]$")
 def _weights_urls(arch: str) -> str:
     from torchvision import models
 
-    enum = {"resnet50": models.ResNet50_Weights, "convnext_tiny": models.ConvNeXt_Tiny_Weights}[arch]
+    enum = {
+        "resnet50": models.ResNet50_Weights,
+        "convnext_tiny": models.ConvNeXt_Tiny_Weights,
+        "vgg11_bn": models.VGG11_BN_Weights,
+        "densenet121": models.DenseNet121_Weights,
+        "resnet18": models.ResNet18_Weights,
+    }[arch]
     return "; ".join(f"{w.name}: {w.url}" for w in enum)
 
 
-def _check_arch(arch: str) -> None:
-    if arch not in IMAGENET_ARCHS:
-        raise ValueError(f"ImageNet arch {arch!r} is not one of {IMAGENET_ARCHS}")
+def _check_arch(arch: str, allowed: tuple[str, ...] = IMAGENET_ARCHS) -> None:
+    if arch not in allowed:
+        raise ValueError(f"ImageNet arch {arch!r} is not one of {allowed}")
 
 
 def build_imagenet_model(arch: str) -> nn.Module:
-    """The torchvision architecture with random weights (1000 classes); downloads nothing."""
+    """The torchvision architecture (one of ``LOADABLE_ARCHS``) with random weights (1000
+    classes); downloads nothing."""
     from torchvision import models
 
-    _check_arch(arch)
+    _check_arch(arch, LOADABLE_ARCHS)
     return getattr(models, arch)(weights=None)
 
 
@@ -89,10 +120,11 @@ def _state_dict(loaded, path: Path) -> dict[str, Tensor]:
 
 
 def load_imagenet_model(arch: str, weights_path: str | Path) -> nn.Module:
-    """Build torchvision's ``arch`` (``resnet50`` or ``convnext_tiny``) without weights, load the
-    state dict in ``weights_path`` (plain, or under a ``"state_dict"``/``"model"`` key; a
-    ``module.`` prefix is stripped), and return the model in eval mode on the CPU."""
-    _check_arch(arch)
+    """Build torchvision's ``arch`` (one of ``LOADABLE_ARCHS``) without weights, load the state
+    dict in ``weights_path`` (plain, or under a ``"state_dict"``/``"model"`` key; a ``module.``
+    prefix is stripped; DenseNet's release names ``norm.1`` read as ``norm1``), and return the
+    model in eval mode on the CPU."""
+    _check_arch(arch, LOADABLE_ARCHS)
     path = Path(weights_path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(
@@ -109,9 +141,18 @@ def load_imagenet_model(arch: str, weights_path: str | Path) -> nn.Module:
             f"{err}); save one with torch.save(model.state_dict(), path)"
         ) from err
     state = _state_dict(loaded, path)
+    if arch.startswith("densenet"):
+        state = {_DENSENET_OLD_KEY.sub(r"\1\2", k): v for k, v in state.items()}
     with torch.device("meta"):  # no memory and no random initialisation: every tensor is loaded
         model = build_imagenet_model(arch)
     expected = model.state_dict()
+    # Release files older than batch norm's counter (torchvision's 2017 V1 weights) lack it; it
+    # counts training steps and changes nothing in eval mode.
+    state = state | {
+        k: torch.zeros((), dtype=torch.long)
+        for k in expected
+        if k.endswith(".num_batches_tracked") and k not in state
+    }
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
     wrong_shape = [
