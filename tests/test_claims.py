@@ -370,6 +370,22 @@ def test_c6_dissection_falls_only_with_residual_activation():
     assert card.loc["C6", "units"] == "resnet20 6 members, resnet20_nores 6 members"
 
 
+def test_c6_fall_is_the_least_squares_trend_over_every_alpha():
+    from intertwine.claims import _fall_along
+
+    alphas = [0.0, 0.25, 0.5, 0.75, 1.0]
+    linear = pd.DataFrame([[0.4 - 0.3 * a for a in alphas], [0.2 + 0.1 * a for a in alphas]], columns=alphas)
+    assert _fall_along(linear).tolist() == pytest.approx([0.3, -0.1], abs=1e-12)
+    # Two alphas: the difference of the endpoints; a bump in the middle moves the line, not the ends.
+    ends = pd.DataFrame([[0.5, 0.2]], columns=[0.0, 1.0])
+    assert _fall_along(ends).tolist() == pytest.approx([0.3])
+    bump = pd.DataFrame([[0.5, 0.5, 0.9, 0.5, 0.5]], columns=alphas)
+    assert _fall_along(bump).tolist() == pytest.approx([0.0], abs=1e-12)
+    # A fall beyond alpha 1 (paper.yaml's alphas stop at 1, but a user's may not) scales with the range.
+    wide = pd.DataFrame([[0.5, 0.3, 0.1]], columns=[0.0, 1.0, 2.0])
+    assert _fall_along(wide).tolist() == pytest.approx([0.4])
+
+
 # --- T1, P1, D1 -----------------------------------------------------------------------------------
 
 
@@ -653,7 +669,7 @@ def test_rank1_is_compared_with_grelu_on_the_same_pairs():
     hard = (table["method"] == "grelu") & (table["pair"] < 4)
     table.loc[hard, "penalty"] += 0.2  # G_ReLU as costly as rank 1 on exactly the pairs rank 1 ran on
     ours = scorecard({"stitching": table}, SETTINGS, None).set_index("claim").loc["C2", "ours"]
-    assert "rank 1 - G_ReLU" in ours and "act3 rank 1 - G_ReLU +3.0" in ours
+    assert "rank 1 - G_ReLU" in ours and "act3 rank 1 - G_ReLU: +3.0" in ours
 
 
 # --- independent pairs --------------------------------------------------------------------------

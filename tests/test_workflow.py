@@ -858,6 +858,19 @@ def test_editing_a_measure_reruns_the_jobs_that_compute_it(tiny_run):
     assert not {"train_member", "train_pack", "stitch_pair", "rotation_trial", "dissect_member"} & set(jobs)
 
 
+def test_editing_the_gated_findings_reruns_the_table_that_holds_them(tiny_run):
+    """The findings are computed by the gated table's job (gated.findings), not by a job of the stage:
+    editing them reruns that table and what reads it, no training and no kernel."""
+    path, original, edited = edited_function("gated.py", "findings")
+    try:
+        path.write_text(edited)
+        jobs = planned_jobs(tiny_run)
+    finally:
+        path.write_bytes(original)
+    assert jobs.get("gated_table") == 1
+    assert not {"train_member", "train_pack", "npk_member", "similarity_pair"} & set(jobs)
+
+
 def test_editing_a_read_only_model_helper_retrains_nothing(tiny_run):
     """site_activations reads a trained model: the stages that read activations rerun, the zoo does not."""
     path, original, edited = edited_function("models/__init__.py", "site_activations")

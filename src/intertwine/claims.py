@@ -160,6 +160,7 @@ class Comparison:
     claimed: int
     required: bool = True
     group: str = ""  # comparisons of one group may have ``exceptions`` undecided or against
+    threshold: float = 0.0  # ``estimate`` is the measured value minus this (shown unshifted)
 
 
 def within(label: str, estimate: Estimate, margin: float, scale: float = 100) -> list[Comparison]:
@@ -167,8 +168,8 @@ def within(label: str, estimate: Estimate, margin: float, scale: float = 100) ->
     lies below +margin and above -margin (both needed; either decided against refutes)."""
     bound = f"{margin * scale:g}"
     return [
-        Comparison(f"{label} below +{bound}", estimate.shift(margin), -1),
-        Comparison(f"{label} above -{bound}", estimate.shift(-margin), +1),
+        Comparison(f"{label} below +{bound}", estimate.shift(margin), -1, threshold=margin),
+        Comparison(f"{label} above -{bound}", estimate.shift(-margin), +1, threshold=-margin),
     ]
 
 
@@ -217,10 +218,12 @@ def judge(
 def describe(
     comparisons: list[Comparison], agreement: list[int], scale: float = 100, fmt: str = ".1f"
 ) -> str:
-    """Each comparison's estimate and interval (times ``scale``) and whether it was shown."""
+    """Each comparison's measured value and interval (times ``scale``; before any shift by its
+    threshold, which its label names) and whether it was shown."""
     marks = {1: "shown", -1: "against", 0: "undecided"}
     return "; ".join(
-        f"{c.label} {c.estimate.text(scale, fmt)} [{marks[a]}]" for c, a in zip(comparisons, agreement)
+        f"{c.label}: {c.estimate.shift(-c.threshold).text(scale, fmt)} [{marks[a]}]"
+        for c, a in zip(comparisons, agreement)
     )
 
 
@@ -321,7 +324,11 @@ def stitching_myrtle(tables, settings) -> Result:
         )
         comparisons.append(
             Comparison(
-                f"{site} G_ReLU - 10", Estimate.of(rows["grelu"], members).shift(0.10), -1, group="below ten"
+                f"{site} G_ReLU below 10",
+                Estimate.of(rows["grelu"], members).shift(0.10),
+                -1,
+                group="below ten",
+                threshold=0.10,
             )
         )
         if "rank1" in rows:
@@ -471,23 +478,37 @@ def cka_diagonal(tables, settings) -> Result:
     )
 
 
+def _fall_along(fractions: pd.DataFrame) -> pd.Series:
+    """Per row (a member's site) of ``fractions`` (columns: the alphas, rotation draws averaged), the
+    fall of the interpretable fraction from alpha 0 to the largest alpha read off the least-squares
+    line through every alpha measured: minus the slope times the alphas' range. With alphas 0 and 1
+    alone it is the difference of the two; with more, every basis along the geodesic counts, as in
+    C5's decay along depth."""
+    alphas = fractions.columns.to_numpy(float)
+    centred = alphas - alphas.mean()
+    slopes = (fractions.to_numpy(float) - fractions.to_numpy(float).mean(1, keepdims=True)) @ centred / (
+        centred @ centred
+    )
+    return pd.Series(-slopes * (alphas.max() - alphas.min()), index=fractions.index)
+
+
 def dissection_rotation(tables, settings) -> Result:
     """Members as units: each member's fall of the interpretable fraction from alpha 0 to the
-    largest alpha (mean over its sites and rotation draws, paired within site). With a residual
-    activation the fall is above 0 and above the fall without one (Welch across variants);
-    without one, a fall decided above 0 refutes the claim."""
+    largest alpha (``_fall_along``: the least-squares trend over every alpha, rotation draws
+    averaged at each; mean over the member's sites, so paired within member and site). With a
+    residual activation the fall is above 0 and above the fall without one (Welch across
+    variants); without one, a fall decided above 0 refutes the claim."""
     table = tables["dissection"]
     flags = settings["residual_activation"]
     table = table[table["variant"].isin(flags)]
     if table.empty:
         return _not_run("needs a dissected ResNet (with or without residual activation)")
-    if not (table["alpha"] == 0).any():
-        return _not_run("needs the unrotated basis (dissection.alphas with 0)")
+    if not (table["alpha"] == 0).any() or table["alpha"].nunique() < 2:
+        return _not_run("needs the unrotated basis and a rotated one (dissection.alphas with 0 and more)")
     falls = {}
     for variant, rows in table.groupby("variant", sort=False):
-        top = rows["alpha"].max()
         at = rows.groupby(["seed", "site", "alpha"])["fraction_interpretable"].mean().unstack("alpha")
-        falls[variant] = (at[0.0] - at[top]).groupby("seed").mean()
+        falls[variant] = _fall_along(at.dropna()).groupby("seed").mean()
     comparisons = []
     with_activation = [v for v in falls if flags[v]]
     without = [v for v in falls if not flags[v]]
@@ -506,8 +527,8 @@ def dissection_rotation(tables, settings) -> Result:
         else "needs variants with and without the residual activation",
     )
     return Result(
-        "fall of the interpretable fraction, alpha 0 to the largest: "
-        + describe(comparisons, judgement.agreement, 1, ".3f"),
+        "fall of the interpretable fraction along the rotation (least-squares line over alpha, from 0 "
+        "to the largest): " + describe(comparisons, judgement.agreement, 1, ".3f"),
         judgement.verdict,
         f"95 % t-intervals over members (paired within member and site), Welch between variants, "
         f"{judgement.note}; without the activation a fall decided above 0 refutes",
@@ -619,7 +640,9 @@ def path_stability(tables, settings) -> Result:
     if values.empty:
         return _not_run("no member recorded gate patterns")
     estimate = Estimate.of(values["agreement"]).shift(SETTLED)
-    comparisons = [Comparison(f"agreement at mid-training - {SETTLED:g} (points)", estimate, +1)]
+    comparisons = [
+        Comparison(f"agreement at mid-training above {SETTLED:g} (points)", estimate, +1, threshold=SETTLED)
+    ]
     judgement = judge(comparisons)
     ours = (
         f"agreement with the final pattern at epoch {'/'.join(map(str, sorted(set(values['epoch']))))}: "

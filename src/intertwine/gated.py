@@ -314,7 +314,10 @@ def findings(table: pd.DataFrame, epochs: dict[str, int] | None = None) -> pd.Da
                 d = Estimate.difference(members["test_acc"].to_numpy() * 100, identity)
                 comparisons.append(
                     Comparison(
-                        f"{family} {value_input} permuted - identity above -{BARELY:g}", d.shift(-BARELY), +1
+                        f"{family} {value_input} permuted - identity above -{BARELY:g}",
+                        d.shift(-BARELY),
+                        +1,
+                        threshold=-BARELY,
                     )
                 )
         finding(

@@ -113,6 +113,16 @@ STAGE_ENTRIES = {
         "intertwine.figures:pullback_settling",
     ],
     "tables": ["intertwine.tables"],
+    # Table jobs that compute more than they collect: what they compute is part of their identity.
+    "zoo_table": ["intertwine.tables", "intertwine.zoo:zoo_table"],
+    "symmetry_table": ["intertwine.tables", "intertwine.symmetry:summarize"],
+    "gated_table": [
+        "intertwine.tables",
+        "intertwine.gated:study_table",
+        "intertwine.gated:findings",
+        "intertwine.paper",
+    ],
+    "pullback_table": ["intertwine.tables", "intertwine.pullback_study:summarize"],
     "claims": ["intertwine.claims"],
     "deqntk_table": ["intertwine.tables", "intertwine.paper"],  # the table holds the paper's accuracies
     "figures": ["intertwine.figures", "intertwine.paper"],

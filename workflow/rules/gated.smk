@@ -53,7 +53,7 @@ rule gated_table:
         study=as_json(config["gated"]["variants"]),
         epochs=as_json({v: PLAN.member_epochs(v) for v in config["gated"]["variants"]}),
         dataset=DATASET,
-        code=code_hash("tables"),
+        code=code_hash("gated_table"),
     shell:
         "intertwine gated-table {input.parts} --zoo {input.zoo} --variants {params.variants:q}"
         " --study {params.study:q} --epochs {params.epochs:q} --dataset {params.dataset}"

@@ -130,7 +130,7 @@ rule pullback_table:
     resources:
         **on_cpu(),
     params:
-        code=code_hash("tables"),
+        code=code_hash("pullback_table"),
     shell:
         "intertwine pullback-table --symmetry {input.symmetry} --faithfulness {input.faithfulness}"
         " --agreement {input.agreement} --out {output.symmetry} --faithfulness-out {output.faithfulness}"

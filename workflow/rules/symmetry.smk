@@ -39,6 +39,6 @@ rule symmetry_table:
     resources:
         **on_cpu(),
     params:
-        code=code_hash("tables"),
+        code=code_hash("symmetry_table"),
     shell:
         "intertwine symmetry-table {input} --out {output.table} --summary {output.summary} > {log} 2>&1"

@@ -111,6 +111,6 @@ rule zoo_table:
     resources:
         **on_cpu(),
     params:
-        code=code_hash("tables"),
+        code=code_hash("zoo_table"),
     shell:
         "intertwine zoo-table {input} --out {output.zoo} --epochs-out {output.epochs} > {log} 2>&1"
