@@ -60,7 +60,9 @@ def learning_curve(args) -> list[dict]:
         for w, u, b in SETTINGS:
             started = time.perf_counter()
             K = deq.deq_ntk(x_train, sigma_w2=w, sigma_u2=u, sigma_b2=b, block_rows=args.block_rows)
-            K_test = deq.deq_ntk(x_test, x_train, sigma_w2=w, sigma_u2=u, sigma_b2=b, block_rows=args.block_rows)
+            K_test = deq.deq_ntk(
+                x_test, x_train, sigma_w2=w, sigma_u2=u, sigma_b2=b, block_rows=args.block_rows
+            )
             _synchronize(args.device)
             gram_seconds = time.perf_counter() - started
             for n in sizes:
@@ -135,10 +137,14 @@ def plot(csv_path: str, figure_path: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", help="a data directory of the workflow's data stage")
-    parser.add_argument("--dataset", default="cifar10", help="whose paper accuracies apply (paper.py's names)")
+    parser.add_argument(
+        "--dataset", default="cifar10", help="whose paper accuracies apply (paper.py's names)"
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 5000])
     parser.add_argument("--n-test", type=int, default=10000)
-    parser.add_argument("--preprocessing", nargs="+", default=["raw", "centred"], choices=deqntk.PREPROCESSING)
+    parser.add_argument(
+        "--preprocessing", nargs="+", default=["raw", "centred"], choices=deqntk.PREPROCESSING
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     parser.add_argument("--block-rows", type=int, default=2048)

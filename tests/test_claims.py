@@ -488,6 +488,13 @@ def test_d1_reads_the_papers_deq_ntk_table():
     assert verdict("D1", deq([0.5908, 0.5977, 0.5943], n_test=1)) == "inconclusive"
     card = scorecard(deq([0.59, 0.6, 0.59]), SETTINGS, None).set_index("claim")
     assert "checked for the spec" not in " ".join(card.loc["D1"].astype(str))
+    # The run's data set is named where the table has it (an MNIST run is not a CIFAR-10 one).
+    mnist = {"deqntk": deq([0.986, 0.5, 0.5])["deqntk"].iloc[:1].assign(dataset="mnist", paper_acc=0.986)}
+    card = scorecard(mnist, SETTINGS, None).set_index("claim")
+    assert (
+        card.loc["D1", "verdict"] == "reproduced"
+        and "mnist (0.25,0.25,0.5) 98.6 vs 98.60" in card.loc["D1", "ours"]
+    )
 
 
 # --- the gated-networks findings (Tables I and II) --------------------------------------------------

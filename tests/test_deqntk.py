@@ -463,11 +463,12 @@ def gram_job(tmp_path, tiny_shapes_dir):
 
     job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
 
-    def blocks(variances, n_train=40, n_test=16, where="g"):
+    def blocks(variances, n_train=40, n_test=16, where="g", preprocessing="raw"):
         paths = []
         for part, start, stop in gram_layout(n_train, n_test, 24):
             paths.append(tmp_path / where / f"{part}{start}.npz")
-            block = deqntk_gram(job, variances, n_train, part, start, stop, {"n_test": n_test})
+            config = {"n_test": n_test, "preprocessing": preprocessing}
+            block = deqntk_gram(job, variances, n_train, part, start, stop, config)
             deqntk.save_block(block, paths[-1])
         return [str(p) for p in paths]
 
@@ -480,6 +481,10 @@ def gram_job(tmp_path, tiny_shapes_dir):
         ("other variances", r"test0.npz is a block of the Gram at w0.8_u0.2_b0, not at w0.6_u0.4_b0"),
         ("other n_train", r"train24.npz is a block of a Gram of 48 training and 16 test images"),
         ("other n_test", r"test0.npz is a block of a Gram of 40 training and 8 test images"),
+        (
+            "other preprocessing",
+            r"test0.npz is a block of the Gram of 'centred' inputs, but deqntk.preprocessing is 'raw'",
+        ),
     ],
 )
 def test_regression_refuses_blocks_of_another_gram(gram_job, mix, message):
@@ -490,6 +495,8 @@ def test_regression_refuses_blocks_of_another_gram(gram_job, mix, message):
     if mix == "other variances":
         other = blocks((0.8, 0.2, 0.0), where="o")
         paths = good[:-1] + other[-1:]
+    elif mix == "other preprocessing":
+        paths = good[:-1] + blocks(SETTING, where="o", preprocessing="centred")[-1:]
     elif mix == "other n_train":
         paths = good[:1] + blocks(SETTING, n_train=48, where="o")[1:2] + good[2:]
     else:
@@ -505,6 +512,7 @@ def test_regression_refuses_a_gram_too_small_and_variances_that_do_not_sum_to_on
     paths = blocks(SETTING)
     assert deqntk.load_block(paths[0]).variances == SETTING
     assert (deqntk.load_block(paths[0]).n_train, deqntk.load_block(paths[0]).n_test) == (40, 16)
+    assert deqntk.load_block(paths[0]).preprocessing == "raw"
     with pytest.raises(ValueError, match="hold a Gram of 40 training images, fewer than the 48 asked for"):
         deqntk_regression(job, SETTING, 48, paths, {"n_test": 16})
     with pytest.raises(ValueError, match="hold 16 test rows, but n_test is 8"):
@@ -529,8 +537,8 @@ def test_damaged_or_old_block_is_an_error_naming_the_file(tmp_path, damage):
         message = "train0.npz: not a readable Gram block"
     else:
         with np.load(path) as f:
-            old = {k: f[k] for k in f.files if k not in ("variances", "sizes")}
+            old = {k: f[k] for k in f.files if k not in ("variances", "sizes", "preprocessing")}
         np.savez(path, **old)
-        message = "train0.npz: a Gram block that records no variance setting or sizes"
+        message = "train0.npz: a Gram block that records no variance setting, sizes or input preprocessing"
     with pytest.raises(ValueError, match=message + r".*delete it and rerun its deqntk_gram job"):
         deqntk.load_block(path)

@@ -350,8 +350,12 @@ def test_kernel_regression_interpolates_and_classifies():
     assert fit.solver == "cholesky"
     expected = float(torch.linalg.matrix_norm(fit.scores - targets) / torch.linalg.matrix_norm(targets))
     assert fit.residual == pytest.approx(expected, rel=1e-6, abs=1e-15) and fit.residual < 1e-10
-    indefinite = deq.kernel_regression(torch.diag(torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64)),
-                                       [0, 1, 2], torch.eye(3, dtype=torch.float64), num_classes=3)
+    indefinite = deq.kernel_regression(
+        torch.diag(torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64)),
+        [0, 1, 2],
+        torch.eye(3, dtype=torch.float64),
+        num_classes=3,
+    )
     assert indefinite.solver == "lu" and indefinite.residual < 1e-15
     test = deq.kernel_regression(K, y.numpy(), K_test, num_classes=3)
     assert test.predictions.dtype == torch.int64 and torch.equal(test.predictions, y_test)

@@ -486,8 +486,10 @@ def _fall_along(fractions: pd.DataFrame) -> pd.Series:
     C5's decay along depth."""
     alphas = fractions.columns.to_numpy(float)
     centred = alphas - alphas.mean()
-    slopes = (fractions.to_numpy(float) - fractions.to_numpy(float).mean(1, keepdims=True)) @ centred / (
-        centred @ centred
+    slopes = (
+        (fractions.to_numpy(float) - fractions.to_numpy(float).mean(1, keepdims=True))
+        @ centred
+        / (centred @ centred)
     )
     return pd.Series(-slopes * (alphas.max() - alphas.min()), index=fractions.index)
 
@@ -675,7 +677,8 @@ def deq_accuracy(tables, settings) -> Result:
     for r in rows.itertuples():
         se = math.sqrt(max(r.test_acc * (1 - r.test_acc), 1e-12) / r.n_test)
         d = Estimate(r.test_acc - r.paper_acc, se, math.inf, int(r.n_test))
-        label = f"({r.sigma_w2:g},{r.sigma_u2:g},{r.sigma_b2:g}) {r.test_acc * 100:.1f} vs {r.paper_acc * 100:.2f}"
+        data = f"{r.dataset} " if "dataset" in rows else ""
+        label = f"{data}({r.sigma_w2:g},{r.sigma_u2:g},{r.sigma_b2:g}) {r.test_acc * 100:.1f} vs {r.paper_acc * 100:.2f}"
         comparisons += within(label, d, DEQ_MARGIN)
     judgement = judge(comparisons)
     return Result(
@@ -799,10 +802,12 @@ CLAIMS = (
     Claim(
         "D1",
         DEQ,
-        "the paper's CIFAR-10 accuracies of ridge-free kernel regression with the fully connected DEQ-NTK",
-        "Our DEQ-NTK regression reaches the paper's accuracy at each variance setting (within 3 points, "
-        "our margin)",
-        "CIFAR-10: 59.08 / 59.77 / 59.43 % at (.25,.25,.5) / (.6,.4,0) / (.8,.2,0)",
+        "the paper's accuracies of ridge-free kernel regression with the fully connected DEQ-NTK on the "
+        "whole training and test sets (CIFAR-10 and MNIST)",
+        "Our DEQ-NTK regression reaches the paper's accuracy on the run's data set at each variance setting "
+        "the paper reports for it (within 3 points, our margin)",
+        "CIFAR-10: 59.08 / 59.77 / 59.43 % at (.25,.25,.5) / (.6,.4,0) / (.8,.2,0); MNIST: 98.6 % at "
+        "(.25,.25,.5)",
         ("deqntk",),
         "deqntk_accuracy.png",
         deq_accuracy,

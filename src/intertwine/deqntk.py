@@ -218,8 +218,9 @@ def draw(n: int, size: int, generator: torch.Generator, what: str = "images") ->
 class Block(NamedTuple):
     """Rows [start, stop) of the Gram's ``part`` ("train" or "test"), columns [column, N), of
     the Gram of ``n_train`` = N training and ``n_test`` test images at ``variances``
-    (sigma_w2, sigma_u2, sigma_b2): a block records the setting and sizes of its Gram, so that
-    blocks of another Gram are refused (``check_blocks``)."""
+    (sigma_w2, sigma_u2, sigma_b2), of inputs made by ``preprocessing`` (``unit_rows``): a block
+    records the setting, the inputs and the sizes of its Gram, so that blocks of another Gram are
+    refused (``check_blocks``)."""
 
     part: str
     start: int
@@ -232,6 +233,7 @@ class Block(NamedTuple):
     variances: tuple[float, float, float]
     n_train: int
     n_test: int
+    preprocessing: str
 
 
 def gram_block(
@@ -242,10 +244,13 @@ def gram_block(
     stop: int,
     variances: tuple[float, float, float],
     tol: float = 1e-10,
+    preprocessing: str = "raw",
 ) -> Block:
     """One block of the DEQ-NTK Gram: training rows [start, stop) against the training columns
     [start, N), or test rows [start, stop) against every training column (unit rows, see
-    :func:`unit_rows`)."""
+    :func:`unit_rows`; ``preprocessing``: the one they were made with, recorded in the block)."""
+    if preprocessing not in PREPROCESSING:
+        raise ValueError(f"preprocessing must be one of {', '.join(PREPROCESSING)}, got {preprocessing!r}")
     if part not in ("train", "test"):
         raise ValueError(f"part must be 'train' or 'test', got {part!r}")
     rows = x_train if part == "train" else x_test
@@ -269,6 +274,7 @@ def gram_block(
         tuple(float(v) for v in variances),
         len(x_train),
         len(x_test),
+        preprocessing,
     )
 
 
@@ -285,6 +291,7 @@ def save_block(block: Block, path: str | Path) -> None:
         seconds=np.array(block.seconds),
         variances=np.array(block.variances, dtype=np.float64),
         sizes=np.array([block.n_train, block.n_test]),
+        preprocessing=np.array(block.preprocessing),
     )
     with atomic_path(path) as tmp:
         Path(tmp).write_bytes(buffer.getvalue())
@@ -295,10 +302,11 @@ def load_block(path: str | Path) -> Block:
     blocks recorded their variances and sizes, is an error naming it."""
     try:
         with np.load(path) as f:
-            if "variances" not in f.files or "sizes" not in f.files:
+            if not {"variances", "sizes", "preprocessing"} <= set(f.files):
                 raise ValueError(
-                    f"{path}: a Gram block that records no variance setting or sizes (written by an "
-                    "older version, or not a block of this stage); delete it and rerun its deqntk_gram job"
+                    f"{path}: a Gram block that records no variance setting, sizes or input preprocessing "
+                    "(written by an older version, or not a block of this stage); delete it and rerun its "
+                    "deqntk_gram job"
                 )
             start, stop, column = (int(v) for v in f["rows"])
             n_train, n_test = (int(v) for v in f["sizes"])
@@ -314,6 +322,7 @@ def load_block(path: str | Path) -> Block:
                 tuple(float(v) for v in f["variances"]),
                 n_train,
                 n_test,
+                str(f["preprocessing"]),
             )
     except FileNotFoundError:
         raise
@@ -339,15 +348,25 @@ def load_block(path: str | Path) -> Block:
 
 
 def check_blocks(
-    blocks: list[Block], names: list[str], variances: tuple[float, float, float], n_train: int, n_test: int
+    blocks: list[Block],
+    names: list[str],
+    variances: tuple[float, float, float],
+    n_train: int,
+    n_test: int,
+    preprocessing: str = "raw",
 ) -> None:
     """ValueError naming the first block (``names``: its file) that belongs to another Gram than
-    the one of ``variances`` with at least ``n_train`` training columns and ``n_test`` test rows,
-    or that disagrees with the first block on the Gram's sizes."""
+    the one of ``variances`` and ``preprocessing`` with at least ``n_train`` training columns and
+    ``n_test`` test rows, or that disagrees with the first block on the Gram's sizes."""
     if not blocks:
         raise ValueError("no Gram blocks given; give every block of one Gram (deqntk-gram's outputs)")
     first = blocks[0]
     for block, name in zip(blocks, names):
+        if block.preprocessing != preprocessing:
+            raise ValueError(
+                f"{name} is a block of the Gram of {block.preprocessing!r} inputs, but deqntk.preprocessing "
+                f"is {preprocessing!r}: rerun its deqntk_gram job (snakemake does, when the setting changes)"
+            )
         if not all(
             math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15) for a, b in zip(block.variances, variances)
         ):

@@ -78,7 +78,9 @@ def deqntk_gram(
     order = _training_order(job, n_train)
     x_train = _unit_rows(job, _pool(job).images[order], settings)
     x_test = _unit_rows(job, _test_split(job, settings.n_test).images, settings)
-    result = deqntk.gram_block(x_train, x_test, part, start, stop, variances, settings.tol)
+    result = deqntk.gram_block(
+        x_train, x_test, part, start, stop, variances, settings.tol, settings.preprocessing
+    )
     job.log(
         f"{deqntk.variances_name(variances)}: {part} rows [{start}, {stop}) x {tuple(result.gram.shape)} "
         f"in {result.seconds:.1f} s, {result.iterations} iterations (last step {result.residual:.1e})"
@@ -92,7 +94,9 @@ def deqntk_regression(job: Job, variances, n_train: int, blocks: list[str], bloc
     settings = DeqntkConfig.from_block(block, "deqntk")
     variances = _variances(variances)
     parts = [deqntk.load_block(path) for path in blocks]
-    deqntk.check_blocks(parts, [str(path) for path in blocks], variances, n_train, settings.n_test)
+    deqntk.check_blocks(
+        parts, [str(path) for path in blocks], variances, n_train, settings.n_test, settings.preprocessing
+    )
     K, K_test = deqntk.assemble(parts, n_train)
     used = [p for p in parts if p.part == "test" or p.start < n_train]
     y_train = _pool(job).labels[_training_order(job, n_train)]
