@@ -287,3 +287,38 @@ def test_match_monomial_recovers_a_signed_monomial_and_training_keeps_signs():
     assert stitching.build_layer("grelu", 6).__class__ is stitching.GReLUStitch
     _, grelu_scales = stitching.match_grelu(x, y)
     assert (grelu_scales >= 0).all()
+
+
+# --- Thm 2.1: the value weights' NTK at a +-sigma initialisation is d sigma^(2(d-1)) NPK -------------
+
+
+@pytest.mark.parametrize(
+    "spec, size",
+    [
+        ({"arch": "c4gap", "width_multiplier": 1 / 32, "gated": {"family": "dgn"}}, 6),  # no pools
+        (
+            {"arch": "c4gap", "width_multiplier": 1 / 32, "gated": {"family": "dlgn", "value_input": "ones"}},
+            6,
+        ),
+        # Myrtle's value network: gated max-pools and a global selection in place of the average pool
+        ({"arch": "myrtle", "width_multiplier": 1 / 32, "gated": {"family": "dgn", "pools": "gated_max"}}, 8),
+    ],
+    ids=["c4gap dgn", "c4gap dlgn ones", "myrtle gated max-pools"],
+)
+def test_value_weight_ntk_is_d_sigma_to_the_2_d_minus_1_times_the_npk_in_expectation(spec, size):
+    """The paper's Thm 2.1 on convolutional gated networks (the identity the NPK module's docstring
+    states): averaged over +-sigma initialisations of the value weights, their NTK equals d
+    sigma^(2(d-1)) NPK, every entry within 4 standard errors (fixed seeds); the factor with one
+    layer fewer is rejected by the same test."""
+    torch.manual_seed(0)
+    model = models.build(spec)
+    x = torch.randn(3, 3, size, size, dtype=torch.float64)
+    mean, se = gated.value_weight_ntk(
+        model, x, sigma=0.7, draws=300, generator=torch.Generator().manual_seed(1)
+    )
+    npk = gated.member_npk(model.double(), x)
+    d = len(model.value.layer_names()) + 1
+    assert gated.value_weight_ntk_factor(model, 0.7) == pytest.approx(d * 0.7 ** (2 * (d - 1)))
+    assert float(((mean - gated.value_weight_ntk_factor(model, 0.7) * npk) / se).abs().max()) < 4
+    wrong = (d - 1) * 0.7 ** (2 * (d - 2)) * npk
+    assert float(((mean - wrong) / se).abs().max()) > 4

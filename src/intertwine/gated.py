@@ -7,6 +7,7 @@ and which of the paper's findings a run reproduces. (The models are
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,16 @@ from intertwine.models.myrtle import Myrtle
 from intertwine.models.plain import ConvStack
 from intertwine.similarity import kernel_cka
 
-__all__ = ["findings", "has_npk", "kernel_checks", "member_npk", "npk_inputs", "study_table"]
+__all__ = [
+    "findings",
+    "has_npk",
+    "kernel_checks",
+    "member_npk",
+    "npk_inputs",
+    "study_table",
+    "value_weight_ntk",
+    "value_weight_ntk_factor",
+]
 
 
 def has_npk(model: nn.Module) -> bool:
@@ -90,6 +100,70 @@ def member_npk(model: nn.Module, x: Tensor, y: Tensor | None = None) -> Tensor:
         model.train(was_training)
 
 
+def value_weight_ntk_factor(model: GatedNet, sigma: float = 1.0) -> float:
+    """``d sigma^(2(d-1))``: the factor between the neural path kernel and the expected NTK of the
+    value weights at a +-sigma initialisation (the paper's Thm 2.1), d the value network's weight
+    layers counting the head."""
+    d = len(model.value.layer_names()) + 1
+    return d * sigma ** (2 * (d - 1))
+
+
+def value_weight_ntk(
+    model: GatedNet, x: Tensor, *, sigma: float = 1.0, draws: int = 32, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """The paper's quantity (Thm 2.1): the NTK of a gated network's value weights alone, with its
+    gates as they are (trained or not), at an initialisation of every value weight to +-sigma with
+    random signs, averaged over ``draws`` such initialisations, per output (the sum over the
+    outputs divided by their number).
+
+    The value network is idealised as the theorem's is: its convolutions and head without biases
+    and its batch norms left out (the member's own value weights, biases and normalisation play
+    no part). Its expectation is ``value_weight_ntk_factor(model, sigma) * member_npk(model, x)``
+    exactly, at any width, convolutional layers and pools included (``intertwine.kernels.npk``).
+
+    Parameters
+    ----------
+    model : a ``GatedNet`` (its gates do not depend on the value weights).
+    x : (N, C, H, W) normalised images.
+    sigma, draws, generator : the magnitude of the value weights, how many initialisations, and
+        the generator of their signs.
+
+    Returns
+    -------
+    (mean, standard error), each an (N, N) float64 tensor: the mean over draws and its standard
+    error (the standard deviation over draws divided by sqrt(draws)).
+    """
+    if not isinstance(model, GatedNet):
+        raise ValueError(
+            f"the value-weight NTK is a gated network's (its gates fixed, its value weights drawn), not a "
+            f"{type(model).__name__}'s: a plain network's gates move with its weights"
+        )
+    if not isinstance(draws, int) or isinstance(draws, bool) or draws < 2:
+        raise ValueError(f"draws must be an integer >= 2 (a standard error needs two), got {draws!r}")
+    if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"sigma must be a finite number > 0, got {sigma!r}")
+    ideal = copy.deepcopy(model).double().eval()
+    value = ideal.value
+    names = []
+    for conv, norm, _, _ in value.layer_names():
+        value.get_submodule(conv).register_parameter("bias", None)
+        setattr(value, norm, nn.Identity())
+        names.append(f"value.{conv}.weight")
+    value.fc.register_parameter("bias", None)
+    names.append("value.fc.weight")
+    weights = dict(ideal.named_parameters())
+    outputs = value.fc.out_features
+    samples = []
+    for _ in range(draws):
+        with torch.no_grad():
+            for name in names:
+                signs = torch.randint(0, 2, weights[name].shape, generator=generator, dtype=torch.float64)
+                weights[name].copy_(sigma * (2 * signs - 1))
+        samples.append(npk.empirical_ntk(ideal, x.double(), params=names) / outputs)
+    stacked = torch.stack(samples)
+    return stacked.mean(0), stacked.std(0) / math.sqrt(draws)
+
+
 def _gate_kernels(model: nn.Module, x: Tensor) -> dict[str, Tensor]:
     return {
         site: npk.gate_kernel(a) for site, a in models.site_activations(model, x, batch_size=len(x)).items()
@@ -103,7 +177,9 @@ def _relative(new: Tensor, old: Tensor) -> float:
 SHIFT_IMAGES = 8
 
 
-def kernel_checks(model: nn.Module, x: Tensor, generator: torch.Generator, shift: int = 1) -> list[dict]:
+def kernel_checks(
+    model: nn.Module, x: Tensor, generator: torch.Generator, shift: int = 1, value_ntk_draws: int = 0
+) -> list[dict]:
     """One row per kernel of a member on normalised probe images ``x``: its NPK (when
     :func:`has_npk`) and the gate kernel of every site, each with
 
@@ -115,7 +191,13 @@ def kernel_checks(model: nn.Module, x: Tensor, generator: torch.Generator, shift
       for circular padding without pools (SEEDS.md), and for the zoo's zero-padded, pooled networks
       a measure of how far the boundary and the pools break the invariance;
     * ``ntk_cka``: CKA of the kernel with the member's empirical NTK (all trainable parameters,
-      every logit) on the same images.
+      every logit) on the same images: the trained network's NTK, not the quantity of the paper's
+      Thm 2.1, and of a network with biases and batch norms, whose NPK is that of its bias-free
+      idealisation;
+    * ``value_ntk_error``, ``value_ntk_z`` (a gated network's NPK, with ``value_ntk_draws``): Thm
+      2.1's quantity, :func:`value_weight_ntk` at sigma 1 over that many draws, against
+      ``d NPK``: the relative Frobenius distance, and the largest entry's distance in standard
+      errors of the mean.
 
     Computed in float64 on a copy; the model is left as it is.
     """
@@ -133,6 +215,14 @@ def kernel_checks(model: nn.Module, x: Tensor, generator: torch.Generator, shift
         acted["model"] = member_npk(acted_model, x)
         few = x[:SHIFT_IMAGES]  # the cross kernel costs as much as the whole one: a few images tell
         shifted["model"] = member_npk(model, few, torch.roll(few, shift, dims=-1))
+    value_ntk = {}
+    if value_ntk_draws and isinstance(model, GatedNet):
+        mean, se = value_weight_ntk(model, x, draws=value_ntk_draws, generator=generator)
+        expected = value_weight_ntk_factor(model) * kernels["model"]
+        value_ntk = {
+            "value_ntk_error": _relative(mean, expected),
+            "value_ntk_z": float(((mean - expected).abs() / se.clamp_min(1e-300)).max()),
+        }
     rows = []
     for site, kernel in kernels.items():
         rows.append(
@@ -144,6 +234,10 @@ def kernel_checks(model: nn.Module, x: Tensor, generator: torch.Generator, shift
                 if site in shifted
                 else float("nan"),
                 "ntk_cka": kernel_cka(kernel, ntk) if _varies(kernel) else float("nan"),
+                "value_ntk_error": value_ntk.get("value_ntk_error", math.nan)
+                if site == "model"
+                else math.nan,
+                "value_ntk_z": value_ntk.get("value_ntk_z", math.nan) if site == "model" else math.nan,
             }
         )
     return rows

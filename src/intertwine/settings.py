@@ -290,6 +290,7 @@ class GatedConfig(_Settings):
     """The kernels of a gated-networks study member (config ``gated``)."""
 
     probe_images: int = _setting("gated.probe_images")
+    value_ntk_draws: int = _setting("gated.value_ntk_draws")
 
 
 @dataclasses.dataclass(frozen=True)

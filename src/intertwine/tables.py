@@ -221,6 +221,9 @@ NPK = pa.schema(
         pa.field("permutation_error", pa.float64()),
         pa.field("shift_error", pa.float64()),  # npk only
         pa.field("ntk_cka", pa.float64()),
+        # npk of a gated member only: its value weights' NTK at +-1 draws against d NPK (Thm 2.1)
+        pa.field("value_ntk_error", pa.float64()),
+        pa.field("value_ntk_z", pa.float64()),
         *PROVENANCE,
     ],
     metadata={"keys": "variant seed kernel site"},

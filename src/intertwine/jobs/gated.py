@@ -18,10 +18,17 @@ def npk_member(job: Job, checkpoint: str, block: dict) -> pd.DataFrame:
     model, meta = job.model(checkpoint)
     x = normalize(job.split("test", settings.probe_images).images, *job.stats())
     generator = torch.Generator().manual_seed(job.seed("gated", meta["variant"], meta["seed"]))
-    rows = gated.kernel_checks(model, x, generator)
+    rows = gated.kernel_checks(model, x, generator, value_ntk_draws=settings.value_ntk_draws)
+    theorem = next((r for r in rows if r["value_ntk_error"] == r["value_ntk_error"]), None)
     job.log(
         f"{meta['variant']} seed {meta['seed']}: {len(rows)} kernels on {len(x)} images; largest "
         f"permutation error {max(r['permutation_error'] for r in rows):.2e}"
+        + (
+            ""
+            if theorem is None
+            else f"; value-weight NTK over {settings.value_ntk_draws} draws against d NPK: relative "
+            f"distance {theorem['value_ntk_error']:.3f}, largest {theorem['value_ntk_z']:.1f} standard errors"
+        )
     )
     table = pd.DataFrame(rows)
     table.insert(0, "variant", meta["variant"])
