@@ -261,7 +261,8 @@ def test_paper_rows_are_found_for_their_specs_only():
     )
     assert paper.reported_gated(sf4, "cifar10", 50)[2] == 75.1
     vgg = models.normalize_spec({"arch": "vgg16_avg", "gated": {"family": "dlgn"}})
-    assert paper.reported_gated(vgg, "cifar10", 32)[:3] == ("II", "CIFAR-10 VGG16, DLGN(x,x)", 87.0)
+    assert paper.reported_gated(vgg, "cifar10", 182)[:3] == ("II", "CIFAR-10 VGG16, DLGN(x,x)", 87.0)
+    assert paper.reported_gated(vgg, "cifar10", 32) is None  # not Table II's 64,000 iterations
 
 
 # The findings' verdicts on the paper's own Tables I and II, reversed and with one member:
@@ -322,3 +323,45 @@ def test_value_weight_ntk_is_d_sigma_to_the_2_d_minus_1_times_the_npk_in_expecta
     assert float(((mean - gated.value_weight_ntk_factor(model, 0.7) * npk) / se).abs().max()) < 4
     wrong = (d - 1) * 0.7 ** (2 * (d - 2)) * npk
     assert float(((mean - wrong) / se).abs().max()) > 4
+
+
+def test_gated_figures_draw_the_papers_row_of_the_members_data_set_and_budget():
+    """CIFAR-100 members are drawn beside Table I's CIFAR-100 row, not CIFAR-10's; a plain C1GAP at
+    50 epochs has no row (Table III's are at 200 and 2000), so nothing is drawn beside it."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from intertwine.figures import gated_accuracy
+
+    specs = {
+        "c4gap": models.normalize_spec({"arch": "c4gap"}),
+        "c4gap_dlgn_ones": models.normalize_spec(
+            {"arch": "c4gap", "gated": {"family": "dlgn", "value_input": "ones"}}
+        ),
+        "c1gap": models.normalize_spec({"arch": "c1gap"}),
+    }
+    zoo = pd.DataFrame(
+        [
+            {"variant": v, "seed": s, "test_acc": 0.4 + 0.01 * s, "config_hash": "h", "version": "v"}
+            for v in specs
+            for s in range(3)
+        ]
+    )
+    table = gated.study_table(zoo, specs, "cifar100", {"c4gap": 50, "c4gap_dlgn_ones": 50, "c1gap": 50})
+    reported = table.groupby("variant")["paper_acc"].first() * 100
+    assert reported["c4gap"] == pytest.approx(paper.reported_gated(specs["c4gap"], "cifar100", 50)[2])
+    assert reported["c4gap"] == pytest.approx(51.8) and pd.isna(reported["c1gap"])
+    fig = gated_accuracy(table)
+    heights = sorted(
+        round(p.get_height(), 1) for p in fig.axes[0].patches if p.get_facecolor()[:3] == (0.7, 0.7, 0.7)
+    )
+    assert heights == sorted([51.8, round(reported["c4gap_dlgn_ones"], 1)])
+    assert "CIFAR-100" in fig.axes[0].get_title()
+    plt.close(fig)
+
+
+def test_table_ii_is_the_row_of_a_vgg_trained_its_64000_iterations_only():
+    vgg = models.normalize_spec({"arch": "vgg16_avg"})
+    assert paper.TABLE_II_EPOCHS == 164
+    assert paper.reported_gated(vgg, "cifar10", 182)[0] == "II"  # 64,000 steps of 128 over 45,000 images
+    assert paper.reported_gated(vgg, "cifar10", 32) is None  # Table III's 32-epoch budget, a DNN: no row

@@ -351,19 +351,13 @@ def cmd_gated_table(args) -> None:
 
 
 def cmd_gated_figure(args) -> None:
-    from intertwine import paper
     from intertwine.figures import gated_accuracy, gated_kernels, gated_permutations
     from intertwine.tables import GATED, NPK, SIMILARITY, read_parquet
 
     table = read_parquet([args.table], GATED)
-    _save(gated_accuracy(table, paper.table_i()), args.accuracy, args.other_formats, args.figures)
+    _save(gated_accuracy(table), args.accuracy, args.other_formats, args.figures)
     if args.permutations:
-        _save(
-            gated_permutations(table, paper.table_i(permuted=True)),
-            args.permutations,
-            args.other_formats,
-            args.figures,
-        )
+        _save(gated_permutations(table), args.permutations, args.other_formats, args.figures)
     similarity = read_parquet([args.similarity], SIMILARITY) if args.similarity else None
     _save(
         gated_kernels(read_parquet([args.npk], NPK), similarity),

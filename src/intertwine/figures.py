@@ -967,10 +967,26 @@ def _gated_columns(table: pd.DataFrame) -> list[tuple[str, str]]:
     return [(f, v) for f in FAMILY_ORDER for v in ("x", "ones") if (f, v) in present]
 
 
-def gated_accuracy(table: pd.DataFrame, paper_table_i: dict[str, tuple[float, float]]) -> plt.Figure:
+def _paper_reference(rows: pd.DataFrame) -> tuple[float, float, str] | None:
+    """(mean %, sd %, "Table T: row") of the paper's number for a group of the gated table's
+    members (``paper.reported_gated``: the data set, base, gates and training budget they have),
+    or None where the paper reports none."""
+    reported = rows.dropna(subset=["paper_acc"])
+    if reported.empty:
+        return None
+    first = reported.iloc[0]
+    return (
+        100 * first["paper_acc"],
+        100 * first["paper_sd"],
+        f"Table {first['paper_table']}: {first['paper_row']}",
+    )
+
+
+def gated_accuracy(table: pd.DataFrame) -> plt.Figure:
     """Test accuracy per family x value input (standalone regime, identity gates; mean and sd over
-    seeds, members as dots) per base architecture, beside the paper's Table I (CIFAR-10 C4GAP w128,
-    grey) and, in a second panel, the FL and FR regimes."""
+    seeds, members as dots) per base architecture, each beside the paper's number for those members
+    where it reports one (grey bar: the table row that matches their data set, base and training
+    budget, ``paper.reported_gated``) and, in a second panel, the FL and FR regimes."""
     from intertwine.paper import gated_label
 
     standalone = table[(table["regime"].isna() | (table["regime"] == "standalone")) & ~table["permuted"]]
@@ -979,36 +995,36 @@ def gated_accuracy(table: pd.DataFrame, paper_table_i: dict[str, tuple[float, fl
     ax = axes[0]
     columns = _gated_columns(standalone)
     archs = list(dict.fromkeys(standalone["base"]))
-    width = 0.8 / (len(archs) + 1)
+    width = 0.8 / (2 * len(archs))
+    sources = []
     for k, arch in enumerate(archs):
         for i, (family, value_input) in enumerate(columns):
-            acc = _group_acc(standalone, base=arch, family=family, value_input=value_input)
-            if len(acc):
-                x = i + (k - len(archs) / 2) * width
-                ax.bar(
-                    x,
-                    acc.mean(),
-                    width,
-                    yerr=acc.std(ddof=1) if len(acc) > 1 else 0,
-                    color=f"C{k}",
-                    label=f"ours: {arch}" if i == 0 else None,
-                )
-                ax.scatter(np.full(len(acc), x), acc, s=8, color="k", zorder=3)
-    for i, (family, value_input) in enumerate(columns):
-        key = "dnn" if family == "dnn" else f"{family} {value_input}"
-        if key in paper_table_i:
-            mean, sd = paper_table_i[key]
+            where = dict(base=arch, family=family, value_input=value_input)
+            acc = _group_acc(standalone, **where)
+            if not len(acc):
+                continue
+            x = i + (2 * k - len(archs)) * width
             ax.bar(
-                i + len(archs) / 2 * width,
-                mean,
+                x,
+                acc.mean(),
                 width,
-                yerr=sd,
-                color="0.7",
-                label="paper, Table I (CIFAR-10)" if i == 0 else None,
+                yerr=acc.std(ddof=1) if len(acc) > 1 else 0,
+                color=f"C{k}",
+                label=f"ours: {arch}" if i == 0 else None,
             )
+            ax.scatter(np.full(len(acc), x), acc, s=8, color="k", zorder=3)
+            mask = np.ones(len(standalone), bool)
+            for column, value in where.items():
+                mask &= (standalone[column] == value).to_numpy()
+            reference = _paper_reference(standalone[mask])
+            if reference is not None:
+                mean, sd, source = reference
+                ax.bar(x + width, mean, width, yerr=sd, color="0.7", label=None if sources else "the paper's")
+                sources.append(source.split(",")[0])
     ax.set_xticks(range(len(columns)), [gated_label("dnn" if f == "dnn" else f"{f} {v}") for f, v in columns])
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title("standalone: family x value input", fontsize=9)
+    reference_note = "; ".join(dict.fromkeys(sources)) if sources else "no paper number at this budget"
+    ax.set_title(f"standalone: family x value input (grey: {reference_note})", fontsize=8, wrap=True)
     ax.legend(fontsize=7, loc="lower left")
     ax = axes[1]
     if len(regimes):
@@ -1032,9 +1048,10 @@ def _group_acc(table: pd.DataFrame, **where) -> np.ndarray:
     return table.loc[mask, "test_acc"].to_numpy() * 100
 
 
-def gated_permutations(table: pd.DataFrame, paper_permuted: dict[str, tuple[float, float]]) -> plt.Figure:
+def gated_permutations(table: pd.DataFrame) -> plt.Figure:
     """Test accuracy per gate-layer permutation (identity first) for each family x value input that
-    has permuted members, beside the paper's mean over the 23 permutations of Table I."""
+    has permuted members, beside the paper's mean over the 23 permutations where it reports one for
+    those members (Table I's permuted row of their data set, ``paper.reported_gated``)."""
     from intertwine.paper import gated_label
 
     rows = table[table["family"] != "dnn"].copy()
@@ -1060,12 +1077,15 @@ def gated_permutations(table: pd.DataFrame, paper_permuted: dict[str, tuple[floa
                 xs.append(i), means.append(acc.mean())
         key = f"{family} {value_input}"
         ax.plot(xs, means, "-o", color=f"C{k}", label=f"{arch} {gated_label(key)}")
-        if key in paper_permuted:
-            ax.axhline(paper_permuted[key][0], color=f"C{k}", ls=":", lw=1)
+        reference = _paper_reference(part[part["permuted"]])
+        if reference is not None:
+            ax.axhline(reference[0], color=f"C{k}", ls=":", lw=1)
     ax.set_xticks(range(len(perms)), perms, rotation=30, fontsize=7)
     ax.set_xlabel("gate layer of each value layer (gate_perm)")
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title("gate-layer permutations (dotted: the paper's CIFAR-10 mean over 23)", fontsize=9)
+    ax.set_title(
+        "gate-layer permutations (dotted: the paper's mean over 23, Table I of the data set)", fontsize=9
+    )
     ax.legend(fontsize=7)
     return fig
 
