@@ -21,6 +21,7 @@ JOBS = {
     "symmetry-check": "symmetry",
     "dissect-member": "dissection",
     "npk-member": "gated",
+    "gated-ensemble": "gated",
     "dissect-external": "dissection",
     "dissection-masks": "dissection",
     "deqntk-gram": "deqntk",

@@ -365,3 +365,74 @@ def test_table_ii_is_the_row_of_a_vgg_trained_its_64000_iterations_only():
     assert paper.TABLE_II_EPOCHS == 164
     assert paper.reported_gated(vgg, "cifar10", 182)[0] == "II"  # 64,000 steps of 128 over 45,000 images
     assert paper.reported_gated(vgg, "cifar10", 32) is None  # Table III's 32-epoch budget, a DNN: no row
+
+
+# --- logit ensembles (the paper's C1GAP-16-ENS) ----------------------------------------------------
+
+
+class _Fixed(torch.nn.Module):
+    """A 'network' that returns fixed logits per input index (the input's first pixel)."""
+
+    def __init__(self, logits):
+        super().__init__()
+        self.logits = torch.tensor(logits)
+
+    def forward(self, x):
+        return self.logits[x[:, 0, 0, 0].long()]
+
+
+def test_logit_ensemble_averages_logits_not_votes():
+    # Two of three members vote class 0 on image 0, but the third is far surer of class 1: the
+    # averaged logits pick 1 (a majority vote would pick 0); on image 1 all agree on class 1.
+    members = [
+        _Fixed([[1.0, 0.0], [0.0, 1.0]]),
+        _Fixed([[1.0, 0.0], [0.0, 1.0]]),
+        _Fixed([[0.0, 5.0], [0.0, 1.0]]),
+    ]
+    x = torch.tensor([0.0, 1.0]).reshape(2, 1, 1, 1)
+    mean, each = gated.logit_ensemble(members, x, batch_size=1)
+    assert each.shape == (3, 2, 2)
+    assert torch.allclose(mean, torch.tensor([[2 / 3, 5 / 3], [0.0, 1.0]]))
+    assert mean.argmax(1).tolist() == [1, 1]
+    with pytest.raises(ValueError, match="at least 2 members"):
+        gated.logit_ensemble(members[:1], x)
+    with pytest.raises(ValueError, match="disagree on their outputs"):
+        gated.logit_ensemble([members[0], _Fixed([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])], x)
+
+
+def test_ensemble_job_scores_the_named_members_and_the_paper_row(tmp_path, tiny_shapes_dir):
+    import pandas as pd
+
+    from intertwine.jobs import Job
+    from intertwine.jobs.gated import gated_ensemble
+    from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
+
+    spec = {"arch": "c1gap", "width_multiplier": 1 / 64}
+    paths = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        paths.append(tmp_path / f"seed{seed}.pt")
+        checkpoint = {
+            "format": CHECKPOINT_FORMAT,
+            "state_dict": models.build(spec).state_dict(),
+            "spec": models.normalize_spec(spec),
+            "variant": "c1gap",
+            "seed": seed,
+            "test_acc": 0.1,
+            "test_dtype": "float32",
+        }
+        save_checkpoint(checkpoint, paths[-1])
+    job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
+    row = gated_ensemble(job, [str(p) for p in paths]).iloc[0]
+    assert (row["variant"], row["members"], row["seeds"]) == ("c1gap", 3, "0,1,2")
+    assert row["member_acc_min"] <= row["member_acc_mean"] <= row["member_acc_max"]
+    # The paper's number is C1GAP-16-ENS's: 16 plain width-512 C1GAPs, CIFAR-10, 200 or 2000 epochs.
+    c1gap = models.normalize_spec({"arch": "c1gap"})
+    assert paper.reported_ensemble(c1gap, "cifar10", 200, 16) == ("CIFAR-10 C1GAP-16-ENS (200 epochs)", 63.81)
+    assert paper.reported_ensemble(c1gap, "cifar10", 2000, 16)[1] == 72.2
+    assert paper.reported_ensemble(c1gap, "cifar10", 200, 8) is None
+    assert paper.reported_ensemble(c1gap, "cifar100", 200, 16) is None
+    table = gated.ensemble_table(
+        pd.DataFrame([row.to_dict() | {"members": 16}]), {"c1gap": c1gap}, "cifar10", {"c1gap": 200}
+    )
+    assert table.loc[0, "paper_acc"] == pytest.approx(0.6381) and "C1GAP-16-ENS" in table.loc[0, "paper_row"]

@@ -112,6 +112,7 @@ def test_stages_off_have_no_outputs(tiny):
     for stage in ("rotation", "stitching", "similarity", "dissection", "gated", "pullback"):
         config[stage]["variants"] = {} if stage == "rotation" else []
     config["stitching"].update(sites={}, methods_per_variant={})
+    config["gated"]["ensembles"] = {}
     config["symmetry"]["seeds"] = 0
     config["deqntk"]["n_train"] = []
     config["deqntk"]["depth"]["draws"] = 0
@@ -162,7 +163,8 @@ def test_rotation_similarity_dissection_blocks(tiny):
         "npk_images",
     }
     assert plan.similarity_block["npk_images"] == tiny["gated"]["probe_images"] and plan.gated_block == {
-        "probe_images": 8
+        "probe_images": 8,
+        "value_ntk_draws": tiny["gated"]["value_ntk_draws"],
     }
     assert "seeds" not in plan.symmetry_block and plan.symmetry_block["images"] == 16
     block = plan.dissection_block()
@@ -724,3 +726,22 @@ def test_image_counts_at_the_split_size_plan(tiny):
     config["similarity"]["samples"] = 128
     config["pullback"]["probe_images"] = 256
     assert Plan(config).errors() == []
+
+
+def test_logit_ensembles_are_of_the_studys_variants_and_trained_members(tiny):
+    config = copy.deepcopy(tiny)
+    config["gated"]["ensembles"] = {"c4gap_dgn": 3}
+    plan = Plan(config)
+    assert not plan.errors()
+    assert plan.gated_ensembles == ["results/gated/c4gap_dgn/ensemble.parquet"]
+    assert plan.ensemble_checkpoints("c4gap_dgn") == [f"results/zoo/c4gap_dgn/seed{s}.pt" for s in range(3)]
+    assert "results/tables/gated_ensembles.csv" in plan.all_outputs
+    config["gated"]["ensembles"] = {"c4gap_dgn": 4, "myrtle": 2}
+    errors = Plan(config).errors()
+    assert any("config key gated.ensembles: ['myrtle'] must be among gated.variants" in e for e in errors)
+    config["gated"]["ensembles"] = {"c4gap_dgn": 4}
+    errors = Plan(config).errors()
+    assert any(
+        "config key gated.ensembles.c4gap_dgn: 4 seeds of 'c4gap_dgn' asked for, but the zoo trains 3" in e
+        for e in errors
+    )

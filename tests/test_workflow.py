@@ -99,9 +99,13 @@ def test_paper_config_dag(tmp_path):
     zoo = yaml.safe_load(config.read_text())["zoo"]
     expected = {v: zoo["seeds_per_variant"].get(v, 100) for v in zoo["variants"]}
     # Godfrey et al.'s 16 variants, and the gated-networks study's 108 (Tables I-III, the plain
-    # C1GAP at 200 and 2000 epochs, FL, FR)
-    gated = yaml.safe_load(config.read_text())["gated"]["variants"]
-    assert len(expected) == 16 + 108 and len(gated) == 108 and all(expected[v] == 5 for v in gated)
+    # C1GAP at 200 and 2000 epochs, FL, FR), 5 seeds each but the C1GAPs' 16 (C1GAP-16-ENS)
+    gated = yaml.safe_load(config.read_text())["gated"]
+    ensembles = gated["ensembles"]
+    gated = gated["variants"]
+    assert ensembles == {"c1gap": 16, "c1gap_e2000": 16}
+    assert len(expected) == 16 + 108 and len(gated) == 108
+    assert all(expected[v] == ensembles.get(v, 5) for v in gated)
     assert sum(v.startswith("c4gap_dgn_x_") for v in gated) == 24  # every gate-layer permutation
     assert expected["myrtle_sigmoid_nobn"] == 3 and expected["convnext"] == 10
     assert expected["cct"] == 10
@@ -111,8 +115,8 @@ def test_paper_config_dag(tmp_path):
     # 3-10 seeds in one; one member per job for the constant-width Myrtle (100), CCT (10), the six
     # VGG16s and the 4x-wide C4GAP (5 each), which gain nothing from packing (README)
     assert jobs["train_member"] == 100 + 10 + 7 * 5 and jobs["train_pack"] == 11 * 4 + 104
-    assert jobs["unpack_member"] == 1773 - 145 and jobs["prepare_data"] == 1 and jobs["zoo_table"] == 1
-    assert jobs["npk_member"] == 108 and jobs["gated_table"] == 1
+    assert jobs["unpack_member"] == 1795 - 145 and jobs["prepare_data"] == 1 and jobs["zoo_table"] == 1
+    assert jobs["npk_member"] == 108 and jobs["gated_table"] == 1 and jobs["gated_ensemble"] == 2
     # rotation: 4 sites x (3 groups for each of 2 variants) x 10 trials
     assert jobs["rotation_trial"] == 4 * 6 * 10
     # stitching: pairs x methods, one job covering every site of the variant: Myrtle with full, 6

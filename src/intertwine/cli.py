@@ -154,6 +154,7 @@ TABLE_SCHEMAS = (
     "dissection",
     "dissection_units",
     "gated",
+    "gated_ensemble",
     "npk",
     "deqntk",
     "kernel_reference",
@@ -338,16 +339,30 @@ def cmd_npk_member(args) -> None:
     write_parquet(npk_member(_job(args), args.checkpoint, args.config), args.out, NPK)
 
 
+def cmd_gated_ensemble(args) -> None:
+    from intertwine.jobs.gated import gated_ensemble
+    from intertwine.tables import GATED_ENSEMBLE, write_parquet
+
+    rows = gated_ensemble(_job(args), args.checkpoints, args.eval_batch_size or 500)
+    write_parquet(rows, args.out, GATED_ENSEMBLE)
+
+
 def cmd_gated_table(args) -> None:
     from intertwine import gated
     from intertwine.models import normalize_spec
-    from intertwine.tables import GATED, NPK, ZOO, read_parquet, write_csv, write_parquet
+    from intertwine.tables import GATED, GATED_ENSEMBLE, NPK, ZOO, read_parquet, write_csv, write_parquet
 
     specs = {variant: normalize_spec(args.variants[variant]) for variant in args.study}
     table = gated.study_table(read_parquet([args.zoo], ZOO), specs, args.dataset, args.epochs)
     write_parquet(table, args.out, GATED)
     write_parquet(read_parquet(args.parts, NPK), args.npk_out, NPK)
     write_csv(gated.findings(table, args.epochs), args.findings)
+    ensembles = (
+        read_parquet(args.ensembles, GATED_ENSEMBLE)
+        if args.ensembles
+        else GATED_ENSEMBLE.empty_table().to_pandas()
+    )
+    write_csv(gated.ensemble_table(ensembles, specs, args.dataset, args.epochs), args.ensembles_out)
 
 
 def cmd_gated_figure(args) -> None:
@@ -915,6 +930,15 @@ def build_parser() -> argparse.ArgumentParser:
         config="symmetry",
         options=["--checkpoint"],
     )
+    p = command(
+        "gated-ensemble",
+        cmd_gated_ensemble,
+        "the logits of a variant's zoo members averaged, on the test set (the paper's C1GAP-16-ENS)",
+        [job],
+        out=".parquet, one row",
+        options=["--eval-batch-size"],
+    )
+    p.add_argument("--checkpoints", nargs="+", required=True, help="the ensemble's zoo members (.pt)")
     command(
         "npk-member",
         cmd_npk_member,
@@ -1119,6 +1143,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=_json_object, required=True, help="JSON {variant: training epochs}")
     p.add_argument("--npk-out", required=True, help="npk.parquet: the per-member kernel tables")
     p.add_argument("--findings", required=True, help="the paper's findings and our verdicts (.csv)")
+    p.add_argument("--ensembles", nargs="*", default=[], help="logit ensembles' tables (gated-ensemble)")
+    p.add_argument(
+        "--ensembles-out", required=True, help="gated_ensembles.csv: the ensembles beside the paper's"
+    )
     p.add_argument("parts", nargs="+", help="per-member kernel tables (npk-member)")
     p = command(
         "deqntk-table",

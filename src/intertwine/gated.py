@@ -22,8 +22,10 @@ from intertwine.models.plain import ConvStack
 from intertwine.similarity import kernel_cka
 
 __all__ = [
+    "ensemble_table",
     "findings",
     "has_npk",
+    "logit_ensemble",
     "kernel_checks",
     "member_npk",
     "npk_inputs",
@@ -98,6 +100,36 @@ def member_npk(model: nn.Module, x: Tensor, y: Tensor | None = None) -> Tensor:
         return npk.npk_conv_gap(x, a.pop("gates"), y, b["gates"], **a, **extra)
     finally:
         model.train(was_training)
+
+
+def logit_ensemble(members: list[nn.Module], x: Tensor, batch_size: int = 500) -> tuple[Tensor, Tensor]:
+    """The paper's C1GAP-16-ENS evaluation: the logits of several trained networks averaged.
+
+    Parameters
+    ----------
+    members : trained models with the same outputs (evaluated in eval mode, left as they were).
+    x : (N, C, H, W) normalised images.
+    batch_size : images per forward pass.
+
+    Returns
+    -------
+    (mean logits (N, classes), each member's logits (members, N, classes)), float32 on x's device.
+    """
+    if len(members) < 2:
+        raise ValueError(f"an ensemble needs at least 2 members, got {len(members)}")
+    logits = []
+    for model in members:
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                logits.append(torch.cat([model(x[i : i + batch_size]) for i in range(0, len(x), batch_size)]))
+        finally:
+            model.train(was_training)
+    if len({tuple(t.shape) for t in logits}) != 1:
+        raise ValueError(f"ensemble members disagree on their outputs: {[tuple(t.shape) for t in logits]}")
+    stacked = torch.stack(logits)
+    return stacked.mean(0), stacked
 
 
 def value_weight_ntk_factor(model: GatedNet, sigma: float = 1.0) -> float:
@@ -291,6 +323,28 @@ def study_table(
     if not rows:
         raise ValueError(f"the zoo table has no member of the gated study's variants {list(specs)}")
     return pd.DataFrame(rows)
+
+
+def ensemble_table(
+    ensembles: pd.DataFrame, specs: dict[str, dict], dataset: str, epochs: dict[str, int]
+) -> pd.DataFrame:
+    """The logit ensembles' rows (``tables.GATED_ENSEMBLE``) with the paper's number beside each
+    where it reports one (``paper.reported_ensemble``): ``tables.ENSEMBLE_COLUMNS``."""
+    from intertwine.tables import ENSEMBLE_COLUMNS
+
+    rows = []
+    for row in ensembles.to_dict("records"):
+        reported = paper.reported_ensemble(
+            specs[row["variant"]], dataset, epochs[row["variant"]], row["members"]
+        )
+        rows.append(
+            {column: row[column] for column in ENSEMBLE_COLUMNS[:8]}
+            | {
+                "paper_row": "" if reported is None else reported[0],
+                "paper_acc": None if reported is None else reported[1] / 100,
+            }
+        )
+    return pd.DataFrame(rows, columns=list(ENSEMBLE_COLUMNS))
 
 
 def _base(spec: dict) -> str:

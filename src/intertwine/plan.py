@@ -527,6 +527,21 @@ class Plan:
             for seed in self.members("gated.seeds", variant, self.gated["seeds"])
         ]
 
+    @functools.cached_property
+    def gated_ensembles(self) -> list[str]:
+        """The logit ensembles' tables (``gated.ensembles``), when the study runs."""
+        if not self.npk_jobs:
+            return []
+        return [f"results/gated/{variant}/ensemble.parquet" for variant in self.gated["ensembles"]]
+
+    def ensemble_checkpoints(self, variant: str) -> list[str]:
+        """The members whose logits an ensemble averages: the variant's first k (``gated.ensembles``)."""
+        count = self.gated["ensembles"][variant]
+        return [
+            f"results/zoo/{variant}/seed{seed}.pt"
+            for seed in self.members(f"gated.ensembles.{variant}", variant, count)
+        ]
+
     @property
     def gated_block(self) -> dict:
         return GatedConfig.job_block({"gated": self.gated})
@@ -561,6 +576,7 @@ class Plan:
             "results/tables/gated.parquet",
             "results/tables/npk.parquet",
             "results/tables/gated_findings.csv",
+            "results/tables/gated_ensembles.csv",
         ] + self.figure_files(self.gated_figures)
 
     # --- DEQ neural tangent kernel ----------------------------------------------------------
@@ -1142,6 +1158,9 @@ class Plan:
 
         if subset("gated.variants", self.gated["variants"], self.variants, "zoo.variants"):
             members("gated.seeds", self.gated["variants"], self.gated["seeds"])
+            if subset("gated.ensembles", self.gated["ensembles"], self.gated["variants"], "gated.variants"):
+                for variant, count in self.gated["ensembles"].items():
+                    members(f"gated.ensembles.{variant}", [variant], count)
             for variant in self.gated["variants"]:
                 if self.spec(variant)["arch"] not in GATED_ARCHS:
                     errors.append(

@@ -211,6 +211,28 @@ GATED = pa.schema(
     metadata={"keys": "variant seed"},
 )
 
+# A logit ensemble of a variant's members (gated.ensembles): one row per variant; the gated table
+# adds the paper's number (gated_ensembles.csv: ENSEMBLE_COLUMNS).
+GATED_ENSEMBLE = pa.schema(
+    [
+        pa.field("variant", pa.string()),
+        pa.field("members", pa.int64()),
+        pa.field("seeds", pa.string()),  # "0,1,...,15"
+        pa.field("test_images", pa.int64()),
+        pa.field("test_acc", pa.float64()),  # the averaged logits' argmax
+        pa.field("member_acc_mean", pa.float64()),
+        pa.field("member_acc_min", pa.float64()),
+        pa.field("member_acc_max", pa.float64()),
+        *PROVENANCE,
+    ],
+    metadata={"keys": "variant"},
+)
+ENSEMBLE_COLUMNS = (
+    *GATED_ENSEMBLE.names[:8],
+    "paper_row",  # e.g. "CIFAR-10 C1GAP-16-ENS (200 epochs)"; empty where the paper has none
+    "paper_acc",
+)
+
 NPK = pa.schema(
     [
         pa.field("variant", pa.string()),

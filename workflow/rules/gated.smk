@@ -30,16 +30,49 @@ rule npk_member:
         " --threads {threads} --out {output} > {log} 2>&1"
 
 
+rule gated_ensemble:
+    input:
+        DATA_FILES,
+        checkpoints=lambda wildcards: PLAN.ensemble_checkpoints(wildcards.variant),
+    output:
+        "results/gated/{variant}/ensemble.parquet",
+    log:
+        "results/logs/gated/{variant}/ensemble.log",
+    benchmark:
+        "results/benchmarks/gated/{variant}/ensemble.tsv"
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        **on_gpu(NEEDS.heavy),
+        eval_batch_size=config["zoo"]["training"]["eval_batch_size"],  # not a params: see zoo.smk
+    params:
+        seed=config["seed"],
+        device=config["device"],
+        code=code_hash("gated"),
+        data=data_dir,
+    shell:
+        "intertwine gated-ensemble --checkpoints {input.checkpoints} --data {params.data}"
+        " --eval-batch-size {resources.eval_batch_size} --global-seed {params.seed} --device {params.device}"
+        " --threads {threads} --out {output} > {log} 2>&1"
+
+
 rule gated_table:
     input:
         zoo="results/tables/zoo.parquet",
         parts=PLAN.npk_jobs,
+        ensembles=PLAN.gated_ensembles,
     output:
         table="results/tables/gated.parquet",
         npk="results/tables/npk.parquet",
         findings=report(
             "results/tables/gated_findings.csv",
             caption="../report/gated_findings.rst",
+            category="Gated networks",
+        ),
+        ensembles=report(
+            "results/tables/gated_ensembles.csv",
+            caption="../report/gated_ensembles.rst",
             category="Gated networks",
         ),
     log:
@@ -57,7 +90,8 @@ rule gated_table:
     shell:
         "intertwine gated-table {input.parts} --zoo {input.zoo} --variants {params.variants:q}"
         " --study {params.study:q} --epochs {params.epochs:q} --dataset {params.dataset}"
-        " --out {output.table} --npk-out {output.npk} --findings {output.findings} > {log} 2>&1"
+        " --out {output.table} --npk-out {output.npk} --findings {output.findings}"
+        " --ensembles {input.ensembles} --ensembles-out {output.ensembles} > {log} 2>&1"
 
 
 rule gated_figure:

@@ -1,4 +1,5 @@
-"""The gated-networks stage's job: a member's neural path kernel and gate kernels, checked."""
+"""The gated-networks stage's jobs: a member's neural path kernel and gate kernels, checked; a
+logit ensemble of a variant's members."""
 
 from __future__ import annotations
 
@@ -9,6 +10,36 @@ from intertwine import gated
 from intertwine.data.augment import normalize
 from intertwine.jobs import Job
 from intertwine.settings import GatedConfig
+
+
+def gated_ensemble(job: Job, checkpoints: list[str], eval_batch_size: int = 500) -> pd.DataFrame:
+    """``gated.logit_ensemble`` of zoo members (one variant's) on the whole test split: one row with
+    the ensemble's test accuracy and its members' (mean, lowest, highest)."""
+    members, metas = zip(*(job.model(path) for path in checkpoints))
+    variants = {meta["variant"] for meta in metas}
+    if len(variants) != 1:
+        raise ValueError(f"an ensemble's members are of one variant; these are of {sorted(variants)}")
+    test = job.split("test")
+    x, y = normalize(test.images, *job.stats()).to(job.device), test.labels.to(job.device)
+    mean, each = gated.logit_ensemble([m.to(job.device) for m in members], x, eval_batch_size)
+    accuracy = float((mean.argmax(1) == y).double().mean())
+    alone = (each.argmax(2) == y).double().mean(1)
+    seeds = [int(meta["seed"]) for meta in metas]
+    job.log(
+        f"{variants.pop()}: {len(members)} members' logits averaged: {100 * accuracy:.2f} % on {len(y)} test "
+        f"images (members {100 * float(alone.min()):.2f}-{100 * float(alone.max()):.2f} %)"
+    )
+    row = {
+        "variant": metas[0]["variant"],
+        "members": len(members),
+        "seeds": ",".join(map(str, seeds)),
+        "test_images": len(y),
+        "test_acc": accuracy,
+        "member_acc_mean": float(alone.mean()),
+        "member_acc_min": float(alone.min()),
+        "member_acc_max": float(alone.max()),
+    }
+    return pd.DataFrame([row]).assign(**job.provenance({}, device=False))
 
 
 def npk_member(job: Job, checkpoint: str, block: dict) -> pd.DataFrame:
