@@ -627,6 +627,7 @@ def test_zoo_change_reruns_zoo_and_downstream(tiny_run, tmp_path):
         "kernel_reference_table": 1,
         "deqntk_figure": 1,  # the zoo's accuracies beside the kernel's
         "npk_member": 4,
+        "gated_ensemble": 1,
         "gated_table": 1,
         "gated_figure": 1,
         "claims": 1,
@@ -806,13 +807,19 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
 )
 def test_later_stage_code_change_does_not_retrain(tiny_run, module, function, reruns):
     """A function's code edited: the jobs that run it rerun, with what reads them; nothing else."""
-    source, original, edited = edited_function(module, function)
-    try:
-        source.write_text(edited)
-        assert planned_jobs(tiny_run) == reruns
-    finally:
-        source.write_bytes(original)
+    assert planned_after_edit(tiny_run, module, function) == reruns
     assert planned_jobs(tiny_run) == {}
+
+
+def planned_after_edit(workdir, module: str, function: str) -> dict[str, int]:
+    """The jobs Snakemake plans in ``workdir`` while a library function is edited
+    (``edited_function``); the source is restored whatever happens."""
+    path, original, edited = edited_function(module, function)
+    try:
+        path.write_text(edited)
+        return planned_jobs(workdir)
+    finally:
+        path.write_bytes(original)
 
 
 def edited_function(module: str, function: str, statement: str = "_edited_by_a_test = 1"):
@@ -852,12 +859,7 @@ def test_edits_that_change_no_code_a_job_runs_rerun_nothing(tiny_run, module, ed
 
 def test_editing_a_measure_reruns_the_jobs_that_compute_it(tiny_run):
     """SVCCA (alignment.py) is computed by the similarity jobs; nothing else reruns but what reads them."""
-    path, original, edited = edited_function("alignment.py", "svcca")
-    try:
-        path.write_text(edited)
-        jobs = planned_jobs(tiny_run)
-    finally:
-        path.write_bytes(original)
+    jobs = planned_after_edit(tiny_run, "alignment.py", "svcca")
     assert jobs["similarity_pair"] == 4 and jobs["similarity_table"] == 1
     assert not {"train_member", "train_pack", "stitch_pair", "rotation_trial", "dissect_member"} & set(jobs)
 
@@ -865,24 +867,14 @@ def test_editing_a_measure_reruns_the_jobs_that_compute_it(tiny_run):
 def test_editing_the_gated_findings_reruns_the_table_that_holds_them(tiny_run):
     """The findings are computed by the gated table's job (gated.findings), not by a job of the stage:
     editing them reruns that table and what reads it, no training and no kernel."""
-    path, original, edited = edited_function("gated.py", "findings")
-    try:
-        path.write_text(edited)
-        jobs = planned_jobs(tiny_run)
-    finally:
-        path.write_bytes(original)
+    jobs = planned_after_edit(tiny_run, "gated.py", "findings")
     assert jobs.get("gated_table") == 1
     assert not {"train_member", "train_pack", "npk_member", "similarity_pair"} & set(jobs)
 
 
 def test_editing_a_read_only_model_helper_retrains_nothing(tiny_run):
     """site_activations reads a trained model: the stages that read activations rerun, the zoo does not."""
-    path, original, edited = edited_function("models/__init__.py", "site_activations")
-    try:
-        path.write_text(edited)
-        jobs = planned_jobs(tiny_run)
-    finally:
-        path.write_bytes(original)
+    jobs = planned_after_edit(tiny_run, "models/__init__.py", "site_activations")
     assert jobs.get("similarity_pair") == 4
     assert not {"train_member", "train_pack", "unpack_member", "zoo_table"} & set(jobs)
 

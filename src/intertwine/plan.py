@@ -1158,8 +1158,9 @@ class Plan:
 
         if subset("gated.variants", self.gated["variants"], self.variants, "zoo.variants"):
             members("gated.seeds", self.gated["variants"], self.gated["seeds"])
-            if subset("gated.ensembles", self.gated["ensembles"], self.gated["variants"], "gated.variants"):
-                for variant, count in self.gated["ensembles"].items():
+            ensembles = self.gated["ensembles"] if self.gated["variants"] else {}  # the stage off: unused
+            if subset("gated.ensembles", ensembles, self.gated["variants"], "gated.variants"):
+                for variant, count in ensembles.items():
                     members(f"gated.ensembles.{variant}", [variant], count)
             for variant in self.gated["variants"]:
                 if self.spec(variant)["arch"] not in GATED_ARCHS:

@@ -101,6 +101,7 @@ STAGE_ENTRIES = {
     "stitching": ["intertwine.jobs.stitching"],
     "similarity": ["intertwine.jobs.similarity"],
     "gated": ["intertwine.jobs.gated"],
+    "gated_ensemble": ["intertwine.jobs.gated:gated_ensemble"],
     "dissection": ["intertwine.jobs.dissection"],
     "deqntk_gram": ["intertwine.jobs.deqntk:deqntk_gram"],
     "deqntk_regression": ["intertwine.jobs.deqntk:deqntk_regression"],

@@ -49,7 +49,7 @@ rule gated_ensemble:
     params:
         seed=config["seed"],
         device=config["device"],
-        code=code_hash("gated"),
+        code=code_hash("gated_ensemble"),
         data=data_dir,
     shell:
         "intertwine gated-ensemble --checkpoints {input.checkpoints} --data {params.data}"
