@@ -1013,10 +1013,7 @@ def gated_accuracy(table: pd.DataFrame) -> plt.Figure:
                 label=f"ours: {arch}" if i == 0 else None,
             )
             ax.scatter(np.full(len(acc), x), acc, s=8, color="k", zorder=3)
-            mask = np.ones(len(standalone), bool)
-            for column, value in where.items():
-                mask &= (standalone[column] == value).to_numpy()
-            reference = _paper_reference(standalone[mask])
+            reference = _paper_reference(_group_rows(standalone, **where))
             if reference is not None:
                 mean, sd, source = reference
                 ax.bar(x + width, mean, width, yerr=sd, color="0.7", label=None if sources else "the paper's")
@@ -1041,11 +1038,16 @@ def gated_accuracy(table: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def _group_acc(table: pd.DataFrame, **where) -> np.ndarray:
+def _group_rows(table: pd.DataFrame, **where) -> pd.DataFrame:
+    """The rows whose columns equal ``where``'s values."""
     mask = np.ones(len(table), bool)
     for column, value in where.items():
         mask &= (table[column] == value).to_numpy()
-    return table.loc[mask, "test_acc"].to_numpy() * 100
+    return table[mask]
+
+
+def _group_acc(table: pd.DataFrame, **where) -> np.ndarray:
+    return _group_rows(table, **where)["test_acc"].to_numpy() * 100
 
 
 def gated_permutations(table: pd.DataFrame) -> plt.Figure:

@@ -185,13 +185,14 @@ def value_weight_ntk(
     names.append("value.fc.weight")
     weights = dict(ideal.named_parameters())
     outputs = value.fc.out_features
+    x = x.double()
     samples = []
     for _ in range(draws):
         with torch.no_grad():
             for name in names:
                 signs = torch.randint(0, 2, weights[name].shape, generator=generator, dtype=torch.float64)
                 weights[name].copy_(sigma * (2 * signs - 1))
-        samples.append(npk.empirical_ntk(ideal, x.double(), params=names) / outputs)
+        samples.append(npk.empirical_ntk(ideal, x, params=names) / outputs)
     stacked = torch.stack(samples)
     return stacked.mean(0), stacked.std(0) / math.sqrt(draws)
 
