@@ -1,4 +1,4 @@
-"""Every measure of intertwine.similarity beside a straightforward implementation of the same
+"""Every measure of intertwine.measures beside a straightforward implementation of the same
 quantity, timed side by side in one process on the same activations; then the two max-kernel
 paths (with their peak memory, each in a fresh process); then many layers at once
 (``pairwise``) against a loop of per-pair calls.
@@ -42,10 +42,10 @@ from functools import partial
 import numpy as np
 import scipy.linalg
 import torch
+from common import describe_device, ratio_line
 from scipy.optimize import linear_sum_assignment
 
-from common import describe_device, ratio_line
-from intertwine import similarity
+from intertwine import measures
 from intertwine.utils import resolve_device
 
 MiB = 2**20
@@ -223,7 +223,7 @@ def base_orthogonal_procrustes(X, Y) -> float:
 
 
 # Google's svcca repository (cca_core.py, pwcca.py) holds activations as (neurons, datapoints):
-# here the flattened (N, D) features transposed, D = C * H * W, as intertwine.alignment flattens.
+# here the flattened (N, D) features transposed, D = C * H * W, as intertwine.measures.cca flattens.
 
 
 def flat_numpy(X: torch.Tensor) -> np.ndarray:
@@ -275,7 +275,7 @@ def cca_core(acts1: np.ndarray, acts2: np.ndarray, epsilon: float = 0.0) -> dict
 
 def _library_default(measure: str, parameter: str, fallback: float) -> float:
     """The default of a keyword of a registered measure (``fallback`` if it has none)."""
-    fn = similarity.MEASURES.get(measure)
+    fn = measures.MEASURES.get(measure)
     if fn is None:
         return fallback
     p = inspect.signature(fn).parameters.get(parameter)
@@ -382,10 +382,10 @@ BASELINES: dict[str, Callable[..., float]] = {
 
 
 def check_baselines() -> None:
-    missing = [name for name in similarity.MEASURES if name not in BASELINES]
+    missing = [name for name in measures.MEASURES if name not in BASELINES]
     if missing:
         raise ValueError(
-            f"intertwine.similarity.MEASURES holds {', '.join(missing)} without a baseline in "
+            f"intertwine.measures.MEASURES holds {', '.join(missing)} without a baseline in "
             "benchmarks/similarity.py: add one to BASELINES"
         )
 
@@ -417,8 +417,8 @@ def timed(fn: Callable[[], object], repeats: int, device: torch.device) -> tuple
 
 def measures_section(args, device: torch.device) -> None:
     check_baselines()
-    names = [m for m in args.measures if m in similarity.MEASURES]
-    absent = [m for m in args.measures if m not in similarity.MEASURES]
+    names = [m for m in args.measures if m in measures.MEASURES]
+    absent = [m for m in args.measures if m not in measures.MEASURES]
     dtype = getattr(torch, args.dtype)
     print(
         f"\n== measures: intertwine vs straightforward baseline, {args.dtype}, "
@@ -426,7 +426,7 @@ def measures_section(args, device: torch.device) -> None:
         f"baseline skipped above {args.skip_baseline_above:g} s at a smaller N"
     )
     if absent:
-        print(f"   not in intertwine.similarity.MEASURES (skipped): {', '.join(absent)}")
+        print(f"   not in intertwine.measures.MEASURES (skipped): {', '.join(absent)}")
     header = (
         f"{'measure':31s} {'shape':>5s} {'N':>6s} {'C':>5s} {'ours s':>9s} {'base s':>9s} "
         f"{'ratio':>8s} {'|diff|':>9s}"
@@ -435,7 +435,7 @@ def measures_section(args, device: torch.device) -> None:
     slow: dict[tuple[str, int, int], tuple[float, int]] = {}  # baseline > limit at (time, N)
     started = time.perf_counter()
     for name in names:
-        ours_fn, base_fn = similarity.MEASURES[name], BASELINES[name]
+        ours_fn, base_fn = measures.MEASURES[name], BASELINES[name]
         for size in (0, args.size):
             for channels in args.channels:
                 for n in sorted(args.n):
@@ -496,14 +496,14 @@ def timed_in_process(
     torch.set_num_threads(threads)
     device = resolve_device(device)
     X, _ = activations(n, channels, size, getattr(torch, dtype), device)
-    similarity.max_kernel(X[:WARMUP], method=method)
+    measures.max_kernel(X[:WARMUP], method=method)
     marker = _peak_marker(device)
     K = None
 
     def run():
         nonlocal K
         K = None  # the previous result is freed before the next run
-        K = similarity.max_kernel(X, method=method)
+        K = measures.max_kernel(X, method=method)
         return 0.0
 
     seconds, _ = timed(run, repeats, device)
@@ -564,27 +564,24 @@ def pairwise_section(args, device: torch.device) -> None:
         f"of {', '.join(map(str, PAIRWISE_CHANNELS))} channels, N={n}, {args.dtype}, "
         f"{describe_device(device)}"
     )
-    if not hasattr(similarity, "pairwise"):
-        print("   intertwine.similarity.pairwise does not exist yet: section skipped")
-        return
     header = (
         f"{'measure':31s} {'shape':>5s} {'pairwise s':>11s} {'loop s':>9s} {'ratio':>8s} {'max|diff|':>10s}"
     )
     print(header + "\n" + "-" * len(header), flush=True)
     for name in PAIRWISE_MEASURES:
-        if name not in similarity.MEASURES:
+        if name not in measures.MEASURES:
             print(f"{name:31s} not in MEASURES: skipped")
             continue
-        measure = similarity.MEASURES[name]
+        measure = measures.MEASURES[name]
         for size in (0, args.size):
             pairs = [
                 activations(n, c, size, dtype, device, seed=seed) for seed, c in enumerate(PAIRWISE_CHANNELS)
             ]
             xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
             small_x, small_y = [x[:WARMUP] for x in xs], [y[:WARMUP] for y in ys]
-            similarity.pairwise(name, small_x, small_y)
+            measures.pairwise(name, small_x, small_y)
             pair_loop(measure, small_x, small_y)
-            t_pair, grid = timed(partial(similarity.pairwise, name, xs, ys), args.repeats, device)
+            t_pair, grid = timed(partial(measures.pairwise, name, xs, ys), args.repeats, device)
             t_loop, looped = timed(partial(pair_loop, measure, xs, ys), args.repeats, device)
             diff = float(np.max(np.abs(np.asarray(grid, dtype=np.float64) - looped)))
             print(

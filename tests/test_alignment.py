@@ -1,4 +1,4 @@
-"""SVCCA, PWCCA and netrep's generalized shape metrics (intertwine.alignment): agreement with
+"""SVCCA, PWCCA and netrep's generalized shape metrics (intertwine.measures.cca, intertwine.measures.shape): agreement with
 independent numpy transcriptions of the reference code (Google's svcca ``cca_core``/``pwcca``,
 netrep's ``LinearMetric``) and with scipy's principal angles, invariances, metric properties,
 prepare/compare, errors."""
@@ -10,21 +10,16 @@ import pytest
 import scipy.linalg
 import torch
 
-from intertwine import alignment
-from intertwine.alignment import (
-    PREPARED,
+from intertwine.measures import ConstantRepresentationError, cca
+from intertwine.measures.cca import compare_svcca, prepare_pwcca, prepare_svcca, pwcca, svcca
+from intertwine.measures.layerwise import PREPARED
+from intertwine.measures.shape import (
     compare_shape_metric,
-    compare_svcca,
-    prepare_pwcca,
     prepare_shape_metric,
-    prepare_svcca,
-    pwcca,
     shape_angular,
     shape_euclidean,
     shape_metric,
-    svcca,
 )
-from intertwine.similarity import ConstantRepresentationError
 
 F64 = torch.float64
 
@@ -154,7 +149,7 @@ def principal_cosines(X, Y):
 @pytest.mark.parametrize("dx,dy", [(8, 8), (6, 11), (12, 5)])
 def test_canonical_correlations_match_principal_angles(dx, dy):
     X, Y = pair(0, dx=dx, dy=dy)
-    _, rho, _ = alignment._canonical(prepare_pwcca(X), prepare_pwcca(Y))
+    _, rho, _ = cca._canonical(prepare_pwcca(X), prepare_pwcca(Y))
     ref = np.sort(principal_cosines(X, Y))[::-1]
     # observed max |difference| 1.1e-15
     np.testing.assert_allclose(rho.numpy(), ref, rtol=0, atol=1e-10)

@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from intertwine import alignment, gated, models, similarity
+from intertwine import compare, gated, measures, models
 from intertwine.claims import scorecard
 from intertwine.data import Split
 from intertwine.kernels import deq, npk
+from intertwine.measures import cca
 from intertwine.plan import gram_layout
 from intertwine.settings import TrainConfig
 from intertwine.training import train_pack
@@ -60,9 +61,9 @@ def gen(seed):
 CASES = {
     # meta tensors (shapes without data): was "Tensor.item() cannot be called on meta tensors"
     "deq_ntk meta": (lambda: deq.deq_ntk(unit().to("meta"), **SETTING), "X is a meta tensor"),
-    "linear_cka meta": (lambda: similarity.linear_cka(acts("meta"), acts("meta")), "X is a meta tensor"),
-    "svcca meta": (lambda: alignment.svcca(acts("meta"), acts("meta")), "X is a meta tensor"),
-    "kernel_cka meta": (lambda: similarity.kernel_cka(EYE.to("meta"), EYE), "K is a meta tensor"),
+    "linear_cka meta": (lambda: measures.linear_cka(acts("meta"), acts("meta")), "X is a meta tensor"),
+    "svcca meta": (lambda: cca.svcca(acts("meta"), acts("meta")), "X is a meta tensor"),
+    "kernel_cka meta": (lambda: measures.kernel_cka(EYE.to("meta"), EYE), "K is a meta tensor"),
     "gate_kernel meta": (lambda: npk.gate_kernel(acts("meta")), "activations is a meta tensor"),
     "site_activations meta model": (
         lambda: models.site_activations(c4gap().to("meta"), torch.randn(2, 3, 16, 16), ["act1"]),
@@ -96,11 +97,11 @@ CASES = {
         "block_rows must be an integer of at least 1",
     ),
     "grelu_cka float max_bytes": (
-        lambda: similarity.grelu_cka(acts(), acts(), max_bytes=1000.5),
+        lambda: measures.grelu_cka(acts(), acts(), max_bytes=1000.5),
         "max_bytes must be an integer number of bytes >= 1, got 1000.5",
     ),
     "unbiased_hsic max_bytes 0": (
-        lambda: similarity.unbiased_hsic(torch.eye(5), torch.eye(5), max_bytes=0),
+        lambda: measures.unbiased_hsic(torch.eye(5), torch.eye(5), max_bytes=0),
         "max_bytes must be an integer number of bytes >= 1, got 0",
     ),
     "kernel_regression float num_classes": (
@@ -113,7 +114,7 @@ CASES = {
         "sigma_w2 must be a number",
     ),
     "svcca variance None": (
-        lambda: alignment.svcca(acts(), acts(), variance=None),
+        lambda: cca.svcca(acts(), acts(), variance=None),
         "variance must be a number in",
     ),
     # a model and inputs of different dtypes: was "Input type (double) and bias type (float) ..."
@@ -122,7 +123,7 @@ CASES = {
         r"site_activations: the inputs are torch.float64 but the model's parameters are torch.float32; convert",
     ),
     "compare_models float64 input": (
-        lambda: similarity.compare_models(
+        lambda: compare.compare_models(
             c4gap(), c4gap(), torch.randn(8, 3, 16, 16, dtype=F64), ["linear_cka"], progress=False
         ),
         "the inputs are torch.float64 but the model's parameters are torch.float32",
@@ -133,7 +134,7 @@ CASES = {
     ),
     # batch sizes
     "compare_models batch_size 0": (
-        lambda: similarity.compare_models(
+        lambda: compare.compare_models(
             c4gap(), c4gap(), torch.randn(8, 3, 16, 16), ["linear_cka"], batch_size=0, progress=False
         ),
         "batch_size must be an integer of at least 1, got 0",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from intertwine import gated, models, paper, similarity, stitching, symmetry
+from intertwine import gated, measures, models, paper, stitching, symmetry
 from intertwine.groups import random_gl
 from intertwine.models.myrtle import Myrtle
 
@@ -181,7 +181,7 @@ def test_a_general_map_in_a_linear_feature_network_changes_that_layers_gates_onl
     before, after = models.site_activations(model, x), models.site_activations(acted, x)
     for site in ("features.act3", "features.act4"):
         torch.testing.assert_close(after[site], before[site], rtol=1e-9, atol=1e-9)
-    assert similarity.gate_cka(before["features.act2"], after["features.act2"]) < 0.95
+    assert measures.gate_cka(before["features.act2"], after["features.act2"]) < 0.95
     assert (acted(x) - model(x)).abs().max() > 1e-3
 
 
@@ -196,12 +196,12 @@ def test_gate_cka_is_invariant_to_grelu_not_to_rotations():
     )
     before, same, other = (models.site_activations(m, x) for m in (model, grelu, rotated))
     for site in before:
-        assert similarity.gate_cka(before[site], same[site]) == pytest.approx(1, abs=1e-12)
-        kernel = similarity.cka_kernel("gate_cka", before[site])
-        assert similarity.kernel_cka(kernel, similarity.cka_kernel("gate_cka", same[site])) == pytest.approx(
+        assert measures.gate_cka(before[site], same[site]) == pytest.approx(1, abs=1e-12)
+        kernel = measures.cka_kernel("gate_cka", before[site])
+        assert measures.kernel_cka(kernel, measures.cka_kernel("gate_cka", same[site])) == pytest.approx(
             1, abs=1e-12
         )
-    assert min(similarity.gate_cka(before[s], other[s]) for s in before) < 0.9
+    assert min(measures.gate_cka(before[s], other[s]) for s in before) < 0.9
 
 
 # --- kernels of a member ------------------------------------------------------------------------

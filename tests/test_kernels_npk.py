@@ -326,8 +326,8 @@ def test_fc_npk_is_invariant_to_permuting_layers():
 
 
 def test_gate_kernel_cka_is_grelu_invariant_not_orthogonal_invariant():
+    from intertwine.measures import kernel_cka
     from intertwine.models import build, site_activations
-    from intertwine.similarity import kernel_cka
     from intertwine.symmetry import act_on_weights, random_elements
 
     torch.manual_seed(0)

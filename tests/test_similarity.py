@@ -10,9 +10,8 @@ import pytest
 import scipy.linalg
 import torch
 
-from intertwine import alignment
 from intertwine.groups import random_grelu, random_orthogonal
-from intertwine.similarity import (
+from intertwine.measures import (
     MEASURES,
     ConstantRepresentationError,
     ProcrustesAccumulator,
@@ -25,12 +24,13 @@ from intertwine.similarity import (
     orthogonal_procrustes,
     unbiased_hsic,
 )
+from intertwine.measures.layerwise import PREPARED
 
 F64 = torch.float64
 CKAS = ["grelu_cka", "linear_cka", "laplace_cka", "rbf_cka", "channel_normalized_linear_cka"]
 PROCRUSTES = ["grelu_procrustes", "orthogonal_procrustes"]
 
-# Channel transformations each measure claims invariance to (docstrings of intertwine.similarity).
+# Channel transformations each measure claims invariance to (docstrings of intertwine.measures).
 GROUPS = {
     "grelu_procrustes": ["grelu"],
     "orthogonal_procrustes": ["orthogonal", "isotropic"],
@@ -41,7 +41,7 @@ GROUPS = {
     "gate_cka": ["grelu", "isotropic"],  # signs matter: not monomials, not translations
     "rbf_cka": ["orthogonal", "isotropic", "translation"],
 }
-# The measures of channels above; the CCA and shape measures (intertwine.alignment, also in
+# The measures of channels above; the CCA and shape measures (intertwine.measures.cca and .shape, also in
 # MEASURES) are tested in test_alignment.py, and every measure by pairwise in test_similarity_many.py.
 CHANNEL_MEASURES = list(GROUPS)
 # A transformation outside each measure's group, and a bound the similarity of (X, X A) must stay
@@ -392,7 +392,7 @@ def test_one_sample_is_constant_only_when_zero():
 
 
 def test_constant_kernel_and_accumulator():
-    from intertwine.similarity import cka_kernel, kernel_cka
+    from intertwine.measures import cka_kernel, kernel_cka
 
     X = features(0)
     with pytest.raises(ConstantRepresentationError, match="kernel L is constant"):
@@ -411,7 +411,7 @@ def test_constant_kernel_and_accumulator():
 
 def test_site_measures_name_the_model_and_site():
     from intertwine import models
-    from intertwine.similarity import site_cka, site_procrustes
+    from intertwine.compare import site_cka, site_procrustes
 
     torch.manual_seed(0)
     spec = {"arch": "myrtle", "width_multiplier": 0.125}
@@ -492,10 +492,10 @@ def test_bad_inputs():
 
 
 def test_registry():
-    assert set(GROUPS) == set(OUTSIDE) == set(MEASURES) - set(alignment.PREPARED)
+    assert set(GROUPS) == set(OUTSIDE) == set(MEASURES) - set(PREPARED)
     for name, f in MEASURES.items():
         assert f.__name__ == name
-        assert "Invariance group" in f.__doc__ or name in alignment.PREPARED
+        assert "Invariance group" in f.__doc__ or name in PREPARED
 
 
 # --- kernels for the heatmaps and the workflow's per-pair entry --------------------------------
@@ -505,7 +505,7 @@ def test_registry():
     "measure", ["grelu_cka", "linear_cka", "laplace_cka", "rbf_cka", "channel_normalized_linear_cka"]
 )
 def test_kernel_route_equals_the_measure(measure):
-    from intertwine.similarity import MEASURES, cka_kernel, kernel_cka
+    from intertwine.measures import MEASURES, cka_kernel, kernel_cka
 
     g = torch.Generator().manual_seed(3)
     X = torch.relu(torch.randn(40, 6, 3, 3, generator=g, dtype=torch.float64))
@@ -515,7 +515,7 @@ def test_kernel_route_equals_the_measure(measure):
 
 
 def test_cka_kernel_rejects_unknown_measures():
-    from intertwine.similarity import cka_kernel
+    from intertwine.measures import cka_kernel
 
     with pytest.raises(ValueError, match="unknown CKA measure 'svcca'"):
         cka_kernel("svcca", torch.randn(8, 3))
@@ -607,7 +607,7 @@ def test_similarity_pair_names_the_member_and_site_of_a_constant_representation(
 
 # --- minimum samples and scale safety (issue 33) ------------------------------------------------
 
-from intertwine import similarity as _similarity  # noqa: E402
+from intertwine import measures  # noqa: E402
 
 
 def _pair(n, channels=6, positions=(), seed=0):
@@ -617,24 +617,24 @@ def _pair(n, channels=6, positions=(), seed=0):
     return X, Y
 
 
-@pytest.mark.parametrize("measure", sorted(_similarity.MIN_SAMPLES))
+@pytest.mark.parametrize("measure", sorted(measures.MIN_SAMPLES))
 def test_each_measure_has_one_minimum_sample_count(measure):
     """Below its minimum a measure is undefined or the same for any data: an error naming the
     minimum, from the one-pair function and from ``pairwise`` alike; at the minimum, a value."""
-    need = _similarity.MIN_SAMPLES[measure]
+    need = measures.MIN_SAMPLES[measure]
     assert need == (2 if "procrustes" in measure else 4 if "cka" in measure else 3)
     X, Y = _pair(need - 1)
     pattern = rf"{measure} needs at least {need} (samples|rows).*got N = {need - 1}"
     if measure in ("svcca", "pwcca", "shape_angular", "shape_euclidean"):
         pattern = rf"needs at least {need} samples \(inputs\), got N = {need - 1}"
     with pytest.raises(ValueError, match=pattern):
-        _similarity.MEASURES[measure](X, Y)
+        measures.MEASURES[measure](X, Y)
     with pytest.raises(ValueError, match=pattern):
-        _similarity.pairwise(measure, [X], [Y])
+        measures.pairwise(measure, [X], [Y])
     X, Y = _pair(need, seed=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # SVCCA at N <= width
-        assert math.isfinite(_similarity.MEASURES[measure](X, Y))
+        assert math.isfinite(measures.MEASURES[measure](X, Y))
 
 
 def test_procrustes_counts_rows_and_the_accumulators_enforce_the_minimum():
@@ -646,7 +646,7 @@ def test_procrustes_counts_rows_and_the_accumulators_enforce_the_minimum():
         acc.grelu()
     X, Y = _pair(1, positions=(3, 3))  # one image: its positions are the rows
     assert 0 < orthogonal_procrustes(X, Y) < 1
-    from intertwine.similarity import LinearCKAAccumulator
+    from intertwine.measures import LinearCKAAccumulator
 
     X, Y = _pair(3)
     with pytest.raises(ValueError, match="linear_cka needs at least 4 samples"):
@@ -654,13 +654,13 @@ def test_procrustes_counts_rows_and_the_accumulators_enforce_the_minimum():
 
 
 @pytest.mark.parametrize("scale", [1e-200, 1e200, 1e-300, 1e300])
-@pytest.mark.parametrize("measure", sorted(_similarity.MEASURES))
+@pytest.mark.parametrize("measure", sorted(measures.MEASURES))
 def test_measures_are_right_at_extreme_scales(measure, scale):
     """Rescaled before squaring: the value at scale 1e+-200 (and 1e+-300) is the value at 1 (the
     euclidean shape distance scaled by it). Width 8 against 40 samples keeps CCA well posed (PWCCA
     at widths whose subspaces must intersect has tied correlations of 1 and arbitrary weights)."""
     X, Y = _pair(40, channels=4, positions=(2,))
-    f = _similarity.MEASURES[measure]
+    f = measures.MEASURES[measure]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         expected = f(X, Y)
@@ -673,7 +673,7 @@ def test_measures_are_right_at_extreme_scales(measure, scale):
 
 @pytest.mark.parametrize("scales", [(1e200, 1e-200), (1e-150, 1.0)])
 def test_accumulators_and_pairwise_are_scale_safe(scales):
-    from intertwine.similarity import LinearCKAAccumulator
+    from intertwine.measures import LinearCKAAccumulator
 
     X, Y = _pair(40, positions=(2, 2))
     sx, sy = scales
@@ -685,12 +685,12 @@ def test_accumulators_and_pairwise_are_scale_safe(scales):
     assert acc.orthogonal() == pytest.approx(orthogonal_procrustes(X, Y), rel=1e-12)
     assert lin.value() == pytest.approx(linear_cka(X, Y), rel=1e-10)
     for measure in ("linear_cka", "grelu_cka", "shape_angular"):
-        matrix = _similarity.pairwise(measure, [X * sx, X], [Y * sy])
+        matrix = measures.pairwise(measure, [X * sx, X], [Y * sy])
         assert matrix[0, 0] == pytest.approx(matrix[1, 0], rel=1e-10)
 
 
 def test_svcca_warns_when_samples_do_not_exceed_the_width():
-    from intertwine.alignment import pwcca, svcca
+    from intertwine.measures.cca import pwcca, svcca
 
     X, Y = _pair(20, channels=24)  # width 24 >= N = 20: saturates
     with pytest.warns(RuntimeWarning, match=r"SVCCA on N = 20 samples of X, whose width .* is 24 >= N"):

@@ -8,14 +8,14 @@ import scipy.linalg
 import torch
 from torch import nn
 
-from intertwine import similarity
+from intertwine import measures
+from intertwine.compare import compare_models
 from intertwine.groups import random_grelu, random_orthogonal
-from intertwine.similarity import (
+from intertwine.measures import (
     MEASURES,
     ConstantRepresentationError,
     LinearCKAAccumulator,
     ProcrustesAccumulator,
-    compare_models,
     pairwise,
 )
 
@@ -47,7 +47,7 @@ def layers(n=30, seed=0, shapes=((4, 2, 2), (6, 2, 2), (5,), (3, 3, 3))):
 @pytest.mark.parametrize("measure", sorted(MEASURES))
 def test_pairwise_equals_per_pair_calls(measure):
     xs, ys = layers(seed=0), layers(seed=1)
-    if measure in similarity.PROCRUSTES_MEASURES:  # positions paired: one spatial shape
+    if measure in measures.PROCRUSTES_MEASURES:  # positions paired: one spatial shape
         xs, ys = layers(shapes=((4, 2, 2), (4, 2, 2))), layers(seed=1, shapes=((4, 2, 2), (4, 2, 2)))
     matrix = pairwise(measure, xs, ys)
     assert matrix.shape == (len(xs), len(ys))
@@ -110,7 +110,7 @@ def test_linear_cka_accumulator_equals_one_shot():
     for start in range(0, 50, 7):
         acc.update(X[start : start + 7], Y[start : start + 7])
     assert acc.n_samples == 50
-    assert acc.value() == pytest.approx(similarity.linear_cka(X, Y), abs=1e-12)
+    assert acc.value() == pytest.approx(measures.linear_cka(X, Y), abs=1e-12)
     with pytest.raises(ValueError, match="feature sizes"):
         acc.update(X[:4, :2], Y[:4])
     with pytest.raises(ConstantRepresentationError, match="^Y is the same"):
@@ -138,8 +138,8 @@ def test_compare_models_streams_and_matches_pairwise():
     x = torch.randn(40, 3, 4, 4, generator=gen(8), dtype=F64)
     sites = ["act1", "act2"]
     dataset = torch.utils.data.TensorDataset(x, torch.zeros(40))
-    measures = ["linear_cka", "grelu_cka", "orthogonal_procrustes", "grelu_procrustes", "svcca"]
-    result = compare_models(a, b, dataset, measures, sites, sites, batch_size=16, progress=False)
+    names = ["linear_cka", "grelu_cka", "orthogonal_procrustes", "grelu_procrustes", "svcca"]
+    result = compare_models(a, b, dataset, names, sites, sites, batch_size=16, progress=False)
     with torch.no_grad():
         acts_a = [a.act1(a.conv(x)), a(x)]
         acts_b = [b.act1(b.conv(x)), b(x)]
@@ -149,9 +149,9 @@ def test_compare_models_streams_and_matches_pairwise():
     procrustes = result["orthogonal_procrustes"].to_numpy()
     # act1 (4 channels, 16 positions) and act2 (6, 1) are paired only with their own shape
     assert np.isnan(procrustes[0, 1]) and np.isnan(procrustes[1, 0])
-    assert procrustes[0, 0] == pytest.approx(similarity.orthogonal_procrustes(acts_a[0], acts_b[0]), abs=1e-7)
+    assert procrustes[0, 0] == pytest.approx(measures.orthogonal_procrustes(acts_a[0], acts_b[0]), abs=1e-7)
     assert result["grelu_procrustes"].to_numpy()[1, 1] == pytest.approx(
-        similarity.grelu_procrustes(acts_a[1], acts_b[1]), abs=1e-7
+        measures.grelu_procrustes(acts_a[1], acts_b[1]), abs=1e-7
     )
     # a DataLoader and a plain tensor of inputs give the same numbers; linear CKA by collection too
     loader = torch.utils.data.DataLoader(dataset, batch_size=8)
@@ -182,14 +182,14 @@ def test_compare_models_names_the_model_and_site_of_a_constant_representation():
 
 
 DIFFERENTIABLE = {
-    "linear_cka (features)": lambda X, Y: similarity.linear_cka(X, Y, method="features"),
-    "linear_cka (gram)": lambda X, Y: similarity.linear_cka(X, Y, method="gram"),
-    "rbf_cka": similarity.rbf_cka,
-    "kernel_cka": lambda X, Y: similarity.kernel_cka(
+    "linear_cka (features)": lambda X, Y: measures.linear_cka(X, Y, method="features"),
+    "linear_cka (gram)": lambda X, Y: measures.linear_cka(X, Y, method="gram"),
+    "rbf_cka": measures.rbf_cka,
+    "kernel_cka": lambda X, Y: measures.kernel_cka(
         X.flatten(1) @ X.flatten(1).T, torch.tanh(Y.flatten(1)) @ Y.flatten(1).T
     ),
-    "orthogonal_procrustes": similarity.orthogonal_procrustes,
-    "grelu_procrustes": lambda X, Y: similarity.grelu_procrustes(X, Y[:, :3]),
+    "orthogonal_procrustes": measures.orthogonal_procrustes,
+    "grelu_procrustes": lambda X, Y: measures.grelu_procrustes(X, Y[:, :3]),
 }
 
 
@@ -211,10 +211,10 @@ def test_linear_cka_as_a_training_loss_aligns_a_layer():
     W = torch.randn(8, 8, generator=g, dtype=F64, requires_grad=True)
     target = X @ random_orthogonal(8, g, dtype=F64)
     optimizer = torch.optim.Adam([W], lr=0.05)
-    before = similarity.linear_cka(torch.tanh(X @ W).detach(), target)
+    before = measures.linear_cka(torch.tanh(X @ W).detach(), target)
     for _ in range(100):
         optimizer.zero_grad()
-        loss = 1 - similarity.linear_cka(torch.tanh(X @ W), target)
+        loss = 1 - measures.linear_cka(torch.tanh(X @ W), target)
         loss.backward()
         optimizer.step()
     assert 1 - float(loss.detach()) > before + 0.1
@@ -239,13 +239,13 @@ def test_procrustes_distances_near_one_keep_their_digits(eps):
     x, y = rows(X) / np.linalg.norm(rows(X)), rows(Y) / np.linalg.norm(rows(Y))
     R, _ = scipy.linalg.orthogonal_procrustes(y, x)
     expected = np.linalg.norm(x - y @ R) / 2
-    assert 1 - similarity.orthogonal_procrustes(X, Y) == pytest.approx(expected, rel=1e-6)
+    assert 1 - measures.orthogonal_procrustes(X, Y) == pytest.approx(expected, rel=1e-6)
     A = random_grelu(6, g, dtype=F64)
     Y = torch.einsum("ncp,cd->ndp", X, A) + eps * E
     x, y = rows(X) / np.linalg.norm(rows(X), axis=0), rows(Y) / np.linalg.norm(rows(Y), axis=0)
     matched = A.abs().argmax(1).numpy()  # X's channel c went to Y's channel matched[c]
     expected = np.linalg.norm(x - y[:, matched]) / (2 * 6**0.5)
-    assert 1 - similarity.grelu_procrustes(X, Y) == pytest.approx(expected, rel=1e-6)
+    assert 1 - measures.grelu_procrustes(X, Y) == pytest.approx(expected, rel=1e-6)
 
 
 def test_refine_pass_rules():
@@ -275,11 +275,11 @@ def test_max_kernel_methods_agree_with_the_definition(shape):
     expected = torch.einsum("mcp,ncp->mnc", Z, Z).amax(2)
     for method in ("auto", "per_channel", "blocked"):
         # a small max_bytes forces several row blocks in both methods
-        K = similarity.max_kernel(X, method=method, max_bytes=64 * shape[0])
+        K = measures.max_kernel(X, method=method, max_bytes=64 * shape[0])
         torch.testing.assert_close(K, expected, atol=1e-12, rtol=0)
         assert torch.equal(K, K.T)
     with pytest.raises(ValueError, match="method must be"):
-        similarity.max_kernel(X, method="fast")
+        measures.max_kernel(X, method="fast")
 
 
 def kornblith_rbf_cka(X, Y, fraction):
@@ -313,9 +313,9 @@ def kornblith_rbf_cka(X, Y, fraction):
 def test_rbf_cka_matches_kornblith_transcription(fraction):
     X, Y = layers(n=41, seed=15, shapes=((3, 2, 2), (7,)))
     expected = kornblith_rbf_cka(X.numpy(), Y.numpy(), fraction)
-    assert similarity.rbf_cka(X, Y, bandwidth_fraction=fraction) == pytest.approx(expected, abs=1e-12)
+    assert measures.rbf_cka(X, Y, bandwidth_fraction=fraction) == pytest.approx(expected, abs=1e-12)
     with pytest.raises(ValueError, match="bandwidth_fraction must be positive"):
-        similarity.rbf_cka(X, Y, bandwidth_fraction=0)
+        measures.rbf_cka(X, Y, bandwidth_fraction=0)
 
 
 @pytest.mark.parametrize("measure", ["orthogonal_procrustes", "grelu_procrustes"])

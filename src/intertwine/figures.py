@@ -790,7 +790,7 @@ def similarity_cka(table: pd.DataFrame) -> plt.Figure:
     CKA, Figs. 2, 5, 11; and any of SVCCA, PWCCA, the shape distances), site of model a x site of
     model b, averaged over pairs: one row per variant, one column per measure. Similarities share
     the 0-1 colour scale; a distance has its own, from 0."""
-    from intertwine.similarity import DISTANCES
+    from intertwine.measures.names import DISTANCES
 
     # npk_cka is one number per pair (site "model"), in the summary, not a heatmap
     rows = table[~table["measure"].str.endswith("procrustes") & (table["measure"] != "npk_cka")]

@@ -19,7 +19,7 @@ from intertwine.kernels import npk
 from intertwine.models.gated import GatedNet
 from intertwine.models.myrtle import Myrtle
 from intertwine.models.plain import ConvStack
-from intertwine.similarity import kernel_cka
+from intertwine.measures import kernel_cka
 
 __all__ = [
     "ensemble_table",

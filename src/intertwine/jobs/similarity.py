@@ -6,7 +6,7 @@ import copy
 
 import pandas as pd
 
-from intertwine import models, similarity
+from intertwine import compare, measures, models
 from intertwine.jobs import Job
 from intertwine.settings import SimilarityConfig
 
@@ -17,7 +17,7 @@ def similarity_pair(
     """One row per (site_a, site_b, measure) of zoo members a and b on the first
     ``block["samples"]`` test images: Procrustes measures at matching sites (``procrustes``),
     the ``cka_measures`` (CKAs, SVCCA, PWCCA, shape distances) for every pair of sites (``cka``,
-    by ``similarity.pairwise``). Keys ``block`` lacks take the schema's
+    by ``measures.pairwise``). Keys ``block`` lacks take the schema's
     defaults."""
     settings = SimilarityConfig.from_block(block, "similarity")
     model_a, meta_a = job.model(a)
@@ -30,7 +30,7 @@ def similarity_pair(
     base = {"variant": meta_a["variant"], "pair": pair, "seed_a": meta_a["seed"], "seed_b": meta_b["seed"]}
     try:
         rows = _rows(job, base, settings, reads, procrustes, cka, len(sites))
-    except similarity.ConstantRepresentationError as err:
+    except measures.ConstantRepresentationError as err:
         member = {"a": a, "b": b}.get(err.which, f"{a} or {b}")
         raise ValueError(
             f"{base['variant']} pair {pair}: {err}. Check {member} (if it is dead at "
@@ -52,7 +52,7 @@ def _rows(
     pair = base["pair"]
     rows = []
     if procrustes:
-        for site, acc in similarity.site_procrustes(*reads).items():
+        for site, acc in compare.site_procrustes(*reads).items():
             values = {"grelu_procrustes": acc.grelu, "orthogonal_procrustes": acc.orthogonal}
             rows += [
                 {**base, "site_a": site, "site_b": site, "measure": measure, "value": values[measure]()}
@@ -65,7 +65,7 @@ def _rows(
             continue
         rows += [
             {**base, "site_a": site_a, "site_b": site_b, "measure": measure, "value": value}
-            for (site_a, site_b), value in similarity.site_cka(measure, *reads).items()
+            for (site_a, site_b), value in compare.site_cka(measure, *reads).items()
         ]
         job.log(f"{base['variant']} pair {pair}: {measure} for {n_sites}x{n_sites} site pairs")
     return rows
@@ -83,7 +83,7 @@ def _npk_rows(job: Job, base: dict, settings: SimilarityConfig, reads: tuple) ->
         return []
     x = normalize(images[: settings.npk_images], mean, std).double()
     kernels = [gated.member_npk(copy.deepcopy(model).double(), x) for model in (model_a, model_b)]
-    value = similarity.kernel_cka(*kernels)
+    value = measures.kernel_cka(*kernels)
     job.log(f"{base['variant']} pair {base['pair']}: npk_cka {value:.4f} on {len(x)} images")
     return [
         {

@@ -42,7 +42,7 @@ Arrays are (N, ...) with samples first; numpy arrays are converted, tensors stay
 (everything moves to the device of ``x``). Kernels are accumulated and returned in float64, as
 (N, N) tensors, or (N, N') with a second batch ``y``. Inputs are validated up front: a ValueError
 (a TypeError for an argument of the wrong kind) names the argument, the problem and the fix. Memory: per-block intermediates stay within
-``max_bytes`` (64 MiB by default, as in :mod:`intertwine.similarity`); the kernel and the inputs
+``max_bytes`` (64 MiB by default, as in :mod:`intertwine.measures`); the kernel and the inputs
 are held in full.
 """
 
@@ -56,7 +56,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from intertwine.similarity import DEFAULT_MAX_BYTES
+from intertwine.measures import DEFAULT_MAX_BYTES
 
 __all__ = [
     "empirical_ntk",
@@ -194,7 +194,7 @@ def gate_kernel(activations: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -
 
     It sees the activation pattern only, so it is unchanged when the units are permuted or
     positively scaled (G_ReLU), but not under other changes of basis. Compare two with
-    :func:`intertwine.similarity.kernel_cka`, which raises ConstantRepresentationError when every
+    :func:`intertwine.measures.kernel_cka`, which raises ConstantRepresentationError when every
     input has the same gate pattern.
     """
     a = _as_batch(activations, "activations")

@@ -1,0 +1,238 @@
+"""Two models compared site by site on the same inputs: every site's activations read by forward
+hooks over a data set, the Procrustes measures and linear CKA streamed through exact accumulators."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from intertwine.measures._base import DEFAULT_MAX_BYTES, ConstantRepresentationError, _constant_message
+from intertwine.measures.cka import LinearCKAAccumulator
+from intertwine.measures.names import PROCRUSTES_MEASURES
+from intertwine.measures.layerwise import pairwise
+from intertwine.measures.procrustes import ProcrustesAccumulator
+from intertwine.measures.registry import MEASURES
+
+
+def _batches(data, batch_size: int) -> tuple[Iterable, int | None]:
+    """(iterable of input batches, their number if known) from a tensor of inputs, a map-style
+    Dataset of (input, ...) items, or any iterable of batches (a DataLoader): a batch is a tensor
+    or a tuple/list whose first element is the inputs."""
+    from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer of at least 1, got {batch_size!r}")
+    if isinstance(data, Tensor):
+        batches = data.split(batch_size)
+    elif isinstance(data, Dataset) and not isinstance(data, IterableDataset):
+        batches = DataLoader(data, batch_size=batch_size)
+    else:
+        batches = data
+    count = len(batches) if hasattr(batches, "__len__") else None
+    return (batch[0] if isinstance(batch, (tuple, list)) else batch for batch in batches), count
+
+
+def _positions(X: Tensor) -> int:
+    return X[0, 0].numel()
+
+
+def compare_models(
+    model_a: torch.nn.Module,
+    model_b: torch.nn.Module,
+    data,
+    measures: Sequence[str],
+    sites_a: Sequence[str] | None = None,
+    sites_b: Sequence[str] | None = None,
+    *,
+    batch_size: int = 256,
+    progress: bool = True,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_accumulator_bytes: int = 2**30,
+) -> dict[str, pd.DataFrame]:
+    """Each of ``measures`` between every site of model a and every site of model b on the same
+    inputs: {measure: DataFrame (sites_a x sites_b)}.
+
+    ``sites_a``/``sites_b`` are module names (default: the zoo model's sites, ``models.sites``);
+    forward hooks read them, so any ``nn.Module`` works. ``data`` is a tensor of model inputs, a
+    map-style Dataset of (input, ...) items (batched by ``batch_size``) or an iterable of batches
+    such as a DataLoader; inputs go to each model's device, so the whole computation runs where the
+    models are (CPU or GPU), in eval mode without autograd, with a progress bar over batches.
+
+    Streamed with exact accumulation, nothing kept per sample: the Procrustes measures (the
+    cross-products of ``ProcrustesAccumulator``, for the site pairs with equal spatial shapes, and
+    for ``grelu_procrustes`` equal widths; NaN for the others, where they are undefined) and
+    ``linear_cka`` (``LinearCKAAccumulator``) while its site pairs' cross-products fit in
+    ``max_accumulator_bytes``. Every other measure (and linear CKA between wider sites) keeps every
+    site's activations on the models' device and computes its matrix with ``pairwise`` at the end.
+    The Procrustes values here come from one pass (close to 1 they resolve about 1e-8; the
+    one-shot functions make a second pass).
+    """
+    from tqdm.auto import tqdm
+
+    from intertwine.models import site_activations, sites
+
+    unknown = [m for m in measures if m not in MEASURES]
+    if unknown:
+        raise ValueError(f"unknown measures {unknown}; expected some of {sorted(MEASURES)}")
+    names = [
+        [s.name for s in sites(model)] if chosen is None else list(chosen)
+        for model, chosen in ((model_a, sites_a), (model_b, sites_b))
+    ]
+    pairs = [(i, j) for i in range(len(names[0])) for j in range(len(names[1]))]
+    procrustes: dict[tuple[int, int], ProcrustesAccumulator] = {}
+    linear: dict[tuple[int, int], LinearCKAAccumulator] = {}
+    kept: list[dict[int, list[Tensor]] | None] | None = None  # per model: site index -> batches
+    batches, count = _batches(data, batch_size)
+    for inputs in tqdm(batches, total=count, disable=not progress, desc="compare_models", unit="batch"):
+        acts = [
+            site_activations(model, inputs, chosen, batch_size=len(inputs))
+            for model, chosen in zip((model_a, model_b), names)
+        ]
+        xs, ys = (
+            [acts[0][s] for s in names[0]],
+            [acts[1][s].to(acts[0][names[0][0]].device) for s in names[1]],
+        )
+        if kept is None:  # the first batch: decide what is streamed, from the shapes
+            kept = [{} for _ in range(2)]
+            if any(m in PROCRUSTES_MEASURES for m in measures):
+                procrustes = {
+                    (i, j): ProcrustesAccumulator()
+                    for i, j in pairs
+                    if _positions(xs[i]) == _positions(ys[j])
+                }
+            width = [[x[0].numel() for x in xs], [y[0].numel() for y in ys]]
+            state = sum(8 * (width[0][i] + width[1][j]) ** 2 for i, j in pairs)
+            if "linear_cka" in measures and state <= max_accumulator_bytes:
+                linear = {pair: LinearCKAAccumulator() for pair in pairs}
+            collected = [
+                m for m in measures if m not in PROCRUSTES_MEASURES and not (m == "linear_cka" and linear)
+            ]
+            if not collected:
+                kept = [None, None]
+        for (i, j), acc in procrustes.items():
+            acc.update(xs[i], ys[j])
+        for (i, j), acc in linear.items():
+            acc.update(xs[i], ys[j])
+        if kept[0] is not None:
+            for side, layers in zip(kept, (xs, ys)):
+                for k, layer in enumerate(layers):
+                    side.setdefault(k, []).append(layer)
+    if kept is None:
+        raise ValueError("compare_models: data gave no batches")
+    full = [None if side is None else [torch.cat(side[k]) for k in sorted(side)] for side in kept]
+    results = {}
+    for measure in measures:
+        try:
+            matrix = _streamed_matrix(
+                measure, procrustes, linear, full, len(names[0]), len(names[1]), max_bytes
+            )
+        except ConstantRepresentationError as err:
+            model = {"X": "a", "xs": "a", "Y": "b", "ys": "b"}[err.which]
+            site = names[0 if model == "a" else 1][err.index]
+            raise ConstantRepresentationError(
+                f"{measure}: model {model} at site {site}: {err}", model, site
+            ) from None
+        results[measure] = pd.DataFrame(matrix, index=names[0], columns=names[1])
+    return results
+
+
+def _streamed_matrix(
+    measure: str,
+    procrustes: dict[tuple[int, int], ProcrustesAccumulator],
+    linear: dict[tuple[int, int], LinearCKAAccumulator],
+    full: list[list[Tensor] | None],
+    rows: int,
+    cols: int,
+    max_bytes: int,
+) -> np.ndarray:
+    """One measure's matrix in ``compare_models`` from its accumulators or kept activations; a
+    ConstantRepresentationError carries the site's position in ``index``."""
+    if measure in PROCRUSTES_MEASURES or (measure == "linear_cka" and linear):
+        matrix = np.full((rows, cols), np.nan)
+        accumulators = procrustes if measure in PROCRUSTES_MEASURES else linear
+        for (i, j), acc in accumulators.items():
+            if measure == "grelu_procrustes" and acc.cross.shape[0] != acc.cross.shape[1]:
+                continue
+            read = {"grelu_procrustes": "grelu", "orthogonal_procrustes": "orthogonal", "linear_cka": "value"}
+            try:
+                matrix[i, j] = getattr(acc, read[measure])()
+            except ConstantRepresentationError as err:
+                err.index = i if err.which == "X" else j
+                raise
+        return matrix
+    return pairwise(measure, full[0], full[1], max_bytes=max_bytes)
+
+
+# ---------------------------------------------------------------------------
+# Between two models: every site's activations on the same images
+# ---------------------------------------------------------------------------
+
+
+def site_procrustes(
+    model_a: torch.nn.Module,
+    model_b: torch.nn.Module,
+    images: Tensor,
+    sites: list[str],
+    mean: Tensor,
+    std: Tensor,
+    batch_size: int,
+) -> dict[str, ProcrustesAccumulator]:
+    """Procrustes statistics of the two models' activations at each of ``sites`` (the same site in
+    both) on uint8 ``images``, accumulated over batches: one forward pass per model and batch
+    gives every site's activations."""
+    from intertwine.models import site_activations
+
+    accumulators = {site: ProcrustesAccumulator() for site in sites}
+    for start in range(0, len(images), batch_size):
+        reps_a, reps_b = (
+            site_activations(model, images[start : start + batch_size], sites, mean, std, batch_size)
+            for model in (model_a, model_b)
+        )
+        for site in sites:
+            accumulators[site].update(reps_a[site], reps_b[site])
+    for site, acc in accumulators.items():
+        which = acc.constant()
+        if which:
+            model = {"X": "a", "Y": "b"}[which]
+            raise ConstantRepresentationError(
+                f"model {model} at site {site}: "
+                + _constant_message("its representation", acc.n_samples, "every Procrustes measure"),
+                model,
+                site,
+            )
+    return accumulators
+
+
+def site_cka(
+    measure: str,
+    model_a: torch.nn.Module,
+    model_b: torch.nn.Module,
+    images: Tensor,
+    sites: list[str],
+    mean: Tensor,
+    std: Tensor,
+    batch_size: int,
+) -> dict[tuple[str, str], float]:
+    """The CKA ``measure`` between model a at each of ``sites`` and model b at each of ``sites``
+    (every pair, for the heatmaps) on uint8 ``images``, by ``pairwise``: one site's activations at
+    a time are read and prepared (an N x N kernel, or centred features where narrower)."""
+    from intertwine.models import site_activations
+
+    def layers(model: torch.nn.Module):
+        for site in sites:
+            yield site_activations(model, images, [site], mean, std, batch_size)[site]
+
+    try:
+        matrix = pairwise(measure, layers(model_a), layers(model_b))
+    except ConstantRepresentationError as err:
+        name, site = {"xs": "a", "ys": "b"}[err.which], sites[err.index]
+        raise ConstantRepresentationError(
+            f"model {name} at site {site}: " + _constant_message("its representation", len(images), measure),
+            name,
+            site,
+        ) from None
+    return {(a, b): float(matrix[i, j]) for i, a in enumerate(sites) for j, b in enumerate(sites)}

@@ -1,0 +1,216 @@
+"""The generalized shape metrics with partial whitening of Williams, Kunz, Kornblith & Linderman
+(NeurIPS 2021), scored exactly as ``netrep.metrics.LinearMetric(alpha, center_columns=True,
+zero_pad=True).fit_score``: angular and euclidean distances."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from intertwine.measures._base import ArrayLike, _pow2_scale, _rescaled
+from intertwine.measures.cca import _centred_svd, _check_pair_n, _check_same_n
+
+# netrep.utils.whiten: eigenvalues of X^T X are clipped to this value, and alpha > 1 - tol means
+# no whitening at all.
+_NETREP_EIGVAL_TOL = 1e-7
+_SCORES = ("angular", "euclidean")
+
+
+@dataclass(frozen=True)
+class PreparedShape:
+    """Per-representation state of the partially whitened shape metric.
+
+    ``basis`` (N, r) is an orthonormal basis of the centred column space (without whitening, where
+    D <= N: the centred features themselves, ``scales`` ones) and ``scales`` (r,) the
+    lengths of the partially whitened data along it before netrep's variance-preserving rescale:
+    the whitened data is Xw = basis diag(scales * c) Vh, Vh orthonormal rows, so its Gram matrix
+    and every score need only basis and scales. The rescale c depends on how many zero columns
+    netrep pads on, so it is applied in ``compare_shape_metric`` from ``lam_sum`` (the sum of the
+    clipped eigenvalues of Xc^T Xc), ``new_var`` (the unscaled variance of the whitened data) and
+    ``width`` (D). ``whiten`` is False when alpha > 1 - 1e-7 (netrep then skips whitening)."""
+
+    basis: Tensor
+    scales: Tensor
+    lam_sum: float
+    new_var: float
+    width: int
+    alpha: float
+    whiten: bool
+    #: ``scales`` are in units of ``unit`` (a power of two, 1 unless the features' squares would
+    #: overflow or underflow), ``lam_sum`` and ``new_var`` in units of ``ref`` squared (1, or the
+    #: largest clipped singular value where its square would overflow): rescaled before squaring.
+    unit: float = 1.0
+    ref: float = 1.0
+
+
+def _zero_eig_terms(alpha: float) -> tuple[float, float]:
+    """(clipped eigenvalue, contribution to new_var) of one zero eigenvalue in netrep's whiten."""
+    lam = _NETREP_EIGVAL_TOL
+    return lam, alpha**2 * lam + 2 * alpha * (1 - alpha) * lam**0.5 + (1 - alpha) ** 2
+
+
+def _check_alpha(alpha: float) -> float:
+    real = isinstance(alpha, (int, float, np.integer, np.floating)) and not isinstance(alpha, bool)
+    ok = real and 0.0 <= float(alpha) <= 1.0
+    if not ok:
+        raise ValueError(
+            f"alpha must be a number in [0, 1] (1: no whitening, 0: full whitening), got {alpha!r}"
+        )
+    return float(alpha)
+
+
+def prepare_shape_metric(X: ArrayLike, alpha: float = 1.0, *, name: str = "X") -> PreparedShape:
+    """Per-representation part of ``shape_metric``: centre and partially whiten (netrep's
+    ``LinearMetric.partial_fit`` with ``whiten(..., preserve_variance=True)``), via a thin SVD of
+    the centred (N, D) features instead of an eigendecomposition of the D x D matrix Xc^T Xc.
+    ``name`` ("X" or "Y") is how errors name the argument."""
+    alpha = _check_alpha(alpha)
+    if alpha > 1 - _NETREP_EIGVAL_TOL:
+        # No whitening: any factor G with G G' = Xc Xc' serves; the centred features themselves
+        # where they are no wider than tall (no SVD), else U diag(s), N x r.
+        Fc, _, _, width, unit = _centred_svd(X, name, "the shape metric", svd=False)
+        if width <= Fc.shape[0]:
+            return PreparedShape(
+                Fc, torch.ones_like(Fc[0]), float(Fc.square().sum()), 1.0, width, alpha, False, unit
+            )
+        U, s, _, width, more = _centred_svd(Fc, name, "the shape metric")
+        return PreparedShape(U, s, float(s.square().sum()), 1.0, width, alpha, False, unit * more)
+    U, s, _, width, unit = _centred_svd(X, name, "the shape metric")
+    # Eigenvalues of Xc^T Xc: s_i^2 for the r kept directions, 0 for the other D - r.
+    zero_lam, zero_var = _zero_eig_terms(alpha)
+    nulls = width - len(s)
+    if unit == 1.0:  # s^2 is representable
+        lam = s.square().clamp_min(_NETREP_EIGVAL_TOL)
+        d = alpha + (1 - alpha) * lam.rsqrt()
+        new_var = float((alpha**2 * lam + 2 * alpha * (1 - alpha) * lam.sqrt() + (1 - alpha) ** 2).sum())
+        new_var += nulls * zero_var
+        lam_sum = float(lam.sum()) + nulls * zero_lam
+        return PreparedShape(U, s * d, lam_sum, new_var, width, alpha, True)
+    # Features far from unit scale: the clipped eigenvalues' square roots sigma (in the data's
+    # units, as netrep clips them) are representable, their squares perhaps not, so the sums are
+    # taken relative to ref = max sigma.
+    sigma = (s * unit).clamp_min(_NETREP_EIGVAL_TOL**0.5)
+    ref = float(sigma.max())
+    rho = sigma / ref
+    d = alpha + (1 - alpha) / sigma
+    new_var = float(
+        (alpha**2 * rho.square() + 2 * alpha * (1 - alpha) * rho / ref + (1 - alpha) ** 2 / ref / ref).sum()
+    )
+    new_var += nulls * zero_var / ref / ref
+    lam_sum = float(rho.square().sum()) + nulls * zero_lam / ref / ref
+    return PreparedShape(U, s * d, lam_sum, new_var, width, alpha, True, unit, ref)
+
+
+def _whitened_gram_factor(p: PreparedShape, width: int) -> Tensor:
+    """G (N, r) with G G^T = Xw Xw^T for the data zero-padded to ``width`` features."""
+    if not p.whiten:
+        return p.basis * p.scales
+    zero_lam, zero_var = _zero_eig_terms(p.alpha)
+    pad = width - p.width
+    c = ((p.lam_sum + pad * zero_lam / p.ref / p.ref) / (p.new_var + pad * zero_var / p.ref / p.ref)) ** 0.5
+    return p.basis * (p.scales * c)
+
+
+def compare_shape_metric(
+    px: PreparedShape, py: PreparedShape, score: Literal["angular", "euclidean"] = "angular"
+) -> float:
+    """Shape distance between two prepared representations (see ``shape_metric``)."""
+    if score not in _SCORES:
+        raise ValueError(f"score must be 'angular' or 'euclidean', got {score!r}")
+    _check_same_n(px, py, "shape metric")
+    if px.alpha != py.alpha:
+        raise ValueError(f"X and Y were prepared with different alpha: {px.alpha} and {py.alpha}")
+    width = max(px.width, py.width)
+    factors = []
+    for p in (px, py):
+        # G in units of p.unit, rescaled once more where its products would over- or underflow.
+        G = _whitened_gram_factor(p, width)
+        rescaled = _rescaled(G)
+        factors.append((rescaled, p.unit * (1.0 if rescaled is G else _pow2_scale(float(G.abs().max())))))
+    (Gx, ux), (Gy, uy) = factors
+    # max over orthogonal Q of <Xw Q, Yw> = nuclear norm of Xw^T Yw = nuclear norm of Gx^T Gy.
+    if score == "angular":  # invariant to the scale of either side
+        nuclear = torch.linalg.svdvals(Gx.T @ Gy).sum()
+        nx, ny = torch.linalg.norm(Gx), torch.linalg.norm(Gy)
+        return float(torch.arccos((nuclear / (nx * ny)).clamp(-1.0, 1.0)))
+    # In the units of the larger side: the smaller one's share may underflow, as it is negligible.
+    unit = max(ux, uy)
+    Gx, Gy = Gx * (ux / unit), Gy * (uy / unit)
+    nuclear = torch.linalg.svdvals(Gx.T @ Gy).sum()
+    nx, ny = torch.linalg.norm(Gx), torch.linalg.norm(Gy)
+    return unit * float((nx.square() + ny.square() - 2 * nuclear).clamp_min(0.0).sqrt())
+
+
+def shape_metric(
+    X: ArrayLike,
+    Y: ArrayLike,
+    *,
+    alpha: float = 1.0,
+    score: Literal["angular", "euclidean"] = "angular",
+) -> float:
+    """Generalized shape metric with partial whitening (Williams et al. 2021), as netrep scores it:
+    ``netrep.metrics.LinearMetric(alpha, center_columns=True, zero_pad=True,
+    score_method=score).fit_score(X, Y)`` on the flattened (N, D) features.
+
+    Each representation is centred and partially whitened,
+    Xw = Xc Z with Z = V diag(alpha + (1 - alpha) lam^(-1/2)) V^T, V diag(lam) V^T the
+    eigendecomposition of Xc^T Xc (not divided by N; eigenvalues clipped at 1e-7), rescaled so
+    that ||Xw||_F = ||Xc||_F as netrep's ``preserve_variance`` computes it (the rescale counts
+    the zero eigenvalues of the null and zero-padded directions, each clipped to 1e-7). The
+    narrower representation is zero-padded to the wider's width and the two are aligned by the
+    optimal orthogonal map.
+
+    Parameters
+    ----------
+    X, Y : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
+        The same N >= 3 inputs through two networks (``MIN_SAMPLES``); widths may differ.
+    alpha : float in [0, 1]
+        1: no whitening (only centring), the Procrustes shape metric; 0: full whitening, a
+        CCA-like metric: the angular score is then arccos(sum_i rho_i / sqrt(r_x r_y)), rho_i the
+        canonical correlations and r the ranks (when no eigenvalue falls below netrep's 1e-7).
+    score : {"angular", "euclidean"}
+        ``"angular"``: arccos(||Xw^T Yw||_* / (||Xw||_F ||Yw||_F)), in radians in [0, pi/2].
+        ``"euclidean"``: min over orthogonal Q of ||Xw Q - Yw||_F
+        = sqrt(||Xw||^2 + ||Yw||^2 - 2 ||Xw^T Yw||_*), unnormalised (not divided by N), in the
+        units of the data.
+
+    Returns
+    -------
+    float
+        A distance: 0 for a representation with itself.
+
+    Notes
+    -----
+    Symmetric, and a metric (triangle inequality) on representations modulo the invariance group.
+    alpha = 1: invariant to translations and orthogonal maps of the features; the angular score
+    also to isotropic scaling. alpha = 0: the angular score is invariant to every invertible linear
+    map of the features (the euclidean score is not, through netrep's variance-preserving
+    rescale). The euclidean score with alpha < 1 depends on the feature widths through that
+    rescale, exactly as in netrep.
+    """
+    if score not in _SCORES:
+        raise ValueError(f"score must be 'angular' or 'euclidean', got {score!r}")
+    alpha = _check_alpha(alpha)
+    _check_pair_n(X, Y)
+    return compare_shape_metric(
+        prepare_shape_metric(X, alpha), prepare_shape_metric(Y, alpha, name="Y"), score=score
+    )
+
+
+def shape_angular(X: ArrayLike, Y: ArrayLike, *, alpha: float = 1.0) -> float:
+    """``shape_metric(X, Y, alpha=alpha, score="angular")``: radians in [0, pi/2]."""
+    return shape_metric(X, Y, alpha=alpha, score="angular")
+
+
+def shape_euclidean(X: ArrayLike, Y: ArrayLike, *, alpha: float = 1.0) -> float:
+    """``shape_metric(X, Y, alpha=alpha, score="euclidean")``: unnormalised Frobenius distance."""
+    return shape_metric(X, Y, alpha=alpha, score="euclidean")
+
+
+# ---------------------------------------------------------------------------
+# Helpers and registry
+# ---------------------------------------------------------------------------

@@ -1,0 +1,116 @@
+"""The package's layout: no import cycle, the library packages apart from the workflow layer, and the
+deprecated module names still working (issue 35)."""
+
+import ast
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "intertwine"
+
+#: Library packages: tensors and modules in, numbers out. They import neither pandas nor the
+#: workflow layer (plans, jobs, tables, claims, the papers' numbers) nor plotting.
+LIBRARY = ("intertwine.measures", "intertwine.kernels")
+FORBIDDEN = ("pandas", "pyarrow", "matplotlib", "snakemake")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules that ``name`` imports anywhere (top level or inside functions)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package
+                for _ in range(node.level - 1):
+                    anchor = anchor.rpartition(".")[0]
+                base = f"{anchor}.{base}" if base else anchor
+            for alias in node.names:
+                out.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+    return {m for m in out if m in modules and m != name}
+
+
+def test_no_import_cycle():
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    state, cycles = {}, []
+
+    def visit(node, stack):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycles.append(" -> ".join([*stack[stack.index(nxt) :], nxt]))
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_cycle_check_sees_a_cycle(tmp_path, monkeypatch):
+    # The check above would pass on a graph it cannot read: it must find a planted cycle.
+    fake = tmp_path / "intertwine"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "a.py").write_text("def f():\n    from intertwine import b\n")
+    (fake / "b.py").write_text("from intertwine.a import f\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    with pytest.raises(AssertionError, match="intertwine.a -> intertwine.b -> intertwine.a"):
+        test_no_import_cycle()
+
+
+@pytest.mark.parametrize("package", LIBRARY)
+def test_library_imports_no_workflow(package):
+    code = (
+        f"import sys, {package}\n"
+        "print('\\n'.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+        f"{FORBIDDEN!r} or (m.startswith('intertwine.') and not m.startswith({LIBRARY!r})))))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert loaded.stdout.split() == [], f"importing {package} loads {loaded.stdout.split()}"
+
+
+def test_old_module_names_warn_and_reexport():
+    import intertwine.compare
+    import intertwine.measures
+    from intertwine.measures import cca, layerwise, shape
+
+    for name in ("intertwine.similarity", "intertwine.alignment"):
+        sys.modules.pop(name, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import intertwine.alignment as alignment
+        import intertwine.similarity as similarity
+    messages = [str(w.message) for w in caught if w.category is DeprecationWarning]
+    assert any("intertwine.similarity is deprecated" in m for m in messages)
+    assert any("intertwine.alignment is deprecated" in m for m in messages)
+    for name in intertwine.measures.__all__:
+        assert getattr(similarity, name) is getattr(intertwine.measures, name)
+    assert similarity.compare_models is intertwine.compare.compare_models
+    assert alignment.svcca is cca.svcca and alignment.shape_metric is shape.shape_metric
+    assert alignment.PREPARED is layerwise.PREPARED
+
+
+def test_library_modules_stay_small():
+    # Issue 35: no module of the measures package over 600 lines.
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (PACKAGE / "measures").glob("*.py")}
+    assert max(sizes.values()) <= 600, sizes
