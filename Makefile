@@ -8,7 +8,7 @@ SNAKEMAKE := $(BIN)/snakemake --workflow-profile profiles/default --cores $(CORE
 # Rules call the `intertwine` console script, so the venv comes first on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: .venv run report test test-cluster format dry-run-paper clean
+.PHONY: .venv run report test test-cluster format dry-run-paper docs clean
 
 .venv: $(VENV)/.installed
 
@@ -39,3 +39,6 @@ dry-run-paper: .venv
 
 clean:
 	rm -rf results/data results/zoo results/tables results/figures results/logs results/benchmarks results/report.html .snakemake
+
+docs: .venv
+	$(BIN)/mkdocs build --strict --quiet

@@ -113,7 +113,7 @@ def test_paper_config_dag(tmp_path):
     jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", text, re.M)}
     # packed 32 per job (zoo.pack_size): 11 variants of 100 seeds in 4 packs each, 104 variants of
     # 3-10 seeds in one; one member per job for the constant-width Myrtle (100), CCT (10), the six
-    # VGG16s and the 4x-wide C4GAP (5 each), which gain nothing from packing (README)
+    # VGG16s and the 4x-wide C4GAP (5 each), which gain nothing from packing (docs/cluster.md)
     assert jobs["train_member"] == 100 + 10 + 7 * 5 and jobs["train_pack"] == 11 * 4 + 104
     assert jobs["unpack_member"] == 1795 - 145 and jobs["prepare_data"] == 1 and jobs["zoo_table"] == 1
     assert jobs["npk_member"] == 108 and jobs["gated_table"] == 1 and jobs["gated_ensemble"] == 2

@@ -22,7 +22,7 @@ LIGHT_MB, TORCH_MB, CUDA_MB = 2_000, 4_000, 3_000
 LIGHT_MINUTES, TORCH_MINUTES = 15, 30
 
 # Training images per second of one job on one GPU (NVIDIA H100, float32, batch 32-128), the low end
-# of the ranges measured by benchmarks/paper_scale.py (README, "Training several members in one
+# of the ranges measured by benchmarks/paper_scale.py (docs/cluster.md, "Training several members in one
 # job"): {members in the job: images/s of all of them together}; a pack of K members runs at the
 # rate of the largest measured K not above it. An architecture measured only alone gains nothing.
 GPU_IMAGES_PER_SECOND = {

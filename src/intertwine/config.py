@@ -65,3 +65,72 @@ def check_config(config: dict) -> list[str]:
             raise
         return [describe_validation_error(err.__context__)]
     return Plan(config).errors()
+
+
+def reference_markdown(schema: dict | None = None) -> str:
+    """The configuration reference (docs/config-reference.md): every key of the schema with its
+    type, default and description, one section per top-level block, generated so that the schema
+    stays the one place a setting is written (tests/test_docs.py checks the page is current).
+
+    Parameters
+    ----------
+    schema : the parsed schema; None reads ``config.schema.yaml``.
+
+    Returns
+    -------
+    The page's markdown.
+    """
+    import json
+
+    import yaml
+
+    from intertwine.settings import SCHEMA_PATH
+
+    if schema is None:
+        schema = yaml.safe_load(SCHEMA_PATH.read_text())
+
+    def kind(node: dict) -> str:
+        if "enum" in node:
+            return " | ".join(f"`{v}`" for v in node["enum"])
+        types = node.get("type", "object" if "properties" in node else "")
+        return " or ".join(types) if isinstance(types, list) else types
+
+    def cell(text) -> str:
+        return " ".join(str(text).split()).replace("|", "\\|")
+
+    rows: dict[str, list[str]] = {}
+
+    def walk(node: dict, path: list[str]) -> None:
+        for name, child in node.get("properties", {}).items():
+            key = ".".join([*path, name])
+            default = f"`{json.dumps(child['default'])}`" if "default" in child else ""
+            block = path[0] if path else name if "properties" in child else "top level"
+            rows.setdefault(block, []).append(
+                f"| `{key}` | {kind(child)} | {cell(default)} | {cell(child.get('description', ''))} |"
+            )
+            walk(child, [*path, name])
+
+    walk(schema, [])
+    out = [
+        "# Configuration reference",
+        "",
+        "Generated from `src/intertwine/config.schema.yaml` by `intertwine.config.reference_markdown()`",
+        "(`python -m intertwine.config > docs/config-reference.md`); edit the schema, not this page.",
+        "",
+        cell(schema.get("description", "")),
+    ]
+    for block, lines in rows.items():
+        heading = block if block == "top level" else f"`{block}`"
+        out += [
+            "",
+            f"## {heading}",
+            "",
+            "| key | type | default | description |",
+            "| --- | --- | --- | --- |",
+        ]
+        out += lines
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

@@ -4,7 +4,7 @@ Each row is a config switch whose paper value is one of its options, with the pa
 (or, where the paper states nothing, what its released code does), our value and why.
 `config/config.yaml` (CPU-sized) uses ours, and `config/paper.yaml` the paper's, but for a row
 that keeps ours there and says why; `tests/test_deviations.py` checks both against this list.
-The README's table "Deviations from the papers" is `markdown_table()`, checked by the same test.
+The table of docs/deviations.md is `markdown_table()`, checked by the same test.
 A row without a key is a choice where the paper is silent or contradicts itself: documented, with
 no switch to set.
 """
@@ -49,7 +49,7 @@ DEVIATIONS = (
         '"after each gradient descent step we project P back onto B by P <- ReLU(P) followed by P <- sink(P)"',
         "P takes its own multiplicative (mirror-descent) step, so its size does not depend on the "
         "learning rate and P approaches a vertex instead of diffusing to the centre "
-        "(README: G_ReLU stitching that converges)",
+        "(docs/workflow.md: G_ReLU stitching that converges)",
     ),
     Deviation(
         "stitching.softsort_hardening",
@@ -85,7 +85,7 @@ DEVIATIONS = (
         "adam",
         f"{GODFREY}, released code",
         "plain SGD at lr 1e-3 (the code; the text mentions momentum 0.9, the code uses none)",
-        "at one epoch on real CIFAR-10 Adam reached lower penalties than SGD (README)",
+        "at one epoch on real CIFAR-10 Adam reached lower penalties than SGD (docs/workflow.md)",
     ),
     Deviation(
         "pairs_share_members",
@@ -220,7 +220,7 @@ def _cell(value: Any) -> str:
 
 
 def markdown_table() -> str:
-    """The README's table of deviations, one row per entry of ``DEVIATIONS``."""
+    """The table of deviations (docs/deviations.md), one row per entry of ``DEVIATIONS``."""
     lines = [
         "| switch | paper | ours | config/paper.yaml | where | what the paper does | why ours |",
         "| --- | --- | --- | --- | --- | --- | --- |",

@@ -1,0 +1,94 @@
+"""The documentation: the README and docs/ link only to what exists, the configuration reference is
+the schema's (generated, never written twice), and the site builds with no warning."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from intertwine.config import reference_markdown
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's (and Python-Markdown's, for these headings) anchor of a heading."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", text))
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return {_slug(m) for m in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+
+
+def broken_links(page: Path) -> list[str]:
+    """The relative links of ``page`` whose file or heading does not exist."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target):
+            continue  # an external address
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists() or (anchor and file.suffix == ".md" and anchor not in _anchors(file)):
+            broken.append(target)
+    return broken
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_links_resolve(page):
+    assert not broken_links(page), f"{page.relative_to(REPO)}: links to nothing: {broken_links(page)}"
+
+
+def test_the_link_check_sees_a_broken_link(tmp_path):
+    page = tmp_path / "page.md"
+    (tmp_path / "there.md").write_text("# Its Heading: one\n")
+    page.write_text(
+        "# A heading\n\n[ok](#a-heading) [ok](there.md#its-heading-one) [gone](missing.md) "
+        "[no anchor](#elsewhere) [no anchor there](there.md#two) [web](https://example.org)\n"
+    )
+    assert broken_links(page) == ["missing.md", "#elsewhere", "there.md#two"]
+
+
+def test_config_reference_is_the_schemas():
+    page = (REPO / "docs" / "config-reference.md").read_text()
+    assert page == reference_markdown(), "regenerate: python -m intertwine.config > docs/config-reference.md"
+
+
+def test_config_reference_lists_every_key():
+    page = reference_markdown()
+    for key in (
+        "zoo.training.epochs",
+        "stitching.permutation_update",
+        "pullback.temperature",
+        "cluster.margin",
+    ):
+        assert f"| `{key}` |" in page
+
+
+def test_readme_is_short():
+    # Issue 38: one or two screens; the rest lives in docs/.
+    assert len((REPO / "README.md").read_text().splitlines()) <= 100
+
+
+def test_site_builds_strict(tmp_path):
+    mkdocs = Path(sys.executable).with_name("mkdocs")
+    built = subprocess.run(
+        [str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    api = (tmp_path / "site" / "api" / "index.html").read_text()
+    for name in (
+        "intertwine.measures.grelu_cka",
+        "intertwine.compare.compare_models",
+        "intertwine.kernels.npk.npk_fc",
+    ):
+        assert f'id="{name}"' in api, f"the API reference lacks {name}"
