@@ -127,8 +127,8 @@ def rotation_penalty(table: pd.DataFrame) -> plt.Figure:
     """Penalty (accuracy points lost) per site and group, mean with 95% CI over trials and seeds,
     one panel per variant (the paper's Fig. 4)."""
     variants = list(dict.fromkeys(table["variant"]))
-    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.4), squeeze=False)
-    for ax, variant in zip(axes[0], variants):
+    fig, panels = _panel_grid(len(variants), 4.2, 3.4, columns=3)
+    for ax, variant in zip(panels, variants):
         rows = table[table["variant"] == variant]
         sites = list(dict.fromkeys(rows["site"]))
         groups = list(dict.fromkeys(rows["group"]))
@@ -333,8 +333,8 @@ def stitching_convergence(table: pd.DataFrame) -> plt.Figure:
         else table.iloc[:0]
     )
     variants = list(dict.fromkeys(rows["variant"])) or ["(no G_ReLU layer trained)"]
-    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants) ** 0.8, 3.6), squeeze=False)
-    for ax, variant in zip(axes[0], variants):
+    fig, panels = _panel_grid(len(variants), 4.2, 3.6, columns=3)
+    for ax, variant in zip(panels, variants):
         mine = rows[rows["variant"] == variant]
         sites = list(dict.fromkeys(mine["site"]))
         colors = {site: plt.cm.viridis(i / max(1, len(sites) - 1)) for i, site in enumerate(sites)}
@@ -385,8 +385,8 @@ def stitching_dimension(table: pd.DataFrame) -> plt.Figure:
     """Dimension of each stitching layer's parameter manifold per site: C for G_ReLU, 2Cr - r^2
     for rank r, C^2 for full (log scale)."""
     variants = list(dict.fromkeys(table["variant"]))
-    fig, axes = plt.subplots(1, len(variants), figsize=(4.5 * len(variants), 3.4), squeeze=False)
-    for ax, variant in zip(axes[0], variants):
+    fig, panels = _panel_grid(len(variants), 4.5, 3.4, columns=3)
+    for ax, variant in zip(panels, variants):
         rows = table[table["variant"] == variant]
         sites, labels = _site_labels(rows)
         methods = _method_order(rows["method"])
@@ -401,7 +401,7 @@ def stitching_dimension(table: pd.DataFrame) -> plt.Figure:
         ax.set_title(variant)
         ax.set_ylabel("parameter dimension")
         ax.grid(alpha=0.3)
-    _legend_of_every_panel(axes[0])
+    _legend_of_every_panel(panels)
     fig.tight_layout()
     return fig
 
@@ -612,8 +612,8 @@ def l1_sparsity(table: pd.DataFrame) -> plt.Figure:
     if "sparsity" not in table:
         raise ValueError("the stitching table has no sparsity column: rerun the stitching stage")
     variants = list(dict.fromkeys(l1["variant"]))
-    fig, axes = plt.subplots(1, len(variants), figsize=(4.6 * len(variants) + 1.8, 3.8), squeeze=False)
-    for ax, variant in zip(axes[0], variants):
+    fig, panels = _panel_grid(len(variants), 4.6, 3.8, columns=3)
+    for ax, variant in zip(panels, variants):
         rows = table[
             (table["variant"] == variant)
             & (table["method"].str.startswith("l1_") | table["method"].isin(["full", *G_RELU_METHODS]))
@@ -641,7 +641,7 @@ def l1_sparsity(table: pd.DataFrame) -> plt.Figure:
             f"{variant} ({_count(rows['pair'].nunique(), 'pair')}, {_count(rows['site'].nunique(), 'site')})"
         )
         ax.grid(alpha=0.3)
-    _legend_of_every_panel(axes[0])
+    _legend_of_every_panel(panels)
     fig.tight_layout()
     return fig
 
@@ -744,8 +744,8 @@ def similarity_procrustes(table: pd.DataFrame, paper: dict[str, dict[str, dict[s
     per variant; the paper's CIFAR-10 values as crosses where they exist (Table 2; Figs. 9, 10)."""
     rows = table[table["measure"].str.endswith("procrustes")]
     variants = list(dict.fromkeys(rows["variant"]))
-    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.4), squeeze=False)
-    for ax, variant in zip(axes[0], variants):
+    fig, panels = _panel_grid(len(variants), 4.2, 3.4, columns=3)
+    for ax, variant in zip(panels, variants):
         part = rows[rows["variant"] == variant]
         sites = list(dict.fromkeys(part["site_a"]))
         for k, measure in enumerate(dict.fromkeys(part["measure"])):
@@ -911,9 +911,9 @@ def dissection_categories(units: pd.DataFrame, sites: dict[str, str], alphas=(0.
     categories = list(dict.fromkeys(units["category"]))
     grid = np.array(sorted(units["alpha"].unique()))
     chosen = list(dict.fromkeys(float(grid[np.abs(grid - a).argmin()]) for a in alphas))
-    fig, axes = plt.subplots(1, len(variants), figsize=(3.8 * len(variants), 3.4), squeeze=False)
+    fig, panels = _panel_grid(len(variants), 3.8, 3.4, columns=3)
     width = 0.8 / len(chosen)
-    for ax, variant in zip(axes[0], variants):
+    for ax, variant in zip(panels, variants):
         part = _dissection_draws(units[(units["variant"] == variant) & (units["site"] == sites[variant])])
         for k, alpha in enumerate(chosen):
             at = part[part["alpha"] == alpha]
