@@ -133,8 +133,10 @@ def test_cifar10_cpu_config_dag(tmp_path):
     """The laptop-scale real-data config plans every Godfrey stage and the scorecard (CI does not run it)."""
     jobs = planned_jobs(tmp_path, REPO / "config" / "cifar10_cpu.yaml")
     assert jobs["train_member"] == 6 + 2 + 4 + 2 and jobs["claims"] == 1
-    assert jobs["stitch_pair"] == 3 * 3 + 2 * 3 and jobs["rotation_trial"] == 4 * 2 * 2
-    assert {"similarity_pair", "dissect_member", "symmetry_check"} <= set(jobs)
+    # 3 Myrtle pairs x (full, rank, G_ReLU), 2 ResNet20 pairs x (full, G_ReLU)
+    assert jobs["stitch_pair"] == 3 * 3 + 2 * 2 and jobs["rotation_trial"] == 4 * 2 * 2
+    assert jobs["dissect_member"] == 2 + 2 and jobs["pullback_member"] == 2 + 2
+    assert {"similarity_pair", "symmetry_check", "pullback_pair"} <= set(jobs)
 
 
 def test_claims_scorecard(tiny_run):

@@ -587,14 +587,14 @@ def reference_rows(activations, kernel: Tensor, measures: list[str]) -> list[dic
     same images: one row per (site, kernel). ``activations``: {site: (N, C, ...)} or an iterable
     of (site, activations) pairs (one site held at a time). A site whose representation is
     constant on the images has no CKA (NaN)."""
-    from intertwine import measures
+    from intertwine.measures import ConstantRepresentationError, cka_kernel, kernel_cka
 
     rows = []
     for site, x in activations.items() if isinstance(activations, dict) else activations:
         for measure in measures:
             try:
-                value = measures.kernel_cka(measures.cka_kernel(measure, x), kernel)
-            except measures.ConstantRepresentationError:
+                value = kernel_cka(cka_kernel(measure, x), kernel)
+            except ConstantRepresentationError:
                 value = math.nan
             rows.append({"site": site, "kernel": measure, "cka": value})
     return rows
