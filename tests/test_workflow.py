@@ -762,7 +762,7 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
         # the pullback stage matches hidden units with stitching.match_grelu
         ("stitching.py", "match_grelu", {"stitch_pair": 14, **STITCHING_RERUN, **PULLBACK_RERUN}),
         (
-            "similarity.py",
+            "measures/cka.py",
             "linear_cka",
             # the gated figure reads the similarity table too
             {
@@ -775,7 +775,7 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
             },
         ),
         (
-            "similarity.py",
+            "measures/cka.py",
             "kernel_cka",
             {
                 "similarity_pair": 4,
@@ -844,7 +844,7 @@ def edited_function(module: str, function: str, statement: str = "_edited_by_a_t
     [
         ("training.py", lambda text: text.replace('"""', '"""Edited. ', 1)),  # the module docstring
         ("training.py", lambda text: text.replace("def train(", "# a comment\ndef train(", 1)),
-        ("alignment.py", lambda text: text + "\n\ndef a_new_measure(x):\n    return x\n"),  # used by nothing
+        ("measures/cca.py", lambda text: text + "\n\ndef a_new_measure(x):\n    return x\n"),  # used by nothing
         ("models/__init__.py", lambda text: text.replace("\n\n", "\n\n\n", 1)),  # formatting
     ],
     ids=["docstring", "comment", "new unused function", "blank lines"],
@@ -860,8 +860,8 @@ def test_edits_that_change_no_code_a_job_runs_rerun_nothing(tiny_run, module, ed
 
 
 def test_editing_a_measure_reruns_the_jobs_that_compute_it(tiny_run):
-    """SVCCA (alignment.py) is computed by the similarity jobs; nothing else reruns but what reads them."""
-    jobs = planned_after_edit(tiny_run, "alignment.py", "svcca")
+    """SVCCA (measures/cca.py) is computed by the similarity jobs; nothing else reruns but what reads them."""
+    jobs = planned_after_edit(tiny_run, "measures/cca.py", "svcca")
     assert jobs["similarity_pair"] == 4 and jobs["similarity_table"] == 1
     assert not {"train_member", "train_pack", "stitch_pair", "rotation_trial", "dissect_member"} & set(jobs)
 
