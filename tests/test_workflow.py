@@ -844,7 +844,10 @@ def edited_function(module: str, function: str, statement: str = "_edited_by_a_t
     [
         ("training.py", lambda text: text.replace('"""', '"""Edited. ', 1)),  # the module docstring
         ("training.py", lambda text: text.replace("def train(", "# a comment\ndef train(", 1)),
-        ("measures/cca.py", lambda text: text + "\n\ndef a_new_measure(x):\n    return x\n"),  # used by nothing
+        (
+            "measures/cca.py",
+            lambda text: text + "\n\ndef a_new_measure(x):\n    return x\n",
+        ),  # used by nothing
         ("models/__init__.py", lambda text: text.replace("\n\n", "\n\n\n", 1)),  # formatting
     ],
     ids=["docstring", "comment", "new unused function", "blank lines"],
