@@ -16,7 +16,18 @@ import pytest
 from scipy import stats
 
 from intertwine import gated
-from intertwine.claims import CLAIMS, VERDICTS, Comparison, Estimate, as_rst, holm, judge, scorecard
+from intertwine.claims import (
+    CLAIMS,
+    VERDICTS,
+    Comparison,
+    Estimate,
+    as_rst,
+    describe,
+    headline,
+    holm,
+    judge,
+    scorecard,
+)
 from intertwine.plan import Plan, draw_pairs
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -862,3 +873,33 @@ def test_claims_command_reads_its_tables_through_their_schemas(tmp_path, argv, m
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert re.search(message, result.stderr), result.stderr
+
+
+def test_headline_is_the_comparison_that_decides():
+    """The scorecard's at-a-glance line: against for not reproduced, undecided for inconclusive,
+    the weakest shown for reproduced."""
+    strong, weak = Estimate(5.0, 0.5, 10, 11), Estimate(2.0, 0.8, 10, 11)
+    against, open_ = Estimate(-3.0, 0.5, 10, 11), Estimate(0.1, 1.0, 10, 11)
+    shown = [Comparison("a", strong, +1), Comparison("b", weak, +1)]
+    text = describe(shown, judge(shown).agreement, 1, ".1f")
+    assert judge(shown).verdict == "reproduced" and headline(text, "reproduced") == "b: +2.0 ± 1.8"
+    refuted = [Comparison("a", strong, +1), Comparison("c", against, +1)]
+    text = describe(refuted, judge(refuted).agreement, 1, ".1f")
+    assert judge(refuted).verdict == "not reproduced" and headline(text, "not reproduced").startswith(
+        "c: -3.0"
+    )
+    undecided = [Comparison("a", strong, +1), Comparison("d", open_, +1)]
+    text = describe(undecided, judge(undecided).agreement, 1, ".1f")
+    assert judge(undecided).verdict == "inconclusive" and headline(text, "inconclusive").startswith("d: +0.1")
+    assert headline("G_ReLU largest relative change 8.7e-16; orthogonal 0.1", "reproduced") == (
+        "G_ReLU largest relative change 8.7e-16"
+    )
+
+
+def test_report_opens_with_every_papers_verdict_at_a_glance():
+    card = scorecard({}, SETTINGS, None)
+    rst = as_rst(card, set())
+    glance, details = rst.split("**The decision rule.**")
+    for claim in card.loc[card["kind"] == "paper", "claim"]:
+        assert f"   * - {claim}\n" in glance
+    assert "P1" not in glance and "P1" in details

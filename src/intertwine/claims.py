@@ -33,6 +33,7 @@ No file I/O here: the ``claims`` job reads the tables and writes the scorecard.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -1113,6 +1114,32 @@ DECISION_RULE = (
 )
 
 
+_MARK = re.compile(
+    r"([^;]*?): ([+-]?[\d.]+(?: ± [\d.]+)?(?: \(no interval\))?) \[(shown|against|undecided)\]"
+)
+
+
+def headline(ours: str, verdict: str) -> str:
+    """The one comparison that carries a verdict, read from ``ours`` (``describe``'s text): for
+    "not reproduced" the first decided against it; for "inconclusive" the first undecided; for
+    "reproduced" the weakest shown (the smallest value over its interval's half-width). Claims
+    without intervals (identities, accuracies) give the text's first part."""
+    marks = [(label.strip(), value, mark) for label, value, mark in _MARK.findall(ours)]
+    wanted = {"not reproduced": "against", "inconclusive": "undecided", "reproduced": "shown"}.get(verdict)
+    chosen = [m for m in marks if m[2] == wanted]
+    if not chosen:
+        return ours.split("; ")[0]
+    if verdict == "reproduced":
+
+        def strength(mark) -> float:
+            value, _, half = mark[1].partition(" ± ")
+            return abs(float(value)) / float(half) if half and float(half) > 0 else math.inf
+
+        chosen = [min(chosen, key=strength)]
+    label, value, _ = chosen[0]
+    return f"{label}: {value}"
+
+
 def as_rst(table: pd.DataFrame, figures: set[str]) -> str:
     """The scorecard as RST list tables for the report's opening page, the papers' claims and
     ours apart; a claim's figure is a link when the report has it (``figures``: its file names)."""
@@ -1147,9 +1174,35 @@ def as_rst(table: pd.DataFrame, figures: set[str]) -> str:
             ]
         return lines
 
-    lines = [f"**The decision rule.** {DECISION_RULE}", ""] + block(
-        table[table["kind"] == "paper"],
-        "Which of the papers' claims this run reproduces (results/tables/claims.csv)",
+    def glance(rows: pd.DataFrame) -> list[str]:
+        lines = [
+            ".. list-table:: At a glance: each claim's deciding comparison (ours) beside the paper's numbers",
+            "   :header-rows: 1",
+            "   :widths: 6 34 28 20 12",
+            "",
+            "   * - claim",
+            "     - what it tests",
+            "     - ours",
+            "     - paper",
+            "     - verdict",
+        ]
+        for row in rows.itertuples():
+            lines += [
+                f"   * - {row.claim}",
+                f"     - {cell(row.statement)}",
+                f"     - {cell(headline(row.ours, row.verdict)) or '-'}",
+                f"     - {cell(row.paper)}",
+                f"     - **{cell(row.reading)}**",
+            ]
+        return lines
+
+    lines = (
+        glance(table[table["kind"] == "paper"])
+        + ["", f"**The decision rule.** {DECISION_RULE}", ""]
+        + block(
+            table[table["kind"] == "paper"],
+            "Which of the papers' claims this run reproduces (results/tables/claims.csv)",
+        )
     )
     ours = table[table["kind"] != "paper"]
     if len(ours):
