@@ -4,8 +4,8 @@ Snakemake writes for every job (``benchmark:`` in each rule, results/benchmarks/
     python benchmarks/stage_seconds.py [results/benchmarks]
 
 Job-seconds are each job's wall time summed (two jobs at once on 2 cores count twice); the CPU
-share is CPU-seconds over job-seconds, below 1 where a job waited for its cores (a busy host) or
-for input and output.
+share is CPU-seconds over job-seconds: up to the threads a job runs, lower where it waited for its
+cores (a busy host) or for input and output.
 """
 
 import argparse
