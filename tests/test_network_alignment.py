@@ -193,17 +193,24 @@ def test_a_model_interpolated_with_itself_has_no_barrier():
     f = informative(SPECS["myrtle"])
     x, labels = images(32), torch.arange(32) % 10
     lams = [0.0, 0.25, 0.5, 0.75, 1.0]
-    curve = interpolation_curve(f, f, lams, x, labels, reset_images=images(20, seed=2), batch_size=10)
+    curves = interpolation_curve(
+        f, f, lams, {"test": (x, labels)}, reset_images=images(20, seed=2), batch_size=10
+    )
+    curve = curves["test"]
     losses = [point.loss for point in curve]
     assert max(losses) - min(losses) < 1e-9
-    assert abs(barrier(lams, losses)) < 1e-9
+    assert abs(barrier(lams, losses)) < 1e-9 and abs(barrier(lams, losses, "endpoints_line")) < 1e-9
     assert curve[0].loss == pytest.approx(
         loss_and_accuracy(reset_batch_norm(f, images(20, seed=2), 10), x, labels)[0]
     )
 
 
-def test_barrier_is_the_largest_excess_over_the_endpoints_line():
+def test_barrier_is_the_largest_excess_over_the_endpoints_mean_or_line():
     assert barrier([0, 0.5, 1], [1.0, 3.0, 2.0]) == pytest.approx(1.5)  # 3 - (1 + 2) / 2
-    assert barrier([0, 0.5, 1], [1.0, 1.2, 2.0]) == 0.0  # below the line: the endpoints' 0
+    assert barrier([0, 0.25, 1], [1.0, 3.0, 2.0], "endpoints_line") == pytest.approx(1.75)  # 3 - 1.25
+    assert barrier([0, 0.25, 1], [1.0, 1.2, 2.0], "endpoints_line") == 0.0  # below the line: the endpoints'
+    assert barrier([0, 0.25, 1], [1.0, 1.2, 2.0]) == pytest.approx(0.5)  # the larger endpoint over the mean
+    with pytest.raises(ValueError, match="unknown reference 'midpoint'"):
+        barrier([0, 1], [1.0, 2.0], "midpoint")
     with pytest.raises(ValueError, match="must contain lam 0 and 1"):
         barrier([0, 0.5], [1.0, 2.0])

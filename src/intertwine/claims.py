@@ -690,6 +690,104 @@ def deq_accuracy(tables, settings) -> Result:
     )
 
 
+# --- Ainsworth et al. (linear mode connectivity) ---------------------------------------------------
+
+REBASIN = 'Ainsworth, Hayase & Srinivasa 2023 ("Git Re-Basin", ICLR)'
+
+
+def _pair_barriers(tables, settings) -> pd.DataFrame:
+    """One row per (variant, pair) of the test-split curves: each method's barrier (of the run's
+    kind, ``connectivity.barrier``) as a column, with the pair's members."""
+    table = tables["connectivity"]
+    table = table[table["split"] == "test"]
+    column = {"endpoints_mean": "barrier", "endpoints_line": "barrier_line"}[settings["connectivity_barrier"]]
+    keys = ["variant", "width_multiplier", "pair", "seed_a", "seed_b"]
+    return table.groupby(keys + ["method"], sort=False)[column].first().unstack("method").reset_index()
+
+
+def _barrier_differences(tables, settings, lower: str, higher: str, label: str) -> tuple[list, list]:
+    """Per variant, the paired difference ``higher`` - ``lower`` of the test-loss barrier over its
+    pairs (claimed above 0), and the pairs' count."""
+    barriers = _pair_barriers(tables, settings)
+    comparisons, units = [], []
+    for variant, rows in barriers.groupby("variant", sort=False):
+        if not {lower, higher} <= set(rows.columns) or rows[[lower, higher]].isna().all().any():
+            continue
+        rows = rows.dropna(subset=[lower, higher])
+        comparisons.append(
+            Comparison(f"{variant} {label}", Estimate.of(rows[higher] - rows[lower], _members(rows)), +1)
+        )
+        units.append(f"{variant} {_units('pair', len(rows))}")
+    return comparisons, units
+
+
+def aligned_below_unaligned(tables, settings) -> Result:
+    """Per variant, pairs as units: the test-loss barrier of the unaligned line minus that after
+    weight matching over permutations, above 0 (paired within the pair); every variant must show it."""
+    comparisons, units = _barrier_differences(
+        tables, settings, "weight_permutation", "unaligned", "unaligned - weight-matched barrier"
+    )
+    if not comparisons:
+        return _not_run("needs connectivity.methods unaligned and weight_permutation")
+    judgement = judge(comparisons)
+    return Result(
+        describe(comparisons, judgement.agreement, 1, ".3f"),
+        judgement.verdict,
+        f"paired 95 % t-intervals over pairs, one per variant, {judgement.note}",
+        ", ".join(units),
+    )
+
+
+def barrier_shrinks_with_width(tables, settings) -> Result:
+    """Per architecture with several widths among the connectivity variants: the test-loss barrier
+    after weight matching over permutations at the narrowest width minus at the widest, above 0
+    (Welch: the widths' pairs are different members)."""
+    barriers = _pair_barriers(tables, settings)
+    if "weight_permutation" not in barriers:
+        return _not_run("needs connectivity.methods weight_permutation")
+    families = settings["connectivity_families"]
+    barriers["family"] = barriers["variant"].map(lambda v: families.get(v, v))
+    comparisons, units = [], []
+    for family, rows in barriers.groupby("family", sort=False):
+        widths = sorted(rows["width_multiplier"].unique())
+        if len(widths) < 2:
+            continue
+        narrow = rows[rows["width_multiplier"] == widths[0]]["weight_permutation"]
+        wide = rows[rows["width_multiplier"] == widths[-1]]["weight_permutation"]
+        comparisons.append(
+            Comparison(
+                f"{family} x{widths[0]:g} - x{widths[-1]:g} barrier", Estimate.difference(narrow, wide), +1
+            )
+        )
+        units.append(f"{family}: {len(narrow)} and {len(wide)} pairs at x{widths[0]:g} and x{widths[-1]:g}")
+    if not comparisons:
+        return _not_run("needs connectivity variants of one architecture at two or more widths")
+    judgement = judge(comparisons)
+    return Result(
+        describe(comparisons, judgement.agreement, 1, ".3f"),
+        judgement.verdict,
+        f"Welch 95 % t-intervals, narrowest against widest width, one per architecture, {judgement.note}",
+        "; ".join(units),
+    )
+
+
+def grelu_alignment_below_permutations(tables, settings) -> Result:
+    """Ours, whichever way it comes out: per variant, pairs as units, the test-loss barrier after
+    weight matching over permutations minus that over G_ReLU (paired within the pair), above 0."""
+    comparisons, units = _barrier_differences(
+        tables, settings, "weight_grelu", "weight_permutation", "permutation - G_ReLU barrier"
+    )
+    if not comparisons:
+        return _not_run("needs connectivity.methods weight_permutation and weight_grelu")
+    judgement = judge(comparisons)
+    return Result(
+        describe(comparisons, judgement.agreement, 1, ".3f"),
+        judgement.verdict,
+        f"paired 95 % t-intervals over pairs, one per variant, {judgement.note}",
+        ", ".join(units),
+    )
+
+
 CLAIMS = (
     Claim(
         "C1",
@@ -791,6 +889,35 @@ CLAIMS = (
         ("zoo", "stitching"),
     ),
     Claim(
+        "L1",
+        f"{REBASIN}, section 3.2 and Fig. 2",
+        '"This transformation produces a functionally equivalent set of weights that lie in an '
+        'approximately convex basin near the reference model" (abstract)',
+        "The test-loss barrier of the line between two members falls when the second is first aligned to "
+        "the first by weight matching over permutations (paired within each pair, every variant)",
+        "ResNet20 on CIFAR-10: a barrier of several nats unaligned, near 0 after weight matching at 32x width",
+        ("connectivity",),
+        "connectivity_curves.png",
+        aligned_below_unaligned,
+        (),
+        ("zoo", "connectivity"),
+    ),
+    Claim(
+        "L2",
+        f"{REBASIN}, Fig. 4 (ResNet20 width ablation, 1x-32x, CIFAR-10)",
+        "the issue's reading of Fig. 4: the loss barrier after weight matching shrinks as the width grows; "
+        '"we identify intriguing phenomena relating model width and training time to mode connectivity" '
+        "(abstract)",
+        "The test-loss barrier after weight matching over permutations is lower at the widest width of an "
+        "architecture than at its narrowest",
+        "a training-loss barrier falling from about 1.5 at 1x to about 0 at 32x (read off Fig. 4)",
+        ("connectivity",),
+        "connectivity_barriers.png",
+        barrier_shrinks_with_width,
+        (),
+        ("zoo", "connectivity"),
+    ),
+    Claim(
         "T1",
         f"{GODFREY}, Prop. 3.4, Thm. 4.2",
         "Prop. 3.4: the weight-space action of the intertwiner group leaves the network function unchanged",
@@ -826,6 +953,21 @@ CLAIMS = (
         ("pullback_settling",),
         "pullback_settling.png",
         path_stability,
+    ),
+    Claim(
+        "L3",
+        OURS,
+        "none: Ainsworth et al. align by permutations alone; the G_ReLU alignment (permutations and "
+        "positive scales, the intertwiner group of ReLU) is ours",
+        "Weight matching over G_ReLU reaches a lower test-loss barrier than over permutations alone (paired "
+        "within each pair, every variant); reported whichever way it comes out",
+        "no claim of a paper",
+        ("connectivity",),
+        "connectivity_barriers.png",
+        grelu_alignment_below_permutations,
+        (),
+        ("zoo", "connectivity"),
+        kind="ours",
     ),
     Claim(
         "P1",
@@ -1034,6 +1176,8 @@ SETTINGS_KEYS = (
     "stitching_momentum",
     "stitching_permutation_update",
     "stitching_batch_norm_refresh",
+    "connectivity_barrier",
+    "connectivity_families",
 )
 
 #: Per table the scorecard reads, its column of evidence: a row whose value there is NaN is no
@@ -1044,6 +1188,7 @@ EVIDENCE = {
     "rotation": "penalty",
     "stitching": "penalty",
     "similarity": "value",
+    "connectivity": "loss",
     "dissection": "fraction_interpretable",
     "pullback_symmetry": "cos_min",
     "pullback_settling": "agreement",

@@ -151,6 +151,7 @@ TABLE_SCHEMAS = (
     "rotation",
     "stitching",
     "similarity",
+    "connectivity",
     "dissection",
     "dissection_units",
     "gated",
@@ -323,6 +324,15 @@ def cmd_similarity_pair(args) -> None:
 
     rows = similarity_pair(_job(args), args.a, args.b, args.pair, args.config, args.procrustes, args.cka)
     write_parquet(rows, args.out, SIMILARITY)
+
+
+def cmd_connectivity_pair(args) -> None:
+    from intertwine.jobs.connectivity import connectivity_pair
+    from intertwine.tables import CONNECTIVITY, write_parquet
+
+    write_parquet(
+        connectivity_pair(_job(args), args.a, args.b, args.pair, args.config), args.out, CONNECTIVITY
+    )
 
 
 def cmd_symmetry_check(args) -> None:
@@ -714,6 +724,21 @@ def cmd_similarity_figure(args) -> None:
     write_csv(similarity_summary(table, paper), args.summary)
 
 
+def cmd_connectivity_figure(args) -> None:
+    from intertwine.figures import connectivity_barriers, connectivity_curves, connectivity_summary
+    from intertwine.tables import CONNECTIVITY, read_parquet, write_csv
+
+    table = read_parquet([args.table], CONNECTIVITY)
+    _save(connectivity_curves(table), args.curves, args.other_formats, args.figures)
+    _save(
+        connectivity_barriers(table, args.families, args.barrier),
+        args.barriers,
+        args.other_formats,
+        args.figures,
+    )
+    write_csv(connectivity_summary(table, args.barrier), args.summary)
+
+
 def cmd_dissection_figure(args) -> None:
     from intertwine.figures import dissection_categories, dissection_fraction, dissection_summary
     from intertwine.tables import DISSECTION, DISSECTION_UNITS, read_parquet, write_csv
@@ -921,6 +946,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--procrustes", action="store_true", help="Procrustes measures at matching sites")
     p.add_argument("--cka", action="store_true", help="CKA measures for every pair of sites")
+    command(
+        "connectivity-pair",
+        cmd_connectivity_pair,
+        "align one zoo member to another by the intertwiner groups and interpolate their weights",
+        [job],
+        out=".parquet, one row per (method, split, lambda)",
+        config="connectivity",
+        options=["--a", "--b", "--pair"],
+    )
     command(
         "symmetry-check",
         cmd_symmetry_check,
@@ -1230,6 +1264,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--procrustes", help="Procrustes figure (.png)")
     p.add_argument("--cka", help="CKA heatmaps (.png)")
+    p = command(
+        "connectivity-figure",
+        cmd_connectivity_figure,
+        "loss and accuracy along the line between aligned members, and the barrier against width",
+        [figure],
+        options=["--table", "--summary"],
+    )
+    p.add_argument(
+        "--families",
+        type=_json_object,
+        required=True,
+        help="variant -> its architecture without the width (JSON): a panel of the barriers figure each",
+    )
+    p.add_argument("--curves", required=True, help="loss and accuracy along the line (.png)")
+    p.add_argument("--barriers", required=True, help="test-loss barrier per method against width (.png)")
+    p.add_argument(
+        "--barrier",
+        default="endpoints_mean",
+        choices=["endpoints_mean", "endpoints_line"],
+        help="the barrier drawn and summarised (config connectivity.barrier)",
+    )
     p = command(
         "gated-figure",
         cmd_gated_figure,

@@ -141,6 +141,15 @@ class JobNeeds:
         )
         return self.gpu_base + self._training(variant, 1, sites * fits * block["epochs"] * images)
 
+    def connectivity_pair(self, variant: str, **_) -> Need:
+        # Per method and lambda: the batch-norm statistics on the training images, then both
+        # splits scored; a forward pass costs about a third of a training step. Weight matching
+        # runs on the CPU, seconds for a ResNet20.
+        block = self.plan.connectivity
+        test = block["test_images"] or self.test_images
+        passes = len(block["methods"]) * block["lambdas"] * (2 * block["train_images"] + test)
+        return self.gpu_base + Need(0, 2) + self._training(variant, 1, passes / 3)
+
     def similarity_pair(self, **_) -> Need:
         # N x N float64 kernels for each measure and site of both members.
         samples = self.plan.similarity["samples"] or self.test_images  # null: the whole test set

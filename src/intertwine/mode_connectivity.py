@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -97,51 +97,60 @@ def interpolation_curve(
     f: nn.Module,
     g: nn.Module,
     lams: Sequence[float],
-    test_images: Tensor,
-    test_labels: Tensor,
+    splits: Mapping[str, tuple[Tensor, Tensor]],
     reset_images: Tensor | None = None,
     batch_size: int = 250,
-) -> list[CurvePoint]:
-    """Test loss and accuracy along ``(1 - lam) f + lam g`` at each of ``lams``.
+) -> dict[str, list[CurvePoint]]:
+    """Loss and accuracy along ``(1 - lam) f + lam g`` at each of ``lams``, on each split.
 
     Parameters
     ----------
     f, g : two models of one architecture (g aligned to f or not).
     lams : the weights of g, each in [0, 1]; include 0 and 1 for :func:`barrier`.
-    test_images, test_labels : where each point is scored (normalised images, int64 labels).
+    splits : name -> (normalised images, int64 labels) where each point is scored.
     reset_images : training images on which every point's batch-norm statistics are recomputed
         (:func:`reset_batch_norm`, endpoints included, so that the curve compares like with like);
         None keeps the interpolated running statistics.
 
     Returns
     -------
-    One :class:`CurvePoint` per lam, in the given order.
+    Per split, one :class:`CurvePoint` per lam, in the given order.
     """
-    points = []
+    curves: dict[str, list[CurvePoint]] = {name: [] for name in splits}
     for lam in lams:
         model = interpolate(f, g, float(lam))
         if reset_images is not None:
             reset_batch_norm(model, reset_images, batch_size)
         model.eval()
-        loss, accuracy = loss_and_accuracy(model, test_images, test_labels, batch_size)
-        points.append(CurvePoint(float(lam), loss, accuracy))
-    return points
+        for name, (images, labels) in splits.items():
+            loss, accuracy = loss_and_accuracy(model, images, labels, batch_size)
+            curves[name].append(CurvePoint(float(lam), loss, accuracy))
+    return curves
 
 
-def barrier(lams: Sequence[float], values: Sequence[float]) -> float:
-    """The largest excess of ``values`` over the straight line between its values at lam 0 and 1
-    (Entezari et al. 2022, eq. 1): ``max_lam v(lam) - ((1 - lam) v(0) + lam v(1))``, 0 or more
-    (the endpoints' excess is 0). For an accuracy, pass minus the accuracy.
+BARRIERS = ("endpoints_mean", "endpoints_line")
+
+
+def barrier(lams: Sequence[float], values: Sequence[float], reference: str = "endpoints_mean") -> float:
+    """The barrier of a curve: its largest value minus the endpoints' mean (``endpoints_mean``,
+    Ainsworth et al., section 2), or its largest excess over the straight line between the
+    endpoints' values (``endpoints_line``, Entezari et al. 2022, eq. 1: ``max_lam v(lam) - ((1 -
+    lam) v(0) + lam v(1))``, 0 or more). For an accuracy, pass minus the accuracy.
 
     Parameters
     ----------
     lams : the grid, containing 0 and 1.
     values : the curve's value at each lam.
+    reference : "endpoints_mean" or "endpoints_line".
     """
+    if reference not in BARRIERS:
+        raise ValueError(f"barrier: unknown reference {reference!r}; expected one of {', '.join(BARRIERS)}")
     lams, values = np.asarray(lams, dtype=float), np.asarray(values, dtype=float)
     if lams.shape != values.shape or lams.ndim != 1:
         raise ValueError(f"barrier: one value per lam, got {lams.shape} lams and {values.shape} values")
     if not (np.isclose(lams, 0).any() and np.isclose(lams, 1).any()):
         raise ValueError("barrier: the grid must contain lam 0 and 1 (the endpoints)")
     start, end = values[np.isclose(lams, 0)][0], values[np.isclose(lams, 1)][0]
+    if reference == "endpoints_mean":
+        return float(np.max(values) - (start + end) / 2)
     return float(np.max(values - ((1 - lams) * start + lams * end)))

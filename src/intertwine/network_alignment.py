@@ -42,7 +42,8 @@ from torch import Tensor, nn
 
 from . import models
 from .models.gated import GateActivation
-from .symmetry import act_on_weights, wiring
+from .symmetry import _wiring as wiring  # package-private: the sites, their producers, consumers and ties
+from .symmetry import act_on_weights
 
 __all__ = [
     "ALIGNMENT_GROUPS",
@@ -325,7 +326,7 @@ def weight_matching(
         for v in variables
     ]
     objective = [parameter_distance(f, g)]
-    sweeps = 0
+    aligned, sweeps = g, 0
     for sweeps in range(1, max_sweeps + 1):
         order = (
             torch.randperm(len(variables), generator=generator).tolist()
@@ -334,19 +335,18 @@ def weight_matching(
         )
         changed, start = False, objective[-1]
         for index in order:
-            rest_perms, rest_scales = list(perms), list(scales)
-            rest_perms[index] = torch.arange(variables[index].size)
-            rest_scales[index] = {cls: torch.ones_like(s) for cls, s in scales[index].items()}
-            g_rest = act_on_weights(g, elements_of(variables, rest_perms, rest_scales, g))
-            perm, scale, _ = _solve_variable(f, g_rest, variables[index], wired)
-            trial_perms, trial_scales = list(perms), list(scales)
-            trial_perms[index], trial_scales[index] = perm, {**scales[index], **scale}
-            distance = parameter_distance(
-                f, act_on_weights(g, elements_of(variables, trial_perms, trial_scales, g))
-            )
+            # The best element of this variable on top of the current one, the others fixed: the
+            # same problem as solving for it afresh (the group acts on the aligned g), one copy
+            # of the model per step instead of two.
+            variable = variables[index]
+            step_perm, step_scales, _ = _solve_variable(f, aligned, variable, wired)
+            candidate = act_on_weights(aligned, elements_of([variable], [step_perm], [step_scales], g))
+            distance = parameter_distance(f, candidate)
             if distance < objective[-1]:
-                changed |= not torch.equal(perm, perms[index])
-                perms, scales = trial_perms, trial_scales
+                changed |= not torch.equal(step_perm, torch.arange(variable.size))
+                perms[index] = perms[index][step_perm]
+                scales[index] = {cls: step_scales[cls] * s[step_perm] for cls, s in scales[index].items()}
+                aligned = candidate
                 objective.append(distance)
             else:
                 objective.append(objective[-1])

@@ -26,6 +26,7 @@ import re
 import jsonschema
 
 from intertwine.settings import (
+    ConnectivityConfig,
     DeqntkConfig,
     DissectionConfig,
     GatedConfig,
@@ -138,6 +139,7 @@ class Plan:
         self.symmetry = config["symmetry"]
         self.stitching = config["stitching"]
         self.similarity = config["similarity"]
+        self.connectivity = config["connectivity"]
         self.dissection = config["dissection"]
         self.gated = config["gated"]
         self.deqntk = config["deqntk"]
@@ -430,6 +432,53 @@ class Plan:
             "results/tables/similarity.parquet",
             "results/tables/similarity_summary.csv",
         ] + self.figure_files(self.similarity_figures)
+
+    # --- linear mode connectivity ---------------------------------------------------------------
+
+    def architecture_family(self, variant: str) -> str:
+        """The variant's spec without its width, in words: variants of one family differ in width
+        alone (the barrier against width compares them)."""
+        from intertwine.models import normalize_spec
+
+        spec, defaults = self.spec(variant), normalize_spec({"arch": self.spec(variant)["arch"]})
+        return spec["arch"] + "".join(
+            f", {key} {value}"
+            for key, value in spec.items()
+            if key not in ("arch", "width_multiplier") and value != defaults[key]
+        )
+
+    def connectivity_pair_count(self, variant: str) -> int:
+        return self.connectivity["pairs_per_variant"].get(variant, self.connectivity["pairs"])
+
+    def connectivity_pairs(self, variant: str) -> list[tuple[int, int]]:
+        """The variant's (f, g) pairs: g is aligned to f, so the order matters."""
+        return self._pairs("connectivity", variant, self.connectivity_pair_count(variant))
+
+    @property
+    def connectivity_block(self) -> dict:
+        return ConnectivityConfig.job_block({"connectivity": self.connectivity})
+
+    @property
+    def connectivity_jobs(self) -> list[str]:
+        return [
+            f"results/connectivity/{variant}/pair{pair}.parquet"
+            for variant in self.connectivity["variants"]
+            for pair in range(self.connectivity_pair_count(variant))
+        ]
+
+    CONNECTIVITY_FIGURES = [
+        "results/figures/connectivity_curves.png",
+        "results/figures/connectivity_barriers.png",
+    ]
+
+    @property
+    def connectivity_outputs(self) -> list[str]:
+        if not self.connectivity_jobs:
+            return []
+        return [
+            "results/tables/connectivity.parquet",
+            "results/tables/connectivity_summary.csv",
+        ] + self.figure_files(self.CONNECTIVITY_FIGURES)
 
     # --- dissection ---------------------------------------------------------------------------
 
@@ -857,6 +906,7 @@ class Plan:
         "rotation": "results/tables/rotation.parquet",
         "stitching": "results/tables/stitching.parquet",
         "similarity": "results/tables/similarity.parquet",
+        "connectivity": "results/tables/connectivity.parquet",
         "dissection": "results/tables/dissection.parquet",
         "gated_findings": "results/tables/gated_findings.csv",
         "pullback_symmetry": "results/tables/pullback_symmetry.parquet",
@@ -917,6 +967,8 @@ class Plan:
             "stitching_momentum": self.stitching["momentum"],
             "stitching_permutation_update": self.stitching["permutation_update"],
             "stitching_batch_norm_refresh": self.stitching["batch_norm_refresh"],
+            "connectivity_barrier": self.connectivity["barrier"],
+            "connectivity_families": {v: self.architecture_family(v) for v in self.connectivity["variants"]},
             "scale": self.claims_scale,
         }
 
@@ -942,6 +994,8 @@ class Plan:
             f"{stitch_images:,} training images",
             "similarity": f"similarity: {samples:,} of {n_test:,} test images (the paper: the whole test set)",
             "dissection": "dissection: generated probe images (the paper: Broden, ImageNet models)",
+            "connectivity": f"connectivity: {self.connectivity['lambdas']} points along the line (Ainsworth et "
+            f"al.: 25), {self.connectivity['test_images'] or n_test:,} test images",
         }
 
     # --- everything ---------------------------------------------------------------------------
@@ -955,6 +1009,7 @@ class Plan:
             + self.rotation_outputs
             + self.stitching_outputs
             + self.similarity_outputs
+            + self.connectivity_outputs
             + self.dissection_outputs
             + self.gated_outputs
             + self.deqntk_outputs
@@ -1155,6 +1210,41 @@ class Plan:
                 self.similarity_pair_count,
                 symmetric=True,
             )
+
+        connectivity = self.connectivity
+        if subset("connectivity.variants", connectivity["variants"], self.variants, "zoo.variants"):
+            subset(
+                "connectivity.pairs_per_variant",
+                connectivity["pairs_per_variant"],
+                connectivity["variants"],
+                "connectivity.variants",
+            )
+            pairable(
+                "connectivity.variants",
+                connectivity["variants"],
+                "connectivity.pairs",
+                self.connectivity_pair_count,
+                symmetric=False,
+            )
+            from intertwine.symmetry import ARCHS  # the architectures whose weight action it knows
+
+            for variant in connectivity["variants"]:
+                spec = self.spec(variant)
+                if spec["arch"] not in ARCHS:
+                    errors.append(
+                        f"config key connectivity.variants: {variant!r} is a {spec['arch']}, which has no "
+                        f"intertwiner action to align it by; choose among {', '.join(ARCHS)} "
+                        "(plain or gated)"
+                    )
+                elif any(m.endswith("grelu") for m in connectivity["methods"]) and spec["activation"] not in (
+                    "relu",
+                    "leaky_relu",
+                ):
+                    errors.append(
+                        f"config key connectivity.methods: G_ReLU alignment needs a positively homogeneous "
+                        f"activation, but {variant!r} has {spec['activation']}; use the permutation methods "
+                        "alone, or drop the variant"
+                    )
 
         if subset("gated.variants", self.gated["variants"], self.variants, "zoo.variants"):
             members("gated.seeds", self.gated["variants"], self.gated["seeds"])

@@ -273,6 +273,19 @@ class SimilarityConfig(_Settings):
 
 
 @dataclasses.dataclass(frozen=True)
+class ConnectivityConfig(_Settings):
+    """The alignment and interpolation of a pair (config ``connectivity``)."""
+
+    methods: list[str] = _setting("connectivity.methods")
+    lambdas: int = _setting("connectivity.lambdas")
+    reset_batch_norm: bool = _setting("connectivity.reset_batch_norm")
+    train_images: int = _setting("connectivity.train_images")
+    test_images: int | None = _setting("connectivity.test_images")
+    max_sweeps: int = _setting("connectivity.max_sweeps")
+    batch_size: int = _setting("connectivity.batch_size")
+
+
+@dataclasses.dataclass(frozen=True)
 class DissectionConfig(_Settings):
     """Network dissection of a member (config ``dissection``; ``masks`` for the masks figure only)."""
 

@@ -99,7 +99,6 @@ __all__ = [
     "check_symmetry",
     "checked_group",
     "site_groups",
-    "wiring",
     "summarize",
 ]
 
@@ -298,13 +297,6 @@ def _wiring(model: nn.Module) -> _Wiring:
     if [s.name for s in site_list] != list(producers):  # the architectures changed under us
         raise AssertionError(f"wiring of {type(model).__name__} out of date with its site_layout")
     return _Wiring(site_list, producers, dict(consumers), links, gated_by)
-
-
-def wiring(model: nn.Module) -> _Wiring:
-    """How ``model``'s sites are wired: each site's producers (conv, norm), consumers, skip-connection
-    links and (gated networks) the feature site gating it; TypeError for an architecture without an
-    intertwiner action here."""
-    return _wiring(model)
 
 
 def site_groups(model: nn.Module) -> list[list[str]]:

@@ -100,6 +100,7 @@ STAGE_ENTRIES = {
     "symmetry": ["intertwine.jobs.symmetry"],
     "stitching": ["intertwine.jobs.stitching"],
     "similarity": ["intertwine.jobs.similarity"],
+    "connectivity": ["intertwine.jobs.connectivity"],
     "gated": ["intertwine.jobs.gated"],
     "gated_ensemble": ["intertwine.jobs.gated:gated_ensemble"],
     "dissection": ["intertwine.jobs.dissection"],
