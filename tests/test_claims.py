@@ -693,6 +693,81 @@ def test_rank1_is_compared_with_grelu_on_the_same_pairs():
     assert "rank 1 - G_ReLU" in ours and "act3 rank 1 - G_ReLU: +3.0" in ours
 
 
+# --- linear mode connectivity (Ainsworth et al.; L3 ours) ----------------------------------------
+
+
+def connectivity(barriers: dict[str, dict[str, list[float]]], widths: dict[str, float] | None = None):
+    """Connectivity rows: per variant, method -> the test-loss barrier of each member-disjoint pair
+    (one curve of 3 points each, endpoints at loss 0.5, the middle at 0.5 + barrier)."""
+    rows = []
+    for variant, methods in barriers.items():
+        for method, values in methods.items():
+            for pair, value in enumerate(values):
+                a, b = disjoint(pair)
+                for lam, loss in ((0.0, 0.5), (0.5, 0.5 + value), (1.0, 0.5)):
+                    rows.append(
+                        {
+                            "variant": variant,
+                            "pair": pair,
+                            "seed_a": a,
+                            "seed_b": b,
+                            "width_multiplier": (widths or {}).get(variant, 1.0),
+                            "method": method,
+                            "split": "test",
+                            "lam": lam,
+                            "loss": loss,
+                            "barrier": value,
+                            "barrier_line": value,
+                        }
+                    )
+    return {"connectivity": pd.DataFrame(rows)}
+
+
+def test_l1_aligned_barrier_below_unaligned_known_answers():
+    # Ainsworth et al.'s ResNet20 (Fig. 2): a large barrier unaligned, a small one after weight
+    # matching; 8 pairs with the spread of a few tenths
+    unaligned, matched = exact(2.0, 0.3, 8, 1), exact(0.3, 0.2, 8, 2)
+    tables = connectivity({"resnet20": {"unaligned": unaligned, "weight_permutation": matched}})
+    assert verdict("L1", tables) == "reproduced"
+    reversed_ = connectivity({"resnet20": {"unaligned": matched, "weight_permutation": unaligned}})
+    assert verdict("L1", reversed_) == "not reproduced"
+    one = connectivity({"resnet20": {"unaligned": [2.0], "weight_permutation": [0.3]}})
+    assert verdict("L1", one) == "inconclusive"
+    assert verdict("L1", connectivity({"resnet20": {"unaligned": unaligned}})) == "not run"
+
+
+def test_l2_barrier_shrinks_with_width_known_answers():
+    widths = {"resnet20": 1.0, "resnet20_w4": 4.0}
+    narrow, wide = exact(1.5, 0.3, 8, 3), exact(0.4, 0.2, 8, 4)
+    shrinking = connectivity(
+        {"resnet20": {"weight_permutation": narrow}, "resnet20_w4": {"weight_permutation": wide}}, widths
+    )
+    assert verdict("L2", shrinking) == "reproduced"
+    growing = connectivity(
+        {"resnet20": {"weight_permutation": wide}, "resnet20_w4": {"weight_permutation": narrow}}, widths
+    )
+    assert verdict("L2", growing) == "not reproduced"
+    single = connectivity(
+        {"resnet20": {"weight_permutation": [1.5]}, "resnet20_w4": {"weight_permutation": [0.4]}}, widths
+    )
+    assert verdict("L2", single) == "inconclusive"
+    one_width = connectivity({"resnet20": {"weight_permutation": narrow}})
+    assert verdict("L2", one_width) == "not run"
+
+
+def test_l3_is_ours_and_reads_either_way():
+    permutation, grelu = exact(0.9, 0.1, 6, 5), exact(0.6, 0.1, 6, 6)
+    lower = connectivity({"myrtle": {"weight_permutation": permutation, "weight_grelu": grelu}})
+    card = scorecard(lower, SETTINGS, None).set_index("claim")
+    assert card.loc["L3", "kind"] == "ours" and card.loc["L3", "verdict"] == "reproduced"
+    higher = connectivity({"myrtle": {"weight_permutation": grelu, "weight_grelu": permutation}})
+    assert verdict("L3", higher) == "not reproduced"
+    # the run's barrier definition decides: here the line's barrier says the opposite
+    flipped = lower["connectivity"].assign(barrier_line=lambda t: 2 - t["barrier"])
+    line = SETTINGS | {"connectivity_barrier": "endpoints_line"}
+    assert verdict("L3", {"connectivity": flipped}, line) == "not reproduced"
+
+
 # --- independent pairs --------------------------------------------------------------------------
 
 
@@ -711,10 +786,12 @@ def test_pairs_share_no_member():
 def test_shipped_configs_draw_member_disjoint_pairs(path):
     plan = Plan(load(path))
     assert plan.errors() == []
+    assert path == "config/cifar10_cpu.yaml" or plan.connectivity["variants"]  # the stage is drawn too
     draws = {
         "stitching": {v: plan.stitch_pairs(v) for v in plan.stitching["variants"]},
         "similarity": {v: plan.similarity_pairs(v) for v in plan.similarity["variants"]},
         "pullback": {v: plan.pullback_pairs(v) for v in plan.pullback["variants"] if plan.pullback["pairs"]},
+        "connectivity": {v: plan.connectivity_pairs(v) for v in plan.connectivity["variants"]},
     }
     for stage, by_variant in draws.items():
         for variant, pairs in by_variant.items():

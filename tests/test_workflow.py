@@ -16,6 +16,8 @@ import torch
 import pytest
 import yaml
 
+from intertwine.claims import VERDICTS
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "configs" / "tiny.yaml"
 pytestmark = pytest.mark.workflow
@@ -349,6 +351,40 @@ def test_similarity_table_and_figures(tiny_run):
     assert summary["paper"].isna().all()  # the paper's numbers are CIFAR-10 only
     for figure in ["similarity_procrustes.png", "similarity_cka.png"]:
         assert (tiny_run / "results/figures" / figure).stat().st_size > 1000
+
+
+def test_connectivity_table_and_figures(tiny_run):
+    table = pd.read_parquet(tiny_run / "results/tables/connectivity.parquet")
+    methods = [
+        "unaligned",
+        "weight_permutation",
+        "weight_grelu",
+        "activation_permutation",
+        "activation_grelu",
+    ]
+    # tiny.yaml: one pair of ResNet20 (its residual ties) and of the gated C4GAP (its gate ties)
+    assert set(table["variant"]) == {"resnet20", "c4gap_dgn"} and set(table["method"]) == set(methods)
+    assert len(table) == 2 * 5 * 2 * 3  # variants, methods, splits, lambdas
+    for (variant, split), rows in table.groupby(["variant", "split"]):
+        ends = rows[rows["lam"].isin([0.0, 1.0])].pivot(index="method", columns="lam", values="loss")
+        # lambda 0 is f whatever the method; lambda 1 is g aligned, which computes g's function
+        assert ends[0.0].max() - ends[0.0].min() == 0, (variant, split)
+        assert ends[1.0].max() - ends[1.0].min() < 1e-4 * ends[1.0].mean(), (variant, split)
+        weight = rows[rows["method"] == "weight_permutation"]
+        assert (weight["sweeps"] >= 1).all() and (
+            weight["distance"] <= rows[rows["method"] == "unaligned"]["distance"].iloc[0]
+        ).all()
+    assert (
+        table["barrier"] >= table["barrier_line"] - 1e-12
+    ).all()  # the mean of the ends is below their max
+    assert (table["images"] == 64).all() and table["reset_batch_norm"].all()
+    summary = pd.read_csv(tiny_run / "results/tables/connectivity_summary.csv")
+    assert set(summary["method"]) == set(methods) and (summary["pairs"] == 1).all()
+    for figure in ["connectivity_curves.png", "connectivity_barriers.png"]:
+        assert (tiny_run / "results/figures" / figure).stat().st_size > 1000
+    card = pd.read_csv(tiny_run / "results/tables/claims.csv", keep_default_na=False).set_index("claim")
+    assert card.loc["L2", "verdict"] == "not run"  # one width of each architecture
+    assert card.loc["L3", "kind"] == "ours" and card.loc["L1", "verdict"] in VERDICTS
 
 
 def test_dissection_tables_and_figures(tiny_run):
@@ -744,6 +780,7 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
                 "stitching_figure": 1,
                 "stitching_studies_figure": 1,
                 "similarity_figure": 1,
+                "connectivity_figure": 1,
                 "dissection_figure": 1,
                 "dissection_masks": 2,
                 "deqntk_figure": 1,
@@ -759,6 +796,18 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
             {"rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "claims": 1, "all": 1},
         ),
         ("stitching.py", "stitch_site", {"stitch_pair": 14, **STITCHING_RERUN}),
+        # weight matching is the connectivity stage's alone
+        (
+            "network_alignment.py",
+            "weight_matching",
+            {
+                "connectivity_pair": 2,
+                "connectivity_table": 1,
+                "connectivity_figure": 1,
+                "claims": 1,
+                "all": 1,
+            },
+        ),
         # the pullback stage matches hidden units with stitching.match_grelu
         ("stitching.py", "match_grelu", {"stitch_pair": 14, **STITCHING_RERUN, **PULLBACK_RERUN}),
         (
