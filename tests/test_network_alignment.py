@@ -3,6 +3,9 @@ answers where they exist (a network made from f by a group element is aligned ba
 to itself is the identity, the aligned network computes g's function) and the coordinate descent's
 monotone objective."""
 
+import copy
+import itertools
+
 import pytest
 import torch
 from torch import nn
@@ -116,6 +119,27 @@ def test_weight_matching_never_increases_its_objective_and_keeps_the_function(na
     assert parameter_distance(f, aligned) == pytest.approx(steps[-1], rel=1e-12)
     x = images()
     assert (aligned(x) - g(x)).abs().max() < 1e-10
+
+
+def test_the_folded_distance_sees_functions_not_a_convs_scale():
+    """Batch norm undoes a conv's scale: scaling a conv by c, with its running statistics by c and
+    c^2, leaves the function and the folded distance as they were, not the raw one."""
+    f = informative(SPECS["resnet20"])
+    g = informative(SPECS["resnet20"], seed=7)
+    rescaled = copy.deepcopy(g)
+    with torch.no_grad():
+        rescaled.layer1[0].conv1.weight.mul_(3.0)
+        rescaled.layer1[0].bn1.running_mean.mul_(3.0)
+        rescaled.layer1[0].bn1.running_var.mul_(9.0)
+    x = images()
+    assert (rescaled(x) - g(x)).abs().max() < 1e-4  # batch norm's eps is all that differs
+    raw = parameter_distance(f, g), parameter_distance(f, rescaled)
+    folded = parameter_distance(f, g, True), parameter_distance(f, rescaled, True)
+    assert raw[1] > raw[0] + 1.0 and folded[1] == pytest.approx(folded[0], rel=1e-4)
+    alignment = weight_matching(f, g, "grelu", fold_batch_norm=True)
+    steps = alignment.objective
+    assert all(after <= before for before, after in itertools.pairwise(steps)) and steps[-1] < steps[0]
+    assert parameter_distance(f, alignment.apply(g), True) == pytest.approx(steps[-1], rel=1e-10)
 
 
 def test_grelu_alignment_reaches_a_distance_no_larger_than_permutations_alone():

@@ -148,8 +148,12 @@ def alignment_variables(model: nn.Module, group: str = "grelu") -> list[Variable
     ]
 
 
-def parameter_distance(f: nn.Module, g: nn.Module) -> float:
-    """The squared Euclidean distance between two models' parameters (not their buffers)."""
+def parameter_distance(f: nn.Module, g: nn.Module, fold_batch_norm: bool = False) -> float:
+    """The squared Euclidean distance between two models' parameters (not their buffers); with
+    ``fold_batch_norm``, each conv and the batch norm after it count as their folded affine map
+    (weight and bias per channel, from the running statistics) instead of their four parameters."""
+    if fold_batch_norm:
+        return _folded_distance(f, g)
     with torch.no_grad():
         return float(
             sum(
@@ -157,6 +161,23 @@ def parameter_distance(f: nn.Module, g: nn.Module) -> float:
                 for a, b in zip(f.parameters(), g.parameters(), strict=True)
             )
         )
+
+
+def _folded_distance(f: nn.Module, g: nn.Module) -> float:
+    covered, total = set(), 0.0
+    for producers in wiring(g).producers.values():
+        for conv, norm in producers:
+            if isinstance(g.get_submodule(norm), nn.modules.batchnorm._BatchNorm):
+                for a, b in zip(
+                    _folded(f.get_submodule(conv), f.get_submodule(norm)),
+                    _folded(g.get_submodule(conv), g.get_submodule(norm)),
+                ):
+                    total += float((a - b).pow(2).sum())
+                covered |= {f"{conv}.weight", f"{conv}.bias", f"{norm}.weight", f"{norm}.bias"}
+    for (name, a), b in zip(f.named_parameters(), g.parameters(), strict=True):
+        if name not in covered:
+            total += float((_f64(a) - _f64(b)).pow(2).sum())
+    return total
 
 
 def elements_of(
@@ -184,12 +205,28 @@ def _rows(t: Tensor, dim: int) -> Tensor:
     return t.detach().to("cpu", torch.float64).movedim(dim, 0).reshape(t.shape[dim], -1)
 
 
-def _site_terms(f: nn.Module, g: nn.Module, site: str, wired) -> dict[str, Tensor]:
+def _folded(conv: nn.Module, norm: nn.Module) -> tuple[Tensor, Tensor]:
+    """The affine map ``norm(conv(x))`` of a conv and its batch norm in eval mode, as one weight and
+    bias per output channel (float64): what the channel computes, whatever the conv's own scale."""
+    a = _f64(norm.weight if norm.affine else torch.ones_like(norm.running_var)) / torch.sqrt(
+        _f64(norm.running_var) + norm.eps
+    )
+    bias = _f64(conv.bias) if conv.bias is not None else torch.zeros_like(a)
+    shift = _f64(norm.bias) if norm.affine else torch.zeros_like(a)
+    return _rows(conv.weight, 0) * a[:, None], (bias - _f64(norm.running_mean)) * a + shift
+
+
+def _f64(t: Tensor) -> Tensor:
+    return t.detach().to("cpu", torch.float64)
+
+
+def _site_terms(f: nn.Module, g: nn.Module, site: str, wired, fold: bool = False) -> dict[str, Tensor]:
     """For channels i of f and j of g at ``site`` (g's other sites already aligned): the inner
     products of the parameters a scale s of the pair leaves alone (``fixed``), multiplies (``up``:
     the pre-activation's last affine map) and divides (``down``: the consumers' input weights), and
     g's squared norms of the last two: the distance is const - 2 fixed + s^2 up_g - 2 s up + down_g
-    / s^2 - 2 down / s."""
+    / s^2 - 2 down / s. With ``fold`` a conv and its batch norm count as their folded affine map
+    (:func:`_folded`), all of it multiplied by the scale."""
     terms = {"fixed": 0.0, "up": 0.0, "down": 0.0, "up_g": 0.0, "down_g": 0.0}
 
     def add(kind: str, a: Tensor, b: Tensor) -> None:
@@ -202,6 +239,10 @@ def _site_terms(f: nn.Module, g: nn.Module, site: str, wired) -> dict[str, Tenso
         conv_f, conv_g = f.get_submodule(conv_name), g.get_submodule(conv_name)
         norm_f, norm_g = f.get_submodule(norm_name), g.get_submodule(norm_name)
         has_bn = isinstance(norm_f, nn.modules.batchnorm._BatchNorm)
+        if has_bn and fold:
+            (weight_f, bias_f), (weight_g, bias_g) = _folded(conv_f, norm_f), _folded(conv_g, norm_g)
+            add("up", torch.cat([weight_f, bias_f[:, None]], 1), torch.cat([weight_g, bias_g[:, None]], 1))
+            continue
         kind = "fixed" if has_bn else "up"
         add(kind, conv_f.weight, conv_g.weight)
         if conv_f.bias is not None:
@@ -246,14 +287,16 @@ def _best_scales(up: Tensor, up_g: Tensor, down: Tensor, down_g: Tensor) -> tupl
     return best_s, best_h
 
 
-def _solve_variable(f, g_rest, variable: Variable, wired) -> tuple[Tensor, dict[str, Tensor], Tensor]:
+def _solve_variable(
+    f, g_rest, variable: Variable, wired, fold: bool = False
+) -> tuple[Tensor, dict[str, Tensor], Tensor]:
     """The permutation and scales of one variable minimising the parameter distance with every
     other variable fixed (already applied in ``g_rest``): its cost matrix, then the Hungarian
     assignment. Returns (perm, scales per class, cost matrix)."""
     size = variable.size
     by_class: dict[str | None, dict[str, Tensor]] = {}
     for site, channels in variable.at.items():
-        terms = _site_terms(f, g_rest, site, wired)
+        terms = _site_terms(f, g_rest, site, wired, fold)
         block = by_class.setdefault(variable.scale_class[site], {})
         for kind, value in terms.items():
             if not torch.is_tensor(value):
@@ -293,6 +336,7 @@ def weight_matching(
     *,
     max_sweeps: int = 100,
     generator: torch.Generator | None = None,
+    fold_batch_norm: bool = False,
 ) -> Alignment:
     """Align ``g`` to ``f`` by their weights: Ainsworth et al.'s coordinate descent over the
     variables (:func:`alignment_variables`), each step the exact minimiser of the squared parameter
@@ -306,6 +350,11 @@ def weight_matching(
     max_sweeps : sweeps over every variable at most; it stops earlier after a sweep that changed
         no permutation and lowered the distance by less than 1e-12 of it.
     generator : the random order of the variables in each sweep (a fixed order without it).
+    fold_batch_norm : compare each conv and its batch norm as their folded affine map (weight and
+        bias per channel, from the running statistics) instead of their raw parameters [ours]:
+        batch norm makes a conv's own scale arbitrary, so raw conv weights of two networks can
+        differ in scale channel by channel where their functions agree. False is Ainsworth et
+        al.'s objective (their ResNet normalises with LayerNorm, whose parameters they match raw).
 
     Returns
     -------
@@ -325,7 +374,7 @@ def weight_matching(
         }
         for v in variables
     ]
-    objective = [parameter_distance(f, g)]
+    objective = [parameter_distance(f, g, fold_batch_norm)]
     aligned, sweeps = g, 0
     for sweeps in range(1, max_sweeps + 1):
         order = (
@@ -339,9 +388,9 @@ def weight_matching(
             # same problem as solving for it afresh (the group acts on the aligned g), one copy
             # of the model per step instead of two.
             variable = variables[index]
-            step_perm, step_scales, _ = _solve_variable(f, aligned, variable, wired)
+            step_perm, step_scales, _ = _solve_variable(f, aligned, variable, wired, fold_batch_norm)
             candidate = act_on_weights(aligned, elements_of([variable], [step_perm], [step_scales], g))
-            distance = parameter_distance(f, candidate)
+            distance = parameter_distance(f, candidate, fold_batch_norm)
             if distance < objective[-1]:
                 changed |= not torch.equal(step_perm, torch.arange(variable.size))
                 perms[index] = perms[index][step_perm]

@@ -281,6 +281,7 @@ class ConnectivityConfig(_Settings):
     reset_batch_norm: bool = _setting("connectivity.reset_batch_norm")
     train_images: int = _setting("connectivity.train_images")
     test_images: int | None = _setting("connectivity.test_images")
+    fold_batch_norm: bool = _setting("connectivity.fold_batch_norm")
     max_sweeps: int = _setting("connectivity.max_sweeps")
     batch_size: int = _setting("connectivity.batch_size")
 

@@ -44,7 +44,7 @@ def connectivity_pair(job: Job, a: str, b: str, pair: int, block: dict) -> pd.Da
         started = time.perf_counter()
         aligned, sweeps = _aligned(job, f, g, method, train_x, settings, (variant, pair))
         seconds = time.perf_counter() - started
-        distance = network_alignment.parameter_distance(f, aligned)
+        distance = network_alignment.parameter_distance(f, aligned, settings.fold_batch_norm)
         curves = mode_connectivity.interpolation_curve(
             f,
             aligned,
@@ -103,6 +103,7 @@ def _aligned(job: Job, f, g, method: str, train_x, settings: ConnectivityConfig,
             group,
             max_sweeps=settings.max_sweeps,
             generator=order,
+            fold_batch_norm=settings.fold_batch_norm,
         )
     else:
         alignment = network_alignment.activation_matching(
