@@ -203,6 +203,26 @@ DEVIATIONS = (
         "a frozen feature network stays in evaluation mode, so batch norm keeps mean 0 and variance "
         "1 (measured by us: 26 % of a C4GAP's layer-4 gates are constant across inputs)",
     ),
+    Deviation(
+        None,
+        "LayerNorm",
+        "batch norm, its statistics recomputed at each point",
+        'Ainsworth et al. 2023 ("Git Re-Basin"), their ResNet20 code',
+        "their ResNet20 normalises with LayerNorm, which has no running statistics to interpolate",
+        "the zoo's networks have batch norm (the Godfrey et al. protocol); interpolated running "
+        "statistics collapse the variance (Jordan et al., REPAIR), so each point recomputes them on "
+        "training images (connectivity.reset_batch_norm)",
+    ),
+    Deviation(
+        None,
+        "a 3x3 convolution and LayerNorm on the shortcut",
+        "option A (zero padding)",
+        'Ainsworth et al. 2023 ("Git Re-Basin"), their ResNet20 code',
+        "where a stage changes width, the shortcut is a convolution; their code calls the original "
+        "zero-padding shortcut not easily compatible with weight matching",
+        "our ResNet20 is He et al.'s with option A; the alignment ties the next stream's middle "
+        "channels to the previous stream's element exactly (intertwine.symmetry, Remark 3.6)",
+    ),
 )
 
 
