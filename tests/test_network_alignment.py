@@ -33,6 +33,8 @@ SPECS = {
     "dgn_hard": {"arch": "c4gap", "width_multiplier": 0.25, "gated": {"family": "dgn", "regime": "fr"}},
     "dlgn_soft": {"arch": "c4gap", "width_multiplier": 0.25, "gated": {"family": "dlgn"}},
     "dlgn_sf": {"arch": "c4gap", "width_multiplier": 0.25, "gated": {"family": "dlgn_sf"}},
+    "c1gap": {"arch": "c1gap", "width_multiplier": 0.125},
+    "vgg16": {"arch": "vgg16_avg", "width_multiplier": 0.125},
 }
 
 
