@@ -109,7 +109,7 @@ def test_figure_formats_follow_the_config(tiny):
 
 def test_stages_off_have_no_outputs(tiny):
     config = copy.deepcopy(tiny)
-    for stage in ("rotation", "stitching", "similarity", "dissection", "gated", "pullback"):
+    for stage in ("rotation", "stitching", "similarity", "connectivity", "dissection", "gated", "pullback"):
         config[stage]["variants"] = {} if stage == "rotation" else []
     config["stitching"].update(sites={}, methods_per_variant={})
     config["symmetry"]["seeds"] = 0  # gated.ensembles stays: with the study off it asks for nothing

@@ -100,24 +100,26 @@ def test_paper_config_dag(tmp_path):
         per_variant.setdefault(variant, set()).add(int(seed))
     zoo = yaml.safe_load(config.read_text())["zoo"]
     expected = {v: zoo["seeds_per_variant"].get(v, 100) for v in zoo["variants"]}
-    # Godfrey et al.'s 16 variants, and the gated-networks study's 108 (Tables I-III, the plain
-    # C1GAP at 200 and 2000 epochs, FL, FR), 5 seeds each but the C1GAPs' 16 (C1GAP-16-ENS)
+    # Godfrey et al.'s 16 variants, the connectivity stage's 4 widths (64 seeds: 32 member-disjoint
+    # pairs) and the gated-networks study's 108 (Tables I-III, the plain C1GAP at 200 and 2000
+    # epochs, FL, FR), 5 seeds each but the C1GAPs' 16 (C1GAP-16-ENS)
     gated = yaml.safe_load(config.read_text())["gated"]
     ensembles = gated["ensembles"]
     gated = gated["variants"]
     assert ensembles == {"c1gap": 16, "c1gap_e2000": 16}
-    assert len(expected) == 16 + 108 and len(gated) == 108
+    assert len(expected) == 16 + 4 + 108 and len(gated) == 108
     assert all(expected[v] == ensembles.get(v, 5) for v in gated)
     assert sum(v.startswith("c4gap_dgn_x_") for v in gated) == 24  # every gate-layer permutation
     assert expected["myrtle_sigmoid_nobn"] == 3 and expected["convnext"] == 10
     assert expected["cct"] == 10
     assert {v: len(seeds) for v, seeds in per_variant.items()} == expected
     jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", text, re.M)}
-    # packed 32 per job (zoo.pack_size): 11 variants of 100 seeds in 4 packs each, 104 variants of
-    # 3-10 seeds in one; one member per job for the constant-width Myrtle (100), CCT (10), the six
-    # VGG16s and the 4x-wide C4GAP (5 each), which gain nothing from packing (docs/cluster.md)
-    assert jobs["train_member"] == 100 + 10 + 7 * 5 and jobs["train_pack"] == 11 * 4 + 104
-    assert jobs["unpack_member"] == 1795 - 145 and jobs["prepare_data"] == 1 and jobs["zoo_table"] == 1
+    # packed 32 per job (zoo.pack_size): 11 variants of 100 seeds in 4 packs each, the 4 widths'
+    # 64 in 2, 104 variants of 3-10 seeds in one; one member per job for the constant-width Myrtle
+    # (100), CCT (10), the six VGG16s and the 4x-wide C4GAP (5 each), which gain nothing from
+    # packing (docs/cluster.md)
+    assert jobs["train_member"] == 100 + 10 + 7 * 5 and jobs["train_pack"] == 11 * 4 + 4 * 2 + 104
+    assert jobs["unpack_member"] == 2051 - 145 and jobs["prepare_data"] == 1 and jobs["zoo_table"] == 1
     assert jobs["npk_member"] == 108 and jobs["gated_table"] == 1 and jobs["gated_ensemble"] == 2
     # rotation: 4 sites x (3 groups for each of 2 variants) x 10 trials
     assert jobs["rotation_trial"] == 4 * 6 * 10
@@ -128,6 +130,7 @@ def test_paper_config_dag(tmp_path):
     assert jobs["stitching_studies_figure"] == 1
     assert jobs["similarity_pair"] == 4 * 32  # Myrtle, constant-width Myrtle, ResNet20, ResNet18
     assert jobs["dissect_member"] == 3 * 10 and jobs["dissection_masks"] == 3
+    assert jobs["connectivity_pair"] == 6 * 32  # Myrtle and ResNet20 at three widths each
     assert sum(jobs.values()) < 12_000
 
 
@@ -657,6 +660,9 @@ def test_zoo_change_reruns_zoo_and_downstream(tiny_run, tmp_path):
         "similarity_pair": 4,
         "similarity_table": 1,
         "similarity_figure": 1,
+        "connectivity_pair": 2,
+        "connectivity_table": 1,
+        "connectivity_figure": 1,
         "dissect_member": 2,
         "dissection_table": 1,
         "dissection_figure": 1,
@@ -681,6 +687,7 @@ def test_figure_change_reruns_figures_only(tiny_run, tmp_path):
         "stitching_figure": 1,
         "stitching_studies_figure": 1,
         "similarity_figure": 1,
+        "connectivity_figure": 1,
         "dissection_figure": 1,
         "dissection_masks": 2,
         "deqntk_figure": 1,
@@ -1041,6 +1048,7 @@ def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
             c["zoo"]["training"].update(epochs=200),
             c["stitching"].update(variants=[], sites={}, methods_per_variant={}),
             c["similarity"].update(variants=[]),
+            c["connectivity"].update(variants=[]),
             c["dissection"].update(variants=[]),
             c["gated"].update(variants=[]),
             c["pullback"].update(variants=[]),
@@ -1071,6 +1079,7 @@ def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
             ),
             c["stitching"].update(variants=[], sites={}, methods_per_variant={}),
             c["similarity"].update(variants=[]),
+            c["connectivity"].update(variants=[]),
             c["dissection"].update(variants=[]),
             c["gated"].update(variants=[]),
             c["pullback"].update(variants=[]),
