@@ -724,7 +724,7 @@ def connectivity(barriers: dict[str, dict[str, list[float]]], widths: dict[str, 
 
 
 def test_l1_aligned_barrier_below_unaligned_known_answers():
-    # Ainsworth et al.'s ResNet20 (Fig. 2): a large barrier unaligned, a small one after weight
+    # the shape of Ainsworth et al.'s finding (our numbers): a large barrier unaligned, a small one after weight
     # matching; 8 pairs with the spread of a few tenths
     unaligned, matched = exact(2.0, 0.3, 8, 1), exact(0.3, 0.2, 8, 2)
     tables = connectivity({"resnet20": {"unaligned": unaligned, "weight_permutation": matched}})

@@ -1,10 +1,10 @@
 """Linear mode connectivity: the straight line between two networks' weights, and its barrier.
 
 The interpolation ``(1 - lam) f + lam g`` of every parameter, with the batch-norm statistics of
-each point recomputed on training images (Jordan et al., "REPAIR", ICLR 2023, section 3: the
+each point recomputed on training images (Jordan et al., "REPAIR", ICLR 2023: the
 running statistics of an interpolated network are not the interpolation of the endpoints';
 Ainsworth et al. reset them the same way). The barrier of a curve is its largest excess loss over
-the straight line between the endpoints' losses (Entezari et al. 2022, eq. 1; Ainsworth et al.).
+the straight line between the endpoints' losses (Entezari et al. 2022; Ainsworth et al.).
 
 Arrays in, numbers out: inputs are normalised float images as the models read them.
 """
@@ -133,8 +133,8 @@ BARRIERS = ("endpoints_mean", "endpoints_line")
 
 def barrier(lams: Sequence[float], values: Sequence[float], reference: str = "endpoints_mean") -> float:
     """The barrier of a curve: its largest value minus the endpoints' mean (``endpoints_mean``,
-    Ainsworth et al., section 2), or its largest excess over the straight line between the
-    endpoints' values (``endpoints_line``, Entezari et al. 2022, eq. 1: ``max_lam v(lam) - ((1 -
+    Ainsworth et al.'s plotting code), or its largest excess over the straight line between the
+    endpoints' values (``endpoints_line``, Entezari et al. 2022: ``max_lam v(lam) - ((1 -
     lam) v(0) + lam v(1))``, 0 or more). For an accuracy, pass minus the accuracy.
 
     Parameters

@@ -5,8 +5,8 @@ so the aligned g computes exactly the function g computes. Two ways to find the 
 
 * :func:`activation_matching`: per site, the element that maps g's activations on probe images
   closest to f's (least squares; the Hungarian assignment over channels), as in Ainsworth,
-  Hayase & Srinivasa ("Git Re-Basin", ICLR 2023, section 3.1);
-* :func:`weight_matching`: Ainsworth et al.'s coordinate descent (their section 3.2, Algorithm 1):
+  Hayase & Srinivasa ("Git Re-Basin", ICLR 2023);
+* :func:`weight_matching`: Ainsworth et al.'s coordinate descent (as their published weight_matching):
   one site's element at a time, the others fixed, minimising the squared distance between f's
   parameters and the aligned g's, which for one site is a linear assignment problem; sweeps in a
   random order until a sweep changes nothing.
