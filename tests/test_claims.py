@@ -696,7 +696,11 @@ def test_rank1_is_compared_with_grelu_on_the_same_pairs():
 # --- linear mode connectivity (Ainsworth et al.; L3 ours) ----------------------------------------
 
 
-def connectivity(barriers: dict[str, dict[str, list[float]]], widths: dict[str, float] | None = None):
+def connectivity(
+    barriers: dict[str, dict[str, list[float]]],
+    widths: dict[str, float] | None = None,
+    correction: str = "reset",
+):
     """Connectivity rows: per variant, method -> the test-loss barrier of each member-disjoint pair
     (one curve of 3 points each, endpoints at loss 0.5, the middle at 0.5 + barrier)."""
     rows = []
@@ -713,6 +717,7 @@ def connectivity(barriers: dict[str, dict[str, list[float]]], widths: dict[str, 
                             "seed_b": b,
                             "width_multiplier": (widths or {}).get(variant, 1.0),
                             "method": method,
+                            "correction": correction,
                             "split": "test",
                             "lam": lam,
                             "loss": loss,
@@ -734,6 +739,13 @@ def test_l1_aligned_barrier_below_unaligned_known_answers():
     one = connectivity({"resnet20": {"unaligned": [2.0], "weight_permutation": [0.3]}})
     assert verdict("L1", one) == "inconclusive"
     assert verdict("L1", connectivity({"resnet20": {"unaligned": unaligned}})) == "not run"
+    # Ainsworth et al.'s protocol resets the batch-norm statistics: other corrections' curves do not vote
+    repaired = connectivity(
+        {"resnet20": {"unaligned": matched, "weight_permutation": unaligned}}, correction="repair"
+    )
+    both = {"connectivity": pd.concat([tables["connectivity"], repaired["connectivity"]])}
+    assert verdict("L1", both) == "reproduced"
+    assert verdict("L1", repaired) == "not reproduced"  # without reset curves, the first correction decides
 
 
 def test_l2_barrier_shrinks_with_width_known_answers():

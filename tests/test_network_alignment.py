@@ -13,9 +13,13 @@ from torch import nn
 from intertwine import models
 from intertwine.mode_connectivity import (
     barrier,
+    channel_statistics,
+    correct,
     interpolate,
     interpolation_curve,
     loss_and_accuracy,
+    repair,
+    repaired_layers,
     reset_batch_norm,
 )
 from intertwine.network_alignment import (
@@ -220,7 +224,7 @@ def test_a_model_interpolated_with_itself_has_no_barrier():
     x, labels = images(32), torch.arange(32) % 10
     lams = [0.0, 0.25, 0.5, 0.75, 1.0]
     curves = interpolation_curve(
-        f, f, lams, {"test": (x, labels)}, reset_images=images(20, seed=2), batch_size=10
+        f, f, lams, {"test": (x, labels)}, "reset", train_images=images(20, seed=2), batch_size=10
     )
     curve = curves["test"]
     losses = [point.loss for point in curve]
@@ -229,6 +233,52 @@ def test_a_model_interpolated_with_itself_has_no_barrier():
     assert curve[0].loss == pytest.approx(
         loss_and_accuracy(reset_batch_norm(f, images(20, seed=2), 10), x, labels)[0]
     )
+
+
+@pytest.mark.parametrize(
+    "spec", [SPECS["myrtle"], {**SPECS["myrtle"], "batch_norm": False}, SPECS["resnet20"]]
+)
+def test_repair_gives_every_corrected_channel_the_interpolation_of_the_endpoints_statistics(spec):
+    f, g = informative(spec, seed=0), informative(spec, seed=5)
+    x = images(24, seed=4)
+    model = repair(interpolate(f, g, 0.3), f, g, 0.3, x, batch_size=10)
+    layers = repaired_layers(model, x)
+    kinds = {type(m) for name, m in model.named_modules() if name in layers}
+    assert nn.Conv2d in kinds if spec.get("batch_norm") is False else nn.BatchNorm2d in kinds
+    assert "fc" not in layers and "linear" not in layers  # the logits are left alone
+    reached = channel_statistics(model, x, layers, batch_size=7)
+    goal_f, goal_g = channel_statistics(f, x, layers), channel_statistics(g, x, layers)
+    for name in layers:
+        for k in (0, 1):  # mean, std
+            goal = 0.7 * goal_f[name][k] + 0.3 * goal_g[name][k]
+            assert torch.allclose(reached[name][k], goal, atol=1e-9, rtol=1e-9), (name, k)
+
+
+def test_repair_of_a_network_with_itself_changes_nothing():
+    f = informative({**SPECS["myrtle"], "batch_norm": False})
+    x = images(16, seed=4)
+    repaired = repair(interpolate(f, f, 0.5), f, f, 0.5, x)
+    assert torch.allclose(repaired(x), f(x), atol=1e-10, rtol=0)
+
+
+def test_corrections_name_their_problem_and_repair_keeps_the_endpoints():
+    f, g = informative(SPECS["myrtle"]), informative(SPECS["myrtle"], seed=5)
+    x = images(8, seed=4)
+    with pytest.raises(ValueError, match="unknown correction 'renorm'"):
+        correct(interpolate(f, g, 0.5), "renorm", f, g, 0.5, x)
+    with pytest.raises(ValueError, match="'repair' correction needs training images"):
+        correct(interpolate(f, g, 0.5), "repair", f, g, 0.5, None)
+    for lam, end in ((0.0, f), (1.0, g)):
+        assert torch.equal(correct(interpolate(f, g, lam), "repair", f, g, lam, x)(x), end(x))
+
+
+def test_a_known_point_is_reused_not_scored_again():
+    f, g = informative(SPECS["myrtle"]), informative(SPECS["myrtle"], seed=5)
+    x, labels = images(8), torch.arange(8) % 10
+    first = interpolation_curve(f, g, [0.0, 1.0], {"test": (x, labels)}, "none")
+    planted = {0.0: {"test": first["test"][0].__class__(0.0, 123.0, 0.5)}}
+    again = interpolation_curve(f, g, [0.0, 1.0], {"test": (x, labels)}, "none", known=planted)
+    assert again["test"][0].loss == 123.0 and again["test"][1] == first["test"][1]
 
 
 def test_barrier_is_the_largest_excess_over_the_endpoints_mean_or_line():

@@ -696,10 +696,14 @@ REBASIN = 'Ainsworth, Hayase & Srinivasa 2023 ("Git Re-Basin", ICLR)'
 
 
 def _pair_barriers(tables, settings) -> pd.DataFrame:
-    """One row per (variant, pair) of the test-split curves: each method's barrier (of the run's
-    kind, ``connectivity.barrier``) as a column, with the pair's members."""
+    """One row per (variant, pair) of the test-split curves corrected by ``reset`` (else the first
+    correction of the table): each method's barrier (of the run's kind, ``connectivity.barrier``)
+    as a column, with the pair's members."""
     table = tables["connectivity"]
     table = table[table["split"] == "test"]
+    # Ainsworth et al. reset the normalisation statistics; other corrections are curves beside it.
+    corrections = list(dict.fromkeys(table["correction"]))
+    table = table[table["correction"] == ("reset" if "reset" in corrections else corrections[0])]
     column = {"endpoints_mean": "barrier", "endpoints_line": "barrier_line"}[settings["connectivity_barrier"]]
     keys = ["variant", "width_multiplier", "pair", "seed_a", "seed_b"]
     return table.groupby(keys + ["method"], sort=False)[column].first().unstack("method").reset_index()
@@ -721,21 +725,39 @@ def _barrier_differences(tables, settings, lower: str, higher: str, label: str) 
     return comparisons, units
 
 
-def aligned_below_unaligned(tables, settings) -> Result:
-    """Per variant, pairs as units: the test-loss barrier of the unaligned line minus that after
-    weight matching over permutations, above 0 (paired within the pair); every variant must show it."""
-    comparisons, units = _barrier_differences(
-        tables, settings, "weight_permutation", "unaligned", "unaligned - weight-matched barrier"
-    )
-    if not comparisons:
-        return _not_run("needs connectivity.methods unaligned and weight_permutation")
-    judgement = judge(comparisons)
-    return Result(
-        describe(comparisons, judgement.agreement, 1, ".3f"),
-        judgement.verdict,
-        f"paired 95 % t-intervals over pairs, one per variant, {judgement.note}",
-        ", ".join(units),
-    )
+def barrier_below(lower: str, higher: str, label: str, needs: str):
+    """The claim that the test-loss barrier after method ``lower`` is below that after ``higher``:
+    per variant, pairs as units, ``higher`` - ``lower`` above 0 (paired within the pair); every
+    variant must show it. ``needs`` says what a run without both methods lacks."""
+
+    def test(tables, settings) -> Result:
+        comparisons, units = _barrier_differences(tables, settings, lower, higher, label)
+        if not comparisons:
+            return _not_run(needs)
+        judgement = judge(comparisons)
+        return Result(
+            describe(comparisons, judgement.agreement, 1, ".3f"),
+            judgement.verdict,
+            f"paired 95 % t-intervals over pairs, one per variant, {judgement.note}",
+            ", ".join(units),
+        )
+
+    return test
+
+
+aligned_below_unaligned = barrier_below(
+    "weight_permutation",
+    "unaligned",
+    "unaligned - weight-matched barrier",
+    "needs connectivity.methods unaligned and weight_permutation",
+)
+# Ours, whichever way it comes out.
+grelu_alignment_below_permutations = barrier_below(
+    "weight_grelu",
+    "weight_permutation",
+    "permutation - G_ReLU barrier",
+    "needs connectivity.methods weight_permutation and weight_grelu",
+)
 
 
 def barrier_shrinks_with_width(tables, settings) -> Result:
@@ -768,23 +790,6 @@ def barrier_shrinks_with_width(tables, settings) -> Result:
         judgement.verdict,
         f"Welch 95 % t-intervals, narrowest against widest width, one per architecture, {judgement.note}",
         "; ".join(units),
-    )
-
-
-def grelu_alignment_below_permutations(tables, settings) -> Result:
-    """Ours, whichever way it comes out: per variant, pairs as units, the test-loss barrier after
-    weight matching over permutations minus that over G_ReLU (paired within the pair), above 0."""
-    comparisons, units = _barrier_differences(
-        tables, settings, "weight_grelu", "weight_permutation", "permutation - G_ReLU barrier"
-    )
-    if not comparisons:
-        return _not_run("needs connectivity.methods weight_permutation and weight_grelu")
-    judgement = judge(comparisons)
-    return Result(
-        describe(comparisons, judgement.agreement, 1, ".3f"),
-        judgement.verdict,
-        f"paired 95 % t-intervals over pairs, one per variant, {judgement.note}",
-        ", ".join(units),
     )
 
 

@@ -1170,9 +1170,10 @@ def _connectivity_methods(table: pd.DataFrame) -> list[str]:
 
 
 def _curve_barriers(table: pd.DataFrame, barrier: str) -> pd.DataFrame:
-    """One row per (variant, pair, method, split): the curve's barrier of kind ``barrier``."""
+    """One row per (variant, pair, method, correction, split): the curve's barrier of kind
+    ``barrier``."""
     column = {"endpoints_mean": "barrier", "endpoints_line": "barrier_line"}[barrier]
-    keys = ["variant", "width_multiplier", "pair", "method", "split"]
+    keys = ["variant", "width_multiplier", "pair", "method", "correction", "split"]
     return (
         table.groupby(keys, sort=False)[[column, "accuracy_barrier"]]
         .first()
@@ -1182,18 +1183,20 @@ def _curve_barriers(table: pd.DataFrame, barrier: str) -> pd.DataFrame:
 
 
 def connectivity_summary(table: pd.DataFrame, barrier: str = "endpoints_mean") -> pd.DataFrame:
-    """Per variant, method and split: pairs, the loss barrier's and the accuracy barrier's mean
-    with its 95 % t half-width over pairs, and the mean seconds of the alignment."""
+    """Per variant, method, correction and split: pairs, the loss barrier's and the accuracy
+    barrier's mean with its 95 % t half-width over pairs, and the mean seconds of the alignment."""
     curves = _curve_barriers(table, barrier)
     seconds = table.groupby(["variant", "pair", "method"], sort=False)["align_seconds"].first()
     rows = []
-    for (variant, method, split), group in curves.groupby(["variant", "method", "split"], sort=False):
+    groups = curves.groupby(["variant", "method", "correction", "split"], sort=False)
+    for (variant, method, correction, split), group in groups:
         loss, loss_half = mean_ci(group["barrier"])
         accuracy, accuracy_half = mean_ci(group["accuracy_barrier"])
         rows.append(
             {
                 "variant": variant,
                 "method": method,
+                "correction": correction,
                 "split": split,
                 "pairs": len(group),
                 "loss_barrier": round(loss, 4),
@@ -1211,15 +1214,16 @@ def connectivity_summary(table: pd.DataFrame, barrier: str = "endpoints_mean") -
 
 def connectivity_curves(table: pd.DataFrame) -> plt.Figure:
     """Test loss (top) and accuracy (bottom) along the line from f (lambda 0) to the aligned g
-    (lambda 1), per variant (a column each) and alignment method: the mean over pairs, each pair's
-    curve faint."""
+    (lambda 1), per variant and correction (a column each) and alignment method: the mean over
+    pairs, each pair's curve faint."""
     test = table[table["split"] == "test"]
-    variants = list(dict.fromkeys(test["variant"]))
+    several = test["correction"].nunique() > 1
+    columns = list(dict.fromkeys(zip(test["variant"], test["correction"])))
     fig, axes = plt.subplots(
-        2, len(variants), figsize=(3.6 * len(variants), 5.6), squeeze=False, layout="constrained"
+        2, len(columns), figsize=(3.6 * len(columns), 5.6), squeeze=False, layout="constrained"
     )
-    for column, variant in enumerate(variants):
-        rows = test[test["variant"] == variant]
+    for column, (variant, correction) in enumerate(columns):
+        rows = test[(test["variant"] == variant) & (test["correction"] == correction)]
         for method in _connectivity_methods(rows):
             label, color, style = CONNECTIVITY_METHODS[method]
             curves = rows[rows["method"] == method]
@@ -1230,7 +1234,8 @@ def connectivity_curves(table: pd.DataFrame) -> plt.Figure:
                 mean = curves.groupby("lam")[value].mean()
                 ax.plot(mean.index, mean.to_numpy(), color=color, linestyle=style, label=label)
         pairs = rows["pair"].nunique()
-        axes[0, column].set_title(f"{variant} ({_count(pairs, 'pair')})", fontsize=9)
+        title = f"{variant}, {correction}" if several else variant
+        axes[0, column].set_title(f"{title} ({_count(pairs, 'pair')})", fontsize=9)
         axes[0, column].set_ylabel("test loss")
         axes[1, column].set_ylabel("test accuracy")
         axes[1, column].set_xlabel("lambda (0: f, 1: g aligned to f)")
@@ -1242,10 +1247,12 @@ def connectivity_barriers(
     table: pd.DataFrame, families: dict[str, str], barrier: str = "endpoints_mean"
 ) -> plt.Figure:
     """The test-loss barrier per alignment method against the width multiplier, a panel per
-    architecture (``families``: variant -> its architecture without the width); mean over
-    pairs with its 95 % t interval (the pairs themselves where there are fewer than 3)."""
+    architecture (``families``: variant -> its architecture without the width) and correction;
+    mean over pairs with its 95 % t interval (the pairs themselves where there are fewer than 3)."""
     curves = _curve_barriers(table[table["split"] == "test"], barrier)
     curves["architecture"] = curves["variant"].map(lambda v: families.get(v, v))
+    if curves["correction"].nunique() > 1:
+        curves["architecture"] += ", " + curves["correction"]
     panels = list(dict.fromkeys(curves["architecture"]))
     fig, axes = _panel_grid(len(panels), 4.2, 3.4, columns=3)
     for ax, panel in zip(axes, panels):

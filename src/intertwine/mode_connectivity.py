@@ -1,10 +1,14 @@
 """Linear mode connectivity: the straight line between two networks' weights, and its barrier.
 
-The interpolation ``(1 - lam) f + lam g`` of every parameter, with the batch-norm statistics of
-each point recomputed on training images (Jordan et al., "REPAIR", ICLR 2023: the
-running statistics of an interpolated network are not the interpolation of the endpoints';
-Ainsworth et al. reset them the same way). The barrier of a curve is its largest excess loss over
-the straight line between the endpoints' losses (Entezari et al. 2022; Ainsworth et al.).
+The interpolation ``(1 - lam) f + lam g`` of every parameter, corrected at each point in one of
+three ways (:data:`CORRECTIONS`): ``none`` keeps the interpolated batch-norm statistics; ``reset``
+recomputes them on training images (Ainsworth et al.; the running statistics of an interpolated
+network are not the interpolation of the endpoints'); ``repair`` is Jordan et al.'s REPAIR
+("REPAIR: REnormalizing Permuted Activations for Interpolation Repair", ICLR 2023), which gives
+every channel of the interpolated network the interpolation of the endpoints' mean and standard
+deviation, and so also corrects networks without batch norm. The barrier of a curve is its largest
+value minus the endpoints' mean (Ainsworth et al.) or its largest excess over the straight line
+between the endpoints (Entezari et al. 2022).
 
 Arrays in, numbers out: inputs are normalised float images as the models read them.
 """
@@ -20,13 +24,21 @@ import torch
 from torch import Tensor, nn
 
 __all__ = [
+    "CORRECTIONS",
     "CurvePoint",
     "barrier",
+    "channel_statistics",
+    "correct",
     "interpolate",
     "interpolation_curve",
     "loss_and_accuracy",
+    "repair",
+    "repaired_layers",
     "reset_batch_norm",
 ]
+
+#: How each point of a line is corrected before it is scored (see the module docstring).
+CORRECTIONS = ("none", "reset", "repair")
 
 
 @dataclass(frozen=True)
@@ -93,13 +105,183 @@ def loss_and_accuracy(
     return total / len(images), correct / len(images)
 
 
+class _Reached(Exception):
+    """Raised by a statistics hook once the last layer it needs has run: the rest of the forward
+    pass would be wasted."""
+
+
+def repaired_layers(model: nn.Module, images: Tensor) -> list[str]:
+    """The layers REPAIR corrects, in the order the forward pass first calls them: every batch
+    norm with affine parameters, and every convolution or linear layer with a bias, except the
+    last convolution or linear layer called (the logits, which Jordan et al.'s code leaves alone).
+    A convolution without a bias feeds a batch norm, which is corrected in its place.
+
+    Parameters
+    ----------
+    model : the network (one forward pass on ``images[:2]`` finds the order).
+    images : a batch of its inputs.
+    """
+    candidates = {
+        name: module
+        for name, module in model.named_modules()
+        if isinstance(module, (nn.Conv2d, nn.Linear, nn.modules.batchnorm._BatchNorm))
+    }
+    order: list[str] = []
+
+    def record(name):
+        def hook(module, args, output):
+            if name not in order:
+                order.append(name)
+
+        return hook
+
+    handles = [module.register_forward_hook(record(name)) for name, module in candidates.items()]
+    try:
+        with torch.no_grad():
+            model.eval()(images[:2])
+    finally:
+        for handle in handles:
+            handle.remove()
+    logits = [name for name in order if not isinstance(candidates[name], nn.modules.batchnorm._BatchNorm)][
+        -1:
+    ]
+    return [
+        name
+        for name in order
+        if name not in logits
+        and getattr(candidates[name], "bias", None) is not None
+        and getattr(candidates[name], "weight", None) is not None
+    ]
+
+
+def channel_statistics(
+    model: nn.Module, images: Tensor, layers: Sequence[str], batch_size: int = 250
+) -> dict[str, tuple[Tensor, Tensor]]:
+    """Per layer of ``layers`` (module names), the mean and standard deviation of each output
+    channel over ``images`` (and over positions, for a convolution's (N, C, H, W) output), with
+    ``model`` in eval mode; accumulated in float64.
+
+    Returns
+    -------
+    name -> (mean, std), each of shape (channels,), in the model's dtype.
+    """
+    if len(images) == 0:
+        raise ValueError("channel_statistics: no images")
+    modules = dict(model.named_modules())
+    sums: dict[str, list] = {}
+    last = list(layers)[-1] if layers else None
+
+    def track(name):
+        def hook(module, args, output):
+            if output.ndim not in (2, 4):
+                raise ValueError(
+                    f"channel_statistics: {name} returns a {output.ndim}-D output; REPAIR corrects "
+                    "(N, C) and (N, C, H, W) outputs only"
+                )
+            values = output.detach().double().transpose(0, 1).reshape(output.shape[1], -1)
+            total = sums.setdefault(name, [0, 0.0, 0.0])
+            total[0] += values.shape[1]
+            total[1] = total[1] + values.sum(1)
+            total[2] = total[2] + values.square().sum(1)
+            if name == last:
+                raise _Reached
+
+        return hook
+
+    handles = [modules[name].register_forward_hook(track(name)) for name in layers]
+    model.eval()
+    try:
+        with torch.no_grad():
+            for start in range(0, len(images), batch_size):
+                try:
+                    model(images[start : start + batch_size])
+                except _Reached:
+                    pass
+    finally:
+        for handle in handles:
+            handle.remove()
+    dtype = next(model.parameters()).dtype
+    stats = {}
+    for name in layers:
+        count, total, squares = sums[name]
+        mean = total / count
+        std = (squares / count - mean.square()).clamp_min(0).sqrt()
+        stats[name] = (mean.to(dtype), std.to(dtype))
+    return stats
+
+
+def repair(
+    model: nn.Module, f: nn.Module, g: nn.Module, lam: float, images: Tensor, batch_size: int = 250
+) -> nn.Module:
+    """Jordan et al.'s REPAIR, in place: each layer of :func:`repaired_layers`, in forward order,
+    is rescaled per output channel so that its channels' mean and standard deviation on ``images``
+    are ``(1 - lam)`` f's plus ``lam`` g's, the rescaling fused into the layer's weight and bias
+    (the architecture is unchanged). Exact layer by layer: each layer is measured after the layers
+    before it are corrected (Jordan et al. estimate all layers in one pass of batch statistics).
+
+    Parameters
+    ----------
+    model : the interpolated network ``(1 - lam) f + lam g``, corrected in place.
+    f, g : the endpoints, in eval mode with their own statistics.
+    lam : the weight of g.
+    images : training images, normalised.
+
+    Returns
+    -------
+    ``model``, in eval mode.
+    """
+    layers = repaired_layers(model, images)
+    goal_f = channel_statistics(f, images, layers, batch_size)
+    goal_g = channel_statistics(g, images, layers, batch_size)
+    modules = dict(model.named_modules())
+    for name in layers:
+        mean, std = channel_statistics(model, images, [name], batch_size)[name]
+        goal_mean = (1 - lam) * goal_f[name][0] + lam * goal_g[name][0]
+        goal_std = (1 - lam) * goal_f[name][1] + lam * goal_g[name][1]
+        # A channel that is constant on the images keeps its scale: only its mean can be set.
+        scale = torch.where(std > 0, goal_std / std.clamp_min(torch.finfo(std.dtype).tiny), 1.0)
+        layer = modules[name]
+        with torch.no_grad():
+            layer.weight.mul_(scale.view(-1, *[1] * (layer.weight.ndim - 1)))
+            layer.bias.mul_(scale).add_(goal_mean - scale * mean)
+    return model.eval()
+
+
+def correct(
+    model: nn.Module,
+    correction: str,
+    f: nn.Module,
+    g: nn.Module,
+    lam: float,
+    images: Tensor | None,
+    batch_size: int = 250,
+) -> nn.Module:
+    """The interpolated ``model`` at ``lam`` corrected by ``correction`` (:data:`CORRECTIONS`), in
+    place, in eval mode. ``reset`` recomputes the batch-norm statistics at every lam, endpoints
+    included, so that the curve compares like with like; ``repair`` leaves the endpoints as they
+    are (its goal there is the endpoint's own statistics)."""
+    if correction not in CORRECTIONS:
+        raise ValueError(
+            f"correct: unknown correction {correction!r}; expected one of {', '.join(CORRECTIONS)}"
+        )
+    if correction != "none" and images is None:
+        raise ValueError(f"correct: the {correction!r} correction needs training images")
+    if correction == "reset":
+        reset_batch_norm(model, images, batch_size)
+    elif correction == "repair" and 0.0 < lam < 1.0:
+        repair(model, f, g, lam, images, batch_size)
+    return model.eval()
+
+
 def interpolation_curve(
     f: nn.Module,
     g: nn.Module,
     lams: Sequence[float],
     splits: Mapping[str, tuple[Tensor, Tensor]],
-    reset_images: Tensor | None = None,
+    correction: str = "reset",
+    train_images: Tensor | None = None,
     batch_size: int = 250,
+    known: Mapping[float, Mapping[str, CurvePoint]] | None = None,
 ) -> dict[str, list[CurvePoint]]:
     """Loss and accuracy along ``(1 - lam) f + lam g`` at each of ``lams``, on each split.
 
@@ -108,23 +290,27 @@ def interpolation_curve(
     f, g : two models of one architecture (g aligned to f or not).
     lams : the weights of g, each in [0, 1]; include 0 and 1 for :func:`barrier`.
     splits : name -> (normalised images, int64 labels) where each point is scored.
-    reset_images : training images on which every point's batch-norm statistics are recomputed
-        (:func:`reset_batch_norm`, endpoints included, so that the curve compares like with like);
-        None keeps the interpolated running statistics.
+    correction : how each point is corrected before it is scored (:func:`correct`).
+    train_images : the training images the correction measures on (not needed for ``none``).
+    known : points already scored, lam -> split -> point: f's own point at lam 0 is the same for
+        every g it is paired with, so a caller comparing several alignments scores it once.
 
     Returns
     -------
     Per split, one :class:`CurvePoint` per lam, in the given order.
     """
+    known = known or {}
     curves: dict[str, list[CurvePoint]] = {name: [] for name in splits}
     for lam in lams:
-        model = interpolate(f, g, float(lam))
-        if reset_images is not None:
-            reset_batch_norm(model, reset_images, batch_size)
-        model.eval()
+        lam = float(lam)
+        if lam in known:
+            for name in splits:
+                curves[name].append(known[lam][name])
+            continue
+        model = correct(interpolate(f, g, lam), correction, f, g, lam, train_images, batch_size)
         for name, (images, labels) in splits.items():
             loss, accuracy = loss_and_accuracy(model, images, labels, batch_size)
-            curves[name].append(CurvePoint(float(lam), loss, accuracy))
+            curves[name].append(CurvePoint(lam, loss, accuracy))
     return curves
 
 

@@ -148,12 +148,14 @@ def alignment_variables(model: nn.Module, group: str = "grelu") -> list[Variable
     ]
 
 
-def parameter_distance(f: nn.Module, g: nn.Module, fold_batch_norm: bool = False) -> float:
+def parameter_distance(f: nn.Module, g: nn.Module, fold_batch_norm: bool = False, *, wired=None) -> float:
     """The squared Euclidean distance between two models' parameters (not their buffers); with
     ``fold_batch_norm``, each conv and the batch norm after it count as their folded affine map
-    (weight and bias per channel, from the running statistics) instead of their four parameters."""
+    (weight and bias per channel, from the running statistics) instead of their four parameters.
+    ``wired``: the architecture's wiring (``symmetry``'s, which pairs each conv with its batch
+    norm), when the caller has it already: weight matching measures the distance at every step."""
     if fold_batch_norm:
-        return _folded_distance(f, g)
+        return _folded_distance(f, g, wired or wiring(g))
     with torch.no_grad():
         return float(
             sum(
@@ -163,9 +165,9 @@ def parameter_distance(f: nn.Module, g: nn.Module, fold_batch_norm: bool = False
         )
 
 
-def _folded_distance(f: nn.Module, g: nn.Module) -> float:
+def _folded_distance(f: nn.Module, g: nn.Module, wired) -> float:
     covered, total = set(), 0.0
-    for producers in wiring(g).producers.values():
+    for producers in wired.producers.values():
         for conv, norm in producers:
             if isinstance(g.get_submodule(norm), nn.modules.batchnorm._BatchNorm):
                 for a, b in zip(
@@ -374,7 +376,7 @@ def weight_matching(
         }
         for v in variables
     ]
-    objective = [parameter_distance(f, g, fold_batch_norm)]
+    objective = [parameter_distance(f, g, fold_batch_norm, wired=wired)]
     aligned, sweeps = g, 0
     for sweeps in range(1, max_sweeps + 1):
         order = (
@@ -390,7 +392,7 @@ def weight_matching(
             variable = variables[index]
             step_perm, step_scales, _ = _solve_variable(f, aligned, variable, wired, fold_batch_norm)
             candidate = act_on_weights(aligned, elements_of([variable], [step_perm], [step_scales], g))
-            distance = parameter_distance(f, candidate, fold_batch_norm)
+            distance = parameter_distance(f, candidate, fold_batch_norm, wired=wired)
             if distance < objective[-1]:
                 changed |= not torch.equal(step_perm, torch.arange(variable.size))
                 perms[index] = perms[index][step_perm]

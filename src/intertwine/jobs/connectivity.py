@@ -17,10 +17,11 @@ from intertwine.settings import ConnectivityConfig
 
 
 def connectivity_pair(job: Job, a: str, b: str, pair: int, block: dict) -> pd.DataFrame:
-    """One row per (method, split, lambda): member b (g) aligned to member a (f) by each of
-    ``block["methods"]``, then the loss and accuracy of ``(1 - lam) f + lam T(g)`` on the first
-    ``train_images`` training images and on the test images, with each curve's barriers. Keys
-    ``block`` lacks take the schema's defaults."""
+    """One row per (method, correction, split, lambda): member b (g) aligned to member a (f) by
+    each of ``block["methods"]``, then the loss and accuracy of ``(1 - lam) f + lam T(g)``,
+    corrected by each of ``block["corrections"]``, on the first ``train_images`` training images
+    and on the test images, with each curve's barriers. Keys ``block`` lacks take the schema's
+    defaults."""
     settings = ConnectivityConfig.from_block(block, "connectivity")
     f, meta_a = job.model(a)
     g, meta_b = job.model(b)
@@ -39,54 +40,74 @@ def connectivity_pair(job: Job, a: str, b: str, pair: int, block: dict) -> pd.Da
         "seed_b": meta_b["seed"],
         "width_multiplier": normalize_spec(meta_a["spec"]).get("width_multiplier", 1.0),
     }
+    splits = {"train": (train_x, train.labels), "test": (test_x, test.labels)}
+    # f's own point (lambda 0) is the same whichever way g is aligned: scored once per correction.
+    known = {correction: {} for correction in settings.corrections}
     rows = []
     for method in settings.methods:
         started = time.perf_counter()
         aligned, sweeps = _aligned(job, f, g, method, train_x, settings, (variant, pair))
         seconds = time.perf_counter() - started
         distance = network_alignment.parameter_distance(f, aligned, settings.fold_batch_norm)
-        curves = mode_connectivity.interpolation_curve(
-            f,
-            aligned,
-            lams,
-            {"train": (train_x, train.labels), "test": (test_x, test.labels)},
-            reset_images=train_x if settings.reset_batch_norm else None,
-            batch_size=settings.batch_size,
-        )
-        for split, curve in curves.items():
-            losses = [point.loss for point in curve]
-            accuracies = [point.accuracy for point in curve]
-            barriers = {
-                "barrier": mode_connectivity.barrier(lams, losses, reference="endpoints_mean"),
-                "barrier_line": mode_connectivity.barrier(lams, losses, reference="endpoints_line"),
-                "accuracy_barrier": mode_connectivity.barrier(
-                    lams, [-a for a in accuracies], reference="endpoints_mean"
-                ),
-            }
-            rows += [
-                {
-                    **base,
-                    "method": method,
-                    "split": split,
-                    "lam": point.lam,
-                    "loss": point.loss,
-                    "accuracy": point.accuracy,
-                    **barriers,
-                    "distance": distance,
-                    "sweeps": sweeps,
-                    "align_seconds": seconds,
-                    "images": len(train_x if split == "train" else test_x),
-                    "reset_batch_norm": settings.reset_batch_norm,
-                }
-                for point in curve
-            ]
-        test_curve = [r for r in rows if r["method"] == method and r["split"] == "test"]
-        job.log(
-            f"{variant} pair {pair} {method}: aligned in {seconds:.1f} s ({sweeps} sweeps), test loss "
-            f"barrier {test_curve[0]['barrier']:.3f}, accuracy along the line "
-            + " ".join(f"{r['accuracy']:.3f}" for r in test_curve)
-        )
+        for correction in settings.corrections:
+            curves = mode_connectivity.interpolation_curve(
+                f,
+                aligned,
+                lams,
+                splits,
+                correction=correction,
+                train_images=train_x,
+                batch_size=settings.batch_size,
+                known=known[correction],
+            )
+            known[correction].setdefault(0.0, {split: curve[0] for split, curve in curves.items()})
+            curve_rows = _curve_rows(
+                curves,
+                lams,
+                {**base, "method": method, "correction": correction, "distance": distance},
+                {"sweeps": sweeps, "align_seconds": seconds},
+                {split: len(x) for split, (x, _) in splits.items()},
+            )
+            rows += curve_rows
+            job.log(
+                f"{variant} pair {pair} {method} ({correction}): aligned in {seconds:.1f} s ({sweeps} "
+                f"sweeps), test loss barrier {curve_rows[-1]['barrier']:.3f}, accuracy along the line "
+                + " ".join(f"{point.accuracy:.3f}" for point in curves["test"])
+            )
     return pd.DataFrame(rows).assign(**job.provenance({"connectivity": block}))
+
+
+def _curve_rows(
+    curves: dict, lams: list[float], keys: dict, alignment: dict, images: dict[str, int]
+) -> list[dict]:
+    """The table's rows of one curve per split (the test split last), each with the curve's
+    barriers and the images it was scored on."""
+    rows = []
+    for split in sorted(curves, key=lambda name: name == "test"):
+        curve = curves[split]
+        losses = [point.loss for point in curve]
+        accuracies = [point.accuracy for point in curve]
+        barriers = {
+            "barrier": mode_connectivity.barrier(lams, losses, reference="endpoints_mean"),
+            "barrier_line": mode_connectivity.barrier(lams, losses, reference="endpoints_line"),
+            "accuracy_barrier": mode_connectivity.barrier(
+                lams, [-a for a in accuracies], reference="endpoints_mean"
+            ),
+        }
+        rows += [
+            {
+                **keys,
+                "split": split,
+                "lam": point.lam,
+                "loss": point.loss,
+                "accuracy": point.accuracy,
+                **barriers,
+                **alignment,
+                "images": images[split],
+            }
+            for point in curve
+        ]
+    return rows
 
 
 def _aligned(job: Job, f, g, method: str, train_x, settings: ConnectivityConfig, key: tuple):
