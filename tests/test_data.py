@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from intertwine.data import _hold_out, build_dataset, load_meta, load_split
-from intertwine.data.augment import augment, normalize
+from intertwine.data.augment import augment, mix, normalize
 from intertwine.data.cifar10 import CLASSES, DataNotFoundError, load_cifar10
 
 
@@ -293,3 +293,42 @@ def test_mnist_image_folders_build_a_cache(tmp_path, rng):
     assert meta["mean"][0] == meta["mean"][1] == meta["mean"][2]
     with pytest.raises(DataNotFoundError, match="MNIST/ with raw/train-images-idx3-ubyte"):
         build_dataset({"dataset": "mnist", "mnist": {"root": str(tmp_path / "nowhere")}}, seed=0)
+
+
+def test_mixing_off_draws_nothing_and_returns_the_batch():
+    x, g = torch.randn(8, 3, 6, 6), torch.Generator().manual_seed(0)
+    state = g.get_state()
+    out, lam = mix(x, g)
+    assert out is x and lam == 1.0 and torch.equal(g.get_state(), state)
+
+
+def test_mixup_is_the_convex_combination_with_the_reversed_batch_and_lambda_is_beta():
+    x, g = torch.randn(8, 3, 6, 6), torch.Generator().manual_seed(1)
+    out, lam = mix(x, g, mixup_alpha=0.8)
+    assert 0 < lam < 1 and torch.allclose(out, lam * x + (1 - lam) * x.flip(0))
+    # Beta(0.8, 0.8): mean 1/2, variance 1 / (4 (2 alpha + 1)) = 0.0962; 4,000 draws, 4 standard errors
+    lams = torch.tensor([mix(x[:2], g, mixup_alpha=0.8)[1] for _ in range(4000)])
+    variance = 1 / (4 * (2 * 0.8 + 1))
+    assert abs(lams.mean() - 0.5) < 4 * (variance / 4000) ** 0.5
+    assert abs(lams.var() - variance) < 0.01
+
+
+def test_cutmix_pastes_a_box_of_the_reversed_batch_and_lambda_is_the_area_kept():
+    g = torch.Generator().manual_seed(2)
+    x = torch.arange(4.0).view(4, 1, 1, 1).expand(4, 3, 16, 16).contiguous()  # image i is all i
+    for _ in range(50):
+        out, lam = mix(x, g, cutmix_alpha=1.0)
+        for i in range(4):
+            pasted = (out[i, 0] == 3 - i).float().mean() if i != 3 - i else None
+            assert pasted is None or pasted == pytest.approx(1 - lam)
+        assert torch.equal(out[:, 1:], out[:, :1].expand(-1, 2, -1, -1))  # the same box in every channel
+
+
+def test_with_both_alphas_mixup_and_cutmix_alternate_at_even_odds():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 1, 8, 8)
+    # a CutMix output takes each pixel from one image or the other; a mixup output blends them
+    kinds = [
+        bool(((out := mix(x, g, 0.8, 1.0)[0]) == x).logical_or(out == x.flip(0)).all()) for _ in range(400)
+    ]
+    assert abs(sum(kinds) / 400 - 0.5) < 4 * (0.25 / 400) ** 0.5

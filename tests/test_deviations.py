@@ -69,3 +69,14 @@ def test_every_switch_has_both_values_as_options():
 def test_the_docs_show_the_list():
     page = (REPO / "docs" / "deviations.md").read_text()
     assert markdown_table() in page, "docs/deviations.md: paste intertwine.deviations.markdown_table()"
+
+
+def test_paper_config_trains_the_cct_with_hassanis_recipe():
+    # Godfrey et al., appendix D.4, and Hassani et al.'s cct_7-3x1_cifar10_300epochs config
+    recipe = load("config/paper.yaml")["zoo"]["training_per_variant"]["cct"]
+    assert recipe["optimizer"] == "adamw" and recipe["lr"] == 55e-5 and recipe["weight_decay"] == 6e-2
+    assert recipe["lr_schedule"] == "cosine" and recipe["lr_min"] == 1e-5 and recipe["batch_size"] == 128
+    assert recipe["label_smoothing"] == 0.1 and (recipe["mixup_alpha"], recipe["cutmix_alpha"]) == (0.8, 1.0)
+    assert (recipe["epochs"], recipe["mixing_epochs"]) == (300, 175)
+    steps_per_epoch = -(-(50_000 - load("config/paper.yaml")["data"]["val_size"]) // 128)
+    assert recipe["warmup_steps"] == 10 * steps_per_epoch  # their 10 warm-up epochs

@@ -80,6 +80,32 @@ def test_packed_members_equal_members_trained_alone(tiny_shapes_dir, spec):
     assert max_weight_difference(alone[0]["state_dict"], alone[1]["state_dict"]) > 5 * CANCELLED_TOLERANCE
 
 
+def test_packed_members_equal_members_trained_alone_with_mixing_and_a_cosine_schedule(tiny_shapes_dir):
+    # Hassani et al.'s recipe, as config/paper.yaml trains the CCT with: every member draws its own
+    # mixing from its own generator, so the pack still gives each member its weights alone
+    torch.set_num_threads(1)
+    recipe = TRAINING | {
+        "optimizer": "adamw",
+        "weight_decay": 0.06,
+        "lr_schedule": "cosine",
+        "lr_min": 1e-5,
+        "warmup_steps": 3,
+        "label_smoothing": 0.1,
+        "mixup_alpha": 0.8,
+        "cutmix_alpha": 1.0,
+        "mixing_epochs": 2,
+    }
+    spec, seeds = {"arch": "myrtle", "width_multiplier": 0.125}, [0, 1]
+    packed = train_pack(Job("cpu", tiny_shapes_dir), "m", seeds, spec, recipe, ["a", "b"])
+    alone = [train_member(Job("cpu", tiny_shapes_dir), "m", seed, spec, recipe)[0] for seed in seeds]
+    plain = train_member(Job("cpu", tiny_shapes_dir), "m", 0, spec, TRAINING)[0]
+    for (checkpoint, _), single in zip(packed, alone):
+        rest = set(single["state_dict"]) - cancelled_by_batch_norm(single["state_dict"])
+        assert max_weight_difference(checkpoint["state_dict"], single["state_dict"], rest) < WEIGHT_TOLERANCE
+    # the recipe changes training: far outside the tolerance of the plain recipe's weights
+    assert max_weight_difference(alone[0]["state_dict"], plain["state_dict"], rest) > 2 * WEIGHT_TOLERANCE
+
+
 def test_a_diverged_member_leaves_the_rest_of_its_pack(tiny_shapes_dir, tmp_path):
     from intertwine.jobs.zoo import _member  # noqa: PLC2701 - the members' initial models
     from intertwine.settings import TrainConfig

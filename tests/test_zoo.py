@@ -1,6 +1,7 @@
 """Training loop, determinism, divergence, checkpoints."""
 
 import hashlib
+import math
 import re
 
 import pandas as pd
@@ -10,7 +11,7 @@ import torch
 from intertwine import models
 from intertwine.data import load_split
 from intertwine.settings import TrainConfig
-from intertwine.training import DivergedError, lr_factor, train
+from intertwine.training import DivergedError, _loss, lr_factor, make_optimizer, train
 from intertwine.jobs import Job
 from intertwine.jobs.zoo import train_member
 from intertwine.zoo import load_model, load_weights, save_checkpoint, zoo_table
@@ -32,6 +33,44 @@ def test_lr_schedule_has_four_even_drops():
     assert factors[0] == 1.0 and factors[-1] == 0.5**4
     drops = [step for step in range(1, 100) if factors[step] != factors[step - 1]]
     assert drops == [20, 40, 60, 80]
+
+
+def test_cosine_schedule_warms_up_from_the_floor_and_returns_to_it():
+    # Hassani et al.'s CCT recipe: lr 55e-5, min_lr = warmup_lr = 1e-5
+    floor = 1e-5 / 55e-5
+    factor = lambda step: lr_factor(step, 1000, 4, 0.5, [], 100, "cosine", floor)  # noqa: E731
+    assert factor(0) == pytest.approx(floor) and factor(50) == pytest.approx((1 + floor) / 2)
+    after = [factor(step) for step in range(100, 1001)]
+    assert all(a >= b for a, b in zip(after, after[1:]))  # falling after the warm-up
+    assert factor(500) == pytest.approx(floor + (1 - floor) / 2) and factor(1000) == pytest.approx(floor)
+    # timm's cosine counts from step 0, so the warm-up ends a little below the full rate
+    assert factor(100) == pytest.approx(floor + (1 - floor) * (1 + math.cos(math.pi * 0.1)) / 2)
+
+
+def test_adamw_decouples_the_weight_decay():
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer = make_optimizer([weight], TrainConfig(optimizer="adamw", lr=0.1, weight_decay=0.5))
+    assert isinstance(optimizer, torch.optim.AdamW)
+    weight.grad = torch.zeros(3)
+    optimizer.step()  # no gradient: only the decay moves it, by lr * decay
+    assert torch.allclose(weight.detach(), torch.full((3,), 1 - 0.1 * 0.5))
+
+
+def test_mixed_loss_is_the_cross_entropy_of_the_mixed_smoothed_targets():
+    torch.manual_seed(0)
+    logits, y = torch.randn(6, 10, dtype=torch.float64), torch.randint(0, 10, (6,))
+    assert torch.allclose(
+        _loss(logits, y, 1.0, 0.0), torch.nn.functional.cross_entropy(logits, y, reduction="none")
+    )
+    smoothing, lam = 0.1, 0.3
+    one_hot = torch.nn.functional.one_hot(y, 10).double()
+    smoothed = one_hot * (1 - smoothing) + smoothing / 10
+    targets = lam * smoothed + (1 - lam) * smoothed.flip(0)
+    expected = -(targets * logits.log_softmax(-1)).sum(-1)
+    assert torch.allclose(_loss(logits, y, lam, smoothing), expected)
+    # a pack: one lambda per member, each member's batch reversed on its own
+    packed = _loss(torch.stack([logits, logits]), torch.stack([y, y]), torch.tensor([lam, 1.0]), smoothing)
+    assert torch.allclose(packed[0], expected) and torch.allclose(packed[1], _loss(logits, y, 1.0, smoothing))
 
 
 @pytest.mark.parametrize("images, epochs", [(45_000, 182), (49_000, 168)])

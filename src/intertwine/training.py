@@ -1,5 +1,6 @@
-"""The training loop of the zoo: data as tensors on the device, batched augmentation, Adam (or SGD
-with momentum) with step drops, best-validation weights kept."""
+"""The training loop of the zoo: data as tensors on the device, batched augmentation (mixup and
+CutMix optional), Adam, AdamW or SGD with momentum, step drops or a cosine schedule, best-validation
+weights kept."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch
 from torch import nn
 
 from intertwine.data import Split
-from intertwine.data.augment import augment, normalize
+from intertwine.data.augment import augment, mix, normalize
 from intertwine.settings import TrainConfig
 
 
@@ -36,10 +37,22 @@ def lr_factor(
     factor: float,
     milestones: list[float] | None = None,
     warmup_steps: int = 0,
+    schedule: str = "step",
+    min_factor: float = 0.0,
 ) -> float:
-    """``factor ** k`` after the k-th of ``drops`` evenly spaced drops (at 1/(drops+1), 2/(drops+1), ...),
-    or after the k-th of ``milestones`` (fractions of training) when given; 0.1 during the first
-    ``warmup_steps`` steps."""
+    """The learning rate at ``step`` as a multiple of the base rate.
+
+    ``schedule`` "step": ``factor ** k`` after the k-th of ``drops`` evenly spaced drops (at
+    1/(drops+1), 2/(drops+1), ...), or after the k-th of ``milestones`` (fractions of training)
+    when given; 0.1 during the first ``warmup_steps`` steps. "cosine": rising linearly from
+    ``min_factor`` to 1 over the warm-up, then ``min_factor + (1 - min_factor) (1 + cos(pi step /
+    total_steps)) / 2`` (timm's cosine schedule, whose cosine counts from step 0)."""
+    if schedule == "cosine":
+        if step < warmup_steps:
+            return min_factor + (1 - min_factor) * step / warmup_steps
+        return (
+            min_factor + (1 - min_factor) * (1 + math.cos(math.pi * min(step, total_steps) / total_steps)) / 2
+        )
     if step < warmup_steps:
         return 0.1
     if milestones:
@@ -54,11 +67,13 @@ def _epoch_steps(epoch: int, total_steps: int, per_epoch: int, config: TrainConf
 
 
 def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
-    """Adam, or SGD with momentum (``zoo.training.optimizer``), at ``config.lr``."""
+    """Adam, AdamW or SGD with momentum (``zoo.training.optimizer``), at ``config.lr``."""
     if config.optimizer == "sgd":
         return torch.optim.SGD(
             params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
         )
+    if config.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
 
 
@@ -107,6 +122,8 @@ def _schedule(optimizer: torch.optim.Optimizer, config: TrainConfig, total_steps
             config.lr_drop_factor,
             config.lr_milestones,
             config.warmup_steps,
+            config.lr_schedule,
+            config.lr_min / config.lr,
         ),
     )
 
@@ -119,11 +136,35 @@ def _check_splits(train_split: Split, val_split: Split, label: str) -> None:
         )
 
 
-def _batch(split: Split, order: torch.Tensor, step: int, config: TrainConfig, generator, mean, std):
-    """The ``step``-th batch of an epoch's ``order``: normalised, augmented with ``generator``."""
+def _batch(
+    split: Split, order: torch.Tensor, step: int, config: TrainConfig, generator, mean, std, epoch: int
+):
+    """The ``step``-th batch of an epoch's ``order``: normalised, augmented with ``generator``,
+    mixed (mixup or CutMix) in the first ``mixing_epochs``; its labels, and the weight ``lam`` of
+    each image's own label (1 unmixed; the rest goes to the reversed batch's labels)."""
     idx = order[step * config.batch_size : (step + 1) * config.batch_size]
     x = augment(normalize(split.images[idx], mean, std), generator, config.translate, config.flip)
-    return x, split.labels[idx]
+    if config.mixing_epochs is None or epoch <= config.mixing_epochs:
+        x, lam = mix(x, generator, config.mixup_alpha, config.cutmix_alpha)
+    else:
+        lam = 1.0
+    return x, split.labels[idx], lam
+
+
+def _loss(logits: torch.Tensor, y: torch.Tensor, lam, smoothing: float) -> torch.Tensor:
+    """Per-sample cross-entropy with label smoothing, of a batch mixed with weight ``lam`` (a
+    number, or one per member of a pack: ``logits`` (K, B, C), ``y`` (K, B)) with its reverse."""
+
+    def ce(labels):
+        return nn.functional.cross_entropy(
+            logits.flatten(0, -2), labels.flatten(), label_smoothing=smoothing, reduction="none"
+        ).view(labels.shape)
+
+    loss = ce(y)
+    if isinstance(lam, torch.Tensor) or lam < 1.0:
+        lam = lam.view(-1, *[1] * (y.ndim - 1)) if isinstance(lam, torch.Tensor) else lam
+        loss = lam * loss + (1 - lam) * ce(y.flip(-1))
+    return loss
 
 
 def _train_loss(loss_sum: float, n: int, label: str, epoch: int) -> float:
@@ -180,7 +221,6 @@ def train(
     optimizer = make_optimizer(model.parameters(), config)
     epochs, total_steps, steps_per_epoch = config.length(len(train_split))
     schedule = _schedule(optimizer, config, total_steps)
-    loss_fn = nn.CrossEntropyLoss()
 
     result = TrainResult(state_dict={}, best_epoch=-1, val_acc=-1.0)
     if each_epoch is not None:
@@ -194,10 +234,10 @@ def train(
         correct = torch.zeros((), device=device, dtype=torch.long)
         steps, seen = _epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
         for step in range(steps):
-            x, y = _batch(train_split, order, step, config, generator, mean, std)
+            x, y, lam = _batch(train_split, order, step, config, generator, mean, std, epoch)
             with _autocast(device, config.bf16):
                 logits = model(x.contiguous(memory_format=memory_format))
-                loss = loss_fn(logits.float(), y)
+                loss = _loss(logits.float(), y, lam, config.label_smoothing).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -397,15 +437,16 @@ def train_pack(
         steps, seen = _epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
         for step in range(steps):
             batches = [
-                _batch(train_split, order, step, config, g, mean, std) for order, g in zip(orders, generators)
+                _batch(train_split, order, step, config, g, mean, std, epoch)
+                for order, g in zip(orders, generators)
             ]
-            x = torch.stack([x for x, _ in batches], dim=1)
-            y = torch.stack([y for _, y in batches])
+            x = torch.stack([x for x, _, _ in batches], dim=1)
+            y = torch.stack([y for _, y, _ in batches])
+            lam = torch.tensor([lam for _, _, lam in batches], device=device)
             with _autocast(device, config.bf16):
                 logits = stack(x).float()
             # Summed over members: each member's parameters get the gradient of its own mean loss.
-            losses = nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none")
-            losses = losses.view(y.shape).mean(1)
+            losses = _loss(logits, y, lam, config.label_smoothing).mean(1)
             optimizer.zero_grad(set_to_none=True)
             losses.sum().backward()
             optimizer.step()

@@ -1,8 +1,12 @@
-"""Batched input pipeline on the device: normalisation, translations and flips, no per-sample Python."""
+"""Batched input pipeline on the device: normalisation, translations and flips, mixup and CutMix,
+no per-sample Python."""
 
 from __future__ import annotations
 
+import math
+
 import torch
+from scipy.special import betaincinv
 
 
 def normalize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
@@ -38,3 +42,44 @@ def augment(
         flips = torch.rand(n, device=x.device, generator=generator) < 0.5
         x = torch.where(flips.view(n, 1, 1, 1), x.flip(-1), x)
     return x.contiguous()
+
+
+def mix(
+    x: torch.Tensor, generator: torch.Generator, mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0
+) -> tuple[torch.Tensor, float]:
+    """Mixup (Zhang et al. 2018) or CutMix (Yun et al. 2019) of a batch with itself reversed, as
+    timm's ``Mixup`` in batch mode: one lambda ~ Beta(alpha, alpha) per batch; with both alphas
+    above 0, CutMix or mixup at even odds. Mixup returns ``lam x + (1 - lam) x.flip(0)``; CutMix
+    pastes a box of area about ``1 - lam`` of ``x.flip(0)`` into ``x`` (clipped at the border) and
+    returns the lambda of the box actually pasted. The targets mix alike: sample i's loss is
+    ``lam * loss(i's label) + (1 - lam) * loss(the label of sample n - 1 - i)``.
+
+    Returns
+    -------
+    (the mixed batch, lam); with both alphas 0, ``x`` itself and 1.0, drawing nothing from
+    ``generator``.
+    """
+    if mixup_alpha <= 0 and cutmix_alpha <= 0:
+        return x, 1.0
+    use_cutmix = cutmix_alpha > 0 and (
+        mixup_alpha <= 0 or bool(torch.rand((), device=x.device, generator=generator) < 0.5)
+    )
+    alpha = cutmix_alpha if use_cutmix else mixup_alpha
+    # lambda ~ Beta(alpha, alpha) from the generator by the inverse CDF: torch's Beta sampler
+    # takes no generator, and every random choice of training comes from the member's.
+    lam = float(betaincinv(alpha, alpha, float(torch.rand((), device=x.device, generator=generator))))
+    partner = x.flip(0)
+    if not use_cutmix:
+        return lam * x + (1 - lam) * partner, lam
+    h, w = x.shape[-2:]
+    cut = math.sqrt(1.0 - lam)
+    cut_h, cut_w = int(h * cut), int(w * cut)
+    centre = (
+        torch.randint(0, h, (), device=x.device, generator=generator),
+        torch.randint(0, w, (), device=x.device, generator=generator),
+    )
+    top, bottom = max(int(centre[0]) - cut_h // 2, 0), min(int(centre[0]) + cut_h // 2, h)
+    left, right = max(int(centre[1]) - cut_w // 2, 0), min(int(centre[1]) + cut_w // 2, w)
+    mixed = x.clone()
+    mixed[..., top:bottom, left:right] = partner[..., top:bottom, left:right]
+    return mixed, 1.0 - (bottom - top) * (right - left) / (h * w)
