@@ -391,7 +391,8 @@ def test_convnext_spec_defaults_to_gelu():
 @pytest.mark.parametrize("spec", [{}, {"arch": "resnet50"}, {"activation": "relu"}])
 def test_bad_arch_lists_known(spec):
     with pytest.raises(
-        ValueError, match="known architectures: myrtle, c4gap, c1gap, vgg16_avg, resnet20, resnet18, convnext"
+        ValueError,
+        match="known architectures: myrtle, c4gap, c1gap, vgg16_avg, resnet20, resnet18, resnet110, convnext",
     ):
         build(spec)
 

@@ -46,7 +46,7 @@ ZOO_TABLES = ["results/tables/zoo.parquet", "results/tables/zoo_epochs.parquet"]
 
 
 # The architectures that have a gated form (spec key `gated`).
-GATED_ARCHS = ("myrtle", "c4gap", "c1gap", "vgg16_avg")
+GATED_ARCHS = ("myrtle", "c4gap", "c1gap", "vgg16_avg", "resnet110")
 
 
 class ConfigError(ValueError):
@@ -245,12 +245,12 @@ class Plan:
 
     @functools.cached_property
     def symmetry_checks(self) -> list[str]:
-        from intertwine.symmetry import ARCHS  # the architectures whose weight action it knows
+        from intertwine.symmetry import acts_on  # the models whose weight action it knows
 
         return [
             f"results/symmetry/{variant}/seed{seed}.parquet"
             for variant in self.variants
-            if self.zoo["variants"][variant]["arch"] in ARCHS
+            if acts_on(self.spec(variant))
             for seed in range(min(self.symmetry["seeds"], len(self.zoo_seeds(variant))))
         ]
 
@@ -570,9 +570,13 @@ class Plan:
 
     @functools.cached_property
     def npk_jobs(self) -> list[str]:
+        from intertwine.symmetry import acts_on  # the kernels' invariance checks act on the weights
+
+        # A gated ResNet's accuracy is the study's (from the zoo table); its kernels are not measured.
         return [
             f"results/gated/{variant}/seed{seed}.parquet"
             for variant in self.gated["variants"]
+            if acts_on(self.spec(variant))
             for seed in self.members("gated.seeds", variant, self.gated["seeds"])
         ]
 
@@ -883,13 +887,13 @@ class Plan:
 
     def pullback_problem(self, variant: str) -> str | None:
         """Why a variant has no pullbacks to measure here (None: it has)."""
-        from intertwine.symmetry import ARCHS  # the architectures whose weight action it knows
+        from intertwine.symmetry import ARCHS, acts_on  # the models whose weight action it knows
 
         spec = self.spec(variant)
-        if spec["arch"] not in ARCHS:
+        if not acts_on(spec):
             return (
-                f"is a {spec['arch']}; the stage acts on the weights of {', '.join(ARCHS)} networks "
-                "(intertwine.symmetry)"
+                f"is a {spec['arch']}{' (gated)' if spec.get('gated') else ''}; the stage acts on the "
+                f"weights of {', '.join(ARCHS)} networks, not gated ResNets (intertwine.symmetry)"
             )
         if spec["activation"] not in ("relu", "leaky_relu"):
             return (
@@ -1226,15 +1230,15 @@ class Plan:
                 self.connectivity_pair_count,
                 symmetric=False,
             )
-            from intertwine.symmetry import ARCHS  # the architectures whose weight action it knows
+            from intertwine.symmetry import ARCHS, acts_on  # the models whose weight action it knows
 
             for variant in connectivity["variants"]:
                 spec = self.spec(variant)
-                if spec["arch"] not in ARCHS:
+                if not acts_on(spec):
                     errors.append(
-                        f"config key connectivity.variants: {variant!r} is a {spec['arch']}, which has no "
-                        f"intertwiner action to align it by; choose among {', '.join(ARCHS)} "
-                        "(plain or gated)"
+                        f"config key connectivity.variants: {variant!r} is a {spec['arch']}"
+                        f"{' (gated)' if spec.get('gated') else ''}, which has no intertwiner action to "
+                        f"align it by; choose among {', '.join(ARCHS)} (plain, or gated but a ResNet)"
                     )
                 elif any(m.endswith("grelu") for m in connectivity["methods"]) and spec["activation"] not in (
                     "relu",

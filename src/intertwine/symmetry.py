@@ -108,7 +108,15 @@ GROUPS = ("grelu", "permutation", "orthogonal", "monomial")
 
 # The architectures whose wiring act_on_weights knows. (ConvNeXt has LayerNorm, whose intertwiner
 # group is smaller, and no symmetry check here.)
-ARCHS = ("myrtle", "resnet20", "resnet18", "c4gap", "c1gap", "vgg16_avg")
+ARCHS = ("myrtle", "resnet20", "resnet18", "resnet110", "c4gap", "c1gap", "vgg16_avg")
+
+
+def acts_on(spec: dict) -> bool:
+    """Whether :func:`act_on_weights` knows the model of a normalised spec: an architecture of
+    ``ARCHS``, plain or gated, except a gated ResNet (``models.gated_resnet``), whose gates are
+    read by hooks rather than wired layer by layer."""
+    return spec["arch"] in ARCHS and not (spec.get("gated") is not None and "residual_activation" in spec)
+
 
 # Activations with sigma(d x) = d sigma(x) for d > 0, hence G_ReLU-equivariant with phi(A) = A.
 _POSITIVELY_HOMOGENEOUS = (nn.ReLU, nn.LeakyReLU, nn.Identity)

@@ -41,9 +41,10 @@ from torch import nn
 from .cct import cct
 from .convnext import convnext
 from .gated import GatedNet, check_gated
+from .gated_resnet import GatedResNet
 from .myrtle import myrtle
 from .plain import c1gap, c4gap, vgg16_avg
-from .resnet import resnet18, resnet20
+from .resnet import resnet18, resnet20, resnet110
 
 __all__ = [
     "ACTIVATIONS",
@@ -105,6 +106,12 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
         ),
         "resnet18": Architecture(
             resnet18, MappingProxyType({**_COMMON_OPTIONS, "residual_activation": True})
+        ),
+        # He et al.'s CIFAR ResNet-110; gated (intertwine.models.gated_resnet) for the gated-networks
+        # paper's Table II
+        "resnet110": Architecture(
+            resnet110,
+            MappingProxyType({**_COMMON_OPTIONS, "residual_activation": True, "gated": None}),
         ),
         # LayerNorm throughout, so no batch_norm option; GELU by default, as in ConvNeXt.
         "convnext": Architecture(
@@ -204,6 +211,11 @@ def normalize_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
             f"(this spec has activation {normalized['activation']!r}); "
             "set activation: leaky_relu or remove negative_slope"
         )
+    if normalized.get("gated") is not None and normalized.get("residual_activation") is False:
+        raise ValueError(
+            "model option 'gated': every activation of a gated ResNet is a gate, the one on the residual "
+            "output included; remove residual_activation or gated"
+        )
     if normalized.get("gated") is not None and normalized["activation"] != "relu":
         raise ValueError(
             f"model option 'gated': a gated network's gates are those of ReLU, but this spec has "
@@ -225,6 +237,12 @@ def build(spec: Mapping[str, Any]) -> nn.Module:
     gated = options.pop("gated", None)
     if gated is None:
         return entry.builder(activation_layer=activation_layer, **options)
+    if "residual_activation" in options:
+        return GatedResNet(
+            lambda: entry.builder(activation_layer=activation_layer, **options),
+            **gated,
+            batch_norm=options.get("batch_norm", True),
+        )
     return GatedNet(
         lambda: entry.builder(activation_layer=activation_layer, **options),
         **gated,

@@ -198,6 +198,29 @@ def resnet20(
     )
 
 
+def resnet110(
+    *,
+    num_classes: int = 10,
+    width_multiplier: float = 1.0,
+    activation_layer: Callable[[], nn.Module] = nn.ReLU,
+    batch_norm: bool = True,
+    residual_activation: bool = True,
+) -> ResNet:
+    """CIFAR ResNet-110 (He et al. 2016, section 4.2: 6n + 2 layers with n = 18, option-A
+    shortcuts; 1,727,962 parameters with the defaults), the second base of Lakshminarayanan &
+    Singh's Table II."""
+    return ResNet(
+        (18, 18, 18),
+        _scaled((16, 32, 64), width_multiplier),
+        "A",
+        num_classes,
+        activation_layer,
+        batch_norm,
+        residual_activation,
+        kaiming_init=True,
+    )
+
+
 def resnet18(
     *,
     num_classes: int = 10,
