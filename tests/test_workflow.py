@@ -101,13 +101,13 @@ def test_paper_config_dag(tmp_path):
     zoo = yaml.safe_load(config.read_text())["zoo"]
     expected = {v: zoo["seeds_per_variant"].get(v, 100) for v in zoo["variants"]}
     # Godfrey et al.'s 16 variants, the connectivity stage's 4 widths (64 seeds: 32 member-disjoint
-    # pairs) and the gated-networks study's 108 (Tables I-III, the plain C1GAP at 200 and 2000
-    # epochs, FL, FR), 5 seeds each but the C1GAPs' 16 (C1GAP-16-ENS)
+    # pairs) and the gated-networks study's 113 (Tables I-III with Table II's ResNet-110s, the plain
+    # C1GAP at 200 and 2000 epochs, FL, FR), 5 seeds each but the C1GAPs' 16 (C1GAP-16-ENS)
     gated = yaml.safe_load(config.read_text())["gated"]
     ensembles = gated["ensembles"]
     gated = gated["variants"]
     assert ensembles == {"c1gap": 16, "c1gap_e2000": 16}
-    assert len(expected) == 16 + 4 + 108 and len(gated) == 108
+    assert len(expected) == 16 + 4 + 113 and len(gated) == 113
     assert all(expected[v] == ensembles.get(v, 5) for v in gated)
     assert sum(v.startswith("c4gap_dgn_x_") for v in gated) == 24  # every gate-layer permutation
     assert expected["myrtle_sigmoid_nobn"] == 3 and expected["convnext"] == 10
@@ -116,11 +116,12 @@ def test_paper_config_dag(tmp_path):
     jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", text, re.M)}
     # packed 32 per job (zoo.pack_size): 11 variants of 100 seeds in 4 packs each, the 4 widths'
     # 64 in 2, 104 variants of 3-10 seeds in one; one member per job for the constant-width Myrtle
-    # (100), CCT (10), the six VGG16s and the 4x-wide C4GAP (5 each), which gain nothing from
-    # packing (docs/cluster.md)
-    assert jobs["train_member"] == 100 + 10 + 7 * 5 and jobs["train_pack"] == 11 * 4 + 4 * 2 + 104
-    assert jobs["unpack_member"] == 2051 - 145 and jobs["prepare_data"] == 1 and jobs["zoo_table"] == 1
-    assert jobs["npk_member"] == 108 and jobs["gated_table"] == 1 and jobs["gated_ensemble"] == 2
+    # (100), CCT (10), the six VGG16s, the 4x-wide C4GAP and the five ResNet-110s (5 each), which
+    # gain nothing from packing or were not measured packed (docs/cluster.md)
+    assert jobs["train_member"] == 100 + 10 + 7 * 5 + 5 * 5 and jobs["train_pack"] == 11 * 4 + 4 * 2 + 104
+    assert jobs["unpack_member"] == 2076 - 170 and jobs["prepare_data"] == 1 and jobs["zoo_table"] == 1
+    # kernels of every study variant but the four gated ResNet-110s (no weight action to check them by)
+    assert jobs["npk_member"] == 113 - 4 and jobs["gated_table"] == 1 and jobs["gated_ensemble"] == 2
     # rotation: 4 sites x (3 groups for each of 2 variants) x 10 trials
     assert jobs["rotation_trial"] == 4 * 6 * 10
     # stitching: pairs x methods, one job covering every site of the variant: Myrtle with full, 6
@@ -130,7 +131,7 @@ def test_paper_config_dag(tmp_path):
     assert jobs["stitching_studies_figure"] == 1
     assert jobs["similarity_pair"] == 4 * 32  # Myrtle, constant-width Myrtle, ResNet20, ResNet18
     assert jobs["dissect_member"] == 3 * 10 and jobs["dissection_masks"] == 3
-    assert jobs["connectivity_pair"] == 6 * 32  # Myrtle and ResNet20 at three widths each
+    assert jobs["connectivity_pair"] == 7 * 32  # Myrtle and ResNet20 at three widths, Myrtle without BN
     assert sum(jobs.values()) < 12_000
 
 
@@ -367,22 +368,28 @@ def test_connectivity_table_and_figures(tiny_run):
     ]
     # tiny.yaml: one pair of ResNet20 (its residual ties) and of the gated C4GAP (its gate ties)
     assert set(table["variant"]) == {"resnet20", "c4gap_dgn"} and set(table["method"]) == set(methods)
-    assert len(table) == 2 * 5 * 2 * 3  # variants, methods, splits, lambdas
-    for (variant, split), rows in table.groupby(["variant", "split"]):
+    assert len(table) == 2 * 5 * 3 * 2 * 3  # variants, methods, corrections, splits, lambdas
+    for (variant, correction, split), rows in table.groupby(["variant", "correction", "split"]):
         ends = rows[rows["lam"].isin([0.0, 1.0])].pivot(index="method", columns="lam", values="loss")
         # lambda 0 is f whatever the method; lambda 1 is g aligned, which computes g's function
-        assert ends[0.0].max() - ends[0.0].min() == 0, (variant, split)
-        assert ends[1.0].max() - ends[1.0].min() < 1e-4 * ends[1.0].mean(), (variant, split)
+        assert ends[0.0].max() - ends[0.0].min() == 0, (variant, correction, split)
+        assert ends[1.0].max() - ends[1.0].min() < 1e-4 * ends[1.0].mean(), (variant, correction, split)
         weight = rows[rows["method"] == "weight_permutation"]
         assert (weight["sweeps"] >= 1).all() and (
             weight["distance"] <= rows[rows["method"] == "unaligned"]["distance"].iloc[0]
         ).all()
+    # REPAIR's goal at an endpoint is the endpoint's own statistics: it leaves f and T(g) as they are
+    ends = table[table["lam"].isin([0.0, 1.0])].set_index(["variant", "method", "split", "lam", "correction"])
+    assert (
+        ends["loss"].xs("repair", level="correction") == ends["loss"].xs("none", level="correction")
+    ).all()
     assert (
         table["barrier"] >= table["barrier_line"] - 1e-12
     ).all()  # the mean of the ends is below their max
-    assert (table["images"] == 64).all() and table["reset_batch_norm"].all()
+    assert (table["images"] == 64).all() and set(table["correction"]) == {"reset", "repair", "none"}
     summary = pd.read_csv(tiny_run / "results/tables/connectivity_summary.csv")
     assert set(summary["method"]) == set(methods) and (summary["pairs"] == 1).all()
+    assert len(summary) == 2 * 5 * 3 * 2  # variants, methods, corrections, splits
     for figure in ["connectivity_curves.png", "connectivity_barriers.png"]:
         assert (tiny_run / "results/figures" / figure).stat().st_size > 1000
     card = pd.read_csv(tiny_run / "results/tables/claims.csv", keep_default_na=False).set_index("claim")

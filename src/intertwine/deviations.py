@@ -138,13 +138,26 @@ DEVIATIONS = (
     ),
     Deviation(
         None,
-        "AdamW, mixup, CutMix, label smoothing, cosine schedule",
-        "the zoo's recipe",
-        f"{GODFREY}, appendix D.4",
+        None,
+        "every activation a gate, the residual output's included",
+        f"{GATED}, Table II (the paper is silent)",
+        "ResNet-110 as a DGN and a DLGN: the paper does not say which of its activations become gates",
+        "every ReLU of He et al.'s ResNet-110 (the stem's, each block's first and the one after the "
+        "residual sum) is replaced by the gate of the same site of the feature network, so that the "
+        "value network is linear given its gates, as in the plain stacks (intertwine.models.gated_resnet)",
+    ),
+    Deviation(
+        None,
+        "RandAugment, random-resized crops, 10 cool-down epochs, the rate set once per epoch",
+        "translations and flips, the rate set at every step",
+        f"{GODFREY}, appendix D.4; Hassani et al.'s cct_7-3x1_cifar10_300epochs config",
         "the CCT (six transformer blocks) is trained with the recipe of Hassani et al. (AdamW, lr "
         "55e-5, weight decay 6e-2, mixup, CutMix, label smoothing, cosine schedule)",
-        "not built: the CCT trains with the zoo's recipe (Adam, translations and flips); its "
-        "stitching penalties are of a CCT trained otherwise than the paper's",
+        "config/paper.yaml trains the CCT with what the sentence names (zoo.training: optimizer "
+        "adamw, lr_schedule cosine, label_smoothing, mixup_alpha, cutmix_alpha, mixing_epochs, at "
+        "their config's values); the rest of their config (RandAugment rand-m9-mstd0.5-inc1, "
+        "random-resized crops of scale 0.8-1, timm's per-epoch rate and cool-down) is not in the "
+        "zoo's data path",
     ),
     Deviation(
         None,
@@ -211,7 +224,8 @@ DEVIATIONS = (
         "their ResNet20 normalises with LayerNorm, which has no running statistics to interpolate",
         "the zoo's networks have batch norm (the Godfrey et al. protocol); interpolated running "
         "statistics collapse the variance (Jordan et al., REPAIR), so each point recomputes them on "
-        "training images (connectivity.reset_batch_norm)",
+        "training images (connectivity.corrections: reset; repair is Jordan et al.'s per-channel "
+        "correction, which also serves networks without batch norm)",
     ),
     Deviation(
         None,
