@@ -92,3 +92,17 @@ def test_site_builds_strict(tmp_path):
         "intertwine.kernels.npk.npk_fc",
     ):
         assert f'id="{name}"' in api, f"the API reference lacks {name}"
+
+
+def test_every_stage_has_its_page():
+    """A page per stage (its rule file's name) under docs/stages/, in the site's navigation, whose
+    figure of the default run exists."""
+    rules = {p.stem for p in (REPO / "workflow" / "rules").glob("*.smk")} - {"common", "figures"}
+    pages = {p.stem for p in (REPO / "docs" / "stages").glob("*.md")}
+    assert rules <= pages, sorted(rules - pages)
+    nav = (REPO / "mkdocs.yml").read_text()
+    for page in sorted(pages):
+        assert f"stages/{page}.md" in nav, page
+        text = (REPO / "docs" / "stages" / f"{page}.md").read_text()
+        for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
+            assert (REPO / "docs" / "stages" / image).stat().st_size > 1000, (page, image)

@@ -49,7 +49,7 @@ DEVIATIONS = (
         '"after each gradient descent step we project P back onto B by P <- ReLU(P) followed by P <- sink(P)"',
         "P takes its own multiplicative (mirror-descent) step, so its size does not depend on the "
         "learning rate and P approaches a vertex instead of diffusing to the centre "
-        "(docs/workflow.md: G_ReLU stitching that converges)",
+        "(docs/stages/stitching.md: G_ReLU stitching that converges)",
     ),
     Deviation(
         "stitching.softsort_hardening",
@@ -85,7 +85,7 @@ DEVIATIONS = (
         "adam",
         f"{GODFREY}, released code",
         "plain SGD at lr 1e-3 (the code; the text mentions momentum 0.9, the code uses none)",
-        "at one epoch on real CIFAR-10 Adam reached lower penalties than SGD (docs/workflow.md)",
+        "at one epoch on real CIFAR-10 Adam reached lower penalties than SGD (docs/stages/stitching.md)",
     ),
     Deviation(
         "pairs_share_members",
