@@ -31,7 +31,9 @@ hooks over a data set, streaming the Procrustes measures and linear CKA through 
 
 The package: ``names`` (the measures' names and ``MIN_SAMPLES``, torch-free), ``_base`` (input
 checks, scale guard, memory blocking), ``hsic``, ``kernels``, ``cka``, ``procrustes``, ``cca``,
-``shape``, ``registry`` (``MEASURES``: every measure by name), ``layerwise`` (``pairwise``).
+``shape``, ``registry`` (``MEASURES``: every measure by name), ``layerwise`` (``pairwise``),
+``statistics`` (``permutation_test``, ``bootstrap_interval``: a measure's null and its spread
+over inputs).
 Arrays in, numbers out: nothing here reads files, configs or tables.
 
 Gradients: ``linear_cka``, ``rbf_cka``, ``kernel_cka`` and both Procrustes similarities, given a
@@ -88,20 +90,35 @@ from intertwine.measures.names import (
     PROCRUSTES_MEASURES,
     too_few_samples,
 )
-from intertwine.measures.procrustes import ProcrustesAccumulator, grelu_procrustes, orthogonal_procrustes
+from intertwine.measures.procrustes import (
+    ProcrustesAccumulator,
+    ProcrustesAlignment,
+    grelu_procrustes,
+    orthogonal_procrustes,
+)
+from intertwine.measures.statistics import (
+    BootstrapInterval,
+    PermutationTest,
+    bootstrap_interval,
+    permutation_test,
+)
 from intertwine.measures.registry import MEASURES
 from intertwine.measures.shape import shape_angular, shape_euclidean, shape_metric
 
 __all__ = [
+    "BootstrapInterval",
     "CKA_MEASURES",
     "DEFAULT_MAX_BYTES",
     "DISTANCES",
     "MEASURES",
     "MIN_SAMPLES",
     "PROCRUSTES_MEASURES",
+    "PermutationTest",
     "ConstantRepresentationError",
     "LinearCKAAccumulator",
     "ProcrustesAccumulator",
+    "ProcrustesAlignment",
+    "bootstrap_interval",
     "channel_normalized_linear_cka",
     "cka_kernel",
     "gate_cka",
@@ -113,6 +130,7 @@ __all__ = [
     "max_kernel",
     "orthogonal_procrustes",
     "pairwise",
+    "permutation_test",
     "pwcca",
     "rbf_cka",
     "shape_angular",

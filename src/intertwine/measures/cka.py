@@ -1,5 +1,9 @@
 """CKA measures: G_ReLU-CKA (max kernel), linear, Laplace, RBF, gate CKA, the released code's
-channel-normalised linear CKA, CKA of given kernels, and linear CKA streamed over batches."""
+channel-normalised linear CKA, CKA of given kernels, and linear CKA streamed over batches.
+
+Every CKA takes ``estimator``: ``"unbiased"`` (Song et al.'s HSIC_1, the default, which the
+similarity stage uses) or ``"biased"`` (HSIC_0 = tr(K H L H) / (n - 1)^2, Gretton et al. 2005; the
+estimator of Kornblith et al. 2019's published numbers, positive on unrelated representations)."""
 
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from intertwine.measures._base import (
     _rows_per_block,
     _tracks_graph,
 )
-from intertwine.measures.hsic import _as_kernel, _cka, _cka_from_hsic
+from intertwine.measures.hsic import _as_kernel, _cka, _cka_from_hsic, check_estimator
 from intertwine.measures.kernels import _laplace_kernel, _linear_gram, _max_kernel_of, _rbf_kernel
 from intertwine.measures.names import CKA_MEASURES, too_few_samples
 
@@ -38,7 +42,9 @@ from intertwine.measures.names import CKA_MEASURES, too_few_samples
 # ---------------------------------------------------------------------------
 
 
-def grelu_cka(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> float:
+def grelu_cka(
+    X: ArrayLike, Y: ArrayLike, *, estimator: str = "unbiased", max_bytes: int = DEFAULT_MAX_BYTES
+) -> float:
     """CKA with the max kernel, invariant to G_ReLU (paper, section 5).
 
     Each channel is centred (mean over samples and positions) and scaled to unit norm; then
@@ -62,7 +68,15 @@ def grelu_cka(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES)
         Zc = _normalize_channels_(_channel_major(Z), center=True, channel_axis=0)
         kernels.append(_max_kernel_of(Zc, "auto", max_bytes))
         del Zc
-    return float(_cka(*kernels, max_bytes))
+    return float(_cka(*kernels, max_bytes, estimator))
+
+
+def _feature_cross(A: Tensor, B: Tensor, max_bytes: int) -> Tensor:
+    """||A'B||_F^2 in float64, summed over column blocks of A."""
+    cols = _rows_per_block(B.shape[1], 8 + B.element_size(), max_bytes)
+    return sum(
+        (A[:, start : start + cols].T @ B).to(_F64).square().sum() for start in range(0, A.shape[1], cols)
+    )
 
 
 def _linear_hsic_features(A: Tensor, B: Tensor, max_bytes: int) -> Tensor:
@@ -89,7 +103,9 @@ def _gates(X: Tensor) -> Tensor:
     return (X > 0).to(X.dtype if X.is_floating_point() else torch.float64)
 
 
-def gate_cka(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> float:
+def gate_cka(
+    X: ArrayLike, Y: ArrayLike, *, estimator: str = "unbiased", max_bytes: int = DEFAULT_MAX_BYTES
+) -> float:
     """Linear CKA of the gates ``1{X > 0}`` and ``1{Y > 0}`` flattened over channels and positions
     (unbiased HSIC_1): the CKA of the gate kernels G G^T of gated-network theory. Channel counts may
     differ; N >= 4; a site whose gates are the same for every input is a ConstantRepresentationError.
@@ -100,18 +116,27 @@ def gate_cka(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) 
     X, Y = _check_pair(X, Y, 4, "gate_cka")
     GX, GY = _gates(X), _gates(Y)
     _require_variation(GX, "X", "gate_cka"), _require_variation(GY, "Y", "gate_cka")
-    return float(_linear_cka(GX, GY, "auto", max_bytes))
+    return float(_linear_cka(GX, GY, "auto", max_bytes, estimator))
 
 
-def _linear_cka(X: Tensor, Y: Tensor, method: str, max_bytes: int) -> Tensor:
+def _linear_cka(X: Tensor, Y: Tensor, method: str, max_bytes: int, estimator: str = "unbiased") -> Tensor:
     # Linear CKA with the unbiased HSIC is translation-invariant; centring the features first only
-    # keeps the float sums small.
+    # keeps the float sums small. The biased HSIC of centred features is ||A'B||_F^2 / (n - 1)^2.
+    check_estimator(estimator)
     A, B = _flatten_centered(X), _flatten_centered(Y)
     n, d, e = A.shape[0], A.shape[1], B.shape[1]
     if method == "auto":
         method = "features" if n * (d * d + e * e + d * e) <= n * n * (d + e) else "gram"
     if method == "gram":
-        return _cka(_linear_gram(A), _linear_gram(B), max_bytes)
+        return _cka(_linear_gram(A), _linear_gram(B), max_bytes, estimator)
+    if method == "features" and estimator == "biased":
+        return _cka_from_hsic(
+            _feature_cross(A, B, max_bytes),
+            _feature_cross(A, A, max_bytes),
+            _feature_cross(B, B, max_bytes),
+            float(torch.linalg.vector_norm(A.detach(), dim=1).max()) ** 2,
+            float(torch.linalg.vector_norm(B.detach(), dim=1).max()) ** 2,
+        )
     if method == "features":
         # max_i ||a_i||^2 bounds every entry of the Gram matrix A A' (Cauchy-Schwarz).
         return _cka_from_hsic(
@@ -129,6 +154,7 @@ def linear_cka(
     Y: ArrayLike,
     *,
     method: Literal["auto", "gram", "features"] = "auto",
+    estimator: str = "unbiased",
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> float:
     """Linear CKA (Kornblith et al. 2019) on the flattened features (N, C*H*W), unbiased HSIC_1.
@@ -146,7 +172,7 @@ def linear_cka(
     graph = _tracks_graph(X, Y)
     X, Y = _check_pair(X, Y, 4, "linear_cka", graph)
     _require_variation(X, "X", "linear_cka"), _require_variation(Y, "Y", "linear_cka")
-    return _result(_linear_cka(X, Y, method, max_bytes), graph)
+    return _result(_linear_cka(X, Y, method, max_bytes, estimator), graph)
 
 
 def channel_normalized_linear_cka(
@@ -154,6 +180,7 @@ def channel_normalized_linear_cka(
     Y: ArrayLike,
     *,
     method: Literal["auto", "gram", "features"] = "auto",
+    estimator: str = "unbiased",
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> float:
     """Linear CKA after centring each channel and scaling it to unit norm, the variant the paper's
@@ -165,7 +192,8 @@ def channel_normalized_linear_cka(
     X, Y = _check_pair(X, Y, 4, "channel_normalized_linear_cka")
     for Z, which in ((X, "X"), (Y, "Y")):
         _require_variation(Z, which, "channel_normalized_linear_cka")
-    return float(_linear_cka(_channel_normalize(X, True), _channel_normalize(Y, True), method, max_bytes))
+    X, Y = _channel_normalize(X, True), _channel_normalize(Y, True)
+    return float(_linear_cka(X, Y, method, max_bytes, estimator))
 
 
 def laplace_cka(
@@ -173,6 +201,7 @@ def laplace_cka(
     Y: ArrayLike,
     bandwidth: float | tuple[float, float] | None = None,
     *,
+    estimator: str = "unbiased",
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> float:
     """CKA with the Laplace kernel exp(-||x - y||_1 / bandwidth) on channel-normalised features.
@@ -192,7 +221,7 @@ def laplace_cka(
     bx, by = bandwidth if isinstance(bandwidth, tuple) else (bandwidth, bandwidth)
     K = _laplace_kernel(_channel_normalize(X, True).reshape(X.shape[0], -1), bx, max_bytes)
     L = _laplace_kernel(_channel_normalize(Y, True).reshape(Y.shape[0], -1), by, max_bytes)
-    return float(_cka(K, L, max_bytes))
+    return float(_cka(K, L, max_bytes, estimator))
 
 
 # Kornblith et al.'s example fraction of the median distance; also cka_kernel's for rbf_cka.
@@ -204,6 +233,7 @@ def rbf_cka(
     Y: ArrayLike,
     *,
     bandwidth_fraction: float = _RBF_BANDWIDTH_FRACTION,
+    estimator: str = "unbiased",
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> Tensor | float:
     """CKA with the Gaussian (RBF) kernel exp(-||x_i - x_j||^2 / (2 sigma^2)) on the flattened
@@ -226,7 +256,7 @@ def rbf_cka(
     _require_variation(X, "X", "rbf_cka"), _require_variation(Y, "Y", "rbf_cka")
     K = _rbf_kernel(X.reshape(X.shape[0], -1), bandwidth_fraction)
     L = _rbf_kernel(Y.reshape(Y.shape[0], -1), bandwidth_fraction)
-    return _result(_cka(K, L, max_bytes), graph)
+    return _result(_cka(K, L, max_bytes, estimator), graph)
 
 
 def cka_kernel(measure: str, X: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Tensor:
@@ -261,7 +291,9 @@ def cka_kernel(measure: str, X: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES
     raise ValueError(f"unknown CKA measure {measure!r}; expected one of {CKA_MEASURES}")
 
 
-def kernel_cka(K: ArrayLike, L: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> float:
+def kernel_cka(
+    K: ArrayLike, L: ArrayLike, *, estimator: str = "unbiased", max_bytes: int = DEFAULT_MAX_BYTES
+) -> float:
     """CKA of two N x N kernels with the unbiased HSIC_1: HSIC1(K, L) / sqrt(HSIC1(K, K) HSIC1(L, L)).
 
     Differentiable: with a kernel that requires grad it returns a float64 0-d tensor carrying the
@@ -269,7 +301,7 @@ def kernel_cka(K: ArrayLike, L: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES
     """
     graph = _tracks_graph(K, L)
     K, L = _as_kernel(K, "K", graph), _as_kernel(L, "L", graph)
-    return _result(_cka(K, L.to(K.device), max_bytes), graph)
+    return _result(_cka(K, L.to(K.device), max_bytes, estimator), graph)
 
 
 # ---------------------------------------------------------------------------

@@ -97,11 +97,33 @@ def unbiased_hsic(K: ArrayLike, L: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BY
     return float(_hsic_triple(K, L.to(K.device), max_bytes)[0])
 
 
-def _cka(K: Tensor, L: Tensor, max_bytes: int) -> Tensor:
-    """HSIC1(K, L) / sqrt(HSIC1(K, K) HSIC1(L, L)); an error when a kernel is constant up to
-    U-centring (``_cka_from_hsic``)."""
+#: HSIC estimators of the CKAs: Song et al.'s unbiased HSIC_1 (the default) or the biased
+#: HSIC_0 = tr(K H L H) / (n - 1)^2 of Gretton et al. 2005, which Kornblith et al. 2019 reported.
+ESTIMATORS = ("unbiased", "biased")
+
+
+def check_estimator(estimator: str) -> None:
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {', '.join(ESTIMATORS)}, got {estimator!r}")
+
+
+def _double_centred(K: Tensor) -> Tensor:
+    """H K H in float64, H = I - 11'/n: K's row and column means removed."""
+    K = K.to(_F64)
+    return K - K.mean(0, keepdim=True) - K.mean(1, keepdim=True) + K.mean()
+
+
+def _cka(K: Tensor, L: Tensor, max_bytes: int, estimator: str = "unbiased") -> Tensor:
+    """HSIC(K, L) / sqrt(HSIC(K, K) HSIC(L, L)) with the ``estimator``'s HSIC; an error when a
+    kernel is constant up to centring (``_cka_from_hsic``). The biased one holds both kernels
+    double-centred in float64 (two more N x N matrices)."""
+    check_estimator(estimator)
     _check_kernels(K, L)
-    kl, kk, ll = _hsic_triple(K, L, max_bytes)
+    if estimator == "biased":
+        KC, LC = _double_centred(K), _double_centred(L.to(K.device))
+        kl, kk, ll = (KC * LC).sum(), (KC * KC).sum(), (LC * LC).sum()
+    else:
+        kl, kk, ll = _hsic_triple(K, L, max_bytes)
     return _cka_from_hsic(kl, kk, ll, float(K.detach().abs().max()), float(L.detach().abs().max()))
 
 

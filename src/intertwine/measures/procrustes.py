@@ -299,3 +299,56 @@ def orthogonal_procrustes(
     graph = _tracks_graph(X, Y)
     X, Y = _check_pair(X, Y, 2, "orthogonal_procrustes", graph)
     return _procrustes(X, Y, max_bytes, "orthogonal_procrustes")
+
+
+class ProcrustesAlignment:
+    """Both Procrustes alignments fitted on one split and scored on another (netrep's ``fit`` /
+    ``score`` convention): a similarity measured on the data its alignment was fitted to is
+    optimistic, the more so the wider the representations are relative to the samples.
+
+    ``fit(X, Y)`` finds the orthogonal Q minimising ||X - Y Q|| (each side scaled to unit norm)
+    and the channel matching of G_ReLU Procrustes (channels scaled to unit norm), as the one-shot
+    measures do. ``score(X, Y, measure)`` normalises the new X and Y the same way (with their own
+    norms: the normalisation is part of the measure, not of the fit) and returns ``1 - ||X~ -
+    Y~ A|| / 2`` with the fitted A (over 2 sqrt(C) for G_ReLU). On the fitted data itself the
+    score is the one-shot measure.
+    """
+
+    def __init__(self) -> None:
+        self._fitted: ProcrustesAccumulator | None = None
+
+    def fit(self, X: ArrayLike, Y: ArrayLike) -> ProcrustesAlignment:
+        X, Y = _check_pair(X, Y, 2, "orthogonal_procrustes")
+        self._fitted = ProcrustesAccumulator().update(X, Y)
+        self._rotation = self._fitted._rotation()
+        square = self._fitted.cross.shape[0] == self._fitted.cross.shape[1]
+        self._matching = self._fitted._matching()[1:3] if square else None
+        return self
+
+    def score(self, X: ArrayLike, Y: ArrayLike, measure: str = "orthogonal_procrustes") -> float:
+        """The ``measure`` ("orthogonal_procrustes" or "grelu_procrustes") of X and Y at the
+        fitted alignment, in [0, 1]."""
+        if self._fitted is None:
+            raise ValueError("ProcrustesAlignment.score before fit: fit(X, Y) on the fitting split first")
+        X, Y = _check_pair(X, Y, 2, "orthogonal_procrustes")
+        xr, yr = _channel_rows(X.reshape(*X.shape[:2], -1)).T, _channel_rows(Y.reshape(*Y.shape[:2], -1)).T
+        if (xr.shape[1], yr.shape[1]) != tuple(self._fitted.cross.shape):
+            raise ValueError(
+                f"score takes the channels fit saw ({tuple(self._fitted.cross.shape)}), got "
+                f"{xr.shape[1]} and {yr.shape[1]}"
+            )
+        if measure == "orthogonal_procrustes":
+            width = self._rotation.shape[0]
+            pad = torch.nn.functional.pad
+            xn, yn = xr / xr.square().sum().sqrt(), yr / yr.square().sum().sqrt()
+            residual = pad(xn, (0, width - xn.shape[1])) - pad(yn, (0, width - yn.shape[1])) @ self._rotation
+            return float((1.0 - residual.square().sum().sqrt() / 2.0).clamp(0.0, 1.0))
+        if measure == "grelu_procrustes":
+            if self._matching is None:
+                raise ValueError("grelu_procrustes matches channels one to one: X and Y need as many")
+            rows, cols = self._matching
+            norms = [torch.where(z > 0, z, 1.0).sqrt() for z in (xr.square().sum(0), yr.square().sum(0))]
+            residual = (xr / norms[0])[:, rows] - (yr / norms[1])[:, cols]
+            c = xr.shape[1]
+            return float((1.0 - residual.square().sum().sqrt() / (2.0 * math.sqrt(c))).clamp(0.0, 1.0))
+        raise ValueError(f"measure must be orthogonal_procrustes or grelu_procrustes, got {measure!r}")

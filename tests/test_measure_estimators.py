@@ -1,0 +1,114 @@
+"""The estimators others publish: the biased HSIC estimator of every CKA, against a transcription
+of Kornblith et al.'s published formula (their ``cka`` with ``debiased=False``: the Gram matrices
+double-centred, a Frobenius product over the norms; and its feature-space form for linear CKA);
+Procrustes fitted on one split and scored on another (netrep's convention)."""
+
+import numpy as np
+import pytest
+import torch
+
+from intertwine import measures
+from intertwine.measures import CKA_MEASURES, MEASURES, cka_kernel, kernel_cka
+
+
+def kornblith_cka(gram_x: np.ndarray, gram_y: np.ndarray) -> float:
+    n = gram_x.shape[0]
+    centring = np.eye(n) - np.ones((n, n)) / n
+    gx, gy = centring @ gram_x @ centring, centring @ gram_y @ centring
+    return float((gx * gy).sum() / (np.linalg.norm(gx) * np.linalg.norm(gy)))
+
+
+def kornblith_feature_cka(x: np.ndarray, y: np.ndarray) -> float:
+    x, y = x - x.mean(0), y - y.mean(0)
+    return float(np.linalg.norm(x.T @ y) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y)))
+
+
+@pytest.fixture
+def pair():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((24, 3, 2, 2))
+    Y = X[:, :2] * 1.5 + 0.5 * rng.standard_normal((24, 2, 2, 2))
+    return torch.as_tensor(X), torch.as_tensor(Y)
+
+
+@pytest.mark.parametrize("method", ["gram", "features"])
+def test_biased_linear_cka_is_kornbliths(pair, method):
+    X, Y = pair
+    x, y = X.flatten(1).numpy(), Y.flatten(1).numpy()
+    expected = kornblith_feature_cka(x, y)
+    assert expected == pytest.approx(kornblith_cka(x @ x.T, y @ y.T), abs=1e-12)
+    assert measures.linear_cka(X, Y, method=method, estimator="biased") == pytest.approx(expected, abs=1e-10)
+    assert measures.linear_cka(X, Y, method=method) != pytest.approx(expected, abs=1e-3)  # the unbiased one
+
+
+@pytest.mark.parametrize("name", CKA_MEASURES)
+def test_every_cka_has_the_biased_estimator_of_its_kernel(pair, name):
+    X, Y = pair
+    K, L = cka_kernel(name, X).numpy(), cka_kernel(name, Y).numpy()
+    assert MEASURES[name](X, Y, estimator="biased") == pytest.approx(kornblith_cka(K, L), abs=1e-10)
+    assert kernel_cka(K, L, estimator="biased") == pytest.approx(kornblith_cka(K, L), abs=1e-10)
+
+
+def test_the_biased_estimator_is_positive_on_unrelated_data_the_unbiased_is_not():
+    rng = np.random.default_rng(1)
+    biased, unbiased = [], []
+    for _ in range(50):
+        X, Y = torch.as_tensor(rng.standard_normal((20, 8))), torch.as_tensor(rng.standard_normal((20, 8)))
+        biased.append(measures.linear_cka(X, Y, estimator="biased"))
+        unbiased.append(measures.linear_cka(X, Y))
+    assert min(biased) > 0 and abs(np.mean(unbiased)) < 3 * np.std(unbiased) / np.sqrt(50)
+
+
+def test_an_unknown_estimator_is_named(pair):
+    with pytest.raises(ValueError, match="estimator must be one of unbiased, biased, got 'debiased'"):
+        measures.grelu_cka(*pair, estimator="debiased")
+
+
+# --- held-out Procrustes (netrep's fit / score) ------------------------------------------------
+
+
+def gaussian(seed, *shape):
+    return torch.as_tensor(np.random.default_rng(seed).standard_normal(shape))
+
+
+def test_procrustes_scored_on_its_own_fit_is_the_measure():
+    X, Y = gaussian(0, 30, 5, 2, 2), gaussian(1, 30, 5, 2, 2)
+    alignment = measures.ProcrustesAlignment().fit(X, Y)
+    for name in ("orthogonal_procrustes", "grelu_procrustes"):
+        assert alignment.score(X, Y, name) == pytest.approx(MEASURES[name](X, Y), abs=1e-12)
+
+
+def test_a_fitted_symmetry_scores_one_on_new_inputs():
+    Q = torch.linalg.qr(gaussian(2, 5, 5))[0]
+    perm = torch.randperm(5, generator=torch.Generator().manual_seed(0))
+    grelu = torch.eye(5, dtype=torch.float64)[perm] * torch.linspace(0.5, 2.0, 5, dtype=torch.float64)
+    for name, element in (("orthogonal_procrustes", Q), ("grelu_procrustes", grelu)):
+        fit, new = gaussian(3, 40, 5), gaussian(4, 25, 5)
+        alignment = measures.ProcrustesAlignment().fit(fit, fit @ element)
+        assert alignment.score(new, new @ element, name) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_held_out_scores_undo_the_optimism_of_fitting():
+    # unrelated representations, wide for their samples: the fitted alignment finds structure in
+    # noise, which new inputs do not share
+    inside, outside = [], []
+    for seed in range(20):
+        X, Y = gaussian(10 + seed, 60, 12), gaussian(100 + seed, 60, 12)
+        alignment = measures.ProcrustesAlignment().fit(X[:30], Y[:30])
+        inside.append(alignment.score(X[:30], Y[:30]))
+        outside.append(alignment.score(X[30:], Y[30:]))
+    gap = np.subtract(inside, outside)
+    assert gap.mean() > 3 * gap.std(ddof=1) / np.sqrt(len(gap))
+
+
+def test_procrustes_alignment_names_its_problem():
+    X = gaussian(5, 10, 4)
+    with pytest.raises(ValueError, match="score before fit"):
+        measures.ProcrustesAlignment().score(X, X)
+    alignment = measures.ProcrustesAlignment().fit(X, gaussian(6, 10, 3))
+    with pytest.raises(ValueError, match="need as many"):
+        alignment.score(X, gaussian(7, 10, 3), "grelu_procrustes")
+    with pytest.raises(ValueError, match="channels fit saw"):
+        alignment.score(X, X)
+    with pytest.raises(ValueError, match="measure must be"):
+        alignment.score(X, gaussian(7, 10, 3), "linear_cka")
