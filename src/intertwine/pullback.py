@@ -116,6 +116,7 @@ __all__ = [
     "per_neuron_temperatures",
     "pullback",
     "register_soft_forward",
+    "soft_adaptive_max_pool2d",
     "soft_backward",
     "soft_max_pool2d",
     "swapped_modules",
@@ -281,10 +282,11 @@ def soft_max_pool2d(
     return _hard_value(hard, _softmax_pool(windows(padded), mask, temperature, 2))
 
 
-def _soft_adaptive_max_pool2d(x: Tensor, temperature: Temperature, output_size) -> Tensor:
-    """``F.adaptive_max_pool2d`` in value, one softmax pool per output cell in gradient."""
+def soft_adaptive_max_pool2d(x: Tensor, temperature: Temperature, output_size) -> Tensor:
+    """``F.adaptive_max_pool2d`` in value (exactly), one softmax pool per output cell at
+    ``temperature`` in gradient; x (N, C, H, W) or (C, H, W)."""
     if x.dim() == 3:
-        return _soft_adaptive_max_pool2d(x[None], temperature, output_size)[0]
+        return soft_adaptive_max_pool2d(x[None], temperature, output_size)[0]
     hard = F.adaptive_max_pool2d(x, output_size)
     (h, w), (oh, ow) = x.shape[-2:], hard.shape[-2:]
     # Adaptive windows differ in size, so one softmax per output cell (one for a global max pool).
@@ -310,7 +312,7 @@ def _soft_max_pool(module: nn.MaxPool2d, temperature: Temperature, x: Tensor) ->
 def _soft_adaptive_max_pool(module: nn.AdaptiveMaxPool2d, temperature: Temperature, x: Tensor) -> Tensor:
     if module.return_indices:
         raise ValueError("pullback: an AdaptiveMaxPool2d with return_indices=True has no soft counterpart")
-    return _soft_adaptive_max_pool2d(x, temperature, module.output_size)
+    return soft_adaptive_max_pool2d(x, temperature, module.output_size)
 
 
 def _held_gate(module: GateActivation, temperature: Temperature, pre: Tensor, gate: Tensor) -> Tensor:
@@ -348,7 +350,7 @@ def _functional_max_pool2d(
 
 
 def _functional_adaptive_max_pool2d(temperature, input, output_size, return_indices=False):
-    return _soft_adaptive_max_pool2d(input, temperature, output_size)
+    return soft_adaptive_max_pool2d(input, temperature, output_size)
 
 
 # function -> (the name of its call sites, its soft version ``f(temperature, *args, **kwargs)``)
