@@ -4,8 +4,11 @@ the schema's (generated, never written twice), and the site builds with no warni
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import unquote, urljoin, urlparse
 
+import chromium
 import pytest
 
 from intertwine.config import reference_markdown
@@ -76,16 +79,23 @@ def test_readme_is_short():
     assert len((REPO / "README.md").read_text().splitlines()) <= 100
 
 
-def test_site_builds_strict(tmp_path):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The documentation site, built as `make docs` builds it (strict: a warning fails)."""
+    site = tmp_path_factory.mktemp("docs") / "site"
     mkdocs = Path(sys.executable).with_name("mkdocs")
     built = subprocess.run(
-        [str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        [str(mkdocs), "build", "--strict", "--site-dir", str(site)],
         cwd=REPO,
         capture_output=True,
         text=True,
     )
     assert built.returncode == 0, built.stderr[-3000:]
-    api = (tmp_path / "site" / "api" / "index.html").read_text()
+    return site
+
+
+def test_site_builds_strict(site):
+    api = (site / "api" / "index.html").read_text()
     for name in (
         "intertwine.measures.grelu_cka",
         "intertwine.compare.compare_models",
@@ -106,3 +116,52 @@ def test_every_stage_has_its_page():
         text = (REPO / "docs" / "stages" / f"{page}.md").read_text()
         for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
             assert (REPO / "docs" / "stages" / image).stat().st_size > 1000, (page, image)
+
+
+# What a page shows once Chromium has drawn it: its heading, how much text, whether each image
+# loaded, where each link goes, which anchors it has, and anything it asked of the network.
+_PAGE = """
+const external = [...document.querySelectorAll("script[src], link[href], img[src]")]
+    .map((e) => e.src || e.href).filter((u) => /^https?:/.test(u));
+return {
+    h1: (document.querySelector("h1") || {}).textContent || "",
+    text: document.body.innerText.length,
+    broken_images: [...document.images].filter((i) => !(i.complete && i.naturalWidth > 0)).map((i) => i.src),
+    links: [...document.querySelectorAll("a[href]")].map((a) => a.getAttribute("href")),
+    ids: [...document.querySelectorAll("[id]")].map((e) => e.id),
+    external: external,
+};
+"""
+
+
+def test_site_in_chromium(site):
+    """Issue 38, item 2: every page of the site renders in headless Chromium (a heading, its text,
+    every image loaded, nothing fetched from the network) and no internal link is broken: each
+    goes to a file of the site and, with an anchor, to an element of that page with that id."""
+    pages = sorted(site.rglob("*.html"))
+    pages = [p for p in pages if p.parent.name != "search" and p.name != "404.html"]
+    assert len(pages) >= len(re.findall(r"\.md\b", (REPO / "mkdocs.yml").read_text()))
+    with ThreadPoolExecutor(2) as pool:
+        seen = dict(zip(pages, pool.map(lambda page: chromium.measure(page, _PAGE), pages)))
+    broken = []
+    for page, shown in seen.items():
+        name = page.relative_to(site)
+        assert shown["h1"].strip(), f"{name} has no heading"
+        assert shown["text"] > 300, f"{name} shows almost no text"
+        assert not shown["broken_images"], (name, shown["broken_images"])
+        assert not shown["external"], (name, shown["external"])
+        for href in shown["links"]:
+            link = urljoin(page.as_uri(), href)
+            if not link.startswith("file:"):
+                continue  # an address outside the site, not ours to check offline
+            address, _, anchor = link.partition("#")
+            target = Path(unquote(urlparse(address).path))
+            if target.is_dir():
+                target = target / "index.html"
+            if site not in target.parents:
+                broken.append((str(name), link))
+            elif not target.exists():
+                broken.append((str(name), link))
+            elif anchor and target in seen and unquote(anchor) not in seen[target]["ids"]:
+                broken.append((str(name), link))
+    assert not broken, broken

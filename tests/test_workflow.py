@@ -10,10 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import chromium
 import numpy as np
 import pandas as pd
-import torch
 import pytest
+import torch
 import yaml
 
 from intertwine.claims import VERDICTS
@@ -600,9 +601,14 @@ def test_pullback_tables_and_figures(tiny_run):
         assert (tiny_run / "results/logs" / log).exists()
 
 
-def test_report(tiny_run):
+@pytest.fixture(scope="module")
+def report(tiny_run):
     snakemake(tiny_run, "--report", "results/report.html")
-    html = (tiny_run / "results/report.html").read_text()
+    return tiny_run / "results/report.html"
+
+
+def test_report(tiny_run, report):
+    html = report.read_text()
     for item in [
         "zoo_accuracy.png",
         "zoo_summary.csv",
@@ -640,6 +646,47 @@ def test_report(tiny_run):
     for variant in zoo["variants"]:
         n = zoo["seeds_per_variant"].get(variant, zoo["seeds"])
         assert re.search(rf"(?<!\d){n} seeds? (each )?of [^;]*\b{re.escape(variant)}\b", html), variant
+
+
+# Issue 38, item 7: in a browser window of 1,400 x 1,200 the report opens on the scorecard at a
+# glance, every claim's verdict within the first two screens, nothing cut off.
+_GLANCE = """
+const glance = [...document.querySelectorAll("table")].find(
+    (t) => (t.querySelector("caption") || {}).textContent?.startsWith("At a glance"));
+if (!glance) return null;
+const box = (cell) => { const r = cell.getBoundingClientRect();
+    return {top: r.top, bottom: r.bottom, left: r.left, right: r.right, width: r.width}; };
+const head = [...glance.rows[0].cells].map((c) => c.textContent.trim());
+return {
+    window: [innerWidth, innerHeight],
+    head: head,
+    ours: box(glance.rows[0].cells[head.indexOf("ours")]),
+    opening: box(document.querySelector(".prose p")),
+    rows: [...glance.rows].slice(1).map((r) => ({
+        claim: r.cells[0].textContent.trim(),
+        verdict: r.cells[r.cells.length - 1].textContent.trim(),
+        box: box(r.cells[r.cells.length - 1]),
+    })),
+};
+"""
+
+
+def test_report_opens_on_the_verdicts_in_chromium(tiny_run, report):
+    seen = chromium.measure(report, _GLANCE)
+    assert seen is not None, "the report's opening page has no 'At a glance' table"
+    width, height = seen["window"]
+    assert seen["head"] == ["claim", "what it tests", "ours", "paper", "verdict"]
+    claims = pd.read_csv(tiny_run / "results/tables/claims.csv")
+    paper = claims[claims["kind"] == "paper"]
+    assert [row["claim"] for row in seen["rows"]] == list(paper["claim"])
+    assert [row["verdict"] for row in seen["rows"]] == list(paper["reading"])
+    # Snakemake's page centres a long description, which would put its top above the window.
+    assert 0 <= seen["opening"]["top"] < height
+    assert seen["ours"]["width"] >= 150, seen["ours"]
+    for row in seen["rows"]:
+        box = row["box"]
+        assert 0 <= box["top"] and box["bottom"] <= 2 * height, row
+        assert 0 <= box["left"] and box["right"] <= width, row
 
 
 def test_rerun_has_nothing_to_do(tiny_run):
