@@ -23,16 +23,59 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+FIGURE_WIDTH = 8.0  # inches: shown 800 px wide (the report's width), 8-pt text reads as 8.3 pt
+SMALL = 8  # points: the smallest text of any figure (a legend, a tick label, a cell's title)
+
+
 def _panel_grid(n: int, width: float, height: float, columns: int = 2):
-    """(figure, the n axes in reading order): panels in rows of ``columns``, so that a figure of
-    many panels stays readable at the report's width; unused cells are hidden."""
-    columns = max(1, min(columns, n))
+    """(figure, the n axes in reading order): panels in rows of at most ``columns``, so that a figure
+    of many panels stays readable at the report's width: the figure is at most ``FIGURE_WIDTH``
+    wide (panels narrower than ``width`` where ``columns`` of them would be wider), ``height`` a row;
+    unused cells are hidden. Constrained layout: the caller draws no ``tight_layout``."""
+    columns = max(1, min(columns, n, int(FIGURE_WIDTH // min(width, FIGURE_WIDTH))))
     rows = -(-n // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
+    fig, axes = plt.subplots(
+        rows,
+        columns,
+        figsize=(min(width * columns, FIGURE_WIDTH), height * rows),
+        squeeze=False,
+        layout="constrained",
+    )
     flat = list(axes.flat)
     for ax in flat[n:]:
         ax.set_visible(False)
     return fig, flat[:n]
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    """``items`` in rows of at most ``size``, the rows as even as they can be."""
+    rows = max(1, -(-len(items) // max(1, size)))
+    per_row = -(-len(items) // rows) if items else 0
+    return [items[i : i + per_row] for i in range(0, len(items), per_row)] or [[]]
+
+
+def _wrapped(text: str, width: int) -> str:
+    """``text`` broken into lines of at most ``width`` characters (at spaces)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)) or text
+
+
+def _stacked_pairs(n: int, top: float, bottom: float, columns: int = 2, sharex: bool = False):
+    """(figure, n (upper, lower) axes pairs in reading order): each item a panel over another, the
+    items in rows of at most ``columns`` within ``FIGURE_WIDTH``; ``top`` and ``bottom`` the panels'
+    heights (inches). The axes are created item by item (upper, lower, next upper, ...)."""
+    columns = max(1, min(columns, n))
+    rows = -(-n // columns)
+    fig = plt.figure(figsize=(FIGURE_WIDTH if columns > 1 else FIGURE_WIDTH * 0.75, rows * (top + bottom)), layout="constrained")
+    grid = fig.add_gridspec(2 * rows, columns, height_ratios=[top, bottom] * rows)
+    pairs = []
+    for k in range(n):
+        row, column = divmod(k, columns)
+        upper = fig.add_subplot(grid[2 * row, column])
+        lower = fig.add_subplot(grid[2 * row + 1, column], sharex=upper if sharex else None)
+        pairs.append((upper, lower))
+    return fig, pairs
 
 
 def mean_ci(values, confidence: float = 0.95) -> tuple[float, float]:
@@ -98,25 +141,33 @@ def zoo_summary(zoo: pd.DataFrame, reported: dict[str, float | None]) -> pd.Data
 
 
 def zoo_accuracy(zoo: pd.DataFrame, reported: dict[str, float | None]) -> plt.Figure:
-    """Test accuracy of every zoo member per variant, mean with 95% CI, the paper's mean as a cross."""
+    """Test accuracy of every zoo member per variant, mean with 95% CI, the paper's mean as a cross;
+    rows of at most 16 variants."""
     variants = list(dict.fromkeys(zoo["variant"]))
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(variants) + 1.5), 3.6))
+    rows = _chunks(variants, 16)
+    fig, axes = plt.subplots(
+        len(rows), 1, figsize=(FIGURE_WIDTH, 0.6 + 3.0 * len(rows)), squeeze=False, layout="constrained"
+    )
     rng = np.random.default_rng(0)  # horizontal jitter only
-    for i, variant in enumerate(variants):
-        acc = 100 * zoo.loc[zoo["variant"] == variant, "test_acc"].to_numpy()
-        ax.scatter(i + rng.uniform(-0.15, 0.15, len(acc)), acc, s=12, alpha=0.6, color="C0")
-        ax.errorbar(i + 0.3, acc.mean(), yerr=interval_half_width(acc), fmt="o", color="black", capsize=3)
-        if reported.get(variant) is not None:
-            ax.plot(i + 0.3, reported[variant], "x", color="C3", markersize=8)
+    for ax, row in zip(axes[:, 0], rows):
+        for i, variant in enumerate(row):
+            acc = 100 * zoo.loc[zoo["variant"] == variant, "test_acc"].to_numpy()
+            ax.scatter(i + rng.uniform(-0.15, 0.15, len(acc)), acc, s=12, alpha=0.6, color="C0")
+            ax.errorbar(
+                i + 0.3, acc.mean(), yerr=interval_half_width(acc), fmt="o", color="black", capsize=3
+            )
+            if reported.get(variant) is not None:
+                ax.plot(i + 0.3, reported[variant], "x", color="C3", markersize=8)
+        ax.set_xticks(range(len(row)), row, rotation=30, ha="right", fontsize=SMALL)
+        ax.set_xlim(-0.6, max(len(row), 4) - 0.4)
+        ax.set_ylabel("test accuracy (%)")
+        ax.grid(axis="y", alpha=0.3)
+    ax = axes[0, 0]
     if any(value is not None for value in reported.values()):
         ax.plot([], [], "x", color="C3", label="paper (CIFAR-10)")
     ax.errorbar([], [], yerr=[], fmt="o", color="black", label="mean, 95% CI")
-    ax.set_xticks(range(len(variants)), variants, rotation=20, ha="right")
-    ax.set_ylabel("test accuracy (%)")
-    ax.set_title("Zoo accuracy per variant")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
+    ax.set_title(f"Zoo accuracy per variant ({_count(len(variants), 'variant')})")
+    ax.legend(fontsize=SMALL, loc="best")
     return fig
 
 
@@ -127,7 +178,7 @@ def rotation_penalty(table: pd.DataFrame) -> plt.Figure:
     """Penalty (accuracy points lost) per site and group, mean with 95% CI over trials and seeds,
     one panel per variant (the paper's Fig. 4)."""
     variants = list(dict.fromkeys(table["variant"]))
-    fig, panels = _panel_grid(len(variants), 4.2, 3.4, columns=3)
+    fig, panels = _panel_grid(len(variants), 4.0, 3.4)
     for ax, variant in zip(panels, variants):
         rows = table[table["variant"] == variant]
         sites = list(dict.fromkeys(rows["site"]))
@@ -156,12 +207,11 @@ def rotation_penalty(table: pd.DataFrame) -> plt.Figure:
                 index=False
             )
         ]
-        ax.set_xticks(range(len(sites)), labels, rotation=30, ha="right")
+        ax.set_xticks(range(len(sites)), labels, rotation=30, ha="right", fontsize=SMALL)
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_title(variant)
         ax.set_ylabel("rotation penalty (accuracy points)")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+        ax.legend(fontsize=SMALL)
     return fig
 
 
@@ -293,7 +343,7 @@ def _penalty_panel(ax, rows: pd.DataFrame, title: str) -> None:
         _site_errorbar(
             ax, rows[rows["method"] == method], sites, markersize=5, **_method_style(method, methods)
         )
-    ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
+    ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=SMALL)
     ax.axhline(0, color="gray", linewidth=0.8)
     # Penalties lie in [-100, 100]; with few pairs a t interval can reach far beyond, so the
     # axis follows the means and long bars run off it.
@@ -305,13 +355,19 @@ def _penalty_panel(ax, rows: pd.DataFrame, title: str) -> None:
 
 
 def _legend_of_every_panel(axes) -> None:
-    """One legend beside the last panel with every label drawn in any panel (variants may use
-    different methods), each once."""
+    """One legend under the panels with every label drawn in any panel (variants may use different
+    methods), each once (the figure's layout is constrained)."""
     entries = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(label, handle)
-    axes[-1].legend(entries.values(), entries.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    axes[0].figure.legend(
+        entries.values(),
+        entries.keys(),
+        fontsize=SMALL,
+        loc="outside lower center",
+        ncol=min(len(entries), 4),
+    )
 
 
 CONVERGED_MASS = 0.3  # a G_ReLU layer whose P ends with more mass off its permutation did not converge
@@ -333,7 +389,7 @@ def stitching_convergence(table: pd.DataFrame) -> plt.Figure:
         else table.iloc[:0]
     )
     variants = list(dict.fromkeys(rows["variant"])) or ["(no G_ReLU layer trained)"]
-    fig, panels = _panel_grid(len(variants), 4.2, 3.6, columns=3)
+    fig, panels = _panel_grid(len(variants), 4.0, 3.6)
     for ax, variant in zip(panels, variants):
         mine = rows[rows["variant"] == variant]
         sites = list(dict.fromkeys(mine["site"]))
@@ -358,11 +414,10 @@ def stitching_convergence(table: pd.DataFrame) -> plt.Figure:
             else f"{variant}: not converged at "
             + ", ".join(sorted({f"{r.site} ({r.method})" for r in late.itertuples()}))
         )
-        ax.set(title=title, xlabel="epoch", ylabel="off-permutation mass of P", ylim=(0, 1))
-        ax.title.set_fontsize(8 if late.empty else 7)
+        ax.set(title=_wrapped(title, 48), xlabel="epoch", ylabel="off-permutation mass of P", ylim=(0, 1))
+        ax.title.set_fontsize(9)
         if len(mine):
-            ax.legend(fontsize=6)
-    fig.tight_layout()
+            ax.legend(fontsize=SMALL, loc="upper right", ncol=1 + (len(mine.groupby(["site", "method"])) > 6))
     return fig
 
 
@@ -370,14 +425,13 @@ def stitching_penalty(table: pd.DataFrame) -> plt.Figure:
     """Stitching penalty per site and method, mean with 95% CI over pairs, one panel per variant;
     residual-internal sites marked * (the paper's Figs. 1, 6, 7)."""
     variants = list(dict.fromkeys(table["variant"]))
-    width = max(4.5, 0.3 * table.groupby("variant")["site"].nunique().max() + 2.5)
+    width = max(4.0, 0.3 * table.groupby("variant")["site"].nunique().max() + 2.5)
     # Two panels a row, one where a variant's sites make a panel wide: 8-pt labels stay at least
     # 8 pt when the figure is shown 800 px wide.
-    fig, axes = _panel_grid(len(variants), width, 3.8, columns=2 if width <= 5.5 else 1)
+    fig, axes = _panel_grid(len(variants), width, 3.8, columns=2)
     for ax, variant in zip(axes, variants):
         _penalty_panel(ax, table[table["variant"] == variant], variant)
     _legend_of_every_panel(axes)
-    fig.tight_layout()
     return fig
 
 
@@ -385,7 +439,8 @@ def stitching_dimension(table: pd.DataFrame) -> plt.Figure:
     """Dimension of each stitching layer's parameter manifold per site: C for G_ReLU, 2Cr - r^2
     for rank r, C^2 for full (log scale)."""
     variants = list(dict.fromkeys(table["variant"]))
-    fig, panels = _panel_grid(len(variants), 4.5, 3.4, columns=3)
+    width = max(4.0, 0.3 * table.groupby("variant")["site"].nunique().max() + 2.5)
+    fig, panels = _panel_grid(len(variants), width, 3.4, columns=2)
     for ax, variant in zip(panels, variants):
         rows = table[table["variant"] == variant]
         sites, labels = _site_labels(rows)
@@ -397,12 +452,11 @@ def stitching_dimension(table: pd.DataFrame) -> plt.Figure:
             ]
             ax.plot(range(len(sites)), dims, **_method_style(method, methods))
         ax.set_yscale("log")
-        ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
+        ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=SMALL)
         ax.set_title(variant)
         ax.set_ylabel("parameter dimension")
         ax.grid(alpha=0.3)
     _legend_of_every_panel(panels)
-    fig.tight_layout()
     return fig
 
 
@@ -469,12 +523,8 @@ def leaky_relu_penalty(
     )
     ordered = sorted((v for v in slopes if v in set(rows["variant"])), key=lambda v: slopes[v])
     sites, labels = _site_labels(rows)
-    fig, (left, right) = plt.subplots(
-        1,
-        2,
-        figsize=(max(5.0, 0.4 * len(sites) + 3.0) + 4.0, 3.8),
-        gridspec_kw={"width_ratios": [max(5.0, 0.4 * len(sites) + 3.0), 3.5]},
-    )
+    # the penalties over the accuracies, each the report's width
+    fig, (left, right) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH * 0.8, 7.4), layout="constrained")
     for k, variant in enumerate(ordered):
         part = rows[rows["variant"] == variant]
         _site_errorbar(
@@ -486,14 +536,14 @@ def leaky_relu_penalty(
             color=plt.cm.viridis(0.9 * k / max(1, len(ordered) - 1)),
             label=f"{_slope_label(slopes[variant])} ({_count(part['pair'].nunique(), 'pair')})",
         )
-    left.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
+    left.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=SMALL)
     left.axhline(0, color="gray", linewidth=0.8)
     means = 100 * rows.groupby(["variant", "site"])["penalty"].mean()
     left.set_ylim(max(-100.0, min(0.0, means.min()) - 10), min(100.0, means.max() + 15))
     left.set_ylabel("G_ReLU stitching penalty (accuracy points)")
     left.set_title("G_ReLU stitching per negative slope")
     left.grid(axis="y", alpha=0.3)
-    left.legend(fontsize=7, title="slope", title_fontsize=7)
+    left.legend(fontsize=SMALL, title="slope", title_fontsize=SMALL, loc="upper left", bbox_to_anchor=(1.01, 1))
 
     x = np.arange(len(accuracy))
     right.errorbar(
@@ -518,15 +568,14 @@ def leaky_relu_penalty(
             markersize=8,
             label="paper (Table 3, CIFAR-10)",
         )
-    right.set_xticks(x, [_slope_label(s) for s in accuracy["slope"]], rotation=45, ha="right", fontsize=8)
+    right.set_xticks(x, [_slope_label(s) for s in accuracy["slope"]], rotation=45, ha="right", fontsize=SMALL)
     right.set_xlabel("negative slope")
     right.set_ylabel("zoo test accuracy (%)")
     bottom, top = right.get_ylim()
     right.set_ylim(max(0.0, bottom), min(100.0, top))  # an interval may reach past 100 %
     right.set_title("Zoo accuracy per slope")
     right.grid(axis="y", alpha=0.3)
-    right.legend(fontsize=7)
-    fig.tight_layout()
+    right.legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(1.01, 1))
     return fig
 
 
@@ -555,15 +604,9 @@ def alpha_selection(table: pd.DataFrame) -> plt.Figure:
     grid = np.unique(np.round(np.concatenate([listed, chosen]), 12))
     variants = list(dict.fromkeys(cv["variant"]))
     n_sites = cv.groupby("variant")["site"].nunique().max()
-    width_left, width_right = max(4.0, 0.8 * len(grid) + 1.5), max(4.5, 0.4 * n_sites + 2.5)
-    height = 4.0 + 0.15 * np.ceil(n_sites / 5)  # the site legend sits under the histogram
-    fig, axes = plt.subplots(
-        len(variants),
-        2,
-        figsize=(width_left + width_right + 2.0, height * len(variants)),
-        squeeze=False,
-        gridspec_kw={"width_ratios": [width_left, width_right]},
-    )
+    # each variant's histogram over its penalties, two variants a row (one where sites are many)
+    columns = 2 if n_sites <= 8 and len(grid) <= 6 else 1
+    fig, axes = _stacked_pairs(len(variants), 3.4 + 0.2 * np.ceil(n_sites / 3), 3.6, columns)
     for (hist, penalty), variant in zip(axes, variants):
         rows = cv[cv["variant"] == variant]
         picked = _chosen_alpha(rows)
@@ -582,20 +625,22 @@ def alpha_selection(table: pd.DataFrame) -> plt.Figure:
         hist.set_xticks(range(len(grid)), [f"{alpha:g}" for alpha in grid])
         hist.set_xlabel(r"$\alpha$ chosen by cross-validation")
         hist.set_ylabel("pairs")
-        hist.set_title(f"{variant}: chosen alpha per site ({_count(rows['pair'].nunique(), 'pair')})")
+        hist.set_title(
+            _wrapped(f"{variant}: chosen alpha per site ({_count(rows['pair'].nunique(), 'pair')})", 40),
+            fontsize=9,
+        )
         hist.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         hist.grid(axis="y", alpha=0.3)
         hist.legend(
-            fontsize=6,
+            fontsize=SMALL,
             title="site",
-            title_fontsize=6,
-            ncol=min(len(sites), 5),
+            title_fontsize=SMALL,
+            ncol=min(len(sites), 3),
             loc="upper center",
-            bbox_to_anchor=(0.5, -0.2),
+            bbox_to_anchor=(0.5, -0.25),
         )
         _penalty_panel(penalty, _paired(table[table["variant"] == variant], ["grelu", "grelu_cv"]), variant)
-        penalty.legend(fontsize=7)
-    fig.tight_layout()
+        penalty.legend(fontsize=SMALL)
     return fig
 
 
@@ -612,7 +657,7 @@ def l1_sparsity(table: pd.DataFrame) -> plt.Figure:
     if "sparsity" not in table:
         raise ValueError("the stitching table has no sparsity column: rerun the stitching stage")
     variants = list(dict.fromkeys(l1["variant"]))
-    fig, panels = _panel_grid(len(variants), 4.6, 3.8, columns=3)
+    fig, panels = _panel_grid(len(variants), 4.0, 3.8)
     for ax, variant in zip(panels, variants):
         rows = table[
             (table["variant"] == variant)
@@ -638,11 +683,11 @@ def l1_sparsity(table: pd.DataFrame) -> plt.Figure:
         ax.set_xlabel("sparsity (fraction of |W_ij| <= 1e-3)")
         ax.set_ylabel("stitching penalty (accuracy points)")
         ax.set_title(
-            f"{variant} ({_count(rows['pair'].nunique(), 'pair')}, {_count(rows['site'].nunique(), 'site')})"
+            f"{variant} ({_count(rows['pair'].nunique(), 'pair')}, {_count(rows['site'].nunique(), 'site')})",
+            fontsize=9,
         )
         ax.grid(alpha=0.3)
     _legend_of_every_panel(panels)
-    fig.tight_layout()
     return fig
 
 
@@ -655,12 +700,12 @@ def softsort_comparison(table: pd.DataFrame) -> plt.Figure:
     )
     variants = list(dict.fromkeys(soft["variant"]))
     n_sites = soft.groupby("variant")["site"].nunique().max()
-    width = max(4.5, 0.4 * n_sites + 2.5)
-    fig, axes = plt.subplots(len(variants), 2, figsize=(2 * width + 1.0, 3.8 * len(variants)), squeeze=False)
+    # each variant's penalties over its times, two variants a row (one where sites are many)
+    fig, axes = _stacked_pairs(len(variants), 3.8, 3.4, 2 if n_sites <= 10 else 1)
     for (penalty, seconds), variant in zip(axes, variants):
         rows = _paired(table[table["variant"] == variant], ["grelu", "softsort"])
         _penalty_panel(penalty, rows, variant)
-        penalty.legend(fontsize=7)
+        penalty.legend(fontsize=SMALL)
         sites, labels = _site_labels(rows)
         methods = _method_order(rows["method"])
         for method in methods:
@@ -680,12 +725,11 @@ def softsort_comparison(table: pd.DataFrame) -> plt.Figure:
             else ""
         )
         seconds.set_yscale("log")
-        seconds.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
+        seconds.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=SMALL)
         seconds.set_ylabel("training wall time (s)")
-        seconds.set_title(f"{variant}{ratio}", fontsize=9)
+        seconds.set_title(_wrapped(f"{variant}{ratio}", 40), fontsize=9)
         seconds.grid(axis="y", alpha=0.3)
-        seconds.legend(fontsize=7)
-    fig.tight_layout()
+        seconds.legend(fontsize=SMALL)
     return fig
 
 
@@ -744,7 +788,7 @@ def similarity_procrustes(table: pd.DataFrame, paper: dict[str, dict[str, dict[s
     per variant; the paper's CIFAR-10 values as crosses where they exist (Table 2; Figs. 9, 10)."""
     rows = table[table["measure"].str.endswith("procrustes")]
     variants = list(dict.fromkeys(rows["variant"]))
-    fig, panels = _panel_grid(len(variants), 4.2, 3.4, columns=3)
+    fig, panels = _panel_grid(len(variants), 4.0, 3.6)
     for ax, variant in zip(panels, variants):
         part = rows[rows["variant"] == variant]
         sites = list(dict.fromkeys(part["site_a"]))
@@ -775,13 +819,12 @@ def similarity_procrustes(table: pd.DataFrame, paper: dict[str, dict[str, dict[s
                     markersize=8,
                     label=f"paper ({MEASURE_LABELS.get(measure, measure)})",
                 )
-        ax.set_xticks(range(len(sites)), sites, rotation=45, ha="right", fontsize=8)
+        ax.set_xticks(range(len(sites)), sites, rotation=45, ha="right", fontsize=SMALL)
         ax.set_ylim(0, 1)
         ax.set_title(f"{variant} ({_count(part['pair'].nunique(), 'pair')})")
         ax.set_ylabel("similarity")
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+        ax.legend(fontsize=SMALL, loc="lower left")
     return fig
 
 
@@ -796,35 +839,50 @@ def similarity_cka(table: pd.DataFrame) -> plt.Figure:
     rows = table[~table["measure"].str.endswith("procrustes") & (table["measure"] != "npk_cka")]
     variants = list(dict.fromkeys(rows["variant"]))
     measures = list(dict.fromkeys(rows["measure"]))
-    panel = 2.6 + 0.16 * rows.groupby("variant")["site_a"].nunique().max()  # room for site labels
+    n_sites = rows.groupby("variant")["site_a"].nunique().max()
+    # Each variant's measures in rows of at most 3 heatmaps (2 where sites are many), the figure
+    # the report's width; a variant's next measures wrap onto the next row.
+    columns = len(measures) if len(measures) <= 3 else 3 if n_sites <= 12 else 2
+    per_variant = -(-len(measures) // columns)
+    side = (FIGURE_WIDTH - 1.8) / columns
     fig, axes = plt.subplots(
-        len(variants),
-        len(measures),
+        len(variants) * per_variant,
+        columns,
         squeeze=False,
         layout="constrained",
-        figsize=(panel * len(measures) + 1.0, panel * len(variants)),
+        figsize=(FIGURE_WIDTH, len(variants) * per_variant * (side + 0.9)),
     )
+    for ax in axes.flat:
+        ax.set_visible(False)
+    shown = []
     for r, variant in enumerate(variants):
         for c, measure in enumerate(measures):
+            ax = axes[r * per_variant + c // columns][c % columns]
             part = rows[(rows["variant"] == variant) & (rows["measure"] == measure)]
+            if part.empty:
+                continue
+            ax.set_visible(True)
+            shown.append(ax)
             sites = list(dict.fromkeys(part["site_a"]))
             grid = part.groupby(["site_a", "site_b"])["value"].mean().unstack().loc[sites, sites]
             if measure in DISTANCES:
-                distance = axes[r][c].imshow(grid.to_numpy(), vmin=0, cmap="viridis")
-                fig.colorbar(distance, ax=axes[r][c], shrink=0.8, label="distance")
+                distance = ax.imshow(grid.to_numpy(), vmin=0, cmap="viridis")
+                fig.colorbar(distance, ax=ax, shrink=0.8, label="distance")
             else:
-                image = axes[r][c].imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="magma")
-            ticks = range(len(sites))
-            axes[r][c].set_xticks(ticks, sites, rotation=90, fontsize=6)
-            axes[r][c].set_yticks(ticks, sites, fontsize=6)
-            axes[r][c].set_title(
-                f"{variant}: {MEASURE_LABELS.get(measure, measure)} ({_count(part['pair'].nunique(), 'pair')})",
-                fontsize=8,
+                image = ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="magma")
+            # every site labelled where 8-pt labels fit, else every second (third, ...) one
+            step = max(1, int(np.ceil(10.0 * len(sites) / (0.8 * side * 72))))
+            ticks = range(0, len(sites), step)
+            ax.set_xticks(ticks, [sites[i] for i in ticks], rotation=90, fontsize=SMALL)
+            ax.set_yticks(ticks, [sites[i] for i in ticks], fontsize=SMALL)
+            ax.set_title(
+                f"{variant} ({_count(part['pair'].nunique(), 'pair')})\n{MEASURE_LABELS.get(measure, measure)}",
+                fontsize=9,
             )
-            axes[r][c].set_xlabel("site of model b", fontsize=7)
-            axes[r][c].set_ylabel("site of model a", fontsize=7)
+            ax.set_xlabel("site of model b", fontsize=SMALL)
+            ax.set_ylabel("site of model a", fontsize=SMALL)
     if any(m not in DISTANCES for m in measures):
-        fig.colorbar(image, ax=axes, shrink=0.8, label="similarity")
+        fig.colorbar(image, ax=shown, shrink=0.6, label="similarity")
     return fig
 
 
@@ -867,7 +925,9 @@ def dissection_fraction(table: pd.DataFrame) -> plt.Figure:
     summary = dissection_summary(table)
     draws = _dissection_draws(table)
     variants = list(dict.fromkeys(summary["variant"]))
-    fig, axes = plt.subplots(2, len(variants), figsize=(3.8 * len(variants), 6.0), squeeze=False, sharex=True)
+    # each variant's fractions over its concepts, two variants a row
+    fig, pairs = _stacked_pairs(len(variants), 3.1, 2.9, sharex=True)
+    axes = np.array(pairs, dtype=object).T  # axes[0, c], axes[1, c]: variant c's two panels
     for c, variant in enumerate(variants):
         part = summary[summary["variant"] == variant]
         for k, (site, rows) in enumerate(part.groupby("site", sort=False)):
@@ -894,12 +954,14 @@ def dissection_fraction(table: pd.DataFrame) -> plt.Figure:
         axes[1, c].set_ylabel("unique concepts detected")
         axes[1, c].set_xlabel(r"rotation $\alpha$ (basis $Q^\alpha$)")
         # With few seeds and draws a t interval can be wide: the axes follow the means.
-        axes[0, c].set_ylim(0, min(1.0, 1.3 * part["fraction_interpretable"].max() + 0.05))
+        # room above the lines for the site legend (one line a site)
+        room = 1.3 + 0.1 * part["site"].nunique()
+        axes[0, c].set_ylim(0, min(1.0, room * part["fraction_interpretable"].max() + 0.05))
         axes[1, c].set_ylim(0, 1.3 * part["unique_concepts"].max() + 1)
-        axes[0, c].legend(fontsize=7, title="site (units)", title_fontsize=7)
+        axes[0, c].legend(fontsize=SMALL, title="site (units)", title_fontsize=SMALL)
         for ax in axes[:, c]:
             ax.grid(alpha=0.3)
-    fig.tight_layout()
+        axes[0, c].tick_params(labelbottom=False)
     return fig
 
 
@@ -911,7 +973,7 @@ def dissection_categories(units: pd.DataFrame, sites: dict[str, str], alphas=(0.
     categories = list(dict.fromkeys(units["category"]))
     grid = np.array(sorted(units["alpha"].unique()))
     chosen = list(dict.fromkeys(float(grid[np.abs(grid - a).argmin()]) for a in alphas))
-    fig, panels = _panel_grid(len(variants), 3.8, 3.4, columns=3)
+    fig, panels = _panel_grid(len(variants), 4.0, 3.4)
     width = 0.8 / len(chosen)
     for ax, variant in zip(panels, variants):
         part = _dissection_draws(units[(units["variant"] == variant) & (units["site"] == sites[variant])])
@@ -930,9 +992,8 @@ def dissection_categories(units: pd.DataFrame, sites: dict[str, str], alphas=(0.
         ax.set_xticks(range(len(categories)), categories)
         ax.set_title(f"{variant}: {sites[variant]}", fontsize=9)
         ax.set_ylabel("interpretable units (mean)")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=SMALL)
         ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
     return fig
 
 
@@ -942,7 +1003,7 @@ def dissection_masks(images: np.ndarray, panels: list[dict]) -> plt.Figure:
     upsampled activation. ``panels``: dicts with ``title`` and ``examples`` [(image index, mask)]."""
     columns = max(len(p["examples"]) for p in panels)
     fig, axes = plt.subplots(
-        len(panels), columns, figsize=(1.3 * columns + 0.2, 1.45 * len(panels)), squeeze=False
+        len(panels), columns, figsize=(min(1.3 * columns + 0.2, FIGURE_WIDTH), 1.45 * len(panels)), squeeze=False
     )
     for row, panel in zip(axes, panels):
         for ax in row:
@@ -951,7 +1012,7 @@ def dissection_masks(images: np.ndarray, panels: list[dict]) -> plt.Figure:
             image = images[index].transpose(1, 2, 0) / 255.0
             ax.imshow(image * (0.25 + 0.75 * mask[..., None]), interpolation="nearest")
             ax.contour(mask, levels=[0.5], colors="yellow", linewidths=0.6)
-        row[0].set_title(panel["title"], fontsize=7, loc="left")
+        row[0].set_title(panel["title"], fontsize=SMALL, loc="left")
     fig.tight_layout()
     return fig
 
