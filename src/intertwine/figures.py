@@ -1052,7 +1052,8 @@ def gated_accuracy(table: pd.DataFrame) -> plt.Figure:
 
     standalone = table[(table["regime"].isna() | (table["regime"] == "standalone")) & ~table["permuted"]]
     regimes = table[table["regime"].isin(["fl", "fr"]) & ~table["permuted"]]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained", width_ratios=[3, 1.3])
+    # the standalone members over the FL and FR regimes, each the report's width
+    fig, axes = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 7.0), layout="constrained", height_ratios=[3.8, 3.0])
     ax = axes[0]
     columns = _gated_columns(standalone)
     archs = list(dict.fromkeys(standalone["base"]))
@@ -1079,11 +1080,15 @@ def gated_accuracy(table: pd.DataFrame) -> plt.Figure:
                 mean, sd, source = reference
                 ax.bar(x + width, mean, width, yerr=sd, color="0.7", label=None if sources else "the paper's")
                 sources.append(source.split(",")[0])
-    ax.set_xticks(range(len(columns)), [gated_label("dnn" if f == "dnn" else f"{f} {v}") for f, v in columns])
+    ax.set_xticks(
+        range(len(columns)),
+        [gated_label("dnn" if f == "dnn" else f"{f} {v}") for f, v in columns],
+        fontsize=SMALL if len(columns) > 6 else None,
+    )
     ax.set_ylabel("test accuracy (%)")
     reference_note = "; ".join(dict.fromkeys(sources)) if sources else "no paper number at this budget"
-    ax.set_title(f"standalone: family x value input (grey: {reference_note})", fontsize=8, wrap=True)
-    ax.legend(fontsize=7, loc="lower left")
+    ax.set_title(_wrapped(f"standalone: family x value input (grey: {reference_note})", 90), fontsize=9)
+    ax.legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax = axes[1]
     if len(regimes):
         groups = list(dict.fromkeys(zip(regimes["variant"], regimes["regime"], regimes["family"])))
@@ -1091,7 +1096,8 @@ def gated_accuracy(table: pd.DataFrame) -> plt.Figure:
             acc = regimes.loc[regimes["variant"] == variant, "test_acc"].to_numpy() * 100
             ax.bar(i, acc.mean(), 0.6, color="C2" if regime == "fl" else "C4")
             ax.scatter(np.full(len(acc), i), acc, s=8, color="k", zorder=3)
-        ax.set_xticks(range(len(groups)), [f"{r.upper()} {f.upper()}\n{v}" for v, r, f in groups], fontsize=7)
+        ax.set_xticks(range(len(groups)), [f"{r.upper()} {f.upper()}\n{v}" for v, r, f in groups], fontsize=SMALL)
+        ax.set_ylabel("test accuracy (%)")
         ax.set_title("feature network learned (FL) or random (FR)", fontsize=9)
     else:
         ax.text(0.5, 0.5, "no FL / FR variants", ha="center", va="center", transform=ax.transAxes)
@@ -1126,7 +1132,8 @@ def gated_permutations(table: pd.DataFrame) -> plt.Figure:
             "permuted"
         ].any()
     ]
-    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(rows["perm"].unique()) + 2), 3.6), layout="constrained")
+    n_perms = len(rows["perm"].unique())
+    fig, ax = plt.subplots(figsize=(min(FIGURE_WIDTH, max(5, 0.9 * n_perms + 2)), 3.8), layout="constrained")
     perms = ["identity"] + sorted(p for p in rows["perm"].unique() if p != "identity")
     for k, (arch, family, value_input) in enumerate(keys):
         part = rows[
@@ -1143,13 +1150,14 @@ def gated_permutations(table: pd.DataFrame) -> plt.Figure:
         reference = _paper_reference(part[part["permuted"]])
         if reference is not None:
             ax.axhline(reference[0], color=f"C{k}", ls=":", lw=1)
-    ax.set_xticks(range(len(perms)), perms, rotation=30, fontsize=7)
+    ax.set_xticks(range(len(perms)), perms, rotation=30 if n_perms <= 8 else 90, fontsize=SMALL)
     ax.set_xlabel("gate layer of each value layer (gate_perm)")
     ax.set_ylabel("test accuracy (%)")
     ax.set_title(
-        "gate-layer permutations (dotted: the paper's mean over 23, Table I of the data set)", fontsize=9
+        _wrapped("gate-layer permutations (dotted: the paper's mean over 23, Table I of the data set)", 60),
+        fontsize=9,
     )
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=SMALL, loc="best")
     return fig
 
 
@@ -1157,7 +1165,8 @@ def gated_kernels(npk: pd.DataFrame, similarity: pd.DataFrame | None) -> plt.Fig
     """Left: across seeds, CKA at each site with the same site of the other member: gate CKA beside
     linear and G_ReLU CKA (the similarity stage's heatmap diagonals; study variants only). Right:
     each kernel's CKA with the member's empirical NTK (NPK and per-site gate kernels)."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    # the CKAs across seeds over the CKAs with the NTK, each the report's width
+    fig, axes = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 7.6), layout="constrained")
     ax = axes[0]
     variants = list(dict.fromkeys(npk["variant"]))
     if similarity is not None:
@@ -1181,9 +1190,9 @@ def gated_kernels(npk: pd.DataFrame, similarity: pd.DataFrame | None) -> plt.Fig
                     color=f"C{k}",
                     label=f"{variant}: {MEASURE_LABELS[measure]}",
                 )
-                ax.set_xticks(range(len(means)), means.index, rotation=60, fontsize=6)
+                ax.set_xticks(range(len(means)), means.index, rotation=45, ha="right", fontsize=SMALL)
         ax.set_ylabel("CKA across seeds (same site)")
-        ax.legend(fontsize=6, ncol=2)
+        ax.legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(1.01, 1))
     else:
         ax.text(
             0.5,
@@ -1204,7 +1213,7 @@ def gated_kernels(npk: pd.DataFrame, similarity: pd.DataFrame | None) -> plt.Fig
             ax.axhline(model.mean(), color=f"C{k}", ls="--", lw=1)
     ax.set_xlabel("site (gate kernel); dashed: the value network's NPK")
     ax.set_ylabel("CKA with the empirical NTK")
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(1.01, 1))
     return fig
 
 
