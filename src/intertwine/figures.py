@@ -1289,9 +1289,9 @@ def connectivity_curves(table: pd.DataFrame) -> plt.Figure:
     test = table[table["split"] == "test"]
     several = test["correction"].nunique() > 1
     columns = list(dict.fromkeys(zip(test["variant"], test["correction"])))
-    fig, axes = plt.subplots(
-        2, len(columns), figsize=(3.6 * len(columns), 5.6), squeeze=False, layout="constrained"
-    )
+    # each column's loss over its accuracy, two columns a row
+    fig, pairs = _stacked_pairs(len(columns), 2.9, 2.9, sharex=True)
+    axes = np.array(pairs, dtype=object).T  # axes[0, c], axes[1, c]: column c's two panels
     for column, (variant, correction) in enumerate(columns):
         rows = test[(test["variant"] == variant) & (test["correction"] == correction)]
         for method in _connectivity_methods(rows):
@@ -1309,7 +1309,8 @@ def connectivity_curves(table: pd.DataFrame) -> plt.Figure:
         axes[0, column].set_ylabel("test loss")
         axes[1, column].set_ylabel("test accuracy")
         axes[1, column].set_xlabel("lambda (0: f, 1: g aligned to f)")
-    axes[0, 0].legend(fontsize=7)
+        axes[0, column].tick_params(labelbottom=False)
+    axes[0, 0].legend(fontsize=SMALL)
     return fig
 
 
@@ -1324,7 +1325,7 @@ def connectivity_barriers(
     if curves["correction"].nunique() > 1:
         curves["architecture"] += ", " + curves["correction"]
     panels = list(dict.fromkeys(curves["architecture"]))
-    fig, axes = _panel_grid(len(panels), 4.2, 3.4, columns=3)
+    fig, axes = _panel_grid(len(panels), 4.0, 3.4)
     for ax, panel in zip(axes, panels):
         rows = curves[curves["architecture"] == panel]
         widths = sorted(rows["width_multiplier"].unique())
@@ -1357,8 +1358,7 @@ def connectivity_barriers(
         ax.set_ylabel(f"test loss barrier ({barrier.replace('_', ' ')})")
         ax.set_title(panel, fontsize=9)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 3), fontsize=SMALL, frameon=False)
     return fig
 
 
@@ -1377,9 +1377,18 @@ def deqntk_accuracy(table: pd.DataFrame, zoo: pd.DataFrame | None, paper: dict) 
     settings = list(dict.fromkeys(zip(rows["sigma_w2"], rows["sigma_u2"], rows["sigma_b2"])))
     variants = [] if zoo is None else list(dict.fromkeys(zoo["variant"]))
     sizes = sorted(rows["n_train"].unique())
-    fig, ax = plt.subplots(
-        figsize=(max(5.0, 0.9 * (len(settings) + len(variants)) + 2), 3.8), layout="constrained"
+    # at most 16 columns a row: the zoo's variants past the first row wrap onto rows below
+    first = max(16 - len(settings), 4)
+    more = _chunks(variants[first:], 16) if len(variants) > first else []
+    fig, axes = plt.subplots(
+        1 + len(more),
+        1,
+        figsize=(min(FIGURE_WIDTH, max(5.0, 0.5 * (len(settings) + len(variants)) + 2)), 4.4 + 3.2 * len(more)),
+        layout="constrained",
+        squeeze=False,
+        height_ratios=[4.4] + [3.2] * len(more),
     )
+    ax = axes[0, 0]
     for k, n in enumerate(sizes):
         for i, setting in enumerate(settings):
             part = rows[
@@ -1412,24 +1421,33 @@ def deqntk_accuracy(table: pd.DataFrame, zoo: pd.DataFrame | None, paper: dict) 
                 label=None if crossed else "paper (50,000 training images)",
             )
             crossed = True
-    for j, variant in enumerate(variants):
-        acc = 100 * zoo.loc[zoo["variant"] == variant, "test_acc"].to_numpy()
-        x = len(settings) + j
-        ax.scatter(np.full(len(acc), x - 0.1), acc, s=10, alpha=0.6, color="0.4")
-        ax.errorbar(x + 0.1, acc.mean(), yerr=interval_half_width(acc), fmt="s", color="black", capsize=3)
+    for row, (at, shown) in enumerate([(ax, variants[:first])] + [(a, chunk) for a, chunk in zip(axes[1:, 0], more)]):
+        start = len(settings) if row == 0 else 0
+        for j, variant in enumerate(shown):
+            acc = 100 * zoo.loc[zoo["variant"] == variant, "test_acc"].to_numpy()
+            x = start + j
+            at.scatter(np.full(len(acc), x - 0.1), acc, s=10, alpha=0.6, color="0.4")
+            at.errorbar(x + 0.1, acc.mean(), yerr=interval_half_width(acc), fmt="s", color="black", capsize=3)
+        if row:
+            at.set_xticks(range(len(shown)), shown, rotation=45, ha="right", fontsize=SMALL)
+            at.set_ylabel("test accuracy (%)")
+            at.grid(axis="y", alpha=0.3)
     if variants:
         ax.errorbar([], [], yerr=[], fmt="s", color="black", label="zoo: mean, 95% CI (dots: members)")
         ax.axvline(len(settings) - 0.5, color="0.8", lw=1)
-    labels = [f"DEQ-NTK\n{_variances_label(*s)}" for s in settings] + variants
-    ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+    labels = [f"DEQ-NTK\n{_variances_label(*s)}" for s in settings] + variants[:first]
+    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=SMALL)
     n_test = ", ".join(f"{n:,}" for n in sorted(rows["n_test"].unique()))
     ax.set_ylabel("test accuracy (%)")
     ax.set_title(
-        f"Kernel regression with the DEQ-NTK (sigma_w2, sigma_u2, sigma_b2) beside the trained zoo; {n_test} test images",
+        _wrapped(
+            f"Kernel regression with the DEQ-NTK (sigma_w2, sigma_u2, sigma_b2) beside the trained zoo; {n_test} test images",
+            80,
+        ),
         fontsize=9,
     )
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=SMALL, loc="best")
     return fig
 
 
@@ -1464,7 +1482,7 @@ def _depth_panel(ax, rows: pd.DataFrame, depths: list[int]) -> None:
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.set_xlabel("depth L (hidden layers)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=SMALL, loc="best")
 
 
 def deqntk_depth(table: pd.DataFrame) -> plt.Figure:
@@ -1480,9 +1498,11 @@ def deqntk_depth(table: pd.DataFrame) -> plt.Figure:
     depths = sorted(rows.loc[rows["depth"] != "deq", "depth"].astype(int).unique())
     # the curves outside the panels first, then the panels in the config's order
     panels = sorted(dict.fromkeys(rows["panel"]), key=lambda name: name != "") or [""]
-    fig, axes = plt.subplots(
-        1, len(panels), figsize=(max(6.4, 4.2 * len(panels)), 4.0), layout="constrained", squeeze=False
-    )
+    if len(panels) == 1:
+        fig, axes = plt.subplots(figsize=(6.4, 4.0), layout="constrained", squeeze=False)
+    else:
+        fig, flat = _panel_grid(len(panels), 4.0, 4.0)
+        axes = [flat]
     for ax, panel in zip(axes[0], panels):
         _depth_panel(ax, rows[rows["panel"] == panel], depths)
         if panel:
@@ -1495,7 +1515,10 @@ def deqntk_depth(table: pd.DataFrame) -> plt.Figure:
         if len(rows)
         else ""
     )
-    fig.suptitle(f"Finite depth against the equilibrium: {sizes}, {draws} draws, 95% t intervals", fontsize=9)
+    fig.suptitle(
+        _wrapped(f"Finite depth against the equilibrium: {sizes}, {_count(draws, 'draw')}, 95% t intervals", 90),
+        fontsize=9,
+    )
     return fig
 
 
@@ -1504,9 +1527,8 @@ def deqntk_reference(reference: pd.DataFrame) -> plt.Figure:
     variant: per kernel of the representation (the similarity measure's), the mean over members
     (members as dots)."""
     variants = list(dict.fromkeys(reference["variant"]))
-    fig, axes = plt.subplots(
-        1, len(variants), figsize=(max(4.5, 3.6 * len(variants)), 3.8), layout="constrained", squeeze=False
-    )
+    fig, flat = _panel_grid(len(variants), 4.0, 3.8)
+    axes = [flat]
     for ax, variant in zip(axes[0], variants):
         part = reference[reference["variant"] == variant]
         sites = list(dict.fromkeys(part["site"]))
@@ -1524,11 +1546,11 @@ def deqntk_reference(reference: pd.DataFrame) -> plt.Figure:
             if rows["seed"].nunique() > 1:
                 x = [sites.index(site) for site in rows["site"]]
                 ax.scatter(x, rows["cka"], s=6, color=f"C{k}", alpha=0.4)
-        ax.set_xticks(range(len(sites)), sites, rotation=60, fontsize=6)
+        ax.set_xticks(range(len(sites)), sites, rotation=45, ha="right", fontsize=SMALL)
         ax.set_title(f"{variant} ({_count(part['seed'].nunique(), 'member')})", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("CKA with the DEQ-NTK")
-    axes[0][0].legend(fontsize=7)
+    axes[0][0].legend(fontsize=SMALL)
     return fig
 
 
