@@ -1588,9 +1588,8 @@ def pullback_symmetry(table: pd.DataFrame) -> plt.Figure:
     level (about 1e-16) is invariance."""
     table = at_stage_temperature(table)
     variants = list(dict.fromkeys(table["variant"]))
-    fig, axes = plt.subplots(
-        1, len(variants), figsize=(3.6 * len(variants) + 0.6, 3.4), layout="constrained", squeeze=False
-    )
+    fig, flat = _panel_grid(len(variants), 4.0, 3.6)
+    axes = [flat]
     floor = 1e-17
     for ax, variant in zip(axes[0], variants):
         part = table[table["variant"] == variant]
@@ -1606,12 +1605,12 @@ def pullback_symmetry(table: pd.DataFrame) -> plt.Figure:
         ax.set_ylim(floor / 2, 2)
         ax.axhline(1e-10, color="0.6", lw=0.8, ls=":")
         ax.set_xticks(range(len(spreads)), ["perm." if s == 0 else f"{s:g}" for s in spreads])
-        ax.set_xlabel("G_ReLU scale spread sigma (perm.: permutations)")
-        members = part["seed"].nunique()
-        ax.set_title(f"{variant} ({members} member{'s' if members > 1 else ''})", fontsize=9)
+        ax.set_xlabel("G_ReLU scale spread sigma\n(perm.: permutations)")
+        ax.set_title(f"{variant} ({_count(part['seed'].nunique(), 'member')})", fontsize=9)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("1 - cosine (solid: worst image, dashed: mean)")
-    axes[0][0].legend(fontsize=7, loc="center left")
+    for ax in axes[0]:
+        ax.set_ylabel("1 - cosine\n(solid: worst image, dashed: mean)")
+    axes[0][0].legend(fontsize=SMALL, loc="center left")
     return fig
 
 
@@ -1631,9 +1630,17 @@ def _mode_bars(ax, table: pd.DataFrame, column: str, per: list[str], ylabel: str
                 x, np.nanmean(values), width, color=f"C{k}", label=PULLBACK_MODES[mode] if i == 0 else None
             )
             ax.scatter(np.full(len(values), x), values, s=6, color="k", zorder=3)
-    ax.set_xticks(range(len(variants)), variants, rotation=20, fontsize=7)
+    ax.set_xticks(range(len(variants)), variants, rotation=30, ha="right", fontsize=SMALL)
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
+
+
+def _bar_panels(table: pd.DataFrame, n: int = 2):
+    """(figure, n axes) for per-variant bar panels: side by side within ``FIGURE_WIDTH`` for a few
+    variants, one over the other for more."""
+    columns = 2 if table["variant"].nunique() <= 3 else 1
+    fig, axes = _panel_grid(n, FIGURE_WIDTH / columns, 3.8 if columns == 2 else 3.4, columns=columns)
+    return fig, axes
 
 
 def pullback_agreement(table: pd.DataFrame) -> plt.Figure:
@@ -1641,14 +1648,16 @@ def pullback_agreement(table: pd.DataFrame) -> plt.Figure:
     variant and mode; left of the true class's logit (a dot per pair), right of hidden units matched
     by the Hungarian algorithm (a dot per unit)."""
     table = at_stage_temperature(table)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained")
+    fig, axes = _bar_panels(table)
     logits, units = table[table["site"] == "logit"], table[table["site"] != "logit"]
     _mode_bars(axes[0], logits, "cos_mean", ["pair"], "cosine across seeds (mean over images)")
     axes[0].set_title("class logit", fontsize=9)
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=SMALL, loc="lower left")
     if len(units):
         _mode_bars(axes[1], units, "cos_mean", ["pair", "site", "unit_a"], "cosine across seeds")
-        axes[1].set_title("hidden units, each against its Hungarian match (a dot per unit)", fontsize=9)
+        axes[1].set_title(
+            _wrapped("hidden units, each against its Hungarian match (a dot per unit)", 45), fontsize=9
+        )
     else:
         axes[1].text(
             0.5, 0.5, "no hidden units compared", ha="center", va="center", transform=axes[1].transAxes
@@ -1664,9 +1673,9 @@ def pullback_transfer(table: pd.DataFrame) -> plt.Figure:
     right, the other member's gain in target probability. The same images, targets and budget in
     every mode."""
     table = at_stage_temperature(table)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained")
+    fig, axes = _bar_panels(table)
     keys = ["pair", "seed_source"]
-    _mode_bars(axes[0], table, "transfer_success", keys, "other member predicts the target")
+    _mode_bars(axes[0], table, "transfer_success", keys, "other member predicts\nthe target")
     variants = list(dict.fromkeys(table["variant"]))
     modes = _pullback_modes(table)
     width = 0.8 / max(len(modes), 1)
@@ -1683,11 +1692,11 @@ def pullback_transfer(table: pd.DataFrame) -> plt.Figure:
                 label="source member itself" if (j == 0 and k == 0) else None,
             )
     axes[0].set_ylim(-0.02, 1.02)
-    axes[0].set_title("PGD along one member's direction, read by another seed", fontsize=9)
-    axes[0].legend(fontsize=7)
-    _mode_bars(axes[1], table, "transfer_prob_gain", keys, "other member's target probability gain")
+    axes[0].set_title(_wrapped("PGD along one member's direction, read by another seed", 45), fontsize=9)
+    axes[0].legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(0, -0.25), ncol=2)
+    _mode_bars(axes[1], table, "transfer_prob_gain", keys, "other member's target\nprobability gain")
     axes[1].axhline(0, color="grey", lw=0.6)
-    axes[1].set_title("target probability, after minus before (mean over images)", fontsize=9)
+    axes[1].set_title(_wrapped("target probability, after minus before (mean over images)", 45), fontsize=9)
     return fig
 
 
@@ -1697,31 +1706,35 @@ def pullback_settling(table: pd.DataFrame) -> plt.Figure:
     (colour from the first to the last site; mean over members, the band their range), and the
     agreement by chance with the same units' rates (dashed, mean over sites)."""
     variants = list(dict.fromkeys(table["variant"]))
-    fig, axes = plt.subplots(
-        1,
-        max(len(variants), 1),
-        figsize=(4.2 * max(len(variants), 1), 3.6),
-        layout="constrained",
-        squeeze=False,
-    )
-    for ax, variant in zip(axes[0], variants):
+    fig, flat = _panel_grid(max(len(variants), 1), 4.0, 3.8)
+    for ax, variant in zip(flat, variants):
         part = table[table["variant"] == variant]
         sites = list(dict.fromkeys(part["site"]))
         colours = plt.cm.viridis(np.linspace(0, 0.9, len(sites)))
         for site, colour in zip(sites, colours):
             rows = part[part["site"] == site].groupby("epoch")["agreement"]
             mean, low, high = rows.mean(), rows.min(), rows.max()
-            ax.plot(mean.index, mean.to_numpy(), color=colour, lw=1, label=site)
+            ax.plot(mean.index, mean.to_numpy(), color=colour, lw=1)
             ax.fill_between(mean.index, low.to_numpy(), high.to_numpy(), color=colour, alpha=0.15, lw=0)
         chance = part.groupby("epoch")["chance"].mean()
         ax.plot(chance.index, chance.to_numpy(), "--", color="grey", lw=1, label="chance (units' rates)")
         members = part[["seed"]].drop_duplicates()
-        ax.set_title(f"{variant} ({len(members)} members)", fontsize=9)
+        ax.set_title(f"{variant} ({_count(len(members), 'member')})", fontsize=9)
         ax.set_xlabel("epoch (0: initialisation)")
         ax.set_ylabel("gates as in the final pattern")
         ax.set_ylim(min(0.45, float(part["chance"].min()) - 0.02), 1.01)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=5, ncol=2)
+        ax.legend(fontsize=SMALL, loc="lower right")
+        # the sites as a colour bar (first to last), every one named where 8-pt names fit
+        scale = matplotlib.colors.ListedColormap(colours)
+        bar = fig.colorbar(
+            plt.cm.ScalarMappable(matplotlib.colors.BoundaryNorm(np.arange(len(sites) + 1) - 0.5, len(sites)), scale),
+            ax=ax,
+            pad=0.01,
+        )
+        step = max(1, int(np.ceil(len(sites) * 10 / (2.6 * 72))))
+        bar.set_ticks(range(0, len(sites), step), labels=sites[::step], fontsize=SMALL)
+        bar.set_label("ReLU site (first to last)", fontsize=SMALL)
     return fig
 
 
@@ -1743,7 +1756,9 @@ def pullback_external(arrays: dict, perturbed: bool = False) -> plt.Figure:
     modes = [m for m in PULLBACK_MODES if m in arrays["perturbed"]]
     images = arrays["images"]
     n, t = len(images), len(arrays["targets"])
-    cell, head, left = 1.25, 0.75, 0.45  # inches: a cell, the title, the row labels
+    # inches: a cell (the columns within the report's width), the title, the row labels
+    head, left = 1.3, 1.25
+    cell = min(1.0, (FIGURE_WIDTH - left) / (t + 1))
     rows = n * len(modes)
     width, height = left + cell * (t + 1), head + cell * rows
     fig, axes = plt.subplots(rows, t + 1, figsize=(width, height), squeeze=False)
@@ -1753,11 +1768,13 @@ def pullback_external(arrays: dict, perturbed: bool = False) -> plt.Figure:
         for i in range(n):
             row = axes[b * n + i]
             row[0].imshow(np.moveaxis(images[i], 0, -1), aspect="auto")
-            row[0].set_ylabel(f"{PULLBACK_MODES[mode]}\n{arrays['labels'][i]}", fontsize=5)
+            _row_label(row[0], arrays["labels"][i])
+            if i == 0:
+                row[0].set_title(PULLBACK_MODES[mode], fontsize=SMALL, loc="left", fontweight="bold")
             for j in range(t):
                 row[j + 1].imshow(shown[i, j], aspect="auto")
                 if b == 0 and i == 0:
-                    row[j + 1].set_title(arrays["targets"][j], fontsize=5)
+                    row[j + 1].set_title(_wrapped(arrays["targets"][j], 10), fontsize=SMALL)
             for ax in row:
                 ax.set_xticks([])
                 ax.set_yticks([])
@@ -1765,10 +1782,10 @@ def pullback_external(arrays: dict, perturbed: bool = False) -> plt.Figure:
     fig.suptitle(
         f"{arrays['title']}\n{arrays['steps']}-step PGD toward each column's class\n(L2 radius "
         f"{arrays['epsilon']:.3g}, images in [-1, 1]); {what}",
-        fontsize=6,
+        fontsize=SMALL,
     )
     fig.subplots_adjust(
-        left=left / width, right=0.995, bottom=0.005, top=1 - head / height, wspace=0.03, hspace=0.03
+        left=left / width, right=0.995, bottom=0.005, top=1 - head / height, wspace=0.03, hspace=0.18
     )
     return fig
 
@@ -1779,10 +1796,14 @@ def pullback_faithfulness(table: pd.DataFrame) -> plt.Figure:
     (from the mean image; higher is more faithful), both our extension; and the success of the
     paper's PGD toward a random other class after each step."""
     table = at_stage_temperature(table)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), layout="constrained")
+    # the two areas side by side over the PGD curves
+    fig, mosaic = plt.subplot_mosaic(
+        [["deletion", "insertion"], ["pgd", "pgd"]], figsize=(FIGURE_WIDTH, 7.4), layout="constrained"
+    )
+    axes = [mosaic["deletion"], mosaic["insertion"], mosaic["pgd"]]
     _mode_bars(axes[0], table, "deletion_auc", ["seed"], "deletion area (lower: more faithful)")
     axes[0].set_title("deletion (ours)", fontsize=9)
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=SMALL, loc="lower left")
     _mode_bars(axes[1], table, "insertion_auc", ["seed"], "insertion area (higher: more faithful)")
     axes[1].set_title("insertion (ours)", fontsize=9)
     ax = axes[2]
@@ -1803,9 +1824,14 @@ def pullback_faithfulness(table: pd.DataFrame) -> plt.Figure:
     ax.set_ylabel("success: target class predicted")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title("PGD toward a random other class (the paper's)", fontsize=9)
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.grid(alpha=0.3)
     return fig
+
+
+def _row_label(ax, text: str) -> None:
+    """A grid row's name, horizontal, left of its first image, in lines of at most 12 characters."""
+    ax.set_ylabel(_wrapped(text, 12), fontsize=SMALL, rotation=0, ha="right", va="center", labelpad=4)
 
 
 def pullback_grid(arrays: dict) -> plt.Figure:
@@ -1818,11 +1844,13 @@ def pullback_grid(arrays: dict) -> plt.Figure:
     ]
     per_block = 10
     blocks = -(-len(images) // per_block)
+    cell = 0.66  # inches: 10 cells and the row names within the report's width
     fig, axes = plt.subplots(
         blocks * len(rows),
         per_block,
-        figsize=(0.95 * per_block + 1.3, 0.95 * blocks * len(rows) + 0.4),
+        figsize=(cell * per_block + 1.2, (cell + 0.05) * blocks * len(rows) + 0.2 * blocks + 0.5),
         squeeze=False,
+        layout="constrained",
     )
     for ax in axes.flat:
         ax.set_xticks([]), ax.set_yticks([])
@@ -1833,44 +1861,49 @@ def pullback_grid(arrays: dict) -> plt.Figure:
             ax = axes[block * len(rows) + r][column]
             ax.imshow(pictures[i], interpolation="nearest")
             if r == 0:
-                ax.set_title(classes[int(labels[i])], fontsize=7)
+                ax.set_title(classes[int(labels[i])], fontsize=SMALL)
             if column == 0:
-                ax.set_ylabel(name, fontsize=6)
+                _row_label(ax, name)
     fig.suptitle(f"{arrays['title']}: gradient vs excitation pullbacks of the class logit", fontsize=9)
-    fig.tight_layout()
     return fig
 
 
 def pullback_pgd(arrays: dict) -> plt.Figure:
     """One test image per class and the image after the paper's PGD toward a random other class
     (column title: label -> target), with the gradient or a pullback as the ascent direction; each
-    result titled with the class it is then predicted as (green: the target)."""
+    result titled with the class it is then predicted as (green: the target); blocks of 10 images."""
     originals, labels, targets = arrays["pgd_images"], arrays["pgd_labels"], arrays["pgd_targets"]
     classes = arrays["classes"]
     rows = [("image", _rgb(originals), None)] + [
         (PULLBACK_MODES[mode], _rgb(moved), arrays["pgd_predicted"][mode])
         for mode, moved in arrays["pgd_moved"].items()
     ]
+    per_block = min(10, len(originals))
+    blocks = -(-len(originals) // per_block)
+    cell = 0.66
     fig, axes = plt.subplots(
-        len(rows),
-        len(originals),
-        figsize=(1.05 * len(originals) + 1.3, 1.15 * len(rows) + 0.4),
+        blocks * len(rows),
+        per_block,
+        figsize=(cell * per_block + 1.2, (cell + 0.2) * blocks * len(rows) + 0.25 * blocks + 0.5),
         squeeze=False,
+        layout="constrained",
     )
+    for ax in axes.flat:
+        ax.set_xticks([]), ax.set_yticks([])
+        ax.set_frame_on(False)
     for r, (name, pictures, predicted) in enumerate(rows):
         for i in range(len(originals)):
-            ax = axes[r][i]
+            block, column = divmod(i, per_block)
+            ax = axes[block * len(rows) + r][column]
             ax.imshow(pictures[i], interpolation="nearest")
-            ax.set_xticks([]), ax.set_yticks([])
             if predicted is None:
-                ax.set_title(f"{classes[int(labels[i])]}\n-> {classes[int(targets[i])]}", fontsize=6)
+                ax.set_title(f"{classes[int(labels[i])]}\n-> {classes[int(targets[i])]}", fontsize=SMALL)
             else:
                 hit = predicted[i] == targets[i]
-                ax.set_title(classes[int(predicted[i])], fontsize=6, color="green" if hit else "red")
-            if i == 0:
-                ax.set_ylabel(name, fontsize=6)
+                ax.set_title(classes[int(predicted[i])], fontsize=SMALL, color="green" if hit else "red")
+            if column == 0:
+                _row_label(ax, name)
     fig.suptitle(f"{arrays['title']}: PGD toward a target class (the paper's, 32x32-scaled)", fontsize=9)
-    fig.tight_layout()
     return fig
 
 
@@ -1907,7 +1940,9 @@ def pullback_temperature(
     smallest cosine under G_ReLU at the largest scale spread (over members and images), the mean
     agreement of the class logit's pullbacks across seeds, the deletion and insertion areas and the
     PGD success (means over members), each against T, the plain gradient a horizontal line."""
-    fig, axes = plt.subplots(1, 5, figsize=(20, 3.8), layout="constrained")
+    # five panels in rows of two, the legend in the sixth cell
+    fig, cells = plt.subplots(3, 2, figsize=(FIGURE_WIDTH, 9.6), layout="constrained")
+    axes, key = list(cells.flat[:5]), cells.flat[5]
     grelu = symmetry[symmetry["group"] == "grelu"]
     grelu = grelu[grelu["scale_spread"] == grelu["scale_spread"].max()]
     grelu = grelu.assign(one_minus_cos=(1 - grelu["cos_min"]).clip(lower=1e-17))
@@ -1929,5 +1964,7 @@ def pullback_temperature(
     axes[3].set_title("insertion (ours)", fontsize=9)
     _against_temperature(axes[4], faithfulness, "pgd_success", "mean", "PGD success (target predicted)")
     axes[4].set_title("the paper's PGD toward a random other class", fontsize=9)
-    axes[4].legend(fontsize=6)
+    key.set_axis_off()
+    handles, labels = axes[4].get_legend_handles_labels()
+    key.legend(handles, labels, fontsize=SMALL, loc="center", ncol=1 + (len(labels) > 9))
     return fig
