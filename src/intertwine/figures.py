@@ -7,15 +7,15 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.ticker  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from scipy import stats  # noqa: E402
+import matplotlib.pyplot as plt
+import matplotlib.ticker
+import numpy as np
+import pandas as pd
+from scipy import stats
 
-from intertwine.settings import G_RELU_METHODS, parse_method  # noqa: E402
-from intertwine.tables import at_stage_temperature  # noqa: E402
-from intertwine.utils import atomic_path  # noqa: E402
+from intertwine.settings import G_RELU_METHODS, parse_method
+from intertwine.tables import at_stage_temperature
+from intertwine.utils import atomic_path
 
 
 def _count(n: int, noun: str) -> str:
@@ -67,7 +67,10 @@ def _stacked_pairs(n: int, top: float, bottom: float, columns: int = 2, sharex: 
     heights (inches). The axes are created item by item (upper, lower, next upper, ...)."""
     columns = max(1, min(columns, n))
     rows = -(-n // columns)
-    fig = plt.figure(figsize=(FIGURE_WIDTH if columns > 1 else FIGURE_WIDTH * 0.75, rows * (top + bottom)), layout="constrained")
+    fig = plt.figure(
+        figsize=(FIGURE_WIDTH if columns > 1 else FIGURE_WIDTH * 0.75, rows * (top + bottom)),
+        layout="constrained",
+    )
     grid = fig.add_gridspec(2 * rows, columns, height_ratios=[top, bottom] * rows)
     pairs = []
     for k in range(n):
@@ -153,9 +156,7 @@ def zoo_accuracy(zoo: pd.DataFrame, reported: dict[str, float | None]) -> plt.Fi
         for i, variant in enumerate(row):
             acc = 100 * zoo.loc[zoo["variant"] == variant, "test_acc"].to_numpy()
             ax.scatter(i + rng.uniform(-0.15, 0.15, len(acc)), acc, s=12, alpha=0.6, color="C0")
-            ax.errorbar(
-                i + 0.3, acc.mean(), yerr=interval_half_width(acc), fmt="o", color="black", capsize=3
-            )
+            ax.errorbar(i + 0.3, acc.mean(), yerr=interval_half_width(acc), fmt="o", color="black", capsize=3)
             if reported.get(variant) is not None:
                 ax.plot(i + 0.3, reported[variant], "x", color="C3", markersize=8)
         ax.set_xticks(range(len(row)), row, rotation=30, ha="right", fontsize=SMALL)
@@ -543,7 +544,9 @@ def leaky_relu_penalty(
     left.set_ylabel("G_ReLU stitching penalty (accuracy points)")
     left.set_title("G_ReLU stitching per negative slope")
     left.grid(axis="y", alpha=0.3)
-    left.legend(fontsize=SMALL, title="slope", title_fontsize=SMALL, loc="upper left", bbox_to_anchor=(1.01, 1))
+    left.legend(
+        fontsize=SMALL, title="slope", title_fontsize=SMALL, loc="upper left", bbox_to_anchor=(1.01, 1)
+    )
 
     x = np.arange(len(accuracy))
     right.errorbar(
@@ -1003,7 +1006,10 @@ def dissection_masks(images: np.ndarray, panels: list[dict]) -> plt.Figure:
     upsampled activation. ``panels``: dicts with ``title`` and ``examples`` [(image index, mask)]."""
     columns = max(len(p["examples"]) for p in panels)
     fig, axes = plt.subplots(
-        len(panels), columns, figsize=(min(1.3 * columns + 0.2, FIGURE_WIDTH), 1.45 * len(panels)), squeeze=False
+        len(panels),
+        columns,
+        figsize=(min(1.3 * columns + 0.2, FIGURE_WIDTH), 1.45 * len(panels)),
+        squeeze=False,
     )
     for row, panel in zip(axes, panels):
         for ax in row:
@@ -1053,7 +1059,9 @@ def gated_accuracy(table: pd.DataFrame) -> plt.Figure:
     standalone = table[(table["regime"].isna() | (table["regime"] == "standalone")) & ~table["permuted"]]
     regimes = table[table["regime"].isin(["fl", "fr"]) & ~table["permuted"]]
     # the standalone members over the FL and FR regimes, each the report's width
-    fig, axes = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 7.0), layout="constrained", height_ratios=[3.8, 3.0])
+    fig, axes = plt.subplots(
+        2, 1, figsize=(FIGURE_WIDTH, 7.0), layout="constrained", height_ratios=[3.8, 3.0]
+    )
     ax = axes[0]
     columns = _gated_columns(standalone)
     archs = list(dict.fromkeys(standalone["base"]))
@@ -1096,7 +1104,9 @@ def gated_accuracy(table: pd.DataFrame) -> plt.Figure:
             acc = regimes.loc[regimes["variant"] == variant, "test_acc"].to_numpy() * 100
             ax.bar(i, acc.mean(), 0.6, color="C2" if regime == "fl" else "C4")
             ax.scatter(np.full(len(acc), i), acc, s=8, color="k", zorder=3)
-        ax.set_xticks(range(len(groups)), [f"{r.upper()} {f.upper()}\n{v}" for v, r, f in groups], fontsize=SMALL)
+        ax.set_xticks(
+            range(len(groups)), [f"{r.upper()} {f.upper()}\n{v}" for v, r, f in groups], fontsize=SMALL
+        )
         ax.set_ylabel("test accuracy (%)")
         ax.set_title("feature network learned (FL) or random (FR)", fontsize=9)
     else:
@@ -1358,7 +1368,9 @@ def connectivity_barriers(
         ax.set_ylabel(f"test loss barrier ({barrier.replace('_', ' ')})")
         ax.set_title(panel, fontsize=9)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 3), fontsize=SMALL, frameon=False)
+    fig.legend(
+        handles, labels, loc="outside lower center", ncol=min(len(labels), 3), fontsize=SMALL, frameon=False
+    )
     return fig
 
 
@@ -1383,7 +1395,10 @@ def deqntk_accuracy(table: pd.DataFrame, zoo: pd.DataFrame | None, paper: dict) 
     fig, axes = plt.subplots(
         1 + len(more),
         1,
-        figsize=(min(FIGURE_WIDTH, max(5.0, 0.5 * (len(settings) + len(variants)) + 2)), 4.4 + 3.2 * len(more)),
+        figsize=(
+            min(FIGURE_WIDTH, max(5.0, 0.5 * (len(settings) + len(variants)) + 2)),
+            4.4 + 3.2 * len(more),
+        ),
         layout="constrained",
         squeeze=False,
         height_ratios=[4.4] + [3.2] * len(more),
@@ -1421,7 +1436,9 @@ def deqntk_accuracy(table: pd.DataFrame, zoo: pd.DataFrame | None, paper: dict) 
                 label=None if crossed else "paper (50,000 training images)",
             )
             crossed = True
-    for row, (at, shown) in enumerate([(ax, variants[:first])] + [(a, chunk) for a, chunk in zip(axes[1:, 0], more)]):
+    for row, (at, shown) in enumerate(
+        [(ax, variants[:first])] + [(a, chunk) for a, chunk in zip(axes[1:, 0], more)]
+    ):
         start = len(settings) if row == 0 else 0
         for j, variant in enumerate(shown):
             acc = 100 * zoo.loc[zoo["variant"] == variant, "test_acc"].to_numpy()
@@ -1516,7 +1533,9 @@ def deqntk_depth(table: pd.DataFrame) -> plt.Figure:
         else ""
     )
     fig.suptitle(
-        _wrapped(f"Finite depth against the equilibrium: {sizes}, {_count(draws, 'draw')}, 95% t intervals", 90),
+        _wrapped(
+            f"Finite depth against the equilibrium: {sizes}, {_count(draws, 'draw')}, 95% t intervals", 90
+        ),
         fontsize=9,
     )
     return fig
@@ -1728,7 +1747,9 @@ def pullback_settling(table: pd.DataFrame) -> plt.Figure:
         # the sites as a colour bar (first to last), every one named where 8-pt names fit
         scale = matplotlib.colors.ListedColormap(colours)
         bar = fig.colorbar(
-            plt.cm.ScalarMappable(matplotlib.colors.BoundaryNorm(np.arange(len(sites) + 1) - 0.5, len(sites)), scale),
+            plt.cm.ScalarMappable(
+                matplotlib.colors.BoundaryNorm(np.arange(len(sites) + 1) - 0.5, len(sites)), scale
+            ),
             ax=ax,
             pad=0.01,
         )
