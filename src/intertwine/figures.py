@@ -1671,7 +1671,7 @@ def pullback_agreement(table: pd.DataFrame) -> plt.Figure:
     logits, units = table[table["site"] == "logit"], table[table["site"] != "logit"]
     _mode_bars(axes[0], logits, "cos_mean", ["pair"], "cosine across seeds (mean over images)")
     axes[0].set_title("class logit", fontsize=9)
-    axes[0].legend(fontsize=SMALL, loc="lower left")
+    axes[0].legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(0, -0.25), ncol=2)
     if len(units):
         _mode_bars(axes[1], units, "cos_mean", ["pair", "site", "unit_a"], "cosine across seeds")
         axes[1].set_title(
@@ -1824,7 +1824,7 @@ def pullback_faithfulness(table: pd.DataFrame) -> plt.Figure:
     axes = [mosaic["deletion"], mosaic["insertion"], mosaic["pgd"]]
     _mode_bars(axes[0], table, "deletion_auc", ["seed"], "deletion area (lower: more faithful)")
     axes[0].set_title("deletion (ours)", fontsize=9)
-    axes[0].legend(fontsize=SMALL, loc="lower left")
+    axes[0].legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(0, -0.25), ncol=2)
     _mode_bars(axes[1], table, "insertion_auc", ["seed"], "insertion area (higher: more faithful)")
     axes[1].set_title("insertion (ours)", fontsize=9)
     ax = axes[2]
