@@ -144,7 +144,7 @@ def test_penalty_figure_and_summary_take_the_new_methods():
     fig = figures.stitching_penalty(table)
     for ax in data_axes(fig):
         assert len(errorbars(ax)) == len(methods)
-    labels = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]  # one legend under the panels
     assert labels == [
         "full",
         "full + L1 λ=0.01",
@@ -229,7 +229,7 @@ def test_l1_figure_has_a_point_per_pair_and_site_and_method():
     scatters = [c for c in axes[0].collections if isinstance(c, PathCollection)]
     assert len(scatters) == 5  # rank layers are left out
     assert all(len(s.get_offsets()) == 2 * 3 for s in scatters)
-    grelu = scatters[[t.get_text() for t in axes[1].get_legend().get_texts()].index("G_ReLU")]
+    grelu = scatters[[t.get_text() for t in fig.legends[0].get_texts()].index("G_ReLU")]
     assert np.allclose(grelu.get_offsets()[:, 0], 1 - 1 / 8)
     with pytest.raises(ValueError, match="l1_<lambda>"):
         figures.l1_sparsity(stitching_rows())

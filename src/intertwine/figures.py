@@ -7,15 +7,15 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.ticker  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from scipy import stats  # noqa: E402
+import matplotlib.pyplot as plt
+import matplotlib.ticker
+import numpy as np
+import pandas as pd
+from scipy import stats
 
-from intertwine.settings import G_RELU_METHODS, parse_method  # noqa: E402
-from intertwine.tables import at_stage_temperature  # noqa: E402
-from intertwine.utils import atomic_path  # noqa: E402
+from intertwine.settings import G_RELU_METHODS, parse_method
+from intertwine.tables import at_stage_temperature
+from intertwine.utils import atomic_path
 
 
 def _count(n: int, noun: str) -> str:
@@ -23,16 +23,62 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+FIGURE_WIDTH = 8.0  # inches: shown 800 px wide (the report's width), 8-pt text reads as 8.3 pt
+SMALL = 8  # points: the smallest text of any figure (a legend, a tick label, a cell's title)
+
+
 def _panel_grid(n: int, width: float, height: float, columns: int = 2):
-    """(figure, the n axes in reading order): panels in rows of ``columns``, so that a figure of
-    many panels stays readable at the report's width; unused cells are hidden."""
-    columns = max(1, min(columns, n))
+    """(figure, the n axes in reading order): panels in rows of at most ``columns``, so that a figure
+    of many panels stays readable at the report's width: the figure is at most ``FIGURE_WIDTH``
+    wide (panels narrower than ``width`` where ``columns`` of them would be wider), ``height`` a row;
+    unused cells are hidden. Constrained layout: the caller draws no ``tight_layout``."""
+    columns = max(1, min(columns, n, int(FIGURE_WIDTH // min(width, FIGURE_WIDTH))))
     rows = -(-n // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
+    fig, axes = plt.subplots(
+        rows,
+        columns,
+        figsize=(min(width * columns, FIGURE_WIDTH), height * rows),
+        squeeze=False,
+        layout="constrained",
+    )
     flat = list(axes.flat)
     for ax in flat[n:]:
         ax.set_visible(False)
     return fig, flat[:n]
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    """``items`` in rows of at most ``size``, the rows as even as they can be."""
+    rows = max(1, -(-len(items) // max(1, size)))
+    per_row = -(-len(items) // rows) if items else 0
+    return [items[i : i + per_row] for i in range(0, len(items), per_row)] or [[]]
+
+
+def _wrapped(text: str, width: int) -> str:
+    """``text`` broken into lines of at most ``width`` characters (at spaces)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)) or text
+
+
+def _stacked_pairs(n: int, top: float, bottom: float, columns: int = 2, sharex: bool = False):
+    """(figure, n (upper, lower) axes pairs in reading order): each item a panel over another, the
+    items in rows of at most ``columns`` within ``FIGURE_WIDTH``; ``top`` and ``bottom`` the panels'
+    heights (inches). The axes are created item by item (upper, lower, next upper, ...)."""
+    columns = max(1, min(columns, n))
+    rows = -(-n // columns)
+    fig = plt.figure(
+        figsize=(FIGURE_WIDTH if columns > 1 else FIGURE_WIDTH * 0.75, rows * (top + bottom)),
+        layout="constrained",
+    )
+    grid = fig.add_gridspec(2 * rows, columns, height_ratios=[top, bottom] * rows)
+    pairs = []
+    for k in range(n):
+        row, column = divmod(k, columns)
+        upper = fig.add_subplot(grid[2 * row, column])
+        lower = fig.add_subplot(grid[2 * row + 1, column], sharex=upper if sharex else None)
+        pairs.append((upper, lower))
+    return fig, pairs
 
 
 def mean_ci(values, confidence: float = 0.95) -> tuple[float, float]:
@@ -98,25 +144,31 @@ def zoo_summary(zoo: pd.DataFrame, reported: dict[str, float | None]) -> pd.Data
 
 
 def zoo_accuracy(zoo: pd.DataFrame, reported: dict[str, float | None]) -> plt.Figure:
-    """Test accuracy of every zoo member per variant, mean with 95% CI, the paper's mean as a cross."""
+    """Test accuracy of every zoo member per variant, mean with 95% CI, the paper's mean as a cross;
+    rows of at most 16 variants."""
     variants = list(dict.fromkeys(zoo["variant"]))
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(variants) + 1.5), 3.6))
+    rows = _chunks(variants, 16)
+    fig, axes = plt.subplots(
+        len(rows), 1, figsize=(FIGURE_WIDTH, 0.6 + 3.0 * len(rows)), squeeze=False, layout="constrained"
+    )
     rng = np.random.default_rng(0)  # horizontal jitter only
-    for i, variant in enumerate(variants):
-        acc = 100 * zoo.loc[zoo["variant"] == variant, "test_acc"].to_numpy()
-        ax.scatter(i + rng.uniform(-0.15, 0.15, len(acc)), acc, s=12, alpha=0.6, color="C0")
-        ax.errorbar(i + 0.3, acc.mean(), yerr=interval_half_width(acc), fmt="o", color="black", capsize=3)
-        if reported.get(variant) is not None:
-            ax.plot(i + 0.3, reported[variant], "x", color="C3", markersize=8)
+    for ax, row in zip(axes[:, 0], rows):
+        for i, variant in enumerate(row):
+            acc = 100 * zoo.loc[zoo["variant"] == variant, "test_acc"].to_numpy()
+            ax.scatter(i + rng.uniform(-0.15, 0.15, len(acc)), acc, s=12, alpha=0.6, color="C0")
+            ax.errorbar(i + 0.3, acc.mean(), yerr=interval_half_width(acc), fmt="o", color="black", capsize=3)
+            if reported.get(variant) is not None:
+                ax.plot(i + 0.3, reported[variant], "x", color="C3", markersize=8)
+        ax.set_xticks(range(len(row)), row, rotation=30, ha="right", fontsize=SMALL)
+        ax.set_xlim(-0.6, max(len(row), 4) - 0.4)
+        ax.set_ylabel("test accuracy (%)")
+        ax.grid(axis="y", alpha=0.3)
+    ax = axes[0, 0]
     if any(value is not None for value in reported.values()):
         ax.plot([], [], "x", color="C3", label="paper (CIFAR-10)")
     ax.errorbar([], [], yerr=[], fmt="o", color="black", label="mean, 95% CI")
-    ax.set_xticks(range(len(variants)), variants, rotation=20, ha="right")
-    ax.set_ylabel("test accuracy (%)")
-    ax.set_title("Zoo accuracy per variant")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
+    ax.set_title(f"Zoo accuracy per variant ({_count(len(variants), 'variant')})")
+    ax.legend(fontsize=SMALL, loc="best")
     return fig
 
 
@@ -127,7 +179,7 @@ def rotation_penalty(table: pd.DataFrame) -> plt.Figure:
     """Penalty (accuracy points lost) per site and group, mean with 95% CI over trials and seeds,
     one panel per variant (the paper's Fig. 4)."""
     variants = list(dict.fromkeys(table["variant"]))
-    fig, panels = _panel_grid(len(variants), 4.2, 3.4, columns=3)
+    fig, panels = _panel_grid(len(variants), 4.0, 3.4)
     for ax, variant in zip(panels, variants):
         rows = table[table["variant"] == variant]
         sites = list(dict.fromkeys(rows["site"]))
@@ -156,12 +208,11 @@ def rotation_penalty(table: pd.DataFrame) -> plt.Figure:
                 index=False
             )
         ]
-        ax.set_xticks(range(len(sites)), labels, rotation=30, ha="right")
+        ax.set_xticks(range(len(sites)), labels, rotation=30, ha="right", fontsize=SMALL)
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_title(variant)
         ax.set_ylabel("rotation penalty (accuracy points)")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+        ax.legend(fontsize=SMALL)
     return fig
 
 
@@ -293,7 +344,7 @@ def _penalty_panel(ax, rows: pd.DataFrame, title: str) -> None:
         _site_errorbar(
             ax, rows[rows["method"] == method], sites, markersize=5, **_method_style(method, methods)
         )
-    ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
+    ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=SMALL)
     ax.axhline(0, color="gray", linewidth=0.8)
     # Penalties lie in [-100, 100]; with few pairs a t interval can reach far beyond, so the
     # axis follows the means and long bars run off it.
@@ -305,13 +356,19 @@ def _penalty_panel(ax, rows: pd.DataFrame, title: str) -> None:
 
 
 def _legend_of_every_panel(axes) -> None:
-    """One legend beside the last panel with every label drawn in any panel (variants may use
-    different methods), each once."""
+    """One legend under the panels with every label drawn in any panel (variants may use different
+    methods), each once (the figure's layout is constrained)."""
     entries = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(label, handle)
-    axes[-1].legend(entries.values(), entries.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    axes[0].figure.legend(
+        entries.values(),
+        entries.keys(),
+        fontsize=SMALL,
+        loc="outside lower center",
+        ncol=min(len(entries), 4),
+    )
 
 
 CONVERGED_MASS = 0.3  # a G_ReLU layer whose P ends with more mass off its permutation did not converge
@@ -333,7 +390,7 @@ def stitching_convergence(table: pd.DataFrame) -> plt.Figure:
         else table.iloc[:0]
     )
     variants = list(dict.fromkeys(rows["variant"])) or ["(no G_ReLU layer trained)"]
-    fig, panels = _panel_grid(len(variants), 4.2, 3.6, columns=3)
+    fig, panels = _panel_grid(len(variants), 4.0, 3.6)
     for ax, variant in zip(panels, variants):
         mine = rows[rows["variant"] == variant]
         sites = list(dict.fromkeys(mine["site"]))
@@ -358,11 +415,10 @@ def stitching_convergence(table: pd.DataFrame) -> plt.Figure:
             else f"{variant}: not converged at "
             + ", ".join(sorted({f"{r.site} ({r.method})" for r in late.itertuples()}))
         )
-        ax.set(title=title, xlabel="epoch", ylabel="off-permutation mass of P", ylim=(0, 1))
-        ax.title.set_fontsize(8 if late.empty else 7)
+        ax.set(title=_wrapped(title, 48), xlabel="epoch", ylabel="off-permutation mass of P", ylim=(0, 1))
+        ax.title.set_fontsize(9)
         if len(mine):
-            ax.legend(fontsize=6)
-    fig.tight_layout()
+            ax.legend(fontsize=SMALL, loc="upper right", ncol=1 + (len(mine.groupby(["site", "method"])) > 6))
     return fig
 
 
@@ -370,14 +426,13 @@ def stitching_penalty(table: pd.DataFrame) -> plt.Figure:
     """Stitching penalty per site and method, mean with 95% CI over pairs, one panel per variant;
     residual-internal sites marked * (the paper's Figs. 1, 6, 7)."""
     variants = list(dict.fromkeys(table["variant"]))
-    width = max(4.5, 0.3 * table.groupby("variant")["site"].nunique().max() + 2.5)
+    width = max(4.0, 0.3 * table.groupby("variant")["site"].nunique().max() + 2.5)
     # Two panels a row, one where a variant's sites make a panel wide: 8-pt labels stay at least
     # 8 pt when the figure is shown 800 px wide.
-    fig, axes = _panel_grid(len(variants), width, 3.8, columns=2 if width <= 5.5 else 1)
+    fig, axes = _panel_grid(len(variants), width, 3.8, columns=2)
     for ax, variant in zip(axes, variants):
         _penalty_panel(ax, table[table["variant"] == variant], variant)
     _legend_of_every_panel(axes)
-    fig.tight_layout()
     return fig
 
 
@@ -385,7 +440,8 @@ def stitching_dimension(table: pd.DataFrame) -> plt.Figure:
     """Dimension of each stitching layer's parameter manifold per site: C for G_ReLU, 2Cr - r^2
     for rank r, C^2 for full (log scale)."""
     variants = list(dict.fromkeys(table["variant"]))
-    fig, panels = _panel_grid(len(variants), 4.5, 3.4, columns=3)
+    width = max(4.0, 0.3 * table.groupby("variant")["site"].nunique().max() + 2.5)
+    fig, panels = _panel_grid(len(variants), width, 3.4, columns=2)
     for ax, variant in zip(panels, variants):
         rows = table[table["variant"] == variant]
         sites, labels = _site_labels(rows)
@@ -397,12 +453,11 @@ def stitching_dimension(table: pd.DataFrame) -> plt.Figure:
             ]
             ax.plot(range(len(sites)), dims, **_method_style(method, methods))
         ax.set_yscale("log")
-        ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
+        ax.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=SMALL)
         ax.set_title(variant)
         ax.set_ylabel("parameter dimension")
         ax.grid(alpha=0.3)
     _legend_of_every_panel(panels)
-    fig.tight_layout()
     return fig
 
 
@@ -469,12 +524,8 @@ def leaky_relu_penalty(
     )
     ordered = sorted((v for v in slopes if v in set(rows["variant"])), key=lambda v: slopes[v])
     sites, labels = _site_labels(rows)
-    fig, (left, right) = plt.subplots(
-        1,
-        2,
-        figsize=(max(5.0, 0.4 * len(sites) + 3.0) + 4.0, 3.8),
-        gridspec_kw={"width_ratios": [max(5.0, 0.4 * len(sites) + 3.0), 3.5]},
-    )
+    # the penalties over the accuracies, each the report's width
+    fig, (left, right) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH * 0.8, 7.4), layout="constrained")
     for k, variant in enumerate(ordered):
         part = rows[rows["variant"] == variant]
         _site_errorbar(
@@ -486,14 +537,16 @@ def leaky_relu_penalty(
             color=plt.cm.viridis(0.9 * k / max(1, len(ordered) - 1)),
             label=f"{_slope_label(slopes[variant])} ({_count(part['pair'].nunique(), 'pair')})",
         )
-    left.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
+    left.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=SMALL)
     left.axhline(0, color="gray", linewidth=0.8)
     means = 100 * rows.groupby(["variant", "site"])["penalty"].mean()
     left.set_ylim(max(-100.0, min(0.0, means.min()) - 10), min(100.0, means.max() + 15))
     left.set_ylabel("G_ReLU stitching penalty (accuracy points)")
     left.set_title("G_ReLU stitching per negative slope")
     left.grid(axis="y", alpha=0.3)
-    left.legend(fontsize=7, title="slope", title_fontsize=7)
+    left.legend(
+        fontsize=SMALL, title="slope", title_fontsize=SMALL, loc="upper left", bbox_to_anchor=(1.01, 1)
+    )
 
     x = np.arange(len(accuracy))
     right.errorbar(
@@ -518,15 +571,14 @@ def leaky_relu_penalty(
             markersize=8,
             label="paper (Table 3, CIFAR-10)",
         )
-    right.set_xticks(x, [_slope_label(s) for s in accuracy["slope"]], rotation=45, ha="right", fontsize=8)
+    right.set_xticks(x, [_slope_label(s) for s in accuracy["slope"]], rotation=45, ha="right", fontsize=SMALL)
     right.set_xlabel("negative slope")
     right.set_ylabel("zoo test accuracy (%)")
     bottom, top = right.get_ylim()
     right.set_ylim(max(0.0, bottom), min(100.0, top))  # an interval may reach past 100 %
     right.set_title("Zoo accuracy per slope")
     right.grid(axis="y", alpha=0.3)
-    right.legend(fontsize=7)
-    fig.tight_layout()
+    right.legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(1.01, 1))
     return fig
 
 
@@ -555,15 +607,9 @@ def alpha_selection(table: pd.DataFrame) -> plt.Figure:
     grid = np.unique(np.round(np.concatenate([listed, chosen]), 12))
     variants = list(dict.fromkeys(cv["variant"]))
     n_sites = cv.groupby("variant")["site"].nunique().max()
-    width_left, width_right = max(4.0, 0.8 * len(grid) + 1.5), max(4.5, 0.4 * n_sites + 2.5)
-    height = 4.0 + 0.15 * np.ceil(n_sites / 5)  # the site legend sits under the histogram
-    fig, axes = plt.subplots(
-        len(variants),
-        2,
-        figsize=(width_left + width_right + 2.0, height * len(variants)),
-        squeeze=False,
-        gridspec_kw={"width_ratios": [width_left, width_right]},
-    )
+    # each variant's histogram over its penalties, two variants a row (one where sites are many)
+    columns = 2 if n_sites <= 8 and len(grid) <= 6 else 1
+    fig, axes = _stacked_pairs(len(variants), 3.4 + 0.2 * np.ceil(n_sites / 3), 3.6, columns)
     for (hist, penalty), variant in zip(axes, variants):
         rows = cv[cv["variant"] == variant]
         picked = _chosen_alpha(rows)
@@ -582,20 +628,22 @@ def alpha_selection(table: pd.DataFrame) -> plt.Figure:
         hist.set_xticks(range(len(grid)), [f"{alpha:g}" for alpha in grid])
         hist.set_xlabel(r"$\alpha$ chosen by cross-validation")
         hist.set_ylabel("pairs")
-        hist.set_title(f"{variant}: chosen alpha per site ({_count(rows['pair'].nunique(), 'pair')})")
+        hist.set_title(
+            _wrapped(f"{variant}: chosen alpha per site ({_count(rows['pair'].nunique(), 'pair')})", 40),
+            fontsize=9,
+        )
         hist.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         hist.grid(axis="y", alpha=0.3)
         hist.legend(
-            fontsize=6,
+            fontsize=SMALL,
             title="site",
-            title_fontsize=6,
-            ncol=min(len(sites), 5),
+            title_fontsize=SMALL,
+            ncol=min(len(sites), 3),
             loc="upper center",
-            bbox_to_anchor=(0.5, -0.2),
+            bbox_to_anchor=(0.5, -0.25),
         )
         _penalty_panel(penalty, _paired(table[table["variant"] == variant], ["grelu", "grelu_cv"]), variant)
-        penalty.legend(fontsize=7)
-    fig.tight_layout()
+        penalty.legend(fontsize=SMALL)
     return fig
 
 
@@ -612,7 +660,7 @@ def l1_sparsity(table: pd.DataFrame) -> plt.Figure:
     if "sparsity" not in table:
         raise ValueError("the stitching table has no sparsity column: rerun the stitching stage")
     variants = list(dict.fromkeys(l1["variant"]))
-    fig, panels = _panel_grid(len(variants), 4.6, 3.8, columns=3)
+    fig, panels = _panel_grid(len(variants), 4.0, 3.8)
     for ax, variant in zip(panels, variants):
         rows = table[
             (table["variant"] == variant)
@@ -638,11 +686,11 @@ def l1_sparsity(table: pd.DataFrame) -> plt.Figure:
         ax.set_xlabel("sparsity (fraction of |W_ij| <= 1e-3)")
         ax.set_ylabel("stitching penalty (accuracy points)")
         ax.set_title(
-            f"{variant} ({_count(rows['pair'].nunique(), 'pair')}, {_count(rows['site'].nunique(), 'site')})"
+            f"{variant} ({_count(rows['pair'].nunique(), 'pair')}, {_count(rows['site'].nunique(), 'site')})",
+            fontsize=9,
         )
         ax.grid(alpha=0.3)
     _legend_of_every_panel(panels)
-    fig.tight_layout()
     return fig
 
 
@@ -655,12 +703,12 @@ def softsort_comparison(table: pd.DataFrame) -> plt.Figure:
     )
     variants = list(dict.fromkeys(soft["variant"]))
     n_sites = soft.groupby("variant")["site"].nunique().max()
-    width = max(4.5, 0.4 * n_sites + 2.5)
-    fig, axes = plt.subplots(len(variants), 2, figsize=(2 * width + 1.0, 3.8 * len(variants)), squeeze=False)
+    # each variant's penalties over its times, two variants a row (one where sites are many)
+    fig, axes = _stacked_pairs(len(variants), 3.8, 3.4, 2 if n_sites <= 10 else 1)
     for (penalty, seconds), variant in zip(axes, variants):
         rows = _paired(table[table["variant"] == variant], ["grelu", "softsort"])
         _penalty_panel(penalty, rows, variant)
-        penalty.legend(fontsize=7)
+        penalty.legend(fontsize=SMALL)
         sites, labels = _site_labels(rows)
         methods = _method_order(rows["method"])
         for method in methods:
@@ -680,12 +728,11 @@ def softsort_comparison(table: pd.DataFrame) -> plt.Figure:
             else ""
         )
         seconds.set_yscale("log")
-        seconds.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=8)
+        seconds.set_xticks(range(len(sites)), labels, rotation=45, ha="right", fontsize=SMALL)
         seconds.set_ylabel("training wall time (s)")
-        seconds.set_title(f"{variant}{ratio}", fontsize=9)
+        seconds.set_title(_wrapped(f"{variant}{ratio}", 40), fontsize=9)
         seconds.grid(axis="y", alpha=0.3)
-        seconds.legend(fontsize=7)
-    fig.tight_layout()
+        seconds.legend(fontsize=SMALL)
     return fig
 
 
@@ -744,7 +791,7 @@ def similarity_procrustes(table: pd.DataFrame, paper: dict[str, dict[str, dict[s
     per variant; the paper's CIFAR-10 values as crosses where they exist (Table 2; Figs. 9, 10)."""
     rows = table[table["measure"].str.endswith("procrustes")]
     variants = list(dict.fromkeys(rows["variant"]))
-    fig, panels = _panel_grid(len(variants), 4.2, 3.4, columns=3)
+    fig, panels = _panel_grid(len(variants), 4.0, 3.6)
     for ax, variant in zip(panels, variants):
         part = rows[rows["variant"] == variant]
         sites = list(dict.fromkeys(part["site_a"]))
@@ -775,13 +822,12 @@ def similarity_procrustes(table: pd.DataFrame, paper: dict[str, dict[str, dict[s
                     markersize=8,
                     label=f"paper ({MEASURE_LABELS.get(measure, measure)})",
                 )
-        ax.set_xticks(range(len(sites)), sites, rotation=45, ha="right", fontsize=8)
+        ax.set_xticks(range(len(sites)), sites, rotation=45, ha="right", fontsize=SMALL)
         ax.set_ylim(0, 1)
         ax.set_title(f"{variant} ({_count(part['pair'].nunique(), 'pair')})")
         ax.set_ylabel("similarity")
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+        ax.legend(fontsize=SMALL, loc="lower left")
     return fig
 
 
@@ -796,35 +842,50 @@ def similarity_cka(table: pd.DataFrame) -> plt.Figure:
     rows = table[~table["measure"].str.endswith("procrustes") & (table["measure"] != "npk_cka")]
     variants = list(dict.fromkeys(rows["variant"]))
     measures = list(dict.fromkeys(rows["measure"]))
-    panel = 2.6 + 0.16 * rows.groupby("variant")["site_a"].nunique().max()  # room for site labels
+    n_sites = rows.groupby("variant")["site_a"].nunique().max()
+    # Each variant's measures in rows of at most 3 heatmaps (2 where sites are many), the figure
+    # the report's width; a variant's next measures wrap onto the next row.
+    columns = len(measures) if len(measures) <= 3 else 3 if n_sites <= 12 else 2
+    per_variant = -(-len(measures) // columns)
+    side = (FIGURE_WIDTH - 1.8) / columns
     fig, axes = plt.subplots(
-        len(variants),
-        len(measures),
+        len(variants) * per_variant,
+        columns,
         squeeze=False,
         layout="constrained",
-        figsize=(panel * len(measures) + 1.0, panel * len(variants)),
+        figsize=(FIGURE_WIDTH, len(variants) * per_variant * (side + 0.9)),
     )
+    for ax in axes.flat:
+        ax.set_visible(False)
+    shown = []
     for r, variant in enumerate(variants):
         for c, measure in enumerate(measures):
+            ax = axes[r * per_variant + c // columns][c % columns]
             part = rows[(rows["variant"] == variant) & (rows["measure"] == measure)]
+            if part.empty:
+                continue
+            ax.set_visible(True)
+            shown.append(ax)
             sites = list(dict.fromkeys(part["site_a"]))
             grid = part.groupby(["site_a", "site_b"])["value"].mean().unstack().loc[sites, sites]
             if measure in DISTANCES:
-                distance = axes[r][c].imshow(grid.to_numpy(), vmin=0, cmap="viridis")
-                fig.colorbar(distance, ax=axes[r][c], shrink=0.8, label="distance")
+                distance = ax.imshow(grid.to_numpy(), vmin=0, cmap="viridis")
+                fig.colorbar(distance, ax=ax, shrink=0.8, label="distance")
             else:
-                image = axes[r][c].imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="magma")
-            ticks = range(len(sites))
-            axes[r][c].set_xticks(ticks, sites, rotation=90, fontsize=6)
-            axes[r][c].set_yticks(ticks, sites, fontsize=6)
-            axes[r][c].set_title(
-                f"{variant}: {MEASURE_LABELS.get(measure, measure)} ({_count(part['pair'].nunique(), 'pair')})",
-                fontsize=8,
+                image = ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="magma")
+            # every site labelled where 8-pt labels fit, else every second (third, ...) one
+            step = max(1, int(np.ceil(10.0 * len(sites) / (0.8 * side * 72))))
+            ticks = range(0, len(sites), step)
+            ax.set_xticks(ticks, [sites[i] for i in ticks], rotation=90, fontsize=SMALL)
+            ax.set_yticks(ticks, [sites[i] for i in ticks], fontsize=SMALL)
+            ax.set_title(
+                f"{variant} ({_count(part['pair'].nunique(), 'pair')})\n{MEASURE_LABELS.get(measure, measure)}",
+                fontsize=9,
             )
-            axes[r][c].set_xlabel("site of model b", fontsize=7)
-            axes[r][c].set_ylabel("site of model a", fontsize=7)
+            ax.set_xlabel("site of model b", fontsize=SMALL)
+            ax.set_ylabel("site of model a", fontsize=SMALL)
     if any(m not in DISTANCES for m in measures):
-        fig.colorbar(image, ax=axes, shrink=0.8, label="similarity")
+        fig.colorbar(image, ax=shown, shrink=0.6, label="similarity")
     return fig
 
 
@@ -867,7 +928,9 @@ def dissection_fraction(table: pd.DataFrame) -> plt.Figure:
     summary = dissection_summary(table)
     draws = _dissection_draws(table)
     variants = list(dict.fromkeys(summary["variant"]))
-    fig, axes = plt.subplots(2, len(variants), figsize=(3.8 * len(variants), 6.0), squeeze=False, sharex=True)
+    # each variant's fractions over its concepts, two variants a row
+    fig, pairs = _stacked_pairs(len(variants), 3.1, 2.9, sharex=True)
+    axes = np.array(pairs, dtype=object).T  # axes[0, c], axes[1, c]: variant c's two panels
     for c, variant in enumerate(variants):
         part = summary[summary["variant"] == variant]
         for k, (site, rows) in enumerate(part.groupby("site", sort=False)):
@@ -894,12 +957,14 @@ def dissection_fraction(table: pd.DataFrame) -> plt.Figure:
         axes[1, c].set_ylabel("unique concepts detected")
         axes[1, c].set_xlabel(r"rotation $\alpha$ (basis $Q^\alpha$)")
         # With few seeds and draws a t interval can be wide: the axes follow the means.
-        axes[0, c].set_ylim(0, min(1.0, 1.3 * part["fraction_interpretable"].max() + 0.05))
+        # room above the lines for the site legend (one line a site)
+        room = 1.3 + 0.1 * part["site"].nunique()
+        axes[0, c].set_ylim(0, min(1.0, room * part["fraction_interpretable"].max() + 0.05))
         axes[1, c].set_ylim(0, 1.3 * part["unique_concepts"].max() + 1)
-        axes[0, c].legend(fontsize=7, title="site (units)", title_fontsize=7)
+        axes[0, c].legend(fontsize=SMALL, title="site (units)", title_fontsize=SMALL)
         for ax in axes[:, c]:
             ax.grid(alpha=0.3)
-    fig.tight_layout()
+        axes[0, c].tick_params(labelbottom=False)
     return fig
 
 
@@ -911,7 +976,7 @@ def dissection_categories(units: pd.DataFrame, sites: dict[str, str], alphas=(0.
     categories = list(dict.fromkeys(units["category"]))
     grid = np.array(sorted(units["alpha"].unique()))
     chosen = list(dict.fromkeys(float(grid[np.abs(grid - a).argmin()]) for a in alphas))
-    fig, panels = _panel_grid(len(variants), 3.8, 3.4, columns=3)
+    fig, panels = _panel_grid(len(variants), 4.0, 3.4)
     width = 0.8 / len(chosen)
     for ax, variant in zip(panels, variants):
         part = _dissection_draws(units[(units["variant"] == variant) & (units["site"] == sites[variant])])
@@ -930,9 +995,8 @@ def dissection_categories(units: pd.DataFrame, sites: dict[str, str], alphas=(0.
         ax.set_xticks(range(len(categories)), categories)
         ax.set_title(f"{variant}: {sites[variant]}", fontsize=9)
         ax.set_ylabel("interpretable units (mean)")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=SMALL)
         ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
     return fig
 
 
@@ -942,7 +1006,10 @@ def dissection_masks(images: np.ndarray, panels: list[dict]) -> plt.Figure:
     upsampled activation. ``panels``: dicts with ``title`` and ``examples`` [(image index, mask)]."""
     columns = max(len(p["examples"]) for p in panels)
     fig, axes = plt.subplots(
-        len(panels), columns, figsize=(1.3 * columns + 0.2, 1.45 * len(panels)), squeeze=False
+        len(panels),
+        columns,
+        figsize=(min(1.3 * columns + 0.2, FIGURE_WIDTH), 1.45 * len(panels)),
+        squeeze=False,
     )
     for row, panel in zip(axes, panels):
         for ax in row:
@@ -951,7 +1018,7 @@ def dissection_masks(images: np.ndarray, panels: list[dict]) -> plt.Figure:
             image = images[index].transpose(1, 2, 0) / 255.0
             ax.imshow(image * (0.25 + 0.75 * mask[..., None]), interpolation="nearest")
             ax.contour(mask, levels=[0.5], colors="yellow", linewidths=0.6)
-        row[0].set_title(panel["title"], fontsize=7, loc="left")
+        row[0].set_title(panel["title"], fontsize=SMALL, loc="left")
     fig.tight_layout()
     return fig
 
@@ -991,7 +1058,10 @@ def gated_accuracy(table: pd.DataFrame) -> plt.Figure:
 
     standalone = table[(table["regime"].isna() | (table["regime"] == "standalone")) & ~table["permuted"]]
     regimes = table[table["regime"].isin(["fl", "fr"]) & ~table["permuted"]]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained", width_ratios=[3, 1.3])
+    # the standalone members over the FL and FR regimes, each the report's width
+    fig, axes = plt.subplots(
+        2, 1, figsize=(FIGURE_WIDTH, 7.0), layout="constrained", height_ratios=[3.8, 3.0]
+    )
     ax = axes[0]
     columns = _gated_columns(standalone)
     archs = list(dict.fromkeys(standalone["base"]))
@@ -1018,11 +1088,15 @@ def gated_accuracy(table: pd.DataFrame) -> plt.Figure:
                 mean, sd, source = reference
                 ax.bar(x + width, mean, width, yerr=sd, color="0.7", label=None if sources else "the paper's")
                 sources.append(source.split(",")[0])
-    ax.set_xticks(range(len(columns)), [gated_label("dnn" if f == "dnn" else f"{f} {v}") for f, v in columns])
+    ax.set_xticks(
+        range(len(columns)),
+        [gated_label("dnn" if f == "dnn" else f"{f} {v}") for f, v in columns],
+        fontsize=SMALL if len(columns) > 6 else None,
+    )
     ax.set_ylabel("test accuracy (%)")
     reference_note = "; ".join(dict.fromkeys(sources)) if sources else "no paper number at this budget"
-    ax.set_title(f"standalone: family x value input (grey: {reference_note})", fontsize=8, wrap=True)
-    ax.legend(fontsize=7, loc="lower left")
+    ax.set_title(_wrapped(f"standalone: family x value input (grey: {reference_note})", 90), fontsize=9)
+    ax.legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax = axes[1]
     if len(regimes):
         groups = list(dict.fromkeys(zip(regimes["variant"], regimes["regime"], regimes["family"])))
@@ -1030,7 +1104,10 @@ def gated_accuracy(table: pd.DataFrame) -> plt.Figure:
             acc = regimes.loc[regimes["variant"] == variant, "test_acc"].to_numpy() * 100
             ax.bar(i, acc.mean(), 0.6, color="C2" if regime == "fl" else "C4")
             ax.scatter(np.full(len(acc), i), acc, s=8, color="k", zorder=3)
-        ax.set_xticks(range(len(groups)), [f"{r.upper()} {f.upper()}\n{v}" for v, r, f in groups], fontsize=7)
+        ax.set_xticks(
+            range(len(groups)), [f"{r.upper()} {f.upper()}\n{v}" for v, r, f in groups], fontsize=SMALL
+        )
+        ax.set_ylabel("test accuracy (%)")
         ax.set_title("feature network learned (FL) or random (FR)", fontsize=9)
     else:
         ax.text(0.5, 0.5, "no FL / FR variants", ha="center", va="center", transform=ax.transAxes)
@@ -1065,7 +1142,8 @@ def gated_permutations(table: pd.DataFrame) -> plt.Figure:
             "permuted"
         ].any()
     ]
-    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(rows["perm"].unique()) + 2), 3.6), layout="constrained")
+    n_perms = len(rows["perm"].unique())
+    fig, ax = plt.subplots(figsize=(min(FIGURE_WIDTH, max(5, 0.9 * n_perms + 2)), 3.8), layout="constrained")
     perms = ["identity"] + sorted(p for p in rows["perm"].unique() if p != "identity")
     for k, (arch, family, value_input) in enumerate(keys):
         part = rows[
@@ -1082,13 +1160,14 @@ def gated_permutations(table: pd.DataFrame) -> plt.Figure:
         reference = _paper_reference(part[part["permuted"]])
         if reference is not None:
             ax.axhline(reference[0], color=f"C{k}", ls=":", lw=1)
-    ax.set_xticks(range(len(perms)), perms, rotation=30, fontsize=7)
+    ax.set_xticks(range(len(perms)), perms, rotation=30 if n_perms <= 8 else 90, fontsize=SMALL)
     ax.set_xlabel("gate layer of each value layer (gate_perm)")
     ax.set_ylabel("test accuracy (%)")
     ax.set_title(
-        "gate-layer permutations (dotted: the paper's mean over 23, Table I of the data set)", fontsize=9
+        _wrapped("gate-layer permutations (dotted: the paper's mean over 23, Table I of the data set)", 60),
+        fontsize=9,
     )
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=SMALL, loc="best")
     return fig
 
 
@@ -1096,7 +1175,8 @@ def gated_kernels(npk: pd.DataFrame, similarity: pd.DataFrame | None) -> plt.Fig
     """Left: across seeds, CKA at each site with the same site of the other member: gate CKA beside
     linear and G_ReLU CKA (the similarity stage's heatmap diagonals; study variants only). Right:
     each kernel's CKA with the member's empirical NTK (NPK and per-site gate kernels)."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    # the CKAs across seeds over the CKAs with the NTK, each the report's width
+    fig, axes = plt.subplots(2, 1, figsize=(FIGURE_WIDTH, 7.6), layout="constrained")
     ax = axes[0]
     variants = list(dict.fromkeys(npk["variant"]))
     if similarity is not None:
@@ -1120,9 +1200,9 @@ def gated_kernels(npk: pd.DataFrame, similarity: pd.DataFrame | None) -> plt.Fig
                     color=f"C{k}",
                     label=f"{variant}: {MEASURE_LABELS[measure]}",
                 )
-                ax.set_xticks(range(len(means)), means.index, rotation=60, fontsize=6)
+                ax.set_xticks(range(len(means)), means.index, rotation=45, ha="right", fontsize=SMALL)
         ax.set_ylabel("CKA across seeds (same site)")
-        ax.legend(fontsize=6, ncol=2)
+        ax.legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(1.01, 1))
     else:
         ax.text(
             0.5,
@@ -1143,7 +1223,7 @@ def gated_kernels(npk: pd.DataFrame, similarity: pd.DataFrame | None) -> plt.Fig
             ax.axhline(model.mean(), color=f"C{k}", ls="--", lw=1)
     ax.set_xlabel("site (gate kernel); dashed: the value network's NPK")
     ax.set_ylabel("CKA with the empirical NTK")
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(1.01, 1))
     return fig
 
 
@@ -1219,9 +1299,9 @@ def connectivity_curves(table: pd.DataFrame) -> plt.Figure:
     test = table[table["split"] == "test"]
     several = test["correction"].nunique() > 1
     columns = list(dict.fromkeys(zip(test["variant"], test["correction"])))
-    fig, axes = plt.subplots(
-        2, len(columns), figsize=(3.6 * len(columns), 5.6), squeeze=False, layout="constrained"
-    )
+    # each column's loss over its accuracy, two columns a row
+    fig, pairs = _stacked_pairs(len(columns), 2.9, 2.9, sharex=True)
+    axes = np.array(pairs, dtype=object).T  # axes[0, c], axes[1, c]: column c's two panels
     for column, (variant, correction) in enumerate(columns):
         rows = test[(test["variant"] == variant) & (test["correction"] == correction)]
         for method in _connectivity_methods(rows):
@@ -1239,7 +1319,8 @@ def connectivity_curves(table: pd.DataFrame) -> plt.Figure:
         axes[0, column].set_ylabel("test loss")
         axes[1, column].set_ylabel("test accuracy")
         axes[1, column].set_xlabel("lambda (0: f, 1: g aligned to f)")
-    axes[0, 0].legend(fontsize=7)
+        axes[0, column].tick_params(labelbottom=False)
+    axes[0, 0].legend(fontsize=SMALL)
     return fig
 
 
@@ -1254,7 +1335,7 @@ def connectivity_barriers(
     if curves["correction"].nunique() > 1:
         curves["architecture"] += ", " + curves["correction"]
     panels = list(dict.fromkeys(curves["architecture"]))
-    fig, axes = _panel_grid(len(panels), 4.2, 3.4, columns=3)
+    fig, axes = _panel_grid(len(panels), 4.0, 3.4)
     for ax, panel in zip(axes, panels):
         rows = curves[curves["architecture"] == panel]
         widths = sorted(rows["width_multiplier"].unique())
@@ -1287,8 +1368,9 @@ def connectivity_barriers(
         ax.set_ylabel(f"test loss barrier ({barrier.replace('_', ' ')})")
         ax.set_title(panel, fontsize=9)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.legend(
+        handles, labels, loc="outside lower center", ncol=min(len(labels), 3), fontsize=SMALL, frameon=False
+    )
     return fig
 
 
@@ -1307,9 +1389,21 @@ def deqntk_accuracy(table: pd.DataFrame, zoo: pd.DataFrame | None, paper: dict) 
     settings = list(dict.fromkeys(zip(rows["sigma_w2"], rows["sigma_u2"], rows["sigma_b2"])))
     variants = [] if zoo is None else list(dict.fromkeys(zoo["variant"]))
     sizes = sorted(rows["n_train"].unique())
-    fig, ax = plt.subplots(
-        figsize=(max(5.0, 0.9 * (len(settings) + len(variants)) + 2), 3.8), layout="constrained"
+    # at most 16 columns a row: the zoo's variants past the first row wrap onto rows below
+    first = max(16 - len(settings), 4)
+    more = _chunks(variants[first:], 16) if len(variants) > first else []
+    fig, axes = plt.subplots(
+        1 + len(more),
+        1,
+        figsize=(
+            min(FIGURE_WIDTH, max(5.0, 0.5 * (len(settings) + len(variants)) + 2)),
+            4.4 + 3.2 * len(more),
+        ),
+        layout="constrained",
+        squeeze=False,
+        height_ratios=[4.4] + [3.2] * len(more),
     )
+    ax = axes[0, 0]
     for k, n in enumerate(sizes):
         for i, setting in enumerate(settings):
             part = rows[
@@ -1342,24 +1436,35 @@ def deqntk_accuracy(table: pd.DataFrame, zoo: pd.DataFrame | None, paper: dict) 
                 label=None if crossed else "paper (50,000 training images)",
             )
             crossed = True
-    for j, variant in enumerate(variants):
-        acc = 100 * zoo.loc[zoo["variant"] == variant, "test_acc"].to_numpy()
-        x = len(settings) + j
-        ax.scatter(np.full(len(acc), x - 0.1), acc, s=10, alpha=0.6, color="0.4")
-        ax.errorbar(x + 0.1, acc.mean(), yerr=interval_half_width(acc), fmt="s", color="black", capsize=3)
+    for row, (at, shown) in enumerate(
+        [(ax, variants[:first])] + [(a, chunk) for a, chunk in zip(axes[1:, 0], more)]
+    ):
+        start = len(settings) if row == 0 else 0
+        for j, variant in enumerate(shown):
+            acc = 100 * zoo.loc[zoo["variant"] == variant, "test_acc"].to_numpy()
+            x = start + j
+            at.scatter(np.full(len(acc), x - 0.1), acc, s=10, alpha=0.6, color="0.4")
+            at.errorbar(x + 0.1, acc.mean(), yerr=interval_half_width(acc), fmt="s", color="black", capsize=3)
+        if row:
+            at.set_xticks(range(len(shown)), shown, rotation=45, ha="right", fontsize=SMALL)
+            at.set_ylabel("test accuracy (%)")
+            at.grid(axis="y", alpha=0.3)
     if variants:
         ax.errorbar([], [], yerr=[], fmt="s", color="black", label="zoo: mean, 95% CI (dots: members)")
         ax.axvline(len(settings) - 0.5, color="0.8", lw=1)
-    labels = [f"DEQ-NTK\n{_variances_label(*s)}" for s in settings] + variants
-    ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+    labels = [f"DEQ-NTK\n{_variances_label(*s)}" for s in settings] + variants[:first]
+    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=SMALL)
     n_test = ", ".join(f"{n:,}" for n in sorted(rows["n_test"].unique()))
     ax.set_ylabel("test accuracy (%)")
     ax.set_title(
-        f"Kernel regression with the DEQ-NTK (sigma_w2, sigma_u2, sigma_b2) beside the trained zoo; {n_test} test images",
+        _wrapped(
+            f"Kernel regression with the DEQ-NTK (sigma_w2, sigma_u2, sigma_b2) beside the trained zoo; {n_test} test images",
+            80,
+        ),
         fontsize=9,
     )
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=SMALL, loc="best")
     return fig
 
 
@@ -1394,7 +1499,7 @@ def _depth_panel(ax, rows: pd.DataFrame, depths: list[int]) -> None:
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.set_xlabel("depth L (hidden layers)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=SMALL, loc="best")
 
 
 def deqntk_depth(table: pd.DataFrame) -> plt.Figure:
@@ -1410,9 +1515,11 @@ def deqntk_depth(table: pd.DataFrame) -> plt.Figure:
     depths = sorted(rows.loc[rows["depth"] != "deq", "depth"].astype(int).unique())
     # the curves outside the panels first, then the panels in the config's order
     panels = sorted(dict.fromkeys(rows["panel"]), key=lambda name: name != "") or [""]
-    fig, axes = plt.subplots(
-        1, len(panels), figsize=(max(6.4, 4.2 * len(panels)), 4.0), layout="constrained", squeeze=False
-    )
+    if len(panels) == 1:
+        fig, axes = plt.subplots(figsize=(6.4, 4.0), layout="constrained", squeeze=False)
+    else:
+        fig, flat = _panel_grid(len(panels), 4.0, 4.0)
+        axes = [flat]
     for ax, panel in zip(axes[0], panels):
         _depth_panel(ax, rows[rows["panel"] == panel], depths)
         if panel:
@@ -1425,7 +1532,12 @@ def deqntk_depth(table: pd.DataFrame) -> plt.Figure:
         if len(rows)
         else ""
     )
-    fig.suptitle(f"Finite depth against the equilibrium: {sizes}, {draws} draws, 95% t intervals", fontsize=9)
+    fig.suptitle(
+        _wrapped(
+            f"Finite depth against the equilibrium: {sizes}, {_count(draws, 'draw')}, 95% t intervals", 90
+        ),
+        fontsize=9,
+    )
     return fig
 
 
@@ -1434,9 +1546,8 @@ def deqntk_reference(reference: pd.DataFrame) -> plt.Figure:
     variant: per kernel of the representation (the similarity measure's), the mean over members
     (members as dots)."""
     variants = list(dict.fromkeys(reference["variant"]))
-    fig, axes = plt.subplots(
-        1, len(variants), figsize=(max(4.5, 3.6 * len(variants)), 3.8), layout="constrained", squeeze=False
-    )
+    fig, flat = _panel_grid(len(variants), 4.0, 3.8)
+    axes = [flat]
     for ax, variant in zip(axes[0], variants):
         part = reference[reference["variant"] == variant]
         sites = list(dict.fromkeys(part["site"]))
@@ -1454,11 +1565,11 @@ def deqntk_reference(reference: pd.DataFrame) -> plt.Figure:
             if rows["seed"].nunique() > 1:
                 x = [sites.index(site) for site in rows["site"]]
                 ax.scatter(x, rows["cka"], s=6, color=f"C{k}", alpha=0.4)
-        ax.set_xticks(range(len(sites)), sites, rotation=60, fontsize=6)
+        ax.set_xticks(range(len(sites)), sites, rotation=45, ha="right", fontsize=SMALL)
         ax.set_title(f"{variant} ({_count(part['seed'].nunique(), 'member')})", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("CKA with the DEQ-NTK")
-    axes[0][0].legend(fontsize=7)
+    axes[0][0].legend(fontsize=SMALL)
     return fig
 
 
@@ -1496,9 +1607,8 @@ def pullback_symmetry(table: pd.DataFrame) -> plt.Figure:
     level (about 1e-16) is invariance."""
     table = at_stage_temperature(table)
     variants = list(dict.fromkeys(table["variant"]))
-    fig, axes = plt.subplots(
-        1, len(variants), figsize=(3.6 * len(variants) + 0.6, 3.4), layout="constrained", squeeze=False
-    )
+    fig, flat = _panel_grid(len(variants), 4.0, 3.6)
+    axes = [flat]
     floor = 1e-17
     for ax, variant in zip(axes[0], variants):
         part = table[table["variant"] == variant]
@@ -1514,12 +1624,12 @@ def pullback_symmetry(table: pd.DataFrame) -> plt.Figure:
         ax.set_ylim(floor / 2, 2)
         ax.axhline(1e-10, color="0.6", lw=0.8, ls=":")
         ax.set_xticks(range(len(spreads)), ["perm." if s == 0 else f"{s:g}" for s in spreads])
-        ax.set_xlabel("G_ReLU scale spread sigma (perm.: permutations)")
-        members = part["seed"].nunique()
-        ax.set_title(f"{variant} ({members} member{'s' if members > 1 else ''})", fontsize=9)
+        ax.set_xlabel("G_ReLU scale spread sigma\n(perm.: permutations)")
+        ax.set_title(f"{variant} ({_count(part['seed'].nunique(), 'member')})", fontsize=9)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("1 - cosine (solid: worst image, dashed: mean)")
-    axes[0][0].legend(fontsize=7, loc="center left")
+    for ax in axes[0]:
+        ax.set_ylabel("1 - cosine\n(solid: worst image, dashed: mean)")
+    axes[0][0].legend(fontsize=SMALL, loc="center left")
     return fig
 
 
@@ -1539,9 +1649,17 @@ def _mode_bars(ax, table: pd.DataFrame, column: str, per: list[str], ylabel: str
                 x, np.nanmean(values), width, color=f"C{k}", label=PULLBACK_MODES[mode] if i == 0 else None
             )
             ax.scatter(np.full(len(values), x), values, s=6, color="k", zorder=3)
-    ax.set_xticks(range(len(variants)), variants, rotation=20, fontsize=7)
+    ax.set_xticks(range(len(variants)), variants, rotation=30, ha="right", fontsize=SMALL)
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
+
+
+def _bar_panels(table: pd.DataFrame, n: int = 2):
+    """(figure, n axes) for per-variant bar panels: side by side within ``FIGURE_WIDTH`` for a few
+    variants, one over the other for more."""
+    columns = 2 if table["variant"].nunique() <= 3 else 1
+    fig, axes = _panel_grid(n, FIGURE_WIDTH / columns, 3.8 if columns == 2 else 3.4, columns=columns)
+    return fig, axes
 
 
 def pullback_agreement(table: pd.DataFrame) -> plt.Figure:
@@ -1549,14 +1667,16 @@ def pullback_agreement(table: pd.DataFrame) -> plt.Figure:
     variant and mode; left of the true class's logit (a dot per pair), right of hidden units matched
     by the Hungarian algorithm (a dot per unit)."""
     table = at_stage_temperature(table)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained")
+    fig, axes = _bar_panels(table)
     logits, units = table[table["site"] == "logit"], table[table["site"] != "logit"]
     _mode_bars(axes[0], logits, "cos_mean", ["pair"], "cosine across seeds (mean over images)")
     axes[0].set_title("class logit", fontsize=9)
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(0, -0.25), ncol=2)
     if len(units):
         _mode_bars(axes[1], units, "cos_mean", ["pair", "site", "unit_a"], "cosine across seeds")
-        axes[1].set_title("hidden units, each against its Hungarian match (a dot per unit)", fontsize=9)
+        axes[1].set_title(
+            _wrapped("hidden units, each against its Hungarian match (a dot per unit)", 45), fontsize=9
+        )
     else:
         axes[1].text(
             0.5, 0.5, "no hidden units compared", ha="center", va="center", transform=axes[1].transAxes
@@ -1572,9 +1692,9 @@ def pullback_transfer(table: pd.DataFrame) -> plt.Figure:
     right, the other member's gain in target probability. The same images, targets and budget in
     every mode."""
     table = at_stage_temperature(table)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained")
+    fig, axes = _bar_panels(table)
     keys = ["pair", "seed_source"]
-    _mode_bars(axes[0], table, "transfer_success", keys, "other member predicts the target")
+    _mode_bars(axes[0], table, "transfer_success", keys, "other member predicts\nthe target")
     variants = list(dict.fromkeys(table["variant"]))
     modes = _pullback_modes(table)
     width = 0.8 / max(len(modes), 1)
@@ -1591,11 +1711,11 @@ def pullback_transfer(table: pd.DataFrame) -> plt.Figure:
                 label="source member itself" if (j == 0 and k == 0) else None,
             )
     axes[0].set_ylim(-0.02, 1.02)
-    axes[0].set_title("PGD along one member's direction, read by another seed", fontsize=9)
-    axes[0].legend(fontsize=7)
-    _mode_bars(axes[1], table, "transfer_prob_gain", keys, "other member's target probability gain")
+    axes[0].set_title(_wrapped("PGD along one member's direction, read by another seed", 45), fontsize=9)
+    axes[0].legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(0, -0.25), ncol=2)
+    _mode_bars(axes[1], table, "transfer_prob_gain", keys, "other member's target\nprobability gain")
     axes[1].axhline(0, color="grey", lw=0.6)
-    axes[1].set_title("target probability, after minus before (mean over images)", fontsize=9)
+    axes[1].set_title(_wrapped("target probability, after minus before (mean over images)", 45), fontsize=9)
     return fig
 
 
@@ -1605,31 +1725,37 @@ def pullback_settling(table: pd.DataFrame) -> plt.Figure:
     (colour from the first to the last site; mean over members, the band their range), and the
     agreement by chance with the same units' rates (dashed, mean over sites)."""
     variants = list(dict.fromkeys(table["variant"]))
-    fig, axes = plt.subplots(
-        1,
-        max(len(variants), 1),
-        figsize=(4.2 * max(len(variants), 1), 3.6),
-        layout="constrained",
-        squeeze=False,
-    )
-    for ax, variant in zip(axes[0], variants):
+    fig, flat = _panel_grid(max(len(variants), 1), 4.0, 3.8)
+    for ax, variant in zip(flat, variants):
         part = table[table["variant"] == variant]
         sites = list(dict.fromkeys(part["site"]))
         colours = plt.cm.viridis(np.linspace(0, 0.9, len(sites)))
         for site, colour in zip(sites, colours):
             rows = part[part["site"] == site].groupby("epoch")["agreement"]
             mean, low, high = rows.mean(), rows.min(), rows.max()
-            ax.plot(mean.index, mean.to_numpy(), color=colour, lw=1, label=site)
+            ax.plot(mean.index, mean.to_numpy(), color=colour, lw=1)
             ax.fill_between(mean.index, low.to_numpy(), high.to_numpy(), color=colour, alpha=0.15, lw=0)
         chance = part.groupby("epoch")["chance"].mean()
         ax.plot(chance.index, chance.to_numpy(), "--", color="grey", lw=1, label="chance (units' rates)")
         members = part[["seed"]].drop_duplicates()
-        ax.set_title(f"{variant} ({len(members)} members)", fontsize=9)
+        ax.set_title(f"{variant} ({_count(len(members), 'member')})", fontsize=9)
         ax.set_xlabel("epoch (0: initialisation)")
         ax.set_ylabel("gates as in the final pattern")
         ax.set_ylim(min(0.45, float(part["chance"].min()) - 0.02), 1.01)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=5, ncol=2)
+        ax.legend(fontsize=SMALL, loc="lower right")
+        # the sites as a colour bar (first to last), every one named where 8-pt names fit
+        scale = matplotlib.colors.ListedColormap(colours)
+        bar = fig.colorbar(
+            plt.cm.ScalarMappable(
+                matplotlib.colors.BoundaryNorm(np.arange(len(sites) + 1) - 0.5, len(sites)), scale
+            ),
+            ax=ax,
+            pad=0.01,
+        )
+        step = max(1, int(np.ceil(len(sites) * 10 / (2.6 * 72))))
+        bar.set_ticks(range(0, len(sites), step), labels=sites[::step], fontsize=SMALL)
+        bar.set_label("ReLU site (first to last)", fontsize=SMALL)
     return fig
 
 
@@ -1651,7 +1777,9 @@ def pullback_external(arrays: dict, perturbed: bool = False) -> plt.Figure:
     modes = [m for m in PULLBACK_MODES if m in arrays["perturbed"]]
     images = arrays["images"]
     n, t = len(images), len(arrays["targets"])
-    cell, head, left = 1.25, 0.75, 0.45  # inches: a cell, the title, the row labels
+    # inches: a cell (the columns within the report's width), the title, the row labels
+    head, left = 1.3, 1.25
+    cell = min(1.0, (FIGURE_WIDTH - left) / (t + 1))
     rows = n * len(modes)
     width, height = left + cell * (t + 1), head + cell * rows
     fig, axes = plt.subplots(rows, t + 1, figsize=(width, height), squeeze=False)
@@ -1661,11 +1789,13 @@ def pullback_external(arrays: dict, perturbed: bool = False) -> plt.Figure:
         for i in range(n):
             row = axes[b * n + i]
             row[0].imshow(np.moveaxis(images[i], 0, -1), aspect="auto")
-            row[0].set_ylabel(f"{PULLBACK_MODES[mode]}\n{arrays['labels'][i]}", fontsize=5)
+            _row_label(row[0], arrays["labels"][i])
+            if i == 0:
+                row[0].set_title(PULLBACK_MODES[mode], fontsize=SMALL, loc="left", fontweight="bold")
             for j in range(t):
                 row[j + 1].imshow(shown[i, j], aspect="auto")
                 if b == 0 and i == 0:
-                    row[j + 1].set_title(arrays["targets"][j], fontsize=5)
+                    row[j + 1].set_title(_wrapped(arrays["targets"][j], 10), fontsize=SMALL)
             for ax in row:
                 ax.set_xticks([])
                 ax.set_yticks([])
@@ -1673,10 +1803,10 @@ def pullback_external(arrays: dict, perturbed: bool = False) -> plt.Figure:
     fig.suptitle(
         f"{arrays['title']}\n{arrays['steps']}-step PGD toward each column's class\n(L2 radius "
         f"{arrays['epsilon']:.3g}, images in [-1, 1]); {what}",
-        fontsize=6,
+        fontsize=SMALL,
     )
     fig.subplots_adjust(
-        left=left / width, right=0.995, bottom=0.005, top=1 - head / height, wspace=0.03, hspace=0.03
+        left=left / width, right=0.995, bottom=0.005, top=1 - head / height, wspace=0.03, hspace=0.18
     )
     return fig
 
@@ -1687,10 +1817,14 @@ def pullback_faithfulness(table: pd.DataFrame) -> plt.Figure:
     (from the mean image; higher is more faithful), both our extension; and the success of the
     paper's PGD toward a random other class after each step."""
     table = at_stage_temperature(table)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), layout="constrained")
+    # the two areas side by side over the PGD curves
+    fig, mosaic = plt.subplot_mosaic(
+        [["deletion", "insertion"], ["pgd", "pgd"]], figsize=(FIGURE_WIDTH, 7.4), layout="constrained"
+    )
+    axes = [mosaic["deletion"], mosaic["insertion"], mosaic["pgd"]]
     _mode_bars(axes[0], table, "deletion_auc", ["seed"], "deletion area (lower: more faithful)")
     axes[0].set_title("deletion (ours)", fontsize=9)
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(0, -0.25), ncol=2)
     _mode_bars(axes[1], table, "insertion_auc", ["seed"], "insertion area (higher: more faithful)")
     axes[1].set_title("insertion (ours)", fontsize=9)
     ax = axes[2]
@@ -1711,9 +1845,14 @@ def pullback_faithfulness(table: pd.DataFrame) -> plt.Figure:
     ax.set_ylabel("success: target class predicted")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title("PGD toward a random other class (the paper's)", fontsize=9)
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=SMALL, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.grid(alpha=0.3)
     return fig
+
+
+def _row_label(ax, text: str) -> None:
+    """A grid row's name, horizontal, left of its first image, in lines of at most 12 characters."""
+    ax.set_ylabel(_wrapped(text, 12), fontsize=SMALL, rotation=0, ha="right", va="center", labelpad=4)
 
 
 def pullback_grid(arrays: dict) -> plt.Figure:
@@ -1726,11 +1865,13 @@ def pullback_grid(arrays: dict) -> plt.Figure:
     ]
     per_block = 10
     blocks = -(-len(images) // per_block)
+    cell = 0.66  # inches: 10 cells and the row names within the report's width
     fig, axes = plt.subplots(
         blocks * len(rows),
         per_block,
-        figsize=(0.95 * per_block + 1.3, 0.95 * blocks * len(rows) + 0.4),
+        figsize=(cell * per_block + 1.2, (cell + 0.05) * blocks * len(rows) + 0.2 * blocks + 0.5),
         squeeze=False,
+        layout="constrained",
     )
     for ax in axes.flat:
         ax.set_xticks([]), ax.set_yticks([])
@@ -1741,44 +1882,49 @@ def pullback_grid(arrays: dict) -> plt.Figure:
             ax = axes[block * len(rows) + r][column]
             ax.imshow(pictures[i], interpolation="nearest")
             if r == 0:
-                ax.set_title(classes[int(labels[i])], fontsize=7)
+                ax.set_title(classes[int(labels[i])], fontsize=SMALL)
             if column == 0:
-                ax.set_ylabel(name, fontsize=6)
+                _row_label(ax, name)
     fig.suptitle(f"{arrays['title']}: gradient vs excitation pullbacks of the class logit", fontsize=9)
-    fig.tight_layout()
     return fig
 
 
 def pullback_pgd(arrays: dict) -> plt.Figure:
     """One test image per class and the image after the paper's PGD toward a random other class
     (column title: label -> target), with the gradient or a pullback as the ascent direction; each
-    result titled with the class it is then predicted as (green: the target)."""
+    result titled with the class it is then predicted as (green: the target); blocks of 10 images."""
     originals, labels, targets = arrays["pgd_images"], arrays["pgd_labels"], arrays["pgd_targets"]
     classes = arrays["classes"]
     rows = [("image", _rgb(originals), None)] + [
         (PULLBACK_MODES[mode], _rgb(moved), arrays["pgd_predicted"][mode])
         for mode, moved in arrays["pgd_moved"].items()
     ]
+    per_block = min(10, len(originals))
+    blocks = -(-len(originals) // per_block)
+    cell = 0.66
     fig, axes = plt.subplots(
-        len(rows),
-        len(originals),
-        figsize=(1.05 * len(originals) + 1.3, 1.15 * len(rows) + 0.4),
+        blocks * len(rows),
+        per_block,
+        figsize=(cell * per_block + 1.2, (cell + 0.2) * blocks * len(rows) + 0.25 * blocks + 0.5),
         squeeze=False,
+        layout="constrained",
     )
+    for ax in axes.flat:
+        ax.set_xticks([]), ax.set_yticks([])
+        ax.set_frame_on(False)
     for r, (name, pictures, predicted) in enumerate(rows):
         for i in range(len(originals)):
-            ax = axes[r][i]
+            block, column = divmod(i, per_block)
+            ax = axes[block * len(rows) + r][column]
             ax.imshow(pictures[i], interpolation="nearest")
-            ax.set_xticks([]), ax.set_yticks([])
             if predicted is None:
-                ax.set_title(f"{classes[int(labels[i])]}\n-> {classes[int(targets[i])]}", fontsize=6)
+                ax.set_title(f"{classes[int(labels[i])]}\n-> {classes[int(targets[i])]}", fontsize=SMALL)
             else:
                 hit = predicted[i] == targets[i]
-                ax.set_title(classes[int(predicted[i])], fontsize=6, color="green" if hit else "red")
-            if i == 0:
-                ax.set_ylabel(name, fontsize=6)
+                ax.set_title(classes[int(predicted[i])], fontsize=SMALL, color="green" if hit else "red")
+            if column == 0:
+                _row_label(ax, name)
     fig.suptitle(f"{arrays['title']}: PGD toward a target class (the paper's, 32x32-scaled)", fontsize=9)
-    fig.tight_layout()
     return fig
 
 
@@ -1815,7 +1961,9 @@ def pullback_temperature(
     smallest cosine under G_ReLU at the largest scale spread (over members and images), the mean
     agreement of the class logit's pullbacks across seeds, the deletion and insertion areas and the
     PGD success (means over members), each against T, the plain gradient a horizontal line."""
-    fig, axes = plt.subplots(1, 5, figsize=(20, 3.8), layout="constrained")
+    # five panels in rows of two, the legend in the sixth cell
+    fig, cells = plt.subplots(3, 2, figsize=(FIGURE_WIDTH, 9.6), layout="constrained")
+    axes, key = list(cells.flat[:5]), cells.flat[5]
     grelu = symmetry[symmetry["group"] == "grelu"]
     grelu = grelu[grelu["scale_spread"] == grelu["scale_spread"].max()]
     grelu = grelu.assign(one_minus_cos=(1 - grelu["cos_min"]).clip(lower=1e-17))
@@ -1837,5 +1985,7 @@ def pullback_temperature(
     axes[3].set_title("insertion (ours)", fontsize=9)
     _against_temperature(axes[4], faithfulness, "pgd_success", "mean", "PGD success (target predicted)")
     axes[4].set_title("the paper's PGD toward a random other class", fontsize=9)
-    axes[4].legend(fontsize=6)
+    key.set_axis_off()
+    handles, labels = axes[4].get_legend_handles_labels()
+    key.legend(handles, labels, fontsize=SMALL, loc="center", ncol=1 + (len(labels) > 9))
     return fig
