@@ -1,20 +1,36 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
+
+
+def _write_shapes(
+    directory: Path, train_size: int = 160, test_size: int = 64, val_size: int = 32, image_size: int = 16
+) -> Path:
+    """A `shapes` data set written to ``directory`` by the real data stage (seed 0)."""
+    from intertwine.data import build_dataset, write_dataset
+
+    block = {
+        "dataset": "shapes",
+        "val_size": val_size,
+        "shapes": {"train_size": train_size, "test_size": test_size, "image_size": image_size},
+    }
+    splits, meta = build_dataset(block, seed=0)
+    write_dataset(directory, splits, meta)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def write_shapes():
+    """The writer behind ``tiny_shapes_dir``, ``write_shapes(directory, **sizes)``, for a fixture
+    of another scope or of other sizes."""
+    return _write_shapes
 
 
 @pytest.fixture
 def tiny_shapes_dir(tmp_path):
     """A cached `shapes` data set of a few hundred 16x16 images, written by the real data stage."""
-    from intertwine.data import build_dataset, write_dataset
-
-    block = {
-        "dataset": "shapes",
-        "val_size": 32,
-        "shapes": {"train_size": 160, "test_size": 64, "image_size": 16},
-    }
-    splits, meta = build_dataset(block, seed=0)
-    write_dataset(tmp_path / "shapes", splits, meta)
-    return tmp_path / "shapes"
+    return _write_shapes(tmp_path / "shapes")
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from intertwine import cli
-from intertwine.data import build_dataset, write_dataset
 from intertwine.jobs import Job
 from intertwine.jobs.zoo import train_member
 from intertwine.zoo import save_checkpoint
@@ -32,16 +31,11 @@ SHELL_PAGES = [page for page in PAGES if blocks(page, ("", "bash", "sh"))]
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    """What `make run` leaves for the examples: results/data/shapes and two ResNet20 members."""
+def workdir(tmp_path_factory, write_shapes):
+    """What `make run` leaves for the examples: results/data/shapes (32x32 images, as the examples
+    read them) and two ResNet20 members."""
     root = tmp_path_factory.mktemp("examples")
-    block = {
-        "dataset": "shapes",
-        "val_size": 64,
-        "shapes": {"train_size": 320, "test_size": 128, "image_size": 32},
-    }
-    splits, meta = build_dataset(block, seed=0)
-    write_dataset(root / "results/data/shapes", splits, meta)
+    write_shapes(root / "results/data/shapes", train_size=320, test_size=128, val_size=64, image_size=32)
     torch.set_num_threads(1)
     job = Job("cpu", root / "results/data/shapes")
     spec = {"arch": "resnet20", "width_multiplier": 0.25}

@@ -9,7 +9,8 @@ from torch import nn
 from intertwine import models, paper, symmetry
 from intertwine.jobs import Job
 from intertwine.jobs.zoo import train_member
-from intertwine.models.gated_resnet import SiteGate
+from intertwine.models.gated import GatedBase, GatedNet
+from intertwine.models.gated_resnet import GatedResNet, SiteGate
 
 SMALL = {"arch": "resnet110", "width_multiplier": 0.125}
 
@@ -119,6 +120,23 @@ def test_a_gated_resnet_gates_its_residual_output_or_refuses():
         models.forward_to(
             models.build(SMALL | {"gated": {"family": "dgn"}}), torch.randn(1, 3, 32, 32), "value.act"
         )
+
+
+@pytest.mark.parametrize("base", [SMALL, {"arch": "c4gap", "width_multiplier": 0.25}])
+def test_both_gated_networks_share_one_base_that_freezes_hard_features(base):
+    for regime, hard in (("fr", True), ("standalone", False)):
+        model = models.build(base | {"gated": {"family": "dgn", "regime": regime, "beta": 4.0}})
+        assert isinstance(model, GatedBase) and isinstance(model, GatedNet) != isinstance(model, GatedResNet)
+        assert "train" not in vars(type(model)) and "_gate" not in vars(type(model))  # the base's
+        assert model.hard == hard and (model.family, model.regime, model.beta) == ("dgn", regime, 4.0)
+        model.train()
+        assert model.value.training and model.features.training != hard  # frozen F stays in eval
+        assert all(p.requires_grad != hard for p in model.features.parameters())
+        assert all(p.requires_grad for p in model.value.parameters())
+        q = torch.tensor([-1.0, 0.0, 0.5], dtype=torch.float64)
+        expected = (q > 0).to(q.dtype) if hard else torch.sigmoid(4.0 * q)
+        assert torch.equal(model._gate(q), expected)
+        assert not model.eval().features.training and model.train(False) is model
 
 
 def test_table_ii_resnet110_rows_are_the_papers():

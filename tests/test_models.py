@@ -19,7 +19,7 @@ from intertwine.models import (
 )
 from intertwine.models.convnext import ConvNeXtBlock
 from intertwine.models.myrtle import PAPER_LAYER_INDEX
-from intertwine.models.resnet import ZeroPadShortcut
+from intertwine.models.resnet import ZeroPadShortcut, cifar_resnet
 
 ACTIVATION_TYPES = (nn.ReLU, nn.LeakyReLU, nn.GELU)
 
@@ -64,6 +64,39 @@ def _hooked_forward(model: nn.Module, names: list[str], size: int = 32) -> list[
 )
 def test_default_parameter_counts(defaults, arch, expected):
     assert count_parameters(defaults[arch]) == expected
+
+
+@pytest.mark.parametrize(
+    "arch, n, options, expected",
+    [
+        ("resnet20", 3, {}, 269_722),
+        ("resnet20", 3, {"width_multiplier": 0.125}, 4_492),
+        ("resnet20", 3, {"batch_norm": False, "width_multiplier": 0.5}, 67_706),
+        ("resnet110", 18, {}, 1_727_962),
+        ("resnet110", 18, {"width_multiplier": 0.125}, 28_012),
+        ("resnet110", 18, {"batch_norm": False, "width_multiplier": 0.5}, 432_266),
+    ],
+)
+def test_cifar_resnets_are_one_builder_with_their_own_keys_and_counts(arch, n, options, expected):
+    """resnet20 and resnet110 are cifar_resnet(3) and cifar_resnet(18): the counts and state-dict
+    keys they had as separate builders, the same initialisation from the same seed."""
+    torch.manual_seed(0)
+    model = build({"arch": arch, **options})
+    torch.manual_seed(0)
+    direct = cifar_resnet(n, **options)
+    assert count_parameters(model) == count_parameters(direct) == expected
+    bn = options.get("batch_norm", True)  # without it, BNs are Identities and convs have biases
+    conv = ["weight"] if bn else ["weight", "bias"]
+    norm = ["weight", "bias", "running_mean", "running_var", "num_batches_tracked"] if bn else []
+    keys = [f"conv1.{k}" for k in conv] + [f"bn1.{k}" for k in norm]
+    for stage in (1, 2, 3):
+        for j in range(n):
+            for i in (1, 2):
+                keys += [f"layer{stage}.{j}.conv{i}.{k}" for k in conv]
+                keys += [f"layer{stage}.{j}.bn{i}.{k}" for k in norm]
+    keys += ["fc.weight", "fc.bias"]
+    assert list(model.state_dict()) == list(direct.state_dict()) == keys
+    assert all(torch.equal(v, direct.state_dict()[k]) for k, v in model.state_dict().items())
 
 
 def test_count_parameters_skips_frozen():

@@ -10,8 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from intertwine import models
+from intertwine import mode_connectivity, models
 from intertwine.mode_connectivity import (
+    RepairGoal,
     barrier,
     channel_statistics,
     correct,
@@ -252,6 +253,31 @@ def test_repair_gives_every_corrected_channel_the_interpolation_of_the_endpoints
         for k in (0, 1):  # mean, std
             goal = 0.7 * goal_f[name][k] + 0.3 * goal_g[name][k]
             assert torch.allclose(reached[name][k], goal, atol=1e-9, rtol=1e-9), (name, k)
+
+
+def test_a_curve_measures_the_repair_goal_once_and_scores_as_repair_at_each_lam(monkeypatch):
+    f, g = informative(SPECS["resnet20"], seed=0), informative(SPECS["resnet20"], seed=5)
+    x, labels, train = images(12, seed=1), torch.arange(12) % 10, images(20, seed=4)
+    lams = [0.0, 0.25, 0.5, 1.0]
+    goal = RepairGoal.measure(f, g, train, batch_size=8)
+    assert goal.layers == tuple(repaired_layers(interpolate(f, g, 0.5), train))
+    for lam in lams[1:3]:  # a measured goal is the goal repair measures itself: the same model
+        given = repair(interpolate(f, g, lam), f, g, lam, train, 8, goal).state_dict()
+        measured = repair(interpolate(f, g, lam), f, g, lam, train, 8).state_dict()
+        assert all(torch.equal(given[k], measured[k]) for k in measured)
+    measures = []
+    original = RepairGoal.measure.__func__
+    monkeypatch.setattr(
+        RepairGoal, "measure", classmethod(lambda cls, *a, **k: measures.append(1) or original(cls, *a, **k))
+    )
+    curve = interpolation_curve(f, g, lams, {"test": (x, labels)}, "repair", train, batch_size=8)["test"]
+    assert len(measures) == 1  # once per curve, not once per interior lam
+    for lam, point in zip(lams, curve):
+        model = mode_connectivity.correct(interpolate(f, g, lam), "repair", f, g, lam, train, 8)
+        assert (point.loss, point.accuracy) == loss_and_accuracy(model, x, labels, 8)
+    measures.clear()
+    interpolation_curve(f, g, [0.0, 1.0], {"test": (x, labels)}, "repair", train, batch_size=8)
+    assert not measures  # the endpoints are not repaired: nothing to measure
 
 
 def test_repair_of_a_network_with_itself_changes_nothing():

@@ -8,7 +8,8 @@ import torch
 from intertwine import models
 from intertwine.jobs import Job
 from intertwine.jobs.zoo import train_member, train_pack
-from intertwine.training import pack_problem
+from intertwine import training
+from intertwine.training import _loss, pack_problem
 from intertwine.utils import DivergedError
 
 TRAINING = {"epochs": 3, "batch_size": 32}
@@ -104,6 +105,42 @@ def test_packed_members_equal_members_trained_alone_with_mixing_and_a_cosine_sch
         assert max_weight_difference(checkpoint["state_dict"], single["state_dict"], rest) < WEIGHT_TOLERANCE
     # the recipe changes training: far outside the tolerance of the plain recipe's weights
     assert max_weight_difference(alone[0]["state_dict"], plain["state_dict"], rest) > 2 * WEIGHT_TOLERANCE
+
+
+def test_an_unmixed_pack_skips_the_partner_loss_and_its_loss_is_unchanged(tiny_shapes_dir, monkeypatch):
+    torch.manual_seed(0)
+    logits, y = torch.randn(3, 16, 10, requires_grad=True), torch.randint(0, 10, (3, 16))
+    calls = []
+    cross_entropy = torch.nn.functional.cross_entropy
+    monkeypatch.setattr(
+        torch.nn.functional, "cross_entropy", lambda *a, **k: calls.append(1) or cross_entropy(*a, **k)
+    )
+    weighed = _loss(logits, y, torch.ones(3), 0.1)  # the partner's cross-entropy, weighed by 0
+    (weighed_grad,) = torch.autograd.grad(weighed.mean(1).sum(), logits)
+    assert len(calls) == 2
+    skipped = _loss(logits, y, 1.0, 0.1)
+    (skipped_grad,) = torch.autograd.grad(skipped.mean(1).sum(), logits)
+    assert len(calls) == 3  # one cross-entropy
+    assert torch.equal(skipped, weighed) and torch.equal(skipped_grad, weighed_grad)
+    # train_pack passes 1 once no member is mixed (after mixing_epochs), one lam per member before
+    monkeypatch.setattr(torch.nn.functional, "cross_entropy", cross_entropy)
+    lams = []
+    monkeypatch.setattr(
+        training, "_loss", lambda logits, y, lam, s: lams.append(lam) or _loss(logits, y, lam, s)
+    )
+    torch.set_num_threads(1)
+    recipe = {"epochs": 2, "batch_size": 64, "mixup_alpha": 0.8, "mixing_epochs": 1}
+    train_pack(
+        Job("cpu", tiny_shapes_dir),
+        "m",
+        [0, 1],
+        {"arch": "c4gap", "width_multiplier": 0.125},
+        recipe,
+        ["a", "b"],
+    )
+    steps = len(lams) // 2
+    assert steps >= 1 and all(isinstance(lam, torch.Tensor) and lam.shape == (2,) for lam in lams[:steps])
+    assert all(lam == 1.0 and not isinstance(lam, torch.Tensor) for lam in lams[steps:])
 
 
 def test_a_diverged_member_leaves_the_rest_of_its_pack(tiny_shapes_dir, tmp_path):

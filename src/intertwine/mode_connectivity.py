@@ -26,6 +26,7 @@ from torch import Tensor, nn
 __all__ = [
     "CORRECTIONS",
     "CurvePoint",
+    "RepairGoal",
     "barrier",
     "channel_statistics",
     "correct",
@@ -210,8 +211,36 @@ def channel_statistics(
     return stats
 
 
+@dataclass(frozen=True)
+class RepairGoal:
+    """What REPAIR aims at along one line, whatever the lam: the layers it corrects
+    (:func:`repaired_layers`) and the endpoints' channel statistics there
+    (:func:`channel_statistics` of f and of g on the training images). Measured once per curve by
+    :meth:`measure` and passed to :func:`repair` at each lam."""
+
+    layers: tuple[str, ...]
+    f: dict[str, tuple[Tensor, Tensor]]
+    g: dict[str, tuple[Tensor, Tensor]]
+
+    @classmethod
+    def measure(cls, f: nn.Module, g: nn.Module, images: Tensor, batch_size: int = 250) -> RepairGoal:
+        """The goal of the line from ``f`` to ``g`` (one architecture, in eval mode) on ``images``."""
+        layers = tuple(repaired_layers(f, images))
+        return cls(
+            layers,
+            channel_statistics(f, images, layers, batch_size),
+            channel_statistics(g, images, layers, batch_size),
+        )
+
+
 def repair(
-    model: nn.Module, f: nn.Module, g: nn.Module, lam: float, images: Tensor, batch_size: int = 250
+    model: nn.Module,
+    f: nn.Module,
+    g: nn.Module,
+    lam: float,
+    images: Tensor,
+    batch_size: int = 250,
+    goal: RepairGoal | None = None,
 ) -> nn.Module:
     """Jordan et al.'s REPAIR, in place: each layer of :func:`repaired_layers`, in forward order,
     is rescaled per output channel so that its channels' mean and standard deviation on ``images``
@@ -225,16 +254,18 @@ def repair(
     f, g : the endpoints, in eval mode with their own statistics.
     lam : the weight of g.
     images : training images, normalised.
+    goal : f's and g's statistics on ``images`` (:meth:`RepairGoal.measure`), which do not depend
+        on lam: measured here when not given.
 
     Returns
     -------
     ``model``, in eval mode.
     """
-    layers = repaired_layers(model, images)
-    goal_f = channel_statistics(f, images, layers, batch_size)
-    goal_g = channel_statistics(g, images, layers, batch_size)
+    if goal is None:
+        goal = RepairGoal.measure(f, g, images, batch_size)
+    goal_f, goal_g = goal.f, goal.g
     modules = dict(model.named_modules())
-    for name in layers:
+    for name in goal.layers:
         mean, std = channel_statistics(model, images, [name], batch_size)[name]
         goal_mean = (1 - lam) * goal_f[name][0] + lam * goal_g[name][0]
         goal_std = (1 - lam) * goal_f[name][1] + lam * goal_g[name][1]
@@ -255,11 +286,13 @@ def correct(
     lam: float,
     images: Tensor | None,
     batch_size: int = 250,
+    goal: RepairGoal | None = None,
 ) -> nn.Module:
     """The interpolated ``model`` at ``lam`` corrected by ``correction`` (:data:`CORRECTIONS`), in
     place, in eval mode. ``reset`` recomputes the batch-norm statistics at every lam, endpoints
     included, so that the curve compares like with like; ``repair`` leaves the endpoints as they
-    are (its goal there is the endpoint's own statistics)."""
+    are (its goal there is the endpoint's own statistics). ``goal``, for ``repair``: the line's
+    :class:`RepairGoal`, measured once by a caller that corrects several points of one line."""
     if correction not in CORRECTIONS:
         raise ValueError(
             f"correct: unknown correction {correction!r}; expected one of {', '.join(CORRECTIONS)}"
@@ -269,7 +302,7 @@ def correct(
     if correction == "reset":
         reset_batch_norm(model, images, batch_size)
     elif correction == "repair" and 0.0 < lam < 1.0:
-        repair(model, f, g, lam, images, batch_size)
+        repair(model, f, g, lam, images, batch_size, goal)
     return model.eval()
 
 
@@ -297,17 +330,21 @@ def interpolation_curve(
 
     Returns
     -------
-    Per split, one :class:`CurvePoint` per lam, in the given order.
+    Per split, one :class:`CurvePoint` per lam, in the given order. For ``repair``, f's and g's
+    statistics (:class:`RepairGoal`) are measured once, before the first point that needs them.
     """
     known = known or {}
     curves: dict[str, list[CurvePoint]] = {name: [] for name in splits}
+    goal = None
     for lam in lams:
         lam = float(lam)
         if lam in known:
             for name in splits:
                 curves[name].append(known[lam][name])
             continue
-        model = correct(interpolate(f, g, lam), correction, f, g, lam, train_images, batch_size)
+        if correction == "repair" and 0.0 < lam < 1.0 and goal is None and train_images is not None:
+            goal = RepairGoal.measure(f, g, train_images, batch_size)
+        model = correct(interpolate(f, g, lam), correction, f, g, lam, train_images, batch_size, goal)
         for name, (images, labels) in splits.items():
             loss, accuracy = loss_and_accuracy(model, images, labels, batch_size)
             curves[name].append(CurvePoint(lam, loss, accuracy))

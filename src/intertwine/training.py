@@ -153,7 +153,8 @@ def _batch(
 
 def _loss(logits: torch.Tensor, y: torch.Tensor, lam, smoothing: float) -> torch.Tensor:
     """Per-sample cross-entropy with label smoothing, of a batch mixed with weight ``lam`` (a
-    number, or one per member of a pack: ``logits`` (K, B, C), ``y`` (K, B)) with its reverse."""
+    number, or one per member of a pack: ``logits`` (K, B, C), ``y`` (K, B)) with its reverse. A
+    number 1 (no member mixed) skips the reverse's cross-entropy, which would be weighed by 0."""
 
     def ce(labels):
         return nn.functional.cross_entropy(
@@ -442,7 +443,10 @@ def train_pack(
             ]
             x = torch.stack([x for x, _, _ in batches], dim=1)
             y = torch.stack([y for _, y, _ in batches])
-            lam = torch.tensor([lam for _, _, lam in batches], device=device)
+            lams = [lam for _, _, lam in batches]
+            # Unmixed (every lam 1, as after mixing_epochs or without mixup and CutMix): no
+            # partner loss to weigh in, decided here without reading back from the device.
+            lam = torch.tensor(lams, device=device) if min(lams) < 1.0 else 1.0
             with _autocast(device, config.bf16):
                 logits = stack(x).float()
             # Summed over members: each member's parameters get the gradient of its own mean loss.

@@ -49,6 +49,7 @@ __all__ = [
     "FAMILIES",
     "GATED_OPTIONS",
     "GateActivation",
+    "GatedBase",
     "GatedNet",
     "REGIMES",
     "VALUE_INPUTS",
@@ -178,7 +179,37 @@ def _linear_pools(model: nn.Module) -> None:
         model.global_pool = nn.AdaptiveAvgPool2d(1)
 
 
-class GatedNet(nn.Module):
+class GatedBase(nn.Module):
+    """What every gated network shares, whatever its base (:class:`GatedNet` on the plain stacks,
+    :class:`~intertwine.models.gated_resnet.GatedResNet` on a ResNet): the gating options, the gate
+    ``1{q > 0}`` (hard, the FL and FR regimes) or ``sigmoid(beta q)`` (soft) of a feature
+    pre-activation q, and a frozen feature network ``features`` in the hard regimes, which stays in
+    eval mode whatever mode the network is put in (it keeps its batch-norm statistics).
+
+    A subclass calls ``super().__init__(family, regime, beta, value_input)`` before it adds modules
+    and :meth:`_freeze_features` once ``features`` is built."""
+
+    def __init__(self, family: str, regime: str, beta: float, value_input: str) -> None:
+        super().__init__()
+        self.family, self.regime, self.beta, self.value_input = family, regime, beta, value_input
+        self.hard = regime != "standalone"
+
+    def _freeze_features(self) -> None:
+        if self.hard:
+            self.features.requires_grad_(False)
+            self.features.eval()
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if self.hard:  # a frozen feature network keeps its batch-norm statistics
+            self.features.eval()
+        return self
+
+    def _gate(self, q: torch.Tensor) -> torch.Tensor:
+        return (q > 0).to(q.dtype) if self.hard else torch.sigmoid(self.beta * q)
+
+
+class GatedNet(GatedBase):
     """A feature network ``features`` gating a value network ``value`` (see the module docstring).
 
     ``make_base`` builds the plain architecture (a model with ``layer_names()``, ``global_pool``,
@@ -198,10 +229,8 @@ class GatedNet(nn.Module):
         pools: str = "average",
         batch_norm: bool = True,
     ) -> None:
-        super().__init__()
-        self.family, self.regime, self.beta, self.value_input = family, regime, beta, value_input
+        super().__init__(family, regime, beta, value_input)
         self.pools = pools
-        self.hard = regime != "standalone"
         self.value = make_base()
         layers = self.value.layer_names()
         self.gate_perm = list(range(len(layers))) if gate_perm is None else list(gate_perm)
@@ -251,20 +280,9 @@ class GatedNet(nn.Module):
                 _linear_pools(self.features)
                 for _, _, act, _ in layers:
                     _replace(self.features, act, nn.Identity())
-        if self.hard:
-            self.features.requires_grad_(False)
-            self.features.eval()
-
-    def train(self, mode: bool = True) -> "GatedNet":
-        super().train(mode)
-        if self.hard:  # a frozen feature network keeps its batch-norm statistics
-            self.features.eval()
-        return self
+        self._freeze_features()
 
     # --- the two networks ---------------------------------------------------------------------
-
-    def _gate(self, q: torch.Tensor) -> torch.Tensor:
-        return (q > 0).to(q.dtype) if self.hard else torch.sigmoid(self.beta * q)
 
     def gates(self, x: torch.Tensor) -> list[torch.Tensor]:
         """The gates of every layer of F on input x, in F's layer order."""

@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .gated import GateActivation
+from .gated import GateActivation, GatedBase
 
 __all__ = ["GatedResNet", "SiteGate"]
 
@@ -52,7 +52,7 @@ class SiteGate(GateActivation):
         return pre * gate
 
 
-class GatedResNet(nn.Module):
+class GatedResNet(GatedBase):
     """A feature ResNet ``features`` gating a value ResNet ``value`` (module docstring).
 
     ``make_base`` builds the plain ResNet (a model with ``site_layout()``); it is called twice.
@@ -70,7 +70,6 @@ class GatedResNet(nn.Module):
         pools: str = "average",
         batch_norm: bool = True,
     ) -> None:
-        super().__init__()
         if family not in ("dgn", "dlgn"):
             raise ValueError(
                 f"model option 'gated.family': a residual base takes dgn or dlgn, got {family!r} "
@@ -83,8 +82,7 @@ class GatedResNet(nn.Module):
             )
         if pools != "average":
             raise ValueError("model option 'gated.pools': a ResNet has no max-pools to gate; remove pools")
-        self.family, self.regime, self.beta, self.value_input = family, regime, beta, value_input
-        self.hard = regime != "standalone"
+        super().__init__(family, regime, beta, value_input)
         self._gates: dict[str, torch.Tensor] = {}
         self.value = make_base()
         self.site_names = [name for name, _, _ in self.value.site_layout()]
@@ -95,18 +93,7 @@ class GatedResNet(nn.Module):
         if family == "dlgn":
             for site in self.site_names:
                 _set(self.features, site, nn.Identity())
-        if self.hard:
-            self.features.requires_grad_(False)
-            self.features.eval()
-
-    def train(self, mode: bool = True) -> "GatedResNet":
-        super().train(mode)
-        if self.hard:  # a frozen feature network keeps its batch-norm statistics
-            self.features.eval()
-        return self
-
-    def _gate(self, q: torch.Tensor) -> torch.Tensor:
-        return (q > 0).to(q.dtype) if self.hard else torch.sigmoid(self.beta * q)
+        self._freeze_features()
 
     def gates(self, x: torch.Tensor) -> list[torch.Tensor]:
         """F's gate at every site on input ``x``, in site order (F's pre-activations, read as the

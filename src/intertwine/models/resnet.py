@@ -1,7 +1,8 @@
 """CIFAR ResNets.
 
-- resnet20: He et al. 2016, section 4.2, as in akamaster/pytorch_resnet_cifar10: 16/32/64 planes,
-  3 blocks per stage, option-A (parameter-free) shortcuts, kaiming-normal initialisation.
+- resnet20, resnet110 (:func:`cifar_resnet` with n = 3, 18): He et al. 2016, section 4.2, as in
+  akamaster/pytorch_resnet_cifar10: 16/32/64 planes, n blocks per stage, option-A
+  (parameter-free) shortcuts, kaiming-normal initialisation.
 - resnet18: the CIFAR adaptation of kuangliu/pytorch-cifar: 3x3 stride-1 stem without max pool,
   64/128/256/512 planes, option-B (1x1 conv + BN) shortcuts, PyTorch default initialisation.
 
@@ -17,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["BasicBlock", "ResNet", "ZeroPadShortcut", "resnet18", "resnet20"]
+__all__ = ["BasicBlock", "ResNet", "ZeroPadShortcut", "cifar_resnet", "resnet18", "resnet20", "resnet110"]
 
 
 def _norm(channels: int, batch_norm: bool) -> nn.Module:
@@ -177,7 +178,8 @@ def _scaled(widths: Sequence[int], multiplier: float) -> list[int]:
     return [max(1, round(w * multiplier)) for w in widths]
 
 
-def resnet20(
+def cifar_resnet(
+    n: int,
     *,
     num_classes: int = 10,
     width_multiplier: float = 1.0,
@@ -185,9 +187,10 @@ def resnet20(
     batch_norm: bool = True,
     residual_activation: bool = True,
 ) -> ResNet:
-    """CIFAR ResNet20 (269,722 parameters with the defaults)."""
+    """He et al.'s CIFAR ResNet of depth 6n + 2 (section 4.2): a 16-channel stem, three stages of
+    n BasicBlocks at 16/32/64 planes, option-A shortcuts, kaiming-normal initialisation."""
     return ResNet(
-        (3, 3, 3),
+        (n, n, n),
         _scaled((16, 32, 64), width_multiplier),
         "A",
         num_classes,
@@ -198,27 +201,17 @@ def resnet20(
     )
 
 
-def resnet110(
-    *,
-    num_classes: int = 10,
-    width_multiplier: float = 1.0,
-    activation_layer: Callable[[], nn.Module] = nn.ReLU,
-    batch_norm: bool = True,
-    residual_activation: bool = True,
-) -> ResNet:
+def resnet20(**options) -> ResNet:
+    """CIFAR ResNet20 (n = 3; 269,722 parameters with the defaults). Options as
+    :func:`cifar_resnet`."""
+    return cifar_resnet(3, **options)
+
+
+def resnet110(**options) -> ResNet:
     """CIFAR ResNet-110 (He et al. 2016, section 4.2: 6n + 2 layers with n = 18, option-A
     shortcuts; 1,727,962 parameters with the defaults), the second base of Lakshminarayanan &
-    Singh's Table II."""
-    return ResNet(
-        (18, 18, 18),
-        _scaled((16, 32, 64), width_multiplier),
-        "A",
-        num_classes,
-        activation_layer,
-        batch_norm,
-        residual_activation,
-        kaiming_init=True,
-    )
+    Singh's Table II. Options as :func:`cifar_resnet`."""
+    return cifar_resnet(18, **options)
 
 
 def resnet18(
