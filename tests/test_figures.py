@@ -129,3 +129,47 @@ def test_penalty_panels_wrap_into_rows_readable_at_the_reports_width(n_sites, ro
         for label in [*ax.get_xticklabels(), *ax.get_yticklabels(), ax.yaxis.label]:
             assert label.get_fontsize() * shown >= 8, label.get_text()
     plt.close(fig)
+
+
+def _heatmap_rows(pairs: int, intervals: dict) -> pd.DataFrame:
+    """grelu_cka between sites s0-s2 of two members, 1 at matching sites; ``intervals`` gives an
+    off-diagonal cell's (low, high), the others (value, value)."""
+    rows = []
+    for pair in range(pairs):
+        for a in range(3):
+            for b in range(3):
+                value = 1.0 if a == b else 0.5
+                low, high = intervals.get((a, b), (value, value))
+                rows.append(
+                    {
+                        "variant": "myrtle",
+                        "pair": pair,
+                        "site_a": f"s{a}",
+                        "site_b": f"s{b}",
+                        "measure": "grelu_cka",
+                        "value": value,
+                        "low": low,
+                        "high": high,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def _hatched(fig) -> set[tuple[int, int]]:
+    """(row, column) of the hatched cells of the first heatmap."""
+    ax = fig.axes[0]
+    return {(round(p.get_y() + 0.5), round(p.get_x() + 0.5)) for p in ax.patches if p.get_hatch()}
+
+
+def test_heatmap_hatches_the_cells_whose_interval_holds_the_diagonal():
+    # s0 x s2's interval reaches 1 (s0's matched value), s1 x s0's does not: only the first is hatched.
+    fig = figures.similarity_cka(_heatmap_rows(2, {(0, 2): (0.3, 1.0), (1, 0): (0.3, 0.9)}))
+    assert _hatched(fig) == {(0, 2)}
+    assert "jackknife interval" in fig.get_suptitle()
+    # in one pair of three: not hatched
+    rows = _heatmap_rows(3, {})
+    rows.loc[(rows["pair"] == 0) & (rows["site_a"] == "s0") & (rows["site_b"] == "s2"), "high"] = 1.0
+    assert _hatched(figures.similarity_cka(rows)) == set()
+    # a table without intervals: no hatching and no word about it
+    plain = figures.similarity_cka(_heatmap_rows(1, {}).assign(low=np.nan, high=np.nan))
+    assert _hatched(plain) == set() and not plain.get_suptitle()

@@ -1,6 +1,7 @@
-"""A measure's permutation null and bootstrap interval: the kernel-shuffling shortcut equals
-recomputing, the null's p-values are uniform on independent data and tiny for Y = X Q, and the
-percentile interval covers a known population value at its level, within standard errors."""
+"""A measure's permutation null, jackknife and bootstrap intervals: the kernel-shuffling shortcut
+equals recomputing, the null's p-values are uniform on independent data and tiny for Y = X Q, the
+intervals cover a known population value at their level, within standard errors, and the matrix
+jackknife equals each entry's."""
 
 import numpy as np
 import pytest
@@ -8,7 +9,13 @@ import torch
 from scipy import stats
 
 from intertwine import measures
-from intertwine.measures import MEASURES, bootstrap_interval, permutation_test
+from intertwine.measures import (
+    MEASURES,
+    bootstrap_interval,
+    jackknife_interval,
+    pairwise_jackknife,
+    permutation_test,
+)
 
 
 def gaussian(rng, *shape):
@@ -63,6 +70,62 @@ def test_the_percentile_interval_covers_the_population_value():
     assert abs(covered / trials - 0.95) < 3 * standard_error
 
 
+def _wide_pair(rng, n, A, B, noise=2.0):
+    """Y and X share k Gaussian factors through A (k x D) and B, each with isotropic noise."""
+    Z = rng.standard_normal((n, A.shape[0]))
+    return Z @ A + noise * rng.standard_normal((n, A.shape[1])), Z @ B + noise * rng.standard_normal(
+        (n, B.shape[1])
+    )
+
+
+def _population_linear_cka(A, B, noise=2.0):
+    """tr(S_xy S_yx) / sqrt(tr(S_xx^2) tr(S_yy^2)): linear CKA of the distribution of _wide_pair."""
+    S_xx, S_yy = A.T @ A + noise**2 * np.eye(A.shape[1]), B.T @ B + noise**2 * np.eye(B.shape[1])
+    S_xy = A.T @ B
+    return np.trace(S_xy @ S_xy.T) / np.sqrt(np.trace(S_xx @ S_xx) * np.trace(S_yy @ S_yy))
+
+
+def test_the_jackknife_covers_a_wide_population_cka():
+    # 32 features, 200 inputs: where a bootstrap draw's repeated inputs bias CKA (the next test).
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal((4, 32)), rng.standard_normal((4, 32))
+    population = _population_linear_cka(A, B)
+    trials, covered = 150, 0
+    for trial in range(trials):
+        X, Y = _wide_pair(rng, 200, A, B)
+        interval = jackknife_interval("linear_cka", X, Y, groups=20, seed=trial)
+        assert interval.low < interval.value < interval.high
+        covered += interval.low <= population <= interval.high
+    standard_error = np.sqrt(0.95 * 0.05 / trials)
+    assert abs(covered / trials - 0.95) < 3 * standard_error
+
+
+def test_bootstrap_draws_of_a_wide_cka_are_biased_upwards():
+    # Why the similarity stage's intervals are the jackknife's: a repeated input's kernel entry is
+    # its squared norm, far above the entry between two inputs when the features are many.
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((10, 64)), rng.standard_normal((10, 64))
+    X, Y = _wide_pair(rng, 400, A, B, noise=3.0)
+    drawn = bootstrap_interval("linear_cka", X, Y, resamples=200, seed=1)
+    jackknife = jackknife_interval("linear_cka", X, Y, groups=20)
+    assert drawn.samples.mean() - drawn.value > 2 * jackknife.standard_error
+
+
+@pytest.mark.parametrize("name", ["linear_cka", "grelu_cka", "rbf_cka", "svcca", "shape_angular"])
+def test_the_matrix_jackknife_equals_each_entrys(name):
+    rng = np.random.default_rng(5)
+    xs = [gaussian(rng, 40, 4, 2, 2), gaussian(rng, 40, 6)]
+    ys = [xs[0] + gaussian(rng, 40, 4, 2, 2), gaussian(rng, 40, 5)]
+    matrix = pairwise_jackknife(name, xs, ys, groups=8, seed=2)
+    assert matrix.value.shape == matrix.low.shape == (2, 2)
+    for i, X in enumerate(xs):
+        for j, Y in enumerate(ys):
+            entry = jackknife_interval(name, X, Y, groups=8, seed=2)
+            assert matrix.value[i, j] == pytest.approx(entry.value, abs=1e-10)
+            assert matrix.low[i, j] == pytest.approx(entry.low, abs=1e-10)
+            assert matrix.high[i, j] == pytest.approx(entry.high, abs=1e-10)
+
+
 def test_statistics_name_their_problem():
     X = torch.randn(8, 3)
     with pytest.raises(ValueError, match="unknown measure 'cka'"):
@@ -71,4 +134,8 @@ def test_statistics_name_their_problem():
         bootstrap_interval("linear_cka", X, X[:7])
     with pytest.raises(ValueError, match="level must lie in"):
         bootstrap_interval("linear_cka", X, X, level=95)
+    with pytest.raises(ValueError, match="between 2 and N = 8 groups, got 1"):
+        jackknife_interval("linear_cka", X, X, groups=1)
+    with pytest.raises(ValueError, match="between 2 and N = 8 groups, got 9"):
+        pairwise_jackknife("linear_cka", [X], groups=9)
     assert measures.permutation_test is permutation_test

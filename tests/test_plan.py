@@ -158,6 +158,8 @@ def test_rotation_similarity_dissection_blocks(tiny):
         "procrustes_measures",
         "cka_measures",
         "samples",
+        "intervals",
+        "jackknife_groups",
         "batch_size",
         "npk_images",
     }

@@ -565,6 +565,28 @@ def test_similarity_pair_of_a_model_with_its_grelu_transform(tmp_path, tiny_shap
     assert np.allclose(diagonal["value"], 1, atol=1e-5)
     off = cka[cka["site_a"] != cka["site_b"]]
     assert (off["value"] < 0.999).all()
+    assert table[["low", "high"]].isna().all().all()  # no intervals asked for
+
+    # similarity.intervals: the same values, each CKA cell with its jackknife interval around it;
+    # at matching sites every left-out group still gives exactly 1, so the interval is [1, 1].
+    jackknifed = similarity_pair(
+        Job("cpu", tiny_shapes_dir, log=lambda _: None),
+        *paths,
+        0,
+        block | {"intervals": True, "jackknife_groups": 4},
+        procrustes=True,
+        cka=True,
+    )
+    np.testing.assert_allclose(jackknifed["value"], table["value"], atol=1e-10)
+    cells = jackknifed[jackknifed["measure"].str.endswith("cka")]
+    assert (cells["low"] <= cells["value"] + 1e-12).all() and (cells["value"] <= cells["high"] + 1e-12).all()
+    matched = cells[cells["site_a"] == cells["site_b"]]
+    np.testing.assert_allclose(matched[["low", "high"]], 1, atol=1e-5)
+    apart = cells[cells["site_a"] != cells["site_b"]]
+    assert (apart["high"] > apart["low"]).all()
+    assert (
+        jackknifed.loc[jackknifed["measure"].str.endswith("procrustes"), ["low", "high"]].isna().all().all()
+    )
 
 
 def test_similarity_pair_names_the_member_and_site_of_a_constant_representation(tmp_path, tiny_shapes_dir):

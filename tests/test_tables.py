@@ -18,6 +18,8 @@ def _row(**change) -> dict:
         "site_b": "act1",
         "measure": "linear_cka",
         "value": 0.9,
+        "low": None,
+        "high": None,
         "n_samples": 64,
         "config_hash": "abc",
         "version": "0",

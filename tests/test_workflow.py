@@ -342,6 +342,12 @@ def test_similarity_table_and_figures(tiny_run):
         and heatmaps.loc[heatmaps["measure"] == "svcca", "value"].between(0, 1).all()
     )
     assert (table["n_samples"] == 64).all()
+    # similarity.intervals: each heatmap cell with its jackknife interval around it, none elsewhere
+    assert heatmaps[["low", "high"]].notna().all().all()
+    assert (heatmaps["low"] <= heatmaps["value"] + 1e-9).all() and (
+        heatmaps["value"] <= heatmaps["high"] + 1e-9
+    ).all()
+    assert procrustes[["low", "high"]].isna().all().all()
     summary = pd.read_csv(tiny_run / "results/tables/similarity_summary.csv")
     assert set(summary["measure"]) == {
         "grelu_procrustes",

@@ -4,6 +4,7 @@ hooks over a data set, the Procrustes measures and linear CKA streamed through e
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
@@ -226,13 +227,50 @@ def site_cka(
         for site in sites:
             yield site_activations(model, images, [site], mean, std, batch_size)[site]
 
-    try:
+    with _naming_the_site(measure, sites, len(images)):
         matrix = pairwise(measure, layers(model_a), layers(model_b))
+    return {(a, b): float(matrix[i, j]) for i, a in enumerate(sites) for j, b in enumerate(sites)}
+
+
+def site_cka_intervals(
+    measure: str,
+    model_a: torch.nn.Module,
+    model_b: torch.nn.Module,
+    images: Tensor,
+    sites: list[str],
+    mean: Tensor,
+    std: Tensor,
+    batch_size: int,
+    groups: int,
+    seed: int = 0,
+) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """``site_cka`` with a 95 % delete-a-group jackknife interval per pair of sites (``groups``
+    groups of the images, the same left out of every site: ``measures.pairwise_jackknife``):
+    {(site a, site b): (value, low, high)}. Holds every site's activations of both models."""
+    from intertwine.measures.statistics import pairwise_jackknife
+    from intertwine.models import site_activations
+
+    def layers(model: torch.nn.Module) -> list[Tensor]:
+        return [site_activations(model, images, [site], mean, std, batch_size)[site] for site in sites]
+
+    with _naming_the_site(measure, sites, len(images)):
+        found = pairwise_jackknife(measure, layers(model_a), layers(model_b), groups=groups, seed=seed)
+    return {
+        (a, b): (float(found.value[i, j]), float(found.low[i, j]), float(found.high[i, j]))
+        for i, a in enumerate(sites)
+        for j, b in enumerate(sites)
+    }
+
+
+@contextmanager
+def _naming_the_site(measure: str, sites: list[str], n_images: int):
+    """A constant representation named by its model and site instead of its place in a list."""
+    try:
+        yield
     except ConstantRepresentationError as err:
         name, site = {"xs": "a", "ys": "b"}[err.which], sites[err.index]
         raise ConstantRepresentationError(
-            f"model {name} at site {site}: " + _constant_message("its representation", len(images), measure),
+            f"model {name} at site {site}: " + _constant_message("its representation", n_images, measure),
             name,
             site,
         ) from None
-    return {(a, b): float(matrix[i, j]) for i, a in enumerate(sites) for j, b in enumerate(sites)}

@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import matplotlib.ticker
+from matplotlib.patches import Rectangle
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -857,7 +858,7 @@ def similarity_cka(table: pd.DataFrame) -> plt.Figure:
     )
     for ax in axes.flat:
         ax.set_visible(False)
-    shown = []
+    shown, with_intervals = [], False
     for r, variant in enumerate(variants):
         for c, measure in enumerate(measures):
             ax = axes[r * per_variant + c // columns][c % columns]
@@ -873,6 +874,7 @@ def similarity_cka(table: pd.DataFrame) -> plt.Figure:
                 fig.colorbar(distance, ax=ax, shrink=0.8, label="distance")
             else:
                 image = ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="magma")
+            with_intervals |= _hatch_like_the_diagonal(ax, part, sites)
             # every site labelled where 8-pt labels fit, else every second (third, ...) one
             step = max(1, int(np.ceil(10.0 * len(sites) / (0.8 * side * 72))))
             ticks = range(0, len(sites), step)
@@ -886,7 +888,40 @@ def similarity_cka(table: pd.DataFrame) -> plt.Figure:
             ax.set_ylabel("site of model a", fontsize=SMALL)
     if any(m not in DISTANCES for m in measures):
         fig.colorbar(image, ax=shown, shrink=0.6, label="similarity")
+    if with_intervals:
+        fig.suptitle(
+            "hatched: the cell's 95 % jackknife interval holds its row's matched-site value\n"
+            "(in at least half the pairs): not told apart from the site that matches",
+            fontsize=SMALL,
+        )
     return fig
+
+
+def _hatch_like_the_diagonal(ax, part: pd.DataFrame, sites: list[str]) -> bool:
+    """Hatch the off-diagonal cells whose interval (similarity.intervals) holds the value of their
+    row's diagonal cell, site a against the same site of model b, in at least half the pairs: the
+    heatmap cannot tell them from the matching site. Whether the table has intervals to draw."""
+    if "low" not in part or part["low"].isna().all():
+        return False
+    matched = part[part["site_a"] == part["site_b"]].set_index(["pair", "site_a"])["value"]
+    diagonal = matched.reindex(pd.MultiIndex.from_frame(part[["pair", "site_a"]])).to_numpy()
+    holds = part.assign(holds=(part["low"].to_numpy() <= diagonal) & (diagonal <= part["high"].to_numpy()))
+    share = holds.groupby(["site_a", "site_b"])["holds"].mean()
+    position = {site: i for i, site in enumerate(sites)}
+    for (a, b), fraction in share.items():
+        if a != b and fraction >= 0.5:
+            ax.add_patch(
+                Rectangle(
+                    (position[b] - 0.5, position[a] - 0.5),
+                    1,
+                    1,
+                    fill=False,
+                    hatch="////",
+                    edgecolor="0.55",
+                    linewidth=0,
+                )
+            )
+    return True
 
 
 def _dissection_draws(table: pd.DataFrame) -> pd.DataFrame:

@@ -274,6 +274,8 @@ class SimilarityConfig(_Settings):
     procrustes_measures: list[str] = _setting("similarity.procrustes_measures")
     cka_measures: list[str] = _setting("similarity.cka_measures")
     samples: int | None = _setting("similarity.samples")
+    intervals: bool = _setting("similarity.intervals")
+    jackknife_groups: int = _setting("similarity.jackknife_groups")
     npk_images: int = _setting("gated.probe_images")  # npk_cka's images (the exact NPK is costly)
     batch_size: int = _setting("similarity.batch_size")
 

@@ -125,6 +125,9 @@ SIMILARITY = pa.schema(
         pa.field("site_b", pa.string()),
         pa.field("measure", pa.string()),
         pa.field("value", pa.float64()),
+        # the 95 % jackknife interval of a heatmap cell (similarity.intervals; else null)
+        pa.field("low", pa.float64()),
+        pa.field("high", pa.float64()),
         pa.field("n_samples", pa.int64()),
         *PROVENANCE,
     ],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pandas as pd
 
 from intertwine import compare, measures, models
@@ -37,7 +38,9 @@ def similarity_pair(
             f"{err.site}, delete it and rerun its train_member job to retrain it), or compare "
             "on more test images (similarity.samples)"
         ) from None
+    # Procrustes and npk_cka rows have no interval, nor any row without similarity.intervals
     table = pd.DataFrame(rows)
+    table = table.assign(**{column: table.get(column, np.nan) for column in ("low", "high")})
     # npk_cka rows carry their own (smaller) image count
     samples = table["n_samples"] if "n_samples" in table else pd.Series(len(images), index=table.index)
     return table.assign(
@@ -63,11 +66,16 @@ def _rows(
         if measure == "npk_cka":
             rows += _npk_rows(job, base, settings, reads)
             continue
+        if settings.intervals:
+            cells = compare.site_cka_intervals(measure, *reads, groups=settings.jackknife_groups, seed=pair)
+        else:
+            cells = {sites: (value, None, None) for sites, value in compare.site_cka(measure, *reads).items()}
         rows += [
-            {**base, "site_a": site_a, "site_b": site_b, "measure": measure, "value": value}
-            for (site_a, site_b), value in compare.site_cka(measure, *reads).items()
+            {**base, "site_a": a, "site_b": b, "measure": measure, "value": value, "low": low, "high": high}
+            for (a, b), (value, low, high) in cells.items()
         ]
-        job.log(f"{base['variant']} pair {pair}: {measure} for {n_sites}x{n_sites} site pairs")
+        intervals = f", {settings.jackknife_groups}-group jackknife intervals" if settings.intervals else ""
+        job.log(f"{base['variant']} pair {pair}: {measure} for {n_sites}x{n_sites} site pairs{intervals}")
     return rows
 
 

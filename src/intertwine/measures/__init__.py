@@ -32,8 +32,8 @@ hooks over a data set, streaming the Procrustes measures and linear CKA through 
 The package: ``names`` (the measures' names and ``MIN_SAMPLES``, torch-free), ``_base`` (input
 checks, scale guard, memory blocking), ``hsic``, ``kernels``, ``cka``, ``procrustes``, ``cca``,
 ``shape``, ``registry`` (``MEASURES``: every measure by name), ``layerwise`` (``pairwise``),
-``statistics`` (``permutation_test``, ``bootstrap_interval``: a measure's null and its spread
-over inputs).
+``statistics`` (``permutation_test``, ``jackknife_interval``, ``pairwise_jackknife``,
+``bootstrap_interval``: a measure's null and its spread over inputs).
 Arrays in, numbers out: nothing here reads files, configs or tables.
 
 Gradients: ``linear_cka``, ``rbf_cka``, ``kernel_cka`` and both Procrustes similarities, given a
@@ -98,8 +98,11 @@ from intertwine.measures.procrustes import (
 )
 from intertwine.measures.statistics import (
     BootstrapInterval,
+    JackknifeInterval,
     PermutationTest,
     bootstrap_interval,
+    jackknife_interval,
+    pairwise_jackknife,
     permutation_test,
 )
 from intertwine.measures.registry import MEASURES
@@ -114,11 +117,14 @@ __all__ = [
     "MIN_SAMPLES",
     "PROCRUSTES_MEASURES",
     "PermutationTest",
+    "JackknifeInterval",
     "ConstantRepresentationError",
     "LinearCKAAccumulator",
     "ProcrustesAccumulator",
     "ProcrustesAlignment",
     "bootstrap_interval",
+    "jackknife_interval",
+    "pairwise_jackknife",
     "channel_normalized_linear_cka",
     "cka_kernel",
     "gate_cka",

@@ -1,6 +1,15 @@
 """Statistics of a measure on one pair of representations: a permutation null (is the similarity
-above what unrelated inputs give?) and a bootstrap interval over the inputs (how much does it
-move with the sample?).
+above what unrelated inputs give?) and an interval over the inputs (how much does it move with the
+sample?): the delete-a-group jackknife, for every measure and for a whole matrix of layers
+(``pairwise_jackknife``), or the percentile bootstrap.
+
+For CKA and HSIC on wide representations prefer the jackknife: a bootstrap draw repeats inputs, and
+a repeated input's kernel entry is its self-similarity, far above a typical entry between two inputs
+when the features are many, so the draws' CKAs are biased upwards. Measured (ours, one
+simulation at a fixed seed): Gaussian data with 32 features and a known population linear CKA of
+0.70, N = 200, 100 trials: the 95 % bootstrap interval (100 draws) covered it in 90 trials, the
+jackknife's (20 groups) in 96; at N = 400 and 64 features the bootstrap draws' mean was 0.026
+above the CKA they resample. The tests hold the jackknife's coverage and the bootstrap's bias.
 
 Both resample the inputs, the first axis of X and Y. ``measure`` is a name of ``MEASURES`` or
 any function ``(X, Y) -> float``; keyword options go to it. Arrays in, numbers out.
@@ -13,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy import stats
 
 from intertwine.measures._base import _F64, ArrayLike, _as_features
 from intertwine.measures.cka import cka_kernel
@@ -20,7 +30,15 @@ from intertwine.measures.hsic import _offdiagonal_row_sums, _u_centered_rows
 from intertwine.measures.names import CKA_MEASURES, DISTANCES
 from intertwine.measures.registry import MEASURES
 
-__all__ = ["BootstrapInterval", "PermutationTest", "bootstrap_interval", "permutation_test"]
+__all__ = [
+    "BootstrapInterval",
+    "JackknifeInterval",
+    "PermutationTest",
+    "bootstrap_interval",
+    "jackknife_interval",
+    "pairwise_jackknife",
+    "permutation_test",
+]
 
 
 @dataclass(frozen=True)
@@ -44,6 +62,117 @@ class BootstrapInterval:
     high: float
     level: float
     samples: np.ndarray
+
+
+@dataclass(frozen=True)
+class JackknifeInterval:
+    """The measure's ``value`` on all the inputs, the interval ``(low, high)`` at ``level``, its
+    ``standard_error`` and the ``groups`` left out in turn. Arrays of one shape (a matrix of
+    layers, ``pairwise_jackknife``) or floats (``jackknife_interval``)."""
+
+    value: float | np.ndarray
+    low: float | np.ndarray
+    high: float | np.ndarray
+    standard_error: float | np.ndarray
+    level: float
+    groups: int
+
+
+def _jackknife(values: np.ndarray, left_out: np.ndarray, level: float) -> tuple:
+    """(low, high, standard error) of the delete-a-group jackknife (Efron & Tibshirani 1993,
+    section 11.5): ``left_out`` holds the estimate without each of g groups (first axis)."""
+    g = len(left_out)
+    error = np.sqrt((g - 1) / g * ((left_out - left_out.mean(axis=0)) ** 2).sum(axis=0))
+    half = stats.t.ppf((1 + level) / 2, g - 1) * error
+    return values - half, values + half, error
+
+
+def _groups(n: int, groups: int, seed: int) -> list[np.ndarray]:
+    if not 2 <= groups <= n:
+        raise ValueError(f"the jackknife needs between 2 and N = {n} groups, got {groups}")
+    return np.array_split(np.random.default_rng(seed).permutation(n), groups)
+
+
+def jackknife_interval(
+    measure: str | Callable,
+    X: ArrayLike,
+    Y: ArrayLike,
+    *,
+    groups: int = 20,
+    level: float = 0.95,
+    seed: int = 0,
+    **options,
+) -> JackknifeInterval:
+    """A delete-a-group jackknife interval of a measure over its inputs: the N inputs are shuffled
+    into ``groups`` near-equal groups, the measure recomputed without each, and the interval is the
+    value plus or minus Student's t (``groups - 1`` degrees of freedom) times the jackknife
+    standard error. No input is repeated, so kernel measures are not biased as bootstrap draws are.
+
+    Parameters
+    ----------
+    measure : a name of ``MEASURES`` or a function ``(X, Y, **options) -> float``.
+    X, Y : (N, ...) representations of the same N inputs.
+    groups : groups left out in turn, 2 to N (N: the leave-one-out jackknife).
+    level : the interval's coverage, in (0, 1).
+    seed : numpy's generator for the shuffle into groups.
+    options : keyword arguments of the measure.
+
+    Returns
+    -------
+    :class:`JackknifeInterval` of floats.
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"jackknife_interval: level must lie in (0, 1), got {level}")
+    _, function = _resolve(measure)
+    X, Y = _pair(X, Y)
+    value = float(function(X, Y, **options))
+    left_out = []
+    for group in _groups(X.shape[0], groups, seed):
+        keep = torch.as_tensor(np.setdiff1d(np.arange(X.shape[0]), group), device=X.device)
+        left_out.append(float(function(X[keep], Y[keep.to(Y.device)], **options)))
+    low, high, error = _jackknife(np.float64(value), np.array(left_out), level)
+    return JackknifeInterval(value, float(low), float(high), float(error), level, groups)
+
+
+def pairwise_jackknife(
+    measure: str,
+    xs: list[ArrayLike],
+    ys: list[ArrayLike] | None = None,
+    *,
+    groups: int = 20,
+    level: float = 0.95,
+    seed: int = 0,
+) -> JackknifeInterval:
+    """``jackknife_interval`` for every entry of ``pairwise(measure, xs, ys)`` at once: the same
+    groups left out of every layer, so each entry's interval equals ``jackknife_interval``'s at the
+    same seed, and ``groups + 1`` matrices are computed in all.
+
+    Parameters
+    ----------
+    measure : a name of ``MEASURES``.
+    xs, ys : lists of (N, ...) representations of the same N inputs (``ys`` omitted: ``xs``).
+    groups, level, seed : as ``jackknife_interval``.
+
+    Returns
+    -------
+    :class:`JackknifeInterval` of (len(xs), len(ys)) arrays.
+    """
+    from intertwine.measures.layerwise import pairwise
+
+    if not 0 < level < 1:
+        raise ValueError(f"pairwise_jackknife: level must lie in (0, 1), got {level}")
+    xs = [_as_features(x, f"xs[{i}]") for i, x in enumerate(xs)]
+    ys = xs if ys is None else [_as_features(y, f"ys[{i}]") for i, y in enumerate(ys)]
+    n = xs[0].shape[0]
+    value = pairwise(measure, xs, ys)
+    left_out = []
+    for group in _groups(n, groups, seed):
+        keep = torch.as_tensor(np.setdiff1d(np.arange(n), group))
+        left_out.append(
+            pairwise(measure, [x[keep.to(x.device)] for x in xs], [y[keep.to(y.device)] for y in ys])
+        )
+    low, high, error = _jackknife(value, np.stack(left_out), level)
+    return JackknifeInterval(value, low, high, error, level, groups)
 
 
 def _resolve(measure: str | Callable) -> tuple[str | None, Callable]:
