@@ -1,7 +1,8 @@
 """The estimators others publish: the biased HSIC estimator of every CKA, against a transcription
 of Kornblith et al.'s published formula (their ``cka`` with ``debiased=False``: the Gram matrices
 double-centred, a Frobenius product over the norms; and its feature-space form for linear CKA);
-Procrustes fitted on one split and scored on another (netrep's convention)."""
+Procrustes and the shape metrics fitted on one split and scored on another (netrep's convention),
+against a transcription of netrep's ``LinearMetric.fit`` / ``score``."""
 
 import numpy as np
 import pytest
@@ -112,3 +113,77 @@ def test_procrustes_alignment_names_its_problem():
         alignment.score(X, X)
     with pytest.raises(ValueError, match="measure must be"):
         alignment.score(X, gaussian(7, 10, 3), "linear_cka")
+
+
+def netrep_linear_metric(X_fit, Y_fit, X, Y, alpha, score):
+    """A transcription of netrep's LinearMetric(alpha, center_columns=True, zero_pad=True,
+    score_method=score): whiten (preserve_variance, eigenvalues clipped at 1e-7), align by the SVD
+    of Xw^T Yw, and score new data through the fitted means and maps."""
+
+    def whiten(Xc):
+        if alpha > 1 - 1e-7:
+            return np.eye(Xc.shape[1])
+        lam, V = np.linalg.eigh(Xc.T @ Xc)
+        lam = np.maximum(lam, 1e-7)
+        d = alpha + (1 - alpha) * lam ** (-1 / 2)
+        new_var = np.sum(alpha**2 * lam + 2 * alpha * (1 - alpha) * lam**0.5 + (1 - alpha) ** 2)
+        d *= np.sqrt(np.sum(lam) / new_var)
+        return (V * d[None, :]) @ V.T
+
+    mx, my = X_fit.mean(0), Y_fit.mean(0)
+    Zx, Zy = whiten(X_fit - mx), whiten(Y_fit - my)
+    U, _, Vt = np.linalg.svd(((X_fit - mx) @ Zx).T @ ((Y_fit - my) @ Zy))
+    tX, tY = (X - mx) @ Zx @ U, (Y - my) @ Zy @ Vt.T
+    if score == "angular":
+        cosine = np.dot(tX.ravel(), tY.ravel()) / (np.linalg.norm(tX) * np.linalg.norm(tY))
+        return np.arccos(np.clip(cosine, -1.0, 1.0))
+    return np.linalg.norm(tX - tY)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5, 0.0])
+@pytest.mark.parametrize("score", ["angular", "euclidean"])
+def test_held_out_shape_metric_is_netreps(alpha, score):
+    # equal widths, more inputs than features: netrep's alignment is determined
+    X, Y = gaussian(20, 90, 8).numpy(), gaussian(21, 90, 8).numpy()
+    Y = X @ gaussian(22, 8, 8).numpy() + Y
+    alignment = measures.ShapeAlignment(alpha, score).fit(X[:50], Y[:50])
+    expected = netrep_linear_metric(X[:50], Y[:50], X[50:], Y[50:], alpha, score)
+    assert alignment.score(X[50:], Y[50:]) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5, 0.0])
+@pytest.mark.parametrize("score", ["angular", "euclidean"])
+def test_shape_metric_scored_on_its_own_fit_is_the_measure(alpha, score):
+    # unequal widths and channels x positions, where the alignment is rank-deficient
+    X, Y = gaussian(23, 30, 3, 2, 2), gaussian(24, 30, 5)
+    alignment = measures.ShapeAlignment(alpha, score).fit(X, Y)
+    expected = measures.shape_metric(X, Y, alpha=alpha, score=score)
+    assert alignment.score(X, Y) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+def test_held_out_shape_distance_undoes_the_optimism_of_fitting():
+    inside, outside = [], []
+    for seed in range(20):
+        X, Y = gaussian(200 + seed, 60, 12), gaussian(300 + seed, 60, 12)
+        alignment = measures.ShapeAlignment().fit(X[:30], Y[:30])
+        inside.append(alignment.score(X[:30], Y[:30]))
+        outside.append(alignment.score(X[30:], Y[30:]))
+    gap = np.subtract(outside, inside)  # distances: larger on new inputs
+    assert gap.mean() > 3 * gap.std(ddof=1) / np.sqrt(len(gap))
+    # a fitted orthogonal map and shift of the features is recovered exactly on new inputs
+    Q = torch.linalg.qr(gaussian(8, 6, 6))[0]
+    fit, new = gaussian(9, 40, 6), gaussian(10, 25, 6)
+    alignment = measures.ShapeAlignment().fit(fit, fit @ Q + 3.0)
+    assert alignment.score(new, new @ Q + 3.0) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_shape_alignment_names_its_problem():
+    X = gaussian(11, 10, 4)
+    with pytest.raises(ValueError, match="score before fit"):
+        measures.ShapeAlignment().score(X, X)
+    with pytest.raises(ValueError, match="widths fit saw"):
+        measures.ShapeAlignment().fit(X, X).score(gaussian(12, 10, 6), X)
+    with pytest.raises(ValueError, match="average-pool or project"):
+        measures.ShapeAlignment().fit(torch.zeros(3, 4097), torch.zeros(3, 4097))
+    with pytest.raises(ValueError, match="score must be"):
+        measures.ShapeAlignment(score="cosine")

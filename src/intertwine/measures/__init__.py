@@ -106,7 +106,7 @@ from intertwine.measures.statistics import (
     permutation_test,
 )
 from intertwine.measures.registry import MEASURES
-from intertwine.measures.shape import shape_angular, shape_euclidean, shape_metric
+from intertwine.measures.shape import ShapeAlignment, shape_angular, shape_euclidean, shape_metric
 
 __all__ = [
     "BootstrapInterval",
@@ -122,6 +122,7 @@ __all__ = [
     "LinearCKAAccumulator",
     "ProcrustesAccumulator",
     "ProcrustesAlignment",
+    "ShapeAlignment",
     "bootstrap_interval",
     "jackknife_interval",
     "pairwise_jackknife",

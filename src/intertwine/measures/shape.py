@@ -211,6 +211,91 @@ def shape_euclidean(X: ArrayLike, Y: ArrayLike, *, alpha: float = 1.0) -> float:
     return shape_metric(X, Y, alpha=alpha, score="euclidean")
 
 
+#: ShapeAlignment works in feature space (D x D matrices): 4096 features are 128 MiB a matrix.
+MAX_ALIGNED_FEATURES = 4096
+
+
+class ShapeAlignment:
+    """The shape metric fitted on one split and scored on another, netrep's ``fit`` / ``score``
+    convention (``LinearMetric(alpha, center_columns=True, zero_pad=True, score_method=score)``):
+    a distance scored on the data its alignment was fitted to is optimistic.
+
+    ``fit(X, Y)`` learns each side's mean and partial whitening Z (netrep's ``whiten`` with
+    ``preserve_variance``) and the orthogonal alignment of the whitened data; ``score(X, Y)``
+    centres new data with the fitted means, maps it through the fitted Z and alignment, and returns
+    the angular or euclidean distance (``shape_metric``'s definitions). On the fitted data the score
+    is ``shape_metric(X, Y)``.
+
+    Where the fitted cross-covariance is rank-deficient (unequal widths, more features than inputs,
+    dead units), an orthogonal alignment is determined only on its range: netrep completes it with
+    whatever its SVD returns, we map only the determined directions (U_r V_r^T over the r nonzero
+    singular values), so a held-out score does not depend on the linear-algebra library. Both agree
+    where the alignment is determined. Features are flattened to (N, D), the narrower side
+    zero-padded; D is at most ``MAX_ALIGNED_FEATURES`` (pool or project wider layers first).
+    """
+
+    def __init__(self, alpha: float = 1.0, score: Literal["angular", "euclidean"] = "angular") -> None:
+        if score not in _SCORES:
+            raise ValueError(f"score must be 'angular' or 'euclidean', got {score!r}")
+        self.alpha, self.score_method = _check_alpha(alpha), score
+        self._fitted: tuple | None = None
+
+    def _flat(self, X: ArrayLike, name: str) -> Tensor:
+        X = X if isinstance(X, Tensor) else torch.as_tensor(np.asarray(X))
+        X = X.detach().reshape(X.shape[0], -1).to(torch.float64)
+        if X.shape[1] > MAX_ALIGNED_FEATURES:
+            raise ValueError(
+                f"ShapeAlignment aligns at most {MAX_ALIGNED_FEATURES} features (D x D matrices), "
+                f"{name} has {X.shape[1]}: average-pool or project the features first"
+            )
+        return X
+
+    def _whitening(self, Xc: Tensor) -> Tensor:
+        """netrep.utils.whiten's Z (preserve_variance=True) for centred features."""
+        if self.alpha > 1 - _NETREP_EIGVAL_TOL:
+            return torch.eye(Xc.shape[1], dtype=Xc.dtype)
+        lam, V = torch.linalg.eigh(Xc.T @ Xc)
+        lam = lam.clamp_min(_NETREP_EIGVAL_TOL)
+        a = self.alpha
+        d = a + (1 - a) * lam.rsqrt()
+        new_var = (a**2 * lam + 2 * a * (1 - a) * lam.sqrt() + (1 - a) ** 2).sum()
+        d = d * (lam.sum() / new_var).sqrt()
+        return (V * d) @ V.T
+
+    def _padded(self, X: ArrayLike, Y: ArrayLike, width: int | None = None) -> tuple[Tensor, Tensor]:
+        _check_pair_n(X, Y)
+        X, Y = self._flat(X, "X"), self._flat(Y, "Y")
+        wide = max(X.shape[1], Y.shape[1])
+        if width is not None and wide != width:
+            raise ValueError(
+                f"score takes the widths fit saw (the wider {width}), got {X.shape[1]} and {Y.shape[1]}"
+            )
+        return tuple(torch.nn.functional.pad(Z, (0, wide - Z.shape[1])) for Z in (X, Y))
+
+    def fit(self, X: ArrayLike, Y: ArrayLike) -> ShapeAlignment:
+        """Fit the means, whitenings and alignment on X and Y, (N, ...) activations of the same
+        N inputs. Returns self."""
+        X, Y = self._padded(X, Y)
+        means = X.mean(0), Y.mean(0)
+        whitenings = self._whitening(X - means[0]), self._whitening(Y - means[1])
+        U, s, Vh = torch.linalg.svd(((X - means[0]) @ whitenings[0]).T @ ((Y - means[1]) @ whitenings[1]))
+        kept = s > s.max() * X.shape[1] * torch.finfo(s.dtype).eps
+        self._fitted = (means, whitenings, (U[:, kept], Vh[kept].T), X.shape[1])
+        return self
+
+    def score(self, X: ArrayLike, Y: ArrayLike) -> float:
+        """The distance of new X and Y (the same inputs, the widths fit saw) at the fitted alignment."""
+        if self._fitted is None:
+            raise ValueError("ShapeAlignment.score before fit: fit(X, Y) on the fitting split first")
+        means, whitenings, (U, V), width = self._fitted
+        Xw, Yw = ((Z - m) @ W for Z, m, W in zip(self._padded(X, Y, width), means, whitenings))
+        inner = ((Xw @ U) * (Yw @ V)).sum()  # only the aligned directions pair up
+        nx, ny = torch.linalg.norm(Xw), torch.linalg.norm(Yw)
+        if self.score_method == "angular":
+            return float(torch.arccos((inner / (nx * ny)).clamp(-1.0, 1.0)))
+        return float((nx.square() + ny.square() - 2 * inner).clamp_min(0.0).sqrt())
+
+
 # ---------------------------------------------------------------------------
 # Helpers and registry
 # ---------------------------------------------------------------------------
