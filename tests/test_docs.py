@@ -141,7 +141,7 @@ def test_site_in_chromium(site):
     pages = sorted(site.rglob("*.html"))
     pages = [p for p in pages if p.parent.name != "search" and p.name != "404.html"]
     assert len(pages) >= len(re.findall(r"\.md\b", (REPO / "mkdocs.yml").read_text()))
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(4) as pool:  # each page mostly waits on its own browser
         seen = dict(zip(pages, pool.map(lambda page: chromium.measure(page, _PAGE), pages)))
     broken = []
     for page, shown in seen.items():
