@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from intertwine import compare, gated, measures, models
+from intertwine import compare, kernels, measures, models
 from intertwine.claims import scorecard
 from intertwine.data import Split
 from intertwine.kernels import deq, npk
@@ -129,7 +129,7 @@ CASES = {
         "the inputs are torch.float64 but the model's parameters are torch.float32",
     ),
     "member_npk float64 input": (
-        lambda: gated.member_npk(c4gap(family="dgn"), torch.randn(3, 3, 16, 16, dtype=F64)),
+        lambda: kernels.member_npk(c4gap(family="dgn"), torch.randn(3, 3, 16, 16, dtype=F64)),
         "npk_inputs: the inputs are torch.float64 but the model's parameters are torch.float32",
     ),
     # batch sizes

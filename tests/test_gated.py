@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from intertwine import gated, measures, models, paper, stitching, symmetry
+from intertwine import gated, kernels, measures, models, paper, stitching, symmetry
 from intertwine.groups import random_gl
 from intertwine.models.myrtle import Myrtle
 
@@ -227,9 +227,9 @@ def test_the_npk_of_a_gated_network_uses_its_gates_in_value_order():
     gates = model.gates(x)
     from intertwine.kernels import npk_conv_gap
 
-    torch.testing.assert_close(gated.member_npk(model, x), npk_conv_gap(x, gates[::-1]))
+    torch.testing.assert_close(kernels.member_npk(model, x), npk_conv_gap(x, gates[::-1]))
     with pytest.raises(ValueError, match="neural path kernel"):
-        gated.member_npk(models.build({"arch": "resnet20", "width_multiplier": 0.25}), x.float())
+        kernels.member_npk(models.build({"arch": "resnet20", "width_multiplier": 0.25}), x.float())
 
 
 # --- the paper's numbers and the findings ------------------------------------------------------
@@ -314,13 +314,13 @@ def test_value_weight_ntk_is_d_sigma_to_the_2_d_minus_1_times_the_npk_in_expecta
     torch.manual_seed(0)
     model = models.build(spec)
     x = torch.randn(3, 3, size, size, dtype=torch.float64)
-    mean, se = gated.value_weight_ntk(
+    mean, se = kernels.value_weight_ntk(
         model, x, sigma=0.7, draws=300, generator=torch.Generator().manual_seed(1)
     )
-    npk = gated.member_npk(model.double(), x)
+    npk = kernels.member_npk(model.double(), x)
     d = len(model.value.layer_names()) + 1
-    assert gated.value_weight_ntk_factor(model, 0.7) == pytest.approx(d * 0.7 ** (2 * (d - 1)))
-    assert float(((mean - gated.value_weight_ntk_factor(model, 0.7) * npk) / se).abs().max()) < 4
+    assert kernels.value_weight_ntk_factor(model, 0.7) == pytest.approx(d * 0.7 ** (2 * (d - 1)))
+    assert float(((mean - kernels.value_weight_ntk_factor(model, 0.7) * npk) / se).abs().max()) < 4
     wrong = (d - 1) * 0.7 ** (2 * (d - 2)) * npk
     assert float(((mean - wrong) / se).abs().max()) > 4
 
@@ -390,14 +390,14 @@ def test_logit_ensemble_averages_logits_not_votes():
         _Fixed([[0.0, 5.0], [0.0, 1.0]]),
     ]
     x = torch.tensor([0.0, 1.0]).reshape(2, 1, 1, 1)
-    mean, each = gated.logit_ensemble(members, x, batch_size=1)
+    mean, each = kernels.logit_ensemble(members, x, batch_size=1)
     assert each.shape == (3, 2, 2)
     assert torch.allclose(mean, torch.tensor([[2 / 3, 5 / 3], [0.0, 1.0]]))
     assert mean.argmax(1).tolist() == [1, 1]
     with pytest.raises(ValueError, match="at least 2 members"):
-        gated.logit_ensemble(members[:1], x)
+        kernels.logit_ensemble(members[:1], x)
     with pytest.raises(ValueError, match="disagree on their outputs"):
-        gated.logit_ensemble([members[0], _Fixed([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])], x)
+        kernels.logit_ensemble([members[0], _Fixed([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])], x)
 
 
 def test_ensemble_job_scores_the_named_members_and_the_paper_row(tmp_path, tiny_shapes_dir):

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "intertwine"
 
 #: Library packages: tensors and modules in, numbers out. They import neither pandas nor the
 #: workflow layer (plans, jobs, tables, claims, the papers' numbers) nor plotting.
-LIBRARY = ("intertwine.measures", "intertwine.kernels")
+LIBRARY = ("intertwine.measures", "intertwine.kernels", "intertwine.models", "intertwine._memory")
 FORBIDDEN = ("pandas", "pyarrow", "matplotlib", "snakemake")
 
 
@@ -108,6 +108,17 @@ def test_old_module_names_warn_and_reexport():
     assert similarity.compare_models is intertwine.compare.compare_models
     assert alignment.svcca is cca.svcca and alignment.shape_metric is shape.shape_metric
     assert alignment.PREPARED is layerwise.PREPARED
+
+
+def test_gated_moved_names_warn_and_reexport():
+    import intertwine.gated as gated
+    import intertwine.kernels as kernels
+
+    for name in gated._MOVED:
+        with pytest.warns(DeprecationWarning, match=f"intertwine.gated.{name} is deprecated"):
+            assert getattr(gated, name) is getattr(kernels, name)
+    with pytest.raises(AttributeError):
+        gated.no_such_name  # noqa: B018
 
 
 def test_library_modules_stay_small():

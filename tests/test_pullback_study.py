@@ -463,3 +463,43 @@ def test_the_settling_table_reads_the_members_records(tmp_path, tiny_shapes_dir)
     save_checkpoint(plain, tmp_path / "plain.pt")
     with pytest.raises(ValueError, match="no gate record.*gate_probe_images"):
         pullback_settling([str(tmp_path / "plain.pt")])
+
+
+def _old_procrustes_matching(X, Y):
+    # The accumulator's matching before measures.match_channels: Hungarian on M / (|x_i| |y_j|).
+    from scipy.optimize import linear_sum_assignment
+
+    xm = X.transpose(0, 1).reshape(X.shape[1], -1).double()
+    ym = Y.transpose(0, 1).reshape(Y.shape[1], -1).double()
+    x_sq, y_sq = xm.square().sum(1), ym.square().sum(1)
+    nx, ny = torch.where(x_sq > 0, x_sq, 1.0).sqrt(), torch.where(y_sq > 0, y_sq, 1.0).sqrt()
+    return linear_sum_assignment((xm @ ym.T / (nx[:, None] * ny[None, :])).numpy(), maximize=True)[1]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_one_channel_matching_for_pullbacks_and_procrustes(seed):
+    # matched_units (was stitching.match_grelu's matching) and ProcrustesAccumulator (its own copy)
+    # call measures.match_channels: the same assignment as both former copies, dead channels included.
+    from intertwine.measures import ProcrustesAccumulator, match_channels
+    from intertwine.stitching import match_grelu
+
+    g = torch.Generator().manual_seed(seed)
+    c = 3 + seed % 6
+    a = torch.randn(40, c, 3, 3, generator=g).relu()
+    b = (a[:, torch.randperm(c, generator=g)] + 0.8 * torch.randn(40, c, 3, 3, generator=g)).relu()
+    if seed % 3 == 0:
+        a[:, 0] = 0
+        b[:, c - 1] = 0
+    old = match_grelu(b, a)[0]
+    perm, correlation = study.matched_units(a, b)
+    assert torch.equal(perm, old)
+    assert perm.tolist() == _old_procrustes_matching(a, b).tolist()
+    accumulator = ProcrustesAccumulator()
+    for start in range(0, 40, 16):
+        accumulator.update(a[start : start + 16], b[start : start + 16])
+    _, rows, cols, _, _ = accumulator._matching()
+    assert rows.tolist() == list(range(c)) and cols.tolist() == perm.tolist()
+    xm, ym = (t.transpose(0, 1).reshape(c, -1).double() for t in (a, b))
+    assert torch.equal(match_channels(xm @ ym.T, xm.square().sum(1), ym.square().sum(1)), perm)
+    with pytest.raises(ValueError, match="same number of channels"):
+        match_channels(torch.zeros(2, 3), torch.ones(2), torch.ones(3))

@@ -166,14 +166,19 @@ def symmetry_cosines(
 
 def matched_units(acts_a: Tensor, acts_b: Tensor) -> tuple[Tensor, Tensor]:
     """For activations (N, C, ...) of two members at one site: ``perm`` matching channel u of a to
-    channel ``perm[u]`` of b (``stitching.match_grelu``: Hungarian on normalised correlations), and
+    channel ``perm[u]`` of b (``measures.match_channels``: Hungarian on normalised correlations), and
     each match's normalised correlation (NaN where either channel is zero on every input)."""
-    from intertwine.stitching import match_grelu
+    from intertwine.measures import match_channels
 
-    perm, _ = match_grelu(acts_b, acts_a)  # acts_a[:, u] ~ scale_u * acts_b[:, perm[u]]
+    if acts_a.shape != acts_b.shape or acts_a.ndim < 2:
+        raise ValueError(
+            "matched_units: the two members' activations must be of one shape (N, C, ...), got "
+            f"{tuple(acts_a.shape)} and {tuple(acts_b.shape)}"
+        )
     a = acts_a.transpose(0, 1).reshape(acts_a.shape[1], -1).double()
-    b = acts_b.transpose(0, 1).reshape(acts_b.shape[1], -1).double()[perm.to(acts_b.device)]
-    return perm.cpu(), cosines(a, b).cpu()
+    b = acts_b.transpose(0, 1).reshape(acts_b.shape[1], -1).double()
+    perm = match_channels(a @ b.T, a.square().sum(1), b.square().sum(1))  # a_u ~ b_perm[u]
+    return perm, cosines(a, b[perm.to(b.device)]).cpu()
 
 
 def agreement_rows(

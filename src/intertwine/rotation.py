@@ -14,15 +14,17 @@ from __future__ import annotations
 import copy
 import numbers
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import nn
 
 from intertwine import groups, models
 from intertwine.data import Split
-from intertwine.settings import TrainConfig
 from intertwine.training import evaluate, train
+
+if TYPE_CHECKING:
+    from intertwine.settings import TrainConfig
 
 
 class ChannelTransform(nn.Module):

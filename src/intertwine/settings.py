@@ -27,6 +27,8 @@ from typing import Any
 
 import yaml
 
+from intertwine.stitch_methods import G_RELU_METHODS, METHODS, parse_method  # noqa: F401 (re-exported)
+
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
 
@@ -367,32 +369,7 @@ class DeqntkConfig(_Settings):
     reference_variances: list[float] = _setting("deqntk.reference.variances", only_for=("reference",))
 
 
-# --- Stitching method names: the one grammar of the plan, the stitching module and the figures.
-
-METHODS = ("full", "rank", "grelu", "grelu_cv", "softsort", "l1", "monomial")
-# Layers P D with P a permutation: the intertwiner group of ReLU (D > 0), and "monomial", any
-# nonzero D (the group of a gated network's value units).
-G_RELU_METHODS = ("grelu", "grelu_cv", "softsort", "monomial")
-
-
-def parse_method(method: str) -> tuple[str, int | float | None]:
-    """'full' -> ('full', None); 'rank4' -> ('rank', 4); 'l1_0.01' -> ('l1', 0.01); 'grelu',
-    'grelu_cv', 'softsort', 'monomial' -> (method, None)."""
-    if method in ("full", *G_RELU_METHODS):
-        return method, None
-    if method.startswith("rank") and method[4:].isdigit() and int(method[4:]) > 0:
-        return "rank", int(method[4:])
-    if method.startswith("l1_"):
-        try:
-            strength = float(method[3:])
-        except ValueError:
-            strength = -1.0
-        if strength > 0:
-            return "l1", strength
-    raise ValueError(
-        f"unknown stitching method {method!r}; expected full, rank<r> (e.g. rank4), "
-        "l1_<lambda> (e.g. l1_0.01), grelu, grelu_cv, softsort or monomial"
-    )
+# --- Stitching method names (their grammar: intertwine.stitch_methods).
 
 
 def method_kind(method: str) -> str:

@@ -45,7 +45,7 @@ import math
 import numbers
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import nn
@@ -53,9 +53,12 @@ from torch import nn
 from intertwine import groups, models
 from intertwine.data import Split
 from intertwine.data.augment import augment, normalize
-from intertwine.settings import G_RELU_METHODS, StitchConfig, parse_method
+from intertwine.stitch_methods import G_RELU_METHODS, parse_method
 from intertwine.training import evaluate
 from intertwine.utils import derive_seed
+
+if TYPE_CHECKING:
+    from intertwine.settings import StitchConfig
 
 __all__ = [
     "FullStitch",

@@ -9,14 +9,16 @@ import copy
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import nn
 
 from intertwine.data import Split
 from intertwine.data.augment import augment, mix, normalize
-from intertwine.settings import TrainConfig
+
+if TYPE_CHECKING:
+    from intertwine.settings import TrainConfig
 
 
 from intertwine.utils import DivergedError  # noqa: E402  (re-exported: raised by train)

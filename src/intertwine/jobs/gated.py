@@ -6,14 +6,14 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from intertwine import gated
+from intertwine import gated, kernels
 from intertwine.data.augment import normalize
 from intertwine.jobs import Job
 from intertwine.settings import GatedConfig
 
 
 def gated_ensemble(job: Job, checkpoints: list[str], eval_batch_size: int = 500) -> pd.DataFrame:
-    """``gated.logit_ensemble`` of zoo members (one variant's) on the whole test split: one row with
+    """``kernels.logit_ensemble`` of zoo members (one variant's) on the whole test split: one row with
     the ensemble's test accuracy and its members' (mean, lowest, highest)."""
     members, metas = zip(*(job.model(path) for path in checkpoints))
     variants = {meta["variant"] for meta in metas}
@@ -21,7 +21,7 @@ def gated_ensemble(job: Job, checkpoints: list[str], eval_batch_size: int = 500)
         raise ValueError(f"an ensemble's members are of one variant; these are of {sorted(variants)}")
     test = job.split("test")
     x, y = normalize(test.images, *job.stats()).to(job.device), test.labels.to(job.device)
-    mean, each = gated.logit_ensemble([m.to(job.device) for m in members], x, eval_batch_size)
+    mean, each = kernels.logit_ensemble([m.to(job.device) for m in members], x, eval_batch_size)
     accuracy = float((mean.argmax(1) == y).double().mean())
     alone = (each.argmax(2) == y).double().mean(1)
     seeds = [int(meta["seed"]) for meta in metas]

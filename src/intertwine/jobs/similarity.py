@@ -81,17 +81,17 @@ def _rows(
 
 def _npk_rows(job: Job, base: dict, settings: SimilarityConfig, reads: tuple) -> list[dict]:
     """CKA of the two members' neural path kernels on the first ``npk_images`` images (site
-    "model"), for models that have one (``gated.has_npk``)."""
-    from intertwine import gated
+    "model"), for models that have one (``kernels.has_npk``)."""
+    from intertwine import kernels
     from intertwine.data.augment import normalize
 
     model_a, model_b, images, _, mean, std, _ = reads
-    if not (gated.has_npk(model_a) and gated.has_npk(model_b)):
+    if not (kernels.has_npk(model_a) and kernels.has_npk(model_b)):
         job.log(f"{base['variant']}: no neural path kernel for a {type(model_a).__name__}; npk_cka skipped")
         return []
     x = normalize(images[: settings.npk_images], mean, std).double()
-    kernels = [gated.member_npk(copy.deepcopy(model).double(), x) for model in (model_a, model_b)]
-    value = measures.kernel_cka(*kernels)
+    npks = [kernels.member_npk(copy.deepcopy(model).double(), x) for model in (model_a, model_b)]
+    value = measures.kernel_cka(*npks)
     job.log(f"{base['variant']} pair {base['pair']}: npk_cka {value:.4f} on {len(x)} images")
     return [
         {

@@ -5,10 +5,15 @@
   of any zoo model, and the empirical neural tangent kernel of a model on a probe set.
 * :mod:`intertwine.kernels.deq`: the infinite-width NTK and NNGP of deep fully connected ReLU
   networks, the NTK of deep equilibrium models (Feng & Kolter), and kernel regression.
+* :mod:`intertwine.kernels.members`: a zoo member's kernels: the exact neural path kernel of a
+  gated or plain ReLU network, the NTK of a gated network's value weights alone, the gate kernel
+  at each site, and the logit ensemble of several members.
 """
 
 from . import deq, npk
+from . import members
 from .deq import *  # noqa: F403
+from .members import *  # noqa: F403
 from .npk import *  # noqa: F403
 
-__all__ = [*npk.__all__, *deq.__all__]
+__all__ = [*npk.__all__, *deq.__all__, *members.__all__]

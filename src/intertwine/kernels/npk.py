@@ -56,7 +56,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from intertwine.measures import DEFAULT_MAX_BYTES
+from intertwine._memory import DEFAULT_MAX_BYTES
 
 __all__ = [
     "empirical_ntk",

@@ -94,6 +94,7 @@ from intertwine.measures.procrustes import (
     ProcrustesAccumulator,
     ProcrustesAlignment,
     grelu_procrustes,
+    match_channels,
     orthogonal_procrustes,
 )
 from intertwine.measures.statistics import (
@@ -134,6 +135,7 @@ __all__ = [
     "kernel_cka",
     "laplace_cka",
     "linear_cka",
+    "match_channels",
     "max_kernel",
     "orthogonal_procrustes",
     "pairwise",

@@ -9,10 +9,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from intertwine._memory import DEFAULT_MAX_BYTES  # noqa: F401  (the measures import it from here)
 from intertwine.measures.names import too_few_samples
 
 ArrayLike = Tensor | np.ndarray
-DEFAULT_MAX_BYTES = 64 * 2**20
 _F64 = torch.float64
 
 

@@ -27,6 +27,45 @@ from intertwine.measures._base import (
 )
 from intertwine.measures.names import too_few_samples
 
+
+def normalized_cross(cross: Tensor, x_sq: Tensor, y_sq: Tensor) -> Tensor:
+    """``cross[i, j] / (|x_i| |y_j|)`` from the cross-products and squared channel norms; a dead
+    channel (norm 0) keeps norm 1, so its entries stay 0 rather than NaN (and so does the gradient:
+    the square root never sees the zero)."""
+    nx, ny = torch.where(x_sq > 0, x_sq, 1.0).sqrt(), torch.where(y_sq > 0, y_sq, 1.0).sqrt()
+    return cross / (nx[:, None] * ny[None, :])
+
+
+def match_channels(cross: Tensor, x_sq: Tensor, y_sq: Tensor) -> Tensor:
+    """The one-to-one matching of two representations' channels that maximises the sum of the
+    matched pairs' normalised correlations (Hungarian algorithm): the matching of
+    ``grelu_procrustes`` and of ``ProcrustesAccumulator``.
+
+    Parameters
+    ----------
+    cross : (C, C) tensor, ``cross[i, j] = <x_i, y_j>`` summed over samples and positions, x_i the
+        i-th channel of X and y_j the j-th of Y.
+    x_sq, y_sq : (C,) tensors, the channels' squared norms ``|x_i|^2`` and ``|y_j|^2``. A dead
+        channel (norm 0) correlates 0 with every channel.
+
+    Returns
+    -------
+    perm : (C,) int64 tensor on the CPU: X's channel i is matched with Y's channel ``perm[i]``.
+    """
+    if cross.ndim != 2 or cross.shape[0] != cross.shape[1]:
+        raise ValueError(
+            f"match_channels matches channels one to one, so X and Y need the same number of "
+            f"channels, got a cross-product of shape {tuple(cross.shape)}"
+        )
+    if x_sq.shape != (cross.shape[0],) or y_sq.shape != (cross.shape[1],):
+        raise ValueError(
+            f"match_channels: x_sq and y_sq must hold one squared norm per channel, got shapes "
+            f"{tuple(x_sq.shape)} and {tuple(y_sq.shape)} for {cross.shape[0]} channels"
+        )
+    normalized = normalized_cross(cross, x_sq, y_sq).detach().cpu().numpy()
+    return torch.as_tensor(linear_sum_assignment(normalized, maximize=True)[1], dtype=torch.long)
+
+
 # ---------------------------------------------------------------------------
 # Procrustes
 # ---------------------------------------------------------------------------
@@ -143,12 +182,11 @@ class ProcrustesAccumulator:
                 f"grelu_procrustes matches channels one to one, so X and Y need the "
                 f"same number of channels, got {M.shape[0]} and {M.shape[1]}"
             )
-        # Dead channels keep norm 1: they stay zero rather than becoming NaN (and so does the
-        # gradient: the square root never sees the zero).
+        # Dead channels keep norm 1 (normalized_cross).
         nx, ny = torch.where(x_sq > 0, x_sq, 1.0).sqrt(), torch.where(y_sq > 0, y_sq, 1.0).sqrt()
-        normalized = M / (nx[:, None] * ny[None, :])
-        rows, cols = linear_sum_assignment(normalized.detach().cpu().numpy(), maximize=True)
-        return normalized, rows, cols, nx, ny
+        normalized = normalized_cross(M, x_sq, y_sq)
+        cols = match_channels(M, x_sq, y_sq).numpy()
+        return normalized, np.arange(len(cols)), cols, nx, ny
 
     def _rotation(self) -> Tensor:
         """The orthogonal Q minimising ||X - Y Q|| for both sides zero-padded to max(C, C')."""
