@@ -624,7 +624,7 @@ def cmd_zoo_table(args) -> None:
 
 
 def cmd_symmetry_table(args) -> None:
-    from intertwine.symmetry import summarize
+    from intertwine.symmetry_study import summarize
     from intertwine.tables import SYMMETRY, read_parquet, write_csv, write_parquet
 
     table = read_parquet(args.parts, SYMMETRY)
