@@ -132,7 +132,7 @@ WORKFLOW = (
 )
 
 
-@pytest.mark.parametrize("module", ["intertwine.symmetry"])
+@pytest.mark.parametrize("module", ["intertwine.symmetry", "intertwine.kernels.deq_regression"])
 def test_library_module_imports_no_workflow(module):
     code = (
         f"import sys, {module}\n"
@@ -155,3 +155,18 @@ def test_moved_symmetry_check_warns_and_reexports():
         from intertwine.symmetry import act_on_weights  # noqa: F401  (the library warns for nothing)
     with pytest.raises(AttributeError):
         symmetry.no_such_name  # noqa: B018
+
+
+def test_old_deqntk_module_warns_and_reexports():
+    import intertwine.jobs.deqntk as jobs
+    import intertwine.settings as settings
+    from intertwine.kernels import deq_regression
+
+    sys.modules.pop("intertwine.deqntk", None)
+    with pytest.warns(DeprecationWarning, match="intertwine.deqntk is deprecated"):
+        import intertwine.deqntk as deqntk
+    for name in deqntk.__all__:
+        home = next(m for m in (deq_regression, jobs, settings) if hasattr(m, name))
+        assert getattr(deqntk, name) is getattr(home, name), name
+    assert {"save_block", "load_block", "check_blocks"} <= set(deqntk.__all__)
+    assert set(deq_regression.__all__) <= set(deqntk.__all__)

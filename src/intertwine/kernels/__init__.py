@@ -5,6 +5,8 @@
   of any zoo model, and the empirical neural tangent kernel of a model on a probe set.
 * :mod:`intertwine.kernels.deq`: the infinite-width NTK and NNGP of deep fully connected ReLU
   networks, the NTK of deep equilibrium models (Feng & Kolter), and kernel regression.
+* :mod:`intertwine.kernels.deq_regression`: kernel regression with the DEQ-NTK on images (unit
+  inputs, the Gram in blocks of rows, the depth sweep, the convolutional kernel's accuracy).
 """
 
 from . import deq, npk
