@@ -5,7 +5,7 @@ regulariser Theta(x, x) / n, on a cached data set.
 
 Per draw (1,000 training images of the pool and 100 test images, each draw its own seed) and per
 panel (sigma_w2, sigma_b2): the test accuracy (%) of the depth-L NTK at (sigma_w2, 0, sigma_b2)
-and of the DEQ-NTK at (sigma_w2, sigma_b2 - 0.1, 0.1) (`deqntk.depth_sweep`), once with
+and of the DEQ-NTK at (sigma_w2, sigma_b2 - 0.1, 0.1) (`deq_regression.depth_sweep`), once with
 `frozen_ridge` 1 and once with 0; then the mean over draws. `--data` is a data directory written by
 the workflow's data stage.
 """
@@ -16,8 +16,8 @@ import argparse
 
 import torch
 
-from intertwine import deqntk
 from intertwine.data import load_split
+from intertwine.kernels import deq_regression
 
 PANELS = [[0.25, 0.75], [0.6, 0.4], [0.8, 0.2]]
 
@@ -36,8 +36,8 @@ def main() -> None:
     train, val, test = (load_split(args.data, s) for s in ("train", "val", "test"))
     pool_x, pool_y = torch.cat([train.images, val.images]), torch.cat([train.labels, val.labels])
     classes = int(max(pool_y.max(), test.labels.max())) + 1
-    panels = deqntk.panel_curves(PANELS, 0.1)
-    columns = [str(d) for d in args.depths] + [deqntk.DEQ]
+    panels = deq_regression.panel_curves(PANELS, 0.1)
+    columns = [str(d) for d in args.depths] + [deq_regression.DEQ]
     print(f"{args.data}: {args.n_train} training / {args.n_test} test images, {args.draws} draws")
     print(
         "| frozen_ridge | panel | "
@@ -49,12 +49,12 @@ def main() -> None:
         accuracy: dict[tuple[str, str], list[float]] = {}
         for draw in range(args.draws):
             generator = torch.Generator().manual_seed(100 + draw)
-            tr = deqntk.draw(args.n_train, len(pool_x), generator)
-            te = deqntk.draw(args.n_test, len(test.images), generator)
-            rows = deqntk.depth_sweep(
-                deqntk.unit_rows(pool_x[tr]),
+            tr = deq_regression.draw(args.n_train, len(pool_x), generator)
+            te = deq_regression.draw(args.n_test, len(test.images), generator)
+            rows = deq_regression.depth_sweep(
+                deq_regression.unit_rows(pool_x[tr]),
                 pool_y[tr],
-                deqntk.unit_rows(test.images[te]),
+                deq_regression.unit_rows(test.images[te]),
                 test.labels[te],
                 classes,
                 args.depths,

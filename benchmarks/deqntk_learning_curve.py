@@ -25,9 +25,8 @@ import time
 
 import torch
 
-from intertwine import deqntk
 from intertwine.data import channel_stats, load_split
-from intertwine.kernels import deq
+from intertwine.kernels import deq, deq_regression
 from intertwine.paper import reported_deqntk
 
 SETTINGS = [(0.25, 0.25, 0.5), (0.6, 0.4, 0.0), (0.8, 0.2, 0.0)]
@@ -49,14 +48,16 @@ def learning_curve(args) -> list[dict]:
             f"--sizes up to {sizes[-1]} and --n-test {args.n_test}: the data has {len(pool_images)} "
             f"training and {len(test.images)} test images"
         )
-    order = deqntk.draw(sizes[-1], len(pool_images), torch.Generator().manual_seed(args.seed))
+    order = deq_regression.draw(sizes[-1], len(pool_images), torch.Generator().manual_seed(args.seed))
     mean, std = channel_stats(args.data)
     classes = int(max(pool_labels.max(), test.labels.max())) + 1
     y_train, y_test = pool_labels[order], test.labels[: args.n_test]
     rows = []
     for choice in args.preprocessing:
-        x_train = deqntk.unit_rows(pool_images[order], choice, mean, std).to(args.device, dtype)
-        x_test = deqntk.unit_rows(test.images[: args.n_test], choice, mean, std).to(args.device, dtype)
+        x_train = deq_regression.unit_rows(pool_images[order], choice, mean, std).to(args.device, dtype)
+        x_test = deq_regression.unit_rows(test.images[: args.n_test], choice, mean, std).to(
+            args.device, dtype
+        )
         for w, u, b in SETTINGS:
             started = time.perf_counter()
             K = deq.deq_ntk(x_train, sigma_w2=w, sigma_u2=u, sigma_b2=b, block_rows=args.block_rows)
@@ -143,7 +144,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 5000])
     parser.add_argument("--n-test", type=int, default=10000)
     parser.add_argument(
-        "--preprocessing", nargs="+", default=["raw", "centred"], choices=deqntk.PREPROCESSING
+        "--preprocessing", nargs="+", default=["raw", "centred"], choices=deq_regression.PREPROCESSING
     )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float64", choices=["float64", "float32"])

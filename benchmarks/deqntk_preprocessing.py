@@ -18,9 +18,9 @@ import time
 
 import torch
 
-from intertwine import deqntk
 from intertwine.data import channel_stats, load_split
-from intertwine.kernels import deq
+from intertwine.kernels import deq, deq_regression
+from intertwine.settings import variances_name
 
 SETTINGS = [(0.25, 0.25, 0.5), (0.6, 0.4, 0.0), (0.8, 0.2, 0.0)]
 
@@ -38,20 +38,16 @@ def main() -> None:
     train, val, test = (load_split(args.data, s) for s in ("train", "val", "test"))
     pool_images = torch.cat([train.images, val.images])
     pool_labels = torch.cat([train.labels, val.labels])
-    order = deqntk.draw(args.n_train, len(pool_images), torch.Generator().manual_seed(args.seed))
+    order = deq_regression.draw(args.n_train, len(pool_images), torch.Generator().manual_seed(args.seed))
     mean, std = channel_stats(args.data)
     classes = int(max(pool_labels.max(), test.labels.max())) + 1
     y_train, y_test = pool_labels[order], test.labels[: args.n_test]
     print(f"{args.data}: {args.n_train} training / {args.n_test} test images, {classes} classes")
-    print(
-        "| preprocessing | mean correlation | "
-        + " | ".join(deqntk.variances_name(v) for v in SETTINGS)
-        + " |"
-    )
+    print("| preprocessing | mean correlation | " + " | ".join(variances_name(v) for v in SETTINGS) + " |")
     print("| --- | --- | " + " | ".join("---" for _ in SETTINGS) + " |")
-    for choice in deqntk.PREPROCESSING:
-        x_train = deqntk.unit_rows(pool_images[order], choice, mean, std)
-        x_test = deqntk.unit_rows(test.images[: args.n_test], choice, mean, std)
+    for choice in deq_regression.PREPROCESSING:
+        x_train = deq_regression.unit_rows(pool_images[order], choice, mean, std)
+        x_test = deq_regression.unit_rows(test.images[: args.n_test], choice, mean, std)
         inner = x_train @ x_train.T
         off = inner[~torch.eye(len(inner), dtype=torch.bool)]
         cells = []
@@ -59,7 +55,7 @@ def main() -> None:
             started = time.perf_counter()
             K = deq.deq_ntk(x_train, sigma_w2=w, sigma_u2=u, sigma_b2=b)
             K_test = deq.deq_ntk(x_test, x_train, sigma_w2=w, sigma_u2=u, sigma_b2=b)
-            acc = deqntk.regression_accuracy(K.gram, y_train, K_test.gram, y_test, classes)
+            acc = deq_regression.regression_accuracy(K.gram, y_train, K_test.gram, y_test, classes)
             cells.append(
                 f"{100 * acc:.2f} % ({max(K.iterations, K_test.iterations)} it, "
                 f"{time.perf_counter() - started:.0f} s)"

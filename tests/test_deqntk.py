@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 import torch
 
-from intertwine import deqntk, paper
-from intertwine.kernels import deq
+from intertwine import paper
+from intertwine.jobs import deqntk as deqntk_jobs
+from intertwine.kernels import deq, deq_regression
 from intertwine.plan import gram_layout
 from intertwine.settings import parse_variances, variances_name
 from intertwine.tables import DEQNTK, KERNEL_REFERENCE, to_table
@@ -31,11 +32,11 @@ def blocks_of(x_train, x_test, block_rows, tmp_path=None, variances=SETTING):
     """Every block of the [train; test] x train Gram, through a file when ``tmp_path`` is given."""
     blocks = []
     for part, start, stop in gram_layout(len(x_train), len(x_test), block_rows):
-        block = deqntk.gram_block(x_train, x_test, part, start, stop, variances)
+        block = deq_regression.gram_block(x_train, x_test, part, start, stop, variances)
         if tmp_path is not None:
             path = tmp_path / f"{part}{start}.npz"
-            deqntk.save_block(block, path)
-            block = deqntk.load_block(path)
+            deqntk_jobs.save_block(block, path)
+            block = deqntk_jobs.load_block(path)
         blocks.append(block)
     return blocks
 
@@ -56,7 +57,7 @@ def test_layout_tiles_train_then_test():
 def test_blocks_assemble_into_the_unblocked_gram(tmp_path, n_train):
     x_train, x_test = unit(23, seed=1), unit(7, seed=2)
     blocks = blocks_of(x_train, x_test, 8, tmp_path)
-    K, K_test = deqntk.assemble(blocks, n_train)
+    K, K_test = deq_regression.assemble(blocks, n_train)
     full = deq.deq_ntk(x_train[:n_train], sigma_w2=0.6, sigma_u2=0.4, sigma_b2=0.0).gram
     cross = deq.deq_ntk(x_test, x_train[:n_train], sigma_w2=0.6, sigma_u2=0.4, sigma_b2=0.0).gram
     assert torch.equal(K, K.T)  # exactly symmetric
@@ -70,12 +71,12 @@ def test_blocks_assemble_into_the_unblocked_gram(tmp_path, n_train):
 def test_assemble_refuses_missing_or_repeated_blocks(tmp_path):
     blocks = blocks_of(unit(10), unit(4, seed=3), 4)
     with pytest.raises(ValueError, match="training blocks do not cover the rows"):
-        deqntk.assemble([b for b in blocks if (b.part, b.start) != ("train", 4)], 10)
+        deq_regression.assemble([b for b in blocks if (b.part, b.start) != ("train", 4)], 10)
     with pytest.raises(ValueError, match="test blocks do not cover"):
-        deqntk.assemble(blocks + blocks[-1:], 10)
+        deq_regression.assemble(blocks + blocks[-1:], 10)
     (tmp_path / "bad.npz").write_bytes(b"not a block")
     with pytest.raises(ValueError, match="bad.npz: not a readable Gram block"):
-        deqntk.load_block(tmp_path / "bad.npz")
+        deqntk_jobs.load_block(tmp_path / "bad.npz")
 
 
 def test_regression_separates_clusters_and_is_nan_on_a_singular_kernel():
@@ -86,14 +87,14 @@ def test_regression_separates_clusters_and_is_nan_on_a_singular_kernel():
     x = x / x.norm(dim=1, keepdim=True)
     K = deq.deq_ntk(x[:40], sigma_w2=0.6, sigma_u2=0.4, sigma_b2=0.0).gram
     K_test = deq.deq_ntk(x[40:], x[:40], sigma_w2=0.6, sigma_u2=0.4, sigma_b2=0.0).gram
-    assert deqntk.regression_accuracy(K, labels[:40], K_test, labels[40:], 3) == 1.0
+    assert deq_regression.regression_accuracy(K, labels[:40], K_test, labels[40:], 3) == 1.0
     constant = torch.ones(40, 40, dtype=torch.float64)
-    assert math.isnan(deqntk.regression_accuracy(constant, labels[:40], K_test, labels[40:], 3))
+    assert math.isnan(deq_regression.regression_accuracy(constant, labels[:40], K_test, labels[40:], 3))
 
 
 def test_depth_sweep_rows_and_the_injected_ntk_reaching_the_deq_ntk():
     x, labels = unit(30, d=16, seed=4), torch.arange(30) % 3
-    rows = deqntk.depth_sweep(
+    rows = deq_regression.depth_sweep(
         x[:20], labels[:20], x[20:], labels[20:], 3, [1, 60], [(1.0, 0.0, 0.0), SETTING], SETTING
     )
     assert [r["depth"] for r in rows] == ["1", "60", "1", "60", "deq"]
@@ -118,22 +119,22 @@ def test_reference_is_blind_to_rotations_of_a_representation():
         torch.randn(6, 6, generator=torch.Generator().manual_seed(8), dtype=x.dtype)
     )
     measures = ["linear_cka", "grelu_cka"]
-    plain = deqntk.reference_rows({"site": representation}, kernel, measures)
-    rotated = deqntk.reference_rows([("site", representation @ rotation)], kernel, measures)
+    plain = deq_regression.reference_rows({"site": representation}, kernel, measures)
+    rotated = deq_regression.reference_rows([("site", representation @ rotation)], kernel, measures)
     assert [r["kernel"] for r in plain] == measures
     assert plain[0]["cka"] == pytest.approx(rotated[0]["cka"], abs=1e-10)
     assert abs(plain[1]["cka"] - rotated[1]["cka"]) > 1e-3
-    dead = deqntk.reference_rows({"dead": torch.zeros(24, 6, dtype=x.dtype)}, kernel, ["linear_cka"])
+    dead = deq_regression.reference_rows({"dead": torch.zeros(24, 6, dtype=x.dtype)}, kernel, ["linear_cka"])
     assert math.isnan(dead[0]["cka"])
 
 
 def test_inputs_are_unit_rows_and_variance_names_round_trip():
     images = torch.randint(0, 256, (5, 3, 4, 4), dtype=torch.uint8)
-    x = deqntk.unit_rows(images)
+    x = deq_regression.unit_rows(images)
     assert x.shape == (5, 48) and x.dtype == torch.float64
     torch.testing.assert_close(x.norm(dim=1), torch.ones(5, dtype=torch.float64))
     with pytest.raises(ValueError, match="zero after deqntk.preprocessing 'raw'"):
-        deqntk.unit_rows(torch.zeros(1, 3, 2, 2, dtype=torch.uint8))
+        deq_regression.unit_rows(torch.zeros(1, 3, 2, 2, dtype=torch.uint8))
 
 
 def test_preprocessing_choices():
@@ -143,38 +144,38 @@ def test_preprocessing_choices():
     mean = torch.tensor([0.2, 0.5, 0.7])
     std = torch.tensor([0.1, 0.2, 0.4])
     pixels = images.double() / 255
-    raw = deqntk.unit_rows(images, "raw", mean, std)  # raw ignores the statistics
-    torch.testing.assert_close(raw, deqntk.unit_rows(images))
+    raw = deq_regression.unit_rows(images, "raw", mean, std)  # raw ignores the statistics
+    torch.testing.assert_close(raw, deq_regression.unit_rows(images))
     torch.testing.assert_close(
         raw, pixels.flatten(1) / pixels.flatten(1).norm(dim=1, keepdim=True), rtol=0, atol=0
     )
     centred = (pixels - mean.double()[:, None, None]).flatten(1)
     torch.testing.assert_close(
-        deqntk.unit_rows(images, "centred", mean), centred / centred.norm(dim=1, keepdim=True)
+        deq_regression.unit_rows(images, "centred", mean), centred / centred.norm(dim=1, keepdim=True)
     )
     standard = ((pixels - mean.double()[:, None, None]) / std.double()[:, None, None]).flatten(1)
-    x = deqntk.unit_rows(images, "standardised", mean, std)
+    x = deq_regression.unit_rows(images, "standardised", mean, std)
     torch.testing.assert_close(x, standard / standard.norm(dim=1, keepdim=True))
     torch.testing.assert_close(x.norm(dim=1), torch.ones(6, dtype=torch.float64))
     # the three differ: a per-channel shift and scale change the directions of the rows
-    assert (deqntk.unit_rows(images, "centred", mean) - raw).abs().max() > 0.05
-    assert (x - deqntk.unit_rows(images, "centred", mean)).abs().max() > 0.05
+    assert (deq_regression.unit_rows(images, "centred", mean) - raw).abs().max() > 0.05
+    assert (x - deq_regression.unit_rows(images, "centred", mean)).abs().max() > 0.05
     with pytest.raises(ValueError, match="deqntk.preprocessing: unknown choice 'zca'"):
-        deqntk.unit_rows(images, "zca")
+        deq_regression.unit_rows(images, "zca")
     with pytest.raises(ValueError, match="needs the training set's per-channel mean and std"):
-        deqntk.unit_rows(images, "standardised", mean)
+        deq_regression.unit_rows(images, "standardised", mean)
     with pytest.raises(ValueError, match="std 0"):
-        deqntk.unit_rows(images, "standardised", mean, torch.tensor([0.1, 0.0, 0.4]))
+        deq_regression.unit_rows(images, "standardised", mean, torch.tensor([0.1, 0.0, 0.4]))
     flat = torch.full((1, 3, 2, 2), 51, dtype=torch.uint8)  # 51 / 255 = 0.2 everywhere: the mean
     with pytest.raises(ValueError, match="zero after deqntk.preprocessing 'centred'"):
-        deqntk.unit_rows(flat, "centred", torch.tensor([0.2, 0.2, 0.2], dtype=torch.float64))
+        deq_regression.unit_rows(flat, "centred", torch.tensor([0.2, 0.2, 0.2], dtype=torch.float64))
 
 
 def test_three_equal_channels_give_the_kernel_of_one():
     """MNIST's grey images are stored as three equal channels: their unit rows' inner products, and
     so the DEQ-NTK, are those of the one channel (exactly up to rounding)."""
     grey = torch.randint(0, 256, (5, 1, 6, 6), dtype=torch.uint8, generator=torch.Generator().manual_seed(9))
-    one, three = deqntk.unit_rows(grey), deqntk.unit_rows(grey.repeat(1, 3, 1, 1))
+    one, three = deq_regression.unit_rows(grey), deq_regression.unit_rows(grey.repeat(1, 3, 1, 1))
     torch.testing.assert_close(three @ three.T, one @ one.T, rtol=0, atol=1e-15)
 
 
@@ -182,43 +183,43 @@ def test_unit_pixels_and_the_convolutional_regression():
     images = torch.randint(
         1, 256, (7, 3, 1, 1), dtype=torch.uint8, generator=torch.Generator().manual_seed(2)
     )
-    x = deqntk.unit_pixels(images, "raw")
+    x = deq_regression.unit_pixels(images, "raw")
     torch.testing.assert_close(x.norm(dim=1), torch.ones(7, 1, 1, dtype=torch.float64))
     black = images.clone()
     black[0] = 0
     with pytest.raises(ValueError, match="1 pixels are zero after deqntk.conv.preprocessing 'raw'"):
-        deqntk.unit_pixels(black, "raw")
+        deq_regression.unit_pixels(black, "raw")
     mean = torch.tensor([0.5, 0.5, 0.5], dtype=torch.float64)
-    assert deqntk.unit_pixels(black, "centred", mean).isfinite().all()
+    assert deq_regression.unit_pixels(black, "centred", mean).isfinite().all()
     # one-pixel images: the convolutional kernel is the fully connected one of the pixel, so the
     # regression gives the same accuracy; pairs are the training triangle and test x train
     labels = torch.tensor([0, 1, 2, 0, 1, 2, 0])
-    result = deqntk.conv_accuracy(x[:5], labels[:5], x[5:], labels[5:], 3, SETTING, "gap")
+    result = deq_regression.conv_accuracy(x[:5], labels[:5], x[5:], labels[5:], 3, SETTING, "gap")
     rows = x.flatten(1)
     K = deq.deq_ntk(rows[:5], **dict(zip(("sigma_w2", "sigma_u2", "sigma_b2"), SETTING))).gram
     K_test = deq.deq_ntk(rows[5:], rows[:5], **dict(zip(("sigma_w2", "sigma_u2", "sigma_b2"), SETTING))).gram
-    assert result["test_acc"] == deqntk.regression_accuracy(K, labels[:5], K_test, labels[5:], 3)
+    assert result["test_acc"] == deq_regression.regression_accuracy(K, labels[:5], K_test, labels[5:], 3)
     assert result["pairs"] == 15 + 10 and result["seconds_per_pair"] > 0 and result["iterations"] > 0
 
 
 def test_frozen_ridge_and_panels():
     K = torch.diag(torch.tensor([3.0, 3.0, 3.0, 3.0], dtype=torch.float64)) + 1
-    assert deqntk.frozen_ridge(K, 1.0) == 4.0 / 4  # Theta(x, x) = 4, n = 4
-    assert deqntk.frozen_ridge(K, 0.5) == 0.5
-    assert deqntk.frozen_ridge(K, 0.0) == 0.0
-    curves = deqntk.panel_curves([[0.6, 0.4], [0.25, 0.75]], 0.1)
+    assert deq_regression.frozen_ridge(K, 1.0) == 4.0 / 4  # Theta(x, x) = 4, n = 4
+    assert deq_regression.frozen_ridge(K, 0.5) == 0.5
+    assert deq_regression.frozen_ridge(K, 0.0) == 0.0
+    curves = deq_regression.panel_curves([[0.6, 0.4], [0.25, 0.75]], 0.1)
     assert [c[0] for c in curves] == ["w0.6_b0.4", "w0.25_b0.75"]
     assert curves[0][1] == (0.6, 0.0, 0.4)
     assert curves[0][2] == pytest.approx((0.6, 0.3, 0.1), abs=1e-15)
     assert curves[1][2] == pytest.approx((0.25, 0.65, 0.1), abs=1e-15)
     with pytest.raises(ValueError, match="deqntk.depth.panels: panel .* sigma_b2 below"):
-        deqntk.panel_curves([[0.95, 0.05]], 0.1)
+        deq_regression.panel_curves([[0.95, 0.05]], 0.1)
 
 
 def test_depth_sweep_panels_regularise_the_frozen_kernel():
     x, labels = unit(30, d=16, seed=4), torch.arange(30) % 3
-    panels = deqntk.panel_curves([[0.6, 0.4]], 0.1)
-    rows = deqntk.depth_sweep(
+    panels = deq_regression.panel_curves([[0.6, 0.4]], 0.1)
+    rows = deq_regression.depth_sweep(
         x[:20], labels[:20], x[20:], labels[20:], 3, [1, 60], [], None, panels=panels, frozen_scale=1.0
     )
     assert [(r["panel"], r["depth"]) for r in rows] == [
@@ -264,7 +265,7 @@ def test_jobs_write_the_tables_rows(tmp_path, tiny_shapes_dir):
     paths = []
     for part, start, stop in gram_layout(40, 16, 24):
         paths.append(tmp_path / f"{part}{start}.npz")
-        deqntk.save_block(deqntk_gram(job, SETTING, 40, part, start, stop, block), paths[-1])
+        deqntk_jobs.save_block(deqntk_gram(job, SETTING, 40, part, start, stop, block), paths[-1])
     rows = pd.concat(
         deqntk_regression(job, SETTING, n, [str(p) for p in paths], {"n_test": 16, "ridge": 0.0})
         for n in (24, 40)
@@ -469,7 +470,7 @@ def gram_job(tmp_path, tiny_shapes_dir):
             paths.append(tmp_path / where / f"{part}{start}.npz")
             config = {"n_test": n_test, "preprocessing": preprocessing}
             block = deqntk_gram(job, variances, n_train, part, start, stop, config)
-            deqntk.save_block(block, paths[-1])
+            deqntk_jobs.save_block(block, paths[-1])
         return [str(p) for p in paths]
 
     return job, blocks
@@ -510,9 +511,9 @@ def test_regression_refuses_a_gram_too_small_and_variances_that_do_not_sum_to_on
 
     job, blocks = gram_job
     paths = blocks(SETTING)
-    assert deqntk.load_block(paths[0]).variances == SETTING
-    assert (deqntk.load_block(paths[0]).n_train, deqntk.load_block(paths[0]).n_test) == (40, 16)
-    assert deqntk.load_block(paths[0]).preprocessing == "raw"
+    assert deqntk_jobs.load_block(paths[0]).variances == SETTING
+    assert (deqntk_jobs.load_block(paths[0]).n_train, deqntk_jobs.load_block(paths[0]).n_test) == (40, 16)
+    assert deqntk_jobs.load_block(paths[0]).preprocessing == "raw"
     with pytest.raises(ValueError, match="hold a Gram of 40 training images, fewer than the 48 asked for"):
         deqntk_regression(job, SETTING, 48, paths, {"n_test": 16})
     with pytest.raises(ValueError, match="hold 16 test rows, but n_test is 8"):
@@ -527,7 +528,7 @@ def test_regression_refuses_a_gram_too_small_and_variances_that_do_not_sum_to_on
 def test_damaged_or_old_block_is_an_error_naming_the_file(tmp_path, damage):
     x_train, x_test = unit(10, seed=1), unit(4, seed=2)
     path = tmp_path / "train0.npz"
-    deqntk.save_block(deqntk.gram_block(x_train, x_test, "train", 0, 5, SETTING), path)
+    deqntk_jobs.save_block(deq_regression.gram_block(x_train, x_test, "train", 0, 5, SETTING), path)
     if damage == "truncated":
         data = path.read_bytes()
         path.write_bytes(data[: len(data) // 2])
@@ -541,4 +542,4 @@ def test_damaged_or_old_block_is_an_error_naming_the_file(tmp_path, damage):
         np.savez(path, **old)
         message = "train0.npz: a Gram block that records no variance setting, sizes or input preprocessing"
     with pytest.raises(ValueError, match=message + r".*delete it and rerun its deqntk_gram job"):
-        deqntk.load_block(path)
+        deqntk_jobs.load_block(path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from intertwine import gated, kernels, measures, models, paper, stitching, symmetry
+from intertwine import gated, kernels, measures, models, paper, stitching, symmetry, symmetry_study
 from intertwine.groups import random_gl
 from intertwine.models.myrtle import Myrtle
 
@@ -137,7 +137,7 @@ def test_signed_monomials_on_the_value_network_leave_a_dgn_unchanged(regime):
         )
     x = images()
     assert (symmetry.act_on_weights(model, elements)(x) - model(x)).abs().max() < 1e-12
-    rows = symmetry.check_symmetry(model, x, "monomial", torch.Generator().manual_seed(4))
+    rows = symmetry_study.check_symmetry(model, x, "monomial", torch.Generator().manual_seed(4))
     assert max(r["relative_change"] for r in rows) < 1e-12
     assert max(r["representation_error"] for r in rows) < 1e-12
 

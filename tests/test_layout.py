@@ -125,3 +125,59 @@ def test_library_modules_stay_small():
     # Issue 35: no module of the measures package over 600 lines.
     sizes = {p.name: len(p.read_text().splitlines()) for p in (PACKAGE / "measures").glob("*.py")}
     assert max(sizes.values()) <= 600, sizes
+
+
+#: The workflow layer: what a library module must not import.
+WORKFLOW = (
+    "intertwine.plan",
+    "intertwine.settings",
+    "intertwine.config",
+    "intertwine.tables",
+    "intertwine.figures",
+    "intertwine.claims",
+    "intertwine.paper",
+    "intertwine.cli",
+    "intertwine.jobs",
+    "intertwine.code_identity",
+    "intertwine.cluster",
+)
+
+
+@pytest.mark.parametrize("module", ["intertwine.symmetry", "intertwine.kernels.deq_regression"])
+def test_library_module_imports_no_workflow(module):
+    code = (
+        f"import sys, {module}\n"
+        "print('\\n'.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+        f"{FORBIDDEN!r} or m.startswith({WORKFLOW!r}))))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert loaded.stdout.split() == [], f"importing {module} loads {loaded.stdout.split()}"
+
+
+def test_moved_symmetry_check_warns_and_reexports():
+    import intertwine.symmetry as symmetry
+    import intertwine.symmetry_study as study
+
+    for name in ("check_symmetry", "checked_group", "summarize"):
+        with pytest.warns(DeprecationWarning, match=f"intertwine.symmetry.{name} is deprecated"):
+            assert getattr(symmetry, name) is getattr(study, name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from intertwine.symmetry import act_on_weights  # noqa: F401  (the library warns for nothing)
+    with pytest.raises(AttributeError):
+        symmetry.no_such_name  # noqa: B018
+
+
+def test_old_deqntk_module_warns_and_reexports():
+    import intertwine.jobs.deqntk as jobs
+    import intertwine.settings as settings
+    from intertwine.kernels import deq_regression
+
+    sys.modules.pop("intertwine.deqntk", None)
+    with pytest.warns(DeprecationWarning, match="intertwine.deqntk is deprecated"):
+        import intertwine.deqntk as deqntk
+    for name in deqntk.__all__:
+        home = next(m for m in (deq_regression, jobs, settings) if hasattr(m, name))
+        assert getattr(deqntk, name) is getattr(home, name), name
+    assert {"save_block", "load_block", "check_blocks"} <= set(deqntk.__all__)
+    assert set(deq_regression.__all__) <= set(deqntk.__all__)

@@ -393,8 +393,7 @@ def cmd_gated_figure(args) -> None:
 
 
 def cmd_deqntk_gram(args) -> None:
-    from intertwine.deqntk import save_block
-    from intertwine.jobs.deqntk import deqntk_gram
+    from intertwine.jobs.deqntk import deqntk_gram, save_block
 
     if args.stop <= args.start:
         raise ValueError(f"--stop ({args.stop}) must be greater than --start ({args.start})")
@@ -624,7 +623,7 @@ def cmd_zoo_table(args) -> None:
 
 
 def cmd_symmetry_table(args) -> None:
-    from intertwine.symmetry import summarize
+    from intertwine.symmetry_study import summarize
     from intertwine.tables import SYMMETRY, read_parquet, write_csv, write_parquet
 
     table = read_parquet(args.parts, SYMMETRY)

@@ -96,10 +96,7 @@ __all__ = [
     "act_on_weights",
     "element_matrix",
     "random_elements",
-    "check_symmetry",
-    "checked_group",
     "site_groups",
-    "summarize",
 ]
 
 #: Groups :func:`random_elements` can draw from ("monomial": signed scales at a gated network's
@@ -654,68 +651,21 @@ def _tie_gates(model: nn.Module, wiring: _Wiring, out: dict, group: str, generat
         out[value_site] = (perm.clone(), value_scales)
 
 
-# --- the workflow's self-check ------------------------------------------------------------------
+# The workflow's self-check moved to intertwine.symmetry_study; its names stay importable from here
+# for one release. (Imported by name when asked for: symmetry_study imports this module, and neither
+# the import graph nor a stage's code identity should see the deprecated way back.)
+_MOVED = ("check_symmetry", "checked_group", "summarize")
 
 
-def check_symmetry(
-    model: nn.Module, x: Tensor, group: str, generator: torch.Generator, sigma: float = 1.0
-) -> list[dict]:
-    """Act with random elements of `group` on each group of tied sites in turn (identity elsewhere)
-    and measure how the network function and the representations change.
+def __getattr__(name: str):
+    if name in _MOVED:
+        import importlib
 
-    One dict per site: ``max_abs_logit_change`` and ``relative_change`` (Frobenius norm of the
-    logit change over that of the logits) of the action on the site's tied group, and
-    ``representation_error``: ``||R'_s - A_s R_s|| / ||A_s R_s||`` for the new representation
-    R'_s and the old one R_s. A symmetry (G_ReLU for ReLU networks) gives zeros up to rounding;
-    a random orthogonal element gives neither.
-    """
-    model = model.eval()
-    names = [site.name for site in models.sites(model)]
-    logits = model(x).detach()
-    representations = models.site_activations(model, x, batch_size=len(x))
-    drawn = random_elements(model, group, generator, sigma=sigma, dtype=x.dtype)
-    rows = []
-    for tied in site_groups(model):
-        acted = act_on_weights(model, {name: drawn[name] for name in tied})
-        new_logits = acted(x).detach()
-        new_representations = models.site_activations(acted, x, tied, batch_size=len(x))
-        change = new_logits - logits
-        for name in tied:
-            expected = act_on_representation(representations[name], drawn[name])
-            error = (new_representations[name] - expected).norm() / expected.norm().clamp_min(1e-30)
-            rows.append(
-                {
-                    "site": name,
-                    "group": group,
-                    "max_abs_logit_change": change.abs().max().item(),
-                    "relative_change": (change.norm() / logits.norm()).item(),
-                    "representation_error": error.item(),
-                }
-            )
-    return sorted(rows, key=lambda row: names.index(row["site"]))
-
-
-def checked_group(model: nn.Module, group: str) -> str:
-    """The group the self-check draws from for the config's ``group``: permutations instead of
-    G_ReLU when an activation is not positively homogeneous (the scalings are no symmetry of,
-    e.g., a sigmoid network)."""
-    homogeneous = all(
-        isinstance(model.get_submodule(site.name), (*_POSITIVELY_HOMOGENEOUS, GateActivation))
-        for site in models.sites(model)
-    )
-    if group == "monomial" and not isinstance(model, GatedNet):
-        group = "grelu"  # a plain ReLU network's largest group
-    return "permutation" if group in ("grelu", "monomial") and not homogeneous else group
-
-
-def summarize(table: "pd.DataFrame") -> "pd.DataFrame":
-    """Per variant and group: the largest function change and representation error over sites
-    and seeds -- near zero for a symmetry, order one otherwise."""
-    grouped = table.groupby(["variant", "group"], sort=False)
-    return grouped.agg(
-        seeds=("seed", "nunique"),
-        sites=("site", "nunique"),
-        max_relative_change=("relative_change", "max"),
-        max_abs_logit_change=("max_abs_logit_change", "max"),
-        max_representation_error=("representation_error", "max"),
-    ).reset_index()
+        warnings.warn(
+            f"intertwine.symmetry.{name} is deprecated and will be removed in the next release: "
+            f"import it from intertwine.symmetry_study",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module("intertwine.symmetry_study"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

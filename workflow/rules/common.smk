@@ -117,7 +117,7 @@ STAGE_ENTRIES = {
     "tables": ["intertwine.tables"],
     # Table jobs that compute more than they collect: what they compute is part of their identity.
     "zoo_table": ["intertwine.tables", "intertwine.zoo:zoo_table"],
-    "symmetry_table": ["intertwine.tables", "intertwine.symmetry:summarize"],
+    "symmetry_table": ["intertwine.tables", "intertwine.symmetry_study:summarize"],
     "gated_table": [
         "intertwine.tables",
         "intertwine.gated:study_table",

@@ -1,19 +1,157 @@
-"""The DEQ neural tangent kernel stage's jobs: a block of the accuracy study's Gram, the
-regression of one variance setting and training-set size on it, one draw of the depth sweep, and
-one zoo member's CKAs with the kernel (the similarity stage's reference)."""
+"""The DEQ neural tangent kernel stage's jobs, on :mod:`intertwine.kernels.deq_regression`'s
+mathematics: a block of the accuracy study's Gram (written and read as files here:
+:func:`save_block`, :func:`load_block`, :func:`check_blocks`), the regression of one variance
+setting and training-set size on it, one draw of the depth sweep, and one zoo member's CKAs with
+the kernel (the similarity stage's reference).
+
+The training pool is the data set's whole training set, the validation split included (kernel
+regression selects nothing on it). One permutation of the pool, drawn from the global seed, gives
+every training subset of the accuracy study: the first n_train of it, so that the subsets are
+nested and one Gram of the largest serves every smaller one. Its test images are the first n_test
+of the test split (the data cache holds each split in a random order). Each draw of the depth
+sweep permutes the pool and the test split anew. ``intertwine.plan.gram_layout`` cuts the Gram
+into blocks of rows, one job each.
+"""
 
 from __future__ import annotations
 
+import io
+import math
 import time
+import zipfile
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
-from intertwine import deqntk, models
+from intertwine import models
 from intertwine.data import Split
 from intertwine.jobs import Job
-from intertwine.kernels import deq
-from intertwine.settings import DeqntkConfig
+from intertwine.kernels import deq, deq_regression
+from intertwine.kernels.deq_regression import Block
+from intertwine.settings import DeqntkConfig, variances_name
+from intertwine.utils import atomic_path
+
+# --- the Gram's blocks as files ------------------------------------------------------------------
+
+
+def save_block(block: Block, path: str | Path) -> None:
+    """Write a block as .npz (the Gram in float64 and where it sits), atomically."""
+    buffer = io.BytesIO()
+    np.savez(
+        buffer,
+        gram=block.gram.detach().cpu().numpy(),
+        part=np.array(block.part),
+        rows=np.array([block.start, block.stop, block.column]),
+        iterations=np.array(block.iterations),
+        residual=np.array(block.residual),
+        seconds=np.array(block.seconds),
+        variances=np.array(block.variances, dtype=np.float64),
+        sizes=np.array([block.n_train, block.n_test]),
+        preprocessing=np.array(block.preprocessing),
+    )
+    with atomic_path(path) as tmp:
+        Path(tmp).write_bytes(buffer.getvalue())
+
+
+def load_block(path: str | Path) -> Block:
+    """A block written by :func:`save_block`; a damaged or foreign file, or one written before
+    blocks recorded their variances and sizes, is an error naming it."""
+    try:
+        with np.load(path) as f:
+            if not {"variances", "sizes", "preprocessing"} <= set(f.files):
+                raise ValueError(
+                    f"{path}: a Gram block that records no variance setting, sizes or input preprocessing "
+                    "(written by an older version, or not a block of this stage); delete it and rerun its "
+                    "deqntk_gram job"
+                )
+            start, stop, column = (int(v) for v in f["rows"])
+            n_train, n_test = (int(v) for v in f["sizes"])
+            block = Block(
+                str(f["part"]),
+                start,
+                stop,
+                column,
+                torch.from_numpy(f["gram"]),
+                int(f["iterations"]),
+                float(f["residual"]),
+                float(f["seconds"]),
+                tuple(float(v) for v in f["variances"]),
+                n_train,
+                n_test,
+                str(f["preprocessing"]),
+            )
+    except FileNotFoundError:
+        raise
+    except ValueError as err:
+        if str(err).startswith(f"{path}: "):
+            raise
+        raise ValueError(
+            f"{path}: not a readable Gram block ({err}); delete it and rerun its deqntk_gram job"
+        ) from None
+    except (OSError, KeyError, EOFError, TypeError, zipfile.BadZipFile) as err:
+        raise ValueError(
+            f"{path}: not a readable Gram block ({type(err).__name__}: {err}); delete it and rerun its "
+            "deqntk_gram job"
+        ) from None
+    if (
+        block.part not in ("train", "test")
+        or block.gram.ndim != 2
+        or block.gram.shape[0] != stop - start
+        or len(block.variances) != 3
+    ):
+        raise ValueError(f"{path}: not a Gram block of this stage; delete it and rerun its deqntk_gram job")
+    return block
+
+
+def check_blocks(
+    blocks: list[Block],
+    names: list[str],
+    variances: tuple[float, float, float],
+    n_train: int,
+    n_test: int,
+    preprocessing: str = "raw",
+) -> None:
+    """ValueError naming the first block (``names``: its file) that belongs to another Gram than
+    the one of ``variances`` and ``preprocessing`` with at least ``n_train`` training columns and
+    ``n_test`` test rows, or that disagrees with the first block on the Gram's sizes."""
+    if not blocks:
+        raise ValueError("no Gram blocks given; give every block of one Gram (deqntk-gram's outputs)")
+    first = blocks[0]
+    for block, name in zip(blocks, names):
+        if block.preprocessing != preprocessing:
+            raise ValueError(
+                f"{name} is a block of the Gram of {block.preprocessing!r} inputs, but deqntk.preprocessing "
+                f"is {preprocessing!r}: rerun its deqntk_gram job (snakemake does, when the setting changes)"
+            )
+        if not all(
+            math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15) for a, b in zip(block.variances, variances)
+        ):
+            raise ValueError(
+                f"{name} is a block of the Gram at {variances_name(block.variances)}, not at "
+                f"{variances_name(variances)}: give only the blocks of one variance setting (rerun its "
+                "deqntk_gram jobs if it is in the wrong place)"
+            )
+        if (block.n_train, block.n_test) != (first.n_train, first.n_test):
+            raise ValueError(
+                f"{name} is a block of a Gram of {block.n_train} training and {block.n_test} test images, "
+                f"but {names[0]} of one of {first.n_train} and {first.n_test}: the blocks come from two "
+                "configs; delete the stale ones and rerun their deqntk_gram jobs"
+            )
+    if first.n_train < n_train:
+        raise ValueError(
+            f"the blocks ({names[0]}, ...) hold a Gram of {first.n_train} training images, fewer than the "
+            f"{n_train} asked for; rerun the deqntk_gram jobs with --n-train {n_train} or more"
+        )
+    if first.n_test != n_test:
+        raise ValueError(
+            f"the blocks ({names[0]}, ...) hold {first.n_test} test rows, but n_test is {n_test}: they belong "
+            "to another config; rerun their deqntk_gram jobs"
+        )
+
+
+# --- the jobs -------------------------------------------------------------------------------------
 
 
 def _pool(job: Job) -> Split:
@@ -29,7 +167,7 @@ def _pool(job: Job) -> Split:
 def _training_order(job: Job, n: int) -> torch.Tensor:
     """The first n of the accuracy study's one permutation of the training pool (nested in n)."""
     generator = torch.Generator().manual_seed(job.seed("deqntk", "train"))
-    return deqntk.draw(n, len(_pool(job)), generator, "training images").to(job.device)
+    return deq_regression.draw(n, len(_pool(job)), generator, "training images").to(job.device)
 
 
 def _test_split(job: Job, n: int) -> Split:
@@ -42,7 +180,7 @@ def _test_split(job: Job, n: int) -> Split:
 def _unit_rows(job: Job, images: torch.Tensor, settings: DeqntkConfig) -> torch.Tensor:
     """The images as the kernel's unit rows, preprocessed as ``deqntk.preprocessing`` says."""
     mean, std = job.stats() if settings.preprocessing != "raw" else (None, None)
-    return deqntk.unit_rows(images, settings.preprocessing, mean, std)
+    return deq_regression.unit_rows(images, settings.preprocessing, mean, std)
 
 
 def _num_classes(job: Job) -> int:
@@ -63,26 +201,24 @@ def _variances(values, equilibrium: bool = True) -> tuple[float, float, float]:
     try:
         deq.check_variances(w, u, b, equilibrium=equilibrium)
     except ValueError as err:
-        raise ValueError(f"variance setting {deqntk.variances_name((w, u, b))}: {err}") from None
+        raise ValueError(f"variance setting {variances_name((w, u, b))}: {err}") from None
     return w, u, b
 
 
-def deqntk_gram(
-    job: Job, variances, n_train: int, part: str, start: int, stop: int, block: dict
-) -> deqntk.Block:
+def deqntk_gram(job: Job, variances, n_train: int, part: str, start: int, stop: int, block: dict) -> Block:
     """Rows [start, stop) of the ``part`` ("train" or "test") rows of the accuracy study's Gram
     for the first ``n_train`` training images (the largest training-set size) and the first
-    ``block["n_test"]`` test images (``deqntk.gram_block``)."""
+    ``block["n_test"]`` test images (``deq_regression.gram_block``)."""
     settings = DeqntkConfig.from_block(block, "deqntk")
     variances = _variances(variances)
     order = _training_order(job, n_train)
     x_train = _unit_rows(job, _pool(job).images[order], settings)
     x_test = _unit_rows(job, _test_split(job, settings.n_test).images, settings)
-    result = deqntk.gram_block(
+    result = deq_regression.gram_block(
         x_train, x_test, part, start, stop, variances, settings.tol, settings.preprocessing
     )
     job.log(
-        f"{deqntk.variances_name(variances)}: {part} rows [{start}, {stop}) x {tuple(result.gram.shape)} "
+        f"{variances_name(variances)}: {part} rows [{start}, {stop}) x {tuple(result.gram.shape)} "
         f"in {result.seconds:.1f} s, {result.iterations} iterations (last step {result.residual:.1e})"
     )
     return result
@@ -93,21 +229,21 @@ def deqntk_regression(job: Job, variances, n_train: int, blocks: list[str], bloc
     images, the Gram assembled from its ``blocks`` (.npz files of ``deqntk_gram``): one row."""
     settings = DeqntkConfig.from_block(block, "deqntk")
     variances = _variances(variances)
-    parts = [deqntk.load_block(path) for path in blocks]
-    deqntk.check_blocks(
+    parts = [load_block(path) for path in blocks]
+    check_blocks(
         parts, [str(path) for path in blocks], variances, n_train, settings.n_test, settings.preprocessing
     )
-    K, K_test = deqntk.assemble(parts, n_train)
+    K, K_test = deq_regression.assemble(parts, n_train)
     used = [p for p in parts if p.part == "test" or p.start < n_train]
     y_train = _pool(job).labels[_training_order(job, n_train)]
     y_test = _test_split(job, settings.n_test).labels
     started = time.perf_counter()
-    acc = deqntk.regression_accuracy(
+    acc = deq_regression.regression_accuracy(
         K.to(job.device), y_train, K_test.to(job.device), y_test, _num_classes(job), settings.ridge
     )
     seconds = time.perf_counter() - started
     job.log(
-        f"{deqntk.variances_name(variances)}, {n_train} training / {len(y_test)} test images: "
+        f"{variances_name(variances)}, {n_train} training / {len(y_test)} test images: "
         f"test accuracy {100 * acc:.2f} % (regression {seconds:.1f} s)"
     )
     w, u, b = variances
@@ -119,7 +255,7 @@ def deqntk_regression(job: Job, variances, n_train: int, blocks: list[str], bloc
         "sigma_b2": b,
         "n_train": n_train,
         "n_test": len(y_test),
-        "depth": deqntk.DEQ,
+        "depth": deq_regression.DEQ,
         "draw": 0,
         "test_acc": acc,
         "ridge": settings.ridge,
@@ -136,18 +272,20 @@ def deqntk_regression(job: Job, variances, n_train: int, blocks: list[str], bloc
 
 
 def deqntk_depth(job: Job, draw: int, block: dict) -> pd.DataFrame:
-    """One draw of the depth sweep (``deqntk.depth_sweep``): ``depth_n_train`` training images of
+    """One draw of the depth sweep (``deq_regression.depth_sweep``): ``depth_n_train`` training images of
     the pool and ``depth_n_test`` test images, each drawn from the draw's seed."""
     settings = DeqntkConfig.from_block(block, "deqntk")
     generator = torch.Generator().manual_seed(job.seed("deqntk", "depth", draw))
     pool, test = _pool(job), job.split("test")
-    train_idx = deqntk.draw(settings.depth_n_train, len(pool), generator, "training images").to(job.device)
-    test_idx = deqntk.draw(settings.depth_n_test, len(test), generator, "test images").to(job.device)
+    train_idx = deq_regression.draw(settings.depth_n_train, len(pool), generator, "training images").to(
+        job.device
+    )
+    test_idx = deq_regression.draw(settings.depth_n_test, len(test), generator, "test images").to(job.device)
     panels = [
         (name, _variances(finite, equilibrium=False), _variances(equilibrium))
-        for name, finite, equilibrium in deqntk.panel_curves(settings.panels, settings.deq_sigma_b2)
+        for name, finite, equilibrium in deq_regression.panel_curves(settings.panels, settings.deq_sigma_b2)
     ]
-    rows = deqntk.depth_sweep(
+    rows = deq_regression.depth_sweep(
         _unit_rows(job, pool.images[train_idx], settings),
         pool.labels[train_idx],
         _unit_rows(job, test.images[test_idx], settings),
@@ -186,18 +324,18 @@ def deqntk_depth(job: Job, draw: int, block: dict) -> pd.DataFrame:
 def deqntk_conv(job: Job, block: dict) -> pd.DataFrame:
     """The convolutional DEQ-NTK on a small subset: the first ``conv_n_train`` images of the
     accuracy study's permutation of the pool and the first ``conv_n_test`` test images, each pixel
-    a unit vector (``deqntk.unit_pixels``); per variance setting, kernel regression with the
-    NTK of the configured readout (``deqntk.conv_accuracy``): one row each."""
+    a unit vector (``deq_regression.unit_pixels``); per variance setting, kernel regression with the
+    NTK of the configured readout (``deq_regression.conv_accuracy``): one row each."""
     settings = DeqntkConfig.from_block(block, "deqntk")
     order = _training_order(job, settings.conv_n_train)
     pool, test = _pool(job), _test_split(job, settings.conv_n_test)
     mean, std = job.stats() if settings.conv_preprocessing != "raw" else (None, None)
-    x_train = deqntk.unit_pixels(pool.images[order], settings.conv_preprocessing, mean, std)
-    x_test = deqntk.unit_pixels(test.images, settings.conv_preprocessing, mean, std)
+    x_train = deq_regression.unit_pixels(pool.images[order], settings.conv_preprocessing, mean, std)
+    x_test = deq_regression.unit_pixels(test.images, settings.conv_preprocessing, mean, std)
     rows = []
     for values in settings.conv_settings:
         w, u, b = _variances(values)
-        result = deqntk.conv_accuracy(
+        result = deq_regression.conv_accuracy(
             x_train,
             pool.labels[order],
             x_test,
@@ -209,7 +347,7 @@ def deqntk_conv(job: Job, block: dict) -> pd.DataFrame:
             settings.tol,
         )
         job.log(
-            f"convolutional DEQ-NTK {deqntk.variances_name((w, u, b))}, {settings.conv_readout} readout, "
+            f"convolutional DEQ-NTK {variances_name((w, u, b))}, {settings.conv_readout} readout, "
             f"{len(x_train)} training / {len(x_test)} test images of {tuple(x_train.shape[1:])}: test accuracy "
             f"{100 * result['test_acc']:.2f} %, {result['iterations']} iterations, "
             f"{result['seconds_per_pair']:.3g} s per image pair ({result['pairs']} pairs)"
@@ -223,7 +361,7 @@ def deqntk_conv(job: Job, block: dict) -> pd.DataFrame:
                 "sigma_b2": b,
                 "n_train": len(x_train),
                 "n_test": len(x_test),
-                "depth": deqntk.DEQ,
+                "depth": deq_regression.DEQ,
                 "draw": 0,
                 "panel": "",
                 "preprocessing": settings.conv_preprocessing,
@@ -276,10 +414,10 @@ def kernel_reference_member(job: Job, checkpoint: str, block: dict) -> pd.DataFr
     ).gram
     sites = [site.name for site in models.sites(model)]
     activations = _site_activations(model, images, sites, *job.stats())
-    rows = deqntk.reference_rows(activations, kernel, settings.reference_measures)
+    rows = deq_regression.reference_rows(activations, kernel, settings.reference_measures)
     table = pd.DataFrame(rows)
     job.log(
-        f"{meta['variant']} seed {meta['seed']}: CKA with the DEQ-NTK {deqntk.variances_name((w, u, b))} on "
+        f"{meta['variant']} seed {meta['seed']}: CKA with the DEQ-NTK {variances_name((w, u, b))} on "
         f"{len(images)} images at {len(sites)} sites: "
         + ", ".join(
             f"{m} {table.loc[table['kernel'] == m, 'cka'].mean():.3f}" for m in settings.reference_measures

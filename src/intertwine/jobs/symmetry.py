@@ -7,14 +7,14 @@ import copy
 import pandas as pd
 import torch
 
-from intertwine import models, symmetry
+from intertwine import models, symmetry_study
 from intertwine.data.augment import normalize
 from intertwine.jobs import Job
 from intertwine.settings import SymmetryConfig
 
 
 def symmetry_check(job: Job, checkpoint: str, block: dict) -> pd.DataFrame:
-    """The symmetry self-check of one zoo member: ``symmetry.check_symmetry`` for every
+    """The symmetry self-check of one zoo member: ``symmetry_study.check_symmetry`` for every
     configured group, on the first ``block["images"]`` test images (keys ``block`` lacks take the
     schema's defaults)."""
     settings = SymmetryConfig.from_block(block, "symmetry")
@@ -24,9 +24,9 @@ def symmetry_check(job: Job, checkpoint: str, block: dict) -> pd.DataFrame:
     x = normalize(job.split("test", settings.images).images, *job.stats()).to(dtype)
     rows = []
     for group in settings.groups:
-        group = symmetry.checked_group(model, group)
+        group = symmetry_study.checked_group(model, group)
         generator = torch.Generator().manual_seed(job.seed("symmetry", meta["variant"], meta["seed"], group))
-        rows += symmetry.check_symmetry(model, x, group, generator, settings.lognormal_sigma)
+        rows += symmetry_study.check_symmetry(model, x, group, generator, settings.lognormal_sigma)
     table = pd.DataFrame(rows).drop_duplicates(["site", "group"])
     table.insert(0, "variant", meta["variant"])
     table.insert(1, "seed", meta["seed"])

@@ -8,6 +8,8 @@
 * :mod:`intertwine.kernels.members`: a zoo member's kernels: the exact neural path kernel of a
   gated or plain ReLU network, the NTK of a gated network's value weights alone, the gate kernel
   at each site, and the logit ensemble of several members.
+* :mod:`intertwine.kernels.deq_regression`: kernel regression with the DEQ-NTK on images (unit
+  inputs, the Gram in blocks of rows, the depth sweep, the convolutional kernel's accuracy).
 """
 
 from . import deq, npk
