@@ -28,6 +28,8 @@ LIBRARY = (
     "intertwine.network_alignment",
     "intertwine.mode_connectivity",
     "intertwine.rotation",
+    "intertwine.symmetry",
+    "intertwine.kernels.deq_regression",
     "intertwine.attribution",
 )
 WORKFLOW = tuple(
@@ -46,6 +48,7 @@ WORKFLOW = tuple(
         "cluster",
         "gated",
         "pullback_study",
+        "symmetry_study",
         "deqntk",
     )
 )

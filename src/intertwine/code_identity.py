@@ -11,8 +11,9 @@ nothing; editing a function a job calls, or anything it calls, reruns that job.
 
 Static and conservative: a name counts as a reference wherever it appears in a definition (a
 local variable of the same name over-includes, never under-includes). What it cannot see: code
-reached by a string (``getattr(module, name)``; no module of the package does that with its own
-modules), and what importing a module does beyond defining names (a registration as a side
+reached by a string (``getattr(module, name)``; only ``symmetry``'s deprecated names do that,
+so that the package's own code never goes through them), and
+what importing a module does beyond defining names (a registration as a side
 effect: none in the package; the importing code uses the module's names, which are followed).
 """
 

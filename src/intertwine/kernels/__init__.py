@@ -12,8 +12,7 @@
   inputs, the Gram in blocks of rows, the depth sweep, the convolutional kernel's accuracy).
 """
 
-from . import deq, npk
-from . import members
+from . import deq, members, npk
 from .deq import *  # noqa: F403
 from .members import *  # noqa: F403
 from .npk import *  # noqa: F403
