@@ -5,6 +5,7 @@ font size / figure width in inches >= 0.96 (8 pt is
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import matplotlib.pyplot as plt
@@ -398,7 +399,8 @@ def study_figures(variants, sites):
     }
 
 
-def every_figure(n: int, sites: list[str]):
+@functools.cache  # the tables are built once per shape, not once per figure
+def every_figure(n: int, sites: tuple[str, ...]):
     """Each figure function of figures.py, called as the workflow calls it, on tables of ``n``
     variants (2: the default run's; more: the paper config's) with ``sites`` sites."""
     variants = names(n)
@@ -445,7 +447,7 @@ def every_figure(n: int, sites: list[str]):
     }
 
 
-FIGURE_FUNCTIONS = sorted(every_figure(2, SITES))
+FIGURE_FUNCTIONS = sorted(every_figure(2, tuple(SITES)))
 
 
 def test_every_figure_function_is_checked():
@@ -464,13 +466,13 @@ def test_every_figure_function_is_checked():
 @pytest.mark.parametrize("name", FIGURE_FUNCTIONS)
 def test_figure_is_readable_at_the_reports_width(name):
     """The default run's shape: two variants of four sites."""
-    assert_readable(every_figure(2, SITES)[name]())
+    assert_readable(every_figure(2, tuple(SITES))[name]())
 
 
 @pytest.mark.parametrize("name", FIGURE_FUNCTIONS)
 def test_figure_of_many_variants_wraps_into_rows(name):
     """The paper config's shape: five variants of 12 sites; the width stays, the height grows."""
-    fig = every_figure(5, MANY_SITES)[name]()
+    fig = every_figure(5, tuple(MANY_SITES))[name]()
     assert fig.get_size_inches()[0] <= 8.3
     assert_readable(fig)
 

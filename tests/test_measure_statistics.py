@@ -64,7 +64,7 @@ def test_the_percentile_interval_covers_the_population_value():
     for trial in range(trials):
         X = gaussian(rng, 100, 1)
         Y = X + gaussian(rng, 100, 1)
-        interval = bootstrap_interval("linear_cka", X, Y, resamples=200, seed=trial)
+        interval = bootstrap_interval("linear_cka", X, Y, resamples=100, seed=trial)
         covered += interval.low <= 0.5 <= interval.high
     standard_error = np.sqrt(0.95 * 0.05 / trials)
     assert abs(covered / trials - 0.95) < 3 * standard_error
@@ -90,7 +90,7 @@ def test_the_jackknife_covers_a_wide_population_cka():
     rng = np.random.default_rng(3)
     A, B = rng.standard_normal((4, 32)), rng.standard_normal((4, 32))
     population = _population_linear_cka(A, B)
-    trials, covered = 150, 0
+    trials, covered = 100, 0
     for trial in range(trials):
         X, Y = _wide_pair(rng, 200, A, B)
         interval = jackknife_interval("linear_cka", X, Y, groups=20, seed=trial)

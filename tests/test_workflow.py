@@ -875,8 +875,8 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
                 "all": 1,
             },
         ),
-        # the pullback stage matches hidden units with stitching.match_grelu
-        ("stitching.py", "match_grelu", {"stitch_pair": 14, **STITCHING_RERUN, **PULLBACK_RERUN}),
+        # only stitching matches with match_grelu (the pullback stage: measures.match_channels)
+        ("stitching.py", "match_grelu", {"stitch_pair": 14, **STITCHING_RERUN}),
         (
             "measures/cka.py",
             "linear_cka",
