@@ -40,8 +40,12 @@ main()
 """
 
 
-def snakemake(workdir, *args, config=TINY, check=True, as_non_root=False, **popen):
+def snakemake(workdir, *args, config=TINY, check=True, as_non_root=False, source=None, **popen):
+    """Snakemake on ``workdir``; with ``source`` (a folder holding a copy of the package, see
+    ``source_copy``) first on PYTHONPATH, so Snakemake and its jobs run that copy."""
     env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
     entry = ["-c", AS_NON_ROOT] if as_non_root else ["-m", "snakemake"]
     command = [
         sys.executable,
@@ -64,9 +68,9 @@ def snakemake(workdir, *args, config=TINY, check=True, as_non_root=False, **pope
     return result
 
 
-def planned_jobs(workdir, config=TINY, *targets):
+def planned_jobs(workdir, config=TINY, *targets, source=None):
     """{rule: count} of what a dry-run (of ``targets``, default all) would run."""
-    result = snakemake(workdir, *targets, "-n", "--quiet", "rules", config=config)
+    result = snakemake(workdir, *targets, "-n", "--quiet", "rules", config=config, source=source)
     text = result.stdout + result.stderr
     if "Nothing to be done" in text:
         return {}
@@ -81,6 +85,17 @@ def changed_config(tmp_path, name, change):
     path = tmp_path / name
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+@pytest.fixture(scope="module")
+def source_copy(tmp_path_factory):
+    """A folder holding a copy of the package, for the tests that edit its code: the repository's
+    own source is never edited, so a test killed mid-edit leaves it whole and tests running beside
+    it never see the edit."""
+    root = tmp_path_factory.mktemp("source")
+    package = REPO / "src" / "intertwine"
+    shutil.copytree(package, root / "intertwine", ignore=shutil.ignore_patterns("__pycache__"))
+    return root
 
 
 @pytest.fixture(scope="module")
@@ -923,29 +938,36 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
         ),
     ],
 )
-def test_later_stage_code_change_does_not_retrain(tiny_run, module, function, reruns):
+def test_later_stage_code_change_does_not_retrain(tiny_run, source_copy, module, function, reruns):
     """A function's code edited: the jobs that run it rerun, with what reads them; nothing else."""
-    assert planned_after_edit(tiny_run, module, function) == reruns
-    assert planned_jobs(tiny_run) == {}
+    assert planned_after_edit(tiny_run, source_copy, module, function) == reruns
 
 
-def planned_after_edit(workdir, module: str, function: str) -> dict[str, int]:
-    """The jobs Snakemake plans in ``workdir`` while a library function is edited
-    (``edited_function``); the source is restored whatever happens."""
-    path, original, edited = edited_function(module, function)
+def test_an_edit_undone_reruns_nothing(tiny_run, source_copy):
+    """The identity is the code's, not the file's time: an edit and its undoing leave nothing to run."""
+    path, original, edited = edited_function(source_copy, "figures.py", "mean_ci")
+    path.write_text(edited)
+    path.write_bytes(original)
+    assert planned_jobs(tiny_run, source=source_copy) == {}
+
+
+def planned_after_edit(workdir, source, module: str, function: str) -> dict[str, int]:
+    """The jobs Snakemake plans in ``workdir`` running the package copy ``source`` while one of
+    its functions is edited (``edited_function``); the copy is restored whatever happens."""
+    path, original, edited = edited_function(source, module, function)
     try:
         path.write_text(edited)
-        return planned_jobs(workdir)
+        return planned_jobs(workdir, source=source)
     finally:
         path.write_bytes(original)
 
 
-def edited_function(module: str, function: str, statement: str = "_edited_by_a_test = 1"):
+def edited_function(source, module: str, function: str, statement: str = "_edited_by_a_test = 1"):
     """(path, original bytes, edited text): ``statement`` put first in the body of a top-level
-    function of a library module, after its docstring."""
+    function of a module of the package copy in ``source``, after its docstring."""
     import ast
 
-    path = REPO / "src" / "intertwine" / module
+    path = source / "intertwine" / module
     original = path.read_bytes()
     lines = original.decode().splitlines(keepends=True)
     node = next(n for n in ast.parse(original).body if getattr(n, "name", None) == function)
@@ -968,46 +990,48 @@ def edited_function(module: str, function: str, statement: str = "_edited_by_a_t
     ],
     ids=["docstring", "comment", "new unused function", "blank lines"],
 )
-def test_edits_that_change_no_code_a_job_runs_rerun_nothing(tiny_run, module, edit):
-    path = REPO / "src" / "intertwine" / module
+def test_edits_that_change_no_code_a_job_runs_rerun_nothing(tiny_run, source_copy, module, edit):
+    path = source_copy / "intertwine" / module
     original = path.read_bytes()
     try:
         path.write_text(edit(original.decode()))
-        assert planned_jobs(tiny_run) == {}
+        assert planned_jobs(tiny_run, source=source_copy) == {}
     finally:
         path.write_bytes(original)
 
 
-def test_editing_a_measure_reruns_the_jobs_that_compute_it(tiny_run):
+def test_editing_a_measure_reruns_the_jobs_that_compute_it(tiny_run, source_copy):
     """SVCCA (measures/cca.py) is computed by the similarity jobs; nothing else reruns but what reads them."""
-    jobs = planned_after_edit(tiny_run, "measures/cca.py", "svcca")
+    jobs = planned_after_edit(tiny_run, source_copy, "measures/cca.py", "svcca")
     assert jobs["similarity_pair"] == 4 and jobs["similarity_table"] == 1
     assert not {"train_member", "train_pack", "stitch_pair", "rotation_trial", "dissect_member"} & set(jobs)
 
 
-def test_editing_the_gated_findings_reruns_the_table_that_holds_them(tiny_run):
+def test_editing_the_gated_findings_reruns_the_table_that_holds_them(tiny_run, source_copy):
     """The findings are computed by the gated table's job (gated.findings), not by a job of the stage:
     editing them reruns that table and what reads it, no training and no kernel."""
-    jobs = planned_after_edit(tiny_run, "gated.py", "findings")
+    jobs = planned_after_edit(tiny_run, source_copy, "gated.py", "findings")
     assert jobs.get("gated_table") == 1
     assert not {"train_member", "train_pack", "npk_member", "similarity_pair"} & set(jobs)
 
 
-def test_editing_a_read_only_model_helper_retrains_nothing(tiny_run):
+def test_editing_a_read_only_model_helper_retrains_nothing(tiny_run, source_copy):
     """site_activations reads a trained model: the stages that read activations rerun, the zoo does not."""
-    jobs = planned_after_edit(tiny_run, "models/__init__.py", "site_activations")
+    jobs = planned_after_edit(tiny_run, source_copy, "models/__init__.py", "site_activations")
     assert jobs.get("similarity_pair") == 4
     assert not {"train_member", "train_pack", "unpack_member", "zoo_table"} & set(jobs)
 
 
-def test_editing_the_training_loop_reruns_the_zoo_and_stops_at_its_checkpoints(tiny_run):
-    path, original, edited = edited_function("training.py", "train")
+def test_editing_the_training_loop_reruns_the_zoo_and_stops_at_its_checkpoints(tiny_run, source_copy):
+    path, original, edited = edited_function(source_copy, "training.py", "train")
     checkpoints = sorted((tiny_run / "results/zoo").rglob("*.pt"))
     before = [checkpoint.read_bytes() for checkpoint in checkpoints]
     try:
         path.write_text(edited)
-        jobs = planned_jobs(tiny_run)
-        result = snakemake(tiny_run, "--until", "train_member", check=False, as_non_root=True)
+        jobs = planned_jobs(tiny_run, source=source_copy)
+        result = snakemake(
+            tiny_run, "--until", "train_member", check=False, as_non_root=True, source=source_copy
+        )
     finally:
         path.write_bytes(original)
     assert jobs["train_member"] > 0 and jobs["zoo_table"] == 1
@@ -1145,9 +1169,10 @@ def test_killed_training_leaves_no_checkpoint_and_rerun_completes(tmp_path):
             c["pullback"].update(variants=[]),
         ),
     )
-    snakemake(workdir, config=finished)  # --rerun-incomplete comes from the default profile
-    assert (workdir / "results/zoo/myrtle/seed0.pt").exists()
-    assert planned_jobs(workdir, finished) == {}
+    checkpoint = "results/zoo/myrtle/seed0.pt"
+    snakemake(workdir, checkpoint, config=finished)  # --rerun-incomplete comes from the default profile
+    assert (workdir / checkpoint).exists()
+    assert planned_jobs(workdir, finished, checkpoint) == {}
 
 
 def test_lint_is_clean(tmp_path):
