@@ -15,7 +15,45 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from test_study_figures import SLOPES, stitching_rows, zoo_rows
 
-from intertwine import figures
+from intertwine.workflow.stages.connectivity.figures import (
+    CONNECTIVITY_METHODS,
+    connectivity_barriers,
+    connectivity_curves,
+)
+from intertwine.workflow.stages.deqntk.figures import deqntk_accuracy, deqntk_depth, deqntk_reference
+from intertwine.workflow.stages.dissection.figures import (
+    dissection_categories,
+    dissection_fraction,
+    dissection_masks,
+)
+from intertwine.workflow.stages.gated.figures import gated_accuracy, gated_kernels, gated_permutations
+from intertwine.workflow.stages.pullback.figures import (
+    PULLBACK_MODES,
+    pullback_agreement,
+    pullback_external,
+    pullback_faithfulness,
+    pullback_grid,
+    pullback_pgd,
+    pullback_settling,
+    pullback_symmetry,
+    pullback_temperature,
+    pullback_transfer,
+)
+from intertwine.workflow.stages.rotation.figures import rotation_penalty
+from intertwine.workflow.stages.similarity.figures import similarity_cka, similarity_procrustes
+from intertwine.workflow.stages.stitching.figures import (
+    alpha_selection,
+    l1_sparsity,
+    leaky_relu_accuracy,
+    leaky_relu_penalty,
+    softsort_comparison,
+    stitching_convergence,
+    stitching_dimension,
+    stitching_penalty,
+    transformer_penalty,
+)
+from intertwine.workflow.stages.zoo.figures import zoo_accuracy
+from intertwine.workflow import stages
 
 READABLE = 8 * 96 / 800  # points of text per inch of figure width: 8 pt at 800 px (0.96)
 
@@ -220,7 +258,7 @@ def connectivity_table(variants, corrections=("reset",)):
         }
         for v, w in variants
         for pair in range(3)
-        for m in figures.CONNECTIVITY_METHODS
+        for m in CONNECTIVITY_METHODS
         for c in corrections
         for lam in np.linspace(0, 1, 5)
     ]
@@ -263,7 +301,7 @@ def reference_table(variants):
     return pd.DataFrame(rows)
 
 
-MODES = list(figures.PULLBACK_MODES)
+MODES = list(PULLBACK_MODES)
 
 
 def pullback_tables(variants):
@@ -386,64 +424,62 @@ def study_figures(variants, sites):
         pairs=2,
     )
     leaky = stitching_rows(variants=tuple(SLOPES), sites=sites, methods=("grelu",))
-    accuracy = figures.leaky_relu_accuracy(zoo_rows(), SLOPES)
+    accuracy = leaky_relu_accuracy(zoo_rows(), SLOPES)
     return {
-        "stitching_penalty": lambda: figures.stitching_penalty(table),
-        "stitching_dimension": lambda: figures.stitching_dimension(table),
-        "stitching_convergence": lambda: figures.stitching_convergence(table),
-        "leaky_relu_penalty": lambda: figures.leaky_relu_penalty(leaky, SLOPES, accuracy, zoo_rows()),
-        "alpha_selection": lambda: figures.alpha_selection(table),
-        "l1_sparsity": lambda: figures.l1_sparsity(table),
-        "softsort_comparison": lambda: figures.softsort_comparison(table),
-        "transformer_penalty": lambda: figures.transformer_penalty(table, [variants[0]]),
+        "stitching_penalty": lambda: stitching_penalty(table),
+        "stitching_dimension": lambda: stitching_dimension(table),
+        "stitching_convergence": lambda: stitching_convergence(table),
+        "leaky_relu_penalty": lambda: leaky_relu_penalty(leaky, SLOPES, accuracy, zoo_rows()),
+        "alpha_selection": lambda: alpha_selection(table),
+        "l1_sparsity": lambda: l1_sparsity(table),
+        "softsort_comparison": lambda: softsort_comparison(table),
+        "transformer_penalty": lambda: transformer_penalty(table, [variants[0]]),
     }
 
 
 @functools.cache  # the tables are built once per shape, not once per figure
 def every_figure(n: int, sites: tuple[str, ...]):
-    """Each figure function of figures.py, called as the workflow calls it, on tables of ``n``
+    """Each stage's figure functions, called as the workflow calls it, on tables of ``n``
     variants (2: the default run's; more: the paper config's) with ``sites`` sites."""
     variants = names(n)
     symmetry, agreement, faithfulness, transfer = pullback_tables(variants)
     similarity = similarity_table(variants, sites)
     return {
-        "zoo_accuracy": lambda: figures.zoo_accuracy(zoo_table(names(8 * n)), {"resnet20_leaky0": 91.0}),
-        "rotation_penalty": lambda: figures.rotation_penalty(rotation_table(variants)),
+        "zoo_accuracy": lambda: zoo_accuracy(zoo_table(names(8 * n)), {"resnet20_leaky0": 91.0}),
+        "rotation_penalty": lambda: rotation_penalty(rotation_table(variants)),
         **study_figures(tuple(variants), sites),
-        "similarity_procrustes": lambda: figures.similarity_procrustes(similarity, {}),
-        "similarity_cka": lambda: figures.similarity_cka(similarity),
-        "dissection_fraction": lambda: figures.dissection_fraction(dissection_table(variants, sites)),
-        "dissection_categories": lambda: figures.dissection_categories(
+        "similarity_procrustes": lambda: similarity_procrustes(similarity, {}),
+        "similarity_cka": lambda: similarity_cka(similarity),
+        "dissection_fraction": lambda: dissection_fraction(dissection_table(variants, sites)),
+        "dissection_categories": lambda: dissection_categories(
             units_table(variants), {v: "act4" for v in variants}
         ),
-        "dissection_masks": lambda: figures.dissection_masks(*mask_panels()),
-        "gated_accuracy": lambda: figures.gated_accuracy(gated_table()),
-        "gated_permutations": lambda: figures.gated_permutations(gated_table(perms=4 * n)),
-        "gated_kernels": lambda: figures.gated_kernels(npk_table(variants), similarity),
-        "connectivity_curves": lambda: figures.connectivity_curves(
+        "dissection_masks": lambda: dissection_masks(*mask_panels()),
+        "gated_accuracy": lambda: gated_accuracy(gated_table()),
+        "gated_permutations": lambda: gated_permutations(gated_table(perms=4 * n)),
+        "gated_kernels": lambda: gated_kernels(npk_table(variants), similarity),
+        "connectivity_curves": lambda: connectivity_curves(
             connectivity_table([(v, 1.0) for v in variants], ("reset", "repair"))
         ),
-        "connectivity_barriers": lambda: figures.connectivity_barriers(
+        "connectivity_barriers": lambda: connectivity_barriers(
             connectivity_table([(f"{v}_w{w}", w) for v in variants for w in (0.5, 1.0, 2.0)]),
             {f"{v}_w{w}": v for v in variants for w in (0.5, 1.0, 2.0)},
         ),
-        "deqntk_accuracy": lambda: figures.deqntk_accuracy(
+        "deqntk_accuracy": lambda: deqntk_accuracy(
             deqntk_table(), zoo_table(names(6 * n)), {(0.25, 0.25, 0.5): 40.0}
         ),
-        "deqntk_depth": lambda: figures.deqntk_depth(
-            deqntk_table([f"w{k}_b0.1" for k in range(1, n)] + [""])
-        ),
-        "deqntk_reference": lambda: figures.deqntk_reference(reference_table(variants)),
-        "pullback_symmetry": lambda: figures.pullback_symmetry(symmetry),
-        "pullback_agreement": lambda: figures.pullback_agreement(agreement),
-        "pullback_transfer": lambda: figures.pullback_transfer(transfer),
-        "pullback_faithfulness": lambda: figures.pullback_faithfulness(faithfulness),
-        "pullback_temperature": lambda: figures.pullback_temperature(symmetry, agreement, faithfulness),
-        "pullback_settling": lambda: figures.pullback_settling(settling_table(variants)),
-        "pullback_grid": lambda: figures.pullback_grid(grid_arrays()),
-        "pullback_pgd": lambda: figures.pullback_pgd(grid_arrays(classes=5 * n, per_class=1)),
-        "pullback_external": lambda: figures.pullback_external(external_arrays(t=3 + 2 * n)),
-        "pullback_external_perturbed": lambda: figures.pullback_external(external_arrays(), perturbed=True),
+        "deqntk_depth": lambda: deqntk_depth(deqntk_table([f"w{k}_b0.1" for k in range(1, n)] + [""])),
+        "deqntk_reference": lambda: deqntk_reference(reference_table(variants)),
+        "pullback_symmetry": lambda: pullback_symmetry(symmetry),
+        "pullback_agreement": lambda: pullback_agreement(agreement),
+        "pullback_transfer": lambda: pullback_transfer(transfer),
+        "pullback_faithfulness": lambda: pullback_faithfulness(faithfulness),
+        "pullback_temperature": lambda: pullback_temperature(symmetry, agreement, faithfulness),
+        "pullback_settling": lambda: pullback_settling(settling_table(variants)),
+        "pullback_grid": lambda: pullback_grid(grid_arrays()),
+        "pullback_pgd": lambda: pullback_pgd(grid_arrays(classes=5 * n, per_class=1)),
+        "pullback_external": lambda: pullback_external(external_arrays(t=3 + 2 * n)),
+        "pullback_external_perturbed": lambda: pullback_external(external_arrays(), perturbed=True),
     }
 
 
@@ -452,12 +488,14 @@ FIGURE_FUNCTIONS = sorted(every_figure(2, tuple(SITES)))
 
 def test_every_figure_function_is_checked():
     drawn = {name.removesuffix("_perturbed") for name in FIGURE_FUNCTIONS}
+    modules = [stages.part(stage, "figures") for stage in stages.with_part("figures")]
     made = {
         name
-        for name, value in vars(figures).items()
+        for module in modules
+        for name, value in vars(module).items()
         if callable(value)
         and not name.startswith("_")
-        and getattr(value, "__module__", "") == figures.__name__
+        and getattr(value, "__module__", "") == module.__name__
         and value.__annotations__.get("return") in ("plt.Figure", plt.Figure)
     }
     assert made and made <= drawn, sorted(made - drawn)
@@ -479,11 +517,11 @@ def test_figure_of_many_variants_wraps_into_rows(name):
 
 def test_counts_are_singular_and_plural():
     one = stitching_rows(variants=("v1",), pairs=1)
-    assert figures.stitching_penalty(one).axes[0].get_title() == "v1 (1 pair)"
+    assert stitching_penalty(one).axes[0].get_title() == "v1 (1 pair)"
     two = stitching_rows(variants=("v1",), pairs=2)
-    assert figures.stitching_penalty(two).axes[0].get_title() == "v1 (2 pairs)"
+    assert stitching_penalty(two).axes[0].get_title() == "v1 (2 pairs)"
     symmetry = pullback_tables(["v1"])[0]
-    titles = [ax.get_title() for ax in figures.pullback_symmetry(symmetry[symmetry["seed"] == 0]).axes]
+    titles = [ax.get_title() for ax in pullback_symmetry(symmetry[symmetry["seed"] == 0]).axes]
     assert "v1 (1 member)" in titles
     settling = settling_table(["v1"], SITES)
-    assert "v1 (2 members)" in [ax.get_title() for ax in figures.pullback_settling(settling).axes]
+    assert "v1 (2 members)" in [ax.get_title() for ax in pullback_settling(settling).axes]

@@ -14,7 +14,16 @@ from matplotlib.container import ErrorbarContainer
 from scipy import stats
 from test_study_figures import SLOPES, stitching_rows, zoo_rows
 
-from intertwine import figures
+from intertwine.workflow.plotting import MIN_INTERVAL_VALUES, drawn_half, interval_half_width, mean_ci
+from intertwine.workflow.stages.similarity.figures import similarity_cka
+from intertwine.workflow.stages.stitching.figures import (
+    leaky_relu_accuracy,
+    leaky_relu_penalty,
+    stitching_convergence,
+    stitching_penalty,
+    stitching_summary,
+)
+from intertwine.workflow.stages.zoo.figures import zoo_accuracy
 
 
 @pytest.fixture(autouse=True)
@@ -37,39 +46,39 @@ def points(ax) -> int:
 
 
 def test_no_interval_below_three_values_and_the_t_interval_from_three():
-    assert figures.MIN_INTERVAL_VALUES == 3
+    assert MIN_INTERVAL_VALUES == 3
     for values in ([], [0.5], [0.2, 0.9]):
-        assert math.isnan(figures.interval_half_width(values))
+        assert math.isnan(interval_half_width(values))
     values = [1.0, 2.0, 3.0]  # sd 1: half-width t(0.975, 2) / sqrt(3)
-    assert figures.interval_half_width(values) == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)
+    assert interval_half_width(values) == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)
     values = np.array([0.3, 0.1, 0.4, 0.15, 0.9])
     expected = stats.t.ppf(0.975, 4) * values.std(ddof=1) / math.sqrt(5)
-    assert figures.interval_half_width(values) == pytest.approx(expected)
+    assert interval_half_width(values) == pytest.approx(expected)
     # The tables are unchanged: mean_ci still gives 2 values their (wide) interval.
-    assert figures.mean_ci([0.2, 0.9])[1] == pytest.approx(stats.t.ppf(0.975, 1) * 0.35)
-    drawn = figures._drawn_half([1.0, 2.0, 3.0, 0.0], [2, 3, 10, 1])
+    assert mean_ci([0.2, 0.9])[1] == pytest.approx(stats.t.ppf(0.975, 1) * 0.35)
+    drawn = drawn_half([1.0, 2.0, 3.0, 0.0], [2, 3, 10, 1])
     assert np.isnan(drawn[[0, 3]]).all() and drawn[1:3].tolist() == [2.0, 3.0]
 
 
 @pytest.mark.parametrize("pairs", [2, 3])
 def test_penalty_figure_draws_intervals_from_three_pairs_and_the_pairs_below(pairs):
     table = stitching_rows(methods=("full", "grelu"), pairs=pairs)
-    for ax in [ax for ax in figures.stitching_penalty(table).axes if ax.containers]:
+    for ax in [ax for ax in stitching_penalty(table).axes if ax.containers]:
         if pairs < 3:  # each site's 2 penalties as points, no interval
             assert drawn_intervals(ax) == [0, 0] and points(ax) == 2 * 3 * pairs
         else:
             assert drawn_intervals(ax) == [3, 3] and points(ax) == 0
-    summary = figures.stitching_summary(table)
+    summary = stitching_summary(table)
     assert (summary["penalty_ci95"] > 0).all()  # the table keeps its intervals
 
 
 def test_leaky_relu_accuracy_panel_stays_within_0_and_100_percent():
     zoo = zoo_rows(members=3)
     zoo.loc[zoo["variant"] == "leaky_0.5", "test_acc"] = [0.999, 0.90, 0.998]  # its interval passes 100 %
-    accuracy = figures.leaky_relu_accuracy(zoo, SLOPES)
+    accuracy = leaky_relu_accuracy(zoo, SLOPES)
     assert (accuracy["test_acc_mean"] + accuracy["test_acc_ci95"]).max() > 100
     table = stitching_rows(variants=tuple(SLOPES), methods=("grelu",))
-    _, right = figures.leaky_relu_penalty(table, SLOPES, accuracy, zoo).axes
+    _, right = leaky_relu_penalty(table, SLOPES, accuracy, zoo).axes
     bottom, top = right.get_ylim()
     assert 0 <= bottom < top <= 100
     assert drawn_intervals(right) == [3] and points(right) == 0
@@ -77,16 +86,16 @@ def test_leaky_relu_accuracy_panel_stays_within_0_and_100_percent():
 
 def test_leaky_relu_accuracy_panel_shows_two_members_not_their_interval():
     zoo = zoo_rows(members=2)
-    accuracy = figures.leaky_relu_accuracy(zoo, SLOPES)
+    accuracy = leaky_relu_accuracy(zoo, SLOPES)
     assert (accuracy["test_acc_ci95"] > 0).all()  # the table keeps its intervals
     table = stitching_rows(variants=tuple(SLOPES), methods=("grelu",))
-    _, right = figures.leaky_relu_penalty(table, SLOPES, accuracy, zoo).axes
+    _, right = leaky_relu_penalty(table, SLOPES, accuracy, zoo).axes
     assert drawn_intervals(right) == [0] and points(right) == 2 * 3
 
 
 def test_zoo_figure_draws_an_interval_only_from_three_seeds():
     zoo = pd.concat([zoo_rows({"myrtle": 0.0}, members=2), zoo_rows({"resnet20": 0.0}, members=4)])
-    ax = figures.zoo_accuracy(zoo, {}).axes[0]
+    ax = zoo_accuracy(zoo, {}).axes[0]
     assert drawn_intervals(ax)[:2] == [0, 1]  # myrtle's 2 seeds: no interval; resnet20's 4: one
     assert points(ax) == 6  # every member is drawn anyway
 
@@ -95,21 +104,21 @@ def test_stitching_convergence_names_the_layers_that_did_not_converge():
     table = stitching_rows(methods=("full", "grelu", "softsort"))
     late = (table["site"] == "act2") & (table["method"] == "softsort")
     table.loc[late, "off_permutation_mass"] = 0.6
-    fig = figures.stitching_convergence(table)
+    fig = stitching_convergence(table)
     titles = [ax.get_title() for ax in fig.axes]
     assert titles[:2] == [
         "myrtle: not converged at act2 (softsort)",
         "resnet20: not converged at act2 (softsort)",
     ]
     assert len(fig.axes[0].lines) == 3 * 2 + 1  # one curve per site and G_ReLU method, and the 0.3 line
-    summary = figures.stitching_summary(table)
+    summary = stitching_summary(table)
     converged = summary.set_index(["variant", "site", "method"])["converged"]
     assert (
         converged[("myrtle", "act2", "softsort")] is False and converged[("myrtle", "act1", "grelu")] is True
     )
     assert converged[("myrtle", "act1", "full")] is None
     assert "penalty_start_mean" in summary
-    empty = figures.stitching_convergence(table[table["method"] == "full"])
+    empty = stitching_convergence(table[table["method"] == "full"])
     assert empty.axes[0].get_title() == "(no G_ReLU layer trained)"
 
 
@@ -119,7 +128,7 @@ def test_penalty_panels_wrap_into_rows_readable_at_the_reports_width(n_sites, ro
     every label at least 8 pt when the figure is shown 800 px wide; one pair is '1 pair'."""
     variants = ("v1", "v2", "v3", "v4", "v5")
     table = stitching_rows(variants=variants, sites=[f"act{k}" for k in range(n_sites)], pairs=1)
-    fig = figures.stitching_penalty(table)
+    fig = stitching_penalty(table)
     axes = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
     assert len(axes) == 5
     assert len({round(ax.get_position().y0, 3) for ax in axes}) == rows
@@ -163,13 +172,13 @@ def _hatched(fig) -> set[tuple[int, int]]:
 
 def test_heatmap_hatches_the_cells_whose_interval_holds_the_diagonal():
     # s0 x s2's interval reaches 1 (s0's matched value), s1 x s0's does not: only the first is hatched.
-    fig = figures.similarity_cka(_heatmap_rows(2, {(0, 2): (0.3, 1.0), (1, 0): (0.3, 0.9)}))
+    fig = similarity_cka(_heatmap_rows(2, {(0, 2): (0.3, 1.0), (1, 0): (0.3, 0.9)}))
     assert _hatched(fig) == {(0, 2)}
     assert "jackknife interval" in fig.get_suptitle()
     # in one pair of three: not hatched
     rows = _heatmap_rows(3, {})
     rows.loc[(rows["pair"] == 0) & (rows["site_a"] == "s0") & (rows["site_b"] == "s2"), "high"] = 1.0
-    assert _hatched(figures.similarity_cka(rows)) == set()
+    assert _hatched(similarity_cka(rows)) == set()
     # a table without intervals: no hatching and no word about it
-    plain = figures.similarity_cka(_heatmap_rows(1, {}).assign(low=np.nan, high=np.nan))
+    plain = similarity_cka(_heatmap_rows(1, {}).assign(low=np.nan, high=np.nan))
     assert _hatched(plain) == set() and not plain.get_suptitle()

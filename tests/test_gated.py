@@ -331,7 +331,7 @@ def test_gated_figures_draw_the_papers_row_of_the_members_data_set_and_budget():
     import matplotlib.pyplot as plt
     import pandas as pd
 
-    from intertwine.figures import gated_accuracy
+    from intertwine.workflow.stages.gated.figures import gated_accuracy
 
     specs = {
         "c4gap": models.normalize_spec({"arch": "c4gap"}),

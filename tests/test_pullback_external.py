@@ -54,7 +54,7 @@ def test_densenet_release_key_names_are_read(tmp_path):
 
 
 def test_the_papers_grid_on_a_fake_imagenette(tmp_path, folder):
-    from intertwine.figures import pullback_external as figure
+    from intertwine.workflow.stages.pullback.figures import pullback_external as figure
     from intertwine.jobs.pullback import pullback_external
 
     torch.set_num_threads(1)

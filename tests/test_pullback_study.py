@@ -252,7 +252,7 @@ def test_jobs_on_tiny_models(tmp_path, tiny_shapes_dir):
     assert (transfer["images"] == 4).all() and transfer["transfer_already"].nunique() <= 2
     columns = ["source_success", "transfer_success", "transfer_target_prob", "transfer_target_prob_before"]
     assert transfer[columns].stack().between(0, 1).all()
-    from intertwine.figures import pullback_transfer
+    from intertwine.workflow.stages.pullback.figures import pullback_transfer
 
     assert len(pullback_transfer(transfer).axes) == 2
     assert transfer["transfer_prob_gain"].to_numpy() == pytest.approx(
@@ -265,7 +265,7 @@ def test_jobs_on_tiny_models(tmp_path, tiny_shapes_dir):
 
 
 def test_a_temperature_sweep_adds_soft_rows_and_its_figure(tmp_path, tiny_shapes_dir):
-    from intertwine.figures import pullback_temperature
+    from intertwine.workflow.stages.pullback.figures import pullback_temperature
     from intertwine.jobs import Job
     from intertwine.jobs.pullback import pullback_member, pullback_pair
     from intertwine.tables import (
@@ -438,7 +438,7 @@ def test_settling_verdict_values_take_the_middle_epoch_per_member():
 def test_the_settling_table_reads_the_members_records(tmp_path, tiny_shapes_dir):
     """Hypothesis 1's table and figure from checkpoints that recorded gate patterns; a member that
     did not is refused by name."""
-    from intertwine.figures import pullback_settling as figure
+    from intertwine.workflow.stages.pullback.figures import pullback_settling as figure
     from intertwine.jobs import Job
     from intertwine.jobs.pullback import pullback_settling
     from intertwine.jobs.zoo import train_member

@@ -14,7 +14,20 @@ import pytest
 from matplotlib.collections import PathCollection
 from matplotlib.container import BarContainer, ErrorbarContainer
 
-from intertwine import figures
+from intertwine.settings import G_RELU_METHODS
+from intertwine.workflow.stages.stitching.figures import (
+    _l1_lambda,
+    _method_order,
+    _method_style,
+    alpha_selection,
+    l1_sparsity,
+    leaky_relu_accuracy,
+    leaky_relu_penalty,
+    softsort_comparison,
+    stitching_penalty,
+    stitching_summary,
+    transformer_penalty,
+)
 
 GRID = [1e-3, 1e-2, 0.1, 1.0, 10.0]
 
@@ -35,8 +48,8 @@ def stitching_rows(
             for k, site in enumerate(sites):
                 for method in methods:
                     acc_a, acc_b, acc = 0.9, 0.88, 0.89 - rng.uniform(0, 0.3)
-                    grelu = method in figures.G_RELU_METHODS
-                    l1 = figures._l1_lambda(method)
+                    grelu = method in G_RELU_METHODS
+                    l1 = _l1_lambda(method)
                     alpha = GRID[(pair + k) % len(GRID)] if method == "grelu_cv" else (0.1 if grelu else None)
                     rows.append(
                         {
@@ -120,7 +133,7 @@ def errorbars(ax):
 
 def test_new_methods_are_ordered_labelled_and_shaded():
     methods = ["grelu", "softsort", "l1_0.01", "rank2", "grelu_cv", "full", "l1_0.001", "rank1"]
-    assert figures._method_order(methods) == [
+    assert _method_order(methods) == [
         "full",
         "l1_0.001",
         "l1_0.01",
@@ -130,18 +143,18 @@ def test_new_methods_are_ordered_labelled_and_shaded():
         "grelu_cv",
         "softsort",
     ]
-    assert figures._l1_lambda("l1_0.01") == 0.01 and figures._l1_lambda("full") is None
-    assert figures._method_style("l1_0.001", methods)["label"] == "full + L1 λ=0.001"
-    assert figures._method_style("grelu_cv", methods)["label"] == "G_ReLU (alpha by CV)"
-    assert figures._method_style("softsort", methods)["label"] == "G_ReLU (SoftSort)"
-    l1_colors = [figures._method_style(m, methods)["color"] for m in ("l1_0.001", "l1_0.01")]
+    assert _l1_lambda("l1_0.01") == 0.01 and _l1_lambda("full") is None
+    assert _method_style("l1_0.001", methods)["label"] == "full + L1 λ=0.001"
+    assert _method_style("grelu_cv", methods)["label"] == "G_ReLU (alpha by CV)"
+    assert _method_style("softsort", methods)["label"] == "G_ReLU (SoftSort)"
+    l1_colors = [_method_style(m, methods)["color"] for m in ("l1_0.001", "l1_0.01")]
     assert l1_colors[0] != l1_colors[1]
 
 
 def test_penalty_figure_and_summary_take_the_new_methods():
     methods = ("full", "l1_0.01", "rank1", "grelu", "grelu_cv", "softsort")
     table = stitching_rows(methods=methods)
-    fig = figures.stitching_penalty(table)
+    fig = stitching_penalty(table)
     for ax in data_axes(fig):
         assert len(errorbars(ax)) == len(methods)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]  # one legend under the panels
@@ -153,7 +166,7 @@ def test_penalty_figure_and_summary_take_the_new_methods():
         "G_ReLU (alpha by CV)",
         "G_ReLU (SoftSort)",
     ]
-    summary = figures.stitching_summary(table)
+    summary = stitching_summary(table)
     assert len(summary) == 2 * 3 * len(methods)
     first = summary[(summary["variant"] == "myrtle") & (summary["site"] == "act1")]
     assert list(first["method"]) == list(methods)
@@ -169,9 +182,7 @@ def test_penalty_figure_and_summary_take_the_new_methods():
 
 
 def test_leaky_relu_accuracy_table():
-    accuracy = figures.leaky_relu_accuracy(
-        zoo_rows(), {"leaky_0.5": 0.5, "resnet20": 0.0, "leaky_0.01": 0.01}
-    )
+    accuracy = leaky_relu_accuracy(zoo_rows(), {"leaky_0.5": 0.5, "resnet20": 0.0, "leaky_0.01": 0.01})
     assert list(accuracy["slope"]) == [0.0, 0.01, 0.5]
     assert list(accuracy["variant"]) == ["resnet20", "leaky_0.01", "leaky_0.5"]
     assert list(accuracy["members"]) == [4, 4, 4]
@@ -180,13 +191,13 @@ def test_leaky_relu_accuracy_table():
     assert pd.isna(accuracy["paper_test_acc"].iloc[0])  # Table 3 has no ReLU row
     assert accuracy["paper_test_acc"].iloc[1:].tolist() == [89.2, 86.6]
     with pytest.raises(ValueError, match="zoo.variants"):
-        figures.leaky_relu_accuracy(zoo_rows(), {"absent": 0.1})
+        leaky_relu_accuracy(zoo_rows(), {"absent": 0.1})
 
 
 def test_leaky_relu_figure_has_a_line_per_slope_and_the_paper_beside():
     table = stitching_rows(variants=tuple(SLOPES), methods=("full", "grelu"))
-    accuracy = figures.leaky_relu_accuracy(zoo_rows(), SLOPES)
-    fig = figures.leaky_relu_penalty(table, SLOPES, accuracy)
+    accuracy = leaky_relu_accuracy(zoo_rows(), SLOPES)
+    fig = leaky_relu_penalty(table, SLOPES, accuracy)
     penalty, acc = data_axes(fig)
     assert len(errorbars(penalty)) == 3  # one line per slope, G_ReLU only
     assert [t.get_text() for t in penalty.get_legend().get_texts()] == [
@@ -200,12 +211,12 @@ def test_leaky_relu_figure_has_a_line_per_slope_and_the_paper_beside():
     paper = [line for line in acc.get_lines() if line.get_marker() == "x"][0]
     assert paper.get_xdata().tolist() == [1, 2] and paper.get_ydata().tolist() == [89.2, 86.6]
     with pytest.raises(ValueError, match="stitching.methods"):
-        figures.leaky_relu_penalty(table[table["method"] != "grelu"], SLOPES, accuracy)
+        leaky_relu_penalty(table[table["method"] != "grelu"], SLOPES, accuracy)
 
 
 def test_alpha_selection_counts_pairs_per_alpha_and_site():
     table = stitching_rows(methods=("grelu", "grelu_cv"), pairs=4)
-    fig = figures.alpha_selection(table)
+    fig = alpha_selection(table)
     axes = data_axes(fig)
     assert len(axes) == 4  # (histogram, penalties) per variant
     hist, penalty = axes[:2]
@@ -217,13 +228,13 @@ def test_alpha_selection_counts_pairs_per_alpha_and_site():
     assert [t.get_text() for t in hist.get_xticklabels()] == ["0.001", "0.01", "0.1", "1", "10"]
     assert len(errorbars(penalty)) == 2
     with pytest.raises(ValueError, match="grelu_cv to stitching.methods"):
-        figures.alpha_selection(stitching_rows())
+        alpha_selection(stitching_rows())
 
 
 def test_l1_figure_has_a_point_per_pair_and_site_and_method():
     methods = ("full", "l1_0.001", "l1_0.01", "rank1", "grelu", "softsort")
     table = stitching_rows(methods=methods, pairs=2)
-    fig = figures.l1_sparsity(table)
+    fig = l1_sparsity(table)
     axes = data_axes(fig)
     assert len(axes) == 2
     scatters = [c for c in axes[0].collections if isinstance(c, PathCollection)]
@@ -232,13 +243,13 @@ def test_l1_figure_has_a_point_per_pair_and_site_and_method():
     grelu = scatters[[t.get_text() for t in fig.legends[0].get_texts()].index("G_ReLU")]
     assert np.allclose(grelu.get_offsets()[:, 0], 1 - 1 / 8)
     with pytest.raises(ValueError, match="l1_<lambda>"):
-        figures.l1_sparsity(stitching_rows())
+        l1_sparsity(stitching_rows())
 
 
 def test_softsort_figure_compares_penalty_and_time_on_the_same_pairs():
     table = stitching_rows(methods=("full", "grelu", "softsort"))
     table = table[~((table["method"] == "softsort") & (table["pair"] == 2))]  # pair 2: no SoftSort
-    fig = figures.softsort_comparison(table)
+    fig = softsort_comparison(table)
     axes = data_axes(fig)
     assert len(axes) == 4
     penalty, seconds = axes[:2]
@@ -246,7 +257,7 @@ def test_softsort_figure_compares_penalty_and_time_on_the_same_pairs():
     assert "(2 pairs)" in penalty.get_title()
     assert seconds.get_yscale() == "log" and "x G_ReLU's time" in seconds.get_title()
     with pytest.raises(ValueError, match="softsort to stitching.methods"):
-        figures.softsort_comparison(stitching_rows())
+        softsort_comparison(stitching_rows())
 
 
 def test_transformer_figure_draws_only_the_transformers():
@@ -258,12 +269,12 @@ def test_transformer_figure_draws_only_the_transformers():
             ),
         ]
     )
-    fig = figures.transformer_penalty(table, ["cct"])
+    fig = transformer_penalty(table, ["cct"])
     axes = data_axes(fig)
     assert len(axes) == 1 and axes[0].get_title().startswith("cct")
     assert [t.get_text() for t in axes[0].get_xticklabels()] == ["blocks.0.out", "blocks.1.out*"]
     with pytest.raises(ValueError, match="stitching.variants"):
-        figures.transformer_penalty(table, ["vit"])
+        transformer_penalty(table, ["vit"])
 
 
 def intertwine(*args):

@@ -854,8 +854,8 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
     "module, function, reruns",
     [
         (
-            "figures.py",
-            "mean_ci",  # every figure job: the stage's entry is the whole module
+            "workflow/plotting.py",
+            "mean_ci",  # the figure jobs of every stage whose figures draw an interval
             {
                 "zoo_figure": 1,
                 "rotation_figure": 1,
@@ -866,11 +866,13 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
                 "dissection_figure": 1,
                 "dissection_masks": 2,
                 "deqntk_figure": 1,
-                "pullback_images": 2,
-                "pullback_figure": 1,
-                "gated_figure": 1,
                 "all": 1,
             },
+        ),
+        (
+            "workflow/stages/pullback/figures.py",
+            "pullback_grid",  # one stage's figures: its figure jobs only (the module is their entry)
+            {"pullback_images": 2, "pullback_figure": 1, "all": 1},
         ),
         (
             "rotation.py",
@@ -945,7 +947,7 @@ def test_later_stage_code_change_does_not_retrain(tiny_run, source_copy, module,
 
 def test_an_edit_undone_reruns_nothing(tiny_run, source_copy):
     """The identity is the code's, not the file's time: an edit and its undoing leave nothing to run."""
-    path, original, edited = edited_function(source_copy, "figures.py", "mean_ci")
+    path, original, edited = edited_function(source_copy, "workflow/plotting.py", "mean_ci")
     path.write_text(edited)
     path.write_bytes(original)
     assert planned_jobs(tiny_run, source=source_copy) == {}

@@ -174,7 +174,7 @@ def _log(message: str) -> None:
 
 def _save(fig, path: str, other_formats: list[str], figures: dict) -> None:
     """Save ``fig`` as ``path`` and as each of ``other_formats`` with the same file name stem."""
-    from intertwine.figures import save_figure
+    from intertwine.workflow.plotting import save_figure
 
     stem = Path(path).stem
     save_figure(fig, [path, *(p for p in other_formats if Path(p).stem == stem)], dpi=figures["dpi"])
@@ -376,7 +376,7 @@ def cmd_gated_table(args) -> None:
 
 
 def cmd_gated_figure(args) -> None:
-    from intertwine.figures import gated_accuracy, gated_kernels, gated_permutations
+    from intertwine.workflow.stages.gated.figures import gated_accuracy, gated_kernels, gated_permutations
     from intertwine.tables import GATED, NPK, SIMILARITY, read_parquet
 
     table = read_parquet([args.table], GATED)
@@ -451,7 +451,7 @@ def cmd_deqntk_table(args) -> None:
 
 
 def cmd_deqntk_figure(args) -> None:
-    from intertwine.figures import deqntk_accuracy, deqntk_depth, deqntk_reference
+    from intertwine.workflow.stages.deqntk.figures import deqntk_accuracy, deqntk_depth, deqntk_reference
     from intertwine.paper import DEQNTK_ACCURACY
     from intertwine.tables import DEQNTK, KERNEL_REFERENCE, ZOO, read_parquet
 
@@ -490,7 +490,7 @@ def cmd_pullback_pair(args) -> None:
 
 
 def cmd_pullback_images(args) -> None:
-    from intertwine.figures import pullback_grid, pullback_pgd
+    from intertwine.workflow.stages.pullback.figures import pullback_grid, pullback_pgd
     from intertwine.jobs.pullback import pullback_images
 
     arrays = pullback_images(_job(args), args.checkpoint, args.config)
@@ -523,7 +523,7 @@ def cmd_pullback_table(args) -> None:
 
 
 def cmd_pullback_external(args) -> None:
-    from intertwine.figures import pullback_external as figure
+    from intertwine.workflow.stages.pullback.figures import pullback_external as figure
     from intertwine.jobs.pullback import pullback_external
     from intertwine.tables import PULLBACK_EXTERNAL, write_parquet
 
@@ -534,7 +534,7 @@ def cmd_pullback_external(args) -> None:
 
 
 def cmd_pullback_settling(args) -> None:
-    from intertwine.figures import pullback_settling as figure
+    from intertwine.workflow.stages.pullback.figures import pullback_settling as figure
     from intertwine.jobs.pullback import pullback_settling
     from intertwine.tables import PULLBACK_SETTLING, write_parquet
 
@@ -544,7 +544,7 @@ def cmd_pullback_settling(args) -> None:
 
 
 def cmd_pullback_figure(args) -> None:
-    from intertwine.figures import (
+    from intertwine.workflow.stages.pullback.figures import (
         pullback_agreement,
         pullback_faithfulness,
         pullback_symmetry,
@@ -604,7 +604,7 @@ def cmd_dissect_external(args) -> None:
 
 
 def cmd_dissection_masks(args) -> None:
-    from intertwine.figures import dissection_masks as draw_masks
+    from intertwine.workflow.stages.dissection.figures import dissection_masks as draw_masks
     from intertwine.jobs.dissection import dissection_masks
     from intertwine.tables import DISSECTION_UNITS, read_parquet
 
@@ -639,7 +639,7 @@ def cmd_table(args) -> None:
 
 
 def cmd_zoo_figure(args) -> None:
-    from intertwine.figures import zoo_accuracy, zoo_summary
+    from intertwine.workflow.stages.zoo.figures import zoo_accuracy, zoo_summary
     from intertwine.paper import reported_accuracy
     from intertwine.tables import ZOO, read_parquet, write_csv
 
@@ -654,14 +654,14 @@ def cmd_zoo_figure(args) -> None:
 
 
 def cmd_rotation_figure(args) -> None:
-    from intertwine.figures import rotation_penalty
+    from intertwine.workflow.stages.rotation.figures import rotation_penalty
     from intertwine.tables import ROTATION, read_parquet
 
     _save(rotation_penalty(read_parquet([args.table], ROTATION)), args.out, args.other_formats, args.figures)
 
 
 def cmd_stitching_figure(args) -> None:
-    from intertwine.figures import (
+    from intertwine.workflow.stages.stitching.figures import (
         stitching_convergence,
         stitching_dimension,
         stitching_penalty,
@@ -678,7 +678,7 @@ def cmd_stitching_figure(args) -> None:
 
 def cmd_stitching_studies(args) -> None:
     """The appendix studies' figures, each drawn only when its file is asked for."""
-    from intertwine import figures
+    from intertwine.workflow.stages.stitching import figures
     from intertwine.tables import ZOO, read_parquet, write_csv
 
     table = read_parquet([args.table])  # no schema: the studies read only the columns they need
@@ -705,7 +705,11 @@ def cmd_stitching_studies(args) -> None:
 
 
 def cmd_similarity_figure(args) -> None:
-    from intertwine.figures import similarity_cka, similarity_procrustes, similarity_summary
+    from intertwine.workflow.stages.similarity.figures import (
+        similarity_cka,
+        similarity_procrustes,
+        similarity_summary,
+    )
     from intertwine.tables import SIMILARITY, read_parquet, write_csv
 
     from intertwine.paper import reported_procrustes
@@ -724,7 +728,11 @@ def cmd_similarity_figure(args) -> None:
 
 
 def cmd_connectivity_figure(args) -> None:
-    from intertwine.figures import connectivity_barriers, connectivity_curves, connectivity_summary
+    from intertwine.workflow.stages.connectivity.figures import (
+        connectivity_barriers,
+        connectivity_curves,
+        connectivity_summary,
+    )
     from intertwine.tables import CONNECTIVITY, read_parquet, write_csv
 
     table = read_parquet([args.table], CONNECTIVITY)
@@ -739,7 +747,11 @@ def cmd_connectivity_figure(args) -> None:
 
 
 def cmd_dissection_figure(args) -> None:
-    from intertwine.figures import dissection_categories, dissection_fraction, dissection_summary
+    from intertwine.workflow.stages.dissection.figures import (
+        dissection_categories,
+        dissection_fraction,
+        dissection_summary,
+    )
     from intertwine.tables import DISSECTION, DISSECTION_UNITS, read_parquet, write_csv
 
     table = read_parquet([args.table], DISSECTION)

@@ -12,6 +12,7 @@ from intertwine.cluster import JobNeeds, request, submission
 from intertwine.code_identity import code_identity
 from intertwine.config import check_config
 from intertwine.plan import Plan, as_json
+from intertwine.workflow import stages
 
 _errors = check_config(config)  # the schema (filling in its defaults), then the plan's cross-checks
 if _errors:
@@ -112,7 +113,7 @@ STAGE_ENTRIES = {
     "pullback": ["intertwine.jobs.pullback"],
     "pullback_settling": [
         "intertwine.jobs.pullback:pullback_settling",
-        "intertwine.figures:pullback_settling",
+        stages.module_name("pullback", "figures") + ":pullback_settling",
     ],
     "tables": ["intertwine.tables"],
     # Table jobs that compute more than they collect: what they compute is part of their identity.
@@ -127,7 +128,12 @@ STAGE_ENTRIES = {
     "pullback_table": ["intertwine.tables", "intertwine.pullback_study:summarize"],
     "claims": ["intertwine.claims"],
     "deqntk_table": ["intertwine.tables", "intertwine.paper"],  # the table holds the paper's accuracies
-    "figures": ["intertwine.figures", "intertwine.paper"],
+    # each stage's figures ("zoo_figures", ...): its folder's figures module, and the papers' numbers
+    # some draw beside ours
+    **{
+        f"{stage}_figures": [stages.module_name(stage, "figures"), "intertwine.paper"]
+        for stage in stages.with_part("figures")
+    },
 }
 
 

@@ -233,7 +233,7 @@ rule deqntk_figure:
             ]
             if value
         ),
-        code=code_hash("figures"),
+        code=code_hash("deqntk_figures"),
     shell:
         "intertwine deqntk-figure --zoo {input.zoo}{params.parts} --figures {params.figures:q}"
         " --other-formats {output.other_formats} > {log} 2>&1"

@@ -23,7 +23,7 @@ rule zoo_figure:
         figures=as_json(config["figures"]),
         variants=as_json(config["zoo"]["variants"]),
         dataset=DATASET,
-        code=code_hash("figures"),
+        code=code_hash("zoo_figures"),
     shell:
         "intertwine zoo-figure --zoo {input} --variants {params.variants:q} --dataset {params.dataset}"
         " --figures {params.figures:q} --out {output.png} --other-formats {output.other_formats}"
@@ -48,7 +48,7 @@ rule rotation_figure:
         **on_cpu(),
     params:
         figures=as_json(config["figures"]),
-        code=code_hash("figures"),
+        code=code_hash("rotation_figures"),
     shell:
         "intertwine rotation-figure --table {input} --figures {params.figures:q}"
         " --out {output.png} --other-formats {output.other_formats} > {log} 2>&1"
@@ -93,7 +93,7 @@ rule stitching_figure:
         **on_cpu(),
     params:
         figures=as_json(config["figures"]),
-        code=code_hash("figures"),
+        code=code_hash("stitching_figures"),
     shell:
         "intertwine stitching-figure --table {input} --figures {params.figures:q}"
         " --penalty {output.penalty} --dimension {output.dimension} --convergence {output.convergence}"
@@ -131,7 +131,7 @@ rule similarity_figure:
             else ""
         ),
         cka=" --cka results/figures/similarity_cka.png" if config["similarity"]["cka_pairs"] else "",
-        code=code_hash("figures"),
+        code=code_hash("similarity_figures"),
     shell:
         "intertwine similarity-figure --table {input} --dataset {params.dataset} --variants {params.variants:q}"
         " --figures {params.figures:q}{params.procrustes}{params.cka} --summary {output.summary}"
@@ -162,7 +162,7 @@ rule connectivity_figure:
         figures=as_json(config["figures"]),
         families=as_json({v: PLAN.architecture_family(v) for v in config["connectivity"]["variants"]}),
         barrier=config["connectivity"]["barrier"],
-        code=code_hash("figures"),
+        code=code_hash("connectivity_figures"),
     shell:
         "intertwine connectivity-figure --table {input} --families {params.families:q} --barrier {params.barrier}"
         " --figures {params.figures:q} --curves {output.figures[0]} --barriers {output.figures[1]}"
@@ -193,7 +193,7 @@ rule dissection_figure:
     params:
         figures=as_json(config["figures"]),
         category_sites=as_json(PLAN.category_sites),
-        code=code_hash("figures"),
+        code=code_hash("dissection_figures"),
     shell:
         "intertwine dissection-figure --table {input.table} --units {input.units}"
         " --category-sites {params.category_sites:q} --figures {params.figures:q}"
@@ -230,7 +230,7 @@ rule dissection_masks:
         figures=as_json(config["figures"]),
         seed=config["seed"],
         device=config["device"],
-        code=[code_hash("dissection"), code_hash("figures")],
+        code=[code_hash("dissection"), code_hash("dissection_figures")],
         data=data_dir,
     shell:
         "intertwine dissection-masks --checkpoint {input.checkpoint} --data {params.data} --site {params.site}"
@@ -265,7 +265,7 @@ rule stitching_studies_figure:
         + (" --leaky-relu-table results/tables/leaky_relu_accuracy.csv" if PLAN.leaky_slopes else ""),
         slopes=as_json(PLAN.leaky_slopes),
         transformers=as_json(PLAN.transformers),
-        code=code_hash("figures"),
+        code=code_hash("stitching_figures"),
     shell:
         "intertwine stitching-studies --table {input.table} --zoo {input.zoo} --slopes {params.slopes:q}"
         " --transformers {params.transformers:q} --figures {params.figures:q} {params.paths}"

@@ -132,7 +132,7 @@ rule gated_figure:
             f" --permutations {output.permutations}" if output.permutations else ""
         ),
         similarity=lambda wc, input: f" --similarity {input.similarity}" if input.similarity else "",
-        code=code_hash("figures"),
+        code=code_hash("gated_figures"),
     shell:
         "intertwine gated-figure --table {input.table} --npk {input.npk}{params.similarity}"
         " --figures {params.figures:q} --accuracy {output.accuracy}{params.permutations}"

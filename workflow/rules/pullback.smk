@@ -98,7 +98,7 @@ rule pullback_images:
         figures=as_json(config["figures"]),
         seed=config["seed"],
         device=config["device"],
-        code=[code_hash("pullback"), code_hash("figures")],
+        code=[code_hash("pullback"), code_hash("pullback_figures")],
         data=data_dir,
     shell:
         "intertwine pullback-images --checkpoint {input.checkpoint} --data {params.data}"
@@ -198,7 +198,7 @@ rule pullback_figure:
         temperature=lambda wc, output: (
             f" --temperature-figure {output.temperature}" if output.temperature else ""
         ),
-        code=code_hash("figures"),
+        code=code_hash("pullback_figures"),
     shell:
         "intertwine pullback-figure --symmetry {input.symmetry} --faithfulness {input.faithfulness}"
         " --agreement {input.agreement}{params.agreement}{params.transfer}{params.temperature}"
@@ -276,7 +276,7 @@ rule pullback_external:
         figures=as_json(config["figures"]),
         seed=config["seed"],
         device=config["device"],
-        code=[code_hash("pullback"), code_hash("figures")],
+        code=[code_hash("pullback"), code_hash("pullback_figures")],
     shell:
         "intertwine pullback-external --name {wildcards.name} --arch {params.arch} --weights {input.weights}"
         " --entry {params.entry:q} --config {params.block:q} --figures {params.figures:q}"

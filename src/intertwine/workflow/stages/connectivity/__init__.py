@@ -1,0 +1,1 @@
+"""Weight matching and linear mode connectivity between members."""

@@ -1,0 +1,1 @@
+"""The DEQ neural tangent kernel (Feng & Kolter)."""

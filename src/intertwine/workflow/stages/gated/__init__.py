@@ -1,0 +1,1 @@
+"""Gated networks and neural path kernels (Lakshminarayanan & Singh)."""

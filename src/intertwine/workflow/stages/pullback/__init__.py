@@ -1,0 +1,1 @@
+"""Excitation pullbacks (Satkiewicz)."""

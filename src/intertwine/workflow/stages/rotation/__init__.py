@@ -1,0 +1,1 @@
+"""The rotation penalty (Godfrey et al. section 3.3)."""

@@ -1,0 +1,1 @@
+"""Representation similarity: Procrustes, CKA and their G_ReLU versions between members."""
