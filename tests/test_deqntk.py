@@ -316,7 +316,7 @@ def test_table_holds_the_papers_accuracy_as_a_fraction(tmp_path):
     subtract one from the other."""
     from argparse import Namespace
 
-    from intertwine.cli import cmd_deqntk_table
+    from intertwine.workflow.stages.deqntk.commands import cmd_deqntk_table
     from intertwine.tables import read_parquet, write_parquet
 
     row = {

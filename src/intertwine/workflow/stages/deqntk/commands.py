@@ -1,0 +1,177 @@
+"""The DEQ-NTK's commands: Gram blocks, kernel regression, the depth sweep, the convolutional
+kernel, the reference CKA, the table and the figures."""
+
+from __future__ import annotations
+
+from intertwine.workflow.commands import (
+    Commands,
+    integer,
+    job_context,
+    save_figure_files,
+    variances,
+)
+
+
+def cmd_deqntk_gram(args) -> None:
+    from intertwine.jobs.deqntk import deqntk_gram, save_block
+
+    if args.stop <= args.start:
+        raise ValueError(f"--stop ({args.stop}) must be greater than --start ({args.start})")
+    block = deqntk_gram(
+        job_context(args), args.variances, args.n_train, args.part, args.start, args.stop, args.config
+    )
+    save_block(block, args.out)
+
+
+def cmd_deqntk_regression(args) -> None:
+    from intertwine.jobs.deqntk import deqntk_regression
+    from intertwine.tables import DEQNTK, write_parquet
+
+    row = deqntk_regression(job_context(args), args.variances, args.n_train, args.blocks, args.config)
+    write_parquet(row, args.out, DEQNTK)
+
+
+def cmd_deqntk_depth(args) -> None:
+    from intertwine.jobs.deqntk import deqntk_depth
+    from intertwine.tables import DEQNTK, write_parquet
+
+    write_parquet(deqntk_depth(job_context(args), args.draw, args.config), args.out, DEQNTK)
+
+
+def cmd_deqntk_conv(args) -> None:
+    from intertwine.jobs.deqntk import deqntk_conv
+    from intertwine.tables import DEQNTK, write_parquet
+
+    write_parquet(deqntk_conv(job_context(args), args.config), args.out, DEQNTK)
+
+
+def cmd_kernel_reference_member(args) -> None:
+    from intertwine.jobs.deqntk import kernel_reference_member
+    from intertwine.tables import KERNEL_REFERENCE, write_parquet
+
+    write_parquet(
+        kernel_reference_member(job_context(args), args.checkpoint, args.config), args.out, KERNEL_REFERENCE
+    )
+
+
+def cmd_deqntk_table(args) -> None:
+    from intertwine.paper import reported_deqntk
+    from intertwine.tables import DEQNTK, read_parquet, write_parquet
+
+    table = read_parquet(args.parts, DEQNTK)
+    # The paper's accuracy as a fraction, like test_acc (the claims subtract one from the other).
+    reported = [
+        reported_deqntk(row.dataset, (row.sigma_w2, row.sigma_u2, row.sigma_b2), row.n_train, row.n_test)
+        if row.study == "accuracy" and row.depth == "deq"
+        else None
+        for row in table.itertuples()
+    ]
+    table["paper_acc"] = [None if value is None else value / 100 for value in reported]
+    write_parquet(table, args.out, DEQNTK)
+
+
+def cmd_deqntk_figure(args) -> None:
+    from intertwine.workflow.stages.deqntk.figures import deqntk_accuracy, deqntk_depth, deqntk_reference
+    from intertwine.paper import DEQNTK_ACCURACY
+    from intertwine.tables import DEQNTK, KERNEL_REFERENCE, ZOO, read_parquet
+
+    if (args.accuracy or args.depth) and not args.table:
+        raise ValueError("--accuracy and --depth draw deqntk.parquet: give it as --table")
+    if args.kernel_reference and not args.reference:
+        raise ValueError("--kernel-reference draws kernel_reference.parquet: give it as --reference")
+    save = lambda fig, path: save_figure_files(fig, path, args.other_formats, args.figures)  # noqa: E731
+    table = read_parquet([args.table], DEQNTK) if args.table else None
+    if args.accuracy:
+        zoo = read_parquet([args.zoo], ZOO) if args.zoo else None
+        dataset = table["dataset"].iloc[0] if len(table) else None
+        save(deqntk_accuracy(table, zoo, DEQNTK_ACCURACY.get(dataset, {})), args.accuracy)
+    if args.depth:
+        save(deqntk_depth(table), args.depth)
+    if args.kernel_reference:
+        save(deqntk_reference(read_parquet([args.reference], KERNEL_REFERENCE)), args.kernel_reference)
+
+
+def add_commands(cli: Commands) -> None:
+    """Add this stage's subcommands to the command line."""
+    deqntk_options = {
+        "--variances": dict(
+            type=variances,
+            required=True,
+            help="the variance setting, e.g. w0.25_u0.25_b0.5 (sigma_w2, sigma_u2, sigma_b2)",
+        ),
+        "--n-train": dict(type=integer(1), required=True),
+    }
+    p = cli.add(
+        "deqntk-gram",
+        cmd_deqntk_gram,
+        "a block of rows of the DEQ-NTK accuracy study's [train; test] x train Gram",
+        [cli.job],
+        out="the block (.npz)",
+        config="deqntk",
+    )
+    p.add_argument("--variances", **deqntk_options["--variances"])
+    p.add_argument(
+        "--n-train",
+        **deqntk_options["--n-train"] | {"help": "the Gram's training images (the largest deqntk.n_train)"},
+    )
+    p.add_argument("--part", required=True, choices=["train", "test"], help="the training or the test rows")
+    p.add_argument("--start", type=integer(0), required=True, help="the block's first row of its part")
+    p.add_argument("--stop", type=integer(1), required=True, help="one past its last row")
+    p = cli.add(
+        "deqntk-regression",
+        cmd_deqntk_regression,
+        "kernel regression with the DEQ-NTK of one variance setting and training-set size",
+        [cli.job],
+        out="one-row .parquet",
+        config="deqntk",
+    )
+    p.add_argument("--variances", **deqntk_options["--variances"])
+    p.add_argument(
+        "--n-train", **deqntk_options["--n-train"] | {"help": "training images (the Gram's first)"}
+    )
+    p.add_argument("blocks", nargs="+", help="the Gram's blocks (.npz of deqntk-gram)")
+    p = cli.add(
+        "deqntk-depth",
+        cmd_deqntk_depth,
+        "one draw of the depth sweep: the depth-L NTK for each depth beside the DEQ-NTK (Figure 1)",
+        [cli.job],
+        out=".parquet, one row per kernel",
+        config="deqntk",
+    )
+    p.add_argument("--draw", type=integer(0), required=True, help="the draw's index (seeds its images)")
+    cli.add(
+        "deqntk-conv",
+        cmd_deqntk_conv,
+        "the convolutional DEQ-NTK's kernel regression on a small subset, per variance setting",
+        [cli.job],
+        out=".parquet, one row per variance setting",
+        config="deqntk",
+    )
+    cli.add(
+        "kernel-reference-member",
+        cmd_kernel_reference_member,
+        "CKA of each site of a zoo member with the DEQ-NTK of the same images",
+        [cli.job],
+        out=".parquet, one row per (site, kernel)",
+        config="deqntk",
+        options=["--checkpoint"],
+    )
+    p = cli.add(
+        "deqntk-table",
+        cmd_deqntk_table,
+        "the DEQ-NTK regressions and depth sweep in one table, with the paper's accuracies",
+        out="deqntk.parquet",
+    )
+    p.add_argument("parts", nargs="+", help="per-job tables (deqntk-regression, deqntk-depth, deqntk-conv)")
+    p = cli.add(
+        "deqntk-figure",
+        cmd_deqntk_figure,
+        "DEQ-NTK: accuracy beside the zoo's, accuracy vs depth, CKA of each site with the kernel",
+        [cli.figure],
+    )
+    p.add_argument("--zoo", help="zoo.parquet (the zoo's accuracies beside the kernel's)")
+    p.add_argument("--table", help="deqntk.parquet")
+    p.add_argument("--reference", help="kernel_reference.parquet")
+    p.add_argument("--accuracy", help="the kernel's accuracy per setting beside the zoo's (.png)")
+    p.add_argument("--depth", help="accuracy vs depth, finite depth and DEQ (.png)")
+    p.add_argument("--kernel-reference", help="CKA of each site with the kernel (.png)")

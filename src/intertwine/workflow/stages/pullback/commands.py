@@ -1,0 +1,230 @@
+"""Excitation pullbacks' commands: per member, per pair, the image grids, an external model,
+the settling of gate patterns, the tables and the figures."""
+
+from __future__ import annotations
+
+import json
+
+from intertwine.workflow.commands import (
+    Commands,
+    job_context,
+    json_names,
+    save_figure_files,
+    schema_enum,
+)
+
+
+def cmd_pullback_member(args) -> None:
+    from intertwine.jobs.pullback import pullback_member
+    from intertwine.tables import PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, write_parquet
+
+    symmetry, faithfulness = pullback_member(job_context(args), args.checkpoint, args.config)
+    write_parquet(faithfulness, args.faithfulness_out, PULLBACK_FAITHFULNESS)
+    write_parquet(symmetry, args.out, PULLBACK_SYMMETRY)
+
+
+def cmd_pullback_pair(args) -> None:
+    from intertwine.jobs.pullback import pullback_pair
+    from intertwine.tables import PULLBACK_AGREEMENT, PULLBACK_TRANSFER, write_parquet
+
+    rows, transfer = pullback_pair(job_context(args), args.a, args.b, args.pair, args.config, args.sites)
+    write_parquet(transfer, args.transfer_out, PULLBACK_TRANSFER)
+    write_parquet(rows, args.out, PULLBACK_AGREEMENT)
+
+
+def cmd_pullback_images(args) -> None:
+    from intertwine.workflow.stages.pullback.figures import pullback_grid, pullback_pgd
+    from intertwine.jobs.pullback import pullback_images
+
+    arrays = pullback_images(job_context(args), args.checkpoint, args.config)
+    save_figure_files(pullback_grid(arrays), args.out, args.other_formats, args.figures)
+    save_figure_files(pullback_pgd(arrays), args.pgd, args.other_formats, args.figures)
+
+
+def cmd_pullback_table(args) -> None:
+    from intertwine.pullback_study import summarize
+    from intertwine.tables import (
+        PULLBACK_AGREEMENT,
+        PULLBACK_FAITHFULNESS,
+        PULLBACK_SYMMETRY,
+        PULLBACK_TRANSFER,
+        read_parquet,
+        write_csv,
+        write_parquet,
+    )
+
+    tables = {}
+    for name, schema, parts, out in (
+        ("symmetry", PULLBACK_SYMMETRY, args.symmetry, args.out),
+        ("agreement", PULLBACK_AGREEMENT, args.agreement, args.agreement_out),
+        ("faithfulness", PULLBACK_FAITHFULNESS, args.faithfulness, args.faithfulness_out),
+        ("transfer", PULLBACK_TRANSFER, args.transfer, args.transfer_out),
+    ):
+        tables[name] = read_parquet(parts, schema)
+        write_parquet(tables[name], out, schema)
+    write_csv(summarize(**tables), args.summary, float_format="%.6g")
+
+
+def cmd_pullback_external(args) -> None:
+    from intertwine.workflow.stages.pullback.figures import pullback_external as figure
+    from intertwine.jobs.pullback import pullback_external
+    from intertwine.tables import PULLBACK_EXTERNAL, write_parquet
+
+    table, arrays = pullback_external(
+        job_context(args), args.name, args.arch, args.weights, args.entry, args.config
+    )
+    save_figure_files(figure(arrays), args.figure, args.other_formats, args.figures)
+    save_figure_files(figure(arrays, perturbed=True), args.perturbed_figure, args.other_formats, args.figures)
+    write_parquet(table, args.out, PULLBACK_EXTERNAL)
+
+
+def cmd_pullback_settling(args) -> None:
+    from intertwine.workflow.stages.pullback.figures import pullback_settling as figure
+    from intertwine.jobs.pullback import pullback_settling
+    from intertwine.tables import PULLBACK_SETTLING, write_parquet
+
+    table = pullback_settling(args.checkpoints)
+    write_parquet(table, args.out, PULLBACK_SETTLING)
+    save_figure_files(figure(table), args.figure, args.other_formats, args.figures)
+
+
+def cmd_pullback_figure(args) -> None:
+    from intertwine.workflow.stages.pullback.figures import (
+        pullback_agreement,
+        pullback_faithfulness,
+        pullback_symmetry,
+        pullback_temperature,
+        pullback_transfer,
+    )
+    from intertwine.tables import (
+        PULLBACK_AGREEMENT,
+        PULLBACK_FAITHFULNESS,
+        PULLBACK_SYMMETRY,
+        PULLBACK_TRANSFER,
+        read_parquet,
+    )
+
+    save = lambda fig, path: save_figure_files(fig, path, args.other_formats, args.figures)  # noqa: E731
+    save(pullback_symmetry(read_parquet([args.symmetry], PULLBACK_SYMMETRY)), args.symmetry_figure)
+    save(
+        pullback_faithfulness(read_parquet([args.faithfulness], PULLBACK_FAITHFULNESS)),
+        args.faithfulness_figure,
+    )
+    if args.agreement_figure:
+        save(pullback_agreement(read_parquet([args.agreement], PULLBACK_AGREEMENT)), args.agreement_figure)
+    if args.transfer_figure:
+        if not args.transfer:
+            raise SystemExit(
+                "pullback-figure: --transfer-figure needs --transfer (pullback_transfer.parquet)"
+            )
+        save(pullback_transfer(read_parquet([args.transfer], PULLBACK_TRANSFER)), args.transfer_figure)
+    if args.temperature_figure:
+        tables = [
+            read_parquet([path], schema)
+            for path, schema in (
+                (args.symmetry, PULLBACK_SYMMETRY),
+                (args.agreement, PULLBACK_AGREEMENT),
+                (args.faithfulness, PULLBACK_FAITHFULNESS),
+            )
+        ]
+        save(pullback_temperature(*tables), args.temperature_figure)
+
+
+def add_commands(cli: Commands) -> None:
+    """Add this stage's subcommands to the command line."""
+    p = cli.add(
+        "pullback-member",
+        cmd_pullback_member,
+        "a zoo member's excitation pullbacks: invariance to its weight symmetries, faithfulness, PGD",
+        [cli.job],
+        out=".parquet, one row per (group, scale spread, mode)",
+        config="pullback",
+        options=["--checkpoint"],
+    )
+    p.add_argument("--faithfulness-out", required=True, help=".parquet, one row per mode")
+    p = cli.add(
+        "pullback-pair",
+        cmd_pullback_pair,
+        "the agreement of two zoo members' excitation pullbacks (class logits, matched hidden units)",
+        [cli.job],
+        out=".parquet, one row per (site, unit, mode)",
+        config="pullback",
+        options=["--a", "--b", "--pair"],
+    )
+    p.add_argument("--sites", type=json_names, required=True, help="JSON list of the hidden units' sites")
+    p.add_argument(
+        "--transfer-out",
+        required=True,
+        help=".parquet, PGD transfer across the seeds: one row per direction and mode",
+    )
+    p = cli.add(
+        "pullback-images",
+        cmd_pullback_images,
+        "a zoo member's gradients and pullbacks of test images, and PGD toward other classes",
+        [cli.job, cli.figure],
+        out="gradient vs pullback grid (.png)",
+        config="pullback",
+        options=["--checkpoint"],
+    )
+    p.add_argument("--pgd", required=True, help="PGD grid (.png)")
+    p = cli.add(
+        "pullback-table",
+        cmd_pullback_table,
+        "the excitation-pullback stage's tables and their summary",
+        out="pullback_symmetry.parquet",
+        options=["--summary"],
+    )
+    p.add_argument("--symmetry", nargs="+", required=True, help="per-member symmetry tables")
+    p.add_argument("--faithfulness", nargs="+", required=True, help="per-member faithfulness tables")
+    p.add_argument("--agreement", nargs="*", default=[], help="per-pair agreement tables (none: no pairs)")
+    p.add_argument("--faithfulness-out", required=True, help="pullback_faithfulness.parquet")
+    p.add_argument("--agreement-out", required=True, help="pullback_agreement.parquet")
+    p.add_argument("--transfer", nargs="*", default=[], help="per-pair PGD transfer tables (none: no pairs)")
+    p.add_argument("--transfer-out", required=True, help="pullback_transfer.parquet")
+    p = cli.add(
+        "pullback-external",
+        cmd_pullback_external,
+        "the paper's PGD grids (gradient vs pullbacks) for a torchvision ImageNet model on an image folder",
+        [cli.job, cli.figure],
+        out=".parquet, one row per (mode, image, target)",
+        config="pullback",
+    )
+    p.add_argument("--name", required=True, help="the model's name (pullback.external)")
+    p.add_argument(
+        "--arch",
+        required=True,
+        choices=schema_enum(
+            "properties", "pullback", "properties", "external", "additionalProperties", "properties", "arch"
+        ),
+        help="torchvision architecture of the weights",
+    )
+    p.add_argument("--weights", required=True, help="state dict file (.pth)")
+    p.add_argument(
+        "--entry", type=json.loads, required=True, help="JSON: the model's pullback.external entry"
+    )
+    p.add_argument("--figure", required=True, help="differences grid (.png)")
+    p.add_argument("--perturbed-figure", required=True, help="perturbed images grid (.png)")
+    p = cli.add(
+        "pullback-settling",
+        cmd_pullback_settling,
+        "Hypothesis 1: how far each recorded epoch's gate pattern is a zoo member's final one",
+        [cli.figure],
+        out="pullback_settling.parquet",
+    )
+    p.add_argument("--checkpoints", nargs="+", required=True, help="members that recorded gate patterns")
+    p.add_argument("--figure", required=True, help="agreement with the final pattern per epoch (.png)")
+    p = cli.add(
+        "pullback-figure",
+        cmd_pullback_figure,
+        "excitation pullbacks: cosine vs scale spread per mode, agreement across seeds, faithfulness",
+        [cli.figure],
+    )
+    p.add_argument("--symmetry", required=True, help="pullback_symmetry.parquet")
+    p.add_argument("--faithfulness", required=True, help="pullback_faithfulness.parquet")
+    p.add_argument("--agreement", required=True, help="pullback_agreement.parquet")
+    p.add_argument("--symmetry-figure", required=True, help="cosine vs scale spread per mode (.png)")
+    p.add_argument("--faithfulness-figure", required=True, help="deletion, insertion, PGD success (.png)")
+    p.add_argument("--agreement-figure", help="agreement across seeds (.png); none without pairs")
+    p.add_argument("--transfer", help="pullback_transfer.parquet (with --transfer-figure)")
+    p.add_argument("--transfer-figure", help="PGD transfer across seeds (.png); none without pairs")
+    p.add_argument("--temperature-figure", help="every measure against T (.png); none without pullback.sweep")

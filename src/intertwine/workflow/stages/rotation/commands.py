@@ -1,0 +1,67 @@
+"""The rotation penalty's commands: one trial, the figure."""
+
+from __future__ import annotations
+
+from intertwine.workflow.commands import (
+    Commands,
+    integer,
+    job_context,
+    save_figure_files,
+    schema_enum,
+)
+
+
+def cmd_rotation_trial(args) -> None:
+    from intertwine.jobs.rotation import rotation_trial
+    from intertwine.tables import ROTATION, write_parquet
+
+    row = rotation_trial(
+        job_context(args),
+        args.checkpoint,
+        args.site,
+        args.group,
+        args.trial,
+        args.config,
+        args.training,
+        eval_batch_size=args.eval_batch_size,
+    )
+    write_parquet(row, args.out, ROTATION)
+
+
+def cmd_rotation_figure(args) -> None:
+    from intertwine.workflow.stages.rotation.figures import rotation_penalty
+    from intertwine.tables import ROTATION, read_parquet
+
+    save_figure_files(
+        rotation_penalty(read_parquet([args.table], ROTATION)), args.out, args.other_formats, args.figures
+    )
+
+
+def add_commands(cli: Commands) -> None:
+    """Add this stage's subcommands to the command line."""
+    p = cli.add(
+        "rotation-trial",
+        cmd_rotation_trial,
+        "one rotation-penalty trial (paper section 3.3)",
+        [cli.job],
+        out="one-row .parquet",
+        config="rotation",
+        options=["--checkpoint", "--site", "--training", "--eval-batch-size"],
+    )
+    p.add_argument(
+        "--group",
+        required=True,
+        choices=schema_enum(
+            "properties", "rotation", "properties", "variants", "additionalProperties", "items"
+        ),
+        help="the group a random element of which transforms the site",
+    )
+    p.add_argument("--trial", type=integer(0), required=True, help="the trial's index (seeds its draw)")
+    cli.add(
+        "rotation-figure",
+        cmd_rotation_figure,
+        "rotation penalty per site and group (Fig. 4)",
+        [cli.figure],
+        out="figure (.png)",
+        options=["--table"],
+    )

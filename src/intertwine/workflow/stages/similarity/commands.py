@@ -1,0 +1,68 @@
+"""Representation similarity's commands: the measures between two members, the figures."""
+
+from __future__ import annotations
+
+from intertwine.workflow.commands import (
+    Commands,
+    job_context,
+    save_figure_files,
+)
+
+
+def cmd_similarity_pair(args) -> None:
+    from intertwine.jobs.similarity import similarity_pair
+    from intertwine.tables import SIMILARITY, write_parquet
+
+    rows = similarity_pair(
+        job_context(args), args.a, args.b, args.pair, args.config, args.procrustes, args.cka
+    )
+    write_parquet(rows, args.out, SIMILARITY)
+
+
+def cmd_similarity_figure(args) -> None:
+    from intertwine.workflow.stages.similarity.figures import (
+        similarity_cka,
+        similarity_procrustes,
+        similarity_summary,
+    )
+    from intertwine.tables import SIMILARITY, read_parquet, write_csv
+
+    from intertwine.paper import reported_procrustes
+
+    table = read_parquet([args.table], SIMILARITY)
+    paper = (
+        {name: reported_procrustes(spec) for name, spec in args.variants.items()}
+        if args.dataset == "cifar10"
+        else {}
+    )
+    if args.procrustes:
+        save_figure_files(
+            similarity_procrustes(table, paper), args.procrustes, args.other_formats, args.figures
+        )
+    if args.cka:
+        save_figure_files(similarity_cka(table), args.cka, args.other_formats, args.figures)
+    write_csv(similarity_summary(table, paper), args.summary)
+
+
+def add_commands(cli: Commands) -> None:
+    """Add this stage's subcommands to the command line."""
+    p = cli.add(
+        "similarity-pair",
+        cmd_similarity_pair,
+        "similarity measures between two zoo members",
+        [cli.job],
+        out=".parquet, one row per (site_a, site_b, measure)",
+        config="similarity",
+        options=["--a", "--b", "--pair"],
+    )
+    p.add_argument("--procrustes", action="store_true", help="Procrustes measures at matching sites")
+    p.add_argument("--cka", action="store_true", help="CKA measures for every pair of sites")
+    p = cli.add(
+        "similarity-figure",
+        cmd_similarity_figure,
+        "Procrustes per site and CKA heatmaps (Table 2, Figs. 2, 5, 9-11)",
+        [cli.figure],
+        options=["--table", "--dataset", "--variants", "--summary"],
+    )
+    p.add_argument("--procrustes", help="Procrustes figure (.png)")
+    p.add_argument("--cka", help="CKA heatmaps (.png)")

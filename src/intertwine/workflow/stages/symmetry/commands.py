@@ -1,0 +1,45 @@
+"""The symmetry self-check's commands: one member's check, the table and its summary."""
+
+from __future__ import annotations
+
+from intertwine.workflow.commands import (
+    Commands,
+    job_context,
+)
+
+
+def cmd_symmetry_check(args) -> None:
+    from intertwine.jobs.symmetry import symmetry_check
+    from intertwine.tables import SYMMETRY, write_parquet
+
+    write_parquet(symmetry_check(job_context(args), args.checkpoint, args.config), args.out, SYMMETRY)
+
+
+def cmd_symmetry_table(args) -> None:
+    from intertwine.symmetry_study import summarize
+    from intertwine.tables import SYMMETRY, read_parquet, write_csv, write_parquet
+
+    table = read_parquet(args.parts, SYMMETRY)
+    write_parquet(table, args.out, SYMMETRY)
+    write_csv(summarize(table), args.summary, float_format="%.3g")
+
+
+def add_commands(cli: Commands) -> None:
+    """Add this stage's subcommands to the command line."""
+    cli.add(
+        "symmetry-check",
+        cmd_symmetry_check,
+        "check the weight-space symmetry on one zoo member",
+        [cli.job],
+        out="per-model .parquet",
+        config="symmetry",
+        options=["--checkpoint"],
+    )
+    p = cli.add(
+        "symmetry-table",
+        cmd_symmetry_table,
+        "aggregate the symmetry checks and summarise them",
+        out="symmetry.parquet",
+        options=["--summary"],
+    )
+    p.add_argument("parts", nargs="+", help="per-member tables (symmetry-check)")
