@@ -113,3 +113,61 @@ def test_a_read_only_helper_is_part_of_the_job_that_uses_it(package):
 def test_an_unknown_entry_is_refused(package):
     with pytest.raises(ValueError, match="names no module of the intertwine package"):
         ci.code_identity(["intertwine.jobs.nothing"])
+
+
+def identity_after_move(package, moves: dict[str, tuple[str, str]], entry="intertwine.jobs.train"):
+    """The identity before and after ``moves``: {file: (old text, new text)}, a new file's old text
+    empty, a removed file's new text empty."""
+    before = ci.code_identity([entry])
+    for path, (old, new) in moves.items():
+        file = package / path
+        if not new:
+            file.unlink()
+            continue
+        text = file.read_text() if file.exists() else ""
+        assert old in text
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(text.replace(old, new) if old else new)
+    for cached in (ci._module_file, ci._load):
+        cached.cache_clear()
+    return before, ci.code_identity([entry])
+
+
+def test_moving_code_between_modules_changes_no_identity(package):
+    """The training loop moved to a module of another package, the network class to another module
+    (their importers following, under the same names): the same code, so nothing reruns."""
+    loop = textwrap.dedent(FILES["loop.py"])
+    before, after = identity_after_move(
+        package,
+        {
+            "engine/__init__.py": ("", '"""A package of its own."""\n'),
+            "engine/loop.py": ("", loop),
+            "loop.py": (loop, ""),
+            "jobs/train.py": ("from intertwine.loop import", "from intertwine.engine.loop import"),
+            "models/layers.py": ("", "class Net:\n    width = 4\n"),
+            "models/nets.py": ("class", ""),
+            "models/__init__.py": ("from .nets import Net", "from .layers import Net"),
+        },
+    )
+    assert ci.reached(("intertwine.jobs.train",))["intertwine.engine.loop"] == {"fit", "_step", "STEPS"}
+    assert before == after
+
+
+@pytest.mark.parametrize(
+    "moves",
+    [
+        # moved, and changed on the way
+        {
+            "models/layers.py": ("", "class Net:\n    width = 5\n"),
+            "models/__init__.py": ("from .nets import Net", "from .layers import Net"),
+        },
+        # the same local name bound to another definition
+        {"jobs/train.py": ("import fit as run_fit", "import _step as run_fit")},
+        # a third-party module under the same local name
+        {"jobs/train.py": ("from intertwine import models", "import numpy as models")},
+    ],
+    ids=["moved and changed", "another definition", "another library"],
+)
+def test_a_move_that_changes_the_code_run_changes_the_identity(package, moves):
+    before, after = identity_after_move(package, moves)
+    assert before != after

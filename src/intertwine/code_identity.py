@@ -7,7 +7,9 @@ modules through imports (also imports inside functions), and every other top-lev
 a module reached (imports, code run on import). The
 identity is a hash of those definitions' syntax trees without their docstrings: comments,
 docstrings, formatting and definitions nothing reaches do not change it, so editing them reruns
-nothing; editing a function a job calls, or anything it calls, reruns that job.
+nothing; editing a function a job calls, or anything it calls, reruns that job. Nor does where the
+code lives: the modules' names and the package paths of imports are not hashed, so moving code
+between modules reruns nothing.
 
 Static and conservative: a name counts as a reference wherever it appears in a definition (a
 local variable of the same name over-includes, never under-includes). What it cannot see: code
@@ -20,6 +22,7 @@ effect: none in the package; the importing code uses the module's names, which a
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import hashlib
 from pathlib import Path
@@ -83,7 +86,7 @@ class _Module:
         for node in tree.body:
             for name in _bound_names(node):
                 self.definitions.setdefault(name, []).append(node)
-            if not _bound_names(node):
+            if not _bound_names(node) and not isinstance(node, ast.Pass):  # what a docstring-only module keeps
                 self.statements.append(node)
         # local name -> (module, attribute or None for the module itself), from every import
         self.imports: dict[str, tuple[str, str | None]] = {}
@@ -173,15 +176,33 @@ def reached(entries: tuple[str, ...]) -> dict[str, set[str]]:
     return seen
 
 
+def _without_package_paths(node: ast.AST) -> str:
+    """``node``'s syntax tree dumped with the module paths of its imports from the package blanked:
+    such an import only binds names, whose definitions are hashed where they are defined."""
+    node = copy.deepcopy(node)
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.ImportFrom) and (sub.level or _module_file(sub.module or "")):
+            sub.module, sub.level = None, 0
+        elif isinstance(sub, ast.Import):
+            for alias in sub.names:
+                if _module_file(alias.name) and alias.asname:
+                    alias.name = ""
+    return ast.dump(node)
+
+
 def code_identity(entries: list[str] | tuple[str, ...]) -> str:
-    """A 12-digit hash of the code the entry points run (see the module's docstring)."""
-    digest = hashlib.sha256()
-    for module, names in sorted(reached(tuple(entries)).items()):
+    """A 12-digit hash of the code the entry points run (see the module's docstring).
+
+    The code, not where it lives: what is hashed is the (sorted) syntax trees reached, without the
+    modules' names or the package paths their imports name, so moving a definition to another
+    module (its callers importing it from there under the same name) changes no identity, and a
+    reorganisation of the package reruns nothing."""
+    pieces = []
+    for module, names in reached(tuple(entries)).items():
         source = _load(module)
-        digest.update(module.encode())
-        for statement in source.statements:
-            digest.update(ast.dump(statement).encode())
-        for name in sorted(names):
-            for node in source.definitions[name]:
-                digest.update(ast.dump(node).encode())
+        pieces += [_without_package_paths(statement) for statement in source.statements]
+        pieces += [_without_package_paths(node) for name in names for node in source.definitions[name]]
+    digest = hashlib.sha256()
+    for piece in sorted(pieces):
+        digest.update(piece.encode())
     return digest.hexdigest()[:12]
