@@ -12,7 +12,7 @@ from intertwine.claims import scorecard
 from intertwine.data import Split
 from intertwine.kernels import deq, npk
 from intertwine.measures import cca
-from intertwine.plan import gram_layout
+from intertwine.workflow.stages.deqntk.plan import gram_layout
 from intertwine.settings import TrainConfig
 from intertwine.training import train_pack
 

@@ -16,7 +16,7 @@ import torch
 from intertwine import paper
 from intertwine.jobs import deqntk as deqntk_jobs
 from intertwine.kernels import deq, deq_regression
-from intertwine.plan import gram_layout
+from intertwine.workflow.stages.deqntk.plan import gram_layout
 from intertwine.settings import parse_variances, variances_name
 from intertwine.tables import DEQNTK, KERNEL_REFERENCE, to_table
 

@@ -10,7 +10,9 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from intertwine.plan import Plan, _sites, draw_pairs, gram_layout
+from intertwine.plan import Plan, draw_pairs
+from intertwine.workflow.planning import spec_sites
+from intertwine.workflow.stages.deqntk.plan import gram_layout
 from intertwine.settings import SCHEMA_PATH
 
 REPO = Path(__file__).resolve().parents[1]
@@ -196,13 +198,13 @@ def test_pairs_are_deterministic_and_distinct():
 
 
 def test_models_are_built_once_per_spec(tiny):
-    _sites.cache_clear()
+    spec_sites.cache_clear()
     plan = Plan(tiny)
     plan.errors()
     plan.all_outputs
     for variant in plan.variants:
         plan.site_names(variant)
-    assert _sites.cache_info().misses <= len(plan.variants)
+    assert spec_sites.cache_info().misses <= len(plan.variants)
 
 
 @pytest.mark.parametrize(

@@ -86,7 +86,9 @@ class _Module:
         for node in tree.body:
             for name in _bound_names(node):
                 self.definitions.setdefault(name, []).append(node)
-            if not _bound_names(node) and not isinstance(node, ast.Pass):  # what a docstring-only module keeps
+            if not _bound_names(node) and not isinstance(
+                node, ast.Pass
+            ):  # what a docstring-only module keeps
                 self.statements.append(node)
         # local name -> (module, attribute or None for the module itself), from every import
         self.imports: dict[str, tuple[str, str | None]] = {}

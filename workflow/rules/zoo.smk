@@ -100,7 +100,7 @@ rule unpack_member:
 
 rule zoo_table:
     input:
-        PLAN.zoo_outputs("results/zoo/{variant}/seed{seed}.metrics.parquet"),
+        PLAN.member_files("results/zoo/{variant}/seed{seed}.metrics.parquet"),
     output:
         zoo="results/tables/zoo.parquet",
         epochs="results/tables/zoo_epochs.parquet",

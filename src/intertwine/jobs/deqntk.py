@@ -9,7 +9,7 @@ regression selects nothing on it). One permutation of the pool, drawn from the g
 every training subset of the accuracy study: the first n_train of it, so that the subsets are
 nested and one Gram of the largest serves every smaller one. Its test images are the first n_test
 of the test split (the data cache holds each split in a random order). Each draw of the depth
-sweep permutes the pool and the test split anew. ``intertwine.plan.gram_layout`` cuts the Gram
+sweep permutes the pool and the test split anew. ``intertwine.workflow.stages.deqntk.plan.gram_layout`` cuts the Gram
 into blocks of rows, one job each.
 """
 

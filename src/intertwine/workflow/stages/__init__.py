@@ -47,3 +47,9 @@ def with_part(part: str) -> list[str]:
 def part(stage: str, part: str) -> ModuleType:
     """Part ``part`` of ``stage``, imported."""
     return importlib.import_module(module_name(stage, part))
+
+
+def plan_parts() -> tuple[type, ...]:
+    """Each stage's part of the plan, ``<Stage>Plan`` of its folder's ``plan`` module (e.g.
+    ``StitchingPlan``), in report order: :class:`intertwine.plan.Plan` is all of them and the core."""
+    return tuple(getattr(part(stage, "plan"), f"{stage.capitalize()}Plan") for stage in with_part("plan"))

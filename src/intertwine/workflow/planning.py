@@ -1,0 +1,81 @@
+"""What every stage's plan shares: config blocks as JSON (what a rule's params carry), a model
+spec's sites, pairs of zoo members drawn reproducibly, and the error a plan raises."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+ZOO_TABLES = ["results/tables/zoo.parquet", "results/tables/zoo_epochs.parquet"]
+
+
+# The architectures that have a gated form (spec key `gated`).
+GATED_ARCHS = ("myrtle", "c4gap", "c1gap", "vgg16_avg", "resnet110")
+
+
+class ConfigError(ValueError):
+    """A config the schema accepts but the plan cannot run; the message names the key."""
+
+
+def as_json(block) -> str:
+    """A config block as one JSON string: what a rule's params carry and its shell command passes."""
+    return json.dumps(block, sort_keys=True)
+
+
+@functools.cache
+def spec_sites(spec_json: str) -> tuple:
+    """The sites of a model spec, from a freshly built model (the same for every seed)."""
+    from intertwine.models import build, sites  # torch: only when sites are asked for
+
+    return tuple(sites(build(json.loads(spec_json))))
+
+
+@functools.cache
+def spec_cut_sites(spec_json: str) -> tuple:
+    from intertwine.models import build, cut_sites
+
+    return tuple(cut_sites(build(json.loads(spec_json))))
+
+
+def distinct_pairs(n_members: int, symmetric: bool, share_members: bool = True) -> int:
+    """How many pairs ``n_members`` members form: with ``share_members`` every distinct pair,
+    n(n-1), or n(n-1)/2 for a symmetric measure; without, n // 2 pairs with no member in common."""
+    if not share_members:
+        return n_members // 2
+    return n_members * (n_members - 1) // (2 if symmetric else 1)
+
+
+def draw_pairs(
+    n_members: int, n_pairs: int, *key, symmetric: bool = False, share_members: bool = False
+) -> list[tuple[int, int]]:
+    """``n_pairs`` ordered pairs of distinct zoo members of ``range(n_members)``, drawn by a
+    generator seeded from ``key`` (e.g. the global seed, the stage and the variant), so every run
+    draws the same pairs.
+
+    By default no member is in two pairs (a random matching: a shuffle of the members, paired off
+    in order), so the pairs are independent units of evidence; 2k members give k such pairs.
+    With ``share_members`` the pairs are drawn uniformly with replacement as in the paper's code,
+    the two members distinct and no pair (or, when ``symmetric``, its reverse) twice; pairs then
+    share members, and an analysis must treat each member as a cluster."""
+    import torch
+
+    from intertwine.utils import derive_seed
+
+    if n_members < 2:
+        raise ValueError(f"pairs need at least 2 zoo members per variant, got {n_members}")
+    available = distinct_pairs(n_members, symmetric, share_members)
+    if n_pairs > available:
+        kind = "distinct " + ("unordered " if symmetric else "") if share_members else "member-disjoint "
+        raise ValueError(
+            f"{n_pairs} pairs asked for, but {n_members} members form only {available} {kind}pairs"
+        )
+    generator = torch.Generator().manual_seed(derive_seed(*key))
+    if not share_members:
+        order = torch.randperm(n_members, generator=generator).tolist()
+        return [(order[2 * i], order[2 * i + 1]) for i in range(n_pairs)]
+    pairs: list[tuple[int, int]] = []
+    while len(pairs) < n_pairs:
+        a, b = torch.randint(n_members, (2,), generator=generator).tolist()
+        if a != b and (a, b) not in pairs and not (symmetric and (b, a) in pairs):
+            pairs.append((a, b))
+    return pairs

@@ -1,0 +1,36 @@
+"""The symmetry self-check's plan: which members are checked, with which settings.
+
+A part of :class:`intertwine.plan.Plan`, which is every stage's part (found through the stage
+registry) and the core: a method here can use the core's and other stages' (``self.spec``,
+``self.zoo_seeds``)."""
+
+from __future__ import annotations
+
+import functools
+
+from intertwine.settings import SymmetryConfig
+
+
+class SymmetryPlan:
+    """The symmetry stage's part of the plan."""
+
+    @functools.cached_property
+    def symmetry_checks(self) -> list[str]:
+        from intertwine.symmetry import acts_on  # the models whose weight action it knows
+
+        return [
+            f"results/symmetry/{variant}/seed{seed}.parquet"
+            for variant in self.variants
+            if acts_on(self.spec(variant))
+            for seed in range(min(self.symmetry["seeds"], len(self.zoo_seeds(variant))))
+        ]
+
+    @property
+    def symmetry_block(self) -> dict:
+        return SymmetryConfig.job_block({"symmetry": self.symmetry})
+
+    @property
+    def symmetry_outputs(self) -> list[str]:
+        if not self.symmetry_checks:
+            return []
+        return ["results/tables/symmetry.parquet", "results/tables/symmetry_summary.csv"]

@@ -1,0 +1,87 @@
+"""The model zoo's plan: each variant's seeds, packs of members trained together, each member's
+training settings and files.
+
+A part of :class:`intertwine.plan.Plan`, which is every stage's part (found through the stage
+registry) and the core: a method here can use the core's and other stages' (``self.spec``,
+``self.zoo_seeds``)."""
+
+from __future__ import annotations
+
+import re
+
+from intertwine.settings import TrainConfig
+from intertwine.workflow.planning import ZOO_TABLES
+
+
+class ZooPlan:
+    """The zoo stage's part of the plan."""
+
+    def zoo_seeds(self, variant: str) -> range:
+        """The seeds the zoo trains for a variant: zoo.seeds, or its zoo.seeds_per_variant entry."""
+        return range(self.zoo["seeds_per_variant"].get(variant, self.zoo["seeds"]))
+
+    def member_files(self, pattern: str) -> list[str]:
+        """``pattern`` (with ``{variant}`` and ``{seed}``) for every member of the zoo."""
+        return [pattern.format(variant=v, seed=s) for v in self.variants for s in self.zoo_seeds(v)]
+
+    def pack_size(self, variant: str) -> int:
+        """Members of the variant one job trains (zoo.pack_size, or its zoo.pack_size_per_variant entry)."""
+        return self.zoo["pack_size_per_variant"].get(variant, self.zoo["pack_size"])
+
+    def packs(self, variant: str) -> list[range]:
+        """The variant's packs: consecutive runs of pack_size seeds (the last may be shorter). With
+        a pack size of 1 there are none: each member is its own train_member job."""
+        size, seeds = self.pack_size(variant), self.zoo_seeds(variant)
+        return [] if size == 1 else [seeds[i : i + size] for i in range(0, len(seeds), size)]
+
+    @staticmethod
+    def pack_dir(variant: str, pack: range) -> str:
+        return f"results/zoo/{variant}/packs/seeds{pack[0]}-{pack[-1]}"
+
+    def member_pack(self, variant: str, seed: int) -> str:
+        """The directory of the pack that trains this member."""
+        return next(self.pack_dir(variant, pack) for pack in self.packs(variant) if seed in pack)
+
+    def packed_variants(self, packed: bool = True) -> str:
+        """A regex matching the variants that train in packs (``packed``) or one member per job:
+        the two rules that make a member's checkpoint are told apart by it."""
+        names = [v for v in self.variants if (self.pack_size(v) > 1) == packed]
+        return "|".join(re.escape(name) for name in names) or "(?!)"
+
+    def train_block(self, variant: str | None = None) -> dict:
+        """The training settings of a variant's members: zoo.training with its per-variant
+        overrides (``None``: zoo.training as written, which rotation trials fine-tune with)."""
+        block = self.zoo["training"] | self.zoo["training_per_variant"].get(variant, {})
+        return TrainConfig.job_block({"zoo.training": block})
+
+    def member_epochs(self, variant: str) -> int:
+        """The epochs a member of the variant trains: zoo.training's ``epochs``, or the epochs its
+        ``steps`` take on the training split (the last one cut short)."""
+        images = self.dataset_sizes()[0] - self.config["data"]["val_size"]
+        return TrainConfig(**self.train_block(variant)).length(images)[0]
+
+    def train_run(self, variant: str | None = None) -> dict:
+        """The training settings beside ``train_block`` that cannot change a result
+        (``eval_batch_size``): the rules pass them as ``resources``, not ``params``."""
+        block = self.zoo["training"] | self.zoo["training_per_variant"].get(variant, {})
+        return TrainConfig.run_block({"zoo.training": block})
+
+    @property
+    def zoo_figures(self) -> list[str]:
+        return self.figure_files(["results/figures/zoo_accuracy.png"]) + ["results/tables/zoo_summary.csv"]
+
+    @property
+    def zoo_outputs(self) -> list[str]:
+        return ZOO_TABLES + self.zoo_figures
+
+    def pack_features(self, variant: str, first: int, last: int) -> list[str]:
+        """``features_checkpoint`` of each member of a pack."""
+        return [path for seed in range(first, last + 1) for path in self.features_checkpoint(variant, seed)]
+
+    def features_checkpoint(self, variant: str, seed: int) -> list[str]:
+        """A gated FL variant's feature network: the checkpoint of the same seed of the variant
+        its ``gated.features_from`` names (a DAG dependency); nothing for other variants."""
+        gated = self.spec(variant).get("gated")
+        if gated is None or gated["regime"] != "fl":
+            return []
+        return [f"results/zoo/{gated['features_from']}/seed{seed}.pt"]
