@@ -222,8 +222,8 @@ def test_config_with_cifar100_validates_and_plans():
 
 def test_zoo_needs_num_classes_100(tmp_path, rng, no_md5):
     """A variant left at the default num_classes (10) stops with the error naming it; 100 trains."""
-    from intertwine.jobs import Job
-    from intertwine.jobs.zoo import train_member
+    from intertwine.workflow.job import Job
+    from intertwine.workflow.stages.zoo.job import train_member
 
     write_cifar100_pickles(tmp_path / "c100", rng, n_train=24, n_test=8)
     block = {"dataset": "cifar100", "val_size": 8, "cifar100": {"root": str(tmp_path / "c100")}}

@@ -11,7 +11,7 @@ import pytest
 from intertwine.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
-# Subcommands that run torch: each is named like its rule and its function in intertwine.jobs.<stage>.
+# Subcommands that run torch: each is named like its rule and its function in intertwine.workflow.stages.<stage>.job.
 JOBS = {
     "train-member": "zoo",
     "train-pack": "zoo",
@@ -64,7 +64,11 @@ def test_every_torch_job_is_named_like_its_rule_and_function():
 
     for name, stage in JOBS.items():
         assert name in subcommands()
-        assert callable(getattr(importlib.import_module(f"intertwine.jobs.{stage}"), name.replace("-", "_")))
+        assert callable(
+            getattr(
+                importlib.import_module(f"intertwine.workflow.stages.{stage}.job"), name.replace("-", "_")
+            )
+        )
     rules = rule_commands()
     for name in [*JOBS, "prepare-data"]:
         assert rules[name.replace("-", "_")].startswith(f"intertwine {name} "), name

@@ -96,6 +96,7 @@ def test_follows_names_through_imports_aliases_and_registries(package):
         ("models/__init__.py", "return model\n", "return model.eval()\n", False),  # activations: unused
         ("loop.py", "STEPS = 10\n", "STEPS = 10\nUNUSED = 1\n", False),  # a new name nothing reads
         ("loop.py", "STEPS = 10\n", "STEPS = 10\nprint(STEPS)\n", True),  # code run on import
+        ("loop.py", "STEPS = 10\n", "import os\nSTEPS = 10\n", False),  # an import nothing reached uses
     ],
 )
 def test_identity_changes_with_the_code_a_job_runs_only(package, path, old, new, changes):

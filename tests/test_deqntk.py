@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from intertwine import paper
-from intertwine.jobs import deqntk as deqntk_jobs
+from intertwine.workflow.job import deqntk as deqntk_jobs
 from intertwine.kernels import deq, deq_regression
 from intertwine.workflow.stages.deqntk.plan import gram_layout
 from intertwine.settings import parse_variances, variances_name
@@ -257,8 +257,13 @@ def test_papers_accuracies():
 
 
 def test_jobs_write_the_tables_rows(tmp_path, tiny_shapes_dir):
-    from intertwine.jobs import Job
-    from intertwine.jobs.deqntk import deqntk_conv, deqntk_depth, deqntk_gram, deqntk_regression
+    from intertwine.workflow.job import Job
+    from intertwine.workflow.stages.deqntk.job import (
+        deqntk_conv,
+        deqntk_depth,
+        deqntk_gram,
+        deqntk_regression,
+    )
 
     job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
     block = {"n_test": 16, "tol": 1e-10}
@@ -354,8 +359,8 @@ def test_table_holds_the_papers_accuracy_as_a_fraction(tmp_path):
 
 def test_reference_job_rows(tmp_path, tiny_shapes_dir):
     from intertwine import models
-    from intertwine.jobs import Job
-    from intertwine.jobs.deqntk import kernel_reference_member
+    from intertwine.workflow.job import Job
+    from intertwine.workflow.stages.deqntk.job import kernel_reference_member
     from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
 
     spec = {"arch": "myrtle", "width_multiplier": 0.125}
@@ -459,8 +464,8 @@ def test_command_errors_name_the_problem(tmp_path, tiny_shapes_dir):
 
 @pytest.fixture
 def gram_job(tmp_path, tiny_shapes_dir):
-    from intertwine.jobs import Job
-    from intertwine.jobs.deqntk import deqntk_gram
+    from intertwine.workflow.job import Job
+    from intertwine.workflow.stages.deqntk.job import deqntk_gram
 
     job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
 
@@ -489,7 +494,7 @@ def gram_job(tmp_path, tiny_shapes_dir):
     ],
 )
 def test_regression_refuses_blocks_of_another_gram(gram_job, mix, message):
-    from intertwine.jobs.deqntk import deqntk_regression
+    from intertwine.workflow.stages.deqntk.job import deqntk_regression
 
     job, blocks = gram_job
     good = blocks(SETTING)
@@ -507,7 +512,7 @@ def test_regression_refuses_blocks_of_another_gram(gram_job, mix, message):
 
 
 def test_regression_refuses_a_gram_too_small_and_variances_that_do_not_sum_to_one(gram_job):
-    from intertwine.jobs.deqntk import deqntk_regression
+    from intertwine.workflow.stages.deqntk.job import deqntk_regression
 
     job, blocks = gram_job
     paths = blocks(SETTING)

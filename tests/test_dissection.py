@@ -349,8 +349,8 @@ def test_masks_figure_shows_the_members_own_dissection(tmp_path, tiny_shapes_dir
     """dissection_masks labels units from dissect_member's units table (not a second dissection):
     the same units, IoUs and thresholds as the table at each alpha of rotation draw 0."""
     from intertwine import models
-    from intertwine.jobs import Job
-    from intertwine.jobs.dissection import dissect_member, dissection_masks
+    from intertwine.workflow.job import Job
+    from intertwine.workflow.stages.dissection.job import dissect_member, dissection_masks
     from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
 
     torch.manual_seed(0)

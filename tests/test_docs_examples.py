@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from intertwine import cli
-from intertwine.jobs import Job
-from intertwine.jobs.zoo import train_member
+from intertwine.workflow.job import Job
+from intertwine.workflow.stages.zoo.job import train_member
 from intertwine.zoo import save_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]

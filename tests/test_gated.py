@@ -403,8 +403,8 @@ def test_logit_ensemble_averages_logits_not_votes():
 def test_ensemble_job_scores_the_named_members_and_the_paper_row(tmp_path, tiny_shapes_dir):
     import pandas as pd
 
-    from intertwine.jobs import Job
-    from intertwine.jobs.gated import gated_ensemble
+    from intertwine.workflow.job import Job
+    from intertwine.workflow.stages.gated.job import gated_ensemble
     from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
 
     spec = {"arch": "c1gap", "width_multiplier": 1 / 64}

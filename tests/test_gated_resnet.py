@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from intertwine import models, paper, symmetry
-from intertwine.jobs import Job
-from intertwine.jobs.zoo import train_member
+from intertwine.workflow.job import Job
+from intertwine.workflow.stages.zoo.job import train_member
 from intertwine.models.gated import GatedBase, GatedNet
 from intertwine.models.gated_resnet import GatedResNet, SiteGate
 

@@ -179,7 +179,7 @@ def test_moved_symmetry_check_warns_and_reexports():
 
 
 def test_old_deqntk_module_warns_and_reexports():
-    import intertwine.jobs.deqntk as jobs
+    import intertwine.workflow.stages.deqntk.job as jobs
     import intertwine.settings as settings
     from intertwine.kernels import deq_regression
 

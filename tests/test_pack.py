@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from intertwine import models
-from intertwine.jobs import Job
-from intertwine.jobs.zoo import train_member, train_pack
+from intertwine.workflow.job import Job
+from intertwine.workflow.stages.zoo.job import train_member, train_pack
 from intertwine import training
 from intertwine.training import _loss, pack_problem
 from intertwine.utils import DivergedError
@@ -144,7 +144,7 @@ def test_an_unmixed_pack_skips_the_partner_loss_and_its_loss_is_unchanged(tiny_s
 
 
 def test_a_diverged_member_leaves_the_rest_of_its_pack(tiny_shapes_dir, tmp_path):
-    from intertwine.jobs.zoo import _member  # noqa: PLC2701 - the members' initial models
+    from intertwine.workflow.stages.zoo.job import _member  # noqa: PLC2701 - the members' initial models
     from intertwine.settings import TrainConfig
     from intertwine.training import train_pack as train_models_packed
 

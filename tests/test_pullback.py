@@ -417,7 +417,7 @@ def test_gpu_matches_cpu():
 
 
 def test_options_set_the_defaults_of_every_pullback_in_the_block():
-    from intertwine.jobs.pullback import _with_pullback_options
+    from intertwine.workflow.stages.pullback.job import _with_pullback_options
     from intertwine.pullback import options
 
     model, x = _FunctionalReLU("relu").double(), images(2)

@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from intertwine import pullback_study as study
-from intertwine.jobs import Job
+from intertwine.workflow.job import Job
 from intertwine.models import imagenet
 from intertwine.tables import PULLBACK_EXTERNAL, to_table
 
@@ -55,7 +55,7 @@ def test_densenet_release_key_names_are_read(tmp_path):
 
 def test_the_papers_grid_on_a_fake_imagenette(tmp_path, folder):
     from intertwine.workflow.stages.pullback.figures import pullback_external as figure
-    from intertwine.jobs.pullback import pullback_external
+    from intertwine.workflow.stages.pullback.job import pullback_external
 
     torch.set_num_threads(1)
     entry = {
@@ -95,7 +95,7 @@ def test_the_papers_grid_on_a_fake_imagenette(tmp_path, folder):
 def test_the_papers_other_architectures_run(tmp_path, folder, arch):
     """VGG11_BN (max-pools) and DenseNet121 (a functional ReLU, left hard as the released code
     leaves it) with random weights, one class, one step."""
-    from intertwine.jobs.pullback import pullback_external
+    from intertwine.workflow.stages.pullback.job import pullback_external
 
     torch.set_num_threads(1)
     entry = {"images": str(folder), "classes": 1, "extra_targets": 1, "size": 32, "resize": 32}
@@ -108,7 +108,7 @@ def test_the_papers_other_architectures_run(tmp_path, folder, arch):
 
 def test_bad_folders_and_labels_are_named(tmp_path, folder):
     from intertwine.data.image_folder import class_folders
-    from intertwine.jobs.pullback import pullback_external
+    from intertwine.workflow.stages.pullback.job import pullback_external
 
     with pytest.raises(FileNotFoundError, match="no such image folder"):
         class_folders(tmp_path / "missing")

@@ -214,8 +214,8 @@ def _checkpoint(path, spec, variant, seed):
 
 
 def test_jobs_on_tiny_models(tmp_path, tiny_shapes_dir):
-    from intertwine.jobs import Job
-    from intertwine.jobs.pullback import pullback_images, pullback_member, pullback_pair
+    from intertwine.workflow.job import Job
+    from intertwine.workflow.stages.pullback.job import pullback_images, pullback_member, pullback_pair
     from intertwine.tables import (
         PULLBACK_AGREEMENT,
         PULLBACK_FAITHFULNESS,
@@ -266,8 +266,8 @@ def test_jobs_on_tiny_models(tmp_path, tiny_shapes_dir):
 
 def test_a_temperature_sweep_adds_soft_rows_and_its_figure(tmp_path, tiny_shapes_dir):
     from intertwine.workflow.stages.pullback.figures import pullback_temperature
-    from intertwine.jobs import Job
-    from intertwine.jobs.pullback import pullback_member, pullback_pair
+    from intertwine.workflow.job import Job
+    from intertwine.workflow.stages.pullback.job import pullback_member, pullback_pair
     from intertwine.tables import (
         PULLBACK_AGREEMENT,
         PULLBACK_FAITHFULNESS,
@@ -439,9 +439,9 @@ def test_the_settling_table_reads_the_members_records(tmp_path, tiny_shapes_dir)
     """Hypothesis 1's table and figure from checkpoints that recorded gate patterns; a member that
     did not is refused by name."""
     from intertwine.workflow.stages.pullback.figures import pullback_settling as figure
-    from intertwine.jobs import Job
-    from intertwine.jobs.pullback import pullback_settling
-    from intertwine.jobs.zoo import train_member
+    from intertwine.workflow.job import Job
+    from intertwine.workflow.stages.pullback.job import pullback_settling
+    from intertwine.workflow.stages.zoo.job import train_member
     from intertwine.tables import PULLBACK_SETTLING, to_table
     from intertwine.zoo import save_checkpoint
 

@@ -525,8 +525,8 @@ def test_similarity_pair_of_a_model_with_its_grelu_transform(tmp_path, tiny_shap
     """A zoo member against itself acted on by G_ReLU elements: every G_ReLU measure is 1 at
     every site, orthogonal Procrustes too (G_ReLU elements with unit scales are orthogonal)."""
     from intertwine import models
-    from intertwine.jobs import Job
-    from intertwine.jobs.similarity import similarity_pair
+    from intertwine.workflow.job import Job
+    from intertwine.workflow.stages.similarity.job import similarity_pair
     from intertwine.symmetry import act_on_weights, random_elements
     from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
 
@@ -591,8 +591,8 @@ def test_similarity_pair_of_a_model_with_its_grelu_transform(tmp_path, tiny_shap
 
 def test_similarity_pair_names_the_member_and_site_of_a_constant_representation(tmp_path, tiny_shapes_dir):
     from intertwine import models
-    from intertwine.jobs import Job
-    from intertwine.jobs.similarity import similarity_pair
+    from intertwine.workflow.job import Job
+    from intertwine.workflow.stages.similarity.job import similarity_pair
     from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
 
     torch.manual_seed(0)

@@ -79,8 +79,8 @@ def test_stitch_checks_the_layers_width_against_the_site():
 
 def test_stitch_pair_records_the_rank_the_layer_has(tmp_path, tiny_shapes_dir):
     """rank64 at a site of 8 channels runs as rank 8 (a full layer): the table said 64."""
-    from intertwine.jobs import Job
-    from intertwine.jobs.stitching import stitch_pair
+    from intertwine.workflow.job import Job
+    from intertwine.workflow.stages.stitching.job import stitch_pair
     from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
 
     paths = []

@@ -12,8 +12,8 @@ from intertwine import models
 from intertwine.data import load_split
 from intertwine.settings import TrainConfig
 from intertwine.training import DivergedError, _loss, lr_factor, make_optimizer, train
-from intertwine.jobs import Job
-from intertwine.jobs.zoo import train_member
+from intertwine.workflow.job import Job
+from intertwine.workflow.stages.zoo.job import train_member
 from intertwine.zoo import load_model, load_weights, save_checkpoint, zoo_table
 
 SPEC = {"arch": "myrtle", "width_multiplier": 0.125}

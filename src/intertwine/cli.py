@@ -1,7 +1,7 @@
 """Command line: ``intertwine <stage> ...``, the only thing the workflow's rules call.
 
-Each torch job's subcommand is named like its rule and its function in ``intertwine.jobs``
-(``stitch-pair``: rule ``stitch_pair``, ``jobs.stitching.stitch_pair``) and takes the options every job
+Each torch job's subcommand is named like its rule and its function in its stage's ``job`` module
+(``stitch-pair``: rule ``stitch_pair``, ``intertwine.workflow.stages.stitching.job.stitch_pair``) and takes the options every job
 shares: ``--data``, ``--global-seed``, ``--device``, ``--threads``. Config blocks are passed as
 JSON strings, exactly as the workflow holds them, and every command first logs itself, so any job
 can be rerun by hand from the command its log prints.

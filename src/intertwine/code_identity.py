@@ -178,6 +178,11 @@ def reached(entries: tuple[str, ...]) -> dict[str, set[str]]:
     return seen
 
 
+def _imported_names(node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The local names an import statement binds."""
+    return {alias.asname or alias.name.split(".")[0] for alias in node.names}
+
+
 def _without_package_paths(node: ast.AST) -> str:
     """``node``'s syntax tree dumped with the module paths of its imports from the package blanked:
     such an import only binds names, whose definitions are hashed where they are defined."""
@@ -202,8 +207,14 @@ def code_identity(entries: list[str] | tuple[str, ...]) -> str:
     pieces = []
     for module, names in reached(tuple(entries)).items():
         source = _load(module)
-        pieces += [_without_package_paths(statement) for statement in source.statements]
-        pieces += [_without_package_paths(node) for name in names for node in source.definitions[name]]
+        imports = [s for s in source.statements if isinstance(s, (ast.Import, ast.ImportFrom))]
+        code = [s for s in source.statements if s not in imports]
+        code += [node for name in names for node in source.definitions[name]]
+        used = {sub.id for node in code for sub in ast.walk(node) if isinstance(sub, ast.Name)}
+        # An import counts where the code reached uses a name it binds: a package's imports that
+        # nothing reached uses (a registry's importlib, an unused helper) are not this code.
+        code += [s for s in imports if _imported_names(s) & used]
+        pieces += [_without_package_paths(node) for node in code]
     digest = hashlib.sha256()
     for piece in sorted(pieces):
         digest.update(piece.encode())

@@ -28,7 +28,7 @@ statistics only permute), and divides the next layer's input weights; weight mat
 channel's scale to bring both sides closest to f's, activation matching to bring the activations
 closest.
 
-Arrays in, elements out: no file I/O here (the stage's job is ``intertwine.jobs.connectivity``).
+Arrays in, elements out: no file I/O here (the stage's job is ``intertwine.workflow.stages.connectivity.job``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The model zoo: save and load checkpoints, packs of members trained together, and the zoo table.
-(A member trains in ``intertwine.jobs.zoo.train_member``, a pack in ``train_pack``.)"""
+(A member trains in ``intertwine.workflow.stages.zoo.job.train_member``, a pack in ``train_pack``.)"""
 
 from __future__ import annotations
 

@@ -93,26 +93,31 @@ def _submitted(need, gpu):
 # Where each stage's code starts: its job functions (a module: all of it). A stage's code identity
 # is the code those reach, followed through the package's imports and names, without comments or
 # docstrings (intertwine.code_identity): editing what a job runs reruns it and what reads it;
-# editing anything else reruns nothing.
+# editing anything else reruns nothing. Each stage's jobs and figures are found in its folder
+# through the stage registry (intertwine.workflow.stages).
+def job(stage, function):
+    """The entry point of one job function of a stage's job module."""
+    return f"{stages.module_name(stage, 'job')}:{function}"
+
+
 STAGE_ENTRIES = {
     "data": ["intertwine.data:build_dataset", "intertwine.data:write_dataset"],
-    "zoo": ["intertwine.jobs.zoo"],
-    "rotation": ["intertwine.jobs.rotation"],
-    "symmetry": ["intertwine.jobs.symmetry"],
-    "stitching": ["intertwine.jobs.stitching"],
-    "similarity": ["intertwine.jobs.similarity"],
-    "connectivity": ["intertwine.jobs.connectivity"],
-    "gated": ["intertwine.jobs.gated"],
-    "gated_ensemble": ["intertwine.jobs.gated:gated_ensemble"],
-    "dissection": ["intertwine.jobs.dissection"],
-    "deqntk_gram": ["intertwine.jobs.deqntk:deqntk_gram"],
-    "deqntk_regression": ["intertwine.jobs.deqntk:deqntk_regression"],
-    "deqntk_depth": ["intertwine.jobs.deqntk:deqntk_depth"],
-    "deqntk_conv": ["intertwine.jobs.deqntk:deqntk_conv"],
-    "kernel_reference": ["intertwine.jobs.deqntk:kernel_reference_member"],
-    "pullback": ["intertwine.jobs.pullback"],
+    # "zoo", "stitching", ...: the stage's job module
+    **{stage: [stages.module_name(stage, "job")] for stage in stages.with_part("job")},
+    # "zoo_figures", ...: the stage's figures module, and the papers' numbers some draw beside ours
+    **{
+        f"{stage}_figures": [stages.module_name(stage, "figures"), "intertwine.paper"]
+        for stage in stages.with_part("figures")
+    },
+    # jobs that run one function of their stage's job module
+    "gated_ensemble": [job("gated", "gated_ensemble")],
+    "deqntk_gram": [job("deqntk", "deqntk_gram")],
+    "deqntk_regression": [job("deqntk", "deqntk_regression")],
+    "deqntk_depth": [job("deqntk", "deqntk_depth")],
+    "deqntk_conv": [job("deqntk", "deqntk_conv")],
+    "kernel_reference": [job("deqntk", "kernel_reference_member")],
     "pullback_settling": [
-        "intertwine.jobs.pullback:pullback_settling",
+        job("pullback", "pullback_settling"),
         stages.module_name("pullback", "figures") + ":pullback_settling",
     ],
     "tables": ["intertwine.tables"],
@@ -128,12 +133,6 @@ STAGE_ENTRIES = {
     "pullback_table": ["intertwine.tables", "intertwine.pullback_study:summarize"],
     "claims": ["intertwine.claims"],
     "deqntk_table": ["intertwine.tables", "intertwine.paper"],  # the table holds the paper's accuracies
-    # each stage's figures ("zoo_figures", ...): its folder's figures module, and the papers' numbers
-    # some draw beside ours
-    **{
-        f"{stage}_figures": [stages.module_name(stage, "figures"), "intertwine.paper"]
-        for stage in stages.with_part("figures")
-    },
 }
 
 

@@ -29,7 +29,7 @@ rows: a training block of rows [a, b) holds only the columns [a, N) (the trainin
 symmetric: the part left of the block is the mirror of blocks above it), a test block every
 column. :func:`assemble` puts the training Gram and the test-train Gram of any n_train <= N back
 together from them. (The workflow's blocks are files, one job each:
-:mod:`intertwine.jobs.deqntk`.)
+:mod:`intertwine.workflow.stages.deqntk.job`.)
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ class Block(NamedTuple):
     the Gram of ``n_train`` = N training and ``n_test`` test images at ``variances``
     (sigma_w2, sigma_u2, sigma_b2), of inputs made by ``preprocessing`` (``unit_rows``): a block
     records the setting, the inputs and the sizes of its Gram, so that blocks of another Gram are
-    refused (``intertwine.jobs.deqntk.check_blocks``)."""
+    refused (``intertwine.workflow.stages.deqntk.job.check_blocks``)."""
 
     part: str
     start: int

@@ -131,7 +131,7 @@ def save_figure_files(fig, path: str, other_formats: list[str], figures: dict) -
 
 def job_context(args):
     """The job context of a torch command's shared options."""
-    from intertwine.jobs import Job
+    from intertwine.workflow.job import Job
 
     return Job(args.device, args.data, args.global_seed, log)
 

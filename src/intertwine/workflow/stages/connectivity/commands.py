@@ -11,7 +11,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_connectivity_pair(args) -> None:
-    from intertwine.jobs.connectivity import connectivity_pair
+    from intertwine.workflow.stages.connectivity.job import connectivity_pair
     from intertwine.tables import CONNECTIVITY, write_parquet
 
     write_parquet(

@@ -13,7 +13,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_deqntk_gram(args) -> None:
-    from intertwine.jobs.deqntk import deqntk_gram, save_block
+    from intertwine.workflow.stages.deqntk.job import deqntk_gram, save_block
 
     if args.stop <= args.start:
         raise ValueError(f"--stop ({args.stop}) must be greater than --start ({args.start})")
@@ -24,7 +24,7 @@ def cmd_deqntk_gram(args) -> None:
 
 
 def cmd_deqntk_regression(args) -> None:
-    from intertwine.jobs.deqntk import deqntk_regression
+    from intertwine.workflow.stages.deqntk.job import deqntk_regression
     from intertwine.tables import DEQNTK, write_parquet
 
     row = deqntk_regression(job_context(args), args.variances, args.n_train, args.blocks, args.config)
@@ -32,21 +32,21 @@ def cmd_deqntk_regression(args) -> None:
 
 
 def cmd_deqntk_depth(args) -> None:
-    from intertwine.jobs.deqntk import deqntk_depth
+    from intertwine.workflow.stages.deqntk.job import deqntk_depth
     from intertwine.tables import DEQNTK, write_parquet
 
     write_parquet(deqntk_depth(job_context(args), args.draw, args.config), args.out, DEQNTK)
 
 
 def cmd_deqntk_conv(args) -> None:
-    from intertwine.jobs.deqntk import deqntk_conv
+    from intertwine.workflow.stages.deqntk.job import deqntk_conv
     from intertwine.tables import DEQNTK, write_parquet
 
     write_parquet(deqntk_conv(job_context(args), args.config), args.out, DEQNTK)
 
 
 def cmd_kernel_reference_member(args) -> None:
-    from intertwine.jobs.deqntk import kernel_reference_member
+    from intertwine.workflow.stages.deqntk.job import kernel_reference_member
     from intertwine.tables import KERNEL_REFERENCE, write_parquet
 
     write_parquet(

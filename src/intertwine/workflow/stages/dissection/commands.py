@@ -14,7 +14,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_dissect_member(args) -> None:
-    from intertwine.jobs.dissection import dissect_member
+    from intertwine.workflow.stages.dissection.job import dissect_member
     from intertwine.tables import DISSECTION, DISSECTION_UNITS, write_parquet
 
     summary, units = dissect_member(job_context(args), args.checkpoint, args.sites, args.config)
@@ -23,7 +23,7 @@ def cmd_dissect_member(args) -> None:
 
 
 def cmd_dissect_external(args) -> None:
-    from intertwine.jobs.dissection import dissect_external
+    from intertwine.workflow.stages.dissection.job import dissect_external
     from intertwine.tables import DISSECTION, DISSECTION_UNITS, write_parquet
 
     summary, units = dissect_external(
@@ -35,7 +35,7 @@ def cmd_dissect_external(args) -> None:
 
 def cmd_dissection_masks(args) -> None:
     from intertwine.workflow.stages.dissection.figures import dissection_masks as draw_masks
-    from intertwine.jobs.dissection import dissection_masks
+    from intertwine.workflow.stages.dissection.job import dissection_masks
     from intertwine.tables import DISSECTION_UNITS, read_parquet
 
     units = read_parquet([args.units], DISSECTION_UNITS)

@@ -12,7 +12,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_gated_ensemble(args) -> None:
-    from intertwine.jobs.gated import gated_ensemble
+    from intertwine.workflow.stages.gated.job import gated_ensemble
     from intertwine.tables import GATED_ENSEMBLE, write_parquet
 
     rows = gated_ensemble(job_context(args), args.checkpoints, args.eval_batch_size or 500)
@@ -20,7 +20,7 @@ def cmd_gated_ensemble(args) -> None:
 
 
 def cmd_npk_member(args) -> None:
-    from intertwine.jobs.gated import npk_member
+    from intertwine.workflow.stages.gated.job import npk_member
     from intertwine.tables import NPK, write_parquet
 
     write_parquet(npk_member(job_context(args), args.checkpoint, args.config), args.out, NPK)

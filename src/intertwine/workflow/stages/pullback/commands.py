@@ -15,7 +15,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_pullback_member(args) -> None:
-    from intertwine.jobs.pullback import pullback_member
+    from intertwine.workflow.stages.pullback.job import pullback_member
     from intertwine.tables import PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, write_parquet
 
     symmetry, faithfulness = pullback_member(job_context(args), args.checkpoint, args.config)
@@ -24,7 +24,7 @@ def cmd_pullback_member(args) -> None:
 
 
 def cmd_pullback_pair(args) -> None:
-    from intertwine.jobs.pullback import pullback_pair
+    from intertwine.workflow.stages.pullback.job import pullback_pair
     from intertwine.tables import PULLBACK_AGREEMENT, PULLBACK_TRANSFER, write_parquet
 
     rows, transfer = pullback_pair(job_context(args), args.a, args.b, args.pair, args.config, args.sites)
@@ -34,7 +34,7 @@ def cmd_pullback_pair(args) -> None:
 
 def cmd_pullback_images(args) -> None:
     from intertwine.workflow.stages.pullback.figures import pullback_grid, pullback_pgd
-    from intertwine.jobs.pullback import pullback_images
+    from intertwine.workflow.stages.pullback.job import pullback_images
 
     arrays = pullback_images(job_context(args), args.checkpoint, args.config)
     save_figure_files(pullback_grid(arrays), args.out, args.other_formats, args.figures)
@@ -67,7 +67,7 @@ def cmd_pullback_table(args) -> None:
 
 def cmd_pullback_external(args) -> None:
     from intertwine.workflow.stages.pullback.figures import pullback_external as figure
-    from intertwine.jobs.pullback import pullback_external
+    from intertwine.workflow.stages.pullback.job import pullback_external
     from intertwine.tables import PULLBACK_EXTERNAL, write_parquet
 
     table, arrays = pullback_external(
@@ -80,7 +80,7 @@ def cmd_pullback_external(args) -> None:
 
 def cmd_pullback_settling(args) -> None:
     from intertwine.workflow.stages.pullback.figures import pullback_settling as figure
-    from intertwine.jobs.pullback import pullback_settling
+    from intertwine.workflow.stages.pullback.job import pullback_settling
     from intertwine.tables import PULLBACK_SETTLING, write_parquet
 
     table = pullback_settling(args.checkpoints)

@@ -12,7 +12,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_rotation_trial(args) -> None:
-    from intertwine.jobs.rotation import rotation_trial
+    from intertwine.workflow.stages.rotation.job import rotation_trial
     from intertwine.tables import ROTATION, write_parquet
 
     row = rotation_trial(

@@ -10,7 +10,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_similarity_pair(args) -> None:
-    from intertwine.jobs.similarity import similarity_pair
+    from intertwine.workflow.stages.similarity.job import similarity_pair
     from intertwine.tables import SIMILARITY, write_parquet
 
     rows = similarity_pair(

@@ -14,7 +14,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_stitch_pair(args) -> None:
-    from intertwine.jobs.stitching import stitch_pair
+    from intertwine.workflow.stages.stitching.job import stitch_pair
     from intertwine.tables import STITCHING, write_parquet
 
     rows = stitch_pair(job_context(args), args.a, args.b, args.method, args.pair, args.config, args.sites)

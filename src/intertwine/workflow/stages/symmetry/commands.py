@@ -9,7 +9,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_symmetry_check(args) -> None:
-    from intertwine.jobs.symmetry import symmetry_check
+    from intertwine.workflow.stages.symmetry.job import symmetry_check
     from intertwine.tables import SYMMETRY, write_parquet
 
     write_parquet(symmetry_check(job_context(args), args.checkpoint, args.config), args.out, SYMMETRY)

@@ -14,7 +14,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_train_member(args) -> None:
-    from intertwine.jobs.zoo import train_member
+    from intertwine.workflow.stages.zoo.job import train_member
     from intertwine.tables import ZOO_EPOCHS, write_parquet
     from intertwine.zoo import refuse_overwrite, save_checkpoint
 
@@ -34,7 +34,7 @@ def cmd_train_member(args) -> None:
 
 
 def cmd_train_pack(args) -> None:
-    from intertwine.jobs.zoo import train_pack
+    from intertwine.workflow.stages.zoo.job import train_pack
     from intertwine.zoo import write_pack
 
     seeds = args.seeds

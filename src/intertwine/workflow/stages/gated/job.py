@@ -8,7 +8,7 @@ import torch
 
 from intertwine import gated, kernels
 from intertwine.data.augment import normalize
-from intertwine.jobs import Job
+from intertwine.workflow.job import Job
 from intertwine.settings import GatedConfig
 
 

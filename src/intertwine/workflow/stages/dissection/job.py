@@ -8,7 +8,7 @@ import pandas as pd
 from torch import Tensor
 
 from intertwine import dissection, models
-from intertwine.jobs import Job
+from intertwine.workflow.job import Job
 from intertwine.settings import DissectionConfig
 
 

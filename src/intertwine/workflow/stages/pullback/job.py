@@ -13,7 +13,7 @@ import torch
 
 from intertwine import pullback_study as study
 from intertwine.data.augment import normalize
-from intertwine.jobs import Job
+from intertwine.workflow.job import Job
 from intertwine.pullback import options, per_neuron_temperatures
 from intertwine.settings import PullbackConfig
 

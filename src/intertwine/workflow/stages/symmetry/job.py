@@ -9,7 +9,7 @@ import torch
 
 from intertwine import models, symmetry_study
 from intertwine.data.augment import normalize
-from intertwine.jobs import Job
+from intertwine.workflow.job import Job
 from intertwine.settings import SymmetryConfig
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import torch
 
 from intertwine import models, rotation
-from intertwine.jobs import Job
+from intertwine.workflow.job import Job
 from intertwine.settings import RotationConfig, TrainConfig
 from intertwine.zoo import recorded_test_acc
 

@@ -9,7 +9,7 @@ import pandas as pd
 import torch
 
 from intertwine import models
-from intertwine.jobs import Job
+from intertwine.workflow.job import Job
 from intertwine.settings import TrainConfig
 from intertwine.training import evaluate, train, train_pack as train_models_packed
 from intertwine.utils import DivergedError

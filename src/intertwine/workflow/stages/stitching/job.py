@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from intertwine import models, stitching
-from intertwine.jobs import Job
+from intertwine.workflow.job import Job
 from intertwine.settings import StitchConfig, parse_method
 from intertwine.training import evaluate
 from intertwine.zoo import recorded_test_acc

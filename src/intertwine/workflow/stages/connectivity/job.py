@@ -11,7 +11,7 @@ import torch
 
 from intertwine import mode_connectivity, network_alignment
 from intertwine.data.augment import normalize
-from intertwine.jobs import Job
+from intertwine.workflow.job import Job
 from intertwine.models import normalize_spec
 from intertwine.settings import ConnectivityConfig
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from intertwine import compare, measures, models
-from intertwine.jobs import Job
+from intertwine.workflow.job import Job
 from intertwine.settings import SimilarityConfig
 
 

@@ -27,7 +27,7 @@ import torch
 
 from intertwine import models
 from intertwine.data import Split
-from intertwine.jobs import Job
+from intertwine.workflow.job import Job
 from intertwine.kernels import deq, deq_regression
 from intertwine.kernels.deq_regression import Block
 from intertwine.settings import DeqntkConfig, variances_name
