@@ -1,9 +1,10 @@
 """The registry of the workflow's stages: one folder each, ``intertwine.workflow.stages.<stage>``.
 
-A folder holds its stage's parts as modules of fixed names (today ``figures``: the stage's figures,
-drawn from its tables). The figure commands, the figure jobs' code identities and the tests find a
-stage's parts through this registry (``part``, ``with_part``), never through a list of their own,
-so a new stage is one folder and one line here.
+A folder holds its stage's parts as modules of fixed names: ``plan`` (its part of
+:class:`intertwine.plan.Plan`, named ``<Stage>Plan``), ``job`` (its jobs, one function per torch
+rule), ``commands`` (its subcommands, added by ``add_commands``) and ``figures``. The plan, the
+command line, the code identities of the jobs and the tests find a stage's parts through this
+registry (``part``, ``with_part``), never through a list of their own.
 """
 
 from __future__ import annotations
@@ -27,26 +28,26 @@ STAGES = (
 )
 
 
-def module_name(stage: str, part: str) -> str:
-    """The dotted name of part ``part`` (e.g. ``figures``) of ``stage``."""
+def module_name(stage: str, name: str) -> str:
+    """The dotted name of ``stage``'s part ``name`` (``plan``, ``job``, ``commands``, ``figures``)."""
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}: the stages are {', '.join(STAGES)}")
-    return f"{__name__}.{stage}.{part}"
+    return f"{__name__}.{stage}.{name}"
 
 
-def with_part(part: str) -> list[str]:
-    """The stages that have part ``part``, in report order."""
+def with_part(name: str) -> list[str]:
+    """The stages that have part ``name``, in report order."""
     return [
         stage
         for stage in STAGES
         if importlib.util.find_spec(f"{__name__}.{stage}")
-        and importlib.util.find_spec(module_name(stage, part))
+        and importlib.util.find_spec(module_name(stage, name))
     ]
 
 
-def part(stage: str, part: str) -> ModuleType:
-    """Part ``part`` of ``stage``, imported."""
-    return importlib.import_module(module_name(stage, part))
+def part(stage: str, name: str) -> ModuleType:
+    """``stage``'s part ``name``, imported."""
+    return importlib.import_module(module_name(stage, name))
 
 
 def plan_parts() -> tuple[type, ...]:
