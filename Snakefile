@@ -18,17 +18,15 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
-include: "workflow/rules/zoo.smk"
-include: "workflow/rules/symmetry.smk"
-include: "workflow/rules/rotation.smk"
-include: "workflow/rules/stitching.smk"
-include: "workflow/rules/similarity.smk"
-include: "workflow/rules/connectivity.smk"
-include: "workflow/rules/dissection.smk"
-include: "workflow/rules/gated.smk"
-include: "workflow/rules/deqntk.smk"
-include: "workflow/rules/pullback.smk"
-include: "workflow/rules/figures.smk"
+
+
+# Each stage's rules, workflow/rules/<stage>.smk, in the order of the stage registry
+# (intertwine.workflow.stages).
+for stage in stages.STAGES:
+
+    include: f"workflow/rules/{stage}.smk"
+
+
 include: "workflow/rules/claims.smk"
 
 

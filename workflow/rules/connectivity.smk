@@ -41,3 +41,34 @@ rule connectivity_table:
         code=code_hash("tables"),
     shell:
         "intertwine table {input} --schema connectivity --out {output} > {log} 2>&1"
+
+
+rule connectivity_figure:
+    input:
+        "results/tables/connectivity.parquet",
+    output:
+        figures=[
+            report(png, caption=f"../report/{os.path.basename(png)[:-4]}.rst", category="Connectivity")
+            for png in PLAN.CONNECTIVITY_FIGURES
+        ],
+        summary=report(
+            "results/tables/connectivity_summary.csv",
+            caption="../report/connectivity_summary.rst",
+            category="Connectivity",
+        ),
+        other_formats=PLAN.other_formats(PLAN.CONNECTIVITY_FIGURES),
+    log:
+        "results/logs/figures/connectivity.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **on_cpu(),
+    params:
+        figures=as_json(config["figures"]),
+        families=as_json({v: PLAN.architecture_family(v) for v in config["connectivity"]["variants"]}),
+        barrier=config["connectivity"]["barrier"],
+        code=code_hash("connectivity_figures"),
+    shell:
+        "intertwine connectivity-figure --table {input} --families {params.families:q} --barrier {params.barrier}"
+        " --figures {params.figures:q} --curves {output.figures[0]} --barriers {output.figures[1]}"
+        " --summary {output.summary} --other-formats {output.other_formats} > {log} 2>&1"

@@ -72,3 +72,73 @@ rule dissection_table:
     shell:
         "(intertwine table {input.summaries} --schema dissection --out {output.table}"
         " && intertwine table {input.units} --schema dissection_units --out {output.units}) > {log} 2>&1"
+
+
+rule dissection_figure:
+    input:
+        table="results/tables/dissection.parquet",
+        units="results/tables/dissection_units.parquet",
+    output:
+        figures=[
+            report(png, caption=f"../report/{os.path.basename(png)[:-4]}.rst", category="Dissection")
+            for png in PLAN.DISSECTION_FIGURES
+        ],
+        summary=report(
+            "results/tables/dissection_summary.csv",
+            caption="../report/dissection_summary.rst",
+            category="Dissection",
+        ),
+        other_formats=PLAN.other_formats(PLAN.DISSECTION_FIGURES),
+    log:
+        "results/logs/figures/dissection.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **on_cpu(),
+    params:
+        figures=as_json(config["figures"]),
+        category_sites=as_json(PLAN.category_sites),
+        code=code_hash("dissection_figures"),
+    shell:
+        "intertwine dissection-figure --table {input.table} --units {input.units}"
+        " --category-sites {params.category_sites:q} --figures {params.figures:q}"
+        " --fraction {output.figures[0]} --categories {output.figures[1]} --summary {output.summary}"
+        " --other-formats {output.other_formats} > {log} 2>&1"
+
+
+rule dissection_masks:
+    input:
+        DATA_FILES,
+        checkpoint="results/zoo/{variant}/seed0.pt",
+        # The units as the member's dissection labelled them (thresholds, IoU): not recomputed.
+        units="results/dissection/{variant}/seed0.units.parquet",
+        # Drawn after the stage's table, so a failing configuration stops there first.
+        table="results/tables/dissection.parquet",
+    output:
+        png=report(
+            "results/figures/dissection_masks_{variant}.png",
+            caption="../report/dissection_masks.rst",
+            category="Dissection",
+            subcategory="{variant}",
+        ),
+        other_formats=PLAN.other_formats(["results/figures/dissection_masks_{variant}.png"]),
+    log:
+        "results/logs/figures/dissection_masks_{variant}.log",
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        **on_cpu(NEEDS.heavy),
+    params:
+        block=as_json(PLAN.dissection_block("masks")),
+        site=lambda wc: PLAN.mask_site(wc.variant),
+        figures=as_json(config["figures"]),
+        seed=config["seed"],
+        device=config["device"],
+        code=[code_hash("dissection"), code_hash("dissection_figures")],
+        data=data_dir,
+    shell:
+        "intertwine dissection-masks --checkpoint {input.checkpoint} --data {params.data} --site {params.site}"
+        " --units {input.units} --config {params.block:q} --figures {params.figures:q} --global-seed {params.seed}"
+        " --device {params.device} --threads {threads} --out {output.png}"
+        " --other-formats {output.other_formats} > {log} 2>&1"

@@ -44,3 +44,27 @@ rule rotation_table:
         code=code_hash("tables"),
     shell:
         "intertwine table {input} --schema rotation --out {output} > {log} 2>&1"
+
+
+rule rotation_figure:
+    input:
+        "results/tables/rotation.parquet",
+    output:
+        png=report(
+            "results/figures/rotation_penalty.png",
+            caption="../report/rotation_penalty.rst",
+            category="Rotation penalty",
+        ),
+        other_formats=PLAN.other_formats(["results/figures/rotation_penalty.png"]),
+    log:
+        "results/logs/figures/rotation_penalty.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **on_cpu(),
+    params:
+        figures=as_json(config["figures"]),
+        code=code_hash("rotation_figures"),
+    shell:
+        "intertwine rotation-figure --table {input} --figures {params.figures:q}"
+        " --out {output.png} --other-formats {output.other_formats} > {log} 2>&1"

@@ -114,3 +114,35 @@ rule zoo_table:
         code=code_hash("zoo_table"),
     shell:
         "intertwine zoo-table {input} --out {output.zoo} --epochs-out {output.epochs} > {log} 2>&1"
+
+
+rule zoo_figure:
+    input:
+        "results/tables/zoo.parquet",
+    output:
+        png=report(
+            "results/figures/zoo_accuracy.png",
+            caption="../report/zoo_accuracy.rst",
+            category="Model zoo",
+        ),
+        other_formats=PLAN.other_formats(["results/figures/zoo_accuracy.png"]),
+        summary=report(
+            "results/tables/zoo_summary.csv",
+            caption="../report/zoo_summary.rst",
+            category="Model zoo",
+        ),
+    log:
+        "results/logs/figures/zoo_accuracy.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **on_cpu(),
+    params:
+        figures=as_json(config["figures"]),
+        variants=as_json(config["zoo"]["variants"]),
+        dataset=DATASET,
+        code=code_hash("zoo_figures"),
+    shell:
+        "intertwine zoo-figure --zoo {input} --variants {params.variants:q} --dataset {params.dataset}"
+        " --figures {params.figures:q} --out {output.png} --other-formats {output.other_formats}"
+        " --summary {output.summary} > {log} 2>&1"

@@ -1,11 +1,11 @@
-"""The workflow's jobs: one function per torch rule, named like the rule and its CLI subcommand,
-in one module per stage (``jobs.stitching.stitch_pair``), so an edit to one stage's job reruns
-that stage only.
+"""The context every job of the workflow gets.
 
-Each takes a :class:`Job` (the device, data directory, global seed and log every job shares,
-with cached loaders) and the rule's own inputs, and returns what the rule writes; the CLI writes
-it. The mathematics lives in the stage modules (``zoo``, ``rotation``, ``stitching``,
-``similarity``, ``symmetry``, ``dissection``); a job only wires it to files and adds provenance.
+A job is one function per torch rule, named like the rule and its CLI subcommand, in its stage's
+``job`` module (``intertwine.workflow.stages.stitching.job.stitch_pair``), so an edit to one
+stage's jobs reruns that stage only. Each takes a :class:`Job` (the device, data directory, global
+seed and log every job shares, with cached loaders) and the rule's own inputs, and returns what the
+rule writes; the command writes it. The mathematics lives in the library; a job only wires it to
+files and adds provenance.
 """
 
 from __future__ import annotations
