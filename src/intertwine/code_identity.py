@@ -22,7 +22,6 @@ effect: none in the package; the importing code uses the module's names, which a
 from __future__ import annotations
 
 import ast
-import copy
 import functools
 import hashlib
 from pathlib import Path
@@ -106,6 +105,22 @@ class _Module:
                     submodule = f"{base}.{alias.name}"
                     target = (submodule, None) if _module_file(submodule) else (base, alias.name)
                     self.imports[alias.asname or alias.name] = target
+        _blank_package_paths(tree)  # from here on the tree is what is hashed
+        self._dumps: dict[int, str] = {}
+        self._names: dict[int, set[str]] = {}
+        self._references: dict[int, set[tuple[str, str | None]]] = {}
+
+    def dump(self, node: ast.AST) -> str:
+        """A statement's hashed form (its syntax tree, the package paths of its imports blanked)."""
+        if id(node) not in self._dumps:
+            self._dumps[id(node)] = ast.dump(node)
+        return self._dumps[id(node)]
+
+    def names(self, node: ast.AST) -> set[str]:
+        """The plain names a statement uses."""
+        if id(node) not in self._names:
+            self._names[id(node)] = {sub.id for sub in ast.walk(node) if isinstance(sub, ast.Name)}
+        return self._names[id(node)]
 
     def _absolute(self, node: ast.ImportFrom) -> str:
         if not node.level:
@@ -117,6 +132,11 @@ class _Module:
 
     def references(self, node: ast.AST) -> set[tuple[str, str | None]]:
         """The (module, name) pairs a piece of this module's code refers to; (module, None): all of it."""
+        if id(node) not in self._references:  # every stage's identity asks again
+            self._references[id(node)] = self._referenced(node)
+        return self._references[id(node)]
+
+    def _referenced(self, node: ast.AST) -> set[tuple[str, str | None]]:
         found: set[tuple[str, str | None]] = set()
         attribute_bases = set()
         for sub in ast.walk(node):
@@ -183,18 +203,16 @@ def _imported_names(node: ast.Import | ast.ImportFrom) -> set[str]:
     return {alias.asname or alias.name.split(".")[0] for alias in node.names}
 
 
-def _without_package_paths(node: ast.AST) -> str:
-    """``node``'s syntax tree dumped with the module paths of its imports from the package blanked:
-    such an import only binds names, whose definitions are hashed where they are defined."""
-    node = copy.deepcopy(node)
-    for sub in ast.walk(node):
+def _blank_package_paths(tree: ast.AST) -> None:
+    """Blank, in place, the module paths of the package's imports in ``tree``: such an import only
+    binds names, whose definitions are hashed where they are defined."""
+    for sub in ast.walk(tree):
         if isinstance(sub, ast.ImportFrom) and (sub.level or _module_file(sub.module or "")):
             sub.module, sub.level = None, 0
         elif isinstance(sub, ast.Import):
             for alias in sub.names:
                 if _module_file(alias.name) and alias.asname:
                     alias.name = ""
-    return ast.dump(node)
 
 
 def code_identity(entries: list[str] | tuple[str, ...]) -> str:
@@ -210,11 +228,11 @@ def code_identity(entries: list[str] | tuple[str, ...]) -> str:
         imports = [s for s in source.statements if isinstance(s, (ast.Import, ast.ImportFrom))]
         code = [s for s in source.statements if s not in imports]
         code += [node for name in names for node in source.definitions[name]]
-        used = {sub.id for node in code for sub in ast.walk(node) if isinstance(sub, ast.Name)}
+        used = set().union(*(source.names(node) for node in code))
         # An import counts where the code reached uses a name it binds: a package's imports that
         # nothing reached uses (a registry's importlib, an unused helper) are not this code.
         code += [s for s in imports if _imported_names(s) & used]
-        pieces += [_without_package_paths(node) for node in code]
+        pieces += [source.dump(node) for node in code]
     digest = hashlib.sha256()
     for piece in sorted(pieces):
         digest.update(piece.encode())
