@@ -13,7 +13,7 @@ from snakemake.utils import validate
 from intertwine.plan import Plan, draw_pairs
 from intertwine.workflow.planning import spec_sites
 from intertwine.workflow.stages.deqntk.plan import gram_layout
-from intertwine.settings import SCHEMA_PATH
+from intertwine.settings import SCHEMA_PATH, SimilarityConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -174,6 +174,20 @@ def test_rotation_similarity_dissection_blocks(tiny):
     assert "masks" not in block and plan.dissection_block("masks")["masks"]["units"] == 2
     assert block["probe"]["images"] == 64 and block["probe"]["shapes"]["clutter"] == 3
     assert "train_size" not in block["probe"]["shapes"]
+
+
+def test_the_jackknife_groups_are_a_setting_of_the_jobs_only_with_intervals(tiny):
+    """similarity.jackknife_groups is read only with similarity.intervals: without, it is not in
+    the jobs' params, so changing it reruns nothing (and the job takes the schema's default)."""
+    config = copy.deepcopy(tiny)
+    config["similarity"]["intervals"] = False
+    off = Plan(config).similarity_block
+    assert "jackknife_groups" not in off and off["intervals"] is False
+    config["similarity"]["jackknife_groups"] += 7
+    assert Plan(config).similarity_block == off
+    assert SimilarityConfig.from_block(off).jackknife_groups == SimilarityConfig().jackknife_groups
+    config["similarity"]["intervals"] = True
+    assert Plan(config).similarity_block["jackknife_groups"] == config["similarity"]["jackknife_groups"]
 
 
 def test_pairs_are_deterministic_and_distinct():

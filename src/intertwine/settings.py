@@ -82,16 +82,23 @@ def checked_block(block: Any, key: str) -> dict:
     return block
 
 
-def _setting(key: str, only_for: tuple[str, ...] | None = None, affects_results: bool = True) -> Any:
+def _setting(
+    key: str,
+    only_for: tuple[str, ...] | None = None,
+    affects_results: bool = True,
+    read_when: str | None = None,
+) -> Any:
     """A dataclass field whose default is the schema's default of config key ``key``; ``only_for``
     names the kinds of job that read it (stitching methods; `masks`); ``affects_results=False``
-    marks a setting that changes only how fast a job runs, never what it computes."""
+    marks a setting that changes only how fast a job runs, never what it computes; ``read_when``
+    names a boolean setting of the same dataclass without which no job reads this one."""
     block, name = key.rsplit(".", 1)
     default_value = default(schema_block(block)["properties"][name])
     metadata = (
         {"key": key}
         | ({"only_for": only_for} if only_for else {})
         | ({} if affects_results else {"affects_results": False})
+        | ({"read_when": read_when} if read_when else {})
     )
     if isinstance(default_value, (list, dict)):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default_value), metadata=metadata)
@@ -144,14 +151,19 @@ class _Settings:
 
     @classmethod
     def _fields_from(cls, sources: dict[str, dict], kind: str | None, affects_results: bool) -> dict:
+        values = {}
+        for f in dataclasses.fields(cls):
+            source, name = f.metadata["key"].rsplit(".", 1)
+            values[f.name] = sources[source][name]
         block = {}
         for f in dataclasses.fields(cls):
             if kind not in f.metadata.get("only_for", (kind,)):
                 continue
             if f.metadata.get("affects_results", True) != affects_results:
                 continue
-            source, name = f.metadata["key"].rsplit(".", 1)
-            block[f.name] = sources[source][name]
+            if "read_when" in f.metadata and not values[f.metadata["read_when"]]:
+                continue  # no job reads it now: leaving it out, changing it reruns nothing
+            block[f.name] = values[f.name]
         return block
 
     @classmethod
@@ -277,7 +289,7 @@ class SimilarityConfig(_Settings):
     cka_measures: list[str] = _setting("similarity.cka_measures")
     samples: int | None = _setting("similarity.samples")
     intervals: bool = _setting("similarity.intervals")
-    jackknife_groups: int = _setting("similarity.jackknife_groups")
+    jackknife_groups: int = _setting("similarity.jackknife_groups", read_when="intervals")
     npk_images: int = _setting("gated.probe_images")  # npk_cka's images (the exact NPK is costly)
     batch_size: int = _setting("similarity.batch_size")
 
