@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from intertwine import paper
-from intertwine.workflow.job import deqntk as deqntk_jobs
+from intertwine.workflow.stages.deqntk import job as deqntk_jobs
 from intertwine.kernels import deq, deq_regression
 from intertwine.workflow.stages.deqntk.plan import gram_layout
 from intertwine.settings import parse_variances, variances_name
