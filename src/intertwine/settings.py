@@ -151,19 +151,21 @@ class _Settings:
 
     @classmethod
     def _fields_from(cls, sources: dict[str, dict], kind: str | None, affects_results: bool) -> dict:
-        values = {}
-        for f in dataclasses.fields(cls):
-            source, name = f.metadata["key"].rsplit(".", 1)
-            values[f.name] = sources[source][name]
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+
+        def value(name: str):
+            source, key = fields[name].metadata["key"].rsplit(".", 1)
+            return sources[source][key]
+
         block = {}
-        for f in dataclasses.fields(cls):
+        for f in fields.values():
             if kind not in f.metadata.get("only_for", (kind,)):
                 continue
             if f.metadata.get("affects_results", True) != affects_results:
                 continue
-            if "read_when" in f.metadata and not values[f.metadata["read_when"]]:
-                continue  # no job reads it now: leaving it out, changing it reruns nothing
-            block[f.name] = values[f.name]
+            if "read_when" in f.metadata and not value(f.metadata["read_when"]):
+                continue  # no job reads it now: left out, changing it reruns nothing
+            block[f.name] = value(f.name)
         return block
 
     @classmethod
