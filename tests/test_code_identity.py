@@ -1,5 +1,6 @@
 """The code identity that decides reruns (intertwine.code_identity), on a small package of its own."""
 
+import re
 import textwrap
 
 import pytest
@@ -172,3 +173,29 @@ def test_moving_code_between_modules_changes_no_identity(package):
 def test_a_move_that_changes_the_code_run_changes_the_identity(package, moves):
     before, after = identity_after_move(package, moves)
     assert before != after
+
+
+def test_identities_are_kept_while_the_sources_stay_the_same(package, tmp_path, monkeypatch):
+    entries = {"train": ["intertwine.jobs.train"], "probe": ["intertwine.jobs.probe"]}
+    cache = tmp_path / "cache"
+    identities = ci.code_identities(entries, cache)
+    assert identities == {stage: ci.code_identity(e) for stage, e in entries.items()}
+    assert len(list(cache.glob("code-identity-*.json"))) == 1
+
+    def recomputed(entries):
+        raise AssertionError("computed again although nothing changed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ci, "code_identity", recomputed)
+        assert ci.code_identities(entries, cache) == identities  # read back
+    (package / "loop.py").write_text((package / "loop.py").read_text().replace("STEPS = 10", "STEPS = 11"))
+    for cached in (ci._module_file, ci._load):
+        cached.cache_clear()
+    changed = ci.code_identities(entries, cache)
+    assert changed["train"] != identities["train"] and changed["probe"] == identities["probe"]
+    assert len(list(cache.glob("code-identity-*.json"))) == 2  # each source state's
+    for steps in range(12, 12 + ci.KEPT_SOURCE_STATES):
+        text = (package / "loop.py").read_text()
+        (package / "loop.py").write_text(re.sub(r"STEPS = \d+", f"STEPS = {steps}", text))
+        ci.code_identities(entries, cache)
+    assert len(list(cache.glob("code-identity-*.json"))) == ci.KEPT_SOURCE_STATES  # the oldest go

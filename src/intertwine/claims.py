@@ -42,6 +42,7 @@ import pandas as pd
 from scipy import stats
 
 from intertwine.deviations import paper_value
+from intertwine.paper import PAPER_EPOCHS, PAPER_MEMBERS, PAPER_STITCH_EPOCHS  # noqa: F401  (importable from here, as before)
 from intertwine.tables import at_stage_temperature
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not run")
@@ -51,9 +52,6 @@ GATED = "Lakshminarayanan & Singh 2020"
 PULLBACK = "Satkiewicz 2025 (excitation pullbacks)"
 DEQ = "Feng & Kolter 2020 (DEQ-NTK)"
 OURS = "ours"
-
-#: The paper's training budget of its zoos (appendix D.1) and of its stitching layers (D.2).
-PAPER_EPOCHS, PAPER_MEMBERS, PAPER_STITCH_EPOCHS = 50, 100, 20
 
 
 # --- statistics ----------------------------------------------------------------------------------

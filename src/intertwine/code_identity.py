@@ -24,7 +24,10 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import json
 from pathlib import Path
+
+from intertwine.utils import atomic_path
 
 PACKAGE = "intertwine"
 ROOT = Path(__file__).resolve().parent
@@ -237,3 +240,33 @@ def code_identity(entries: list[str] | tuple[str, ...]) -> str:
     for piece in sorted(pieces):
         digest.update(piece.encode())
     return digest.hexdigest()[:12]
+
+
+KEPT_SOURCE_STATES = 4
+
+
+def code_identities(entries: dict[str, list[str]], cache: str | Path) -> dict[str, str]:
+    """``code_identity`` of each stage's entries, kept in the folder ``cache``: a file named by the
+    hash of the package's sources and of ``entries``, so it is read back only while neither has
+    changed. Snakemake parses the workflow for every dry run and every cluster job, and following
+    the package's source for every stage took a few seconds each time."""
+    key = hashlib.sha256(json.dumps(entries, sort_keys=True).encode())
+    for path in sorted(ROOT.rglob("*.py")):
+        key.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    cache = Path(cache)
+    file = cache / f"code-identity-{key.hexdigest()[:16]}.json"
+    try:
+        return json.loads(file.read_text())
+    except (OSError, ValueError):
+        pass
+    identities = {stage: code_identity(stage_entries) for stage, stage_entries in entries.items()}
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        kept = sorted(cache.glob("code-identity-*.json"), key=lambda f: f.stat().st_mtime, reverse=True)
+        for old in kept[KEPT_SOURCE_STATES - 1 :]:  # a few, for a checkout switched back and forth
+            old.unlink(missing_ok=True)
+        with atomic_path(file) as tmp:
+            Path(tmp).write_text(json.dumps(identities, sort_keys=True))
+    except OSError:
+        pass  # a read-only working directory: computed again next time
+    return identities

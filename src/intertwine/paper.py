@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 
+#: The paper's training budget of its zoos (appendix D.1) and of its stitching layers (D.2).
+PAPER_EPOCHS, PAPER_MEMBERS, PAPER_STITCH_EPOCHS = 50, 100, 20
+
 # CIFAR-10 test accuracy (%) of the zoos (appendix D.1, Table 3).
 LEAKY_RESNET20_ACCURACY = {1e-4: 89.3, 1e-3: 89.4, 1e-2: 89.2, 0.1: 89.4, 0.5: 86.6, 0.9: 73.0, 1.0: 41.8}
 

@@ -1,6 +1,5 @@
 # Validation, constants and input functions. Which jobs each stage runs, and what each job is
 # given, is the plan (intertwine.plan): plain Python, unit-tested, the same for every caller.
-import functools
 import os
 import re
 import shutil
@@ -9,7 +8,7 @@ import sys
 from snakemake.exceptions import WorkflowError
 
 from intertwine.cluster import JobNeeds, request, submission
-from intertwine.code_identity import code_identity
+from intertwine.code_identity import code_identities
 from intertwine.config import check_config
 from intertwine.plan import Plan, as_json
 from intertwine.workflow import stages
@@ -136,9 +135,13 @@ STAGE_ENTRIES = {
 }
 
 
-@functools.cache  # each rule asks; the sources are read once per run
+# Kept in .snakemake/intertwine/ while the package's sources stay the same: every dry run and every
+# cluster job parses this file.
+CODE_IDENTITIES = code_identities(STAGE_ENTRIES, os.path.join(".snakemake", "intertwine"))
+
+
 def code_hash(stage):
-    return code_identity(STAGE_ENTRIES[stage])
+    return CODE_IDENTITIES[stage]
 
 
 def member(pairs, which):
