@@ -220,3 +220,16 @@ def test_every_stage_folder_is_registered_and_its_figures_stay_small():
         assert lines <= 600, (stage, lines)
     with pytest.raises(ValueError, match="unknown stage 'stiching': the stages are zoo"):
         stages.module_name("stiching", "figures")
+
+
+def test_old_jobs_package_warns_and_finds_each_stages_jobs():
+    from intertwine.workflow.job import Job
+    from intertwine.workflow.stages.zoo import job as zoo_job
+
+    for name in [m for m in sys.modules if m == "intertwine.jobs" or m.startswith("intertwine.jobs.")]:
+        sys.modules.pop(name)
+    with pytest.warns(DeprecationWarning, match="intertwine.jobs is deprecated"):
+        import intertwine.jobs.zoo as old_zoo
+    import intertwine.jobs as old
+
+    assert old.Job is Job and old_zoo is zoo_job and old_zoo.train_member is zoo_job.train_member
