@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from intertwine import gated
+from intertwine.workflow.stages.gated import study as gated
 from intertwine.claims import (
     CLAIMS,
     VERDICTS,
@@ -384,7 +384,7 @@ def test_c6_dissection_falls_only_with_residual_activation():
 
 
 def test_c6_fall_is_the_least_squares_trend_over_every_alpha():
-    from intertwine.claims import _fall_along
+    from intertwine.workflow.stages.dissection.claims import _fall_along
 
     alphas = [0.0, 0.25, 0.5, 0.75, 1.0]
     linear = pd.DataFrame([[0.4 - 0.3 * a for a in alphas], [0.2 + 0.1 * a for a in alphas]], columns=alphas)
@@ -947,7 +947,7 @@ def test_claims_command_reads_its_tables_through_their_schemas(tmp_path, argv, m
     import json
     import subprocess
 
-    from intertwine.tables import SYMMETRY
+    from intertwine.workflow.stages.symmetry.tables import SYMMETRY
 
     full = pd.DataFrame({name: pd.Series(dtype=object) for name in SYMMETRY.names})
     full.drop(columns="relative_change").to_parquet(tmp_path / "NOCOL.parquet")
@@ -995,3 +995,28 @@ def test_report_opens_with_every_papers_verdict_at_a_glance():
     for claim in card.loc[card["kind"] == "paper", "claim"]:
         assert f"   * - {claim}\n" in glance
     assert "P1" not in glance and "P1" in details
+
+
+def test_each_claim_lives_in_its_stages_folder_in_the_scorecards_order():
+    """Issue 35: a stage's claims are in its folder (``claims.CLAIMS``); the scorecard keeps its
+    own order of rows (``ORDER``), which is not the stages' order, and a stage's claim missing
+    from it is an error that says where to list it."""
+    from intertwine import claims
+    from intertwine.workflow import stages
+
+    owners = {
+        claim.claim: stage
+        for stage in stages.with_part("claims")
+        for claim in stages.part(stage, "claims").CLAIMS
+    }
+    assert [claim.claim for claim in claims.all_claims()] == list(claims.ORDER)
+    assert owners["C1"] == "rotation" and owners["D1"] == "deqntk" and owners["L3"] == "connectivity"
+    assert set(claims.all_evidence()) == set(claims.scorecard_tables()) - {"gated_findings"}
+    claims.all_claims.cache_clear()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(claims, "ORDER", claims.ORDER[:-1])
+            with pytest.raises(RuntimeError, match="list a new claim in intertwine.claims.ORDER"):
+                claims.all_claims()
+    finally:
+        claims.all_claims.cache_clear()

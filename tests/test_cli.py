@@ -226,7 +226,7 @@ def test_job_options_are_checked_by_the_parser(argv, message):
         (
             "table",
             ["a.parquet", "--schema", "stitchin", "--out", "t.parquet"],
-            r"argument --schema: invalid choice: 'stitchin' \(choose from 'zoo', 'zoo_epochs'",
+            r"argument --schema: no table 'stitchin' \(did you mean 'stitching'\?\)",
         ),
         (
             "rotation-trial",
@@ -340,17 +340,21 @@ def test_other_options_are_checked_by_the_parser(command, argv, message):
     assert re.search(f"intertwine {command}: error: {message}", result.stderr), result.stderr
 
 
-def test_table_schemas_are_the_tables_modules():
-    import pyarrow as pa
+def test_table_schema_names_each_stages_tables_and_refuses_others(capsys):
+    """``table --schema`` takes every table a stage's folder lists, and nothing else: an unknown
+    name is an argparse error that names the closest table."""
+    from intertwine.cli import build_parser
+    from intertwine.tables import stage_tables
+    from intertwine.workflow import stages
 
-    from intertwine import tables
-    from intertwine.cli import TABLE_SCHEMAS
-
-    assert set(TABLE_SCHEMAS) == {
-        name.lower()
-        for name, value in vars(tables).items()
-        if isinstance(value, pa.Schema) and name.isupper()
-    }
+    listed = [name for stage in stages.with_part("tables") for name in stages.part(stage, "tables").TABLES]
+    assert list(stage_tables()) == listed and len(set(listed)) == len(listed) == 20
+    parser = build_parser()
+    args = parser.parse_args(["table", "x.parquet", "--schema", "zoo_epochs", "--out", "y.parquet"])
+    assert args.schema is stage_tables()["zoo_epochs"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["table", "x.parquet", "--schema", "rotaton", "--out", "y.parquet"])
+    assert "no table 'rotaton' (did you mean 'rotation'?)" in capsys.readouterr().err
 
 
 def test_incomplete_config_blocks_take_the_schemas_defaults(tmp_path, tiny_shapes_dir):

@@ -18,7 +18,8 @@ from intertwine.workflow.stages.deqntk import job as deqntk_jobs
 from intertwine.kernels import deq, deq_regression
 from intertwine.workflow.stages.deqntk.plan import gram_layout
 from intertwine.settings import parse_variances, variances_name
-from intertwine.tables import DEQNTK, KERNEL_REFERENCE, to_table
+from intertwine.workflow.stages.deqntk.tables import DEQNTK, KERNEL_REFERENCE
+from intertwine.tables import to_table
 
 SETTING = (0.6, 0.4, 0.0)
 

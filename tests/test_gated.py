@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from intertwine import gated, kernels, measures, models, paper, stitching, symmetry, symmetry_study
+from intertwine import kernels, measures, models, paper, stitching, symmetry
+from intertwine.workflow.stages.gated import study as gated
+from intertwine.workflow.stages.symmetry import study as symmetry_study
 from intertwine.groups import random_gl
 from intertwine.models.myrtle import Myrtle
 

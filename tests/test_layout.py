@@ -151,9 +151,14 @@ def test_gated_moved_names_warn_and_reexport():
     import intertwine.gated as gated
     import intertwine.kernels as kernels
 
-    for name in gated._MOVED:
+    from intertwine.workflow.stages.gated import study
+
+    for name in gated._TO_KERNELS:
         with pytest.warns(DeprecationWarning, match=f"intertwine.gated.{name} is deprecated"):
             assert getattr(gated, name) is getattr(kernels, name)
+    for name in ("kernel_checks", "study_table", "ensemble_table", "findings", "RECOVERS"):
+        with pytest.warns(DeprecationWarning, match=f"from intertwine.workflow.stages.gated.study"):
+            assert getattr(gated, name) is getattr(study, name)
     with pytest.raises(AttributeError):
         gated.no_such_name  # noqa: B018
 
@@ -166,7 +171,7 @@ def test_library_modules_stay_small():
 
 def test_moved_symmetry_check_warns_and_reexports():
     import intertwine.symmetry as symmetry
-    import intertwine.symmetry_study as study
+    from intertwine.workflow.stages.symmetry import study
 
     for name in ("check_symmetry", "checked_group", "summarize"):
         with pytest.warns(DeprecationWarning, match=f"intertwine.symmetry.{name} is deprecated"):
@@ -176,6 +181,29 @@ def test_moved_symmetry_check_warns_and_reexports():
         from intertwine.symmetry import act_on_weights  # noqa: F401  (the library warns for nothing)
     with pytest.raises(AttributeError):
         symmetry.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("old", ["symmetry_study", "pullback_study"])
+def test_old_study_modules_warn_and_reexport_their_stages_study(old):
+    """Issue 35: a stage's study code lives in its folder; the old modules warn and re-export."""
+    new = importlib.import_module(f"intertwine.workflow.stages.{old.split('_')[0]}.study")
+    sys.modules.pop(f"intertwine.{old}", None)
+    with pytest.warns(DeprecationWarning, match=f"intertwine.{old} is deprecated"):
+        module = importlib.import_module(f"intertwine.{old}")
+    defined = [
+        name
+        for name, value in vars(new).items()
+        if not name.startswith("_") and getattr(value, "__module__", None) == new.__name__
+    ]
+    assert defined and all(getattr(module, name) is getattr(new, name) for name in defined)
+
+
+def test_zoo_table_moved_to_the_zoo_stage_warns():
+    import intertwine.zoo as zoo
+    from intertwine.workflow.stages.zoo.study import zoo_table
+
+    with pytest.warns(DeprecationWarning, match="intertwine.zoo.zoo_table is deprecated"):
+        assert zoo.zoo_table is zoo_table
 
 
 def test_old_deqntk_module_warns_and_reexports():

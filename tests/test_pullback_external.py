@@ -9,10 +9,11 @@ import pytest
 import torch
 from PIL import Image
 
-from intertwine import pullback_study as study
+from intertwine.workflow.stages.pullback import study
 from intertwine.workflow.job import Job
 from intertwine.models import imagenet
-from intertwine.tables import PULLBACK_EXTERNAL, to_table
+from intertwine.workflow.stages.pullback.tables import PULLBACK_EXTERNAL
+from intertwine.tables import to_table
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 WNIDS = list(imagenet.IMAGENETTE_CLASSES)

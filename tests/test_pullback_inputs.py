@@ -132,14 +132,14 @@ def test_bad_temperature_inputs_are_refused(make, message):
 
 def test_gated_pullbacks_need_no_other_import():
     # intertwine.pullback itself holds a gated network's gates fixed; before, only importing
-    # intertwine.pullback_study registered that, and a bare pullback failed blaming the model.
+    # intertwine.workflow.stages.pullback.study registered that, and a bare pullback failed blaming the model.
     script = (
         "import sys, torch\n"
         "from intertwine import models\n"
         "from intertwine.pullback import pullback\n"
         "model = models.build({'arch': 'c4gap', 'width_multiplier': 0.0625, 'gated': {'family': 'dgn'}})\n"
         "g = pullback(model.double().eval(), torch.randn(2, 3, 8, 8, dtype=torch.float64), [0, 1])\n"
-        "assert 'intertwine.pullback_study' not in sys.modules and g.abs().sum() > 0\n"
+        "assert 'intertwine.workflow.stages.pullback.study' not in sys.modules and g.abs().sum() > 0\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False

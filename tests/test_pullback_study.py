@@ -1,4 +1,4 @@
-"""The excitation-pullback stage: its measurements (intertwine.pullback_study) and its jobs."""
+"""The excitation-pullback stage: its measurements (intertwine.workflow.stages.pullback.study) and its jobs."""
 
 import math
 
@@ -8,7 +8,7 @@ import torch
 
 from intertwine import models
 from intertwine import gates
-from intertwine import pullback_study as study
+from intertwine.workflow.stages.pullback import study
 from intertwine.pullback import pullback
 from intertwine.symmetry import act_on_weights, random_elements
 
@@ -216,13 +216,8 @@ def _checkpoint(path, spec, variant, seed):
 def test_jobs_on_tiny_models(tmp_path, tiny_shapes_dir):
     from intertwine.workflow.job import Job
     from intertwine.workflow.stages.pullback.job import pullback_images, pullback_member, pullback_pair
-    from intertwine.tables import (
-        PULLBACK_AGREEMENT,
-        PULLBACK_FAITHFULNESS,
-        PULLBACK_SYMMETRY,
-        PULLBACK_TRANSFER,
-        to_table,
-    )
+    from intertwine.workflow.stages.pullback.tables import PULLBACK_AGREEMENT, PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, PULLBACK_TRANSFER
+    from intertwine.tables import to_table
 
     paths = [_checkpoint(tmp_path / f"seed{s}.pt", MYRTLE, "myrtle", s) for s in range(2)]
     job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
@@ -268,13 +263,8 @@ def test_a_temperature_sweep_adds_soft_rows_and_its_figure(tmp_path, tiny_shapes
     from intertwine.workflow.stages.pullback.figures import pullback_temperature
     from intertwine.workflow.job import Job
     from intertwine.workflow.stages.pullback.job import pullback_member, pullback_pair
-    from intertwine.tables import (
-        PULLBACK_AGREEMENT,
-        PULLBACK_FAITHFULNESS,
-        PULLBACK_SYMMETRY,
-        PULLBACK_TRANSFER,
-        to_table,
-    )
+    from intertwine.workflow.stages.pullback.tables import PULLBACK_AGREEMENT, PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, PULLBACK_TRANSFER
+    from intertwine.tables import to_table
 
     paths = [_checkpoint(tmp_path / f"seed{s}.pt", MYRTLE, "myrtle", s) for s in range(2)]
     job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
@@ -442,7 +432,8 @@ def test_the_settling_table_reads_the_members_records(tmp_path, tiny_shapes_dir)
     from intertwine.workflow.job import Job
     from intertwine.workflow.stages.pullback.job import pullback_settling
     from intertwine.workflow.stages.zoo.job import train_member
-    from intertwine.tables import PULLBACK_SETTLING, to_table
+    from intertwine.workflow.stages.pullback.tables import PULLBACK_SETTLING
+    from intertwine.tables import to_table
     from intertwine.zoo import save_checkpoint
 
     torch.set_num_threads(1)

@@ -367,7 +367,7 @@ def test_site_activations_of_normalised_inputs_and_groups(zoo):
 
 
 def test_check_symmetry_separates_the_groups():
-    from intertwine.symmetry_study import check_symmetry, summarize
+    from intertwine.workflow.stages.symmetry.study import check_symmetry, summarize
 
     torch.manual_seed(0)
     model = models.build({"arch": "resnet20", "width_multiplier": 0.25}).double().eval()

@@ -6,6 +6,8 @@ import pandas as pd
 import pytest
 
 from intertwine import tables
+from intertwine.workflow.stages.similarity.tables import SIMILARITY
+from intertwine.workflow.stages.stitching.tables import STITCHING
 
 
 def _row(**change) -> dict:
@@ -27,7 +29,7 @@ def _row(**change) -> dict:
     return row | change
 
 
-def _write(path, rows, schema=tables.SIMILARITY):
+def _write(path, rows, schema=SIMILARITY):
     tables.write_parquet(pd.DataFrame(rows), path, schema)
     return path
 
@@ -35,36 +37,27 @@ def _write(path, rows, schema=tables.SIMILARITY):
 def test_reads_and_concatenates(tmp_path):
     a = _write(tmp_path / "a.parquet", [_row()])
     b = _write(tmp_path / "b.parquet", [_row(pair=1)])
-    df = tables.read_parquet([a, b], tables.SIMILARITY)
-    assert list(df["pair"]) == [0, 1] and list(df.columns) == tables.SIMILARITY.names
+    df = tables.read_parquet([a, b], SIMILARITY)
+    assert list(df["pair"]) == [0, 1] and list(df.columns) == SIMILARITY.names
 
 
 def test_every_schema_names_its_keys():
-    for name in (
-        "ZOO",
-        "ZOO_EPOCHS",
-        "ROTATION",
-        "STITCHING",
-        "SIMILARITY",
-        "DISSECTION",
-        "DISSECTION_UNITS",
-        "SYMMETRY",
-    ):
-        schema = getattr(tables, name)
-        assert set(tables.keys(schema)) <= set(schema.names) and "variant" in tables.keys(schema)
+    for name, schema in tables.stage_tables().items():
+        assert set(tables.keys(schema)) <= set(schema.names), name
+        assert tables.keys(schema), name
 
 
 def test_a_file_given_twice_is_refused(tmp_path):
     a = _write(tmp_path / "a.parquet", [_row()])
     with pytest.raises(ValueError, match="a.parquet is given more than once"):
-        tables.read_parquet([a, str(a)], tables.SIMILARITY)
+        tables.read_parquet([a, str(a)], SIMILARITY)
 
 
 def test_duplicate_key_rows_are_refused(tmp_path):
     a = _write(tmp_path / "a.parquet", [_row()])
     b = _write(tmp_path / "b.parquet", [_row(value=0.5)])
     with pytest.raises(ValueError, match="two rows for the same key .*'measure': 'linear_cka'"):
-        tables.read_parquet([a, b], tables.SIMILARITY)
+        tables.read_parquet([a, b], SIMILARITY)
 
 
 def test_missing_or_mistyped_columns_name_the_file(tmp_path):
@@ -74,18 +67,18 @@ def test_missing_or_mistyped_columns_name_the_file(tmp_path):
         ValueError,
         match=r"missing.parquet: does not have the table's columns \(missing \['value'\].*delete it",
     ):
-        tables.read_parquet([missing], tables.SIMILARITY)
+        tables.read_parquet([missing], SIMILARITY)
     mistyped = tmp_path / "mistyped.parquet"
     pd.DataFrame([_row(value="high")]).to_parquet(mistyped)
     with pytest.raises(ValueError, match=r"mistyped \['value \((large_)?string, expected double\)'\]"):
-        tables.read_parquet([mistyped], tables.SIMILARITY)
+        tables.read_parquet([mistyped], SIMILARITY)
 
 
 def test_another_stages_file_is_refused(tmp_path):
     zoo = tmp_path / "seed0.metrics.parquet"
     pd.DataFrame([{"variant": "myrtle", "seed": 0}]).to_parquet(zoo)
     with pytest.raises(ValueError, match="seed0.metrics.parquet: does not have the table's columns"):
-        tables.read_parquet([zoo], tables.STITCHING)
+        tables.read_parquet([zoo], STITCHING)
 
 
 @pytest.mark.parametrize("content", [b"", b"not parquet at all", None])
@@ -96,7 +89,7 @@ def test_unreadable_files_name_the_file_and_the_fix(tmp_path, content):
         path.write_bytes(path.read_bytes()[:40])
     else:
         path.write_bytes(content)
-    for schema in (tables.SIMILARITY, None):
+    for schema in (SIMILARITY, None):
         with pytest.raises(
             ValueError, match="job.parquet: not a readable Parquet file .*delete it and rerun"
         ):
@@ -106,3 +99,16 @@ def test_unreadable_files_name_the_file_and_the_fix(tmp_path, content):
 def test_write_refuses_a_frame_that_does_not_match(tmp_path):
     with pytest.raises(ValueError, match=r"missing columns \['n_samples'\]"):
         _write(tmp_path / "x.parquet", [{k: v for k, v in _row().items() if k != "n_samples"}])
+
+
+def test_old_schema_names_warn_and_find_the_stages_schemas():
+    """Issue 35: the schemas moved to their stages' folders; ``intertwine.tables.ROTATION`` and the
+    like still work for one release, with a DeprecationWarning."""
+    with pytest.warns(DeprecationWarning, match=r"tables.schema\('rotation'\)"):
+        assert tables.ROTATION is tables.schema("rotation")
+    with pytest.warns(DeprecationWarning, match="stages.pullback.tables.at_stage_temperature"):
+        assert callable(tables.at_stage_temperature)
+    with pytest.raises(ValueError, match=r"no table 'rotatoin' \(did you mean 'rotation'\?\)"):
+        tables.schema("rotatoin")
+    with pytest.raises(AttributeError):
+        tables.NO_SUCH_TABLE  # noqa: B018

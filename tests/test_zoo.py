@@ -14,7 +14,8 @@ from intertwine.settings import TrainConfig
 from intertwine.training import DivergedError, _loss, lr_factor, make_optimizer, train
 from intertwine.workflow.job import Job
 from intertwine.workflow.stages.zoo.job import train_member
-from intertwine.zoo import load_model, load_weights, save_checkpoint, zoo_table
+from intertwine.workflow.stages.zoo.study import zoo_table
+from intertwine.zoo import load_model, load_weights, save_checkpoint
 
 SPEC = {"arch": "myrtle", "width_multiplier": 0.125}
 TRAINING = {"epochs": 2, "batch_size": 32}

@@ -32,6 +32,7 @@ No file I/O here: the ``claims`` job reads the tables and writes the scorecard.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -43,7 +44,6 @@ from scipy import stats
 
 from intertwine.deviations import paper_value
 from intertwine.paper import PAPER_EPOCHS, PAPER_MEMBERS, PAPER_STITCH_EPOCHS  # noqa: F401  (importable from here, as before)
-from intertwine.tables import at_stage_temperature
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not run")
 LEVEL = 0.05  # family-wise error of a claim (Holm)
@@ -237,7 +237,7 @@ class Result:
     units: str = ""  # how many independent units, of what
 
 
-def _not_run(why: str) -> Result:
+def not_run(why: str) -> Result:
     return Result("", "not run", why)
 
 
@@ -256,738 +256,36 @@ class Claim:
     kind: str = "paper"  # "paper": a claim of the papers; "ours": a property of our construction
 
 
-def _members(frame: pd.DataFrame) -> list[tuple] | None:
+def pair_members(frame: pd.DataFrame) -> list[tuple] | None:
     """The zoo members each row (a pair) rests on, when the table names them."""
     if not {"seed_a", "seed_b"} <= set(frame.columns):
         return None
     return [((v, a), (v, b)) for v, a, b in zip(frame["variant"], frame["seed_a"], frame["seed_b"])]
 
 
-def _pair_keys(frame: pd.DataFrame) -> list[str]:
+def pair_keys(frame: pd.DataFrame) -> list[str]:
     return ["variant", "pair"] + [c for c in ("seed_a", "seed_b") if c in frame.columns]
 
 
-def _units(label: str, n: int) -> str:
+def units_text(label: str, n: int) -> str:
     return f"{n} {label}{'' if n == 1 else 's'}"
 
 
 # --- Godfrey et al. ----------------------------------------------------------------------------
 
 
-def rotation_penalty(tables, settings) -> Result:
-    """Per ReLU variant and site: penalty(orthogonal) - penalty(G_ReLU), trials as units (Welch),
-    above 0 at every site."""
-    table = tables["rotation"]
-    relu = [v for v, activation in settings["rotation_activation"].items() if activation == "relu"]
-    table = table[table["variant"].isin(relu)]
-    comparisons = []
-    for (variant, site), group in table.groupby(["variant", "site"], sort=False):
-        penalties = {g: rows["penalty"] for g, rows in group.groupby("group")}
-        if "orthogonal" in penalties and "grelu" in penalties:
-            comparisons.append(
-                Comparison(
-                    f"{variant} {site}",
-                    Estimate.difference(penalties["orthogonal"], penalties["grelu"]),
-                    +1,
-                )
-            )
-    if not comparisons:
-        return _not_run("needs rotation trials of a ReLU variant with both groups, grelu and orthogonal")
-    judgement = judge(comparisons)
-    trials = table[table["group"].isin(["grelu", "orthogonal"])].groupby(["variant", "site", "group"]).size()
-    return Result(
-        "orthogonal - G_ReLU penalty (points): " + describe(comparisons, judgement.agreement),
-        judgement.verdict,
-        f"Welch 95 % intervals over trials per site, {judgement.note}; every site above 0 decides",
-        f"{int(trials.min())}-{int(trials.max())} trials per site and group"
-        if trials.min() != trials.max()
-        else _units("trial", int(trials.min())) + " per site and group",
-    )
-
-
-def stitching_myrtle(tables, settings) -> Result:
-    """Myrtle: per site, full below G_ReLU, G_ReLU below 10 points (at all but one site) and
-    G_ReLU below rank 1; pairs as units, each comparison paired within the pair."""
-    table = tables["stitching"]
-    myrtle = table[table["variant"].isin(settings["myrtle_variants"])]
-    if myrtle.empty or not {"full", "grelu"} <= set(myrtle["method"]):
-        return _not_run("needs Myrtle pairs stitched with full and grelu")
-    wide = myrtle.pivot_table(
-        index=_pair_keys(myrtle) + ["site"], columns="method", values="penalty"
-    ).reset_index()
-    comparisons = []
-    for site, rows in wide.groupby("site", sort=False):
-        members = _members(rows)
-        comparisons.append(
-            Comparison(f"{site} G_ReLU - full", Estimate.of(rows["grelu"] - rows["full"], members), +1)
-        )
-        comparisons.append(
-            Comparison(
-                f"{site} G_ReLU below 10",
-                Estimate.of(rows["grelu"], members).shift(0.10),
-                -1,
-                group="below ten",
-                threshold=0.10,
-            )
-        )
-        if "rank1" in rows:
-            both = rows.dropna(subset=["rank1", "grelu"])
-            comparisons.append(
-                Comparison(
-                    f"{site} rank 1 - G_ReLU", Estimate.of(both["rank1"] - both["grelu"], _members(both)), +1
-                )
-            )
-    judgement = judge(comparisons, {"below ten": 1}, "" if "rank1" in wide else "rank 1 was not run")
-    return Result(
-        "penalty differences (points): " + describe(comparisons, judgement.agreement),
-        judgement.verdict,
-        f"paired 95 % t-intervals over pairs per site, {judgement.note}; full below G_ReLU and G_ReLU "
-        "below rank 1 at every site, G_ReLU below 10 points at all but one",
-        _units("pair", wide.groupby(_pair_keys(wide)).ngroups),
-    )
-
-
-def stitching_residual(tables, settings) -> Result:
-    """Per ReLU ResNet and method: the pair's mean penalty inside residual blocks minus outside,
-    above 0 (pairs as units)."""
-    table = tables["stitching"]
-    resnets = table[table["variant"].isin(settings["residual_variants"])]
-    comparisons, pairs = [], 0
-    for (variant, method), rows in resnets.groupby(["variant", "method"], sort=False):
-        if rows["inside_residual"].nunique() < 2:
-            continue
-        by_pair = rows.pivot_table(
-            index=_pair_keys(rows), columns="inside_residual", values="penalty"
-        ).reset_index()
-        by_pair = by_pair.dropna(subset=[True, False])
-        comparisons.append(
-            Comparison(
-                f"{variant} {method}", Estimate.of(by_pair[True] - by_pair[False], _members(by_pair)), +1
-            )
-        )
-        pairs = max(pairs, len(by_pair))
-    if not comparisons:
-        return _not_run("needs a ReLU ResNet stitched at sites inside and outside residual blocks")
-    judgement = judge(comparisons)
-    return Result(
-        "inside - outside residual blocks (points): " + describe(comparisons, judgement.agreement),
-        judgement.verdict,
-        f"paired 95 % t-intervals over pairs (each pair's mean inside minus its mean outside), {judgement.note}",
-        _units("pair", pairs) + " per variant",
-    )
-
-
-def _procrustes_units(tables, settings) -> pd.DataFrame | None:
-    table = tables["similarity"]
-    same = table[
-        (table["site_a"] == table["site_b"]) & table["variant"].isin(settings["relu_similarity_variants"])
-    ]
-    wide = same.pivot_table(index=_pair_keys(same) + ["site_a"], columns="measure", values="value")
-    if not {"grelu_procrustes", "orthogonal_procrustes"} <= set(wide.columns):
-        return None
-    return wide.dropna(subset=["grelu_procrustes", "orthogonal_procrustes"]).reset_index()
-
-
-def procrustes_order(tables, settings) -> Result:
-    """Pooled over the ReLU variants' pairs: each pair's mean over sites of orthogonal - G_ReLU
-    Procrustes above 0 ("less similarity"), and each pair's correlation over sites of the two
-    measures above 0 ("otherwise patterns largely follow"), where a variant has 3 or more sites."""
-    wide = _procrustes_units(tables, settings)
-    if wide is None or wide.empty:
-        return _not_run("needs grelu_procrustes and orthogonal_procrustes of a ReLU variant")
-    keys = _pair_keys(wide)
-    lower = (
-        wide.assign(d=wide["orthogonal_procrustes"] - wide["grelu_procrustes"])
-        .groupby(keys)["d"]
-        .mean()
-        .reset_index()
-    )
-    comparisons = [Comparison("orthogonal - G_ReLU", Estimate.of(lower["d"], _members(lower)), +1)]
-
-    def correlation(rows):
-        if len(rows) < 3 or rows["grelu_procrustes"].std() == 0 or rows["orthogonal_procrustes"].std() == 0:
-            return math.nan
-        return float(np.corrcoef(rows["grelu_procrustes"], rows["orthogonal_procrustes"])[0, 1])
-
-    pattern = wide.groupby(keys).apply(correlation, include_groups=False).rename("r").reset_index().dropna()
-    if len(pattern):
-        comparisons.append(
-            Comparison("depth-pattern correlation", Estimate.of(pattern["r"], _members(pattern)), +1)
-        )
-    judgement = judge(comparisons)
-    means = wide.groupby(["variant", "site_a"], sort=False)[
-        ["grelu_procrustes", "orthogonal_procrustes"]
-    ].mean()
-    by_site = "; ".join(
-        f"{variant} "
-        + "/".join(f"{g:.2f}" for g in rows["grelu_procrustes"])
-        + " vs "
-        + "/".join(f"{o:.2f}" for o in rows["orthogonal_procrustes"])
-        for variant, rows in means.groupby(level=0, sort=False)
-    )
-    return Result(
-        f"G_ReLU vs orthogonal by site: {by_site}; " + describe(comparisons, judgement.agreement, 1, ".3f"),
-        judgement.verdict,
-        f"paired 95 % t-intervals over pairs pooled across variants, {judgement.note}"
-        + ("" if len(pattern) else "; no variant has 3 sites, so the depth pattern is not tested"),
-        _units("pair", len(lower)),
-    )
-
-
-def cka_diagonal(tables, settings) -> Result:
-    """Pooled over the ReLU variants' pairs: the decay of the diagonal (same site in both members)
-    from the first site to the last (a least-squares line over depth), G_ReLU-CKA's above linear
-    CKA's (paired within the pair)."""
-    table = tables["similarity"]
-    table = table[table["variant"].isin(settings["relu_similarity_variants"])]
-    diagonal = table[
-        (table["site_a"] == table["site_b"]) & table["measure"].isin(["grelu_cka", "linear_cka"])
-    ]
-    if diagonal.empty or diagonal["measure"].nunique() < 2:
-        return _not_run("needs grelu_cka and linear_cka (similarity.cka_measures) of a ReLU variant")
-    keys = _pair_keys(diagonal)
-
-    def decay(rows):
-        # Depth order from the plan (the model's site order); else the order of the table's rows.
-        order = settings.get("site_order", {}).get(rows.name[0]) or list(dict.fromkeys(rows["site_a"]))
-        depth = rows["site_a"].map({s: i for i, s in enumerate(order)}).to_numpy(float)
-        if len(rows) < 2:
-            return math.nan
-        slope = np.polyfit(depth, rows["value"].to_numpy(float), 1)[0]
-        return float(-slope * (depth.max() - depth.min()))
-
-    decays = (
-        diagonal.groupby(keys + ["measure"], sort=False).apply(decay, include_groups=False).unstack("measure")
-    )
-    decays = decays.dropna().reset_index()
-    members = _members(decays)
-    # The sentence is a comparison ("more ... than its orthogonal counterpart"): one paired interval.
-    comparisons = [
-        Comparison(
-            "G_ReLU - linear decay", Estimate.of(decays["grelu_cka"] - decays["linear_cka"], members), +1
-        )
-    ]
-    judgement = judge(comparisons)
-    return Result(
-        f"diagonal decay first to last site: G_ReLU-CKA {decays['grelu_cka'].mean():.3f}, linear CKA "
-        f"{decays['linear_cka'].mean():.3f}; " + describe(comparisons, judgement.agreement, 1, ".3f"),
-        judgement.verdict,
-        f"paired 95 % t-intervals over pairs pooled across variants, {judgement.note}",
-        _units("pair", len(decays)),
-    )
-
-
-def _fall_along(fractions: pd.DataFrame) -> pd.Series:
-    """Per row (a member's site) of ``fractions`` (columns: the alphas, rotation draws averaged), the
-    fall of the interpretable fraction from alpha 0 to the largest alpha read off the least-squares
-    line through every alpha measured: minus the slope times the alphas' range. With alphas 0 and 1
-    alone it is the difference of the two; with more, every basis along the geodesic counts, as in
-    C5's decay along depth."""
-    alphas = fractions.columns.to_numpy(float)
-    centred = alphas - alphas.mean()
-    slopes = (
-        (fractions.to_numpy(float) - fractions.to_numpy(float).mean(1, keepdims=True))
-        @ centred
-        / (centred @ centred)
-    )
-    return pd.Series(-slopes * (alphas.max() - alphas.min()), index=fractions.index)
-
-
-def dissection_rotation(tables, settings) -> Result:
-    """Members as units: each member's fall of the interpretable fraction from alpha 0 to the
-    largest alpha (``_fall_along``: the least-squares trend over every alpha, rotation draws
-    averaged at each; mean over the member's sites, so paired within member and site). With a
-    residual activation the fall is above 0 and above the fall without one (Welch across
-    variants); without one, a fall decided above 0 refutes the claim."""
-    table = tables["dissection"]
-    flags = settings["residual_activation"]
-    table = table[table["variant"].isin(flags)]
-    if table.empty:
-        return _not_run("needs a dissected ResNet (with or without residual activation)")
-    if not (table["alpha"] == 0).any() or table["alpha"].nunique() < 2:
-        return _not_run("needs the unrotated basis and a rotated one (dissection.alphas with 0 and more)")
-    falls = {}
-    for variant, rows in table.groupby("variant", sort=False):
-        at = rows.groupby(["seed", "site", "alpha"])["fraction_interpretable"].mean().unstack("alpha")
-        falls[variant] = _fall_along(at.dropna()).groupby("seed").mean()
-    comparisons = []
-    with_activation = [v for v in falls if flags[v]]
-    without = [v for v in falls if not flags[v]]
-    for variant in with_activation:
-        comparisons.append(Comparison(f"{variant} fall", Estimate.of(falls[variant]), +1))
-    for variant in without:
-        comparisons.append(Comparison(f"{variant} fall", Estimate.of(falls[variant]), -1, required=False))
-        for other in with_activation:
-            comparisons.append(
-                Comparison(f"{other} - {variant} fall", Estimate.difference(falls[other], falls[variant]), +1)
-            )
-    judgement = judge(
-        comparisons,
-        missing=""
-        if with_activation and without
-        else "needs variants with and without the residual activation",
-    )
-    return Result(
-        "fall of the interpretable fraction along the rotation (least-squares line over alpha, from 0 "
-        "to the largest): " + describe(comparisons, judgement.agreement, 1, ".3f"),
-        judgement.verdict,
-        f"95 % t-intervals over members (paired within member and site), Welch between variants, "
-        f"{judgement.note}; without the activation a fall decided above 0 refutes",
-        ", ".join(f"{v} {_units('member', len(f))}" for v, f in falls.items()),
-    )
-
-
-#: How close penalties of different slopes must stay to count as flat (ours: the paper gives no
-#: number; its Fig. 8 shows the penalties of slopes below 1 within a few points of each other).
-FLAT_MARGIN = 0.05
-
-
-def leaky_relu_flat(tables, settings) -> Result:
-    """Per site shared by the slopes below 1: each slope's G_ReLU penalty minus the smallest
-    slope's (Welch over pairs, which differ between variants) within +-5 points (our margin)."""
-    table = tables["stitching"]
-    slopes = {v: s for v, s in settings["leaky_slopes"].items() if s < 1}
-    grelu = table[(table["method"] == "grelu") & table["variant"].isin(slopes)]
-    if grelu["variant"].nunique() < 2:
-        return _not_run("needs G_ReLU stitching of at least two slopes below 1")
-    base = min(grelu["variant"].unique(), key=slopes.get)
-    sites = set.intersection(*(set(rows["site"]) for _, rows in grelu.groupby("variant")))
-    comparisons = []
-    for site in dict.fromkeys(s for s in grelu["site"] if s in sites):
-        reference = grelu[(grelu["variant"] == base) & (grelu["site"] == site)]["penalty"]
-        for variant in (v for v in dict.fromkeys(grelu["variant"]) if v != base):
-            d = Estimate.difference(
-                grelu[(grelu["variant"] == variant) & (grelu["site"] == site)]["penalty"], reference
-            )
-            label = f"{site} slope {slopes[variant]:g} - {slopes[base]:g}"
-            comparisons += within(label, d, FLAT_MARGIN)
-    judgement = judge(comparisons)
-    accuracy = ""
-    if "zoo" in tables:
-        zoo = tables["zoo"]
-        acc = zoo[zoo["variant"].isin(slopes)].groupby("variant")["test_acc"].mean()
-        accuracy = "; test accuracy " + ", ".join(f"{slopes[v]:g}: {a * 100:.1f}" for v, a in acc.items())
-    means = grelu.groupby("variant")["penalty"].mean()
-    pairs = grelu.groupby("variant")["pair"].nunique()
-    return Result(
-        "mean penalty by slope (points) "
-        + ", ".join(f"{slopes[v]:g}: {m * 100:.1f}" for v, m in means.items())
-        + accuracy
-        + "; "
-        + describe(comparisons[::2], judgement.agreement[::2]),
-        judgement.verdict,
-        f"Welch 95 % intervals per site over pairs, each within +-{FLAT_MARGIN * 100:g} points (our margin: "
-        f"the paper gives none), {judgement.note}",
-        ", ".join(f"slope {slopes[v]:g} {_units('pair', n)}" for v, n in pairs.items()),
-    )
-
-
-def exact_symmetry(tables, settings) -> Result:
-    """G_ReLU elements leave the function unchanged to rounding; orthogonal ones do not."""
-    table = tables["symmetry"]
-    grelu = table[table["group"] == "grelu"]
-    orthogonal = table[table["group"] == "orthogonal"]
-    if grelu.empty:
-        return _not_run("needs the symmetry check with group grelu")
-    tolerance = 1e-4 if (grelu["dtype"] == "float32").any() else 1e-9
-    worst = grelu["relative_change"].max()
-    ours = f"G_ReLU largest relative change {worst:.1e}"
-    verdict = "reproduced" if worst <= tolerance else "not reproduced"
-    if len(orthogonal):
-        ours += f"; orthogonal smallest {orthogonal['relative_change'].min():.1e} (not a symmetry)"
-    return Result(
-        ours,
-        verdict,
-        f"largest error against tolerance {tolerance:g} ({grelu['dtype'].iloc[0]}); an identity needs no interval",
-        _units("check", len(grelu)),
-    )
-
-
 # --- the other papers --------------------------------------------------------------------------
-
-
-def pullback_invariances(tables, settings) -> Result:
-    """Permutations leave every pullback unchanged; G_ReLU scalings leave the gradient and the
-    per-neuron-temperature pullback unchanged but not the global-temperature one."""
-    table = tables["pullback_symmetry"]
-    table = at_stage_temperature(table)
-    exact = table[(table["group"] == "permutation") | table["mode"].isin(["gradient", "per_neuron"])]
-    global_t = table[(table["group"] == "grelu") & (table["mode"] == "global") & (table["scale_spread"] >= 1)]
-    worst = (1 - exact["cos_min"]).max()
-    ours = f"1 - cos up to {worst:.1e} where invariant"
-    if len(global_t):
-        ours += f"; global T at spread >= 1: min cosine {global_t['cos_min'].min():.3f}"
-    held = worst <= 1e-6 and (global_t.empty or global_t["cos_min"].min() < 0.999)
-    return Result(
-        ours,
-        "reproduced" if held else "not reproduced",
-        "largest error against 1e-6 (an identity needs no interval)",
-        _units("check", len(table)),
-    )
-
-
-#: Our reading of "largely" in the path stability hypothesis: at the middle of training at least
-#: this fraction of a member's gates (averaged over its ReLU call sites) already as at the end.
-SETTLED = 0.9
-
-
-def path_stability(tables, settings) -> Result:
-    """Hypothesis 1: per member (independent units: different seeds), the agreement of its gate
-    pattern at the middle of training with the final one, mean over ReLU call sites
-    (``gates.settling_verdict_values``), above ``SETTLED``."""
-    from intertwine.gates import settling_verdict_values
-
-    values = settling_verdict_values(tables["pullback_settling"])
-    if values.empty:
-        return _not_run("no member recorded gate patterns")
-    estimate = Estimate.of(values["agreement"]).shift(SETTLED)
-    comparisons = [
-        Comparison(f"agreement at mid-training above {SETTLED:g} (points)", estimate, +1, threshold=SETTLED)
-    ]
-    judgement = judge(comparisons)
-    ours = (
-        f"agreement with the final pattern at epoch {'/'.join(map(str, sorted(set(values['epoch']))))}: "
-        f"{values['agreement'].mean():.3f} (chance {values['chance'].mean():.3f}, at initialisation "
-        f"{values['initial'].mean():.3f}), over {len(values)} members of {', '.join(dict.fromkeys(values['variant']))}"
-        f" trained {'/'.join(map(str, sorted(set(tables['pullback_settling']['final_epoch']))))} epochs"
-    )
-    return Result(
-        ours,
-        judgement.verdict,
-        f"{describe(comparisons, judgement.agreement)} ({judgement.note})",
-        _units("member", len(values)),
-    )
-
-
-#: Our equivalence margin for D1 (the paper reports single regressions, no spread).
-DEQ_MARGIN = 0.03
-
-
-def deq_accuracy(tables, settings) -> Result:
-    """Per setting, our test accuracy minus the paper's, its binomial 95 % interval (test images
-    as units) within +-3 points (our margin)."""
-    table = tables["deqntk"]
-    rows = table[(table["study"] == "accuracy") & table["paper_acc"].notna()]
-    if rows.empty:
-        return _not_run(
-            "no setting of this run has the paper's accuracy (the paper's are CIFAR-10 at 50,000 / 10,000 images)"
-        )
-    comparisons = []
-    for r in rows.itertuples():
-        se = math.sqrt(max(r.test_acc * (1 - r.test_acc), 1e-12) / r.n_test)
-        d = Estimate(r.test_acc - r.paper_acc, se, math.inf, int(r.n_test))
-        data = f"{r.dataset} " if "dataset" in rows else ""
-        label = f"{data}({r.sigma_w2:g},{r.sigma_u2:g},{r.sigma_b2:g}) {r.test_acc * 100:.1f} vs {r.paper_acc * 100:.2f}"
-        comparisons += within(label, d, DEQ_MARGIN)
-    judgement = judge(comparisons)
-    return Result(
-        "ours - the paper's (points): " + describe(comparisons[::2], judgement.agreement[::2]),
-        judgement.verdict,
-        f"binomial 95 % interval per setting within +-{DEQ_MARGIN * 100:g} points (our margin), {judgement.note}",
-        f"{int(rows['n_test'].min())} test images per setting, {len(rows)} settings",
-    )
 
 
 # --- Ainsworth et al. (linear mode connectivity) ---------------------------------------------------
 
-REBASIN = 'Ainsworth, Hayase & Srinivasa 2023 ("Git Re-Basin", ICLR)'
+
+#: The scorecard's rows in order (the gated findings, G1-G4, follow H1): each claim is defined in
+#: its stage's folder (``intertwine.workflow.stages.<stage>.claims``, ``CLAIMS``).
+ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "L1", "L2", "T1", "D1", "H1", "L3", "P1")
 
 
-def _pair_barriers(tables, settings) -> pd.DataFrame:
-    """One row per (variant, pair) of the test-split curves corrected by ``reset`` (else the first
-    correction of the table): each method's barrier (of the run's kind, ``connectivity.barrier``)
-    as a column, with the pair's members."""
-    table = tables["connectivity"]
-    table = table[table["split"] == "test"]
-    # Ainsworth et al. reset the normalisation statistics; other corrections are curves beside it.
-    corrections = list(dict.fromkeys(table["correction"]))
-    table = table[table["correction"] == ("reset" if "reset" in corrections else corrections[0])]
-    column = {"endpoints_mean": "barrier", "endpoints_line": "barrier_line"}[settings["connectivity_barrier"]]
-    keys = ["variant", "width_multiplier", "pair", "seed_a", "seed_b"]
-    return table.groupby(keys + ["method"], sort=False)[column].first().unstack("method").reset_index()
-
-
-def _barrier_differences(tables, settings, lower: str, higher: str, label: str) -> tuple[list, list]:
-    """Per variant, the paired difference ``higher`` - ``lower`` of the test-loss barrier over its
-    pairs (claimed above 0), and the pairs' count."""
-    barriers = _pair_barriers(tables, settings)
-    comparisons, units = [], []
-    for variant, rows in barriers.groupby("variant", sort=False):
-        if not {lower, higher} <= set(rows.columns) or rows[[lower, higher]].isna().all().any():
-            continue
-        rows = rows.dropna(subset=[lower, higher])
-        comparisons.append(
-            Comparison(f"{variant} {label}", Estimate.of(rows[higher] - rows[lower], _members(rows)), +1)
-        )
-        units.append(f"{variant} {_units('pair', len(rows))}")
-    return comparisons, units
-
-
-def barrier_below(lower: str, higher: str, label: str, needs: str):
-    """The claim that the test-loss barrier after method ``lower`` is below that after ``higher``:
-    per variant, pairs as units, ``higher`` - ``lower`` above 0 (paired within the pair); every
-    variant must show it. ``needs`` says what a run without both methods lacks."""
-
-    def test(tables, settings) -> Result:
-        comparisons, units = _barrier_differences(tables, settings, lower, higher, label)
-        if not comparisons:
-            return _not_run(needs)
-        judgement = judge(comparisons)
-        return Result(
-            describe(comparisons, judgement.agreement, 1, ".3f"),
-            judgement.verdict,
-            f"paired 95 % t-intervals over pairs, one per variant, {judgement.note}",
-            ", ".join(units),
-        )
-
-    return test
-
-
-aligned_below_unaligned = barrier_below(
-    "weight_permutation",
-    "unaligned",
-    "unaligned - weight-matched barrier",
-    "needs connectivity.methods unaligned and weight_permutation",
-)
-# Ours, whichever way it comes out.
-grelu_alignment_below_permutations = barrier_below(
-    "weight_grelu",
-    "weight_permutation",
-    "permutation - G_ReLU barrier",
-    "needs connectivity.methods weight_permutation and weight_grelu",
-)
-
-
-def barrier_shrinks_with_width(tables, settings) -> Result:
-    """Per architecture with several widths among the connectivity variants: the test-loss barrier
-    after weight matching over permutations at the narrowest width minus at the widest, above 0
-    (Welch: the widths' pairs are different members)."""
-    barriers = _pair_barriers(tables, settings)
-    if "weight_permutation" not in barriers:
-        return _not_run("needs connectivity.methods weight_permutation")
-    families = settings["connectivity_families"]
-    barriers["family"] = barriers["variant"].map(lambda v: families.get(v, v))
-    comparisons, units = [], []
-    for family, rows in barriers.groupby("family", sort=False):
-        widths = sorted(rows["width_multiplier"].unique())
-        if len(widths) < 2:
-            continue
-        narrow = rows[rows["width_multiplier"] == widths[0]]["weight_permutation"]
-        wide = rows[rows["width_multiplier"] == widths[-1]]["weight_permutation"]
-        comparisons.append(
-            Comparison(
-                f"{family} x{widths[0]:g} - x{widths[-1]:g} barrier", Estimate.difference(narrow, wide), +1
-            )
-        )
-        units.append(f"{family}: {len(narrow)} and {len(wide)} pairs at x{widths[0]:g} and x{widths[-1]:g}")
-    if not comparisons:
-        return _not_run("needs connectivity variants of one architecture at two or more widths")
-    judgement = judge(comparisons)
-    return Result(
-        describe(comparisons, judgement.agreement, 1, ".3f"),
-        judgement.verdict,
-        f"Welch 95 % t-intervals, narrowest against widest width, one per architecture, {judgement.note}",
-        "; ".join(units),
-    )
-
-
-CLAIMS = (
-    Claim(
-        "C1",
-        f"{GODFREY}, section 3.3, Fig. 4",
-        "the specification's reading of Fig. 4: G_ReLU penalties are much smaller than orthogonal ones",
-        "On a ReLU Myrtle, the rotation penalty of a random G_ReLU element is below that of a random "
-        "orthogonal matrix at every layer",
-        "orthogonal penalties of tens of points, G_ReLU near 0",
-        ("rotation",),
-        "rotation_penalty.png",
-        rotation_penalty,
-        ("rotation_variants", "select_on"),
-        ("zoo", "rotation"),
-    ),
-    Claim(
-        "C2",
-        f"{GODFREY}, section 4, Fig. 1",
-        "the specification's reading of Fig. 1 (Myrtle, 32 pairs): full ≈ 0, G_ReLU < 10 % at all but one "
-        "layer, and below rank-1 where stitching is outside residual blocks",
-        "Myrtle: full stitching below G_ReLU and G_ReLU below rank 1 at every site, G_ReLU below 10 points "
-        "at all but one",
-        "full ~0, G_ReLU < 10 points at all but one layer, rank 1 above G_ReLU",
-        ("stitching",),
-        "stitching_penalty.png",
-        stitching_myrtle,
-        ("stitching_init", "stitching_optimizer", "stitching_protocol", "select_on"),
-        ("zoo", "stitching"),
-    ),
-    Claim(
-        "C3",
-        f"{GODFREY}, appendix D.2, Figs. 6, 7",
-        "the specification's reading of Figs. 6, 7 (ResNets, 16 pairs): layers inside residual blocks have "
-        "higher penalties for every method",
-        "ReLU ResNets: each pair's stitching penalty inside residual blocks above its penalty outside, "
-        "for every method",
-        "higher penalties inside blocks",
-        ("stitching",),
-        "stitching_penalty.png",
-        stitching_residual,
-        ("stitching_init", "stitching_optimizer", "stitching_protocol", "select_on"),
-        ("zoo", "stitching"),
-    ),
-    Claim(
-        "C4",
-        f"{GODFREY}, section 5, Tables 2, 4",
-        '"distinct representations register less similarity in terms of G_ReLU-Procrustes than orthogonal '
-        'Procrustes ... otherwise patterns largely follow those of orthogonal Procrustes" (section 5); the '
-        'ResNet20 curves are "qualitatively quite similar" (appendix)',
-        "ReLU networks, pooled over pairs: G_ReLU-Procrustes below orthogonal Procrustes on average over "
-        "sites, and its depth pattern correlated with orthogonal's",
-        "Table 2 (Myrtle, 32 pairs): 0.621/0.511/0.443/0.490 vs 0.772/0.574/0.509/0.583; Table 4 "
-        "(constant width, layer 10): 0.569 vs 0.541",
-        ("similarity",),
-        "similarity_procrustes.png",
-        procrustes_order,
-        ("select_on",),
-        ("zoo", "similarity"),
-    ),
-    Claim(
-        "C5",
-        f"{GODFREY}, appendix E, Figs. 2, 5, 11",
-        '"the G_ReLU-CKA exhibits a much more significant decay with network depth than its orthogonal '
-        'counterpart" (appendix E)',
-        "ReLU networks, pooled over pairs: the CKA of a site with the same site of the other member falls "
-        "more with depth for G_ReLU-CKA than for linear CKA",
-        "G_ReLU-CKA's diagonal decays with depth, linear CKA's less",
-        ("similarity",),
-        "similarity_cka.png",
-        cka_diagonal,
-        ("select_on",),
-        ("zoo", "similarity"),
-    ),
-    Claim(
-        "C6",
-        f"{GODFREY}, section 6, Fig. 3",
-        "the specification's reading of section 6: with the activation on the residual output, "
-        "interpretability falls with rotation; without it, it stays flat or rises",
-        "Dissection: the interpretable fraction falls from alpha 0 to 1 with a residual activation, more "
-        "than without one, and does not fall without one",
-        "fewer interpretable units after rotation only with a residual activation",
-        ("dissection",),
-        "dissection_fraction.png",
-        dissection_rotation,
-        ("select_on",),
-        ("zoo", "dissection"),
-    ),
-    Claim(
-        "C7",
-        f"{GODFREY}, appendix D.3, Table 3, Fig. 8",
-        "the specification's reading of Fig. 8: G_ReLU stitching penalties of LeakyReLU ResNet20s are flat "
-        "for slopes below 1",
-        "G_ReLU stitching penalties of the slopes below 1 within 5 points of the smallest slope's at every "
-        "site (our margin)",
-        "flat penalties for slopes < 1",
-        ("stitching", "zoo"),
-        "stitching_leaky_relu.png",
-        leaky_relu_flat,
-        ("stitching_init", "stitching_optimizer", "stitching_protocol", "select_on"),
-        ("zoo", "stitching"),
-    ),
-    Claim(
-        "L1",
-        f"{REBASIN}, abstract",
-        '"This transformation produces a functionally equivalent set of weights that lie in an '
-        'approximately convex basin near the reference model" (abstract)',
-        "The test-loss barrier of the line between two members falls when the second is first aligned to "
-        "the first by weight matching over permutations (paired within each pair, every variant)",
-        "no numbers in our copy of the paper (its figures; its code interpolates at 25 points)",
-        ("connectivity",),
-        "connectivity_curves.png",
-        aligned_below_unaligned,
-        (),
-        ("zoo", "connectivity"),
-    ),
-    Claim(
-        "L2",
-        f"{REBASIN}, ResNet20 width ablation (their code: widths 1x-32x, CIFAR-10)",
-        "the issue's reading of their width ablation: the loss barrier after weight matching shrinks as the width grows; "
-        '"we identify intriguing phenomena relating model width and training time to mode connectivity" '
-        "(abstract)",
-        "The test-loss barrier after weight matching over permutations is lower at the widest width of an "
-        "architecture than at its narrowest",
-        "no numbers in our copy of the paper (its width-ablation figure)",
-        ("connectivity",),
-        "connectivity_barriers.png",
-        barrier_shrinks_with_width,
-        (),
-        ("zoo", "connectivity"),
-    ),
-    Claim(
-        "T1",
-        f"{GODFREY}, Prop. 3.4, Thm. 4.2",
-        "Prop. 3.4: the weight-space action of the intertwiner group leaves the network function unchanged",
-        "G_ReLU elements act on the weights without changing the function (exact)",
-        "exact",
-        ("symmetry",),
-        "symmetry_summary.csv",
-        exact_symmetry,
-    ),
-    Claim(
-        "D1",
-        DEQ,
-        "the paper's accuracies of ridge-free kernel regression with the fully connected DEQ-NTK on the "
-        "whole training and test sets (CIFAR-10 and MNIST)",
-        "Our DEQ-NTK regression reaches the paper's accuracy on the run's data set at each variance setting "
-        "the paper reports for it (within 3 points, our margin)",
-        "CIFAR-10: 59.08 / 59.77 / 59.43 % at (.25,.25,.5) / (.6,.4,0) / (.8,.2,0); MNIST: 98.6 % at "
-        "(.25,.25,.5)",
-        ("deqntk",),
-        "deqntk_accuracy.png",
-        deq_accuracy,
-    ),
-    Claim(
-        "H1",
-        f"{PULLBACK}, Hypothesis 1 (path stability)",
-        '"we formulate the path stability hypothesis, claiming that the binary activation patterns largely '
-        'stabilize during training and get encoded in the pre-activation distribution of the final model" '
-        "(abstract, arXiv 2507.22832)",
-        "Zoo members' binary activation patterns on a fixed probe set (every ReLU call site) agree with the "
-        f"final pattern at the middle of training for at least {SETTLED:.0%} of their gates (our reading of "
-        '"largely")',
-        "a hypothesis; no measurement in the paper",
-        ("pullback_settling",),
-        "pullback_settling.png",
-        path_stability,
-    ),
-    Claim(
-        "L3",
-        OURS,
-        "none: Ainsworth et al. align by permutations alone; the G_ReLU alignment (permutations and "
-        "positive scales, the intertwiner group of ReLU) is ours",
-        "Weight matching over G_ReLU reaches a lower test-loss barrier than over permutations alone (paired "
-        "within each pair, every variant); reported whichever way it comes out",
-        "no claim of a paper",
-        ("connectivity",),
-        "connectivity_barriers.png",
-        grelu_alignment_below_permutations,
-        (),
-        ("zoo", "connectivity"),
-        kind="ours",
-    ),
-    Claim(
-        "P1",
-        OURS,
-        "none: the paper's experiments are qualitative; this is a property of our per-neuron temperature",
-        "Pullbacks are invariant to permutations; G_ReLU scalings change the global-temperature pullback "
-        "but not the gradient or the per-neuron-temperature one (ours)",
-        "no claim of the paper",
-        ("pullback_symmetry",),
-        "pullback_symmetry.png",
-        pullback_invariances,
-        kind="ours",
-    ),
-)
-
-
-def _paper_or_ours(text: str, settings: dict, *keys: str) -> str:
+def paper_or_ours(text: str, settings: dict, *keys: str) -> str:
     """``text`` and whether the run's values of the switches ``keys`` (settings named
     ``key.replace(".", "_")``) are the paper's (``intertwine.deviations``)."""
     paper = [paper_value(key) for key in keys]
@@ -999,37 +297,13 @@ def _paper_or_ours(text: str, settings: dict, *keys: str) -> str:
     )
 
 
-MODES = {
+#: What the mode column says of each setting a claim depends on (``Claim.settings``): the
+#: core's here, each stage's in its ``claims`` module (``MODES``).
+CORE_MODES = {
     "select_on": lambda s: (
         f"kept weights selected on {s['select_on']} ("
         + ("the released code" if s["select_on"] == "test" else "corrected; the released code: test")
         + ")"
-    ),
-    "stitching_init": lambda s: _paper_or_ours(f"stitching init {s['stitching_init']}", s, "stitching.init"),
-    "stitching_optimizer": lambda s: (
-        f"stitching {s['stitching_optimizer']} momentum {s['stitching_momentum']:g} ("
-        + (
-            "the released code"
-            if s["stitching_optimizer"] == "sgd" and s["stitching_momentum"] == 0
-            else "not the released code's plain SGD"
-        )
-        + ")"
-    ),
-    "stitching_protocol": lambda s: _paper_or_ours(
-        f"G_ReLU P update {s['stitching_permutation_update']}, batch-norm refresh "
-        f"{s['stitching_batch_norm_refresh']}",
-        s,
-        "stitching.permutation_update",
-        "stitching.batch_norm_refresh",
-    ),
-    "rotation_variants": lambda s: (
-        "rotation on "
-        + (", ".join(s["rotation_variants"]) or "no variant")
-        + (
-            " (a batch-norm-free Myrtle, as the paper)"
-            if any(s["batch_norm"].get(v) is False for v in s["rotation_variants"])
-            else " (with batch norm; the paper used a batch-norm-free Myrtle)"
-        )
     ),
 }
 
@@ -1085,16 +359,18 @@ def scorecard(
             f"the scorecard's settings lack {missing}: give the run's settings as the plan makes them "
             "(Plan.claims_settings; the claims rule passes them as --settings)"
         )
-    unknown = sorted(set(tables) - set(EVIDENCE))
+    evidence = all_evidence()
+    unknown = sorted(set(tables) - set(evidence))
     if unknown:
         raise ValueError(
-            f"unknown table {unknown[0]!r} given to the scorecard; the tables are {', '.join(EVIDENCE)} "
+            f"unknown table {unknown[0]!r} given to the scorecard; the tables are {', '.join(evidence)} "
             "(gated_findings apart)"
         )
     rows = []
-    for claim in CLAIMS:
+    modes = all_modes()
+    for claim in all_claims():
         if not all(name in tables for name in claim.tables if name != "zoo"):
-            result = _not_run(f"its stage is not in the config (needs {', '.join(claim.tables)})")
+            result = not_run(f"its stage is not in the config (needs {', '.join(claim.tables)})")
         else:
             result = _test(claim, tables, settings)
         rows.append(
@@ -1111,7 +387,7 @@ def scorecard(
                 "units": result.units,
                 "scale": scale_text(claim.scale, settings) if result.verdict != "not run" else "",
                 "evidence": result.evidence,
-                "mode": "; ".join(MODES[key](settings) for key in claim.settings),
+                "mode": "; ".join(modes[key](settings) for key in claim.settings),
                 "figure": claim.figure if result.verdict != "not run" else "",
             }
         )
@@ -1185,18 +461,56 @@ SETTINGS_KEYS = (
 
 #: Per table the scorecard reads, its column of evidence: a row whose value there is NaN is no
 #: evidence (a failed measurement), left out before any claim counts units or reaches a verdict.
-EVIDENCE = {
-    "zoo": None,
-    "symmetry": "relative_change",
-    "rotation": "penalty",
-    "stitching": "penalty",
-    "similarity": "value",
-    "connectivity": "loss",
-    "dissection": "fraction_interpretable",
-    "pullback_symmetry": "cos_min",
-    "pullback_settling": "agreement",
-    "deqntk": "test_acc",
-}
+CORE_EVIDENCE = {"zoo": None}
+
+
+def _stage_parts(name: str) -> list:
+    """``name`` (``CLAIMS``, ``EVIDENCE``, ``MODES``) of every stage's ``claims`` module."""
+    from intertwine.workflow import stages
+
+    return [getattr(stages.part(stage, "claims"), name, {}) for stage in stages.with_part("claims")]
+
+
+@functools.cache
+def all_claims() -> tuple[Claim, ...]:
+    """Every stage's claims, in the scorecard's order (``ORDER``)."""
+    found = {claim.claim: claim for claims in _stage_parts("CLAIMS") for claim in claims}
+    if set(found) != set(ORDER):
+        raise RuntimeError(
+            f"the stages' claims {sorted(found)} are not the scorecard's ORDER {sorted(ORDER)}: list a "
+            "new claim in intertwine.claims.ORDER"
+        )
+    return tuple(found[claim] for claim in ORDER)
+
+
+@functools.cache
+def all_evidence() -> dict[str, str | None]:
+    """Per table the scorecard reads, its column of evidence (None: the table is context)."""
+    return {**CORE_EVIDENCE, **{k: v for part in _stage_parts("EVIDENCE") for k, v in part.items()}}
+
+
+@functools.cache
+def all_modes() -> dict[str, Callable[[dict], str]]:
+    """Per setting a claim depends on, what the mode column says of it."""
+    return {**CORE_MODES, **{k: v for part in _stage_parts("MODES") for k, v in part.items()}}
+
+
+def scorecard_tables() -> dict[str, object]:
+    """The tables the scorecard reads (``intertwine claims --table NAME=PATH``) with their schemas,
+    in report order; ``gated_findings`` (a CSV, ``tables.GATED_FINDINGS_COLUMNS``) has none."""
+    from intertwine.tables import stage_tables
+
+    read = {name for claim in all_claims() for name in claim.tables}
+    return {**{name: s for name, s in stage_tables().items() if name in read}, "gated_findings": None}
+
+
+def __getattr__(name: str):
+    # The assembled registries under their former names (they are built from the stages' modules,
+    # which import this one, so only on first use).
+    built = {"CLAIMS": all_claims, "EVIDENCE": all_evidence, "MODES": all_modes}
+    if name in built:
+        return built[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _test(claim: Claim, tables: dict[str, pd.DataFrame], settings: dict) -> Result:
@@ -1205,7 +519,7 @@ def _test(claim: Claim, tables: dict[str, pd.DataFrame], settings: dict) -> Resu
     a column the claim reads is an error naming the table and the column."""
     given, dropped = dict(tables), []
     for name in claim.tables:
-        column = EVIDENCE.get(name)
+        column = all_evidence().get(name)
         if column is None or name not in tables:
             continue
         table = tables[name]

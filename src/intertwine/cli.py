@@ -22,49 +22,35 @@ import sys
 from intertwine.workflow import stages
 from intertwine.workflow.commands import Commands, json_object, log
 
-# The tables `intertwine table --schema` writes: the pyarrow schemas of intertwine.tables (named
-# here, so that the parser does not import pyarrow; tests/test_cli.py checks the two agree).
-TABLE_SCHEMAS = (
-    "zoo",
-    "zoo_epochs",
-    "symmetry",
-    "rotation",
-    "stitching",
-    "similarity",
-    "connectivity",
-    "dissection",
-    "dissection_units",
-    "gated",
-    "gated_ensemble",
-    "npk",
-    "deqntk",
-    "kernel_reference",
-    "pullback_symmetry",
-    "pullback_agreement",
-    "pullback_faithfulness",
-    "pullback_transfer",
-    "pullback_settling",
-    "pullback_external",
-)
-
 
 def claims_table(text: str) -> tuple[str, str]:
     """A claims table as NAME=PATH: (name, path), the name one the scorecard reads."""
-    from intertwine.tables import CLAIMS_SCHEMAS
+    from intertwine.claims import scorecard_tables
 
+    known = scorecard_tables()
     name, equals, path = text.partition("=")
     if not equals or not name or not path:
         raise argparse.ArgumentTypeError(
             f"expected NAME=PATH (e.g. rotation=results/tables/rotation.parquet), got {text!r}"
         )
-    if name not in CLAIMS_SCHEMAS:
-        close = difflib.get_close_matches(name, CLAIMS_SCHEMAS, n=1)
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=1)
         raise argparse.ArgumentTypeError(
             f"unknown table {name!r}"
             + (f" (did you mean {close[0]!r}?)" if close else "")
-            + f"; the tables are {', '.join(CLAIMS_SCHEMAS)}"
+            + f"; the tables are {', '.join(known)}"
         )
     return name, path
+
+
+def table_schema(name: str):
+    """A stage's table by name: its schema (``intertwine.tables.schema``)."""
+    from intertwine.tables import schema
+
+    try:
+        return schema(name)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def cmd_check_config(args) -> None:
@@ -92,8 +78,8 @@ def cmd_prepare_data(args) -> None:
 def cmd_claims(args) -> None:
     import pandas as pd
 
-    from intertwine.claims import as_rst, scorecard
-    from intertwine.tables import CLAIMS_SCHEMAS, GATED_FINDINGS_COLUMNS, read_parquet, write_csv
+    from intertwine.claims import as_rst, scorecard, scorecard_tables
+    from intertwine.tables import GATED_FINDINGS_COLUMNS, read_parquet, write_csv
     from intertwine.utils import atomic_path
 
     names = [name for name, _ in args.table]
@@ -102,7 +88,7 @@ def cmd_claims(args) -> None:
         raise ValueError(f"--table {twice[0]}= is given twice; give each table once")
     tables = {}
     for name, path in args.table:
-        schema = CLAIMS_SCHEMAS[name]
+        schema = scorecard_tables()[name]
         try:
             if schema is None:
                 tables[name] = pd.read_csv(path)
@@ -126,10 +112,9 @@ def cmd_claims(args) -> None:
 
 
 def cmd_table(args) -> None:
-    from intertwine import tables
+    from intertwine.tables import read_parquet, write_parquet
 
-    schema = getattr(tables, args.schema.upper())
-    tables.write_parquet(tables.read_parquet(args.parts, schema), args.out, schema)
+    write_parquet(read_parquet(args.parts, args.schema), args.out, args.schema)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -194,7 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = cli.add("table", cmd_table, "concatenate per-job Parquet files into a stage's table", out="the table")
     p.add_argument("parts", nargs="+", help="per-job Parquet files of one stage")
     p.add_argument(
-        "--schema", required=True, choices=TABLE_SCHEMAS, help="the table's schema in intertwine.tables"
+        "--schema",
+        type=table_schema,
+        required=True,
+        help="the table's name (e.g. rotation, zoo_epochs): its schema is in its stage's folder",
     )
 
     for stage in stages.with_part("commands"):  # each stage adds its own

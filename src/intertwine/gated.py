@@ -1,40 +1,14 @@
-"""The gated-networks study (Lakshminarayanan & Singh): the invariance checks of a zoo member's
-neural path kernel and gate kernels, the study's accuracy table beside the paper's Tables I-III,
-and which of the paper's findings a run reproduces. (The models are
-:mod:`intertwine.models.gated`; the kernels :mod:`intertwine.kernels.npk` and
-:mod:`intertwine.kernels.members`.)
+"""Deprecated: the gated-networks study (its kernel checks, its table beside the paper's and its
+findings) moved to :mod:`intertwine.workflow.stages.gated.study` (issue 35), and ``has_npk``,
+``npk_inputs``, ``member_npk``, ``logit_ensemble``, ``value_weight_ntk``, ``value_weight_ntk_factor``
+to :mod:`intertwine.kernels` (library code, no workflow). Their names stay importable from here for
+one release, each with a DeprecationWarning."""
 
-``has_npk``, ``npk_inputs``, ``member_npk``, ``logit_ensemble``, ``value_weight_ntk`` and
-``value_weight_ntk_factor`` moved to :mod:`intertwine.kernels` (library code, no workflow); this
-module re-exports them for one release with a DeprecationWarning.
-"""
-
-from __future__ import annotations
-
-import copy
-import math
+import importlib
 import warnings
 
-import numpy as np
-import pandas as pd
-import torch
-from torch import Tensor, nn
-
-from intertwine import paper, symmetry
-from intertwine.kernels import members as _members
-from intertwine.kernels import npk
-from intertwine.models.gated import GatedNet
-from intertwine.measures import kernel_cka
-
-__all__ = [
-    "ensemble_table",
-    "findings",
-    "kernel_checks",
-    "study_table",
-]
-
-#: The names that moved to :mod:`intertwine.kernels`, importable from here for one release.
-_MOVED = (
+#: The names that moved to :mod:`intertwine.kernels`.
+_TO_KERNELS = (
     "has_npk",
     "logit_ensemble",
     "member_npk",
@@ -42,337 +16,30 @@ _MOVED = (
     "value_weight_ntk",
     "value_weight_ntk_factor",
 )
+#: The study's names, now in the gated stage's folder.
+_TO_STUDY = (
+    "SHIFT_IMAGES",
+    "kernel_checks",
+    "study_table",
+    "ensemble_table",
+    "RECOVERS",
+    "BARELY",
+    "PAPER_MIN_EPOCHS",
+    "findings",
+)
 
 
 def __getattr__(name: str):
-    if name in _MOVED:
-        warnings.warn(
-            f"intertwine.gated.{name} is deprecated and will be removed in the next release: import it "
-            f"from intertwine.kernels",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(_members, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _relative(new: Tensor, old: Tensor) -> float:
-    return float((new - old).norm() / old.norm().clamp_min(1e-300))
-
-
-SHIFT_IMAGES = 8
-
-
-def kernel_checks(
-    model: nn.Module, x: Tensor, generator: torch.Generator, shift: int = 1, value_ntk_draws: int = 0
-) -> list[dict]:
-    """One row per kernel of a member on normalised probe images ``x``: its NPK (when
-    :func:`intertwine.kernels.has_npk`) and the gate kernel of every site, each with
-
-    * ``permutation_error``: the relative change ||K' - K|| / ||K|| when random G_ReLU elements act
-      on the weights (``symmetry.random_elements``, tied as a gated network needs): 0 up to rounding,
-      since the gates permute with the units;
-    * ``shift_error`` (NPK only): the relative change of NPK(x, x') when every x' is cyclically
-      shifted by ``shift`` pixels along the width, on the first ``SHIFT_IMAGES`` images: exactly 0
-      for circular padding without pools (SEEDS.md), and for the zoo's zero-padded, pooled networks
-      a measure of how far the boundary and the pools break the invariance;
-    * ``ntk_cka``: CKA of the kernel with the member's empirical NTK (all trainable parameters,
-      every logit) on the same images: the trained network's NTK, not the quantity of the paper's
-      Thm 2.1, and of a network with biases and batch norms, whose NPK is that of its bias-free
-      idealisation;
-    * ``value_ntk_error``, ``value_ntk_z`` (a gated network's NPK, with ``value_ntk_draws``): Thm
-      2.1's quantity, :func:`intertwine.kernels.value_weight_ntk` at sigma 1 over that many draws, against
-      ``d NPK``: the relative Frobenius distance, and the largest entry's distance in standard
-      errors of the mean.
-
-    Computed in float64 on a copy; the model is left as it is.
-    """
-    model = copy.deepcopy(model).double().eval()
-    x = x.double()
-    ntk = npk.empirical_ntk(model, x)
-    kernels = _members.site_gate_kernels(model, x)
-    kinds = {site: "gate" for site in kernels}
-    acted_model = symmetry.act_on_weights(model, symmetry.random_elements(model, "grelu", generator))
-    acted = _members.site_gate_kernels(acted_model, x)
-    shifted = {}
-    if _members.has_npk(model):
-        kernels = {"model": _members.member_npk(model, x)} | kernels
-        kinds["model"] = "npk"
-        acted["model"] = _members.member_npk(acted_model, x)
-        few = x[:SHIFT_IMAGES]  # the cross kernel costs as much as the whole one: a few images tell
-        shifted["model"] = _members.member_npk(model, few, torch.roll(few, shift, dims=-1))
-    value_ntk = {}
-    if value_ntk_draws and isinstance(model, GatedNet):
-        mean, se = _members.value_weight_ntk(model, x, draws=value_ntk_draws, generator=generator)
-        expected = _members.value_weight_ntk_factor(model) * kernels["model"]
-        value_ntk = {
-            "value_ntk_error": _relative(mean, expected),
-            "value_ntk_z": float(((mean - expected).abs() / se.clamp_min(1e-300)).max()),
-        }
-    rows = []
-    for site, kernel in kernels.items():
-        rows.append(
-            {
-                "kernel": kinds[site],
-                "site": site,
-                "permutation_error": _relative(acted[site], kernel),
-                "shift_error": _relative(shifted[site], kernel[: len(shifted[site]), : len(shifted[site])])
-                if site in shifted
-                else float("nan"),
-                "ntk_cka": kernel_cka(kernel, ntk) if _varies(kernel) else float("nan"),
-                "value_ntk_error": value_ntk.get("value_ntk_error", math.nan)
-                if site == "model"
-                else math.nan,
-                "value_ntk_z": value_ntk.get("value_ntk_z", math.nan) if site == "model" else math.nan,
-            }
-        )
-    return rows
-
-
-def _varies(kernel: Tensor) -> bool:
-    """A kernel that is not constant up to centring (CKA is undefined on a dead site's)."""
-    centred = kernel - kernel.mean(0, keepdim=True) - kernel.mean(1, keepdim=True) + kernel.mean()
-    return bool(centred.abs().max() > 1e-12 * kernel.abs().max().clamp_min(1e-300))
-
-
-# --- the study's table and findings -------------------------------------------------------------
-
-
-def study_table(
-    zoo: pd.DataFrame, specs: dict[str, dict], dataset: str, epochs: dict[str, int]
-) -> pd.DataFrame:
-    """One row per member of the study's variants (``specs``: variant -> normalised spec) from the
-    zoo table: its architecture, family (dnn for a plain network), regime, value input, gate
-    permutation, beta, test accuracy, and the paper's table, row and accuracy where it reports
-    one (``paper.reported_gated``; trained ``epochs[variant]`` epochs on ``dataset``)."""
-    rows = []
-    for variant, spec in specs.items():
-        gated = spec.get("gated")
-        perm = None if gated is None else gated["gate_perm"]
-        reported = paper.reported_gated(spec, dataset, epochs[variant])
-        for _, member in zoo[zoo["variant"] == variant].iterrows():
-            rows.append(
-                {
-                    "variant": variant,
-                    "seed": int(member["seed"]),
-                    "base_arch": spec["arch"],
-                    "base": _base(spec),
-                    "width_multiplier": spec["width_multiplier"],
-                    "family": "dnn" if gated is None else gated["family"],
-                    "regime": None if gated is None else gated["regime"],
-                    "value_input": "x" if gated is None else gated["value_input"],
-                    "gate_perm": None if perm is None else ",".join(map(str, perm)),
-                    "permuted": perm is not None and perm != sorted(perm),
-                    "beta": None if gated is None or gated["regime"] != "standalone" else gated["beta"],
-                    "dataset": dataset,
-                    "test_acc": float(member["test_acc"]),
-                    "paper_table": None if reported is None else reported[0],
-                    "paper_row": None if reported is None else reported[1],
-                    "paper_acc": None if reported is None else reported[2] / 100,
-                    "paper_sd": None if reported is None else reported[3] / 100,
-                    "config_hash": member["config_hash"],
-                    "version": member["version"],
-                }
-            )
-    if not rows:
-        raise ValueError(f"the zoo table has no member of the gated study's variants {list(specs)}")
-    return pd.DataFrame(rows)
-
-
-def ensemble_table(
-    ensembles: pd.DataFrame, specs: dict[str, dict], dataset: str, epochs: dict[str, int]
-) -> pd.DataFrame:
-    """The logit ensembles' rows (``tables.GATED_ENSEMBLE``) with the paper's number beside each
-    where it reports one (``paper.reported_ensemble``): ``tables.ENSEMBLE_COLUMNS``."""
-    from intertwine.tables import ENSEMBLE_COLUMNS
-
-    rows = []
-    for row in ensembles.to_dict("records"):
-        reported = paper.reported_ensemble(
-            specs[row["variant"]], dataset, epochs[row["variant"]], row["members"]
-        )
-        rows.append(
-            {column: row[column] for column in ENSEMBLE_COLUMNS[:8]}
-            | {
-                "paper_row": "" if reported is None else reported[0],
-                "paper_acc": None if reported is None else reported[1] / 100,
-            }
-        )
-    return pd.DataFrame(rows, columns=list(ENSEMBLE_COLUMNS))
-
-
-def _base(spec: dict) -> str:
-    """The plain network a study variant is built on, e.g. "myrtle w0.125" or "myrtle cw16":
-    findings compare variants of one base only."""
-    width = f"cw{spec['constant_width']}" if spec.get("constant_width") else f"w{spec['width_multiplier']:g}"
-    return f"{spec['arch']} {width}"
-
-
-def _group(table: pd.DataFrame, **where) -> np.ndarray:
-    mask = np.ones(len(table), bool)
-    for column, value in where.items():
-        mask &= (table[column] == value).to_numpy()
-    return table.loc[mask, "test_acc"].to_numpy() * 100
-
-
-#: The paper's own threshold (abstract): "the DLGN recovers more than 83.5 % of the performance of
-#: state-of-the-art DNNs" (worst case in its tables: 61.5 / 73.4 = 83.8 %, CIFAR-100 VGG16).
-RECOVERS = 0.835
-#: Our margins, in accuracy points (the paper gives none): the value input's |x - ones| within 2
-#: points (the paper's largest, Tables I and II: 0.6), and a gate permutation costing less than 2
-#: points (the paper's permuted - identity, Table I on both data sets: -0.1 .. +1.9).
-BARELY = 2.0
-#: The smallest training budget the paper states for a gated network (Table II's VGG16: 32 epochs;
-#: Table I states none): a run below it says so beside its verdicts.
-PAPER_MIN_EPOCHS = 32
-
-
-def findings(table: pd.DataFrame, epochs: dict[str, int] | None = None) -> pd.DataFrame:
-    """Which of the paper's findings the study reproduces, per base network (architecture and width),
-    from its standalone variants, with members as units (``intertwine.claims.judge``: 95 % Welch
-    intervals, Holm within a finding):
-
-    - the DLGN recovers more than 83.5 % of the DNN's accuracy (DLGN - 0.835 DNN above 0, each value
-      input the study trains);
-    - the value input barely matters, per family (x - ones within +-2 points, our margin);
-    - a gate permutation barely matters (permuted - identity above -2 points, our margin), per family
-      and value input.
-
-    ``epochs``: {variant: training epochs}, for the scale column. Columns: finding, source, sentence,
-    paper, ours, verdict (reproduced, not reproduced, inconclusive, not run), evidence, units, scale,
-    below_budget."""
-    from intertwine.claims import Comparison, Estimate, within
-
-    rows = []
-    base = table[(table["regime"].isna()) | (table["regime"] == "standalone")]
-    for arch, group in base.groupby("base", sort=False):
-        trained = (
-            [] if epochs is None or "variant" not in group else [epochs[v] for v in group["variant"].unique()]
-        )
-        scale = (
-            f"{min(trained)}-{max(trained)} epochs"
-            if trained and min(trained) != max(trained)
-            else f"{trained[0]} epochs"
-            if trained
-            else ""
-        )
-        scale += (", " if scale else "") + "the paper: 32 to 2000 (Tables II, III; Table I states none)"
-        below = (
-            f"at {max(trained)} epochs (the paper: 32 or more)"
-            if trained and max(trained) < PAPER_MIN_EPOCHS
-            else ""
-        )
-
-        def finding(
-            name, source, sentence, reported, comparisons, units, missing, arch=arch, scale=scale, below=below
-        ):
-            row = _finding(f"{arch}: {name}", source, sentence, reported, comparisons, units, missing)
-            rows.append(row | {"scale": scale, "below_budget": below if row["verdict"] != "not run" else ""})
-
-        plain = group[~group["permuted"]]
-        dnn = _group(group, family="dnn")
-        recovers = []
-        for value_input in ("x", "ones"):
-            dlgn = _group(plain, family="dlgn", value_input=value_input)
-            if len(dnn) and len(dlgn):
-                recovers.append(
-                    Comparison(
-                        f"DLGN({'x,x' if value_input == 'x' else 'x,1'}) {dlgn.mean():.1f} - 0.835 x DNN {dnn.mean():.1f}",
-                        Estimate.difference(dlgn, dnn, RECOVERS),
-                        +1,
-                    )
-                )
-        finding(
-            "the DLGN recovers more than 83.5 % of the DNN's accuracy",
-            "abstract; Tables I, II",
-            '"the DLGN recovers more than 83.5% of the performance of state-of-the-art DNNs" (abstract)',
-            "DLGN/DNN 0.94 (C4GAP), 0.93 (VGG16), 0.84 at worst (CIFAR-100 VGG16)",
-            recovers,
-            f"{len(dnn)} DNN, {len(_group(plain, family='dlgn'))} DLGN members",
-            "needs dnn and dlgn variants",
-        )
-        for family in ("dgn", "dlgn"):
-            x = _group(plain, family=family, value_input="x")
-            ones = _group(plain, family=family, value_input="ones")
-            comparisons = []
-            if len(x) and len(ones):
-                d = Estimate.difference(x, ones)
-                comparisons = within("x - ones", d, BARELY, scale=1)
-            finding(
-                f"the value input barely matters ({family.upper()})",
-                "Tables I, II",
-                f"the specification's reading of Tables I, II: {family.upper()}(x,x) and {family.upper()}(x,1) "
-                "within 0.6 points of each other",
-                "|x - ones| <= 0.6 points",
-                comparisons,
-                f"{len(x)} x, {len(ones)} ones members",
-                "needs x and ones variants",
-            )
-        permuted = group[group["permuted"]]
-        comparisons = []
-        for (family, value_input), members in permuted.groupby(["family", "value_input"]):
-            identity = _group(plain, family=family, value_input=value_input)
-            if len(identity):
-                d = Estimate.difference(members["test_acc"].to_numpy() * 100, identity)
-                comparisons.append(
-                    Comparison(
-                        f"{family} {value_input} permuted - identity above -{BARELY:g}",
-                        d.shift(-BARELY),
-                        +1,
-                        threshold=-BARELY,
-                    )
-                )
-        finding(
-            "the gate permutation barely matters",
-            "Table I",
-            "the specification's reading of Table I: permuted gate layers within -0.1..+1.9 points of the "
-            "identity (both data sets)",
-            "permuted - identity -0.1..+1.9 points (Table I)",
-            comparisons,
-            f"{len(permuted)} permuted members",
-            "needs a permuted variant and the identity-gate variant of its family and value input",
-        )
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "finding",
-            "source",
-            "sentence",
-            "paper",
-            "ours",
-            "verdict",
-            "evidence",
-            "units",
-            "scale",
-            "below_budget",
-        ],
+    if name in _TO_KERNELS:
+        where = "intertwine.kernels"
+    elif name in _TO_STUDY:
+        where = "intertwine.workflow.stages.gated.study"
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"intertwine.gated.{name} is deprecated and will be removed in the next release: import it "
+        f"from {where}",
+        DeprecationWarning,
+        stacklevel=2,
     )
-
-
-def _finding(name, source, sentence, reported, comparisons, units, missing) -> dict:
-    """One finding's row: its verdict by ``intertwine.claims.judge`` (``not run`` without comparisons)."""
-    from intertwine.claims import describe, judge
-
-    if not comparisons:
-        return {
-            "finding": name,
-            "source": source,
-            "sentence": sentence,
-            "paper": reported,
-            "ours": "",
-            "verdict": "not run",
-            "evidence": missing,
-            "units": "",
-        }
-    judgement = judge(comparisons)
-    ours = describe(comparisons, judgement.agreement, 1)
-    return {
-        "finding": name,
-        "source": source,
-        "sentence": sentence,
-        "paper": reported,
-        "ours": ours,
-        "verdict": judgement.verdict,
-        "evidence": f"Welch 95 % intervals over members (points), {judgement.note}",
-        "units": units,
-    }
+    return getattr(importlib.import_module(where), name)

@@ -220,7 +220,8 @@ def write_pack(pack: str | Path, members: dict[int, tuple[dict, pd.DataFrame] | 
     """Write a trained pack at once: built in a hidden directory beside it and renamed into place,
     so a killed job leaves no half pack; an existing pack is never replaced (its members'
     checkpoints are links to its files)."""
-    from intertwine.tables import ZOO_EPOCHS, write_parquet
+    from intertwine.workflow.stages.zoo.tables import ZOO_EPOCHS
+    from intertwine.tables import write_parquet
 
     pack = Path(pack)
     if pack.exists() and any(pack.iterdir()):
@@ -252,7 +253,8 @@ def unpack_member(pack: str | Path, seed: int, checkpoint_out: str | Path, metri
     file system has no links). A member that diverged in the pack is its ``DivergedError``. The
     files are read before they are linked: a damaged one is a ``CheckpointError`` that says to
     delete the pack and its members' links (``repair_pack``), never a link to the damage."""
-    from intertwine.tables import ZOO_EPOCHS, read_parquet
+    from intertwine.workflow.stages.zoo.tables import ZOO_EPOCHS
+    from intertwine.tables import read_parquet
 
     checkpoint_path, metrics_path, diverged_path = pack_files(pack, seed)
     if diverged_path.exists():
@@ -283,12 +285,20 @@ def unpack_member(pack: str | Path, seed: int, checkpoint_out: str | Path, metri
                 shutil.copyfile(source, tmp)
 
 
-def zoo_table(epoch_tables: list[pd.DataFrame]) -> pd.DataFrame:
-    """One row per zoo member from the per-epoch metrics (the kept epoch's accuracies)."""
-    epochs = pd.concat(epoch_tables, ignore_index=True)
-    grouped = epochs.groupby(["variant", "seed"], sort=True)
-    summary = grouped.agg(epochs=("epoch", "max"), train_seconds=("epoch_seconds", "sum"))
-    kept = epochs[epochs["kept"]].set_index(["variant", "seed"])
-    columns = ["val_acc", "test_acc", "n_params", "device", "checkpoint", "config_hash", "version"]
-    table = kept[columns].join(summary).rename_axis(["variant", "seed"]).reset_index()
-    return table.assign(best_epoch=kept["epoch"].to_numpy())
+
+
+def __getattr__(name: str):
+    # zoo_table moved to the zoo stage's folder (issue 35); importable from here for one release.
+    if name == "zoo_table":
+        import warnings
+
+        from intertwine.workflow.stages.zoo.study import zoo_table
+
+        warnings.warn(
+            "intertwine.zoo.zoo_table is deprecated and will be removed in the next release: import it "
+            "from intertwine.workflow.stages.zoo.study",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return zoo_table
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -99,6 +99,19 @@ def job(stage, function):
     return f"{stages.module_name(stage, 'job')}:{function}"
 
 
+# What a stage's table job computes beyond collecting its jobs' rows.
+TABLE_COMPUTES = {
+    "zoo": [stages.module_name("zoo", "study") + ":zoo_table"],
+    "symmetry": [stages.module_name("symmetry", "study") + ":summarize"],
+    "gated": [
+        stages.module_name("gated", "study") + ":study_table",
+        stages.module_name("gated", "study") + ":findings",
+        "intertwine.paper",
+    ],
+    "pullback": [stages.module_name("pullback", "study") + ":summarize"],
+    "deqntk": ["intertwine.paper"],  # the table holds the paper's accuracies beside ours
+}
+
 STAGE_ENTRIES = {
     "data": ["intertwine.data:build_dataset", "intertwine.data:write_dataset"],
     # "zoo", "stitching", ...: the stage's job module
@@ -119,19 +132,21 @@ STAGE_ENTRIES = {
         job("pullback", "pullback_settling"),
         stages.module_name("pullback", "figures") + ":pullback_settling",
     ],
-    "tables": ["intertwine.tables"],
-    # Table jobs that compute more than they collect: what they compute is part of their identity.
-    "zoo_table": ["intertwine.tables", "intertwine.zoo:zoo_table"],
-    "symmetry_table": ["intertwine.tables", "intertwine.symmetry_study:summarize"],
-    "gated_table": [
-        "intertwine.tables",
-        "intertwine.gated:study_table",
-        "intertwine.gated:findings",
-        "intertwine.paper",
+    # "zoo_table", ...: the schemas in the stage's folder, and what the job computes beyond collecting
+    **{
+        f"{stage}_table": [
+            "intertwine.tables",
+            stages.module_name(stage, "tables"),
+            *TABLE_COMPUTES.get(stage, []),
+        ]
+        for stage in stages.with_part("tables")
+    },
+    # the scorecard: its rule, every stage's claims and the tables it reads
+    "claims": [
+        "intertwine.claims",
+        *(stages.module_name(stage, "claims") for stage in stages.with_part("claims")),
+        *(stages.module_name(stage, "tables") for stage in stages.with_part("tables")),
     ],
-    "pullback_table": ["intertwine.tables", "intertwine.pullback_study:summarize"],
-    "claims": ["intertwine.claims"],
-    "deqntk_table": ["intertwine.tables", "intertwine.paper"],  # the table holds the paper's accuracies
 }
 
 

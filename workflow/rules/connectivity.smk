@@ -38,7 +38,7 @@ rule connectivity_table:
     resources:
         **on_cpu(),
     params:
-        code=code_hash("tables"),
+        code=code_hash("connectivity_table"),
     shell:
         "intertwine table {input} --schema connectivity --out {output} > {log} 2>&1"
 

@@ -174,7 +174,7 @@ rule kernel_reference_table:
     resources:
         **on_cpu(),
     params:
-        code=code_hash("tables"),
+        code=code_hash("deqntk_table"),
     shell:
         "intertwine table {input} --schema kernel_reference --out {output} > {log} 2>&1"
 

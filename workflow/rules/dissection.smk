@@ -68,7 +68,7 @@ rule dissection_table:
     resources:
         **on_cpu(),
     params:
-        code=code_hash("tables"),
+        code=code_hash("dissection_table"),
     shell:
         "(intertwine table {input.summaries} --schema dissection --out {output.table}"
         " && intertwine table {input.units} --schema dissection_units --out {output.units}) > {log} 2>&1"

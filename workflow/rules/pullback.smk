@@ -228,7 +228,7 @@ rule pullback_settling:
         **on_cpu(),
     params:
         figures=as_json(config["figures"]),
-        code=[code_hash("pullback_settling"), code_hash("tables")],
+        code=[code_hash("pullback_settling"), code_hash("pullback_table")],
     shell:
         "intertwine pullback-settling --checkpoints {input} --out {output.table} --figure {output.figure}"
         " --figures {params.figures:q} --other-formats {output.other_formats} > {log} 2>&1"

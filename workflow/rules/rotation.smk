@@ -41,7 +41,7 @@ rule rotation_table:
     resources:
         **on_cpu(),
     params:
-        code=code_hash("tables"),
+        code=code_hash("rotation_table"),
     shell:
         "intertwine table {input} --schema rotation --out {output} > {log} 2>&1"
 

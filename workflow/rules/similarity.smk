@@ -39,7 +39,7 @@ rule similarity_table:
     resources:
         **on_cpu(),
     params:
-        code=code_hash("tables"),
+        code=code_hash("similarity_table"),
     shell:
         "intertwine table {input} --schema similarity --out {output} > {log} 2>&1"
 

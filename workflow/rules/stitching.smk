@@ -40,7 +40,7 @@ rule stitching_table:
     resources:
         **on_cpu(),
     params:
-        code=code_hash("tables"),
+        code=code_hash("stitching_table"),
     shell:
         "intertwine table {input} --schema stitching --out {output} > {log} 2>&1"
 

@@ -2,9 +2,11 @@
 
 A folder holds its stage's parts as modules of fixed names: ``plan`` (its part of
 :class:`intertwine.plan.Plan`, named ``<Stage>Plan``), ``job`` (its jobs, one function per torch
-rule), ``commands`` (its subcommands, added by ``add_commands``) and ``figures``. The plan, the
-command line, the code identities of the jobs and the tests find a stage's parts through this
-registry (``part``, ``with_part``), never through a list of their own.
+rule), ``commands`` (its subcommands, added by ``add_commands``), ``tables`` (its tables' schemas,
+``TABLES``), ``figures``, ``claims`` (its claims, ``CLAIMS``, with the columns of evidence and the
+mode texts they read) and ``study`` (what its table job computes beyond collecting rows). The plan,
+the command line, the tables, the scorecard, the code identities of the jobs and the tests find a
+stage's parts through this registry (``part``, ``with_part``), never through a list of their own.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ STAGES = (
 
 
 def module_name(stage: str, name: str) -> str:
-    """The dotted name of ``stage``'s part ``name`` (``plan``, ``job``, ``commands``, ``figures``)."""
+    """The dotted name of ``stage``'s part ``name`` (``plan``, ``job``, ``commands``, ``tables``,
+    ``figures``, ``claims``, ``study``)."""
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}: the stages are {', '.join(STAGES)}")
     return f"{__name__}.{stage}.{name}"

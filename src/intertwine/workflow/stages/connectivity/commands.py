@@ -11,8 +11,9 @@ from intertwine.workflow.commands import (
 
 
 def cmd_connectivity_pair(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.connectivity.job import connectivity_pair
-    from intertwine.tables import CONNECTIVITY, write_parquet
+    from intertwine.workflow.stages.connectivity.tables import CONNECTIVITY
 
     write_parquet(
         connectivity_pair(job_context(args), args.a, args.b, args.pair, args.config), args.out, CONNECTIVITY
@@ -20,12 +21,13 @@ def cmd_connectivity_pair(args) -> None:
 
 
 def cmd_connectivity_figure(args) -> None:
+    from intertwine.tables import read_parquet, write_csv
     from intertwine.workflow.stages.connectivity.figures import (
         connectivity_barriers,
         connectivity_curves,
         connectivity_summary,
     )
-    from intertwine.tables import CONNECTIVITY, read_parquet, write_csv
+    from intertwine.workflow.stages.connectivity.tables import CONNECTIVITY
 
     table = read_parquet([args.table], CONNECTIVITY)
     save_figure_files(connectivity_curves(table), args.curves, args.other_formats, args.figures)

@@ -24,30 +24,34 @@ def cmd_deqntk_gram(args) -> None:
 
 
 def cmd_deqntk_regression(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.deqntk.job import deqntk_regression
-    from intertwine.tables import DEQNTK, write_parquet
+    from intertwine.workflow.stages.deqntk.tables import DEQNTK
 
     row = deqntk_regression(job_context(args), args.variances, args.n_train, args.blocks, args.config)
     write_parquet(row, args.out, DEQNTK)
 
 
 def cmd_deqntk_depth(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.deqntk.job import deqntk_depth
-    from intertwine.tables import DEQNTK, write_parquet
+    from intertwine.workflow.stages.deqntk.tables import DEQNTK
 
     write_parquet(deqntk_depth(job_context(args), args.draw, args.config), args.out, DEQNTK)
 
 
 def cmd_deqntk_conv(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.deqntk.job import deqntk_conv
-    from intertwine.tables import DEQNTK, write_parquet
+    from intertwine.workflow.stages.deqntk.tables import DEQNTK
 
     write_parquet(deqntk_conv(job_context(args), args.config), args.out, DEQNTK)
 
 
 def cmd_kernel_reference_member(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.deqntk.job import kernel_reference_member
-    from intertwine.tables import KERNEL_REFERENCE, write_parquet
+    from intertwine.workflow.stages.deqntk.tables import KERNEL_REFERENCE
 
     write_parquet(
         kernel_reference_member(job_context(args), args.checkpoint, args.config), args.out, KERNEL_REFERENCE
@@ -56,7 +60,8 @@ def cmd_kernel_reference_member(args) -> None:
 
 def cmd_deqntk_table(args) -> None:
     from intertwine.paper import reported_deqntk
-    from intertwine.tables import DEQNTK, read_parquet, write_parquet
+    from intertwine.tables import read_parquet, write_parquet
+    from intertwine.workflow.stages.deqntk.tables import DEQNTK
 
     table = read_parquet(args.parts, DEQNTK)
     # The paper's accuracy as a fraction, like test_acc (the claims subtract one from the other).
@@ -71,9 +76,11 @@ def cmd_deqntk_table(args) -> None:
 
 
 def cmd_deqntk_figure(args) -> None:
-    from intertwine.workflow.stages.deqntk.figures import deqntk_accuracy, deqntk_depth, deqntk_reference
     from intertwine.paper import DEQNTK_ACCURACY
-    from intertwine.tables import DEQNTK, KERNEL_REFERENCE, ZOO, read_parquet
+    from intertwine.tables import read_parquet
+    from intertwine.workflow.stages.deqntk.figures import deqntk_accuracy, deqntk_depth, deqntk_reference
+    from intertwine.workflow.stages.deqntk.tables import DEQNTK, KERNEL_REFERENCE
+    from intertwine.workflow.stages.zoo.tables import ZOO
 
     if (args.accuracy or args.depth) and not args.table:
         raise ValueError("--accuracy and --depth draw deqntk.parquet: give it as --table")

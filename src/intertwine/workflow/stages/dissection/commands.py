@@ -14,8 +14,9 @@ from intertwine.workflow.commands import (
 
 
 def cmd_dissect_member(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.dissection.job import dissect_member
-    from intertwine.tables import DISSECTION, DISSECTION_UNITS, write_parquet
+    from intertwine.workflow.stages.dissection.tables import DISSECTION, DISSECTION_UNITS
 
     summary, units = dissect_member(job_context(args), args.checkpoint, args.sites, args.config)
     write_parquet(units, args.units_out, DISSECTION_UNITS)
@@ -23,8 +24,9 @@ def cmd_dissect_member(args) -> None:
 
 
 def cmd_dissect_external(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.dissection.job import dissect_external
-    from intertwine.tables import DISSECTION, DISSECTION_UNITS, write_parquet
+    from intertwine.workflow.stages.dissection.tables import DISSECTION, DISSECTION_UNITS
 
     summary, units = dissect_external(
         job_context(args), args.name, args.arch, args.weights, args.config, args.sites
@@ -34,9 +36,10 @@ def cmd_dissect_external(args) -> None:
 
 
 def cmd_dissection_masks(args) -> None:
+    from intertwine.tables import read_parquet
     from intertwine.workflow.stages.dissection.figures import dissection_masks as draw_masks
     from intertwine.workflow.stages.dissection.job import dissection_masks
-    from intertwine.tables import DISSECTION_UNITS, read_parquet
+    from intertwine.workflow.stages.dissection.tables import DISSECTION_UNITS
 
     units = read_parquet([args.units], DISSECTION_UNITS)
     images, panels = dissection_masks(job_context(args), args.checkpoint, args.site, args.config, units)
@@ -44,12 +47,13 @@ def cmd_dissection_masks(args) -> None:
 
 
 def cmd_dissection_figure(args) -> None:
+    from intertwine.tables import read_parquet, write_csv
     from intertwine.workflow.stages.dissection.figures import (
         dissection_categories,
         dissection_fraction,
         dissection_summary,
     )
-    from intertwine.tables import DISSECTION, DISSECTION_UNITS, read_parquet, write_csv
+    from intertwine.workflow.stages.dissection.tables import DISSECTION, DISSECTION_UNITS
 
     table = read_parquet([args.table], DISSECTION)
     save_figure_files(dissection_fraction(table), args.fraction, args.other_formats, args.figures)

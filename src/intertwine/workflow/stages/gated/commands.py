@@ -12,24 +12,28 @@ from intertwine.workflow.commands import (
 
 
 def cmd_gated_ensemble(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.gated.job import gated_ensemble
-    from intertwine.tables import GATED_ENSEMBLE, write_parquet
+    from intertwine.workflow.stages.gated.tables import GATED_ENSEMBLE
 
     rows = gated_ensemble(job_context(args), args.checkpoints, args.eval_batch_size or 500)
     write_parquet(rows, args.out, GATED_ENSEMBLE)
 
 
 def cmd_npk_member(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.gated.job import npk_member
-    from intertwine.tables import NPK, write_parquet
+    from intertwine.workflow.stages.gated.tables import NPK
 
     write_parquet(npk_member(job_context(args), args.checkpoint, args.config), args.out, NPK)
 
 
 def cmd_gated_table(args) -> None:
-    from intertwine import gated
+    from intertwine.workflow.stages.gated import study as gated
     from intertwine.models import normalize_spec
-    from intertwine.tables import GATED, GATED_ENSEMBLE, NPK, ZOO, read_parquet, write_csv, write_parquet
+    from intertwine.tables import read_parquet, write_csv, write_parquet
+    from intertwine.workflow.stages.gated.tables import GATED, GATED_ENSEMBLE, NPK
+    from intertwine.workflow.stages.zoo.tables import ZOO
 
     specs = {variant: normalize_spec(args.variants[variant]) for variant in args.study}
     table = gated.study_table(read_parquet([args.zoo], ZOO), specs, args.dataset, args.epochs)
@@ -45,8 +49,10 @@ def cmd_gated_table(args) -> None:
 
 
 def cmd_gated_figure(args) -> None:
+    from intertwine.tables import read_parquet
     from intertwine.workflow.stages.gated.figures import gated_accuracy, gated_kernels, gated_permutations
-    from intertwine.tables import GATED, NPK, SIMILARITY, read_parquet
+    from intertwine.workflow.stages.gated.tables import GATED, NPK
+    from intertwine.workflow.stages.similarity.tables import SIMILARITY
 
     table = read_parquet([args.table], GATED)
     save_figure_files(gated_accuracy(table), args.accuracy, args.other_formats, args.figures)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from intertwine import gated, kernels
+from intertwine import kernels
+from intertwine.workflow.stages.gated import study as gated
 from intertwine.data.augment import normalize
 from intertwine.workflow.job import Job
 from intertwine.settings import GatedConfig

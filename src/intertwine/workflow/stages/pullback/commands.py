@@ -15,8 +15,9 @@ from intertwine.workflow.commands import (
 
 
 def cmd_pullback_member(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.pullback.job import pullback_member
-    from intertwine.tables import PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, write_parquet
+    from intertwine.workflow.stages.pullback.tables import PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY
 
     symmetry, faithfulness = pullback_member(job_context(args), args.checkpoint, args.config)
     write_parquet(faithfulness, args.faithfulness_out, PULLBACK_FAITHFULNESS)
@@ -24,8 +25,9 @@ def cmd_pullback_member(args) -> None:
 
 
 def cmd_pullback_pair(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.pullback.job import pullback_pair
-    from intertwine.tables import PULLBACK_AGREEMENT, PULLBACK_TRANSFER, write_parquet
+    from intertwine.workflow.stages.pullback.tables import PULLBACK_AGREEMENT, PULLBACK_TRANSFER
 
     rows, transfer = pullback_pair(job_context(args), args.a, args.b, args.pair, args.config, args.sites)
     write_parquet(transfer, args.transfer_out, PULLBACK_TRANSFER)
@@ -42,15 +44,13 @@ def cmd_pullback_images(args) -> None:
 
 
 def cmd_pullback_table(args) -> None:
-    from intertwine.pullback_study import summarize
-    from intertwine.tables import (
+    from intertwine.workflow.stages.pullback.study import summarize
+    from intertwine.tables import read_parquet, write_csv, write_parquet
+    from intertwine.workflow.stages.pullback.tables import (
         PULLBACK_AGREEMENT,
         PULLBACK_FAITHFULNESS,
         PULLBACK_SYMMETRY,
         PULLBACK_TRANSFER,
-        read_parquet,
-        write_csv,
-        write_parquet,
     )
 
     tables = {}
@@ -66,9 +66,10 @@ def cmd_pullback_table(args) -> None:
 
 
 def cmd_pullback_external(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.pullback.figures import pullback_external as figure
     from intertwine.workflow.stages.pullback.job import pullback_external
-    from intertwine.tables import PULLBACK_EXTERNAL, write_parquet
+    from intertwine.workflow.stages.pullback.tables import PULLBACK_EXTERNAL
 
     table, arrays = pullback_external(
         job_context(args), args.name, args.arch, args.weights, args.entry, args.config
@@ -79,9 +80,10 @@ def cmd_pullback_external(args) -> None:
 
 
 def cmd_pullback_settling(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.pullback.figures import pullback_settling as figure
     from intertwine.workflow.stages.pullback.job import pullback_settling
-    from intertwine.tables import PULLBACK_SETTLING, write_parquet
+    from intertwine.workflow.stages.pullback.tables import PULLBACK_SETTLING
 
     table = pullback_settling(args.checkpoints)
     write_parquet(table, args.out, PULLBACK_SETTLING)
@@ -89,6 +91,7 @@ def cmd_pullback_settling(args) -> None:
 
 
 def cmd_pullback_figure(args) -> None:
+    from intertwine.tables import read_parquet
     from intertwine.workflow.stages.pullback.figures import (
         pullback_agreement,
         pullback_faithfulness,
@@ -96,12 +99,11 @@ def cmd_pullback_figure(args) -> None:
         pullback_temperature,
         pullback_transfer,
     )
-    from intertwine.tables import (
+    from intertwine.workflow.stages.pullback.tables import (
         PULLBACK_AGREEMENT,
         PULLBACK_FAITHFULNESS,
         PULLBACK_SYMMETRY,
         PULLBACK_TRANSFER,
-        read_parquet,
     )
 
     save = lambda fig, path: save_figure_files(fig, path, args.other_formats, args.figures)  # noqa: E731

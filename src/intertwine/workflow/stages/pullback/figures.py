@@ -8,7 +8,7 @@ import matplotlib.ticker
 import numpy as np
 import pandas as pd
 
-from intertwine.tables import at_stage_temperature
+from intertwine.workflow.stages.pullback.tables import at_stage_temperature
 from intertwine.workflow.plotting import FIGURE_WIDTH, SMALL, counted, panel_grid, wrapped
 
 

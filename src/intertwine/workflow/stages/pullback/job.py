@@ -1,5 +1,5 @@
 """The excitation-pullback stage's jobs: a member's symmetry and faithfulness, a pair's agreement,
-a variant's image grids (the mathematics is in ``intertwine.pullback_study``)."""
+a variant's image grids (the mathematics is in ``intertwine.workflow.stages.pullback.study``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from intertwine import pullback_study as study
+from intertwine.workflow.stages.pullback import study
 from intertwine.data.augment import normalize
 from intertwine.workflow.job import Job
 from intertwine.pullback import options, per_neuron_temperatures

@@ -12,8 +12,9 @@ from intertwine.workflow.commands import (
 
 
 def cmd_rotation_trial(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.rotation.job import rotation_trial
-    from intertwine.tables import ROTATION, write_parquet
+    from intertwine.workflow.stages.rotation.tables import ROTATION
 
     row = rotation_trial(
         job_context(args),
@@ -29,8 +30,9 @@ def cmd_rotation_trial(args) -> None:
 
 
 def cmd_rotation_figure(args) -> None:
+    from intertwine.tables import read_parquet
     from intertwine.workflow.stages.rotation.figures import rotation_penalty
-    from intertwine.tables import ROTATION, read_parquet
+    from intertwine.workflow.stages.rotation.tables import ROTATION
 
     save_figure_files(
         rotation_penalty(read_parquet([args.table], ROTATION)), args.out, args.other_formats, args.figures

@@ -10,8 +10,9 @@ from intertwine.workflow.commands import (
 
 
 def cmd_similarity_pair(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.similarity.job import similarity_pair
-    from intertwine.tables import SIMILARITY, write_parquet
+    from intertwine.workflow.stages.similarity.tables import SIMILARITY
 
     rows = similarity_pair(
         job_context(args), args.a, args.b, args.pair, args.config, args.procrustes, args.cka
@@ -20,14 +21,14 @@ def cmd_similarity_pair(args) -> None:
 
 
 def cmd_similarity_figure(args) -> None:
+    from intertwine.paper import reported_procrustes
+    from intertwine.tables import read_parquet, write_csv
     from intertwine.workflow.stages.similarity.figures import (
         similarity_cka,
         similarity_procrustes,
         similarity_summary,
     )
-    from intertwine.tables import SIMILARITY, read_parquet, write_csv
-
-    from intertwine.paper import reported_procrustes
+    from intertwine.workflow.stages.similarity.tables import SIMILARITY
 
     table = read_parquet([args.table], SIMILARITY)
     paper = (

@@ -14,21 +14,23 @@ from intertwine.workflow.commands import (
 
 
 def cmd_stitch_pair(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.stitching.job import stitch_pair
-    from intertwine.tables import STITCHING, write_parquet
+    from intertwine.workflow.stages.stitching.tables import STITCHING
 
     rows = stitch_pair(job_context(args), args.a, args.b, args.method, args.pair, args.config, args.sites)
     write_parquet(rows, args.out, STITCHING)
 
 
 def cmd_stitching_figure(args) -> None:
+    from intertwine.tables import read_parquet, write_csv
     from intertwine.workflow.stages.stitching.figures import (
         stitching_convergence,
         stitching_dimension,
         stitching_penalty,
         stitching_summary,
     )
-    from intertwine.tables import STITCHING, read_parquet, write_csv
+    from intertwine.workflow.stages.stitching.tables import STITCHING
 
     table = read_parquet([args.table], STITCHING)
     save_figure_files(stitching_penalty(table), args.penalty, args.other_formats, args.figures)
@@ -39,8 +41,9 @@ def cmd_stitching_figure(args) -> None:
 
 def cmd_stitching_studies(args) -> None:
     """The appendix studies' figures, each drawn only when its file is asked for."""
+    from intertwine.tables import read_parquet, write_csv
     from intertwine.workflow.stages.stitching import figures
-    from intertwine.tables import ZOO, read_parquet, write_csv
+    from intertwine.workflow.stages.zoo.tables import ZOO
 
     table = read_parquet([args.table])  # no schema: the studies read only the columns they need
     save = lambda fig, path: save_figure_files(fig, path, args.other_formats, args.figures)  # noqa: E731

@@ -9,15 +9,17 @@ from intertwine.workflow.commands import (
 
 
 def cmd_symmetry_check(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.symmetry.job import symmetry_check
-    from intertwine.tables import SYMMETRY, write_parquet
+    from intertwine.workflow.stages.symmetry.tables import SYMMETRY
 
     write_parquet(symmetry_check(job_context(args), args.checkpoint, args.config), args.out, SYMMETRY)
 
 
 def cmd_symmetry_table(args) -> None:
-    from intertwine.symmetry_study import summarize
-    from intertwine.tables import SYMMETRY, read_parquet, write_csv, write_parquet
+    from intertwine.workflow.stages.symmetry.study import summarize
+    from intertwine.tables import read_parquet, write_csv, write_parquet
+    from intertwine.workflow.stages.symmetry.tables import SYMMETRY
 
     table = read_parquet(args.parts, SYMMETRY)
     write_parquet(table, args.out, SYMMETRY)

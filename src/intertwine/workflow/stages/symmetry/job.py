@@ -7,7 +7,8 @@ import copy
 import pandas as pd
 import torch
 
-from intertwine import models, symmetry_study
+from intertwine import models
+from intertwine.workflow.stages.symmetry import study as symmetry_study
 from intertwine.data.augment import normalize
 from intertwine.workflow.job import Job
 from intertwine.settings import SymmetryConfig

@@ -14,8 +14,9 @@ from intertwine.workflow.commands import (
 
 
 def cmd_train_member(args) -> None:
+    from intertwine.tables import write_parquet
     from intertwine.workflow.stages.zoo.job import train_member
-    from intertwine.tables import ZOO_EPOCHS, write_parquet
+    from intertwine.workflow.stages.zoo.tables import ZOO_EPOCHS
     from intertwine.zoo import refuse_overwrite, save_checkpoint
 
     refuse_overwrite(args.out)  # fail before training, not after
@@ -62,8 +63,9 @@ def cmd_unpack_member(args) -> None:
 
 
 def cmd_zoo_table(args) -> None:
-    from intertwine.tables import ZOO, ZOO_EPOCHS, read_parquet, write_parquet
-    from intertwine.zoo import zoo_table
+    from intertwine.tables import read_parquet, write_parquet
+    from intertwine.workflow.stages.zoo.tables import ZOO, ZOO_EPOCHS
+    from intertwine.workflow.stages.zoo.study import zoo_table
 
     epochs = read_parquet(args.metrics, ZOO_EPOCHS)
     write_parquet(epochs, args.epochs_out, ZOO_EPOCHS)
@@ -71,9 +73,10 @@ def cmd_zoo_table(args) -> None:
 
 
 def cmd_zoo_figure(args) -> None:
-    from intertwine.workflow.stages.zoo.figures import zoo_accuracy, zoo_summary
     from intertwine.paper import reported_accuracy
-    from intertwine.tables import ZOO, read_parquet, write_csv
+    from intertwine.tables import read_parquet, write_csv
+    from intertwine.workflow.stages.zoo.figures import zoo_accuracy, zoo_summary
+    from intertwine.workflow.stages.zoo.tables import ZOO
 
     zoo = read_parquet([args.zoo], ZOO)
     reported = (
