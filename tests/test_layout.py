@@ -157,7 +157,7 @@ def test_gated_moved_names_warn_and_reexport():
         with pytest.warns(DeprecationWarning, match=f"intertwine.gated.{name} is deprecated"):
             assert getattr(gated, name) is getattr(kernels, name)
     for name in ("kernel_checks", "study_table", "ensemble_table", "findings", "RECOVERS"):
-        with pytest.warns(DeprecationWarning, match=f"from intertwine.workflow.stages.gated.study"):
+        with pytest.warns(DeprecationWarning, match="from intertwine.workflow.stages.gated.study"):
             assert getattr(gated, name) is getattr(study, name)
     with pytest.raises(AttributeError):
         gated.no_such_name  # noqa: B018

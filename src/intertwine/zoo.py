@@ -285,8 +285,6 @@ def unpack_member(pack: str | Path, seed: int, checkpoint_out: str | Path, metri
                 shutil.copyfile(source, tmp)
 
 
-
-
 def __getattr__(name: str):
     # zoo_table moved to the zoo stage's folder (issue 35); importable from here for one release.
     if name == "zoo_table":

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import math
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -28,6 +27,7 @@ __all__ = [
     "kernel_checks",
     "study_table",
 ]
+
 
 def _relative(new: Tensor, old: Tensor) -> float:
     return float((new - old).norm() / old.norm().clamp_min(1e-300))

@@ -14,4 +14,3 @@ def zoo_table(epoch_tables: list[pd.DataFrame]) -> pd.DataFrame:
     columns = ["val_acc", "test_acc", "n_params", "device", "checkpoint", "config_hash", "version"]
     table = kept[columns].join(summary).rename_axis(["variant", "seed"]).reset_index()
     return table.assign(best_epoch=kept["epoch"].to_numpy())
-
