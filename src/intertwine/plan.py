@@ -21,18 +21,11 @@ models cache them (`variant_sites`).
 
 from __future__ import annotations
 
-import dataclasses
-
-import jsonschema
-
-from intertwine.settings import (
-    StitchConfig,
-    schema_block,
-)
 from intertwine.workflow import stages
 from intertwine.workflow.planning import (  # noqa: F401  (importable from here, as before)
     GATED_ARCHS,
     ZOO_TABLES,
+    ConfigCheck,
     ConfigError,
     as_json,
     distinct_pairs,
@@ -252,283 +245,23 @@ class Plan(*stages.plan_parts()):
 
     def errors(self) -> list[str]:
         """Every cross-check of the config the schema cannot express, as messages that name the
-        key and the fix (empty when the plan can run)."""
+        key and the fix (empty when the plan can run): the model specs first (the other checks
+        build models from them), then each stage's (``<stage>_errors`` of its part of the plan)."""
         from intertwine.models import normalize_spec
 
-        errors = []
-
-        def subset(key, chosen, available, among):
-            unknown = sorted(set(chosen) - set(available))
-            if unknown:
-                errors.append(f"config key {key}: {unknown} must be among {among}: {list(available)}")
-            return not unknown
-
-        share = self.config["pairs_share_members"]
-
-        def pairable(key, variants, count_key, count, symmetric):
-            for variant in variants:
-                if variant not in self.variants:
-                    continue
-                members = len(self.zoo_seeds(variant))
-                if members < 2:
-                    errors.append(
-                        f"config key {key}: {key.split('.')[0]} pairs need at least 2 zoo "
-                        f"members, but the zoo trains {members} of {variant!r}; raise "
-                        "zoo.seeds (or zoo.seeds_per_variant) or drop the variant"
-                    )
-                elif count(variant) > distinct_pairs(members, symmetric, share):
-                    available = distinct_pairs(members, symmetric, share)
-                    errors.append(
-                        f"config key {count_key}: {count(variant)} pairs of {variant!r} asked "
-                        f"for, but its {members} zoo members form only {available} "
-                        + (
-                            f"distinct pairs{' (the measures are symmetric)' if symmetric else ''}; ask "
-                            "for at most that many, or raise zoo.seeds (or zoo.seeds_per_variant)"
-                            if share
-                            else "pairs with no member in common (independent units); ask for at most "
-                            f"that many, raise zoo.seeds (or zoo.seeds_per_variant) to {2 * count(variant)}, "
-                            "or set pairs_share_members: true (the claims then treat each member as a cluster)"
-                        )
-                    )
-
-        def members(key, variants, count):
-            for variant in variants:
-                if variant in self.variants:
-                    try:
-                        self.members(key, variant, count)
-                    except ConfigError as err:
-                        errors.append(str(err))
-
+        check = ConfigCheck(self)
         for name, spec in self.zoo["variants"].items():
             try:
                 normalize_spec(spec)
             except ValueError as err:
-                errors.append(f"config key zoo.variants.{name}: {err}")
-        if errors:  # the checks below build models from the specs
-            return errors
-
-        def overrides(key, override, block):
-            """Per-variant or per-method overrides: known keys, each valid as in ``block``."""
-            if subset(key, override, schema_block(block)["properties"], f"the settings of {block}"):
-                for name, value in override.items():
-                    try:
-                        jsonschema.validate(value, schema_block(block)["properties"][name])
-                    except jsonschema.ValidationError as err:
-                        errors.append(f"config key {key}.{name}: {err.message}")
-
-        subset("zoo.seeds_per_variant", self.zoo["seeds_per_variant"], self.variants, "zoo.variants")
-        subset("zoo.pack_size_per_variant", self.zoo["pack_size_per_variant"], self.variants, "zoo.variants")
-        for variant in self.settling_variants:
-            if self.pack_size(variant) > 1:
-                errors.append(
-                    f"config key zoo.training_per_variant.{variant}.gate_probe_images: the members of "
-                    f"{variant!r} train as packs of {self.pack_size(variant)}, which record no gate "
-                    "patterns; set zoo.pack_size_per_variant." + variant + ": 1 or drop gate_probe_images"
-                )
-        for variant in self.variants:
-            # A gate permutation's length and shapes are checked where the network is built: at
-            # plan time, not in the first training job.
-            if (self.spec(variant).get("gated") or {}).get("gate_perm") is not None:
-                try:
-                    self.variant_sites(variant)
-                except ValueError as err:
-                    errors.append(f"config key zoo.variants.{variant}: {err}")
-        errors += self._image_count_errors()
-        for variant in self.variants:
-            gated = self.spec(variant).get("gated")
-            if gated is None or gated["regime"] != "fl":
-                continue
-            source = gated["features_from"]
-            key = f"zoo.variants.{variant}.gated.features_from"
-            if source not in self.variants:
-                errors.append(
-                    f"config key {key}: {source!r} is not a zoo variant; name one of {self.variants}"
-                )
-                continue
-            plain = self.spec(variant) | {"gated": None}
-            if self.spec(source) != plain:
-                errors.append(
-                    f"config key {key}: {source!r} ({self.zoo['variants'][source]}) is not the plain form of "
-                    f"{variant!r}: its feature network must be the same architecture without gated"
-                )
-            elif len(self.zoo_seeds(source)) < len(self.zoo_seeds(variant)):
-                errors.append(
-                    f"config key {key}: member s of {variant!r} takes member s of {source!r}, which trains "
-                    f"{len(self.zoo_seeds(source))} seeds for {len(self.zoo_seeds(variant))}; raise "
-                    f"zoo.seeds_per_variant.{source}"
-                )
-        if subset(
-            "zoo.training_per_variant", self.zoo["training_per_variant"], self.variants, "zoo.variants"
-        ):
-            for variant, override in self.zoo["training_per_variant"].items():
-                overrides(f"zoo.training_per_variant.{variant}", override, "zoo.training")
-
-        if subset("rotation.variants", self.rotation["variants"], self.variants, "zoo.variants"):
-            for variant in self.rotation["variants"]:
-                subset(
-                    "rotation.sites",
-                    self.rotation["sites"],
-                    self.cut_site_names(variant),
-                    f"the sites of {variant}",
-                )
-            members("rotation.seeds", self.rotation["variants"], self.rotation["seeds"])
-
-        stitching = self.stitching
-        if subset("stitching.variants", stitching["variants"], self.variants, "zoo.variants"):
-            subset(
-                "stitching.pairs_per_variant",
-                stitching["pairs_per_variant"],
-                stitching["variants"],
-                "stitching.variants",
-            )
-            if subset("stitching.sites", stitching["sites"], self.variants, "zoo.variants"):
-                for variant, chosen in stitching["sites"].items():
-                    subset(
-                        f"stitching.sites.{variant}",
-                        chosen,
-                        self.cut_site_names(variant),
-                        f"the sites of {variant}",
-                    )
-            subset(
-                "stitching.methods_per_variant",
-                stitching["methods_per_variant"],
-                stitching["variants"],
-                "stitching.variants",
-            )
-            pairable(
-                "stitching.variants",
-                stitching["variants"],
-                "stitching.pairs",
-                lambda v: stitching["pairs_per_variant"].get(v, stitching["pairs"]),
-                symmetric=False,
-            )
-        per_method = [
-            f.metadata["key"].split(".")[-1]
-            for f in dataclasses.fields(StitchConfig)
-            if f.metadata["key"].startswith("stitching.")
-        ]
-        for method, override in stitching["settings_per_method"].items():
-            if subset(
-                f"stitching.settings_per_method.{method}", override, per_method, "the method's settings"
-            ):
-                overrides(f"stitching.settings_per_method.{method}", override, "stitching")
-
-        if subset("similarity.variants", self.similarity["variants"], self.variants, "zoo.variants"):
-            subset(
-                "similarity.pairs_per_variant",
-                self.similarity["pairs_per_variant"],
-                self.similarity["variants"],
-                "similarity.variants",
-            )
-            pairable(
-                "similarity.variants",
-                self.similarity["variants"],
-                "similarity.procrustes_pairs"
-                if self.similarity["procrustes_pairs"] >= self.similarity["cka_pairs"]
-                else "similarity.cka_pairs",
-                self.similarity_pair_count,
-                symmetric=True,
-            )
-
-        connectivity = self.connectivity
-        if subset("connectivity.variants", connectivity["variants"], self.variants, "zoo.variants"):
-            subset(
-                "connectivity.pairs_per_variant",
-                connectivity["pairs_per_variant"],
-                connectivity["variants"],
-                "connectivity.variants",
-            )
-            pairable(
-                "connectivity.variants",
-                connectivity["variants"],
-                "connectivity.pairs",
-                self.connectivity_pair_count,
-                symmetric=False,
-            )
-            from intertwine.symmetry import ARCHS, acts_on  # the models whose weight action it knows
-
-            for variant in connectivity["variants"]:
-                spec = self.spec(variant)
-                if not acts_on(spec):
-                    errors.append(
-                        f"config key connectivity.variants: {variant!r} is a {spec['arch']}"
-                        f"{' (gated)' if spec.get('gated') else ''}, which has no intertwiner action to "
-                        f"align it by; choose among {', '.join(ARCHS)} (plain, or gated but a ResNet)"
-                    )
-                elif any(m.endswith("grelu") for m in connectivity["methods"]) and spec["activation"] not in (
-                    "relu",
-                    "leaky_relu",
-                ):
-                    errors.append(
-                        f"config key connectivity.methods: G_ReLU alignment needs a positively homogeneous "
-                        f"activation, but {variant!r} has {spec['activation']}; use the permutation methods "
-                        "alone, or drop the variant"
-                    )
-
-        if subset("gated.variants", self.gated["variants"], self.variants, "zoo.variants"):
-            members("gated.seeds", self.gated["variants"], self.gated["seeds"])
-            ensembles = self.gated["ensembles"] if self.gated["variants"] else {}  # the stage off: unused
-            if subset("gated.ensembles", ensembles, self.gated["variants"], "gated.variants"):
-                for variant, count in ensembles.items():
-                    members(f"gated.ensembles.{variant}", [variant], count)
-            for variant in self.gated["variants"]:
-                if self.spec(variant)["arch"] not in GATED_ARCHS:
-                    errors.append(
-                        f"config key gated.variants: {variant!r} is a {self.spec(variant)['arch']}; the "
-                        f"gated-networks study compares {', '.join(GATED_ARCHS)} networks, plain and gated"
-                    )
-
-        pullback = self.pullback
-        if subset("pullback.variants", pullback["variants"], self.variants, "zoo.variants"):
-            if pullback["seeds"] is not None:
-                members("pullback.seeds", pullback["variants"], pullback["seeds"])
-            for variant in pullback["variants"]:
-                problem = self.pullback_problem(variant)
-                if problem:
-                    errors.append(f"config key pullback.variants: {variant!r} {problem}")
-            if pullback["pairs"]:
-                pairable(
-                    "pullback.variants",
-                    pullback["variants"],
-                    "pullback.pairs",
-                    lambda v: pullback["pairs"],
-                    symmetric=True,
-                )
-            if subset("pullback.sites", pullback["sites"], pullback["variants"], "pullback.variants"):
-                for variant, chosen in pullback["sites"].items():
-                    subset(
-                        f"pullback.sites.{variant}",
-                        chosen,
-                        self.cut_site_names(variant),
-                        f"the sites of {variant}",
-                    )
-
-        errors += self._deqntk_errors()
-
-        dissection = self.dissection
-        if subset("dissection.variants", dissection["variants"], self.variants, "zoo.variants"):
-            for variant in dissection["variants"]:
-                if self.spec(variant)["arch"] == "cct":
-                    errors.append(
-                        f"config key dissection.variants: {variant!r} is a transformer, whose "
-                        "sites are token sequences, not the spatial maps dissection overlays on "
-                        "concept masks; dissect convolutional variants"
-                    )
-            members("dissection.seeds", dissection["variants"], dissection["seeds"])
-            if subset("dissection.sites", dissection["sites"], dissection["variants"], "dissection.variants"):
-                for variant, chosen in dissection["sites"].items():
-                    subset(
-                        f"dissection.sites.{variant}",
-                        chosen,
-                        self.site_names(variant),
-                        f"the sites of {variant}",
-                    )
-        if dissection["external"] and not dissection["probe"]["broden"]:
-            errors.append(
-                "config key dissection.external: ImageNet models are dissected on Broden; "
-                "set dissection.probe.broden to your Broden directory (e.g. broden1_224)"
-            )
-        return errors
+                check.errors.append(f"config key zoo.variants.{name}: {err}")
+        if check.errors:
+            return check.errors
+        for stage in stages.with_part("plan"):
+            stage_errors = getattr(self, f"{stage}_errors", None)
+            if stage_errors is not None:
+                stage_errors(check)
+        return check.errors
 
     def _image_count_errors(self) -> list[str]:
         """Image counts the data set's splits must hold, each under the key the user set: a job

@@ -17,6 +17,73 @@ class ConfigError(ValueError):
     """A config the schema accepts but the plan cannot run; the message names the key."""
 
 
+class ConfigCheck:
+    """The tests the stages' cross-checks of a config share, collecting their messages (each
+    naming the config key and the fix) in ``errors``."""
+
+    def __init__(self, plan) -> None:
+        self.plan = plan
+        self.errors: list[str] = []
+
+    def subset(self, key: str, chosen, available, among: str) -> bool:
+        """Whether every name of ``chosen`` is ``available``; else a message naming the unknown."""
+        unknown = sorted(set(chosen) - set(available))
+        if unknown:
+            self.errors.append(f"config key {key}: {unknown} must be among {among}: {list(available)}")
+        return not unknown
+
+    def pairable(self, key: str, variants, count_key: str, count, symmetric: bool) -> None:
+        """Whether each variant's zoo members form ``count(variant)`` distinct pairs."""
+        share = self.plan.config["pairs_share_members"]
+        for variant in variants:
+            if variant not in self.plan.variants:
+                continue
+            members = len(self.plan.zoo_seeds(variant))
+            if members < 2:
+                self.errors.append(
+                    f"config key {key}: {key.split('.')[0]} pairs need at least 2 zoo "
+                    f"members, but the zoo trains {members} of {variant!r}; raise "
+                    "zoo.seeds (or zoo.seeds_per_variant) or drop the variant"
+                )
+            elif count(variant) > distinct_pairs(members, symmetric, share):
+                available = distinct_pairs(members, symmetric, share)
+                self.errors.append(
+                    f"config key {count_key}: {count(variant)} pairs of {variant!r} asked "
+                    f"for, but its {members} zoo members form only {available} "
+                    + (
+                        f"distinct pairs{' (the measures are symmetric)' if symmetric else ''}; ask "
+                        "for at most that many, or raise zoo.seeds (or zoo.seeds_per_variant)"
+                        if share
+                        else "pairs with no member in common (independent units); ask for at most "
+                        f"that many, raise zoo.seeds (or zoo.seeds_per_variant) to {2 * count(variant)}, "
+                        "or set pairs_share_members: true (the claims then treat each member as a cluster)"
+                    )
+                )
+
+    def members(self, key: str, variants, count) -> None:
+        """Whether the zoo trains the ``count`` members of each variant that ``key`` asks for."""
+        for variant in variants:
+            if variant in self.plan.variants:
+                try:
+                    self.plan.members(key, variant, count)
+                except ConfigError as err:
+                    self.errors.append(str(err))
+
+    def overrides(self, key: str, override: dict, block: str) -> None:
+        """Per-variant or per-method overrides: known keys, each valid as in ``block``."""
+        import jsonschema
+
+        from intertwine.settings import schema_block
+
+        properties = schema_block(block)["properties"]
+        if self.subset(key, override, properties, f"the settings of {block}"):
+            for name, value in override.items():
+                try:
+                    jsonschema.validate(value, properties[name])
+                except jsonschema.ValidationError as err:
+                    self.errors.append(f"config key {key}.{name}: {err.message}")
+
+
 def as_json(block) -> str:
     """A config block as one JSON string: what a rule's params carry and its shell command passes."""
     return json.dumps(block, sort_keys=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from intertwine.settings import ConnectivityConfig
 
+from intertwine.workflow.planning import ConfigCheck
+
 
 class ConnectivityPlan:
     """The connectivity stage's part of the plan."""
@@ -56,3 +58,40 @@ class ConnectivityPlan:
             "results/tables/connectivity.parquet",
             "results/tables/connectivity_summary.csv",
         ] + self.figure_files(self.CONNECTIVITY_FIGURES)
+
+    def connectivity_errors(self, check: ConfigCheck) -> None:
+        """The connectivity stage's cross-checks of the config (``Plan.errors``)."""
+        connectivity = self.connectivity
+        if check.subset("connectivity.variants", connectivity["variants"], self.variants, "zoo.variants"):
+            check.subset(
+                "connectivity.pairs_per_variant",
+                connectivity["pairs_per_variant"],
+                connectivity["variants"],
+                "connectivity.variants",
+            )
+            check.pairable(
+                "connectivity.variants",
+                connectivity["variants"],
+                "connectivity.pairs",
+                self.connectivity_pair_count,
+                symmetric=False,
+            )
+            from intertwine.symmetry import ARCHS, acts_on  # the models whose weight action it knows
+
+            for variant in connectivity["variants"]:
+                spec = self.spec(variant)
+                if not acts_on(spec):
+                    check.errors.append(
+                        f"config key connectivity.variants: {variant!r} is a {spec['arch']}"
+                        f"{' (gated)' if spec.get('gated') else ''}, which has no intertwiner action to "
+                        f"align it by; choose among {', '.join(ARCHS)} (plain, or gated but a ResNet)"
+                    )
+                elif any(m.endswith("grelu") for m in connectivity["methods"]) and spec["activation"] not in (
+                    "relu",
+                    "leaky_relu",
+                ):
+                    check.errors.append(
+                        f"config key connectivity.methods: G_ReLU alignment needs a positively homogeneous "
+                        f"activation, but {variant!r} has {spec['activation']}; use the permutation methods "
+                        "alone, or drop the variant"
+                    )

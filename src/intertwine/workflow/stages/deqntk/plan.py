@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 from intertwine.settings import DeqntkConfig, variances_name
-from intertwine.workflow.planning import ConfigError
+from intertwine.workflow.planning import ConfigCheck, ConfigError
 
 
 def gram_layout(n_train: int, n_test: int, block_rows: int) -> list[tuple[str, int, int]]:
@@ -220,3 +220,7 @@ class DeqntkPlan:
             if samples is not None:
                 images("deqntk.reference.samples", samples, test_size, "test")
         return errors
+
+    def deqntk_errors(self, check: ConfigCheck) -> None:
+        """The DEQ-NTK stage's cross-checks of the config (``Plan.errors``)."""
+        check.errors += self._deqntk_errors()

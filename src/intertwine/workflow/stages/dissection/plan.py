@@ -10,6 +10,8 @@ import functools
 
 from intertwine.settings import DissectionConfig
 
+from intertwine.workflow.planning import ConfigCheck
+
 
 class DissectionPlan:
     """The dissection stage's part of the plan."""
@@ -85,3 +87,31 @@ class DissectionPlan:
             "results/tables/dissection_units.parquet",
             "results/tables/dissection_summary.csv",
         ] + self.figure_files(self.DISSECTION_FIGURES + self.dissection_masks)
+
+    def dissection_errors(self, check: ConfigCheck) -> None:
+        """The dissection stage's cross-checks of the config (``Plan.errors``)."""
+        dissection = self.dissection
+        if check.subset("dissection.variants", dissection["variants"], self.variants, "zoo.variants"):
+            for variant in dissection["variants"]:
+                if self.spec(variant)["arch"] == "cct":
+                    check.errors.append(
+                        f"config key dissection.variants: {variant!r} is a transformer, whose "
+                        "sites are token sequences, not the spatial maps dissection overlays on "
+                        "concept masks; dissect convolutional variants"
+                    )
+            check.members("dissection.seeds", dissection["variants"], dissection["seeds"])
+            if check.subset(
+                "dissection.sites", dissection["sites"], dissection["variants"], "dissection.variants"
+            ):
+                for variant, chosen in dissection["sites"].items():
+                    check.subset(
+                        f"dissection.sites.{variant}",
+                        chosen,
+                        self.site_names(variant),
+                        f"the sites of {variant}",
+                    )
+        if dissection["external"] and not dissection["probe"]["broden"]:
+            check.errors.append(
+                "config key dissection.external: ImageNet models are dissected on Broden; "
+                "set dissection.probe.broden to your Broden directory (e.g. broden1_224)"
+            )

@@ -10,6 +10,8 @@ import functools
 
 from intertwine.settings import GatedConfig
 
+from intertwine.workflow.planning import GATED_ARCHS, ConfigCheck
+
 
 class GatedPlan:
     """The gated stage's part of the plan."""
@@ -77,3 +79,18 @@ class GatedPlan:
             "results/tables/gated_findings.csv",
             "results/tables/gated_ensembles.csv",
         ] + self.figure_files(self.gated_figures)
+
+    def gated_errors(self, check: ConfigCheck) -> None:
+        """The gated stage's cross-checks of the config (``Plan.errors``)."""
+        if check.subset("gated.variants", self.gated["variants"], self.variants, "zoo.variants"):
+            check.members("gated.seeds", self.gated["variants"], self.gated["seeds"])
+            ensembles = self.gated["ensembles"] if self.gated["variants"] else {}  # the stage off: unused
+            if check.subset("gated.ensembles", ensembles, self.gated["variants"], "gated.variants"):
+                for variant, count in ensembles.items():
+                    check.members(f"gated.ensembles.{variant}", [variant], count)
+            for variant in self.gated["variants"]:
+                if self.spec(variant)["arch"] not in GATED_ARCHS:
+                    check.errors.append(
+                        f"config key gated.variants: {variant!r} is a {self.spec(variant)['arch']}; the "
+                        f"gated-networks study compares {', '.join(GATED_ARCHS)} networks, plain and gated"
+                    )

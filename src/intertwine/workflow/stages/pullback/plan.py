@@ -11,6 +11,8 @@ import functools
 
 from intertwine.settings import PullbackConfig
 
+from intertwine.workflow.planning import ConfigCheck
+
 
 class PullbackPlan:
     """The pullback stage's part of the plan."""
@@ -162,3 +164,30 @@ class PullbackPlan:
                 "gates only (use the plain gradient elsewhere)"
             )
         return None
+
+    def pullback_errors(self, check: ConfigCheck) -> None:
+        """The pullback stage's cross-checks of the config (``Plan.errors``)."""
+        pullback = self.pullback
+        if check.subset("pullback.variants", pullback["variants"], self.variants, "zoo.variants"):
+            if pullback["seeds"] is not None:
+                check.members("pullback.seeds", pullback["variants"], pullback["seeds"])
+            for variant in pullback["variants"]:
+                problem = self.pullback_problem(variant)
+                if problem:
+                    check.errors.append(f"config key pullback.variants: {variant!r} {problem}")
+            if pullback["pairs"]:
+                check.pairable(
+                    "pullback.variants",
+                    pullback["variants"],
+                    "pullback.pairs",
+                    lambda v: pullback["pairs"],
+                    symmetric=True,
+                )
+            if check.subset("pullback.sites", pullback["sites"], pullback["variants"], "pullback.variants"):
+                for variant, chosen in pullback["sites"].items():
+                    check.subset(
+                        f"pullback.sites.{variant}",
+                        chosen,
+                        self.cut_site_names(variant),
+                        f"the sites of {variant}",
+                    )

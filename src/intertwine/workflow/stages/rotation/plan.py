@@ -10,6 +10,8 @@ import functools
 
 from intertwine.settings import RotationConfig
 
+from intertwine.workflow.planning import ConfigCheck
+
 
 class RotationPlan:
     """The rotation stage's part of the plan."""
@@ -39,3 +41,15 @@ class RotationPlan:
         return ["results/tables/rotation.parquet"] + self.figure_files(
             ["results/figures/rotation_penalty.png"]
         )
+
+    def rotation_errors(self, check: ConfigCheck) -> None:
+        """The rotation stage's cross-checks of the config (``Plan.errors``)."""
+        if check.subset("rotation.variants", self.rotation["variants"], self.variants, "zoo.variants"):
+            for variant in self.rotation["variants"]:
+                check.subset(
+                    "rotation.sites",
+                    self.rotation["sites"],
+                    self.cut_site_names(variant),
+                    f"the sites of {variant}",
+                )
+            check.members("rotation.seeds", self.rotation["variants"], self.rotation["seeds"])

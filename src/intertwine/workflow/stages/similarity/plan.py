@@ -10,6 +10,8 @@ import functools
 
 from intertwine.settings import SimilarityConfig
 
+from intertwine.workflow.planning import ConfigCheck
+
 
 class SimilarityPlan:
     """The similarity stage's part of the plan."""
@@ -57,3 +59,22 @@ class SimilarityPlan:
             "results/tables/similarity.parquet",
             "results/tables/similarity_summary.csv",
         ] + self.figure_files(self.similarity_figures)
+
+    def similarity_errors(self, check: ConfigCheck) -> None:
+        """The similarity stage's cross-checks of the config (``Plan.errors``)."""
+        if check.subset("similarity.variants", self.similarity["variants"], self.variants, "zoo.variants"):
+            check.subset(
+                "similarity.pairs_per_variant",
+                self.similarity["pairs_per_variant"],
+                self.similarity["variants"],
+                "similarity.variants",
+            )
+            check.pairable(
+                "similarity.variants",
+                self.similarity["variants"],
+                "similarity.procrustes_pairs"
+                if self.similarity["procrustes_pairs"] >= self.similarity["cka_pairs"]
+                else "similarity.cka_pairs",
+                self.similarity_pair_count,
+                symmetric=True,
+            )

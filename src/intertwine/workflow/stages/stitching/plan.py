@@ -7,10 +7,11 @@ registry) and the core: a method here can use the core's and other stages' (``se
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from intertwine.settings import StitchConfig, expand_methods, method_kind
-from intertwine.workflow.planning import as_json
+from intertwine.workflow.planning import ConfigCheck, as_json
 
 
 class StitchingPlan:
@@ -108,3 +109,45 @@ class StitchingPlan:
             + self.figure_files(list(self.study_figures.values()))
             + self.study_tables
         )
+
+    def stitching_errors(self, check: ConfigCheck) -> None:
+        """The stitching stage's cross-checks of the config (``Plan.errors``)."""
+        stitching = self.stitching
+        if check.subset("stitching.variants", stitching["variants"], self.variants, "zoo.variants"):
+            check.subset(
+                "stitching.pairs_per_variant",
+                stitching["pairs_per_variant"],
+                stitching["variants"],
+                "stitching.variants",
+            )
+            if check.subset("stitching.sites", stitching["sites"], self.variants, "zoo.variants"):
+                for variant, chosen in stitching["sites"].items():
+                    check.subset(
+                        f"stitching.sites.{variant}",
+                        chosen,
+                        self.cut_site_names(variant),
+                        f"the sites of {variant}",
+                    )
+            check.subset(
+                "stitching.methods_per_variant",
+                stitching["methods_per_variant"],
+                stitching["variants"],
+                "stitching.variants",
+            )
+            check.pairable(
+                "stitching.variants",
+                stitching["variants"],
+                "stitching.pairs",
+                lambda v: stitching["pairs_per_variant"].get(v, stitching["pairs"]),
+                symmetric=False,
+            )
+        per_method = [
+            f.metadata["key"].split(".")[-1]
+            for f in dataclasses.fields(StitchConfig)
+            if f.metadata["key"].startswith("stitching.")
+        ]
+        for method, override in stitching["settings_per_method"].items():
+            if check.subset(
+                f"stitching.settings_per_method.{method}", override, per_method, "the method's settings"
+            ):
+                check.overrides(f"stitching.settings_per_method.{method}", override, "stitching")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from intertwine.settings import TrainConfig
-from intertwine.workflow.planning import ZOO_TABLES
+from intertwine.workflow.planning import ConfigCheck, ZOO_TABLES
 
 
 class ZooPlan:
@@ -85,3 +85,54 @@ class ZooPlan:
         if gated is None or gated["regime"] != "fl":
             return []
         return [f"results/zoo/{gated['features_from']}/seed{seed}.pt"]
+
+    def zoo_errors(self, check: ConfigCheck) -> None:
+        """The zoo stage's cross-checks of the config (``Plan.errors``)."""
+        check.subset("zoo.seeds_per_variant", self.zoo["seeds_per_variant"], self.variants, "zoo.variants")
+        check.subset(
+            "zoo.pack_size_per_variant", self.zoo["pack_size_per_variant"], self.variants, "zoo.variants"
+        )
+        for variant in self.settling_variants:
+            if self.pack_size(variant) > 1:
+                check.errors.append(
+                    f"config key zoo.training_per_variant.{variant}.gate_probe_images: the members of "
+                    f"{variant!r} train as packs of {self.pack_size(variant)}, which record no gate "
+                    "patterns; set zoo.pack_size_per_variant." + variant + ": 1 or drop gate_probe_images"
+                )
+        for variant in self.variants:
+            # A gate permutation's length and shapes are checked where the network is built: at
+            # plan time, not in the first training job.
+            if (self.spec(variant).get("gated") or {}).get("gate_perm") is not None:
+                try:
+                    self.variant_sites(variant)
+                except ValueError as err:
+                    check.errors.append(f"config key zoo.variants.{variant}: {err}")
+        check.errors += self._image_count_errors()
+        for variant in self.variants:
+            gated = self.spec(variant).get("gated")
+            if gated is None or gated["regime"] != "fl":
+                continue
+            source = gated["features_from"]
+            key = f"zoo.variants.{variant}.gated.features_from"
+            if source not in self.variants:
+                check.errors.append(
+                    f"config key {key}: {source!r} is not a zoo variant; name one of {self.variants}"
+                )
+                continue
+            plain = self.spec(variant) | {"gated": None}
+            if self.spec(source) != plain:
+                check.errors.append(
+                    f"config key {key}: {source!r} ({self.zoo['variants'][source]}) is not the plain form of "
+                    f"{variant!r}: its feature network must be the same architecture without gated"
+                )
+            elif len(self.zoo_seeds(source)) < len(self.zoo_seeds(variant)):
+                check.errors.append(
+                    f"config key {key}: member s of {variant!r} takes member s of {source!r}, which trains "
+                    f"{len(self.zoo_seeds(source))} seeds for {len(self.zoo_seeds(variant))}; raise "
+                    f"zoo.seeds_per_variant.{source}"
+                )
+        if check.subset(
+            "zoo.training_per_variant", self.zoo["training_per_variant"], self.variants, "zoo.variants"
+        ):
+            for variant, override in self.zoo["training_per_variant"].items():
+                check.overrides(f"zoo.training_per_variant.{variant}", override, "zoo.training")
