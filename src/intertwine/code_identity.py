@@ -8,8 +8,9 @@ a module reached (imports, code run on import). The
 identity is a hash of those definitions' syntax trees without their docstrings: comments,
 docstrings, formatting and definitions nothing reaches do not change it, so editing them reruns
 nothing; editing a function a job calls, or anything it calls, reruns that job. Nor does where the
-code lives: the modules' names and the package paths of imports are not hashed, so moving code
-between modules reruns nothing.
+code lives: the modules' names and the package's own imports are not hashed (only the definitions
+they bind, where they are defined), and each piece counts once (two modules' ``import torch``
+are one), so moving code between modules, or splitting one in two, reruns nothing.
 
 Static and conservative: a name counts as a reference wherever it appears in a definition (a
 local variable of the same name over-includes, never under-includes). What it cannot see: code
@@ -206,6 +207,14 @@ def _imported_names(node: ast.Import | ast.ImportFrom) -> set[str]:
     return {alias.asname or alias.name.split(".")[0] for alias in node.names}
 
 
+def _package_import(node: ast.Import | ast.ImportFrom) -> bool:
+    """Whether ``node`` imports from the package itself (relative, ``intertwine...``, or already
+    blanked by ``_blank_package_paths``)."""
+    if isinstance(node, ast.ImportFrom):
+        return node.module is None or bool(node.level or _module_file(node.module))
+    return all(alias.name == "" or _module_file(alias.name) for alias in node.names)
+
+
 def _blank_package_paths(tree: ast.AST) -> None:
     """Blank, in place, the module paths of the package's imports in ``tree``: such an import only
     binds names, whose definitions are hashed where they are defined."""
@@ -232,12 +241,14 @@ def code_identity(entries: list[str] | tuple[str, ...]) -> str:
         code = [s for s in source.statements if s not in imports]
         code += [node for name in names for node in source.definitions[name]]
         used = set().union(*(source.names(node) for node in code))
-        # An import counts where the code reached uses a name it binds: a package's imports that
-        # nothing reached uses (a registry's importlib, an unused helper) are not this code.
-        code += [s for s in imports if _imported_names(s) & used]
+        # A third-party import counts where the code reached uses a name it binds (a registry's
+        # importlib, an unused helper's are not this code); the package's own imports only bind
+        # names, whose definitions are followed and hashed where they live.
+        code += [s for s in imports if _imported_names(s) & used and not _package_import(s)]
         pieces += [source.dump(node) for node in code]
     digest = hashlib.sha256()
-    for piece in sorted(pieces):
+    # Each piece once: a module split in two imports torch twice, and the code is the same.
+    for piece in sorted(set(pieces)):
         digest.update(piece.encode())
     return digest.hexdigest()[:12]
 
