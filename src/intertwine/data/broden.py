@@ -56,6 +56,9 @@ META_COLUMNS = ("image", "split", "ih", "iw", "sh", "sw")
 _NUMBER = re.compile(r"\d+")
 _CATEGORY_ENTRY = re.compile(r"^(.*?)\((\d*)\)$")
 
+# A selected row of index.csv and its parsed cells, by category column.
+_Row = tuple[dict[str, str], dict[str, list[int | str]]]
+
 
 class BrodenNotFoundError(FileNotFoundError):
     """The Broden directory is missing or incomplete."""
@@ -155,29 +158,10 @@ def _decode_image(path: Path, root: Path) -> np.ndarray:
     return read_image(path, root)
 
 
-def load_broden(
-    root: str | Path,
-    *,
-    max_images: int | None = None,
-    categories: list[str] | tuple[str, ...] | None = None,
-    split: str | None = None,
-) -> ConceptData:
-    """Load (part of) a Broden directory into memory as a ``ConceptData``.
-
-    ``split``: keep only the rows of ``index.csv`` whose split column is this (``"train"`` or
-    ``"val"``); ``categories``: load only these annotation columns (default: all of them, in
-    ``index.csv``'s order); then rows without any annotation in the loaded columns are dropped (as
-    NetDissect's ``SegmentationData`` does), and ``max_images`` keeps the first that many rows.
-    Images are ``(N, 3, ih, iw)`` uint8, label maps ``(N, L, sh, sw)`` int16 holding Broden's
-    label numbers; every selected row must share one image size and one segmentation size.
-    See the module docstring for the layout, the category rule and the memory needed.
-    """
-    root = Path(root).expanduser()
-    if not root.is_dir():
-        raise BrodenNotFoundError(f"{root} is not a directory; {_expected(root)}")
-    index_path = root / "index.csv"
-    fields, rows = _read_csv(index_path, root)
-    _require(index_path, META_COLUMNS, fields)
+def _columns_to_load(
+    index_path: Path, fields: list[str], categories: list[str] | tuple[str, ...] | None
+) -> list[str]:
+    """The category columns of index.csv to load, in its order (all of them by default)."""
     columns = [f for f in fields if f not in META_COLUMNS]
     if categories is not None:
         unknown = [c for c in categories if c not in columns]
@@ -188,7 +172,15 @@ def load_broden(
         columns = [c for c in columns if c in set(categories)]
     if not columns:
         raise ValueError(f"no category columns to load from {index_path}")
+    return columns
 
+
+def _concepts(root: Path, index_path: Path, columns: list[str]) -> tuple[list[str], list[str]]:
+    """Names and primary categories by label number (index 0 unused).
+
+    The primary category is chosen among the loaded columns only, taken in category.csv's
+    order, since that order settles ties.
+    """
     cat_path = root / "category.csv"
     cat_fields, cat_rows = _read_csv(cat_path, root)
     _require(cat_path, ("name",), cat_fields)
@@ -200,7 +192,17 @@ def load_broden(
         )
     names, listed = _read_labels(root)
     primary = _primary_categories(root, [c for c in order if c in columns], len(names), listed)
+    return names, primary
 
+
+def _select_rows(
+    index_path: Path,
+    rows: list[dict[str, str]],
+    columns: list[str],
+    split: str | None,
+    max_images: int | None,
+) -> list[_Row]:
+    """The selected rows of index.csv with their parsed cells, in the file's order."""
     if split is not None:
         splits = sorted({row["split"] for row in rows})
         if split not in splits:
@@ -209,7 +211,7 @@ def load_broden(
     parsed = []
     for row in rows:
         cells = {c: _entries(row[c]) for c in columns}
-        if any(cells.values()):
+        if any(cells.values()):  # as NetDissect's SegmentationData, skip rows with nothing to show
             parsed.append((row, cells))
     if max_images is not None:
         if max_images < 1:
@@ -221,7 +223,11 @@ def load_broden(
             f"categories={columns}, max_images={max_images}); rows without any "
             f"annotation in the loaded categories are skipped"
         )
+    return parsed
 
+
+def _common_size(index_path: Path, parsed: list[_Row]) -> tuple[int, int, int, int]:
+    """The ``ih, iw, sh, sw`` that every selected row must share (they fill one tensor)."""
     sizes = [(int(r["ih"]), int(r["iw"]), int(r["sh"]), int(r["sw"])) for r, _ in parsed]
     for (row, _), size in zip(parsed, sizes):
         if size != sizes[0]:
@@ -233,47 +239,119 @@ def load_broden(
                 f"release resized to one size (broden1_224, broden1_227), or resize the images "
                 f"and their segmentations to one size and update ih, iw, sh, sw in index.csv"
             )
-    ih, iw, sh, sw = sizes[0]
+    return sizes[0]
 
+
+def _layer_offsets(parsed: list[_Row], columns: list[str]) -> tuple[dict[str, int], int]:
+    """Each column's first label layer, and the number of layers: a column gets as many layers
+    as its longest selected cell has entries, so overlapping annotations stay apart."""
     depth = {c: max((len(cells[c]) for _, cells in parsed), default=0) for c in columns}
     offsets, layers = {}, 0
     for c in columns:
         offsets[c], layers = layers, layers + depth[c]
+    return offsets, layers
+
+
+def _read_row_image(root: Path, path: Path, ih: int, iw: int) -> torch.Tensor:
+    """A row's image as a (3, ih, iw) uint8 tensor, checked against index.csv's size."""
+    pixels = _decode_image(path, root)
+    if pixels.shape[:2] != (ih, iw):
+        raise ValueError(
+            f"{path} is {pixels.shape[0]}x{pixels.shape[1]} but index.csv says "
+            f"{ih}x{iw}; all images must share one size (see index.csv's ih, iw)"
+        )
+    return torch.from_numpy(pixels.transpose(2, 0, 1).copy())
+
+
+def _read_segmentation(root: Path, seg_path: Path, sh: int, sw: int, top: int) -> torch.Tensor:
+    """A segmentation PNG as an (sh, sw) int16 map of Broden label numbers (``R + 256 G``)."""
+    rgb = _decode_image(seg_path, root).astype(np.int32)
+    if rgb.shape[:2] != (sh, sw):
+        raise ValueError(
+            f"{seg_path} is {rgb.shape[0]}x{rgb.shape[1]} but index.csv says segmentations are {sh}x{sw}"
+        )
+    code = rgb[..., 0] + 256 * rgb[..., 1]
+    if int(code.max()) > top:
+        raise ValueError(
+            f"{seg_path} holds label {int(code.max())} (R + 256 G), but label.csv stops at {top}"
+        )
+    return torch.from_numpy(code.astype(np.int16))
+
+
+def _fill_layers(
+    out: torch.Tensor,
+    root: Path,
+    row: dict[str, str],
+    cells: dict[str, list[int | str]],
+    offsets: dict[str, int],
+    top: int,
+) -> None:
+    """Write one row's label layers into `out` (L, sh, sw), which holds zeros where the row
+    has no entry; a whole-image label fills its layer."""
+    sh, sw = out.shape[1:]
+    for c, entries in cells.items():
+        for j, entry in enumerate(entries):
+            layer = offsets[c] + j
+            if isinstance(entry, int):
+                if entry > top:
+                    raise ValueError(
+                        f"{root / 'index.csv'}: image {row['image']!r} has {c} label "
+                        f"{entry}, but label.csv stops at {top}"
+                    )
+                out[layer] = entry
+                continue
+            out[layer] = _read_segmentation(root, root / "images" / entry, sh, sw, top)
+
+
+def load_broden(
+    root: str | Path,
+    *,
+    max_images: int | None = None,
+    categories: list[str] | tuple[str, ...] | None = None,
+    split: str | None = None,
+) -> ConceptData:
+    """Load (part of) a Broden directory into memory as a ``ConceptData``.
+
+    See the module docstring for the layout, the category rule and the memory needed.
+
+    Parameters
+    ----------
+    root:
+        The Broden directory (``broden1_224`` or ``broden1_227``).
+    max_images:
+        Keep the first that many selected rows (default: all of them).
+    categories:
+        Load only these annotation columns of ``index.csv`` (default: all of them, in
+        ``index.csv``'s order).  Rows without any annotation in the loaded columns are dropped
+        (as NetDissect's ``SegmentationData`` does) before ``max_images`` applies.
+    split:
+        Keep only the rows of ``index.csv`` whose split column is this (``"train"`` or
+        ``"val"``; default: all rows).
+
+    Returns
+    -------
+    ConceptData
+        Images ``(N, 3, ih, iw)`` uint8, label maps ``(N, L, sh, sw)`` int16 holding Broden's
+        label numbers, concept ``k - 1`` being label number ``k``; every selected row must
+        share one image size and one segmentation size.
+    """
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise BrodenNotFoundError(f"{root} is not a directory; {_expected(root)}")
+    index_path = root / "index.csv"
+    fields, rows = _read_csv(index_path, root)
+    _require(index_path, META_COLUMNS, fields)
+    columns = _columns_to_load(index_path, fields, categories)
+    names, primary = _concepts(root, index_path, columns)
+    parsed = _select_rows(index_path, rows, columns, split, max_images)
+    ih, iw, sh, sw = _common_size(index_path, parsed)
+    offsets, layers = _layer_offsets(parsed, columns)
+
+    # preallocated, so that the decoded set is never held twice
     images = torch.empty((len(parsed), 3, ih, iw), dtype=torch.uint8)
     labels = torch.zeros((len(parsed), layers, sh, sw), dtype=torch.int16)
     top = len(names) - 1  # the largest label number label.csv names
-    images_dir = root / "images"
     for n, (row, cells) in enumerate(parsed):
-        path = images_dir / row["image"]
-        pixels = _decode_image(path, root)
-        if pixels.shape[:2] != (ih, iw):
-            raise ValueError(
-                f"{path} is {pixels.shape[0]}x{pixels.shape[1]} but index.csv says "
-                f"{ih}x{iw}; all images must share one size (see index.csv's ih, iw)"
-            )
-        images[n] = torch.from_numpy(pixels.transpose(2, 0, 1).copy())
-        for c in columns:
-            for j, entry in enumerate(cells[c]):
-                layer = offsets[c] + j
-                if isinstance(entry, int):
-                    if entry > top:
-                        raise ValueError(
-                            f"{index_path}: image {row['image']!r} has {c} label "
-                            f"{entry}, but label.csv stops at {top}"
-                        )
-                    labels[n, layer] = entry
-                    continue
-                seg_path = images_dir / entry
-                rgb = _decode_image(seg_path, root).astype(np.int32)
-                if rgb.shape[:2] != (sh, sw):
-                    raise ValueError(
-                        f"{seg_path} is {rgb.shape[0]}x{rgb.shape[1]} but index.csv "
-                        f"says segmentations are {sh}x{sw}"
-                    )
-                code = rgb[..., 0] + 256 * rgb[..., 1]
-                if int(code.max()) > top:
-                    raise ValueError(
-                        f"{seg_path} holds label {int(code.max())} (R + 256 G), but label.csv stops at {top}"
-                    )
-                labels[n, layer] = torch.from_numpy(code.astype(np.int16))
+        images[n] = _read_row_image(root, root / "images" / row["image"], ih, iw)
+        _fill_layers(labels[n], root, row, cells, offsets, top)
     return ConceptData(images, labels, names[1:], primary[1:])
