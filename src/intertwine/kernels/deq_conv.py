@@ -172,14 +172,8 @@ def conv_deq_ntk(
     n, m = X.shape[0], Y.shape[0]
     height, width = X.shape[2], X.shape[3]
     window = _Window(height, width, X.dtype, X.device)
-    pairs = (
-        torch.triu_indices(n, n) if symmetric else torch.cartesian_prod(torch.arange(n), torch.arange(m)).T
-    )
-    pair_bytes = 16 * ((height + 2) * (width + 2)) ** 2 * X.element_size()
-    if block_pairs is None:
-        block_pairs = max(1, DEFAULT_CONV_BLOCK_BYTES // pair_bytes)
-    else:
-        block_pairs = _check_count(block_pairs, "block_pairs")
+    pairs = _image_pairs(n, m, symmetric)
+    block_pairs = _pairs_per_block(block_pairs, height, width, X.element_size())
     shape = (n, m) if pooling != "none" else (n, m, height, width, height, width)
     gram = torch.empty(shape, dtype=X.dtype, device=X.device)
     iterations, residual = 0, 0.0
@@ -187,18 +181,39 @@ def conv_deq_ntk(
         rows, cols = pairs[:, start : start + block_pairs].to(X.device)
         theta, its, res = _conv_pairs(X[rows], Y[cols], window, sigma_w2, sigma_u2, tol, max_iter)
         iterations, residual = max(iterations, its), max(residual, res)
-        if pooling == "gap":
-            theta = theta.flatten(1).mean(1)
-        elif pooling == "flatten":
-            theta = (
-                theta.reshape(theta.shape[0], height * width, height * width).diagonal(dim1=1, dim2=2).mean(1)
-            )
+        theta = _read_out(theta, pooling)
         gram[rows, cols] = theta
         if symmetric:
             # Theta(p, p'; x, y) = Theta(p', p; y, x).
             gram[cols, rows] = theta if pooling != "none" else theta.permute(0, 3, 4, 1, 2)
     _warn_unconverged(residual, tol, max_iter, X.dtype)
     return KernelResult(gram, iterations, residual)
+
+
+def _image_pairs(n: int, m: int, symmetric: bool) -> Tensor:
+    """(2, pairs) indices (i, j) of the image pairs to compute: all n x m of them, or with
+    ``symmetric`` (m = n) those with i <= j, whose mirror images are the rest."""
+    return torch.triu_indices(n, n) if symmetric else torch.cartesian_prod(torch.arange(n), torch.arange(m)).T
+
+
+def _pairs_per_block(block_pairs: int | None, height: int, width: int, element_size: int) -> int:
+    """``block_pairs`` checked, or by default as many pairs as fit ``DEFAULT_CONV_BLOCK_BYTES``."""
+    if block_pairs is not None:
+        return _check_count(block_pairs, "block_pairs")
+    pair_bytes = 16 * ((height + 2) * (width + 2)) ** 2 * element_size
+    return max(1, DEFAULT_CONV_BLOCK_BYTES // pair_bytes)
+
+
+def _read_out(theta: Tensor, pooling: ConvPooling) -> Tensor:
+    """The NTK of ``pooling``'s readout from Theta (B, H, W, H, W) of B image pairs: (B,) for
+    ``"gap"`` (the mean over all pairs of positions) and ``"flatten"`` (the mean over equal
+    positions), Theta itself for ``"none"``."""
+    if pooling == "gap":
+        return theta.flatten(1).mean(1)
+    if pooling == "flatten":
+        positions = theta.shape[1] * theta.shape[2]
+        return theta.reshape(theta.shape[0], positions, positions).diagonal(dim1=1, dim2=2).mean(1)
+    return theta
 
 
 def _conv_pairs(x, y, window, sigma_w2, sigma_u2, tol, max_iter):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -339,57 +339,104 @@ def npk_conv_gap(
     xs = _as_batch(x, "x", 4)
     gx = _as_gate_list(gates, "gates", xs.shape[0], 4, xs.device)
     sx, sizes = _as_selections(selections, "selections", gx, xs.device)
+    bx = by = _Batch(xs, gx, sx)
     symmetric = not _second_batch(y, gates_y)
     if symmetric:
-        for given, value in (("selections_y", selections_y), ("global_selection_y", global_selection_y)):
-            if value is not None:
-                raise ValueError(
-                    f"{given} is given without y: the selections of a second batch go with y and gates_y"
-                )
-        ys, gy, sy = xs, gx, sx
+        _check_no_second_selections(selections_y, global_selection_y)
     else:
-        ys = _as_batch(y, "y", 4, xs.device)
-        if ys.shape[1:] != xs.shape[1:]:
-            raise ValueError(
-                f"x has samples of shape {tuple(xs.shape[1:])} but y {tuple(ys.shape[1:])}: both "
-                "batches go into the same network"
-            )
-        gy = _as_gate_list(gates_y, "gates_y", ys.shape[0], 4, xs.device)
-        _check_same_layers(gx, gy)
-        sy, sizes_y = _as_selections(selections_y, "selections_y", gy, xs.device)
-        _check_same_selections(sx, sy, sizes, sizes_y, global_selection, global_selection_y)
+        by, sizes_y = _as_y_batch(bx, sizes, y, gates_y, selections_y, global_selection, global_selection_y)
     pools = _derive_pools(tuple(xs.shape), gx, sizes)
     if global_selection is not None:
         _add_global_selection(global_selection, "global_selection", gx, sx, sizes, xs.device)
         if not symmetric:  # sy and sizes_y are separate lists, still without the global selection
+            gy, sy = by.gates, by.selections
             _add_global_selection(global_selection_y, "global_selection_y", gy, sy, sizes_y, xs.device)
-    n, m = xs.shape[0], ys.shape[0]
-    positions = xs.shape[2] * xs.shape[3]
-    for g, s in zip(gx, sx):
+    return _blocked_npk(bx, by, symmetric, sizes, pools, padding, value_input, max_bytes)
+
+
+class _Batch(NamedTuple):
+    """A batch as the value network sees it: images (N, C_0, H, W), the gates of each layer and the
+    flat source indices of the selection pool after each layer (None where there is none)."""
+
+    images: Tensor
+    gates: list[Tensor]
+    selections: list[Tensor | None]
+
+    def rows(self, part: slice) -> _Batch:
+        """The samples ``part`` of the batch."""
+        return _Batch(
+            self.images[part],
+            [g[part] for g in self.gates],
+            [None if s is None else s[part] for s in self.selections],
+        )
+
+
+def _check_no_second_selections(selections_y, global_selection_y) -> None:
+    """ValueError unless both are None (they belong to a second batch, and none is given)."""
+    for given, value in (("selections_y", selections_y), ("global_selection_y", global_selection_y)):
+        if value is not None:
+            raise ValueError(
+                f"{given} is given without y: the selections of a second batch go with y and gates_y"
+            )
+
+
+def _as_y_batch(
+    bx: _Batch, sizes: list, y, gates_y, selections_y, global_selection, global_selection_y
+) -> tuple[_Batch, list]:
+    """The second batch ``y`` with its gates and selections, on the device of ``bx``, checked to go
+    through the same network as ``bx`` (whose selection pools' sizes are ``sizes``); and the sizes
+    of its own selection pools."""
+    device = bx.images.device
+    ys = _as_batch(y, "y", 4, device)
+    if ys.shape[1:] != bx.images.shape[1:]:
+        raise ValueError(
+            f"x has samples of shape {tuple(bx.images.shape[1:])} but y {tuple(ys.shape[1:])}: both "
+            "batches go into the same network"
+        )
+    gy = _as_gate_list(gates_y, "gates_y", ys.shape[0], 4, device)
+    _check_same_layers(bx.gates, gy)
+    sy, sizes_y = _as_selections(selections_y, "selections_y", gy, device)
+    _check_same_selections(bx.selections, sy, sizes, sizes_y, global_selection, global_selection_y)
+    return _Batch(ys, gy, sy), sizes_y
+
+
+def _block_shape(bx: _Batch, m: int, symmetric: bool, max_bytes: int) -> tuple[int, int]:
+    """(rows, columns) of a block of pairs between ``bx`` and m samples whose arrays T stay within
+    ``max_bytes`` (at least one pair); square blocks for a symmetric kernel."""
+    n = bx.images.shape[0]
+    positions = bx.images.shape[2] * bx.images.shape[3]
+    for g, s in zip(bx.gates, bx.selections):
         positions = max(positions, g.shape[2] * g.shape[3], 0 if s is None else s.shape[2])
     # T, its window sum, a rolled copy and the gate gram, in float64.
     pairs = max(1, max_bytes // (4 * 8 * positions**2))
     rows = max(1, min(n, math.isqrt(pairs)))
     cols = max(1, min(m, pairs // rows))
-    if symmetric:
-        cols = rows
-    kernel = torch.empty((n, m), dtype=_F64, device=xs.device)
+    return rows, rows if symmetric else cols
+
+
+def _blocked_npk(
+    bx: _Batch,
+    by: _Batch,
+    symmetric: bool,
+    sizes: list,
+    pools: list[bool],
+    padding: str,
+    value_input: str,
+    max_bytes: int,
+) -> Tensor:
+    """The (N, N') NPK between ``bx`` and ``by``, one block of pairs at a time (``_conv_block``);
+    with ``symmetric`` (``by`` is ``bx``) only the blocks on and above the diagonal, mirrored."""
+    n, m = bx.images.shape[0], by.images.shape[0]
+    rows, cols = _block_shape(bx, m, symmetric, max_bytes)
+    kernel = torch.empty((n, m), dtype=_F64, device=bx.images.device)
     ones, circular = value_input == "ones", padding == "circular"
     for i in range(0, n, rows):
         ri = slice(i, min(n, i + rows))
         for j in range(i if symmetric else 0, m, cols):
             rj = slice(j, min(m, j + cols))
+            a, b = bx.rows(ri), by.rows(rj)
             block = _conv_block(
-                xs[ri],
-                ys[rj],
-                [g[ri] for g in gx],
-                [g[rj] for g in gy],
-                [None if s is None else s[ri] for s in sx],
-                [None if s is None else s[rj] for s in sy],
-                sizes,
-                pools,
-                circular,
-                ones,
+                a.images, b.images, a.gates, b.gates, a.selections, b.selections, sizes, pools, circular, ones
             )
             kernel[ri, rj] = block
             if symmetric and j != i:
