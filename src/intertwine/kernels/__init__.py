@@ -2,9 +2,17 @@
 
 * :mod:`intertwine.kernels.npk`: the neural path kernel of gated networks (Lakshminarayanan &
   Singh), fully connected and convolutional with global average pooling, the per-site gate kernel
-  of any zoo model, and the empirical neural tangent kernel of a model on a probe set.
+  of any zoo model, and the empirical neural tangent kernel of a model on a probe set. Its
+  convolutional kernel lives in :mod:`intertwine.kernels.npk_conv` (pools, selection pools, the
+  recursion over blocks of image pairs), the input checks both share in
+  :mod:`intertwine.kernels.npk_checks`.
 * :mod:`intertwine.kernels.deq`: the infinite-width NTK and NNGP of deep fully connected ReLU
-  networks, the NTK of deep equilibrium models (Feng & Kolter), and kernel regression.
+  networks, the NTK of deep equilibrium models (Feng & Kolter), and kernel regression; it gathers
+  the names of :mod:`intertwine.kernels.deq_fc` (the arc-cosine kernels, the equilibrium and
+  finite-depth NTK and NNGP of fully connected networks, the input checks the others share),
+  :mod:`intertwine.kernels.deq_conv` (the convolutional DEQ-NTK),
+  :mod:`intertwine.kernels.deq_finite_width` (the empirical NTK of one sampled finite-width DEQ)
+  and :mod:`intertwine.kernels.regression` (kernel regression on one-hot targets).
 * :mod:`intertwine.kernels.members`: a zoo member's kernels: the exact neural path kernel of a
   gated or plain ReLU network, the NTK of a gated network's value weights alone, the gate kernel
   at each site, and the logit ensemble of several members.

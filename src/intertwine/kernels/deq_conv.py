@@ -1,0 +1,240 @@
+"""The DEQ-NTK of a weight-tied 3x3 convolutional layer map (``conv_deq_ntk``, re-exported by
+:mod:`intertwine.kernels.deq`): the per-position fan-in normaliser, the 3x3 window operator on
+pairs of positions, and the per-pair fixed-point iterations of the correlations and of the NTK.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from intertwine.kernels.deq_fc import (
+    ArrayLike,
+    ConvPooling,
+    KernelResult,
+    _angle,
+    _as_tensor,
+    _check_count,
+    _check_iteration,
+    _delta,
+    _effective_tol,
+    _one_minus_kappa1,
+    _refine_close_,
+    _same_dtype_device,
+    _unit_rows,
+    _warn_unconverged,
+    check_variances,
+)
+
+__all__ = ["conv_deq_ntk"]
+
+#: Memory budget of one block of image pairs in ``conv_deq_ntk`` when ``block_pairs`` is None.
+DEFAULT_CONV_BLOCK_BYTES = 256 * 2**20
+
+
+def _tap_counts(height: int, width: int) -> Tensor:
+    """Number of in-bounds taps of the 3x3 window at each position (9 inside, 6 on edges, 4 at corners)."""
+    rows = torch.tensor(
+        [min(i + 1, height - 1) - max(i - 1, 0) + 1 for i in range(height)], dtype=torch.float64
+    )
+    cols = torch.tensor(
+        [min(j + 1, width - 1) - max(j - 1, 0) + 1 for j in range(width)], dtype=torch.float64
+    )
+    return rows[:, None] * cols[None, :]
+
+
+def _tap_sum(Z: Tensor) -> Tensor:
+    """sum over the 3x3 taps t of Z[..., p + t, p' + t] for Z of shape (B, H, W, H, W), zero outside."""
+    H, W = Z.shape[1], Z.shape[2]
+    padded = F.pad(Z, (1, 1, 1, 1, 1, 1, 1, 1))
+    out = torch.zeros_like(Z)
+    for a in range(3):
+        for c in range(3):
+            out += padded[:, a : a + H, c : c + W, a : a + H, c : c + W]
+    return out
+
+
+class _Window:
+    """The per-layer spatial operator ``T(Z)(p, p') = sum_t Z(p+t, p'+t) / sqrt(n_p n_p')`` and
+    ``1 - T(1)``, for images of one size."""
+
+    def __init__(self, height: int, width: int, dtype: torch.dtype, device: torch.device):
+        counts = _tap_counts(height, width).reshape(-1)
+        weight = 1.0 / torch.sqrt(counts[:, None] * counts[None, :])
+        self.weight = weight.reshape(height, width, height, width).to(dtype=dtype, device=device)
+        ones = torch.ones((1, height, width, height, width), dtype=dtype, device=device)
+        # 1 - T(1): the part of a unit correlation that the missing (padded) taps take away; 0 on
+        # the diagonal p = p' and wherever both windows are complete.
+        self.missing = (1.0 - self(ones)[0]).clamp_(min=0.0)
+
+    def __call__(self, Z: Tensor) -> Tensor:
+        return _tap_sum(Z) * self.weight
+
+    def one_minus(self, delta: Tensor) -> Tensor:
+        """1 - T(1 - delta) for delta = 1 - K: the operator on the delta scale."""
+        return self(delta) + self.missing
+
+
+def _check_images(X: ArrayLike, Y: ArrayLike | None, normalize: bool) -> tuple[Tensor, Tensor | None]:
+    """(n, C, H, W) and (m, C, H, W) tensors whose pixels (channel vectors) are unit vectors."""
+    X = _as_tensor(X, "X")
+    Y = None if Y is None else _as_tensor(Y, "Y")
+    for name, Z in (("X", X), ("Y", Y)):
+        if Z is not None and (Z.ndim != 4 or 0 in Z.shape):
+            raise ValueError(
+                f"{name} must be a non-empty (images, channels, H, W) array, got {tuple(Z.shape)}"
+            )
+    if Y is not None:
+        X, Y = _same_dtype_device(X, Y)
+        if X.shape[1:] != Y.shape[1:]:
+            raise ValueError(
+                f"X and Y images must have the same shape, got {tuple(X.shape[1:])} and {tuple(Y.shape[1:])}"
+            )
+        Y = _unit_rows(Y, "Y", normalize, what="pixel")
+    return _unit_rows(X, "X", normalize, what="pixel"), Y
+
+
+def _pair_iterate(step_fn, start: Tensor, tol: float, max_iter: int):
+    """Iterate ``start -> step_fn(current)`` on (B, ...) pairs, each pair frozen at its own first
+    step of sup-norm size <= tol (so a pair's result does not depend on its block).
+    Returns (result, iterations, residual)."""
+    tol = _effective_tol(tol, start.dtype)
+    current = start
+    active = torch.ones(start.shape[0], dtype=torch.bool, device=start.device)
+    last = torch.zeros(start.shape[0], dtype=start.dtype, device=start.device)
+    iterations = 0
+    while bool(active.any()) and iterations < max_iter:
+        iterations += 1
+        new = step_fn(current)
+        step = (new - current).abs().flatten(1).amax(1)
+        mask = active.view(-1, *([1] * (start.ndim - 1)))
+        current = torch.where(mask, new, current)
+        last = torch.where(active, step, last)
+        active &= step > tol
+    return current, iterations, float(last.max())
+
+
+def conv_deq_ntk(
+    X: ArrayLike,
+    Y: ArrayLike | None = None,
+    *,
+    sigma_w2: float,
+    sigma_u2: float,
+    sigma_b2: float,
+    pooling: ConvPooling = "gap",
+    normalize: bool = False,
+    tol: float = 1e-10,
+    max_iter: int = 10_000,
+    block_pairs: int | None = None,
+) -> KernelResult:
+    """The DEQ-NTK of a weight-tied 3x3 convolutional layer map, between images X and Y.
+
+    X: (n, C, H, W), Y: (m, C, H, W) (default X). Every pixel's channel vector must be a unit
+    vector (ValueError otherwise) unless ``normalize=True``, which normalises each pixel.
+
+    The layer map, zero-padded 3x3 convolutions with standard-normal weights::
+
+        f_p = sqrt(sigma_w2 / (C' n_p)) sum_t W_t sigma(f_{p+t}) + sqrt(sigma_u2 / n_p) sum_t U_t x_{p+t}
+              + sqrt(sigma_b2) b
+
+    where ``n_p`` (9, 6 or 4) counts the taps of p's window that fall inside the image. The paper's
+    placement of the normaliser is garbled; this choice -- a fan-in normaliser per output position,
+    on the weight and input terms, not on the bias -- keeps every pixel's pre-activation at unit
+    variance, so the arc-cosine kernels apply without renormalising, and a 1x1 image reduces to
+    the fully connected ``deq_ntk`` of its pixel. (A fixed 1/9 would shrink the border variances.)
+    For one image pair, with ``T(K)(p, p') = sum_t K(p+t, p'+t) / sqrt(n_p n_p')`` (terms outside
+    the image are zero), the correlations and the NTK of the equilibrium solve::
+
+        Sigma = sigma_w2 T(kappa1(Sigma)) + sigma_u2 T(x_p . y_p') + sigma_b2
+        Theta = sigma_w2 T(kappa0(Sigma) * Theta) + Sigma
+
+    Both are sup-norm contractions with rate at most ``sigma_w2`` (T's weights sum to at most 1),
+    iterated per image pair until a step is at most ``tol``; the second is the linear system the
+    paper solves directly, here solved by the same iteration on the device. Each pair holds
+    (H W)^2 entries -- a million at 32x32, so that size is GPU work and for small subsets only;
+    ``block_pairs`` pairs are done at once (default: a 256 MiB budget).
+
+    ``pooling`` gives the NTK of a fixed linear readout of f*: ``"gap"`` (global average pooling)
+    ``mean_{p,p'} Theta(p, p')`` (n, m); ``"flatten"`` (a dense readout) ``mean_p Theta(p, p)``
+    (n, m), diagonal ``1/(1 - sigma_w2)``; ``"none"`` all of Theta, (n, m, H, W, H, W).
+    ``iterations`` adds the two iterations' steps, ``residual`` is the larger last step.
+    """
+    check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
+    _check_iteration(tol, max_iter)
+    if pooling not in ("gap", "flatten", "none"):
+        raise ValueError(f"pooling must be 'gap', 'flatten' or 'none', got {pooling!r}")
+    X, Y = _check_images(X, Y, normalize)
+    symmetric = Y is None
+    Y = X if symmetric else Y
+    n, m = X.shape[0], Y.shape[0]
+    height, width = X.shape[2], X.shape[3]
+    window = _Window(height, width, X.dtype, X.device)
+    pairs = _image_pairs(n, m, symmetric)
+    block_pairs = _pairs_per_block(block_pairs, height, width, X.element_size())
+    shape = (n, m) if pooling != "none" else (n, m, height, width, height, width)
+    gram = torch.empty(shape, dtype=X.dtype, device=X.device)
+    iterations, residual = 0, 0.0
+    for start in range(0, pairs.shape[1], block_pairs):
+        rows, cols = pairs[:, start : start + block_pairs].to(X.device)
+        theta, its, res = _conv_pairs(X[rows], Y[cols], window, sigma_w2, sigma_u2, tol, max_iter)
+        iterations, residual = max(iterations, its), max(residual, res)
+        theta = _read_out(theta, pooling)
+        gram[rows, cols] = theta
+        if symmetric:
+            # Theta(p, p'; x, y) = Theta(p', p; y, x).
+            gram[cols, rows] = theta if pooling != "none" else theta.permute(0, 3, 4, 1, 2)
+    _warn_unconverged(residual, tol, max_iter, X.dtype)
+    return KernelResult(gram, iterations, residual)
+
+
+def _image_pairs(n: int, m: int, symmetric: bool) -> Tensor:
+    """(2, pairs) indices (i, j) of the image pairs to compute: all n x m of them, or with
+    ``symmetric`` (m = n) those with i <= j, whose mirror images are the rest."""
+    return torch.triu_indices(n, n) if symmetric else torch.cartesian_prod(torch.arange(n), torch.arange(m)).T
+
+
+def _pairs_per_block(block_pairs: int | None, height: int, width: int, element_size: int) -> int:
+    """``block_pairs`` checked, or by default as many pairs as fit ``DEFAULT_CONV_BLOCK_BYTES``."""
+    if block_pairs is not None:
+        return _check_count(block_pairs, "block_pairs")
+    pair_bytes = 16 * ((height + 2) * (width + 2)) ** 2 * element_size
+    return max(1, DEFAULT_CONV_BLOCK_BYTES // pair_bytes)
+
+
+def _read_out(theta: Tensor, pooling: ConvPooling) -> Tensor:
+    """The NTK of ``pooling``'s readout from Theta (B, H, W, H, W) of B image pairs: (B,) for
+    ``"gap"`` (the mean over all pairs of positions) and ``"flatten"`` (the mean over equal
+    positions), Theta itself for ``"none"``."""
+    if pooling == "gap":
+        return theta.flatten(1).mean(1)
+    if pooling == "flatten":
+        positions = theta.shape[1] * theta.shape[2]
+        return theta.reshape(theta.shape[0], positions, positions).diagonal(dim1=1, dim2=2).mean(1)
+    return theta
+
+
+def _conv_pairs(x, y, window, sigma_w2, sigma_u2, tol, max_iter):
+    """Theta (B, H, W, H, W) of B image pairs (x[i], y[i])."""
+    batch, _, height, width = x.shape
+    left, right = x.flatten(2).transpose(1, 2), y.flatten(2).transpose(1, 2)
+    delta_pixels = _refine_close_(_delta(left @ right.transpose(1, 2)), left, right)
+    delta_pixels = delta_pixels.view(batch, height, width, height, width)
+    delta_input = window.one_minus(delta_pixels).clamp_(0.0, 2.0)
+
+    def sigma_step(delta):
+        return (
+            sigma_w2 * window.one_minus(_one_minus_kappa1(delta, _angle(delta))) + sigma_u2 * delta_input
+        ).clamp_(0.0, 2.0)
+
+    delta_star, its_sigma, res_sigma = _pair_iterate(sigma_step, delta_pixels, tol, max_iter)
+    gate = sigma_w2 * (1.0 - _angle(delta_star) / math.pi)
+    sigma_star = 1.0 - delta_star
+
+    def theta_step(theta):
+        return window(gate * theta) + sigma_star
+
+    theta, its_theta, res_theta = _pair_iterate(theta_step, sigma_star, tol, max_iter)
+    return theta, its_sigma + its_theta, max(res_sigma, res_theta)

@@ -1,0 +1,80 @@
+"""The empirical NTK of one sampled weight-tied DEQ of finite width (``finite_deq_ntk``,
+re-exported by :mod:`intertwine.kernels.deq`): the network whose infinite-width limit is
+``deq_ntk``, for checking that limit on a few inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from intertwine.kernels.deq_fc import (
+    ArrayLike,
+    KernelResult,
+    _check_count,
+    _check_iteration,
+    _check_matrices,
+    _effective_tol,
+    _warn_unconverged,
+    check_variances,
+)
+
+__all__ = ["finite_deq_ntk"]
+
+
+def finite_deq_ntk(
+    X: ArrayLike,
+    *,
+    width: int,
+    sigma_w2: float,
+    sigma_u2: float,
+    sigma_b2: float,
+    generator: torch.Generator | None = None,
+    normalize: bool = False,
+    tol: float = 1e-12,
+    max_iter: int = 10_000,
+) -> KernelResult:
+    """The empirical NTK (n, n) of one randomly initialised weight-tied DEQ of the given width.
+
+    Draws ``W``, ``U``, ``b`` (standard normal, from ``generator``, in that order and on the CPU, so
+    a seed gives the same network on any device), finds the equilibrium
+    ``f* = sqrt(sigma_w2/N) W sigma(f*) + sqrt(sigma_u2) U x + sqrt(sigma_b2) b`` of each row x of X
+    by iteration from 0, and returns the NTK of f* with respect to (W, U, b), averaged over its N
+    coordinates, ``(1/N) sum_i <d f*_i(x)/d theta, d f*_i(y)/d theta>``. By implicit
+    differentiation ``d f* = M_x d(layer)`` with ``M_x = (I - sqrt(sigma_w2/N) W D_x)^-1``,
+    ``D_x = diag(sigma'(f*(x)))``, so the entry is::
+
+        (sigma_w2/N sigma(f*(x)).sigma(f*(y)) + sigma_u2 x.y + sigma_b2) * <M_x, M_y>_F / N.
+
+    Cost: n inverses of N x N matrices (n N^2 memory): meant for a few inputs. ``iterations`` and
+    ``residual`` describe the equilibrium iteration (its rate is about ``sqrt(sigma_w2)``).
+    As N grows its mean over seeds tends to ``deq_ntk``; it fluctuates from seed to seed by about
+    15-20 % at N = 1000 and (0.6, 0.4, 0), 3.5 % at (0.25, 0.25, 0.5) (ours).
+    """
+    check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
+    _check_iteration(tol, max_iter)
+    width = _check_count(width, "width")
+    X, _ = _check_matrices(X, None, normalize)
+    dtype, device, n = X.dtype, X.device, X.shape[0]
+
+    def normal(*shape):
+        return torch.randn(*shape, generator=generator, dtype=dtype, device="cpu").to(device)
+
+    W, U, b = normal(width, width), normal(width, X.shape[1]), normal(width)
+    scale = math.sqrt(sigma_w2 / width)
+    injected = math.sqrt(sigma_u2) * X @ U.T + math.sqrt(sigma_b2) * b
+    f = torch.zeros_like(injected)
+    iterations, residual = 0, math.inf
+    while iterations < max_iter and residual > _effective_tol(tol, dtype):
+        new = scale * (math.sqrt(2.0) * torch.relu(f)) @ W.T + injected
+        residual = float((new - f).abs().max())
+        f, iterations = new, iterations + 1
+    _warn_unconverged(residual, tol, max_iter, dtype)
+    activity = math.sqrt(2.0) * torch.relu(f)
+    slopes = math.sqrt(2.0) * (f > 0).to(dtype)
+    eye = torch.eye(width, dtype=dtype, device=device)
+    M = torch.stack([torch.linalg.inv(eye - scale * W * slopes[i]) for i in range(n)])
+    explicit = sigma_w2 / width * activity @ activity.T + sigma_u2 * X @ X.T + sigma_b2
+    overlap = torch.einsum("aij,bij->ab", M, M) / width
+    return KernelResult(explicit * overlap, iterations, residual)
