@@ -157,15 +157,24 @@ def test_moving_code_between_modules_changes_no_identity(package):
 
 def test_splitting_a_module_that_imports_a_library_changes_no_identity(package):
     """A module split in two, both halves importing the same library (``import math`` twice where it
-    was once) and the first importing the second: the same code, so nothing reruns."""
+    was once, ``from math import floor, pi`` as two statements) and the first importing the second:
+    the same code, so nothing reruns."""
     loop = textwrap.dedent(FILES["loop.py"])
-    uses_math = "import math\n" + loop.replace("return model  # one step", "return math.floor(model)")
+    uses_math = "import math\nfrom math import floor, pi\n" + loop.replace(
+        "return model  # one step", "return math.floor(model) + floor(pi)"
+    )
     split = {
         "loop.py": (
             uses_math,
-            uses_math.split("def _step")[0].replace("import math\n", "import math\nfrom .steps import _step\n"),
+            uses_math.split("def _step")[0].replace(
+                "import math\n", "import math\nfrom .steps import _step\n"
+            ),
         ),
-        "steps.py": ("", "import math\n\n\ndef _step(model):\n    return math.floor(model)\n"),
+        "steps.py": (
+            "",
+            "import math\nfrom math import pi\nfrom math import floor\n\n\n"
+            "def _step(model):\n    return math.floor(model) + floor(pi)\n",
+        ),
     }
     identity_after_move(package, {"loop.py": (loop, uses_math)})
     before, after = identity_after_move(package, split)

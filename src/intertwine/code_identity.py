@@ -207,6 +207,13 @@ def _imported_names(node: ast.Import | ast.ImportFrom) -> set[str]:
     return {alias.asname or alias.name.split(".")[0] for alias in node.names}
 
 
+def _one_name_each(node: ast.Import | ast.ImportFrom) -> list[ast.Import | ast.ImportFrom]:
+    """``node`` as one import statement per name it binds."""
+    if isinstance(node, ast.Import):
+        return [ast.Import(names=[alias]) for alias in node.names]
+    return [ast.ImportFrom(module=node.module, names=[alias], level=node.level) for alias in node.names]
+
+
 def _package_import(node: ast.Import | ast.ImportFrom) -> bool:
     """Whether ``node`` imports from the package itself (relative, ``intertwine...``, or already
     blanked by ``_blank_package_paths``)."""
@@ -241,11 +248,18 @@ def code_identity(entries: list[str] | tuple[str, ...]) -> str:
         code = [s for s in source.statements if s not in imports]
         code += [node for name in names for node in source.definitions[name]]
         used = set().union(*(source.names(node) for node in code))
-        # A third-party import counts where the code reached uses a name it binds (a registry's
-        # importlib, an unused helper's are not this code); the package's own imports only bind
-        # names, whose definitions are followed and hashed where they live.
-        code += [s for s in imports if _imported_names(s) & used and not _package_import(s)]
+        # A third-party import counts, name by name, where the code reached uses the name it binds
+        # (a registry's importlib, an unused helper's are not this code; ``from typing import A, B``
+        # is ``from typing import A`` and ``from typing import B``); the package's own imports only
+        # bind names, whose definitions are followed and hashed where they live.
         pieces += [source.dump(node) for node in code]
+        pieces += [
+            ast.dump(one)
+            for statement in imports
+            if not _package_import(statement)
+            for one in _one_name_each(statement)
+            if _imported_names(one) & used
+        ]
     digest = hashlib.sha256()
     # Each piece once: a module split in two imports torch twice, and the code is the same.
     for piece in sorted(set(pieces)):
