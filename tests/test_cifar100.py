@@ -188,16 +188,15 @@ def test_prepare_data_without_cifar100_is_one_clear_error(tmp_path):
 
 def tiny_config(cifar100_root=None):
     """The tiny test config, validated; on CIFAR-100 from ``cifar100_root`` when given."""
-    from snakemake.utils import validate
 
-    from intertwine.settings import SCHEMA_PATH
+    from intertwine.settings import validate_config
 
     config = yaml.safe_load((REPO / "tests" / "configs" / "tiny.yaml").read_text())
     if cifar100_root is not None:
         config["data"] = {"dataset": "cifar100", "val_size": 4, "cifar100": {"root": str(cifar100_root)}}
         for spec in config["zoo"]["variants"].values():
             spec["num_classes"] = 100
-    validate(config, str(SCHEMA_PATH), set_default=True)
+    validate_config(config)
     return config
 
 

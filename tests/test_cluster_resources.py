@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from snakemake.utils import validate
+
 
 from intertwine.cluster import JobNeeds, request
 from intertwine.plan import Plan
-from intertwine.settings import SCHEMA_PATH
+from intertwine.settings import validate_config
 
 REPO = Path(__file__).resolve().parents[1]
 SITE = {"cpu_partition": "site-cpu", "gpu_partition": "site-gpu", "account": "site-lab", "qos": "site-qos"}
@@ -50,7 +50,7 @@ def dry_run(tmp_path, config, *args, site=SITE):
 def plan_of(config):
     config = yaml.safe_load(Path(config).read_text())
     config["cluster"] = SITE
-    validate(config, str(SCHEMA_PATH), set_default=True)
+    validate_config(config)
     return Plan(config)
 
 

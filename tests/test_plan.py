@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from snakemake.utils import validate
+
 
 from intertwine.plan import Plan, draw_pairs
 from intertwine.workflow.planning import spec_sites
 from intertwine.workflow.stages.deqntk.plan import gram_layout
-from intertwine.settings import SCHEMA_PATH, SimilarityConfig
+from intertwine.workflow.stages.similarity.settings import SimilarityConfig
+from intertwine.settings import validate_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,7 +23,7 @@ def load(path: str | Path, change=None) -> dict:
     config = yaml.safe_load((REPO / path).read_text())
     if change is not None:
         change(config)
-    validate(config, str(SCHEMA_PATH), set_default=True)
+    validate_config(config)
     return config
 
 

@@ -216,7 +216,12 @@ def _checkpoint(path, spec, variant, seed):
 def test_jobs_on_tiny_models(tmp_path, tiny_shapes_dir):
     from intertwine.workflow.job import Job
     from intertwine.workflow.stages.pullback.job import pullback_images, pullback_member, pullback_pair
-    from intertwine.workflow.stages.pullback.tables import PULLBACK_AGREEMENT, PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, PULLBACK_TRANSFER
+    from intertwine.workflow.stages.pullback.tables import (
+        PULLBACK_AGREEMENT,
+        PULLBACK_FAITHFULNESS,
+        PULLBACK_SYMMETRY,
+        PULLBACK_TRANSFER,
+    )
     from intertwine.tables import to_table
 
     paths = [_checkpoint(tmp_path / f"seed{s}.pt", MYRTLE, "myrtle", s) for s in range(2)]
@@ -263,7 +268,12 @@ def test_a_temperature_sweep_adds_soft_rows_and_its_figure(tmp_path, tiny_shapes
     from intertwine.workflow.stages.pullback.figures import pullback_temperature
     from intertwine.workflow.job import Job
     from intertwine.workflow.stages.pullback.job import pullback_member, pullback_pair
-    from intertwine.workflow.stages.pullback.tables import PULLBACK_AGREEMENT, PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY, PULLBACK_TRANSFER
+    from intertwine.workflow.stages.pullback.tables import (
+        PULLBACK_AGREEMENT,
+        PULLBACK_FAITHFULNESS,
+        PULLBACK_SYMMETRY,
+        PULLBACK_TRANSFER,
+    )
     from intertwine.tables import to_table
 
     paths = [_checkpoint(tmp_path / f"seed{s}.pt", MYRTLE, "myrtle", s) for s in range(2)]

@@ -8,19 +8,13 @@ import dataclasses
 import pytest
 
 from intertwine import settings
-from intertwine.settings import (
-    DeqntkConfig,
-    DissectionConfig,
-    PullbackConfig,
-    RotationConfig,
-    SimilarityConfig,
-    StitchConfig,
-    SymmetryConfig,
-    TrainConfig,
-    expand_methods,
-    method_kind,
-    schema_block,
-)
+from intertwine.workflow.stages.deqntk.settings import DeqntkConfig
+from intertwine.workflow.stages.dissection.settings import DissectionConfig
+from intertwine.workflow.stages.pullback.settings import PullbackConfig
+from intertwine.workflow.stages.rotation.settings import RotationConfig
+from intertwine.workflow.stages.similarity.settings import SimilarityConfig
+from intertwine.settings import StitchConfig, TrainConfig, expand_methods, method_kind, schema_block
+from intertwine.workflow.stages.symmetry.settings import SymmetryConfig
 
 SETTINGS = [
     TrainConfig,
@@ -207,3 +201,64 @@ def test_deqntk_job_blocks_hold_what_each_kind_reads():
     }
     with pytest.raises(ValueError, match=r"config key deqntk\.depths\.0: 0 is less than the minimum of 1"):
         DeqntkConfig.from_block({"depths": [0]}, "deqntk")
+
+
+def test_each_stage_keeps_its_config_block_and_settings_in_its_folder():
+    """Issue 35: a stage's block of the schema is ``schema.yaml`` in its folder and its settings
+    dataclass ``settings.py``; ``schema()`` is the core file with every stage's block, in the
+    report's order, and the core file holds no stage's block."""
+    import yaml
+
+    from intertwine.workflow import stages
+
+    core = yaml.safe_load(settings.SCHEMA_PATH.read_text())
+    whole = settings.schema()
+    assert not set(core["properties"]) & set(stages.STAGES)
+    assert list(whole["properties"]) == [
+        "seed",
+        "device",
+        "pairs_share_members",
+        "data",
+        *stages.STAGES,
+        "figures",
+        "cluster",
+    ]
+    for stage in stages.STAGES:
+        assert whole["properties"][stage] == yaml.safe_load(settings.stage_schema_path(stage).read_text())
+    for stage in ("rotation", "dissection", "deqntk"):
+        module = stages.part(stage, "settings")
+        config = getattr(module, f"{stage.capitalize()}Config")
+        assert config.__module__ == module.__name__
+        with pytest.warns(DeprecationWarning, match=f"intertwine.settings.{config.__name__} is deprecated"):
+            assert getattr(settings, config.__name__) is config
+
+
+@pytest.mark.parametrize("name", ["config/config.yaml", "config/paper.yaml", "tests/configs/tiny.yaml"])
+def test_validation_fills_the_defaults_as_snakemakes_validate(name, tmp_path):
+    """``validate_config`` (the joined schema) against an independent reference: Snakemake's
+    ``validate(..., set_default=True)`` on the same schema written to one file."""
+    import copy
+    from pathlib import Path
+
+    import yaml
+    from snakemake.utils import validate
+
+    from intertwine.config import load_config
+
+    root = Path(__file__).resolve().parents[1]
+    config = load_config([root / name])
+    reference = copy.deepcopy(config)
+    schema_file = tmp_path / "schema.yaml"
+    schema_file.write_text(yaml.safe_dump(settings.schema(), sort_keys=False))
+    validate(reference, str(schema_file), set_default=True)
+    settings.validate_config(config)
+    assert config == reference and config["rotation"]["epochs"] == reference["rotation"]["epochs"]
+    config["zoo"]["training"]["lr_milestones"].append(99)  # a filled default is the config's own
+    assert 99 not in settings.schema_block("zoo.training")["properties"]["lr_milestones"]["default"]
+
+
+def test_validation_names_the_value_that_does_not_fit():
+    import jsonschema
+
+    with pytest.raises(jsonschema.ValidationError, match="-1 is less than the minimum of 1"):
+        settings.validate_config({"rotation": {"epochs": -1}})

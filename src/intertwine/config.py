@@ -52,18 +52,14 @@ def check_config(config: dict) -> list[str]:
     """The workflow's checks of a config, as messages (none: it runs): the schema, whose defaults
     this fills in (``config`` changes in place), then the plan's cross-checks."""
     import jsonschema
-    from snakemake.exceptions import WorkflowError
-    from snakemake.utils import validate
 
     from intertwine.plan import Plan
-    from intertwine.settings import SCHEMA_PATH
+    from intertwine.settings import validate_config
 
     try:
-        validate(config, schema=str(SCHEMA_PATH), set_default=True)
-    except WorkflowError as err:
-        if not isinstance(err.__context__, jsonschema.ValidationError):
-            raise
-        return [describe_validation_error(err.__context__)]
+        validate_config(config)
+    except jsonschema.ValidationError as err:
+        return [describe_validation_error(err)]
     return Plan(config).errors()
 
 
@@ -74,7 +70,8 @@ def reference_markdown(schema: dict | None = None) -> str:
 
     Parameters
     ----------
-    schema : the parsed schema; None reads ``config.schema.yaml``.
+    schema : the parsed schema; None: the workflow's (``intertwine.settings.schema()``, the core
+        file and every stage's block).
 
     Returns
     -------
@@ -82,12 +79,10 @@ def reference_markdown(schema: dict | None = None) -> str:
     """
     import json
 
-    import yaml
-
-    from intertwine.settings import SCHEMA_PATH
+    from intertwine.settings import schema as workflow_schema
 
     if schema is None:
-        schema = yaml.safe_load(SCHEMA_PATH.read_text())
+        schema = workflow_schema()
 
     def kind(node: dict) -> str:
         if "enum" in node:
@@ -114,7 +109,8 @@ def reference_markdown(schema: dict | None = None) -> str:
     out = [
         "# Configuration reference",
         "",
-        "Generated from `src/intertwine/config.schema.yaml` by `intertwine.config.reference_markdown()`",
+        "Generated from `src/intertwine/config.schema.yaml` and each stage's block",
+        "(`src/intertwine/workflow/stages/<stage>/schema.yaml`) by `intertwine.config.reference_markdown()`",
         "(`python -m intertwine.config > docs/config-reference.md`); edit the schema, not this page.",
         "",
         cell(schema.get("description", "")),

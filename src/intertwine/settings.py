@@ -1,7 +1,8 @@
 """Every setting's one definition, and the stitching method names.
 
-`config.schema.yaml` beside this file is the one source of every config key: its type, its
-default and its description. The workflow validates a config against it (filling the defaults),
+The schema is the one source of every config key: its type, its default and its description
+(`config.schema.yaml` beside this file for the shared blocks, each stage's `schema.yaml` in its
+folder for its block; `schema()` joins them). The workflow validates a config against it (filling the defaults),
 and the dataclasses below, which the library's functions take, read their defaults from it, so
 `StitchConfig()` is the schema's `stitching` block. Their `from_block` refuses unknown keys.
 
@@ -29,12 +30,51 @@ import yaml
 
 from intertwine.stitch_methods import G_RELU_METHODS, METHODS, parse_method  # noqa: F401 (re-exported)
 
+#: The core of the schema: the top-level keys, the shared blocks (data, figures, cluster) and the
+#: model spec; each stage's block is ``schema.yaml`` in its folder (``stage_schema_path``).
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
+
+
+def stage_schema_path(stage: str) -> Path:
+    """The file of ``stage``'s config block: ``intertwine/workflow/stages/<stage>/schema.yaml``."""
+    return Path(__file__).parent / "workflow" / "stages" / stage / "schema.yaml"
 
 
 @functools.cache
 def schema() -> dict:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    """The workflow's config schema (JSON Schema, draft 2020-12): the core file with every stage's
+    block, read once (shared: do not change it)."""
+    from intertwine.workflow.stages import STAGES  # the registry alone: no stage's code
+
+    core = yaml.safe_load(SCHEMA_PATH.read_text())
+    blocks = {
+        stage: yaml.safe_load(stage_schema_path(stage).read_text())
+        for stage in STAGES
+        if stage_schema_path(stage).is_file()
+    }
+    # The report's order: the run's own keys and data, the stages, then figures and cluster.
+    first = {key: core["properties"][key] for key in ("seed", "device", "pairs_share_members", "data")}
+    rest = {key: node for key, node in core["properties"].items() if key not in first}
+    return core | {"properties": first | blocks | rest}
+
+
+def validate_config(config: dict) -> None:
+    """Check ``config`` against the schema and fill in, in place, the defaults of the keys it lacks
+    (at every depth, as Snakemake's ``validate(..., set_default=True)``); a value that does not
+    fit raises ``jsonschema.ValidationError``."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    check_properties = base.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, node):
+        for name, sub in properties.items():
+            if "default" in sub and isinstance(instance, dict):
+                instance.setdefault(name, copy.deepcopy(sub["default"]))
+        yield from check_properties(validator, properties, instance, node)
+
+    with_defaults = jsonschema.validators.extend(base, {"properties": set_defaults})
+    with_defaults(schema()).validate(config)
 
 
 def schema_block(key: str) -> dict:
@@ -263,126 +303,6 @@ class StitchConfig(_Settings):
     cv_epochs: int | None = _setting("stitching.cv_epochs", only_for=("grelu_cv",))
 
 
-@dataclasses.dataclass(frozen=True)
-class RotationConfig(_Settings):
-    """A rotation-penalty trial's fine-tuning (config ``rotation``; the rest is ``zoo.training``'s)."""
-
-    epochs: int = _setting("rotation.epochs")
-    lr: float | None = _setting("rotation.lr")
-    train_images: int | None = _setting("rotation.train_images")
-    lognormal_sigma: float = _setting("rotation.lognormal_sigma")
-
-
-@dataclasses.dataclass(frozen=True)
-class SymmetryConfig(_Settings):
-    """The weight-space symmetry check on a trained member (config ``symmetry``)."""
-
-    groups: list[str] = _setting("symmetry.groups")
-    images: int = _setting("symmetry.images")
-    float64: bool = _setting("symmetry.float64")
-    lognormal_sigma: float = _setting("symmetry.lognormal_sigma")
-
-
-@dataclasses.dataclass(frozen=True)
-class SimilarityConfig(_Settings):
-    """The similarity measures of a pair (config ``similarity``)."""
-
-    procrustes_measures: list[str] = _setting("similarity.procrustes_measures")
-    cka_measures: list[str] = _setting("similarity.cka_measures")
-    samples: int | None = _setting("similarity.samples")
-    intervals: bool = _setting("similarity.intervals")
-    jackknife_groups: int = _setting("similarity.jackknife_groups", read_when="intervals")
-    npk_images: int = _setting("gated.probe_images")  # npk_cka's images (the exact NPK is costly)
-    batch_size: int = _setting("similarity.batch_size")
-
-
-@dataclasses.dataclass(frozen=True)
-class ConnectivityConfig(_Settings):
-    """The alignment and interpolation of a pair (config ``connectivity``)."""
-
-    methods: list[str] = _setting("connectivity.methods")
-    lambdas: int = _setting("connectivity.lambdas")
-    corrections: list[str] = _setting("connectivity.corrections")
-    train_images: int = _setting("connectivity.train_images")
-    test_images: int | None = _setting("connectivity.test_images")
-    fold_batch_norm: bool = _setting("connectivity.fold_batch_norm")
-    max_sweeps: int = _setting("connectivity.max_sweeps")
-    batch_size: int = _setting("connectivity.batch_size")
-
-
-@dataclasses.dataclass(frozen=True)
-class DissectionConfig(_Settings):
-    """Network dissection of a member (config ``dissection``; ``masks`` for the masks figure only)."""
-
-    alphas: list[float] = _setting("dissection.alphas")
-    rotations: int = _setting("dissection.rotations")
-    quantile: float = _setting("dissection.quantile")
-    iou_threshold: float = _setting("dissection.iou_threshold")
-    batch_size: int = _setting("dissection.batch_size")
-    probe: dict = _setting("dissection.probe")
-    masks: dict = _setting("dissection.masks", only_for=("masks",))
-
-
-@dataclasses.dataclass(frozen=True)
-class GatedConfig(_Settings):
-    """The kernels of a gated-networks study member (config ``gated``)."""
-
-    probe_images: int = _setting("gated.probe_images")
-    value_ntk_draws: int = _setting("gated.value_ntk_draws")
-
-
-@dataclasses.dataclass(frozen=True)
-class PullbackConfig(_Settings):
-    """The excitation-pullback stage's jobs (config ``pullback``). Job kinds: ``member`` (symmetry
-    and faithfulness of one zoo member), ``pair`` (agreement of two members), ``images`` (a
-    variant's image grids), ``external`` (the paper's grids of a torchvision ImageNet model). Which jobs run (``variants``, ``seeds``, ``pairs``) and at which sites
-    (``sites``, ``unit_sites``) is the plan's."""
-
-    images: int = _setting("pullback.images", only_for=("member", "pair"))
-    probe_images: int = _setting("pullback.probe_images", only_for=("member", "pair", "images"))
-    temperature: float = _setting("pullback.temperature")
-    sweep: list[float] = _setting("pullback.sweep", only_for=("member", "pair"))
-    functional: str = _setting("pullback.functional")
-    pool_padding: str = _setting("pullback.pool_padding")
-    spreads: list[float] = _setting("pullback.spreads", only_for=("member",))
-    deletion_steps: int = _setting("pullback.deletion_steps", only_for=("member",))
-    pgd: dict = _setting("pullback.pgd", only_for=("member", "images", "external"))
-    units: int = _setting("pullback.units", only_for=("pair",))
-    grid_images: int = _setting("pullback.grid_images", only_for=("images",))
-
-
-@dataclasses.dataclass(frozen=True)
-class DeqntkConfig(_Settings):
-    """The DEQ neural tangent kernel stage's jobs (config ``deqntk``). Job kinds: ``gram`` (a block
-    of the accuracy study's Gram), ``regression`` (one variance setting and training-set size),
-    ``depth`` (one draw of the depth sweep), ``reference`` (one zoo member's CKAs with the kernel).
-    Which jobs run (``n_train``, ``settings``, ``block_rows``, ``depth.draws``,
-    ``reference.variants``, ``reference.seeds``) is the plan's; each job gets its own values."""
-
-    n_test: int = _setting("deqntk.n_test", only_for=("gram", "regression"))
-    preprocessing: str = _setting(
-        "deqntk.preprocessing", only_for=("gram", "regression", "depth", "reference")
-    )
-    ridge: float = _setting("deqntk.ridge", only_for=("regression", "depth", "conv"))
-    tol: float = _setting("deqntk.tol", only_for=("gram", "depth", "reference", "conv"))
-    depths: list[int] = _setting("deqntk.depth.depths", only_for=("depth",))
-    depth_n_train: int = _setting("deqntk.depth.n_train", only_for=("depth",))
-    depth_n_test: int = _setting("deqntk.depth.n_test", only_for=("depth",))
-    depth_variances: list[float] | None = _setting("deqntk.depth.variances", only_for=("depth",))
-    finite_variances: list[list[float]] = _setting("deqntk.depth.finite", only_for=("depth",))
-    panels: list[list[float]] = _setting("deqntk.depth.panels", only_for=("depth",))
-    deq_sigma_b2: float = _setting("deqntk.depth.deq_sigma_b2", only_for=("depth",))
-    frozen_ridge: float = _setting("deqntk.depth.frozen_ridge", only_for=("depth",))
-    conv_n_train: int = _setting("deqntk.conv.n_train", only_for=("conv",))
-    conv_n_test: int = _setting("deqntk.conv.n_test", only_for=("conv",))
-    conv_settings: list[list[float]] = _setting("deqntk.conv.settings", only_for=("conv",))
-    conv_readout: str = _setting("deqntk.conv.readout", only_for=("conv",))
-    conv_preprocessing: str = _setting("deqntk.conv.preprocessing", only_for=("conv",))
-    reference_samples: int | None = _setting("deqntk.reference.samples", only_for=("reference",))
-    reference_measures: list[str] = _setting("deqntk.reference.measures", only_for=("reference",))
-    reference_variances: list[float] = _setting("deqntk.reference.variances", only_for=("reference",))
-
-
 # --- Stitching method names (their grammar: intertwine.stitch_methods).
 
 
@@ -431,3 +351,34 @@ def parse_variances(name: str) -> tuple[float, float, float]:
         raise ValueError(
             f"not a variance setting's name w<sigma_w2>_u<sigma_u2>_b<sigma_b2> (e.g. w0.25_u0.25_b0.5): {name!r}"
         ) from None
+
+
+#: Each stage's settings dataclass moved to its folder (issue 35); importable from here for one
+#: release. (``TrainConfig`` and ``StitchConfig`` stay: the library's training and stitching take
+#: them, and the library does not import the workflow's stages.)
+_MOVED = {
+    "RotationConfig": "rotation",
+    "SymmetryConfig": "symmetry",
+    "SimilarityConfig": "similarity",
+    "ConnectivityConfig": "connectivity",
+    "DissectionConfig": "dissection",
+    "GatedConfig": "gated",
+    "PullbackConfig": "pullback",
+    "DeqntkConfig": "deqntk",
+}
+
+
+def __getattr__(name: str):
+    if name in _MOVED:
+        import importlib
+        import warnings
+
+        where = f"intertwine.workflow.stages.{_MOVED[name]}.settings"
+        warnings.warn(
+            f"intertwine.settings.{name} is deprecated and will be removed in the next release: "
+            f"import it from {where}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(where), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

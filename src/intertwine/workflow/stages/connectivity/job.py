@@ -13,7 +13,7 @@ from intertwine import mode_connectivity, network_alignment
 from intertwine.data.augment import normalize
 from intertwine.workflow.job import Job
 from intertwine.models import normalize_spec
-from intertwine.settings import ConnectivityConfig
+from intertwine.workflow.stages.connectivity.settings import ConnectivityConfig
 
 
 def connectivity_pair(job: Job, a: str, b: str, pair: int, block: dict) -> pd.DataFrame:

@@ -6,7 +6,7 @@ registry) and the core: a method here can use the core's and other stages' (``se
 
 from __future__ import annotations
 
-from intertwine.settings import ConnectivityConfig
+from intertwine.workflow.stages.connectivity.settings import ConnectivityConfig
 
 from intertwine.workflow.planning import ConfigCheck
 

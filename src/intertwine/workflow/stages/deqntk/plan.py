@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 
-from intertwine.settings import DeqntkConfig, variances_name
+from intertwine.workflow.stages.deqntk.settings import DeqntkConfig
+from intertwine.settings import variances_name
 from intertwine.workflow.planning import ConfigCheck, ConfigError
 
 

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from intertwine import dissection, models
 from intertwine.workflow.job import Job
-from intertwine.settings import DissectionConfig
+from intertwine.workflow.stages.dissection.settings import DissectionConfig
 
 
 def _settings(block: dict) -> dict:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from intertwine.settings import DissectionConfig
+from intertwine.workflow.stages.dissection.settings import DissectionConfig
 
 from intertwine.workflow.planning import ConfigCheck
 

@@ -10,7 +10,7 @@ from intertwine import kernels
 from intertwine.workflow.stages.gated import study as gated
 from intertwine.data.augment import normalize
 from intertwine.workflow.job import Job
-from intertwine.settings import GatedConfig
+from intertwine.workflow.stages.gated.settings import GatedConfig
 
 
 def gated_ensemble(job: Job, checkpoints: list[str], eval_batch_size: int = 500) -> pd.DataFrame:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from intertwine.settings import GatedConfig
+from intertwine.workflow.stages.gated.settings import GatedConfig
 
 from intertwine.workflow.planning import GATED_ARCHS, ConfigCheck
 

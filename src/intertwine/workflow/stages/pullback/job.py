@@ -15,7 +15,7 @@ from intertwine.workflow.stages.pullback import study
 from intertwine.data.augment import normalize
 from intertwine.workflow.job import Job
 from intertwine.pullback import options, per_neuron_temperatures
-from intertwine.settings import PullbackConfig
+from intertwine.workflow.stages.pullback.settings import PullbackConfig
 
 
 def _with_pullback_options(job_function):

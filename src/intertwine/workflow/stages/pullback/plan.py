@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from intertwine.settings import PullbackConfig
+from intertwine.workflow.stages.pullback.settings import PullbackConfig
 
 from intertwine.workflow.planning import ConfigCheck
 

@@ -9,7 +9,8 @@ import torch
 
 from intertwine import models, rotation
 from intertwine.workflow.job import Job
-from intertwine.settings import RotationConfig, TrainConfig
+from intertwine.workflow.stages.rotation.settings import RotationConfig
+from intertwine.settings import TrainConfig
 from intertwine.zoo import recorded_test_acc
 
 

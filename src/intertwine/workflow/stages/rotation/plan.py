@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from intertwine.settings import RotationConfig
+from intertwine.workflow.stages.rotation.settings import RotationConfig
 
 from intertwine.workflow.planning import ConfigCheck
 

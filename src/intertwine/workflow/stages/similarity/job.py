@@ -9,7 +9,7 @@ import pandas as pd
 
 from intertwine import compare, measures, models
 from intertwine.workflow.job import Job
-from intertwine.settings import SimilarityConfig
+from intertwine.workflow.stages.similarity.settings import SimilarityConfig
 
 
 def similarity_pair(

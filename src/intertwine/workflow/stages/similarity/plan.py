@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from intertwine.settings import SimilarityConfig
+from intertwine.workflow.stages.similarity.settings import SimilarityConfig
 
 from intertwine.workflow.planning import ConfigCheck
 

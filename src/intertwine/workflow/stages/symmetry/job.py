@@ -11,7 +11,7 @@ from intertwine import models
 from intertwine.workflow.stages.symmetry import study as symmetry_study
 from intertwine.data.augment import normalize
 from intertwine.workflow.job import Job
-from intertwine.settings import SymmetryConfig
+from intertwine.workflow.stages.symmetry.settings import SymmetryConfig
 
 
 def symmetry_check(job: Job, checkpoint: str, block: dict) -> pd.DataFrame:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from intertwine.settings import SymmetryConfig
+from intertwine.workflow.stages.symmetry.settings import SymmetryConfig
 
 
 class SymmetryPlan:

@@ -1,0 +1,16 @@
+"""The ``gated`` block's settings as a dataclass: what the stage's jobs read, each field one config
+key with the schema's default (:mod:`intertwine.settings`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from intertwine.settings import _Settings, _setting
+
+
+@dataclasses.dataclass(frozen=True)
+class GatedConfig(_Settings):
+    """The kernels of a gated-networks study member (config ``gated``)."""
+
+    probe_images: int = _setting("gated.probe_images")
+    value_ntk_draws: int = _setting("gated.value_ntk_draws")

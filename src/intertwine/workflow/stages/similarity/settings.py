@@ -1,0 +1,21 @@
+"""The ``similarity`` block's settings as a dataclass: what the stage's jobs read, each field one config
+key with the schema's default (:mod:`intertwine.settings`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from intertwine.settings import _Settings, _setting
+
+
+@dataclasses.dataclass(frozen=True)
+class SimilarityConfig(_Settings):
+    """The similarity measures of a pair (config ``similarity``)."""
+
+    procrustes_measures: list[str] = _setting("similarity.procrustes_measures")
+    cka_measures: list[str] = _setting("similarity.cka_measures")
+    samples: int | None = _setting("similarity.samples")
+    intervals: bool = _setting("similarity.intervals")
+    jackknife_groups: int = _setting("similarity.jackknife_groups", read_when="intervals")
+    npk_images: int = _setting("gated.probe_images")  # npk_cka's images (the exact NPK is costly)
+    batch_size: int = _setting("similarity.batch_size")
