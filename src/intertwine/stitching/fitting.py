@@ -228,27 +228,84 @@ def stitch_site(
     A G_ReLU layer is rounded, and g's batch-norm statistics are refreshed for the final layer
     (``refreshes_batch_norm``).
 
-    With ``accuracy`` (a stitched network -> its test accuracy), the layer before training is
-    measured too (``acc_start``: rounded, batch norm refreshed), so a table shows what training
-    added. Returns the stitched network, ready to evaluate, and its layer's columns of the table.
+    Parameters
+    ----------
+    f, g : the front and back models (frozen; g is copied, never changed).
+    site : the site stitched at (its name and channel count).
+    method : the layer's method (``stitch_methods.parse_method``: "full", "rank4", "grelu", ...).
+    config : how the layer starts and trains.
+    train_split : the training images (on the device), and ``mean``, ``std`` to normalise them.
+    key : the seeds' key: the layer's start from ``(*key, "init")``, the batches from
+        ``(*key, "batches")``.
+    label, log : what the training log's lines start with, and where they go.
+    accuracy : a stitched network -> its test accuracy. With it, the layer before training is
+        measured too (``acc_start``: rounded, batch norm refreshed), so a table shows what
+        training added.
+
+    Returns
+    -------
+    The stitched network, ready to evaluate, and its layer's columns of the table.
     """
     kind = parse_method(method)[0]
     device = train_split.images.device
     init_generator = torch.Generator().manual_seed(derive_seed(*key, "init"))
-    start = init_generator.get_state()  # every alpha of grelu_cv starts from the same layer
-    matched = None
-    if config.init == "match":
-        images = train_split.images[: config.match_images]
-        matched = [
-            models.site_activations(model, images, [site.name], mean, std, len(images))[site.name]
-            for model in (f, g)
-        ]
+    matched = _activations_to_match(f, g, site.name, config, train_split, mean, std)
+    make_layer = _layer_maker(method, site.channels, config, device, init_generator, matched)
+    stitched = stitch(f, copy.deepcopy(g), site.name, make_layer())
+    columns = _empty_columns(kind, config)
+    if accuracy is not None:
+        columns["acc_start"] = _start_accuracy(
+            f, stitched, site.name, config, train_split, mean, std, accuracy
+        )
+    batches = torch.Generator(device=device).manual_seed(derive_seed(*key, "batches"))
+    seconds, trained = _train_layer(
+        kind, make_layer, stitched, train_split, config, batches, mean, std, label, log
+    )
+    columns |= trained
+    columns |= _round_and_refresh(stitched, config, train_split, mean, std)
+    layer = stitched.bridge
+    return stitched, columns | {
+        "train_seconds": seconds,
+        "sparsity": sparsity(layer.matrix()),
+        "trainable_params": sum(p.numel() for p in layer.parameters()),
+    }
+
+
+def _activations_to_match(
+    f: nn.Module,
+    g: nn.Module,
+    site: str,
+    config: StitchConfig,
+    train_split: Split,
+    mean: torch.Tensor,
+    std: torch.Tensor,
+) -> list[torch.Tensor] | None:
+    """f's and g's activations at ``site`` on the first ``match_images`` training images, which
+    an ``init: match`` layer starts from; None for ``init: random``."""
+    if config.init != "match":
+        return None
+    images = train_split.images[: config.match_images]
+    return [models.site_activations(model, images, [site], mean, std, len(images))[site] for model in (f, g)]
+
+
+def _layer_maker(
+    method: str,
+    channels: int,
+    config: StitchConfig,
+    device: torch.device,
+    init_generator: torch.Generator,
+    matched: list[torch.Tensor] | None,
+) -> Callable[..., nn.Module]:
+    """``make_layer(alpha=config.alpha)``: a fresh layer of ``method`` on ``device``, matched to
+    ``matched`` when given. The generator is rewound to its present state each time, so every
+    alpha of grelu_cv starts from the same layer."""
+    start = init_generator.get_state()
 
     def make_layer(alpha: float = config.alpha) -> nn.Module:
         init_generator.set_state(start)
         layer = build_layer(
             method,
-            site.channels,
+            channels,
             init_generator,
             config.sinkhorn_iters,
             alpha,
@@ -261,49 +318,86 @@ def stitch_site(
             layer.match(*matched)
         return layer
 
-    stitched = stitch(f, copy.deepcopy(g), site.name, make_layer())
-    columns = {
+    return make_layer
+
+
+def _empty_columns(kind: str, config: StitchConfig) -> dict:
+    """The layer's columns of the table, in the table's order, before anything is measured."""
+    return {
         "alpha": config.alpha if kind == "grelu" else None,
         "alpha_selected": None,
         "cv_alphas": None,
         "cv_accuracies": None,
         "acc_start": None,
-    }
-    if accuracy is not None:  # the layer before training, measured as the trained one will be
-        before = stitch(
-            f, copy.deepcopy(stitched.back), site.name, copy.deepcopy(stitched.bridge)
-        )  # f is shared
-        if isinstance(before.bridge, GReLULayer):
-            before.bridge.round()
-        if refreshes_batch_norm(before.bridge, config):
-            refresh_batch_norm(before, train_split, mean, std, config.eval_batch_size)
-        columns["acc_start"] = accuracy(before)
-        del before
-    batches = torch.Generator(device=device).manual_seed(derive_seed(*key, "batches"))
-    columns |= {
         "permutation": None,
         "scales": None,
         "off_permutation_mass": None,
         "off_permutation_mass_by_epoch": None,
     }
+
+
+def _start_accuracy(
+    f: nn.Module,
+    stitched: models.Stitched,
+    site: str,
+    config: StitchConfig,
+    train_split: Split,
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    accuracy: Callable[[models.Stitched], float],
+) -> float:
+    """The untrained layer's accuracy, measured as the trained one will be (rounded, batch norm
+    refreshed), on copies of the layer and of g so that training starts from them untouched."""
+    before = stitch(f, copy.deepcopy(stitched.back), site, copy.deepcopy(stitched.bridge))  # f is shared
+    if isinstance(before.bridge, GReLULayer):
+        before.bridge.round()
+    if refreshes_batch_norm(before.bridge, config):
+        refresh_batch_norm(before, train_split, mean, std, config.eval_batch_size)
+    return accuracy(before)
+
+
+def _train_layer(
+    kind: str,
+    make_layer: Callable[..., nn.Module],
+    stitched: models.Stitched,
+    train_split: Split,
+    config: StitchConfig,
+    batches: torch.Generator,
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    label: str,
+    log: Callable[[str], None],
+) -> tuple[float, dict]:
+    """Train the layer in ``stitched``: grelu_cv chooses alpha by cross-validation (and leaves the
+    chosen layer, already rounded), every other method fits once. Returns (seconds, the columns
+    training fills)."""
     if kind == "grelu_cv":
         chosen = select_alpha(make_layer, stitched, train_split, config, batches, mean, std, label, log)
         seconds = chosen.pop("seconds")
-        columns |= chosen | {"alpha": chosen["alpha_selected"]}
-    else:
-        run = fit(stitched, train_split, config, batches, mean, std, label, log)
-        seconds = run.seconds
-        if run.off_permutation_mass:
-            columns["off_permutation_mass_by_epoch"] = run.off_permutation_mass
+        return seconds, chosen | {"alpha": chosen["alpha_selected"]}
+    run = fit(stitched, train_split, config, batches, mean, std, label, log)
+    columns = {}
+    if run.off_permutation_mass:
+        columns["off_permutation_mass_by_epoch"] = run.off_permutation_mass
+    return run.seconds, columns
+
+
+def _round_and_refresh(
+    stitched: models.Stitched,
+    config: StitchConfig,
+    train_split: Split,
+    mean: torch.Tensor,
+    std: torch.Tensor,
+) -> dict:
+    """The trained layer made ready to evaluate: a G_ReLU layer rounded (unless grelu_cv's
+    cross-validation has), then g's batch norm refreshed for it (``refreshes_batch_norm``).
+    Returns the columns of the rounded element."""
     layer = stitched.bridge
+    columns = {}
     if isinstance(layer, GReLULayer):
         if not layer.rounded:
             columns["off_permutation_mass"] = layer.round()
         columns["permutation"], columns["scales"] = layer.rounded_layer()
     if refreshes_batch_norm(layer, config):
         refresh_batch_norm(stitched, train_split, mean, std, config.eval_batch_size)
-    return stitched, columns | {
-        "train_seconds": seconds,
-        "sparsity": sparsity(layer.matrix()),
-        "trainable_params": sum(p.numel() for p in layer.parameters()),
-    }
+    return columns
