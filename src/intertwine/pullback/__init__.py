@@ -95,6 +95,8 @@ The package
 (``pullback``, ``per_neuron_temperatures``). Every name is importable from ``intertwine.pullback``.
 """
 
+# Every name the one module defined stays importable from here: ``__all__``'s, and the others,
+# public and private (tests and other modules import some), as ``name as name`` re-exports.
 from intertwine.pullback.call_sites import (
     _NOT_GATES as _NOT_GATES,
     CallSites,

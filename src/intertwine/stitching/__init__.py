@@ -43,6 +43,8 @@ The package: ``layers`` (the layer classes, ``build_layer``, ``method_dimension`
 ``refresh_batch_norm``, ``stitch_site``). Every name is importable from ``intertwine.stitching``.
 """
 
+# Every name the one module defined stays importable from here: ``__all__``'s, and the others,
+# public and private (tests and other modules import some), as ``name as name`` re-exports.
 from intertwine.stitching.fitting import (
     Fit as Fit,
     _optimizer as _optimizer,

@@ -81,6 +81,8 @@ architectures' wiring, ``ARCHS``, ``acts_on``, ``site_groups``), ``action`` (the
 
 import warnings
 
+# Every name the one module defined stays importable from here: ``__all__``'s, and the others,
+# public and private (tests and other modules import some), as ``name as name`` re-exports.
 from .action import (
     _LINK_TOL as _LINK_TOL,
     _act_on_inputs as _act_on_inputs,
