@@ -879,7 +879,7 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
             "rotation_trial",
             {"rotation_trial": 2, "rotation_table": 1, "rotation_figure": 1, "claims": 1, "all": 1},
         ),
-        ("stitching.py", "stitch_site", {"stitch_pair": 14, **STITCHING_RERUN}),
+        ("stitching/fitting.py", "stitch_site", {"stitch_pair": 14, **STITCHING_RERUN}),
         # weight matching is the connectivity stage's alone
         (
             "network_alignment.py",
@@ -893,7 +893,7 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
             },
         ),
         # only stitching matches with match_grelu (the pullback stage: measures.match_channels)
-        ("stitching.py", "match_grelu", {"stitch_pair": 14, **STITCHING_RERUN}),
+        ("stitching/matching.py", "match_grelu", {"stitch_pair": 14, **STITCHING_RERUN}),
         (
             "measures/cka.py",
             "linear_cka",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -71,74 +72,138 @@ def compare_models(
     site's activations on the models' device and computes its matrix with ``pairwise`` at the end.
     The Procrustes values here come from one pass (close to 1 they resolve about 1e-8; the
     one-shot functions make a second pass).
+
+    Parameters
+    ----------
+    model_a, model_b : the two models.
+    data : the inputs: a tensor, a map-style Dataset or an iterable of batches (see above).
+    measures : names of ``measures.MEASURES``.
+    sites_a, sites_b : module names of each model (None: its ``models.sites``).
+    batch_size : inputs per batch, for a tensor or Dataset.
+    progress : whether to show a progress bar over the batches.
+    max_bytes : the memory bound of the measures computed at the end (``pairwise``).
+    max_accumulator_bytes : the most linear CKA's streamed cross-products may take.
+
+    Returns
+    -------
+    {measure: DataFrame}, rows model a's sites, columns model b's.
     """
     from tqdm.auto import tqdm
-
-    from intertwine.models import site_activations, sites
 
     unknown = [m for m in measures if m not in MEASURES]
     if unknown:
         raise ValueError(f"unknown measures {unknown}; expected some of {sorted(MEASURES)}")
-    names = [
-        [s.name for s in sites(model)] if chosen is None else list(chosen)
-        for model, chosen in ((model_a, sites_a), (model_b, sites_b))
-    ]
-    pairs = [(i, j) for i in range(len(names[0])) for j in range(len(names[1]))]
-    procrustes: dict[tuple[int, int], ProcrustesAccumulator] = {}
-    linear: dict[tuple[int, int], LinearCKAAccumulator] = {}
-    kept: list[dict[int, list[Tensor]] | None] | None = None  # per model: site index -> batches
+    names = _site_names((model_a, model_b), (sites_a, sites_b))
+    streams: _Streams | None = None  # decided at the first batch, from its shapes
     batches, count = _batches(data, batch_size)
     for inputs in tqdm(batches, total=count, disable=not progress, desc="compare_models", unit="batch"):
-        acts = [
-            site_activations(model, inputs, chosen, batch_size=len(inputs))
-            for model, chosen in zip((model_a, model_b), names)
+        xs, ys = _batch_activations((model_a, model_b), names, inputs)
+        if streams is None:
+            streams = _Streams.plan(xs, ys, measures, max_accumulator_bytes)
+        streams.update(xs, ys)
+    if streams is None:
+        raise ValueError("compare_models: data gave no batches")
+    full = streams.full()
+    return {measure: _measure_frame(measure, streams, full, names, max_bytes) for measure in measures}
+
+
+def _site_names(
+    models: tuple[torch.nn.Module, torch.nn.Module], chosen: tuple[Sequence[str] | None, ...]
+) -> list[list[str]]:
+    """Each model's site names: those chosen, or its zoo sites (``models.sites``)."""
+    from intertwine.models import sites
+
+    return [
+        [s.name for s in sites(model)] if names is None else list(names)
+        for model, names in zip(models, chosen)
+    ]
+
+
+def _batch_activations(
+    models: tuple[torch.nn.Module, torch.nn.Module], names: list[list[str]], inputs: Tensor
+) -> tuple[list[Tensor], list[Tensor]]:
+    """(model a's activations at its sites, model b's at its sites) on one batch, b's moved to
+    a's device."""
+    from intertwine.models import site_activations
+
+    acts = [
+        site_activations(model, inputs, chosen, batch_size=len(inputs))
+        for model, chosen in zip(models, names)
+    ]
+    return (
+        [acts[0][s] for s in names[0]],
+        [acts[1][s].to(acts[0][names[0][0]].device) for s in names[1]],
+    )
+
+
+@dataclass
+class _Streams:
+    """What ``compare_models`` keeps over the batches: the Procrustes and linear CKA accumulators
+    per site pair (i, j), and per model every site's activations (site index -> batches), None
+    where no measure needs them."""
+
+    procrustes: dict[tuple[int, int], ProcrustesAccumulator]
+    linear: dict[tuple[int, int], LinearCKAAccumulator]
+    kept: list[dict[int, list[Tensor]] | None]
+
+    @classmethod
+    def plan(
+        cls, xs: list[Tensor], ys: list[Tensor], measures: Sequence[str], max_accumulator_bytes: int
+    ) -> _Streams:
+        """What to stream and what to keep, from the first batch's activations: the Procrustes
+        measures for the pairs of equal spatial shapes, linear CKA while its cross-products fit in
+        ``max_accumulator_bytes``; every site's activations where another measure needs them."""
+        pairs = [(i, j) for i in range(len(xs)) for j in range(len(ys))]
+        procrustes, linear = {}, {}
+        if any(m in PROCRUSTES_MEASURES for m in measures):
+            procrustes = {
+                (i, j): ProcrustesAccumulator() for i, j in pairs if _positions(xs[i]) == _positions(ys[j])
+            }
+        width = [[x[0].numel() for x in xs], [y[0].numel() for y in ys]]
+        state = sum(8 * (width[0][i] + width[1][j]) ** 2 for i, j in pairs)
+        if "linear_cka" in measures and state <= max_accumulator_bytes:
+            linear = {pair: LinearCKAAccumulator() for pair in pairs}
+        collected = [
+            m for m in measures if m not in PROCRUSTES_MEASURES and not (m == "linear_cka" and linear)
         ]
-        xs, ys = (
-            [acts[0][s] for s in names[0]],
-            [acts[1][s].to(acts[0][names[0][0]].device) for s in names[1]],
-        )
-        if kept is None:  # the first batch: decide what is streamed, from the shapes
-            kept = [{} for _ in range(2)]
-            if any(m in PROCRUSTES_MEASURES for m in measures):
-                procrustes = {
-                    (i, j): ProcrustesAccumulator()
-                    for i, j in pairs
-                    if _positions(xs[i]) == _positions(ys[j])
-                }
-            width = [[x[0].numel() for x in xs], [y[0].numel() for y in ys]]
-            state = sum(8 * (width[0][i] + width[1][j]) ** 2 for i, j in pairs)
-            if "linear_cka" in measures and state <= max_accumulator_bytes:
-                linear = {pair: LinearCKAAccumulator() for pair in pairs}
-            collected = [
-                m for m in measures if m not in PROCRUSTES_MEASURES and not (m == "linear_cka" and linear)
-            ]
-            if not collected:
-                kept = [None, None]
-        for (i, j), acc in procrustes.items():
+        return cls(procrustes, linear, [{} for _ in range(2)] if collected else [None, None])
+
+    def update(self, xs: list[Tensor], ys: list[Tensor]) -> None:
+        """One batch into every accumulator, and into the kept activations."""
+        for (i, j), acc in self.procrustes.items():
             acc.update(xs[i], ys[j])
-        for (i, j), acc in linear.items():
+        for (i, j), acc in self.linear.items():
             acc.update(xs[i], ys[j])
-        if kept[0] is not None:
-            for side, layers in zip(kept, (xs, ys)):
+        if self.kept[0] is not None:
+            for side, layers in zip(self.kept, (xs, ys)):
                 for k, layer in enumerate(layers):
                     side.setdefault(k, []).append(layer)
-    if kept is None:
-        raise ValueError("compare_models: data gave no batches")
-    full = [None if side is None else [torch.cat(side[k]) for k in sorted(side)] for side in kept]
-    results = {}
-    for measure in measures:
-        try:
-            matrix = _streamed_matrix(
-                measure, procrustes, linear, full, len(names[0]), len(names[1]), max_bytes
-            )
-        except ConstantRepresentationError as err:
-            model = {"X": "a", "xs": "a", "Y": "b", "ys": "b"}[err.which]
-            site = names[0 if model == "a" else 1][err.index]
-            raise ConstantRepresentationError(
-                f"{measure}: model {model} at site {site}: {err}", model, site
-            ) from None
-        results[measure] = pd.DataFrame(matrix, index=names[0], columns=names[1])
-    return results
+
+    def full(self) -> list[list[Tensor] | None]:
+        """Per model, every site's kept activations over all the batches (None: none kept)."""
+        return [None if side is None else [torch.cat(side[k]) for k in sorted(side)] for side in self.kept]
+
+
+def _measure_frame(
+    measure: str,
+    streams: _Streams,
+    full: list[list[Tensor] | None],
+    names: list[list[str]],
+    max_bytes: int,
+) -> pd.DataFrame:
+    """One measure's DataFrame in ``compare_models``; a constant representation is named by its
+    model and site."""
+    try:
+        matrix = _streamed_matrix(
+            measure, streams.procrustes, streams.linear, full, len(names[0]), len(names[1]), max_bytes
+        )
+    except ConstantRepresentationError as err:
+        model = {"X": "a", "xs": "a", "Y": "b", "ys": "b"}[err.which]
+        site = names[0 if model == "a" else 1][err.index]
+        raise ConstantRepresentationError(
+            f"{measure}: model {model} at site {site}: {err}", model, site
+        ) from None
+    return pd.DataFrame(matrix, index=names[0], columns=names[1])
 
 
 def _streamed_matrix(

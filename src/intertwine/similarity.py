@@ -5,7 +5,7 @@ re-exports them for one release and warns on import."""
 import warnings
 
 from intertwine.compare import compare_models, site_cka, site_procrustes
-from intertwine.measures import *
+from intertwine.measures import *  # noqa: F403  (the deprecated module re-exports every measure)
 from intertwine.measures import __all__ as _measures
 
 warnings.warn(

@@ -403,6 +403,20 @@ def train_pack(
     alone, up to float rounding (a batched convolution sums in another order). The models are
     not changed. Architectures ``vmap`` cannot run (``pack_problem``) train one after another,
     with the reason logged; so does a pack of one, which is ``train`` itself.
+
+    Parameters
+    ----------
+    models : the K members' initial models, of one architecture.
+    train_split, val_split : the training and validation images (on the device).
+    config : the training recipe, the same for every member.
+    generators : one per member, its batch orders and augmentations.
+    mean, std : the per-channel normalisation.
+    labels : one per member, what its lines of the log start with.
+    log : where the log's lines go.
+
+    Returns
+    -------
+    Per member, its ``TrainResult`` or the ``DivergedError`` that stopped it.
     """
     _check_pack(models, generators, labels)
     _check_splits(train_split, val_split, labels[0])
@@ -419,11 +433,26 @@ def train_pack(
             _train_or_diverge(model, train_split, val_split, config, g, mean, std, label, log)
             for model, g, label in zip(models, generators, labels)
         ]
+    return _train_stacked(models, train_split, val_split, config, generators, mean, std, labels, log)
+
+
+def _train_stacked(
+    models: list[nn.Module],
+    train_split: Split,
+    val_split: Split,
+    config: TrainConfig,
+    generators: list[torch.Generator],
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    labels: list[str],
+    log: Callable[[str], None],
+) -> list[TrainResult | DivergedError]:
+    """``train_pack``'s members trained as one stack (``_Stack``): one optimiser over every
+    member's parameters, each member's loss its own."""
     if config.channels_last:
         log(
             "packed training runs in the default memory format (zoo.training.channels_last is for one member)"
         )
-    device = train_split.images.device
     stack = _Stack(models)
     optimizer = make_optimizer(stack.trainable(), config)
     epochs, total_steps, steps_per_epoch = config.length(len(train_split))
@@ -434,52 +463,109 @@ def train_pack(
         start_time = time.perf_counter()
         stack.module.train()
         lr = optimizer.param_groups[0]["lr"]
-        orders = [torch.randperm(len(train_split), device=device, generator=g) for g in generators]
-        loss_sums = torch.zeros(len(models), device=device)
-        correct = torch.zeros(len(models), device=device, dtype=torch.long)
         steps, seen = _epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
-        for step in range(steps):
-            batches = [
-                _batch(train_split, order, step, config, g, mean, std, epoch)
-                for order, g in zip(orders, generators)
-            ]
-            x = torch.stack([x for x, _, _ in batches], dim=1)
-            y = torch.stack([y for _, y, _ in batches])
-            lams = [lam for _, _, lam in batches]
-            # Unmixed (every lam 1, as after mixing_epochs or without mixup and CutMix): no
-            # partner loss to weigh in, decided here without reading back from the device.
-            lam = torch.tensor(lams, device=device) if min(lams) < 1.0 else 1.0
-            with _autocast(device, config.bf16):
-                logits = stack(x).float()
-            # Summed over members: each member's parameters get the gradient of its own mean loss.
-            losses = _loss(logits, y, lam, config.label_smoothing).mean(1)
-            optimizer.zero_grad(set_to_none=True)
-            losses.sum().backward()
-            optimizer.step()
-            schedule.step()
-            loss_sums += losses.detach() * y.shape[1]
-            correct += (logits.argmax(-1) == y).sum(1)
+        loss_sums, correct = _stacked_epoch(
+            stack, optimizer, schedule, train_split, config, generators, mean, std, epoch, steps
+        )
         val_accs = _evaluate_stack(stack, val_split, mean, std, config.eval_batch_size, config.bf16)
         seconds = time.perf_counter() - start_time
-        for k, (result, label) in enumerate(zip(results, labels)):
-            if isinstance(result, DivergedError):
-                continue
-            try:
-                train_loss = _train_loss(loss_sums[k].item(), seen, label, epoch)
-            except DivergedError as err:
-                log(str(err))
-                results[k] = err
-                continue
-            row = {
-                "epoch": epoch,
-                "lr": lr,
-                "train_loss": train_loss,
-                "train_acc": correct[k].item() / seen,
-                "val_acc": val_accs[k],
-                "epoch_seconds": seconds / len(models),  # its share of the pack's epoch
-            }
-            _end_epoch(result, row, lambda k=k: stack.state_dict(k), label, epochs, log)
+        _end_stacked_epoch(
+            results, stack, labels, epochs, log, epoch, lr, loss_sums, correct, seen, val_accs, seconds
+        )
     return results
+
+
+def _stacked_epoch(
+    stack: _Stack,
+    optimizer: torch.optim.Optimizer,
+    schedule,
+    split: Split,
+    config: TrainConfig,
+    generators: list[torch.Generator],
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    epoch: int,
+    steps: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One epoch's ``steps`` training steps of the stack. Each member draws its batch order, then
+    each batch's augmentation, from its own generator, in ``train``'s order. Returns per member
+    (the summed training loss, the number of correct predictions)."""
+    device = split.images.device
+    orders = [torch.randperm(len(split), device=device, generator=g) for g in generators]
+    loss_sums = torch.zeros(len(generators), device=device)
+    correct = torch.zeros(len(generators), device=device, dtype=torch.long)
+    for step in range(steps):
+        batches = [
+            _batch(split, order, step, config, g, mean, std, epoch) for order, g in zip(orders, generators)
+        ]
+        losses, logits, y = _stacked_step(stack, optimizer, schedule, batches, config, device)
+        loss_sums += losses.detach() * y.shape[1]
+        correct += (logits.argmax(-1) == y).sum(1)
+    return loss_sums, correct
+
+
+def _stacked_step(
+    stack: _Stack,
+    optimizer: torch.optim.Optimizer,
+    schedule,
+    batches: list[tuple],
+    config: TrainConfig,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One optimiser step of every member on its batch ``(x, y, lam)`` of ``_batch``. Returns (each
+    member's mean loss, the logits (K, B, C), the labels (K, B))."""
+    x = torch.stack([x for x, _, _ in batches], dim=1)
+    y = torch.stack([y for _, y, _ in batches])
+    lams = [lam for _, _, lam in batches]
+    # Unmixed (every lam 1, as after mixing_epochs or without mixup and CutMix): no
+    # partner loss to weigh in, decided here without reading back from the device.
+    lam = torch.tensor(lams, device=device) if min(lams) < 1.0 else 1.0
+    with _autocast(device, config.bf16):
+        logits = stack(x).float()
+    # Summed over members: each member's parameters get the gradient of its own mean loss.
+    losses = _loss(logits, y, lam, config.label_smoothing).mean(1)
+    optimizer.zero_grad(set_to_none=True)
+    losses.sum().backward()
+    optimizer.step()
+    schedule.step()
+    return losses, logits, y
+
+
+def _end_stacked_epoch(
+    results: list[TrainResult | DivergedError],
+    stack: _Stack,
+    labels: list[str],
+    epochs: int,
+    log: Callable[[str], None],
+    epoch: int,
+    lr: float,
+    loss_sums: torch.Tensor,
+    correct: torch.Tensor,
+    seen: int,
+    val_accs: list[float],
+    seconds: float,
+) -> None:
+    """Each member's end of ``epoch``, as ``train``'s: its NaN check (a member whose loss is not
+    finite stops, ``results[k]`` becomes its error), then its row of the history and its best
+    weights."""
+    for k, (result, label) in enumerate(zip(results, labels)):
+        if isinstance(result, DivergedError):
+            continue
+        try:
+            train_loss = _train_loss(loss_sums[k].item(), seen, label, epoch)
+        except DivergedError as err:
+            log(str(err))
+            results[k] = err
+            continue
+        row = {
+            "epoch": epoch,
+            "lr": lr,
+            "train_loss": train_loss,
+            "train_acc": correct[k].item() / seen,
+            "val_acc": val_accs[k],
+            "epoch_seconds": seconds / len(results),  # its share of the pack's epoch
+        }
+        _end_epoch(result, row, lambda k=k: stack.state_dict(k), label, epochs, log)
 
 
 def _train_or_diverge(model, train_split, val_split, config, generator, mean, std, label, log):

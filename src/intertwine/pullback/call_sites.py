@@ -1,0 +1,218 @@
+"""Finding and swapping the call sites of a forward pass: the module and function interception
+(``_Intercept``), ``soft_backward`` and the checks of what it swaps. "The module docstring" below
+is the package's, :mod:`intertwine.pullback`."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+
+import torch
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+
+from intertwine.pullback.soft import (
+    _FUNCTIONAL,
+    _FUNCTIONS,
+    _POOL_PADDING,
+    FUNCTIONAL,
+    POOL_PADDING,
+    SOFT_FORWARDS,
+    _check_choice,
+    _returns_indices,
+)
+
+
+class CallSites:
+    """The call sites of the latest forward pass under :func:`soft_backward` (names in call
+    order): ``soft`` were swapped, ``hard`` are functional calls left hard (``functional="hard"``)."""
+
+    def __init__(self) -> None:
+        self.soft: list[str] = []
+        self.hard: list[str] = []
+        self.hard_nodes: set = set()  # autograd nodes of the calls left hard
+
+
+class _Intercept(TorchFunctionMode):
+    """Runs ``on_call(site, soft, hard, first_input, functional)`` for every call of a swapped module and every
+    functional call of :data:`_FUNCTIONS` in ``model``'s forward passes: ``soft(temperature)``
+    computes the soft version, ``hard()`` the original. Call sites are named as in the module
+    docstring; the count restarts at each forward pass of the root module."""
+
+    def __init__(self, model: nn.Module, on_call: Callable) -> None:
+        super().__init__()
+        self.model, self.on_call = model, on_call
+        self.calls: Counter = Counter()
+        self.running: list[str] = []  # names of the modules whose forward is running, outermost first
+        self.inside = 0  # > 0 while a swapped module runs: its own functional calls are its own
+
+    def site(self, base: str) -> str:
+        self.calls[base] += 1
+        k = self.calls[base]
+        return base if k == 1 else f"{base}@{k}"
+
+    def module_call(self, name: str, module: nn.Module, *inputs) -> Tensor:
+        site = self.site(name)
+        self.inside += 1
+        try:
+            return self.on_call(
+                site,
+                lambda t: SOFT_FORWARDS[type(module)](module, t, *inputs),
+                lambda: type(module).forward(module, *inputs),
+                inputs[0],
+                False,
+            )
+        finally:
+            self.inside -= 1
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        entry = _FUNCTIONS.get(func)
+        if entry is None or self.inside or not args or _returns_indices(func, args, kwargs):
+            return func(*args, **kwargs)
+        label, soft = entry
+        owner = self.running[-1] if self.running else ""
+        site = self.site(f"{owner}.{label}()" if owner else f"{label}()")
+        return self.on_call(
+            site, lambda t: soft(t, *args, **kwargs), lambda: func(*args, **kwargs), args[0], True
+        )
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """Swapped forwards, the module-stack hooks and the function mode, all removed on exit."""
+        handles, swapped = [], []
+
+        def enter(name):
+            def hook(_module, _inputs):
+                if not name:  # the root: a new forward pass
+                    self.calls.clear()
+                    self.running.clear()
+                self.running.append(name)
+
+            return hook
+
+        def leave(_module, _inputs, _output):
+            if self.running:
+                self.running.pop()
+
+        try:
+            for name, module in self.model.named_modules():
+                handles.append(module.register_forward_pre_hook(enter(name)))
+                handles.append(module.register_forward_hook(leave, always_call=True))
+                if type(module) in SOFT_FORWARDS:
+                    if "forward" in vars(module):
+                        raise ValueError(f"pullback: module {name!r} already has its forward replaced")
+                    # An instance attribute shadows the class's forward; deleting it restores it.
+                    module.forward = lambda *inputs, name=name, module=module: self.module_call(
+                        name, module, *inputs
+                    )
+                    swapped.append(module)
+            with self:
+                yield
+        finally:
+            for module in swapped:
+                del module.forward
+            for handle in handles:
+                handle.remove()
+
+
+def swapped_modules(model: nn.Module) -> list[str]:
+    """Names of the modules whose forward :func:`soft_backward` swaps, in ``named_modules`` order
+    (a module called k times gives k call sites, see the module docstring)."""
+    return [name for name, module in model.named_modules() if type(module) in SOFT_FORWARDS]
+
+
+# Smooth modules from torch.nn.modules.activation that are no gate: their gradient stays as it is.
+_NOT_GATES = (nn.Softmax, nn.Softmax2d, nn.LogSoftmax, nn.Softmin, nn.MultiheadAttention, nn.Identity)
+
+
+def _refuse_unsupported(model: nn.Module) -> None:
+    """ValueError naming every activation or max-pool module without a soft counterpart."""
+    bad = []
+    for name, module in model.named_modules():
+        kind = type(module)
+        if kind in SOFT_FORWARDS or isinstance(module, _NOT_GATES):
+            continue
+        activation = kind.__module__ == "torch.nn.modules.activation"
+        max_pool = kind.__module__ == "torch.nn.modules.pooling" and "Max" in kind.__name__
+        if activation or max_pool:
+            bad.append(f"{name} ({kind.__name__})")
+    if bad:
+        raise ValueError(
+            f"pullback: no soft backward for {', '.join(bad)}: excitation pullbacks are defined for "
+            "ReLU, LeakyReLU and max-pools only (register others with register_soft_forward, or use "
+            "mode='gradient')"
+        )
+
+
+def _check_temperatures(temperature: float | Mapping[str, Tensor]) -> None:
+    """ValueError for a global T that is not > 0, or a per-neuron temperature that is NaN or < 0."""
+    if not isinstance(temperature, Mapping):
+        if not temperature > 0:
+            raise ValueError(f"pullback: the temperature must be positive, got {temperature!r}")
+        return
+    for site, t in temperature.items():
+        t = torch.as_tensor(t)
+        if t.isnan().any():
+            raise ValueError(
+                f"pullback: the per-neuron temperatures of call site {site!r} are NaN: they were "
+                "measured on a model or probe images with NaN values; measure them again on "
+                "finite ones (per_neuron_temperatures)"
+            )
+        if not (t >= 0).all():
+            raise ValueError(f"pullback: per-neuron temperatures of call site {site!r} must be >= 0")
+
+
+@contextlib.contextmanager
+def soft_backward(
+    model: nn.Module,
+    temperature: float | Mapping[str, Tensor],
+    functional: str | None = None,
+    pool_padding: str | None = None,
+) -> Iterator[CallSites]:
+    """Within the block every call site (see the module docstring) runs its soft forward at
+    ``temperature``: one float > 0, or a mapping call site -> (C,) tensor >= 0 (0: the hard
+    gradient for that channel) for every call site that runs. ``functional`` ("soft" or "hard")
+    and ``pool_padding`` ("zeros" or "excluded") default to :func:`options`'. Yields the
+    :class:`CallSites` of the latest forward pass; restores the model on exit."""
+    functional = _check_choice(functional or _FUNCTIONAL.get(), FUNCTIONAL, "functional")
+    pool_padding = _check_choice(pool_padding or _POOL_PADDING.get(), POOL_PADDING, "pool_padding")
+    _check_temperatures(temperature)
+    sites = CallSites()
+
+    def on_call(site: str, soft, hard, _first_input: Tensor, functional_call: bool) -> Tensor:
+        if functional_call and functional == "hard":
+            output = hard()
+            sites.hard.append(site)
+            sites.hard_nodes.add(output.grad_fn)
+            return output
+        if isinstance(temperature, Mapping):
+            if site not in temperature:
+                raise ValueError(
+                    f"pullback: no per-neuron temperatures for call site {site!r} (they cover "
+                    f"{len(temperature)} call sites); measure them on this model with "
+                    "per_neuron_temperatures"
+                )
+            t = temperature[site]
+        else:
+            t = float(temperature)
+        sites.soft.append(site)
+        return soft(t)
+
+    intercept = _Intercept(model, on_call)
+    # A new forward pass starts new lists: the root's pre-hook clears the call counts.
+    model_hook = model.register_forward_pre_hook(lambda *_: _restart(sites))
+    token = _POOL_PADDING.set(pool_padding)
+    try:
+        with intercept.installed():
+            yield sites
+    finally:
+        _POOL_PADDING.reset(token)
+        model_hook.remove()
+
+
+def _restart(sites: CallSites) -> None:
+    sites.soft.clear()
+    sites.hard.clear()
+    sites.hard_nodes.clear()

@@ -1,0 +1,102 @@
+"""Model stitching (paper section 4, appendix D.2): how well do two networks' representations at a
+site match up to a class of stitching layers?
+
+The stitched network ``S(f, g, l, phi) = g_{>l} ∘ phi ∘ f_{<=l}`` runs model f up to the activation
+at site l, maps the channels there by a 1x1 convolution phi (no bias, no BN), and runs model g
+from there on. f and g stay frozen; only phi trains. The penalty is
+``(acc f + acc g) / 2 - acc S`` on the test set. Layers:
+
+- ``full``: any C x C matrix.
+- ``rank``: C -> r -> C, rank at most r (a manifold of dimension 2Cr - r^2).
+- ``grelu``: an element P D of the intertwiner group of ReLU (dimension C: the scales). P is kept
+  on the Birkhoff polytope of doubly stochastic matrices by projected gradient descent (ReLU and
+  Sinkhorn after each step, a -alpha ||P||_F term pulling it toward a vertex), D >= 0 by ReLU, D
+  held at I for the first part of training. At evaluation P is rounded to the nearest
+  permutation (Hungarian algorithm).
+
+The appendix's variations (D.2.2, D.5, D.6), each a method of its own:
+
+- ``softsort``: the same group, P parameterised by SoftSort (a row-stochastic relaxation of
+  the permutation sorting a score vector; temperature tau, 1/C by default) and D = diag(exp(lambda)).
+  Rounded by the Hungarian algorithm too: a row argmax of P need not be a permutation.
+- ``monomial``: P D with D of either sign, the group of a gated network's value units
+  (:mod:`intertwine.models.gated`); trained as ``grelu``, matched by ``match_monomial``.
+- ``grelu_cv``: the G_ReLU layer with alpha chosen by cross-validation: one short run per alpha of
+  ``alpha_grid`` on a random 80 % of the training images, scored on the disjoint 20 % (not
+  augmented); the best alpha's layer, its learned scales in place, is the one measured.
+- ``l1_<lambda>`` (e.g. ``l1_0.01``): the full layer with ``lambda * sum |W_ij|`` added to the loss;
+  its sparsity (the fraction of ``|W_ij| <= 1e-3``) is recorded for every method.
+
+``init: random`` starts each layer as the paper does (Kaiming-uniform matrices; P at the centre of
+the polytope, D = I). ``init: match`` (our addition) starts it from the layer of its class that
+best maps f's activations onto g's on a few training images: least squares (full), reduced-rank
+regression (rank r), the Hungarian match of normalised channels with least-squares scales
+(G_ReLU, ``match_grelu``). Same layer classes, same training; far fewer steps to a good layer.
+
+Before measuring, one no-gradient pass over the training data refreshes g's batch-norm running
+statistics for the final layer (the paper does this after rounding the G_ReLU layer; we do it for
+every method so that no method is measured with statistics that lag behind its layer).
+
+The package: ``layers`` (the layer classes, ``build_layer``, ``method_dimension``, ``sparsity``),
+``matching`` (the ``init: match`` starts: ``least_squares_map``, ``match_grelu``,
+``match_monomial``) and ``fitting`` (``stitch``, ``fit``, ``select_alpha``,
+``refresh_batch_norm``, ``stitch_site``). Every name is importable from ``intertwine.stitching``.
+"""
+
+# Every name the one module defined stays importable from here: ``__all__``'s, and the others,
+# public and private (tests and other modules import some), as ``name as name`` re-exports.
+from intertwine.stitching.fitting import (
+    Fit as Fit,
+    _optimizer as _optimizer,
+    cv_split,
+    fit,
+    refresh_batch_norm,
+    refreshes_batch_norm as refreshes_batch_norm,
+    select_alpha,
+    stitch,
+    stitch_site,
+)
+from intertwine.stitching.layers import (
+    MATCH_OFF_MASS as MATCH_OFF_MASS,
+    PERMUTATION_UPDATES as PERMUTATION_UPDATES,
+    FullStitch,
+    GReLULayer,
+    GReLUStitch,
+    MonomialStitch,
+    RankStitch,
+    SoftSortStitch,
+    _channel_map as _channel_map,
+    _check_channels as _check_channels,
+    _off_permutation_mass as _off_permutation_mass,
+    build_layer,
+    method_dimension,
+    sparsity,
+)
+from intertwine.stitching.matching import (
+    _channels_by_positions as _channels_by_positions,
+    _check_activations as _check_activations,
+    least_squares_map as least_squares_map,
+    match_grelu,
+    match_monomial,
+)
+
+
+__all__ = [
+    "FullStitch",
+    "RankStitch",
+    "GReLULayer",
+    "MonomialStitch",
+    "match_monomial",
+    "GReLUStitch",
+    "SoftSortStitch",
+    "build_layer",
+    "method_dimension",
+    "sparsity",
+    "cv_split",
+    "match_grelu",
+    "stitch",
+    "fit",
+    "select_alpha",
+    "refresh_batch_norm",
+    "stitch_site",
+]
