@@ -198,19 +198,26 @@ def test_moved_symmetry_check_warns_and_reexports():
         symmetry.no_such_name  # noqa: B018
 
 
-@pytest.mark.parametrize("old", ["symmetry_study", "pullback_study"])
-def test_old_study_modules_warn_and_reexport_their_stages_study(old):
-    """Issue 35: a stage's study code lives in its folder; the old modules warn and re-export."""
-    new = importlib.import_module(f"intertwine.workflow.stages.{old.split('_')[0]}.study")
+@pytest.mark.parametrize(
+    "old, homes",
+    [
+        ("symmetry_study", ["intertwine.workflow.stages.symmetry.study"]),
+        ("pullback_study", ["intertwine.pullback.measurements", "intertwine.workflow.stages.pullback.study"]),
+    ],
+)
+def test_old_study_modules_warn_and_reexport_where_the_code_went(old, homes):
+    """Issue 35: a stage's study code lives in its folder, the pullbacks' measurements (tensors in,
+    numbers out) in the library; the old modules warn and re-export every name defined there."""
     sys.modules.pop(f"intertwine.{old}", None)
     with pytest.warns(DeprecationWarning, match=f"intertwine.{old} is deprecated"):
         module = importlib.import_module(f"intertwine.{old}")
-    defined = [
-        name
-        for name, value in vars(new).items()
-        if not name.startswith("_") and getattr(value, "__module__", None) == new.__name__
-    ]
-    assert defined and all(getattr(module, name) is getattr(new, name) for name in defined)
+    for home in map(importlib.import_module, homes):
+        defined = [
+            name
+            for name, value in vars(home).items()
+            if not name.startswith("_") and getattr(value, "__module__", None) == home.__name__
+        ]
+        assert defined and all(getattr(module, name) is getattr(home, name) for name in defined)
 
 
 def test_zoo_table_moved_to_the_zoo_stage_warns():

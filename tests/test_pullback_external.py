@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from intertwine.workflow.stages.pullback import study
+from intertwine.pullback import measurements as study
 from intertwine.workflow.job import Job
 from intertwine.models import imagenet
 from intertwine.workflow.stages.pullback.tables import PULLBACK_EXTERNAL

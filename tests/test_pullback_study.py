@@ -8,7 +8,8 @@ import torch
 
 from intertwine import models
 from intertwine import gates
-from intertwine.workflow.stages.pullback import study
+from intertwine.pullback import measurements as study
+from intertwine.workflow.stages.pullback import study as stage_study
 from intertwine.pullback import pullback
 from intertwine.symmetry import act_on_weights, random_elements
 
@@ -188,7 +189,7 @@ def test_summary_has_a_column_per_mode():
             for mode in study.MODES
         ]
     )
-    summary = study.summarize(symmetry, agreement, faithfulness)
+    summary = stage_study.summarize(symmetry, agreement, faithfulness)
     assert list(summary.columns) == ["variant", "measure", *study.MODES]
     assert summary.loc[summary["measure"] == "min cosine, G_ReLU sigma 1", "global"].item() == 0.5
     assert len(summary) == 2 + 2 + 3
@@ -303,8 +304,8 @@ def test_a_temperature_sweep_adds_soft_rows_and_its_figure(tmp_path, tiny_shapes
     for temperature, rows in grelu.groupby("temperature"):  # per-neuron T is invariant at every T
         assert (rows.loc[rows["mode"] == "per_neuron", "cos_min"] > EXACT).all(), temperature
     # the summary reads the stage's own temperature only
-    summary = study.summarize(symmetry, agreement, faithfulness, transfer)
-    alone = study.summarize(*(t[~t["sweep"]] for t in (symmetry, agreement, faithfulness, transfer)))
+    summary = stage_study.summarize(symmetry, agreement, faithfulness, transfer)
+    alone = stage_study.summarize(*(t[~t["sweep"]] for t in (symmetry, agreement, faithfulness, transfer)))
     pd.testing.assert_frame_equal(summary, alone)
     assert summary["measure"].str.startswith("PGD transfer across seeds (ours)").sum() == 2
     fig = pullback_temperature(symmetry, agreement, faithfulness)
@@ -352,13 +353,13 @@ def test_the_summary_reports_transfer_per_mode():
             for value in values
         ]
     )
-    summary = study.summarize(symmetry, agreement, faithfulness, transfer).set_index("measure")
+    summary = stage_study.summarize(symmetry, agreement, faithfulness, transfer).set_index("measure")
     row = summary.loc["PGD transfer across seeds (ours): other member predicts the target"]
     assert row[list(study.MODES)].tolist() == pytest.approx([0.2, 0.6, 0.6])
     gain = summary.loc["PGD transfer across seeds (ours): other member's target probability gain"]
     assert gain["gradient"] == pytest.approx(0.1)
     assert "PGD transfer across seeds (ours): other member predicts the target" not in set(
-        study.summarize(symmetry, agreement, faithfulness)["measure"]
+        stage_study.summarize(symmetry, agreement, faithfulness)["measure"]
     )
 
 

@@ -126,8 +126,8 @@ __all__ = [
 ]
 
 
-# The workflow's self-check moved to intertwine.symmetry_study; its names stay importable from here
-# for one release. (Imported by name when asked for: symmetry_study imports this module, and neither
+# The workflow's self-check moved to the symmetry stage's folder; its names stay importable from
+# here for one release. (Imported by name when asked for: the study imports this module, and neither
 # the import graph nor a stage's code identity should see the deprecated way back.)
 _MOVED = ("check_symmetry", "checked_group", "summarize")
 
@@ -138,9 +138,9 @@ def __getattr__(name: str):
 
         warnings.warn(
             f"intertwine.symmetry.{name} is deprecated and will be removed in the next release: "
-            f"import it from intertwine.symmetry_study",
+            "import it from intertwine.workflow.stages.symmetry.study",
             DeprecationWarning,
             stacklevel=2,
         )
-        return getattr(importlib.import_module("intertwine.symmetry_study"), name)
+        return getattr(importlib.import_module("intertwine.workflow.stages.symmetry.study"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from intertwine.workflow.stages.pullback import study
+from intertwine.pullback import measurements
 from intertwine.data.augment import normalize
 from intertwine.workflow.job import Job
 from intertwine.pullback import options, per_neuron_temperatures
@@ -44,9 +44,9 @@ def _inputs(job: Job, settings: PullbackConfig, images: int):
 def _temperatures(settings: PullbackConfig) -> list[tuple[float, tuple[str, ...]]]:
     """(T, modes) to measure: the stage's temperature with every mode, then each ``sweep``
     temperature with the soft modes only (the plain gradient does not depend on T)."""
-    soft = tuple(mode for mode in study.MODES if mode != "gradient")
+    soft = tuple(mode for mode in measurements.MODES if mode != "gradient")
     sweep = [t for t in dict.fromkeys(settings.sweep) if t != settings.temperature]
-    return [(settings.temperature, study.MODES), *((t, soft) for t in sweep)]
+    return [(settings.temperature, measurements.MODES), *((t, soft) for t in sweep)]
 
 
 def _pgd_settings(settings: PullbackConfig, image_shape) -> dict:
@@ -55,14 +55,14 @@ def _pgd_settings(settings: PullbackConfig, image_shape) -> dict:
     pgd = settings.pgd
     return {
         "steps": pgd["steps"],
-        "epsilon": study.scaled_to_image(pgd["epsilon"], dims),
-        "step_size": study.scaled_to_image(pgd["step_size"], dims),
+        "epsilon": measurements.scaled_to_image(pgd["epsilon"], dims),
+        "step_size": measurements.scaled_to_image(pgd["step_size"], dims),
     }
 
 
 def _direction(model, mode: str, temperature: float, temperatures):
     """The PGD ascent direction of a mode: the pullback (or gradient) of the target's logit."""
-    return lambda z, targets: study.attributions(
+    return lambda z, targets: measurements.attributions(
         model, z, targets, mode, temperature, temperatures=temperatures
     ).to(z.dtype)
 
@@ -81,7 +81,7 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
     for temperature, modes in _temperatures(settings):
         # the same group elements at every temperature: one seed, drawn again
         generator = torch.Generator().manual_seed(job.seed("pullback", variant, seed, "symmetry"))
-        rows = study.symmetry_cosines(
+        rows = measurements.symmetry_cosines(
             copy.deepcopy(model).double(),  # the loaded model stays as it is
             x.double(),
             labels,
@@ -103,7 +103,7 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
     symmetry = symmetry.assign(probe_images=len(probe), dtype="float64", **provenance)
 
     pgd = _pgd_settings(settings, x.shape[1:])
-    targets = study.random_targets(
+    targets = measurements.random_targets(
         labels,
         len(job.meta()["classes"]),
         torch.Generator().manual_seed(job.seed("pullback", variant, seed, "pgd")),
@@ -112,8 +112,12 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
     rows = []
     for temperature, mode in [(t, mode) for t, modes in _temperatures(settings) for mode in modes]:
         temperatures = per_neuron_temperatures(model, probe, temperature) if mode == "per_neuron" else None
-        attribution = study.attributions(model, x, labels, mode, temperature, temperatures=temperatures)
-        deletion, insertion = study.deletion_insertion(model, x, labels, attribution, settings.deletion_steps)
+        attribution = measurements.attributions(
+            model, x, labels, mode, temperature, temperatures=temperatures
+        )
+        deletion, insertion = measurements.deletion_insertion(
+            model, x, labels, attribution, settings.deletion_steps
+        )
         direction = _direction(model, mode, temperature, temperatures)
         by_step = []
 
@@ -121,7 +125,7 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
             with torch.no_grad():
                 by_step.append((model(z).argmax(1) == targets).double().mean().item())
 
-        moved = study.pgd_toward(direction, x, targets, mean, std, **pgd, each_step=record)
+        moved = measurements.pgd_toward(direction, x, targets, mean, std, **pgd, each_step=record)
         with torch.no_grad():
             probabilities = model(moved).softmax(1)
         rows.append(
@@ -130,8 +134,8 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
                 "temperature": temperature,
                 "sweep": temperature != settings.temperature,
                 "images": len(x),
-                "deletion_auc": study.curve_area(deletion).mean().item(),
-                "insertion_auc": study.curve_area(insertion).mean().item(),
+                "deletion_auc": measurements.curve_area(deletion).mean().item(),
+                "insertion_auc": measurements.curve_area(insertion).mean().item(),
                 "deletion_curve": deletion.mean(0).tolist(),
                 "insertion_curve": insertion.mean(0).tolist(),
                 "mean_image_prob": deletion[:, -1].mean().item(),
@@ -163,7 +167,7 @@ def _transfer_rows(
     along the source member's direction, and what it does to the other member's logits
     (``pullback_study.transfer_measures``). The targets are one draw per pair, the same for every
     mode and direction, so the modes are compared on the same images and targets with the same budget."""
-    targets = study.random_targets(
+    targets = measurements.random_targets(
         labels,
         len(job.meta()["classes"]),
         torch.Generator().manual_seed(job.seed("pullback", variant, "pair", pair, "transfer")),
@@ -181,10 +185,10 @@ def _transfer_rows(
         for source, other in (("a", "b"), ("b", "a")):
             for mode in modes:
                 direction = _direction(models[source], mode, temperature, temperatures[source])
-                moved = study.pgd_toward(direction, x, targets, mean, std, **pgd)
+                moved = measurements.pgd_toward(direction, x, targets, mean, std, **pgd)
                 with torch.no_grad():
                     source_after, other_after = models[source](moved), models[other](moved)
-                measures = study.transfer_measures(source_after, clean[other], other_after, targets)
+                measures = measurements.transfer_measures(source_after, clean[other], other_after, targets)
                 rows.append(
                     {
                         "seed_source": metas[source]["seed"],
@@ -231,7 +235,7 @@ def pullback_pair(
     for temperature, modes in _temperatures(settings):
         # the same units at every temperature: one seed, drawn again
         generator = torch.Generator().manual_seed(job.seed("pullback", variant, "pair", pair))
-        rows = study.agreement_rows(
+        rows = measurements.agreement_rows(
             model_a, model_b, x, labels, probe, temperature, sites, settings.units, generator, modes
         )
         parts.append(
@@ -285,24 +289,26 @@ def pullback_images(job: Job, checkpoint: str, block: dict) -> dict:
     probe = normalize(job.split("train", settings.probe_images).images, *stats)
     temperatures = per_neuron_temperatures(model, probe, settings.temperature)
     attributions = {
-        mode: study.attributions(model, x, labels, mode, settings.temperature, temperatures=temperatures)
+        mode: measurements.attributions(
+            model, x, labels, mode, settings.temperature, temperatures=temperatures
+        )
         .cpu()
         .numpy()
-        for mode in study.MODES
+        for mode in measurements.MODES
     }
     # PGD: the first pick of each class
     first = [i for i, label in enumerate(labels.tolist()) if i == 0 or labels[i - 1] != label]
     generator = torch.Generator().manual_seed(job.seed("pullback", meta["variant"], meta["seed"], "pgd-grid"))
-    targets = study.random_targets(labels[first], len(classes), generator).to(x.device)
+    targets = measurements.random_targets(labels[first], len(classes), generator).to(x.device)
     pgd = _pgd_settings(settings, x.shape[1:])
     mean, std = stats
     moved, predicted = {}, {}
-    for mode in study.MODES:
+    for mode in measurements.MODES:
         direction = _direction(model, mode, settings.temperature, temperatures)
-        final = study.pgd_toward(direction, x[first], targets, mean, std, **pgd)
+        final = measurements.pgd_toward(direction, x[first], targets, mean, std, **pgd)
         with torch.no_grad():
             predicted[mode] = model(final).argmax(1).cpu().numpy()
-        moved[mode] = ((study.to_unit_range(final, mean, std) + 1) / 2).clamp(0, 1).cpu().numpy()
+        moved[mode] = ((measurements.to_unit_range(final, mean, std) + 1) / 2).clamp(0, 1).cpu().numpy()
     job.log(f"{meta['variant']} seed {meta['seed']}: grids of {len(picks)} and {len(first)} images")
     return {
         "title": f"{meta['variant']} seed {meta['seed']}",
@@ -407,7 +413,7 @@ def pullback_external(
     with torch.no_grad():
         before = model(batch).softmax(1)[torch.arange(n * t), goal]
     rows, perturbed = [], {}
-    for mode in study.MODES:
+    for mode in measurements.MODES:
         by_step = []
 
         def record(z, by_step=by_step):
@@ -415,10 +421,10 @@ def pullback_external(
                 by_step.append(model(z).softmax(1)[torch.arange(n * t), goal].cpu())
 
         direction = _direction(model, mode, settings.temperature, temperatures)
-        moved = study.pgd_toward(direction, batch, goal, mean, std, **pgd, each_step=record)
+        moved = measurements.pgd_toward(direction, batch, goal, mean, std, **pgd, each_step=record)
         with torch.no_grad():
             predicted = model(moved).argmax(1).cpu()
-        perturbed[mode] = ((study.to_unit_range(moved, mean, std) + 1) / 2).clamp(0, 1).cpu().numpy()
+        perturbed[mode] = ((measurements.to_unit_range(moved, mean, std) + 1) / 2).clamp(0, 1).cpu().numpy()
         steps = torch.stack(by_step, 1)
         for k in range(n * t):
             i, j = divmod(k, t)

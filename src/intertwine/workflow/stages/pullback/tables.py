@@ -8,7 +8,7 @@ import pyarrow as pa
 from intertwine.tables import PROVENANCE
 
 
-# The excitation-pullback stage (intertwine.workflow.stages.pullback.study). mode: gradient, global, per_neuron.
+# The excitation-pullback stage (intertwine.pullback.measurements). mode: gradient, global, per_neuron.
 # Per member: cosines between its pullbacks and those of the same function with a random group
 # element on its weights (group permutation, spread 0; grelu, log-normal scale spread sigma).
 def at_stage_temperature(table: pd.DataFrame) -> pd.DataFrame:
@@ -65,7 +65,7 @@ PULLBACK_AGREEMENT = pa.schema(
 
 # Per pair of members (ours), direction, mode and temperature: the paper's PGD toward a random
 # other class along the source member's direction (seed_source), read by the other member
-# (seed_other) on the same perturbed images (intertwine.workflow.stages.pullback.study.transfer_measures):
+# (seed_other) on the same perturbed images (intertwine.pullback.measurements.transfer_measures):
 # fractions of images predicted as the target, the other member's target probability and the
 # change of its target-minus-best-other logit margin, means over images.
 PULLBACK_TRANSFER = pa.schema(
