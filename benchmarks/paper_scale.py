@@ -41,13 +41,12 @@ def cost_class(spec: dict, train: dict) -> str:
 def plan(config_path: str, out: str) -> None:
     """Write the zoo's cost groups (spec, batch size, optimizer, members, training images)."""
     import yaml
-    from snakemake.utils import validate
 
     from intertwine.plan import Plan
-    from intertwine.settings import SCHEMA_PATH
+    from intertwine.settings import validate_config
 
     config = yaml.safe_load(Path(config_path).read_text())
-    validate(config, str(SCHEMA_PATH), set_default=True)
+    validate_config(config)
     zoo = Plan(config)
     train_images = zoo.dataset_sizes()[0] - config["data"]["val_size"]
     groups: dict[str, dict] = defaultdict(lambda: {"variants": {}, "members": 0, "images": 0})

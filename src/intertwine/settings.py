@@ -32,7 +32,7 @@ from intertwine.stitch_methods import G_RELU_METHODS, METHODS, parse_method  # n
 
 #: The core of the schema: the top-level keys, the shared blocks (data, figures, cluster) and the
 #: model spec; each stage's block is ``schema.yaml`` in its folder (``stage_schema_path``).
-SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
+CORE_SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
 
 def stage_schema_path(stage: str) -> Path:
@@ -46,7 +46,7 @@ def schema() -> dict:
     block, read once (shared: do not change it)."""
     from intertwine.workflow.stages import STAGES  # the registry alone: no stage's code
 
-    core = yaml.safe_load(SCHEMA_PATH.read_text())
+    core = yaml.safe_load(CORE_SCHEMA_PATH.read_text())
     blocks = {
         stage: yaml.safe_load(stage_schema_path(stage).read_text())
         for stage in STAGES
@@ -368,7 +368,37 @@ _MOVED = {
 }
 
 
+def _joined_schema_file() -> Path:
+    """The joined schema as one YAML file (in the temporary directory, named by its content), for
+    the deprecated ``SCHEMA_PATH``."""
+    import hashlib
+    import tempfile
+
+    from intertwine.utils import atomic_path
+
+    text = yaml.safe_dump(schema(), sort_keys=False)
+    path = (
+        Path(tempfile.gettempdir())
+        / f"intertwine-schema-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
+    )
+    if not path.is_file():
+        with atomic_path(path) as tmp:
+            Path(tmp).write_text(text)
+    return path
+
+
 def __getattr__(name: str):
+    if name == "SCHEMA_PATH":
+        import warnings
+
+        warnings.warn(
+            "intertwine.settings.SCHEMA_PATH is deprecated and will be removed in the next release: the "
+            "schema is now the core file (CORE_SCHEMA_PATH) and each stage's block in its folder; "
+            "validate with intertwine.settings.validate_config(config), read it with schema()",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _joined_schema_file()
     if name in _MOVED:
         import importlib
         import warnings
