@@ -71,7 +71,20 @@ def check_permutation(perm) -> Tensor:
 
 
 def permutation_matrix(perm, *, dtype: torch.dtype = torch.float32) -> Tensor:
-    """Return the (n, n) permutation matrix ``P`` with ``P[i, perm[i]] = 1``."""
+    """Return the (n, n) permutation matrix ``P`` with ``P[i, perm[i]] = 1``.
+
+    Parameters
+    ----------
+    perm : Tensor or sequence of int, shape (n,)
+        A permutation of 0 .. n-1 (ValueError otherwise).
+    dtype : torch.dtype
+        The matrix's dtype.
+
+    Returns
+    -------
+    Tensor, shape (n, n)
+        ``P``, on the device of ``perm``.
+    """
     perm = check_permutation(perm)
     n = perm.numel()
     P = torch.zeros(n, n, dtype=dtype, device=perm.device)
@@ -108,6 +121,18 @@ def grelu_matrix(perm, scales) -> Tensor:
     G_ReLU has positive scales; a stitching layer's may be 0).
 
     ``A`` has dtype/device of ``scales``; ``A[i, perm[i]] = scales[i]``.
+
+    Parameters
+    ----------
+    perm : Tensor or sequence of int, shape (n,)
+        A permutation of 0 .. n-1 (ValueError otherwise).
+    scales : Tensor or array-like, shape (n,)
+        Finite scales >= 0 (ValueError otherwise); integer scales become float32.
+
+    Returns
+    -------
+    Tensor, shape (n, n)
+        ``A``, differentiable with respect to ``scales``.
     """
     if (torch.as_tensor(scales) < 0).any():
         raise ValueError(
@@ -123,7 +148,20 @@ def grelu_matrix(perm, scales) -> Tensor:
 
 
 def random_permutation(n: int, generator: torch.Generator) -> Tensor:
-    """Uniformly random permutation of ``range(n)`` as a LongTensor."""
+    """Uniformly random permutation of ``range(n)`` as a LongTensor.
+
+    Parameters
+    ----------
+    n : int
+        The number of indices.
+    generator : torch.Generator
+        A CPU generator (the global RNG is not used).
+
+    Returns
+    -------
+    Tensor, shape (n,)
+        The permutation, int64.
+    """
     return torch.randperm(n, generator=generator)
 
 
@@ -142,6 +180,24 @@ def random_grelu(
 
     Returns the (n, n) matrix ``A = diag(scales) @ P``, or ``(perm, scales)`` when
     ``as_parts=True``.
+
+    Parameters
+    ----------
+    n : int
+        The number of channels.
+    generator : torch.Generator
+        A CPU generator: the permutation is drawn first, then the scales.
+    sigma : float
+        The standard deviation of the scales' logarithm.
+    as_parts : bool
+        Return ``(perm, scales)`` instead of the matrix.
+    dtype : torch.dtype
+        The dtype of the matrix (or of the scales); the scales are sampled in float64 first.
+
+    Returns
+    -------
+    Tensor, shape (n, n), or tuple of Tensor
+        ``A``, or with ``as_parts`` the pair ``perm`` (int64, shape (n,)) and ``scales`` (shape (n,)).
     """
     perm = random_permutation(n, generator)
     # Sample in float64 so that the same seed gives the same scales in every dtype.
@@ -157,6 +213,20 @@ def random_orthogonal(n: int, generator: torch.Generator, *, dtype: torch.dtype 
 
     QR of a standard normal matrix; multiplying the columns of Q by sign(diag(R)) makes
     the factorisation unique and hence the law of Q exactly Haar (Mezzadri 2007).
+
+    Parameters
+    ----------
+    n : int
+        The dimension.
+    generator : torch.Generator
+        A CPU generator.
+    dtype : torch.dtype
+        The result's dtype (sampled in float64, then converted).
+
+    Returns
+    -------
+    Tensor, shape (n, n)
+        An orthogonal matrix.
     """
     G = torch.randn(n, n, generator=generator, dtype=torch.float64)
     Q, R = torch.linalg.qr(G)
@@ -170,6 +240,20 @@ def random_rotation(n: int, generator: torch.Generator, *, dtype: torch.dtype = 
 
     Flipping a column is a bijection between the two cosets of SO(n) that preserves Haar
     measure, so the result is Haar on SO(n).
+
+    Parameters
+    ----------
+    n : int
+        The dimension.
+    generator : torch.Generator
+        A CPU generator.
+    dtype : torch.dtype
+        The result's dtype (sampled in float64, then converted).
+
+    Returns
+    -------
+    Tensor, shape (n, n)
+        An orthogonal matrix of determinant +1.
     """
     Q = random_orthogonal(n, generator, dtype=torch.float64)
     if torch.linalg.det(Q) < 0:
@@ -191,6 +275,26 @@ def random_permutation_scaling(
     * ``signs=True``: d uniform in {-1, +1} (group of the Gaussian RBF).
     * ``positive=True``: d lognormal as in :func:`random_grelu` (G_ReLU).
     * otherwise: d = random sign times lognormal, i.e. any nonzero real (group of x^d).
+
+    Parameters
+    ----------
+    n : int
+        The dimension.
+    generator : torch.Generator
+        A CPU generator.
+    signs : bool
+        Draw d uniform in {-1, +1}.
+    positive : bool
+        Draw d lognormal (mean 1); not together with ``signs`` (ValueError).
+    sigma : float
+        The standard deviation of the lognormal magnitudes' logarithm.
+    dtype : torch.dtype
+        The result's dtype (sampled in float64, then converted).
+
+    Returns
+    -------
+    Tensor, shape (n, n)
+        ``diag(d) @ P`` with ``P`` a uniformly random permutation matrix.
     """
     if signs and positive:
         raise ValueError("signs=True and positive=True are mutually exclusive")
@@ -207,7 +311,22 @@ def random_permutation_scaling(
 
 
 def random_gl(n: int, generator: torch.Generator, *, dtype: torch.dtype = torch.float32) -> Tensor:
-    """Random element of GL_n: a standard normal matrix (invertible with probability 1)."""
+    """Random element of GL_n: a standard normal matrix (invertible with probability 1).
+
+    Parameters
+    ----------
+    n : int
+        The dimension.
+    generator : torch.Generator
+        A CPU generator.
+    dtype : torch.dtype
+        The result's dtype (sampled in float64, then converted).
+
+    Returns
+    -------
+    Tensor, shape (n, n)
+        The matrix.
+    """
     return torch.randn(n, n, generator=generator, dtype=torch.float64).to(dtype)
 
 
@@ -273,7 +392,23 @@ def _check_activation(activation: str, kw: dict, extra: tuple = ()) -> dict:
 
 
 def get_activation(activation: str, **kw):
-    """Return the elementwise activation as a one-argument callable, keywords bound."""
+    """Return the elementwise activation as a one-argument callable, keywords bound.
+
+    Parameters
+    ----------
+    activation : str
+        A name of ``ACTIVATIONS`` ("identity", "sigmoid", "relu", "leaky_relu", "rbf", "polynomial");
+        "gelu" and unknown names are a ValueError.
+    **kw
+        ``slope`` (leaky_relu's negative slope, default 0.01) and ``d`` (the polynomial's degree, a
+        positive integer, default 3); each activation ignores the other's keyword, and any other
+        keyword is a TypeError.
+
+    Returns
+    -------
+    callable
+        ``Tensor -> Tensor``, elementwise.
+    """
     _check_activation(activation, kw)
     fn = ACTIVATIONS[activation]
     own = {k: kw[k] for k in _ACTIVATION_KWARGS.get(activation, ()) if k in kw}
@@ -293,6 +428,26 @@ def random_group_element(
     identity: GL_n (standard normal matrix); sigmoid: permutations; relu / leaky_relu:
     P·D with D positive (lognormal, keyword ``sigma``); rbf: P·D with D = ±1;
     polynomial: P·D with D nonzero (random sign times lognormal).
+
+    Parameters
+    ----------
+    activation : str
+        A name of ``ACTIVATIONS``; "gelu" and unknown names are a ValueError.
+    n : int
+        The dimension.
+    generator : torch.Generator
+        A CPU generator.
+    dtype : torch.dtype
+        The result's dtype.
+    **kw
+        ``sigma`` (the lognormal scales' log standard deviation, default 1.0), and the activation's
+        ``slope`` or ``d`` as in :func:`get_activation`: leaky_relu with slope 1 and the polynomial of
+        degree 1 are the identity, whose group is GL_n.
+
+    Returns
+    -------
+    Tensor, shape (n, n)
+        The group element.
     """
     params = _check_activation(activation, kw, extra=("sigma",))
     sigma = params.get("sigma", 1.0)
@@ -316,6 +471,20 @@ def phi(activation: str, A, **kw) -> Tensor:
 
     identity / sigmoid / relu / leaky_relu: A; rbf: abs(A); polynomial x^d: A ** d
     elementwise. Raises ValueError for unknown activations and for "gelu".
+
+    Parameters
+    ----------
+    activation : str
+        A name of ``ACTIVATIONS``.
+    A : Tensor or array-like, shape (n, n)
+        An element of the activation's group G_sigma (not checked).
+    **kw
+        The activation's ``slope`` or ``d``, as in :func:`get_activation`.
+
+    Returns
+    -------
+    Tensor, shape (n, n)
+        ``phi(A)`` (``A`` itself, as a tensor, where phi is the identity).
     """
     params = _check_activation(activation, kw)
     A = torch.as_tensor(A)
@@ -334,6 +503,20 @@ def gelu_homogeneity_gap(
     One float64 value per entry of ``lambdas`` (same shape). The same x samples are used for
     every lambda, so the gap is exactly 0 at lambda = 1. Without a generator a fixed seed
     (0) is used rather than the global RNG.
+
+    Parameters
+    ----------
+    lambdas : float, array-like or Tensor
+        The scalings lambda, any shape.
+    n_samples : int
+        The number of samples x.
+    generator : torch.Generator, optional
+        The CPU generator of the samples; None: one seeded with 0.
+
+    Returns
+    -------
+    Tensor
+        The gap per lambda, float64, of the shape of ``lambdas``.
     """
     if generator is None:
         generator = torch.Generator().manual_seed(0)
@@ -357,6 +540,20 @@ def sinkhorn(P: Tensor, iters: int = 16, eps: float = 1e-12) -> Tensor:
     by its row sum (so rows sum to 1 exactly, columns approximately). Works on batches
     ``(..., n, n)`` on any device and is differentiable. A non-finite entry, or a row or
     column with no positive entry (which no scaling makes stochastic), is a ValueError.
+
+    Parameters
+    ----------
+    P : Tensor, shape (..., n, n)
+        The matrices; finite.
+    iters : int
+        The number of rounds.
+    eps : float
+        The floor of each column and row sum before it divides.
+
+    Returns
+    -------
+    Tensor, shape (..., n, n)
+        The approximately doubly stochastic matrices.
     """
     if P.ndim < 2 or P.shape[-1] != P.shape[-2]:
         raise ValueError(f"sinkhorn: expected square matrices (..., n, n), got shape {tuple(P.shape)}")
@@ -383,6 +580,16 @@ def round_to_permutation(P) -> Tensor:
     Returns ``perm`` (LongTensor) in the module convention ``Q[i, perm[i]] = 1``. Accepts a
     torch tensor (result on its device) or a numpy array; batched input ``(..., n, n)``
     gives ``(..., n)``.
+
+    Parameters
+    ----------
+    P : Tensor or ndarray, shape (..., n, n)
+        Finite square matrices (computed in float64 on the CPU).
+
+    Returns
+    -------
+    Tensor, shape (..., n)
+        ``perm`` per matrix, int64, on the device of ``P`` (the CPU for a numpy array).
     """
     from scipy.optimize import linear_sum_assignment
 
@@ -422,13 +629,40 @@ def rotation_power(Q, alpha: float) -> Tensor:
     SO(n), possibly as separate 1x1 blocks) are paired into rotations by alpha * pi. Any
     real alpha works and Q^a Q^b = Q^(a+b). Computed in float64; returns Q's dtype/device.
     Raises ValueError if Q has an odd number of -1 eigenvalues (det Q = -1).
+
+    Parameters
+    ----------
+    Q : Tensor or array-like, shape (n, n)
+        A rotation: orthogonal (max |Q^T Q - I| at most 1e-8 sqrt(n); 1e-4 sqrt(n) for float32 or
+        half-precision input) with an even number of -1 eigenvalues (ValueError otherwise).
+    alpha : float
+        The power, finite.
+
+    Returns
+    -------
+    Tensor, shape (n, n)
+        ``Q^alpha``, in Q's floating dtype (float64 for an integer Q) and on its device.
     """
     return rotation_powers(Q, [alpha])[0]
 
 
 def rotation_powers(Q, alphas) -> list[Tensor]:
     """``[rotation_power(Q, a) for a in alphas]`` from one Schur decomposition (the costly part:
-    about 13 s for n = 2048 on one CPU core); alpha 0 and 1 give I and Q without one."""
+    about 13 s for n = 2048 on one CPU core); alpha 0 and 1 give I and Q without one.
+
+    Parameters
+    ----------
+    Q : Tensor or array-like, shape (n, n)
+        A rotation, as in :func:`rotation_power`.
+    alphas : iterable of float
+        The powers, finite.
+
+    Returns
+    -------
+    list of Tensor
+        ``Q^alpha`` per alpha, each (n, n), in Q's floating dtype (float64 for an integer Q) and on
+        its device.
+    """
     from scipy.linalg import schur
 
     Qt = torch.as_tensor(Q)
