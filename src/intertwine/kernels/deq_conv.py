@@ -161,6 +161,35 @@ def conv_deq_ntk(
     ``mean_{p,p'} Theta(p, p')`` (n, m); ``"flatten"`` (a dense readout) ``mean_p Theta(p, p)``
     (n, m), diagonal ``1/(1 - sigma_w2)``; ``"none"`` all of Theta, (n, m, H, W, H, W).
     ``iterations`` adds the two iterations' steps, ``residual`` is the larger last step.
+
+    Parameters
+    ----------
+    X : Tensor or ndarray, shape (n, C, H, W)
+        The images, unit pixels (unless ``normalize``).
+    Y : Tensor or ndarray, shape (m, C, H, W), optional
+        A second set of images; None (the default): ``X`` with itself.
+    sigma_w2, sigma_u2, sigma_b2 : float
+        The layer map's variances: each >= 0, summing to 1, with sigma_w2 < 1.
+    pooling : {"gap", "flatten", "none"}
+        The readout whose NTK is returned (above).
+    normalize : bool
+        Divide each pixel's channel vector by its norm instead of requiring unit pixels.
+    tol : float
+        Each image pair's iterations stop at their first step of at most ``tol``.
+    max_iter : int
+        The most steps per iteration.
+    block_pairs : int, optional
+        Image pairs per block; None (the default): as many as a 256 MiB budget holds.
+
+    Returns
+    -------
+    gram : Tensor, shape (n, m), or (n, m, H, W, H, W) for ``pooling="none"``
+        The kernel, in the images' floating dtype (float64 for integer input), on their device. The
+        three are a ``KernelResult`` named tuple.
+    iterations : int
+        The two iterations' steps added, the most of any block of pairs.
+    residual : float
+        The largest last step.
     """
     check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
     _check_iteration(tol, max_iter)

@@ -135,7 +135,20 @@ def _same_dtype_device(X: Tensor, Y: Tensor) -> tuple[Tensor, Tensor]:
 
 def check_variances(sigma_w2: float, sigma_u2: float, sigma_b2: float, *, equilibrium: bool) -> None:
     """ValueError unless the variances are finite numbers >= 0 that sum to 1 and (``equilibrium``,
-    the DEQ kernels) sigma_w2 < 1 (sigma_w2 <= 1 for the finite-depth kernels)."""
+    the DEQ kernels) sigma_w2 < 1 (sigma_w2 <= 1 for the finite-depth kernels).
+
+    Parameters
+    ----------
+    sigma_w2, sigma_u2, sigma_b2 : float
+        The variances of ``W``, ``U`` and ``b`` in the layer map (see :mod:`intertwine.kernels.deq`).
+    equilibrium : bool
+        Whether the kernel is an equilibrium one (sigma_w2 < 1) or a finite-depth one (sigma_w2 <= 1).
+
+    Returns
+    -------
+    None
+        A failed check raises ValueError, saying which variance and why.
+    """
     values = {"sigma_w2": sigma_w2, "sigma_u2": sigma_u2, "sigma_b2": sigma_b2}
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
@@ -232,6 +245,16 @@ def kappa1(rho: ArrayLike) -> Tensor:
 
     ``E[sigma(u) sigma(v)]`` for ``sigma(u) = sqrt(2) max(0, u)`` and standard normal u, v of
     correlation rho; ``kappa1(1) = 1``, ``kappa1(0) = 1/pi``, ``kappa1(-1) = 0``.
+
+    Parameters
+    ----------
+    rho : Tensor or ndarray, any shape
+        The correlations; integer input becomes float64, half precision float32.
+
+    Returns
+    -------
+    Tensor
+        ``kappa1(rho)`` elementwise, of the shape of ``rho``; values in [0, 1].
     """
     delta = _delta(_as_tensor(rho, "rho"))
     return 1.0 - _one_minus_kappa1(delta, _angle(delta))
@@ -243,6 +266,16 @@ def kappa0(rho: ArrayLike) -> Tensor:
     ``E[sigma'(u) sigma'(v)]`` for the same sigma, u, v as ``kappa1``: with sigma(u) =
     sqrt(2) max(0, u), sigma'(u) sigma'(v) is 2 where both are positive, which happens with
     probability (pi - arccos rho) / (2 pi). Its derivative is infinite at rho = 1.
+
+    Parameters
+    ----------
+    rho : Tensor or ndarray, any shape
+        The correlations; integer input becomes float64, half precision float32.
+
+    Returns
+    -------
+    Tensor
+        ``kappa0(rho)`` elementwise, of the shape of ``rho``; values in [0, 1].
     """
     return 1.0 - _angle(_delta(_as_tensor(rho, "rho"))) / math.pi
 
@@ -312,6 +345,28 @@ def deq_ntk_from_inner(
 
     Elementwise: for any shape; e.g. ``deq_ntk_from_inner(0.5, sigma_w2=0.6, sigma_u2=0.4,
     sigma_b2=0)`` is 1.064349. Values outside [-1, 1] are clipped (see the module docstring).
+
+    Parameters
+    ----------
+    inner : Tensor, ndarray or float, any shape
+        The inner products ``x.y`` of unit vectors.
+    sigma_w2, sigma_u2, sigma_b2 : float
+        The layer map's variances: each >= 0, summing to 1, with sigma_w2 < 1.
+    tol : float
+        Each entry's fixed-point iteration stops at its first step of at most ``tol`` (floored at 16
+        machine epsilons of the dtype).
+    max_iter : int
+        The most steps; an entry still moving then gives a RuntimeWarning.
+
+    Returns
+    -------
+    gram : Tensor
+        ``Theta*`` of each entry, of the shape of ``inner``, in its floating dtype (float64 for integer
+        input). The three are a ``KernelResult`` named tuple.
+    iterations : int
+        The most steps any entry needed.
+    residual : float
+        The largest last step of any entry.
     """
     check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
     _check_iteration(tol, max_iter)
@@ -424,6 +479,33 @@ def deq_ntk(
     Accuracy: rho* is within ``tol sigma_w2 / (1 - sigma_w2)`` of the fixed point, and the closed
     form multiplies that by its slope, up to about 40 near rho = 1 at sigma_w2 = 0.8 (Theta* off
     by 1e-8 at the default tol); tol=1e-13 costs about 25 more steps there.
+
+    Parameters
+    ----------
+    X : Tensor or ndarray, shape (n, d)
+        The inputs, unit rows (unless ``normalize``).
+    Y : Tensor or ndarray, shape (m, d), optional
+        A second set of inputs; None (the default): ``X`` with itself, exactly symmetric.
+    sigma_w2, sigma_u2, sigma_b2 : float
+        The layer map's variances: each >= 0, summing to 1, with sigma_w2 < 1.
+    normalize : bool
+        Divide each row by its norm instead of requiring unit rows.
+    tol : float
+        Each entry's fixed-point iteration stops at its first step of at most ``tol``.
+    max_iter : int
+        The most steps per entry.
+    block_rows : int, optional
+        Rows per block; None (the default): about 2 million entries per block.
+
+    Returns
+    -------
+    gram : Tensor, shape (n, m)
+        ``Theta*``, in the inputs' floating dtype (float64 for integer input), on their device. The
+        three are a ``KernelResult`` named tuple.
+    iterations : int
+        The most steps any entry needed.
+    residual : float
+        The largest last step of any entry.
     """
     return _equilibrium_gram(X, Y, sigma_w2, sigma_u2, sigma_b2, normalize, tol, max_iter, block_rows, True)
 
@@ -440,7 +522,35 @@ def deq_nngp(
     max_iter: int = 10_000,
     block_rows: int | None = None,
 ) -> KernelResult:
-    """The NNGP ``Sigma* = rho*`` of the equilibrium, as ``deq_ntk`` (unit diagonal)."""
+    """The NNGP ``Sigma* = rho*`` of the equilibrium, as ``deq_ntk`` (unit diagonal).
+
+    Parameters
+    ----------
+    X : Tensor or ndarray, shape (n, d)
+        The inputs, unit rows (unless ``normalize``).
+    Y : Tensor or ndarray, shape (m, d), optional
+        A second set of inputs; None (the default): ``X`` with itself, exactly symmetric.
+    sigma_w2, sigma_u2, sigma_b2 : float
+        The layer map's variances: each >= 0, summing to 1, with sigma_w2 < 1.
+    normalize : bool
+        Divide each row by its norm instead of requiring unit rows.
+    tol : float
+        Each entry's fixed-point iteration stops at its first step of at most ``tol``.
+    max_iter : int
+        The most steps per entry.
+    block_rows : int, optional
+        Rows per block; None (the default): about 2 million entries per block.
+
+    Returns
+    -------
+    gram : Tensor, shape (n, m)
+        ``Sigma* = rho*``, in the inputs' floating dtype (float64 for integer input), on their device.
+        The three are a ``KernelResult`` named tuple.
+    iterations : int
+        The most steps any entry needed.
+    residual : float
+        The largest last step of any entry.
+    """
     return _equilibrium_gram(X, Y, sigma_w2, sigma_u2, sigma_b2, normalize, tol, max_iter, block_rows, False)
 
 
@@ -473,6 +583,26 @@ def ntk(
     Rows must be unit vectors unless ``normalize=True``; variances >= 0 summing to 1, with
     ``sigma_w2 <= 1`` (``sigma_w2 = 1`` is the plain deep ReLU NTK, diagonal ``L + 1``). For
     ``sigma_w2 < 1`` it tends to ``deq_ntk`` as L grows.
+
+    Parameters
+    ----------
+    X : Tensor or ndarray, shape (n, d)
+        The inputs, unit rows (unless ``normalize``).
+    Y : Tensor or ndarray, shape (m, d), optional
+        A second set of inputs; None (the default): ``X`` with itself, exactly symmetric.
+    depth : int
+        L, the number of hidden layers, >= 1.
+    sigma_w2, sigma_u2, sigma_b2 : float
+        The layer map's variances: each >= 0, summing to 1, with sigma_w2 <= 1.
+    normalize : bool
+        Divide each row by its norm instead of requiring unit rows.
+    block_rows : int, optional
+        Rows per block; None (the default): about 2 million entries per block.
+
+    Returns
+    -------
+    Tensor, shape (n, m)
+        ``Theta^(L)``, in the inputs' floating dtype (float64 for integer input), on their device.
     """
     return _depth_gram(X, Y, depth, sigma_w2, sigma_u2, sigma_b2, normalize, block_rows, 1)
 
@@ -488,5 +618,26 @@ def nngp(
     normalize: bool = False,
     block_rows: int | None = None,
 ) -> Tensor:
-    """The NNGP ``Sigma^(L)`` (n, m) of the network of ``ntk``; unit diagonal."""
+    """The NNGP ``Sigma^(L)`` (n, m) of the network of ``ntk``; unit diagonal.
+
+    Parameters
+    ----------
+    X : Tensor or ndarray, shape (n, d)
+        The inputs, unit rows (unless ``normalize``).
+    Y : Tensor or ndarray, shape (m, d), optional
+        A second set of inputs; None (the default): ``X`` with itself, exactly symmetric.
+    depth : int
+        L, the number of hidden layers, >= 1.
+    sigma_w2, sigma_u2, sigma_b2 : float
+        The layer map's variances: each >= 0, summing to 1, with sigma_w2 <= 1.
+    normalize : bool
+        Divide each row by its norm instead of requiring unit rows.
+    block_rows : int, optional
+        Rows per block; None (the default): about 2 million entries per block.
+
+    Returns
+    -------
+    Tensor, shape (n, m)
+        ``Sigma^(L)``, in the inputs' floating dtype (float64 for integer input), on their device.
+    """
     return _depth_gram(X, Y, depth, sigma_w2, sigma_u2, sigma_b2, normalize, block_rows, 0)

@@ -51,6 +51,33 @@ def finite_deq_ntk(
     ``residual`` describe the equilibrium iteration (its rate is about ``sqrt(sigma_w2)``).
     As N grows its mean over seeds tends to ``deq_ntk``; it fluctuates from seed to seed by about
     15-20 % at N = 1000 and (0.6, 0.4, 0), 3.5 % at (0.25, 0.25, 0.5) (ours).
+
+    Parameters
+    ----------
+    X : Tensor or ndarray, shape (n, d)
+        The inputs, unit rows (unless ``normalize``).
+    width : int
+        N, the network's width, >= 1.
+    sigma_w2, sigma_u2, sigma_b2 : float
+        The layer map's variances: each >= 0, summing to 1, with sigma_w2 < 1.
+    generator : torch.Generator, optional
+        The CPU generator of the weights; None (the default): torch's global generator.
+    normalize : bool
+        Divide each row by its norm instead of requiring unit rows.
+    tol : float
+        The equilibrium iteration stops at its first step (max over entries) of at most ``tol``.
+    max_iter : int
+        The most steps; a RuntimeWarning if the iteration had not converged by then.
+
+    Returns
+    -------
+    gram : Tensor, shape (n, n)
+        The empirical NTK, in the inputs' floating dtype (float64 for integer input), on their device.
+        The three are a ``KernelResult`` named tuple.
+    iterations : int
+        The equilibrium iteration's steps.
+    residual : float
+        Its last step, ``max |f_(k+1) - f_k|``.
     """
     check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
     _check_iteration(tol, max_iter)

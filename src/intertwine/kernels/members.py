@@ -33,7 +33,19 @@ __all__ = [
 def has_npk(model: nn.Module) -> bool:
     """Whether :func:`member_npk` knows the model's neural path kernel: a gated network, or a plain
     ReLU C4GAP/C1GAP/VGG or Myrtle (skip connections and other activations have other path
-    features)."""
+    features).
+
+    Parameters
+    ----------
+    model : nn.Module
+        Any model.
+
+    Returns
+    -------
+    bool
+        True for a ``GatedNet``, and for a ``ConvStack`` or ``Myrtle`` whose every site is an
+        ``nn.ReLU``.
+    """
     if isinstance(model, GatedNet):
         return True
     plain = isinstance(model, (ConvStack, Myrtle))
@@ -44,7 +56,23 @@ def npk_inputs(model: nn.Module, x: Tensor) -> dict:
     """What :func:`intertwine.kernels.npk.npk_conv_gap` needs of a model on images ``x``: the value
     network's gates in its layers' order (a gated network's ``gate_perm`` applied; a plain ReLU
     network's own 1{pre-activation > 0}), its input, and the selections of its max-pools (a gated
-    network's gated max-pools; a plain network's max-pools select by its own activations)."""
+    network's gated max-pools; a plain network's max-pools select by its own activations).
+
+    Parameters
+    ----------
+    model : nn.Module
+        A gated network, or a plain ReLU network of :func:`has_npk`.
+    x : Tensor, shape (N, C, H, W)
+        Normalised images.
+
+    Returns
+    -------
+    dict
+        Keyword arguments of :func:`intertwine.kernels.npk.npk_conv_gap`: ``gates`` (a list of
+        (N, C_l, H_l, W_l) tensors), ``value_input`` ("x" or "ones"), and, where the model has max
+        pools, ``selections`` (one tensor or None per layer) and ``global_selection`` (a tensor or
+        None).
+    """
     models.check_input(model, x, "npk_inputs")
     with torch.no_grad():
         if isinstance(model, GatedNet):
@@ -77,7 +105,22 @@ def _selections(selections: list, final: Tensor | None) -> dict:
 def member_npk(model: nn.Module, x: Tensor, y: Tensor | None = None) -> Tensor:
     """The exact neural path kernel (N, N) of ``model`` (:func:`has_npk`) on normalised images
     ``x`` (or (N, M) between ``x`` and ``y``), in eval mode, by
-    :func:`intertwine.kernels.npk.npk_conv_gap` on :func:`npk_inputs`."""
+    :func:`intertwine.kernels.npk.npk_conv_gap` on :func:`npk_inputs`.
+
+    Parameters
+    ----------
+    model : nn.Module
+        A model of :func:`has_npk` (ValueError otherwise); its training mode is restored.
+    x : Tensor, shape (N, C, H, W)
+        Normalised images.
+    y : Tensor, shape (M, C, H, W), optional
+        A second batch of images; None (the default): ``x`` with itself.
+
+    Returns
+    -------
+    Tensor, shape (N, N) or (N, M)
+        The neural path kernel, float64, on the device of ``x``.
+    """
     if not has_npk(model):
         raise ValueError(
             "the neural path kernel is computed for gated networks and plain ReLU C4GAP/C1GAP/VGG/Myrtle "
@@ -130,7 +173,20 @@ def logit_ensemble(members: list[nn.Module], x: Tensor, batch_size: int = 500) -
 def value_weight_ntk_factor(model: GatedNet, sigma: float = 1.0) -> float:
     """``d sigma^(2(d-1))``: the factor between the neural path kernel and the expected NTK of the
     value weights at a +-sigma initialisation (the paper's Thm 2.1), d the value network's weight
-    layers counting the head."""
+    layers counting the head.
+
+    Parameters
+    ----------
+    model : GatedNet
+        The gated network (its value network's depth is read).
+    sigma : float
+        The magnitude of the value weights.
+
+    Returns
+    -------
+    float
+        ``d sigma^(2(d-1))``.
+    """
     d = len(model.value.layer_names()) + 1
     return d * sigma ** (2 * (d - 1))
 
@@ -194,7 +250,20 @@ def value_weight_ntk(
 
 def site_gate_kernels(model: nn.Module, x: Tensor) -> dict[str, Tensor]:
     """The gate kernel (:func:`intertwine.kernels.npk.gate_kernel`, (N, N) float64) of ``model`` at
-    each of its sites on images ``x``: {site name: kernel}, in the model's site order."""
+    each of its sites on images ``x``: {site name: kernel}, in the model's site order.
+
+    Parameters
+    ----------
+    model : nn.Module
+        A zoo model (its sites, ``models.sites``).
+    x : Tensor, shape (N, C, H, W)
+        Normalised images.
+
+    Returns
+    -------
+    dict of str to Tensor
+        Site name to its (N, N) float64 gate kernel.
+    """
     return {
         site: npk.gate_kernel(a) for site, a in models.site_activations(model, x, batch_size=len(x)).items()
     }

@@ -100,7 +100,20 @@ def _gram(a: Tensor, b: Tensor, max_bytes: int) -> Tensor:
 
 def gates_from_preactivations(preactivations: ArrayLike, *, beta: float | None = None) -> Tensor:
     """The gates of pre-activations q, same shape: hard ``1{q > 0}`` (``beta=None``) or soft
-    ``sigmoid(beta q)``, float64."""
+    ``sigmoid(beta q)``, float64.
+
+    Parameters
+    ----------
+    preactivations : Tensor or ndarray, any shape
+        The pre-activations q of one layer, e.g. (N, C, H, W); integer and bool arrays are converted.
+    beta : float, optional
+        The soft gate's slope, a positive finite number; None (the default): hard gates.
+
+    Returns
+    -------
+    Tensor
+        The gates, float64, of the shape of ``preactivations`` and on its device.
+    """
     q = _as_tensor(preactivations, "preactivations").to(_F64)
     if beta is None:
         return (q > 0).to(_F64)
@@ -118,6 +131,18 @@ def gate_kernel(activations: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -
     positively scaled (G_ReLU), but not under other changes of basis. Compare two with
     :func:`intertwine.measures.kernel_cka`, which raises ConstantRepresentationError when every
     input has the same gate pattern.
+
+    Parameters
+    ----------
+    activations : Tensor or ndarray, shape (N, C, H, W) or (N, C)
+        One site's activations on N >= 1 inputs, finite; any axes after the first are flattened.
+    max_bytes : int
+        The memory bound of the float64 column blocks of ``G G^T``.
+
+    Returns
+    -------
+    Tensor, shape (N, N)
+        The gate kernel, float64, on the device of ``activations``; entries in [0, 1].
     """
     a = _as_batch(activations, "activations")
     g = (a > 0).reshape(a.shape[0], -1)
@@ -146,6 +171,26 @@ def npk_fc(
     the (N, width_l) gates of each layer (hard or soft; further axes flattened), ``gates_y`` those
     of ``y``. The order of the layers does not matter: the product is the same for any
     permutation of them.
+
+    Parameters
+    ----------
+    x : Tensor or ndarray, shape (N, d_in)
+        The inputs, finite; further axes are flattened.
+    gates : sequence of Tensor or ndarray, each shape (N, width_l)
+        The gates of each layer on ``x``, one tensor per layer.
+    y : Tensor or ndarray, shape (N', d_in), optional
+        A second batch; None (the default): the kernel of ``x`` with itself.
+    gates_y : sequence of Tensor or ndarray, optional
+        The gates of the same layers on ``y``; given exactly when ``y`` is.
+    value_input : {"x", "ones"}
+        What the value network is fed: the input itself, or ones of its shape.
+    max_bytes : int
+        The memory bound of each block of the float64 grams.
+
+    Returns
+    -------
+    Tensor, shape (N, N) or (N, N')
+        The neural path kernel, float64, on the device of ``x``.
     """
     _check_value_input(value_input)
     xs = _as_batch(x, "x")
@@ -214,6 +259,23 @@ def empirical_ntk(
     float64. Samples are processed in blocks whose float64 Jacobians fit ``max_bytes`` (at least one
     sample); with more than one block, two are held at a time and block j's Jacobians are recomputed
     for every block i < j (time traded for memory).
+
+    Parameters
+    ----------
+    model : nn.Module
+        The network; its output is flattened per sample.
+    x : Tensor or ndarray, shape (N, ...)
+        The inputs, samples first; moved to the model's device, floating inputs cast to its dtype
+        (integer inputs are passed on as they are).
+    params : sequence of str, optional
+        The parameters theta, by name; None (the default): every parameter that requires grad.
+    max_bytes : int
+        The memory bound of a block of samples' float64 Jacobians.
+
+    Returns
+    -------
+    Tensor, shape (N, N)
+        The empirical NTK, float64, symmetric, on the model's device.
     """
     from torch.func import functional_call, jacrev, vmap
 

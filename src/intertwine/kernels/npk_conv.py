@@ -332,6 +332,37 @@ def npk_conv_gap(
     most of the rest). T of shape (P_l, P_l) is formed for blocks of pairs that keep
     about four such float64 arrays within ``max_bytes`` (at least one pair per block). Without
     ``y`` only the blocks on and above the diagonal are computed.
+
+    Parameters
+    ----------
+    x : Tensor or ndarray, shape (N, C_0, H, W)
+        The inputs, finite.
+    gates : sequence of Tensor or ndarray, each shape (N, C_l, H_l, W_l)
+        The gates of each layer on ``x``, hard or soft; their sizes place the average pools.
+    y : Tensor or ndarray, shape (N', C_0, H, W), optional
+        A second batch; None (the default): the kernel of ``x`` with itself.
+    gates_y : sequence of Tensor or ndarray, optional
+        The gates of the same layers on ``y``; given exactly when ``y`` is.
+    padding : {"zeros", "circular"}
+        The convolutions' padding.
+    value_input : {"x", "ones"}
+        What the value network is fed: the input itself, or ones of its shape.
+    selections : sequence of Tensor, ndarray or None, optional
+        Per layer, the integer indices (N, C_l, H_out, W_out) of the selection pool after it, or None
+        where there is none; None (the default): no selection pools.
+    selections_y : sequence of Tensor, ndarray or None, optional
+        The selections on ``y``.
+    global_selection : Tensor or ndarray, shape (N, C_L, 1, 1) or (N, C_L), optional
+        The indices of a global max pool in place of the GAP; None (the default): the GAP.
+    global_selection_y : Tensor or ndarray, optional
+        The global selection on ``y``.
+    max_bytes : int
+        The memory bound of a block of pairs' float64 arrays.
+
+    Returns
+    -------
+    Tensor, shape (N, N) or (N, N')
+        The neural path kernel, float64, on the device of ``x``.
     """
     _check_value_input(value_input)
     if padding not in _PADDINGS:

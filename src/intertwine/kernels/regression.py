@@ -51,7 +51,22 @@ class RegressionResult(NamedTuple):
 
 
 def regression_targets(labels: ArrayLike, num_classes: int, *, dtype=torch.float64) -> Tensor:
-    """(n, num_classes) targets ``-0.1 + e_y``: 0.9 for the label's class, -0.1 elsewhere."""
+    """(n, num_classes) targets ``-0.1 + e_y``: 0.9 for the label's class, -0.1 elsewhere.
+
+    Parameters
+    ----------
+    labels : Tensor or ndarray, shape (n,)
+        Integer class labels in [0, num_classes).
+    num_classes : int
+        The number of classes, >= 1.
+    dtype : torch.dtype
+        The targets' dtype.
+
+    Returns
+    -------
+    Tensor, shape (n, num_classes)
+        The targets, on the device of ``labels``.
+    """
     labels = _labels(labels, num_classes)
     targets = torch.full((labels.shape[0], num_classes), TARGET_OFF, dtype=dtype, device=labels.device)
     targets[torch.arange(labels.shape[0], device=labels.device), labels] = TARGET_ON
@@ -117,6 +132,30 @@ def kernel_regression(
     square test-train Gram passed by mistake) is a ValueError; a singular one (duplicate training
     points at ridge 0) a ``SingularKernelError`` (a ``torch.linalg.LinAlgError``) that suggests a
     ridge or removing the duplicates.
+
+    Parameters
+    ----------
+    K_train : Tensor or ndarray, shape (n, n)
+        The kernel among the training points, symmetric.
+    y_train : Tensor or ndarray, shape (n,)
+        Their integer labels, in [0, num_classes).
+    K_test_train : Tensor or ndarray, shape (m, n)
+        The kernel between the test and the training points.
+    num_classes : int
+        The number of classes, >= 1.
+    ridge : float
+        Added to K_train's diagonal, >= 0.
+
+    Returns
+    -------
+    predictions : Tensor, shape (m,)
+        The predicted classes, int64. The four are a ``RegressionResult`` named tuple.
+    scores : Tensor, shape (m, num_classes)
+        ``K_test_train (K_train + ridge I)^-1 T``, in the kernels' floating dtype.
+    solver : str
+        "cholesky", or "lu" where K_train (plus the ridge) was not numerically positive definite.
+    residual : float
+        The solve's relative residual ``||(K + ridge I) w - T||_F / ||T||_F``.
     """
     K_train, K_test_train = _as_tensor(K_train, "K_train"), _as_tensor(K_test_train, "K_test_train")
     K_train, K_test_train = _same_dtype_device(K_train, K_test_train)
