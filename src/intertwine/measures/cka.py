@@ -59,6 +59,20 @@ def grelu_cka(
     Memory: see ``max_kernel``. Beside the inputs and the two N x N kernels it holds one
     normalised channel-major copy of one input at a time and a product block of at most
     ``max_bytes``.
+
+    Parameters
+    ----------
+    X, Y : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
+        The same N >= 4 inputs through two networks; channel counts and spatial shapes may differ.
+    estimator : {"unbiased", "biased"}
+        The HSIC estimator: Song et al.'s HSIC_1, or Gretton et al.'s HSIC_0.
+    max_bytes : int
+        The memory bound of each block of intermediates.
+
+    Returns
+    -------
+    float
+        The CKA, at most 1 (slightly negative possible with the unbiased estimator).
     """
     X, Y = _check_pair(X, Y, 4, "grelu_cka")
     _require_variation(X, "X", "grelu_cka"), _require_variation(Y, "Y", "grelu_cka")
@@ -112,6 +126,20 @@ def gate_cka(
 
     Invariance group: G_ReLU on the channels of either argument (and any map that keeps each
     unit's sign pattern); not orthogonal maps. Symmetric in X, Y.
+
+    Parameters
+    ----------
+    X, Y : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
+        The same N >= 4 inputs through two networks; channel counts and spatial shapes may differ.
+    estimator : {"unbiased", "biased"}
+        The HSIC estimator: Song et al.'s HSIC_1, or Gretton et al.'s HSIC_0.
+    max_bytes : int
+        The memory bound of each block of intermediates.
+
+    Returns
+    -------
+    float
+        The CKA of the gate patterns, at most 1.
     """
     X, Y = _check_pair(X, Y, 4, "gate_cka")
     GX, GY = _gates(X), _gates(Y)
@@ -168,6 +196,22 @@ def linear_cka(
 
     Differentiable: with a tensor that requires grad it returns a float64 0-d tensor carrying the
     graph (a training loss); otherwise a float.
+
+    Parameters
+    ----------
+    X, Y : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
+        The same N >= 4 inputs through two networks; channel counts and spatial shapes may differ.
+    method : {"auto", "gram", "features"}
+        How the HSICs are computed (above).
+    estimator : {"unbiased", "biased"}
+        The HSIC estimator: Song et al.'s HSIC_1, or Gretton et al.'s HSIC_0.
+    max_bytes : int
+        The memory bound of each block of intermediates.
+
+    Returns
+    -------
+    float or Tensor
+        The CKA, at most 1; a float64 0-d tensor on the graph when an input requires grad.
     """
     graph = _tracks_graph(X, Y)
     X, Y = _check_pair(X, Y, 4, "linear_cka", graph)
@@ -188,6 +232,22 @@ def channel_normalized_linear_cka(
 
     Invariance group: per-channel translations and G_ReLU (indeed any monomial matrix) on the
     channels, isotropic scaling; unlike ``linear_cka`` not O(C). Symmetric in X, Y.
+
+    Parameters
+    ----------
+    X, Y : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
+        The same N >= 4 inputs through two networks; channel counts and spatial shapes may differ.
+    method : {"auto", "gram", "features"}
+        How the HSICs are computed, as in ``linear_cka``.
+    estimator : {"unbiased", "biased"}
+        The HSIC estimator: Song et al.'s HSIC_1, or Gretton et al.'s HSIC_0.
+    max_bytes : int
+        The memory bound of each block of intermediates.
+
+    Returns
+    -------
+    float
+        The CKA, at most 1.
     """
     X, Y = _check_pair(X, Y, 4, "channel_normalized_linear_cka")
     for Z, which in ((X, "X"), (Y, "Y")):
@@ -215,6 +275,22 @@ def laplace_cka(
     Invariance group: per-channel translations and G_ReLU on the channels (the normalisation
     removes the scales, the L1 norm ignores the order of coordinates; also channel sign flips),
     of either argument. Symmetric in X, Y.
+
+    Parameters
+    ----------
+    X, Y : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
+        The same N >= 4 inputs through two networks; channel counts and spatial shapes may differ.
+    bandwidth : float or tuple of float, optional
+        One bandwidth for both kernels, or (X's, Y's); None (the default): the median heuristic.
+    estimator : {"unbiased", "biased"}
+        The HSIC estimator: Song et al.'s HSIC_1, or Gretton et al.'s HSIC_0.
+    max_bytes : int
+        The memory bound of each block of intermediates.
+
+    Returns
+    -------
+    float
+        The CKA, at most 1.
     """
     X, Y = _check_pair(X, Y, 4, "laplace_cka")
     _require_variation(X, "X", "laplace_cka"), _require_variation(Y, "Y", "laplace_cka")
@@ -250,6 +326,22 @@ def rbf_cka(
 
     Differentiable: with a tensor that requires grad it returns a float64 0-d tensor carrying the
     graph (the median too: it is one or two of the distances); otherwise a float.
+
+    Parameters
+    ----------
+    X, Y : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
+        The same N >= 4 inputs through two networks; channel counts and spatial shapes may differ.
+    bandwidth_fraction : float
+        sigma as a fraction of the median distance, > 0.
+    estimator : {"unbiased", "biased"}
+        The HSIC estimator: Song et al.'s HSIC_1, or Gretton et al.'s HSIC_0.
+    max_bytes : int
+        The memory bound of each block of intermediates.
+
+    Returns
+    -------
+    float or Tensor
+        The CKA, at most 1; a float64 0-d tensor on the graph when an input requires grad.
     """
     graph = _tracks_graph(X, Y)
     X, Y = _check_pair(X, Y, 4, "rbf_cka", graph)
@@ -266,6 +358,20 @@ def cka_kernel(measure: str, X: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES
     Comparing every site of one model with every site of another (the CKA heatmaps) then costs
     one kernel per site instead of one per site pair. ``laplace_cka`` and ``rbf_cka`` use their
     default (median) bandwidths.
+
+    Parameters
+    ----------
+    measure : str
+        A name of ``CKA_MEASURES``.
+    X : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
+        One representation of N >= 4 inputs.
+    max_bytes : int
+        The memory bound of each block of intermediates.
+
+    Returns
+    -------
+    Tensor, shape (N, N)
+        The kernel, in X's floating dtype (float64 for integer input), on its device.
     """
     X = _rescaled(_as_features(X, "X"))
     if measure not in CKA_MEASURES:
@@ -298,6 +404,20 @@ def kernel_cka(
 
     Differentiable: with a kernel that requires grad it returns a float64 0-d tensor carrying the
     graph; otherwise a float.
+
+    Parameters
+    ----------
+    K, L : Tensor or ndarray, shape (N, N)
+        The kernels of two representations of the same N >= 4 inputs, finite.
+    estimator : {"unbiased", "biased"}
+        The HSIC estimator: Song et al.'s HSIC_1, or Gretton et al.'s HSIC_0.
+    max_bytes : int
+        The memory bound of each block of intermediates.
+
+    Returns
+    -------
+    float or Tensor
+        The CKA, at most 1; a float64 0-d tensor on the graph when a kernel requires grad.
     """
     graph = _tracks_graph(K, L)
     K, L = _as_kernel(K, "K", graph), _as_kernel(L, "L", graph)

@@ -91,6 +91,18 @@ def unbiased_hsic(K: ArrayLike, L: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BY
         HSIC_1 = [tr(K~ L~) + (1'K~1)(1'L~1) / ((n-1)(n-2)) - 2/(n-2) 1'K~L~1] / (n(n-3)).
 
     Computed by U-centring both kernels in float64 row blocks of about ``max_bytes``. Needs n >= 4.
+
+    Parameters
+    ----------
+    K, L : Tensor or ndarray, shape (n, n)
+        Two kernel matrices of the same n >= 4 samples, finite.
+    max_bytes : int
+        The memory bound of each block of intermediates.
+
+    Returns
+    -------
+    float
+        HSIC_1, which can be slightly negative.
     """
     K, L = _as_kernel(K, "K"), _as_kernel(L, "L")
     _check_kernels(K, L)

@@ -128,6 +128,22 @@ def max_kernel(
     ``"auto"`` is ``"per_channel"``: measured on 2 CPU threads (N 500-5000, C 64-256,
     ``benchmarks/similarity.py``) it was 6.7-12.6x faster than ``"blocked"`` on 2-D features,
     2.7-5.1x at 4x4 positions, and 1.1-3.9x up to 16x16 (C 32-256, one thread).
+
+    Parameters
+    ----------
+    X : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
+        The features.
+    method : {"auto", "per_channel", "blocked"}
+        The computation (above).
+    max_bytes : int
+        The memory bound of each block of intermediates.
+    block_rows, block_channels : int, optional
+        The ``"blocked"`` computation's block shape; giving either selects it.
+
+    Returns
+    -------
+    Tensor, shape (N, N)
+        The max kernel, symmetric, in X's floating dtype (float64 for integer input), on its device.
     """
     if block_rows or block_channels:
         method = "blocked"

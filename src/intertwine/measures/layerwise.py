@@ -197,6 +197,22 @@ def pairwise(
     pair's operation count; a feature layer pairs with a Gram layer as tr(A' U(L) A)); the CCA and
     shape measures keep their SVDs (``measures.cca``, ``measures.shape``). Values equal the single-pair
     measure's within rounding. Not differentiable: the entries are floats.
+
+    Parameters
+    ----------
+    measure : str
+        A name of ``MEASURES``.
+    xs : iterable of Tensor or ndarray
+        Representations, each (N, C) or (N, C, *spatial), of the same N inputs; at least one.
+    ys : iterable of Tensor or ndarray, optional
+        More representations of the same inputs; None (the default): ``xs`` with itself.
+    max_bytes : int
+        The memory bound of each block of intermediates.
+
+    Returns
+    -------
+    ndarray, shape (len(xs), len(ys))
+        Entry (i, j) is ``measure(xs[i], ys[j])``, float64.
     """
     if measure not in MEASURES:
         raise ValueError(f"unknown measure {measure!r}; expected one of {sorted(MEASURES)}")

@@ -42,7 +42,22 @@ DISTANCES = ("shape_angular", "shape_euclidean")
 
 def too_few_samples(measure: str, n: int, positions: int = 1) -> str | None:
     """Why ``measure`` is undefined on ``n`` samples (``MIN_SAMPLES``; of ``positions`` spatial
-    positions each, which count for Procrustes), or None when it is defined."""
+    positions each, which count for Procrustes), or None when it is defined.
+
+    Parameters
+    ----------
+    measure : str
+        A name of ``MIN_SAMPLES``.
+    n : int
+        The number of samples.
+    positions : int
+        The spatial positions per sample.
+
+    Returns
+    -------
+    str or None
+        The message saying how many samples the measure needs, or None.
+    """
     need = MIN_SAMPLES[measure]
     procrustes = measure in ("grelu_procrustes", "orthogonal_procrustes")
     if (n * positions if procrustes else n) >= need:

@@ -304,6 +304,19 @@ def grelu_procrustes(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX
 
     Differentiable (almost everywhere: the matching is held fixed): with a tensor that requires
     grad it returns a float64 0-d tensor carrying the graph; otherwise a float.
+
+    Parameters
+    ----------
+    X, Y : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
+        The same N inputs through two networks (N x positions >= 2), with equal channel counts and
+        equal numbers of spatial positions.
+    max_bytes : int
+        The memory bound of each block of intermediates.
+
+    Returns
+    -------
+    float or Tensor
+        The similarity in [0, 1]; a float64 0-d tensor on the graph when an input requires grad.
     """
     graph = _tracks_graph(X, Y)
     X, Y = _check_pair(X, Y, 2, "grelu_procrustes", graph)
@@ -333,6 +346,19 @@ def orthogonal_procrustes(
     ||X - Y Q*||^2 at the optimal Q* directly, so that similarities near 1 keep their digits
     (sqrt(2 - 2 x) would resolve delta only to about 1e-8). Differentiable: with a
     tensor that requires grad it returns a float64 0-d tensor carrying the graph; otherwise a float.
+
+    Parameters
+    ----------
+    X, Y : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
+        The same N inputs through two networks (N x positions >= 2), with equal numbers of spatial
+        positions; channel counts may differ.
+    max_bytes : int
+        The memory bound of each block of intermediates.
+
+    Returns
+    -------
+    float or Tensor
+        The similarity in [0, 1]; a float64 0-d tensor on the graph when an input requires grad.
     """
     graph = _tracks_graph(X, Y)
     X, Y = _check_pair(X, Y, 2, "orthogonal_procrustes", graph)

@@ -202,12 +202,38 @@ def shape_metric(
 
 
 def shape_angular(X: ArrayLike, Y: ArrayLike, *, alpha: float = 1.0) -> float:
-    """``shape_metric(X, Y, alpha=alpha, score="angular")``: radians in [0, pi/2]."""
+    """``shape_metric(X, Y, alpha=alpha, score="angular")``: radians in [0, pi/2].
+
+    Parameters
+    ----------
+    X, Y : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
+        The same N >= 3 inputs through two networks; widths may differ.
+    alpha : float in [0, 1]
+        The partial whitening, as in ``shape_metric``: 1 none, 0 full.
+
+    Returns
+    -------
+    float
+        The angular distance, in radians in [0, pi/2].
+    """
     return shape_metric(X, Y, alpha=alpha, score="angular")
 
 
 def shape_euclidean(X: ArrayLike, Y: ArrayLike, *, alpha: float = 1.0) -> float:
-    """``shape_metric(X, Y, alpha=alpha, score="euclidean")``: unnormalised Frobenius distance."""
+    """``shape_metric(X, Y, alpha=alpha, score="euclidean")``: unnormalised Frobenius distance.
+
+    Parameters
+    ----------
+    X, Y : Tensor or ndarray, shape (N, C) or (N, C, *spatial)
+        The same N >= 3 inputs through two networks; widths may differ.
+    alpha : float in [0, 1]
+        The partial whitening, as in ``shape_metric``: 1 none, 0 full.
+
+    Returns
+    -------
+    float
+        The euclidean distance, >= 0, in the units of the data (not divided by N).
+    """
     return shape_metric(X, Y, alpha=alpha, score="euclidean")
 
 
