@@ -249,7 +249,26 @@ def site_procrustes(
 ) -> dict[str, ProcrustesAccumulator]:
     """Procrustes statistics of the two models' activations at each of ``sites`` (the same site in
     both) on uint8 ``images``, accumulated over batches: one forward pass per model and batch
-    gives every site's activations."""
+    gives every site's activations.
+
+    Parameters
+    ----------
+    model_a, model_b : nn.Module
+        The two models; each has a module named by every site.
+    images : Tensor, shape (N, C, H, W)
+        uint8 images, normalised with ``mean`` and ``std`` before they enter the models.
+    sites : list of str
+        Module names, read in both models.
+    mean, std : Tensor, shape (C,)
+        The per-channel statistics the images are normalised with (pixels scaled to [0, 1]).
+    batch_size : int
+        Images per forward pass.
+
+    Returns
+    -------
+    dict of str to ProcrustesAccumulator
+        Per site, the accumulated statistics (``grelu()``, ``orthogonal()``).
+    """
     from intertwine.models import site_activations
 
     accumulators = {site: ProcrustesAccumulator() for site in sites}
@@ -285,7 +304,28 @@ def site_cka(
 ) -> dict[tuple[str, str], float]:
     """The CKA ``measure`` between model a at each of ``sites`` and model b at each of ``sites``
     (every pair, for the heatmaps) on uint8 ``images``, by ``pairwise``: one site's activations at
-    a time are read and prepared (an N x N kernel, or centred features where narrower)."""
+    a time are read and prepared (an N x N kernel, or centred features where narrower).
+
+    Parameters
+    ----------
+    measure : str
+        A name of ``measures.MEASURES`` (a CKA, for the heatmaps).
+    model_a, model_b : nn.Module
+        The two models; each has a module named by every site.
+    images : Tensor, shape (N, C, H, W)
+        uint8 images, normalised with ``mean`` and ``std`` before they enter the models.
+    sites : list of str
+        Module names, read in both models.
+    mean, std : Tensor, shape (C,)
+        The per-channel statistics the images are normalised with (pixels scaled to [0, 1]).
+    batch_size : int
+        Images per forward pass.
+
+    Returns
+    -------
+    dict of (str, str) to float
+        ``(site of a, site of b)`` to the measure, for every pair of sites.
+    """
     from intertwine.models import site_activations
 
     def layers(model: torch.nn.Module):
@@ -311,7 +351,32 @@ def site_cka_intervals(
 ) -> dict[tuple[str, str], tuple[float, float, float]]:
     """``site_cka`` with a 95 % delete-a-group jackknife interval per pair of sites (``groups``
     groups of the images, the same left out of every site: ``measures.pairwise_jackknife``):
-    {(site a, site b): (value, low, high)}. Holds every site's activations of both models."""
+    {(site a, site b): (value, low, high)}. Holds every site's activations of both models.
+
+    Parameters
+    ----------
+    measure : str
+        A name of ``measures.MEASURES`` (a CKA, for the heatmaps).
+    model_a, model_b : nn.Module
+        The two models; each has a module named by every site.
+    images : Tensor, shape (N, C, H, W)
+        uint8 images, normalised with ``mean`` and ``std`` before they enter the models.
+    sites : list of str
+        Module names, read in both models.
+    mean, std : Tensor, shape (C,)
+        The per-channel statistics the images are normalised with (pixels scaled to [0, 1]).
+    batch_size : int
+        Images per forward pass.
+    groups : int
+        The jackknife's groups, 2 to N.
+    seed : int
+        The seed of the shuffle into groups.
+
+    Returns
+    -------
+    dict of (str, str) to tuple of float
+        ``(site of a, site of b)`` to ``(value, low, high)``, for every pair of sites.
+    """
     from intertwine.measures.statistics import pairwise_jackknife
     from intertwine.models import site_activations
 

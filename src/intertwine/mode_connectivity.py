@@ -54,7 +54,20 @@ class CurvePoint:
 def interpolate(f: nn.Module, g: nn.Module, lam: float) -> nn.Module:
     """A new model with every parameter and floating buffer ``(1 - lam) f + lam g`` (``f`` and
     ``g`` untouched; integer buffers, such as batch norm's batch count, are f's). At ``lam`` 0 and 1
-    the result is f and g exactly."""
+    the result is f and g exactly.
+
+    Parameters
+    ----------
+    f, g : nn.Module
+        Two models of one architecture (the same state-dict keys).
+    lam : float
+        The weight of g, in [0, 1].
+
+    Returns
+    -------
+    nn.Module
+        The interpolated model, a deep copy of f.
+    """
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"interpolate: lam must lie in [0, 1], got {lam!r}")
     out = copy.deepcopy(f)
@@ -72,7 +85,22 @@ def interpolate(f: nn.Module, g: nn.Module, lam: float) -> nn.Module:
 def reset_batch_norm(model: nn.Module, images: Tensor, batch_size: int = 250) -> nn.Module:
     """Recompute every batch norm's running statistics in place as the plain average over
     ``images`` (momentum None), in training mode without gradients; the model comes back in eval
-    mode. A model without batch norm is returned unchanged."""
+    mode. A model without batch norm is returned unchanged.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The network, changed in place.
+    images : Tensor, shape (N, C, H, W)
+        Normalised training images, at least one where the model has batch norm.
+    batch_size : int
+        Images per forward pass.
+
+    Returns
+    -------
+    nn.Module
+        ``model``, in eval mode.
+    """
     norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     if norms:
         if len(images) == 0:
@@ -93,7 +121,26 @@ def reset_batch_norm(model: nn.Module, images: Tensor, batch_size: int = 250) ->
 def loss_and_accuracy(
     model: nn.Module, images: Tensor, labels: Tensor, batch_size: int = 500
 ) -> tuple[float, float]:
-    """Mean cross-entropy and top-1 accuracy of ``model`` (as it is: put it in eval mode)."""
+    """Mean cross-entropy and top-1 accuracy of ``model`` (as it is: put it in eval mode).
+
+    Parameters
+    ----------
+    model : nn.Module
+        The network, run without gradients.
+    images : Tensor, shape (N, C, H, W)
+        Normalised test images, at least one.
+    labels : Tensor, shape (N,)
+        Their int64 class labels.
+    batch_size : int
+        Images per forward pass.
+
+    Returns
+    -------
+    loss : float
+        The mean cross-entropy (summed in float64).
+    accuracy : float
+        The fraction of images whose largest logit is their label's.
+    """
     if len(images) == 0:
         raise ValueError("loss_and_accuracy: no test images")
     total, correct = 0.0, 0
@@ -121,6 +168,11 @@ def repaired_layers(model: nn.Module, images: Tensor) -> list[str]:
     ----------
     model : the network (one forward pass on ``images[:2]`` finds the order).
     images : a batch of its inputs.
+
+    Returns
+    -------
+    list of str
+        The module names of the layers, in forward order.
     """
     candidates = {
         name: module
@@ -161,6 +213,17 @@ def channel_statistics(
     """Per layer of ``layers`` (module names), the mean and standard deviation of each output
     channel over ``images`` (and over positions, for a convolution's (N, C, H, W) output), with
     ``model`` in eval mode; accumulated in float64.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The network, put in eval mode, run without gradients; each pass stops once ``layers[-1]`` has run.
+    images : Tensor, shape (N, C, H, W)
+        Normalised images, at least one.
+    layers : sequence of str
+        Module names whose outputs are (N, C) or (N, C, H, W).
+    batch_size : int
+        Images per forward pass.
 
     Returns
     -------
@@ -292,7 +355,30 @@ def correct(
     place, in eval mode. ``reset`` recomputes the batch-norm statistics at every lam, endpoints
     included, so that the curve compares like with like; ``repair`` leaves the endpoints as they
     are (its goal there is the endpoint's own statistics). ``goal``, for ``repair``: the line's
-    :class:`RepairGoal`, measured once by a caller that corrects several points of one line."""
+    :class:`RepairGoal`, measured once by a caller that corrects several points of one line.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The interpolated network, corrected in place.
+    correction : str
+        One of ``CORRECTIONS``: "none", "reset" or "repair".
+    f, g : nn.Module
+        The endpoints, for ``repair``.
+    lam : float
+        The weight of g.
+    images : Tensor, shape (N, C, H, W), optional
+        Normalised training images; None only for "none".
+    batch_size : int
+        Images per forward pass.
+    goal : RepairGoal, optional
+        The line's goal, for ``repair``; None (the default): measured here when needed.
+
+    Returns
+    -------
+    nn.Module
+        ``model``, in eval mode.
+    """
     if correction not in CORRECTIONS:
         raise ValueError(
             f"correct: unknown correction {correction!r}; expected one of {', '.join(CORRECTIONS)}"
@@ -365,6 +451,12 @@ def barrier(lams: Sequence[float], values: Sequence[float], reference: str = "en
     lams : the grid, containing 0 and 1.
     values : the curve's value at each lam.
     reference : "endpoints_mean" or "endpoints_line".
+
+    Returns
+    -------
+    float
+        The barrier, 0 or more (both references lie at or below the curve's largest value), in the
+        units of ``values``.
     """
     if reference not in BARRIERS:
         raise ValueError(f"barrier: unknown reference {reference!r}; expected one of {', '.join(BARRIERS)}")

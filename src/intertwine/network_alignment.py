@@ -153,7 +153,22 @@ def parameter_distance(f: nn.Module, g: nn.Module, fold_batch_norm: bool = False
     ``fold_batch_norm``, each conv and the batch norm after it count as their folded affine map
     (weight and bias per channel, from the running statistics) instead of their four parameters.
     ``wired``: the architecture's wiring (``symmetry``'s, which pairs each conv with its batch
-    norm), when the caller has it already: weight matching measures the distance at every step."""
+    norm), when the caller has it already: weight matching measures the distance at every step.
+
+    Parameters
+    ----------
+    f, g : nn.Module
+        Two models of one architecture (their parameters are paired in order).
+    fold_batch_norm : bool
+        Compare each conv and its batch norm as one folded affine map.
+    wired : object, optional
+        The architecture's wiring, used with ``fold_batch_norm``; None (the default): g's, computed here.
+
+    Returns
+    -------
+    float
+        The squared distance, summed in float64.
+    """
     if fold_batch_norm:
         return _folded_distance(f, g, wired or wiring(g))
     with torch.no_grad():
