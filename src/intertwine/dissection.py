@@ -72,6 +72,20 @@ def unit_thresholds(
     ``activations``: (N, C, h, w). Equals ``numpy.quantile(unit_values, 1 - quantile)`` (linear
     interpolation) exactly: only the top ``k = M - floor((1 - quantile)(M - 1))`` of the M values
     per unit matter, and they are kept in a running top-k over batches.
+
+    Parameters
+    ----------
+    activations : Tensor
+        (N, C, h, w) activations of the probe set at one site (read as float32).
+    quantile : float, default DEFAULT_QUANTILE (0.005)
+        The fraction of each unit's values that lie above its threshold, in [0, 1).
+    basis : Tensor or None, default None
+        A (C, C) matrix mixing the channels first (unit i reads ``sum_j basis[i, j] a_j``).
+
+    Returns
+    -------
+    Tensor
+        (C,) float32 thresholds, one per unit.
     """
     if not 0 <= quantile < 1:
         raise ValueError(f"quantile must be in [0, 1), got {quantile}")
@@ -101,6 +115,24 @@ def unit_iou(
 
     ``labels``: (N, layers, H, W) label maps (0 none, k > 0 concept k - 1); a concept's mask is
     its pixels in any layer. Activation maps are upsampled (bilinear) to (H, W).
+
+    Parameters
+    ----------
+    activations : Tensor
+        (N, C, h, w) activations of the N probe images at one site.
+    labels : Tensor
+        (N, layers, H, W) integer label maps (see above).
+    n_concepts : int
+        The number of concepts.
+    thresholds : Tensor
+        (C,) per-unit thresholds (``unit_thresholds``, in the same basis).
+    basis : Tensor or None, default None
+        A (C, C) matrix mixing the channels first.
+
+    Returns
+    -------
+    Tensor
+        (C, n_concepts) float32 IoU of each unit with each concept.
     """
     n, c = activations.shape[:2]
     size = tuple(labels.shape[-2:])
@@ -132,7 +164,22 @@ def label_units(
     iou: Tensor, concept_data: ConceptData, iou_threshold: float = DEFAULT_IOU_THRESHOLD
 ) -> pd.DataFrame:
     """One row per unit: its best concept, that concept's category and IoU, and whether the unit
-    is a detector (best IoU > ``iou_threshold``)."""
+    is a detector (best IoU > ``iou_threshold``).
+
+    Parameters
+    ----------
+    iou : Tensor
+        (C, n_concepts) IoU of each unit with each concept (``unit_iou``).
+    concept_data : ConceptData
+        The probe set, for its concept names and categories.
+    iou_threshold : float, default DEFAULT_IOU_THRESHOLD (0.04)
+        A unit whose best IoU exceeds it is a detector.
+
+    Returns
+    -------
+    pandas.DataFrame
+        C rows: ``unit``, ``concept``, ``category``, ``iou`` (float64) and ``detector`` (bool).
+    """
     best_iou, best = iou.max(dim=1)
     return pd.DataFrame(
         {
@@ -156,7 +203,26 @@ def dissect_activations(
     """Dissect precomputed activations (N, C, h, w) of the probe set's N images: ``label_units``
     plus each unit's threshold. ``basis``: a (C, C) matrix mixing the channels first.
     Activations must be (N, C, h, w) with N, C >= 1 and finite: NaN thresholds would make no unit
-    fire, silently."""
+    fire, silently.
+
+    Parameters
+    ----------
+    activations : Tensor
+        (N, C, h, w) finite activations of the probe set's N images at one site.
+    concept_data : ConceptData
+        The probe set: its N images' label maps, concepts and categories.
+    basis : Tensor or None, default None
+        A finite (C, C) matrix mixing the channels first; None dissects the units as they are.
+    quantile : float, default DEFAULT_QUANTILE (0.005)
+        The top fraction of each unit's activations that fires (``unit_thresholds``).
+    iou_threshold : float, default DEFAULT_IOU_THRESHOLD (0.04)
+        A unit whose best IoU exceeds it is a detector.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per unit: ``label_units``' columns plus its ``threshold`` (float64).
+    """
     if activations.ndim != 4 or activations.shape[0] < 1 or activations.shape[1] < 1:
         raise ValueError(
             f"dissection needs (N, C, h, w) feature maps of at least one image and unit, "
@@ -198,6 +264,30 @@ def dissect(
 
     ``mean``/``std``: the model's input normalisation (0..1 units). Returns one row per unit
     (see ``label_units``), in the rotated basis when ``basis`` is given.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The network, run in eval mode without autograd (its mode restored afterwards).
+    site : str
+        The module whose output is dissected; it must give (N, C, h, w) feature maps.
+    concept_data : ConceptData
+        The probe set: uint8 images and their concept label maps.
+    basis : Tensor or None, default None
+        A (C, C) matrix mixing the site's channels first.
+    mean, std : Tensor
+        The model's per-channel input normalisation (0..1 units); keyword-only.
+    quantile : float, default DEFAULT_QUANTILE (0.005)
+        The top fraction of each unit's activations that fires (``unit_thresholds``).
+    iou_threshold : float, default DEFAULT_IOU_THRESHOLD (0.04)
+        A unit whose best IoU exceeds it is a detector.
+    batch_size : int, default 250
+        Probe images per forward pass.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per unit, as ``dissect_activations`` gives it.
     """
     activations = models.site_activations(model, concept_data.images, [site], mean, std, batch_size)[site]
     if activations.ndim != 4:
@@ -210,7 +300,19 @@ def dissect(
 
 
 def summarize_units(units: pd.DataFrame) -> dict:
-    """Counts over one dissection: units, detectors, their fraction, distinct detected concepts."""
+    """Counts over one dissection: units, detectors, their fraction, distinct detected concepts.
+
+    Parameters
+    ----------
+    units : pandas.DataFrame
+        One dissection's units (``label_units``' rows: ``detector`` and ``concept`` are read).
+
+    Returns
+    -------
+    dict
+        ``n_units``, ``n_interpretable`` (the detectors), ``fraction_interpretable`` (0 for no units)
+        and ``n_unique_concepts`` (distinct concepts among the detectors).
+    """
     detectors = units[units["detector"]]
     return {
         "n_units": len(units),
@@ -223,7 +325,18 @@ def summarize_units(units: pd.DataFrame) -> dict:
 def default_sites(sites: list[models.Site]) -> list[str]:
     """Where the stage dissects a model by default: the residual output of each stage (the last
     residual-stream site of each top-level module holding blocks) plus the last site inside a
-    block (the paper's Fig. 19); every site of a network without blocks (Myrtle)."""
+    block (the paper's Fig. 19); every site of a network without blocks (Myrtle).
+
+    Parameters
+    ----------
+    sites : list[models.Site]
+        The model's sites in forward order (``models.sites``).
+
+    Returns
+    -------
+    list[str]
+        Site names: the stage outputs in forward order, then the last site inside a block (if any).
+    """
     in_blocks = [site for site in sites if "." in site.name]
     if not in_blocks:
         return [site.name for site in sites]
@@ -235,7 +348,23 @@ def default_sites(sites: list[models.Site]) -> list[str]:
 def probe_concepts(probe: dict, image_size: list[int], global_seed: int = 0) -> ConceptData:
     """The probe set of the dissection stage (the config's ``dissection.probe``) at the zoo's
     image size: ``shapes`` images generated for the probe (the same for every model, drawn from
-    the global seed, with the data set's ``shapes`` options), or a Broden directory, resized."""
+    the global seed, with the data set's ``shapes`` options), or a Broden directory, resized.
+
+    Parameters
+    ----------
+    probe : dict
+        The config's ``dissection.probe`` block: ``source`` ("shapes" or "broden"), ``images`` (how
+        many), and the ``shapes`` options or the ``broden`` directory.
+    image_size : list[int]
+        The zoo's image size [H, W]; shapes images are generated at ``image_size[0]``.
+    global_seed : int, default 0
+        The seed the shapes probe is drawn from.
+
+    Returns
+    -------
+    ConceptData
+        The probe images with their concept label maps.
+    """
     from intertwine.data import Split
     from intertwine.data.concepts import shapes_concepts
 
@@ -260,7 +389,22 @@ def probe_concepts(probe: dict, image_size: list[int], global_seed: int = 0) -> 
 
 
 def draw_rotation(n: int, key: tuple, draw: int) -> Tensor:
-    """The ``draw``-th Haar-random Q in SO(n) for ``key`` (float64)."""
+    """The ``draw``-th Haar-random Q in SO(n) for ``key`` (float64).
+
+    Parameters
+    ----------
+    n : int
+        The dimension (the site's channel count).
+    key : tuple
+        The seed key (e.g. global seed, stage, variant, seed, site).
+    draw : int
+        Which draw: the generator is seeded with ``derive_seed(*key, draw)``.
+
+    Returns
+    -------
+    Tensor
+        (n, n) float64 rotation matrix (orthogonal, determinant 1).
+    """
     generator = torch.Generator().manual_seed(derive_seed(*key, draw))
     return groups.random_rotation(n, generator, dtype=torch.float64)
 
@@ -271,7 +415,24 @@ def rotation_key(global_seed: int, variant: str, seed: int, site: str) -> tuple:
 
 def rotated_bases(n: int, key: tuple, draw: int, alphas) -> dict[float, Tensor | None]:
     """The float32 basis ``Q^alpha`` for each of ``alphas`` (None for alpha 0: the units as they
-    are), Q the ``draw``-th Haar draw for ``key``: the bases ``dissect_rotations`` dissects in."""
+    are), Q the ``draw``-th Haar draw for ``key``: the bases ``dissect_rotations`` dissects in.
+
+    Parameters
+    ----------
+    n : int
+        The number of units (channels).
+    key : tuple
+        The seed key of ``draw_rotation``.
+    draw : int
+        Which Haar draw.
+    alphas : sequence of float
+        The powers of Q; 0 means no rotation.
+
+    Returns
+    -------
+    dict[float, Tensor or None]
+        alpha -> the (n, n) float32 ``Q^alpha``, or None for alpha 0.
+    """
     rotated = [alpha for alpha in alphas if alpha != 0]
     powers = dict(zip(rotated, groups.rotation_powers(draw_rotation(n, key, draw), rotated)))
     return {alpha: None if alpha == 0 else powers[alpha].float() for alpha in alphas}
@@ -288,7 +449,30 @@ def dissect_rotations(
 ) -> pd.DataFrame:
     """``dissect_activations`` in the basis ``Q^alpha`` for each alpha and each of ``rotations``
     Haar draws of Q (draw k seeded by ``key + (k,)``): one row per (alpha, draw, unit), with
-    columns ``alpha`` and ``rotation_seed`` (k). Alpha 0 is dissected once and shared by the draws."""
+    columns ``alpha`` and ``rotation_seed`` (k). Alpha 0 is dissected once and shared by the draws.
+
+    Parameters
+    ----------
+    activations : Tensor
+        (N, C, h, w) activations of the probe set at one site.
+    concept_data : ConceptData
+        The probe set.
+    alphas : sequence of float
+        The powers of Q to dissect in (0: the units as they are).
+    rotations : int
+        How many Haar draws of Q.
+    key : tuple
+        The seed key of the draws (``draw_rotation``).
+    quantile : float, default DEFAULT_QUANTILE (0.005)
+        The top fraction of each unit's activations that fires (``unit_thresholds``).
+    iou_threshold : float, default DEFAULT_IOU_THRESHOLD (0.04)
+        A unit whose best IoU exceeds it is a detector.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``dissect_activations``' columns plus ``alpha`` (float) and ``rotation_seed`` (the draw k).
+    """
     tables = []
     unrotated = None
     for draw in range(rotations):
@@ -309,7 +493,21 @@ def dissect_rotations(
 
 
 def summarize(units: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """``summarize_units`` for each group of ``keys`` (e.g. variant, seed, site, alpha, draw)."""
+    """``summarize_units`` for each group of ``keys`` (e.g. variant, seed, site, alpha, draw).
+
+    Parameters
+    ----------
+    units : pandas.DataFrame
+        Dissected units with the ``keys`` columns (e.g. ``dissect_rotations``' rows).
+    keys : list[str]
+        The columns to group by.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group, in order of first appearance: the ``keys`` columns, then
+        ``summarize_units``' counts.
+    """
     rows = [
         {**dict(zip(keys, values)), **summarize_units(group)}
         for values, group in units.groupby(keys, sort=False)
@@ -330,7 +528,40 @@ def dissect_sites(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``dissect_rotations`` at each site (activations from ``read_site``) as the config's
     ``dissection`` block says: (summary, units), one row per (site, alpha, draw) and one per unit
-    of each (the stage's tables but for their provenance)."""
+    of each (the stage's tables but for their provenance).
+
+    Parameters
+    ----------
+    read_site : Callable[[str], Tensor]
+        Site name -> its (N, C, h, w) activations on the probe images.
+    sites : list[str]
+        The sites to dissect, in order.
+    inside : dict[str, bool]
+        Site name -> whether it lies inside a residual block (the summary's ``inside_residual``).
+    probe : ConceptData
+        The probe set.
+    block : dict
+        The config's ``dissection`` block: ``alphas``, ``rotations``, ``quantile``,
+        ``iou_threshold`` and ``probe``.
+    variant : str
+        The model's variant (a column, and part of the rotations' seed key).
+    seed : int
+        The model's seed (likewise).
+    global_seed : int
+        The global seed (part of the rotations' seed key).
+    log : Callable[[str], None], default print
+        Where one line per site goes.
+
+    Returns
+    -------
+    summary : pandas.DataFrame
+        One row per (site, alpha, draw): ``variant``, ``seed``, ``site``, ``inside_residual``,
+        ``alpha``, ``rotation_seed``, ``summarize_units``' counts, ``n_images``, ``probe`` (the
+        probe's source), ``quantile`` and ``iou_threshold``.
+    units : pandas.DataFrame
+        One row per unit of each: ``variant``, ``seed``, ``site``, ``alpha``, ``rotation_seed``,
+        ``unit``, ``concept``, ``category``, ``iou``, ``threshold`` and ``detector``.
+    """
     import time
 
     tables = []
@@ -375,7 +606,30 @@ def top_examples(
     n_images: int = 4,
 ) -> list[dict]:
     """The ``n_units`` units with the highest IoU (see ``dissect_activations``), each with the
-    ``n_images`` probe images where it peaks and its thresholded, upsampled map over each."""
+    ``n_images`` probe images where it peaks and its thresholded, upsampled map over each.
+
+    Parameters
+    ----------
+    activations : Tensor
+        (N, C, h, w) activations of the probe images at the site.
+    units : pandas.DataFrame
+        The site's units dissected in ``basis`` (``dissect_activations``: ``unit``, ``concept``,
+        ``category``, ``iou`` and ``threshold`` are read).
+    basis : Tensor or None
+        The (C, C) basis they were dissected in (None: the units as they are).
+    size : tuple[int, int]
+        The (H, W) the maps are upsampled to (the label maps' size).
+    n_units : int, default 4
+        How many units.
+    n_images : int, default 4
+        How many images per unit (all of them when the probe set has fewer).
+
+    Returns
+    -------
+    list[dict]
+        One dict per unit, highest IoU first: ``unit``, ``concept``, ``category``, ``iou`` and
+        ``examples``, a list of (image index, bool (H, W) numpy mask), highest peak first.
+    """
     panels = []
     for row in units.sort_values("iou", ascending=False).head(n_units).itertuples():
         weights = torch.eye(activations.shape[1])[row.unit] if basis is None else basis[row.unit]

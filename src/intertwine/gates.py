@@ -136,7 +136,18 @@ def gate_patterns(model: nn.Module, images: Tensor, batch_size: int = 256) -> di
 
 def pattern_agreement(a: Tensor, b: Tensor) -> float:
     """The fraction of gates (image x unit) that two binary activation patterns (bool, same shape)
-    share; 1 for identical patterns."""
+    share; 1 for identical patterns.
+
+    Parameters
+    ----------
+    a, b : Tensor
+        Two binary patterns of one shape (N, ...).
+
+    Returns
+    -------
+    float
+        The fraction of equal entries, in [0, 1].
+    """
     if a.shape != b.shape:
         raise ValueError(f"pattern_agreement: patterns of shapes {tuple(a.shape)} and {tuple(b.shape)}")
     return (a == b).double().mean().item()
@@ -146,7 +157,18 @@ def chance_agreement(a: Tensor, b: Tensor) -> float:
     """The agreement two patterns would have by chance with their units' rates: per unit u (every
     dim but the first, the images), ``p_a p_b + (1 - p_a)(1 - p_b)`` with p the fraction of images
     on which u is active, averaged over units. A unit on (or off) for every image in both patterns
-    agrees by chance too: this is the floor that :func:`pattern_agreement` should be read against."""
+    agrees by chance too: this is the floor that :func:`pattern_agreement` should be read against.
+
+    Parameters
+    ----------
+    a, b : Tensor
+        Two binary patterns of one shape (N, ...), images on dim 0.
+
+    Returns
+    -------
+    float
+        The chance agreement, averaged over units, in [0, 1].
+    """
     if a.shape != b.shape:
         raise ValueError(f"chance_agreement: patterns of shapes {tuple(a.shape)} and {tuple(b.shape)}")
     pa, pb = a.double().mean(0), b.double().mean(0)
@@ -197,7 +219,20 @@ def settling_verdict_values(table: pd.DataFrame) -> pd.DataFrame:
     """Per member (variant, seed), the agreement with the final pattern at the middle of training
     (the first recorded epoch at or after half of its final epoch), averaged over ReLU call sites;
     with the same average at initialisation (epoch 0) and by chance. Columns ``variant, seed,
-    epoch, agreement, chance, initial``: one independent unit per member for the claims scorecard."""
+    epoch, agreement, chance, initial``: one independent unit per member for the claims scorecard.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        ``settling_rows``' rows of every member, with ``variant`` and ``seed`` columns.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per member, in order of first appearance: ``variant``, ``seed``, ``epoch`` (the
+        middle one; the final epoch when no recorded epoch qualifies), ``agreement``, ``chance``
+        and ``initial`` (NaN without an epoch-0 record).
+    """
     rows = []
     for (variant, seed), member in table.groupby(["variant", "seed"], sort=False):
         final = int(member["final_epoch"].iloc[0])

@@ -43,6 +43,20 @@ def transform_site(model: nn.Module, site: str, matrix: torch.Tensor) -> nn.Modu
 
     The activation module at ``site`` is replaced by ``Sequential(ChannelTransform, activation)``,
     so the transformed model keeps every parameter name (prefixed ``.1`` only at the site).
+
+    Parameters
+    ----------
+    model : nn.Module
+        A model built by ``intertwine.models.build`` (not changed).
+    site : str
+        One of its sites.
+    matrix : Tensor
+        The finite (C, C) transform, C the site's channel count.
+
+    Returns
+    -------
+    nn.Module
+        The transformed copy; ``matrix`` is a buffer on the model's device.
     """
     channels = {s.name: s.channels for s in models.sites(model)}
     if site not in channels:
@@ -79,7 +93,37 @@ def rotation_trial(
     acc_before: float | None = None,
 ) -> dict:
     """Accuracy before the transform (``acc_before`` when known), right after it, and after
-    fine-tuning the later layers."""
+    fine-tuning the later layers.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The trained model (not changed).
+    site : str
+        The site whose pre-activation is transformed (one of ``models.cut_sites``).
+    matrix : Tensor
+        The (C, C) transform (e.g. ``sample_transform``).
+    train_split, val_split, test_split : Split
+        Fine-tuning's training and validation images, and the images accuracy is measured on.
+    config : TrainConfig
+        The fine-tuning recipe (``training.train``'s).
+    generator : torch.Generator
+        The source of fine-tuning's random draws.
+    mean, std : Tensor
+        The per-channel input normalisation (0..1 units).
+    label : str, default "rotation"
+        What the log's lines start with.
+    log : Callable[[str], None], default print
+        Where fine-tuning's log goes.
+    acc_before : float or None, default None
+        The model's test accuracy when already measured (None: it is measured here).
+
+    Returns
+    -------
+    dict
+        ``acc_before``, ``acc_transformed`` (right after the transform), ``acc_finetuned`` and
+        ``finetune_seconds`` (the whole trial's time, measurements included).
+    """
     started = time.perf_counter()
     acc = lambda m: evaluate(m, test_split, mean, std, config.eval_batch_size)  # noqa: E731
     acc_before = acc(model) if acc_before is None else acc_before
@@ -104,7 +148,24 @@ GROUPS = ("identity", "grelu", "orthogonal", "permutation")
 def sample_transform(group: str, n: int, generator: torch.Generator, sigma: float = 1.0) -> torch.Tensor:
     """A random (n, n) element of ``group``: G_ReLU (permutation times lognormal scales),
     Haar-orthogonal, a permutation alone (the intertwiner group of the sigmoid), or the identity
-    (the control: what fine-tuning alone gains or loses)."""
+    (the control: what fine-tuning alone gains or loses).
+
+    Parameters
+    ----------
+    group : str
+        "identity", "grelu", "orthogonal" or "permutation" (``GROUPS``).
+    n : int
+        The number of channels, at least 1.
+    generator : torch.Generator
+        The source of the draw (none for the identity).
+    sigma : float, default 1.0
+        The lognormal scales' sigma ("grelu").
+
+    Returns
+    -------
+    Tensor
+        The (n, n) matrix, float32 (the identity: torch's default dtype).
+    """
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
         raise ValueError(f"a transform of the channels needs n >= 1 channels, got {n!r}")
     if group == "identity":

@@ -48,7 +48,32 @@ def lr_factor(
     1/(drops+1), 2/(drops+1), ...), or after the k-th of ``milestones`` (fractions of training)
     when given; 0.1 during the first ``warmup_steps`` steps. "cosine": rising linearly from
     ``min_factor`` to 1 over the warm-up, then ``min_factor + (1 - min_factor) (1 + cos(pi step /
-    total_steps)) / 2`` (timm's cosine schedule, whose cosine counts from step 0)."""
+    total_steps)) / 2`` (timm's cosine schedule, whose cosine counts from step 0).
+
+    Parameters
+    ----------
+    step : int
+        The optimiser step, counted from 0.
+    total_steps : int
+        The optimiser steps of the whole training.
+    drops : int
+        The number of evenly spaced drops ("step" without ``milestones``).
+    factor : float
+        The factor of each drop ("step").
+    milestones : list[float] or None, default None
+        Fractions of training where the rate drops instead ("step").
+    warmup_steps : int, default 0
+        The length of the warm-up, in steps.
+    schedule : str, default "step"
+        "step" or "cosine" (any other value is taken as "step").
+    min_factor : float, default 0.0
+        The cosine schedule's floor and warm-up start.
+
+    Returns
+    -------
+    float
+        The factor the base learning rate is multiplied by.
+    """
     if schedule == "cosine":
         if step < warmup_steps:
             return min_factor + (1 - min_factor) * step / warmup_steps
@@ -69,7 +94,21 @@ def _epoch_steps(epoch: int, total_steps: int, per_epoch: int, config: TrainConf
 
 
 def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
-    """Adam, AdamW or SGD with momentum (``zoo.training.optimizer``), at ``config.lr``."""
+    """Adam, AdamW or SGD with momentum (``zoo.training.optimizer``), at ``config.lr``.
+
+    Parameters
+    ----------
+    params : iterable
+        The parameters to optimise (or parameter groups), as torch's optimisers take them.
+    config : TrainConfig
+        ``optimizer`` ("sgd", "adamw"; any other value gives Adam), ``lr``, ``weight_decay`` and,
+        for SGD, ``momentum``.
+
+    Returns
+    -------
+    torch.optim.Optimizer
+        The optimiser.
+    """
     if config.optimizer == "sgd":
         return torch.optim.SGD(
             params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
@@ -96,7 +135,28 @@ def evaluate(
     channels_last: bool = False,
 ) -> float:
     """Top-1 accuracy of ``model`` (in eval mode) on a split that lives on the model's device; an
-    empty split or a batch size below 1 is an error (an empty split has no accuracy, not 0)."""
+    empty split or a batch size below 1 is an error (an empty split has no accuracy, not 0).
+
+    Parameters
+    ----------
+    model : nn.Module
+        The classifier, run under ``torch.inference_mode`` (its mode restored afterwards).
+    split : Split
+        The uint8 images and their labels, on the model's device.
+    mean, std : Tensor
+        The per-channel input normalisation (0..1 units).
+    batch_size : int, default 1000
+        Images per forward pass, at least 1.
+    bf16 : bool, default False
+        Whether the forward runs under bfloat16 autocast (on CUDA only).
+    channels_last : bool, default False
+        Whether the inputs are passed in the channels-last memory format.
+
+    Returns
+    -------
+    float
+        The fraction of images whose largest logit is their label's.
+    """
     if len(split) == 0:
         raise ValueError("evaluate: the split is empty, so it has no accuracy")
     if batch_size < 1:
@@ -216,6 +276,38 @@ def train(
     given, is called before the first epoch (epoch 0) and after each epoch; it must leave the
     model, its modes and the generator as they were (the gate recording of
     ``intertwine.gates.gate_patterns`` does: the weights come out bit-identical).
+
+    Parameters
+    ----------
+    model : nn.Module
+        The network, trained in place (put in ``config.channels_last``'s memory format); it ends
+        with the last epoch's weights.
+    train_split, val_split : Split
+        The training images, and the validation images that choose the epoch kept.
+    config : TrainConfig
+        The recipe (``zoo.training``): length, optimiser, schedule, augmentation, mixing, bf16, ...
+    generator : torch.Generator
+        The source of every random draw.
+    mean, std : Tensor
+        The per-channel input normalisation (0..1 units).
+    label : str, default "model"
+        What the log's lines (and a ``DivergedError``'s message) start with.
+    log : Callable[[str], None], default print
+        Where one line per epoch goes.
+    each_epoch : Callable[[int, nn.Module], None] or None, default None
+        Called with (epoch, model) before the first epoch and after each one (see above).
+
+    Returns
+    -------
+    TrainResult
+        ``state_dict``, the best-validation weights (on the CPU), their ``best_epoch`` and
+        ``val_acc``, and the ``history``: one dict per epoch (``epoch``, ``lr``, ``train_loss``,
+        ``train_acc``, ``val_acc``, ``epoch_seconds``).
+
+    Raises
+    ------
+    DivergedError
+        When an epoch's mean training loss is NaN or infinite.
     """
     _check_splits(train_split, val_split, label)
     device = train_split.images.device
@@ -322,7 +414,21 @@ class _Stack:
 
 def pack_problem(models: list[nn.Module], example: torch.Tensor) -> str | None:
     """Why these models cannot train packed (one forward and backward of ``example`` under
-    ``vmap`` fails), or None. Runs on copies: the models are left as they were."""
+    ``vmap`` fails), or None. Runs on copies: the models are left as they were.
+
+    Parameters
+    ----------
+    models : list[nn.Module]
+        The pack's members.
+    example : Tensor
+        A normalised input batch (B, ...), which every member gets.
+
+    Returns
+    -------
+    str or None
+        Why (the members are not one architecture, or the error ``vmap`` raised), or None when they
+        can train packed.
+    """
     if len({type(m) for m in models}) != 1 or len({tuple(m.state_dict()) for m in models}) != 1:
         return "the members are not one architecture"
     stack = _Stack([copy.deepcopy(m) for m in models])

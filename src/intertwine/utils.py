@@ -23,13 +23,35 @@ def derive_seed(*keys: Any) -> int:
 
     Every random choice in the library draws from a generator seeded this way, so the same
     inputs give the same outputs whatever ran before.
+
+    Parameters
+    ----------
+    *keys : Any
+        The keys, JSON-encoded (what JSON cannot encode, as ``str``): e.g. the global seed, a stage
+        name, a variant.
+
+    Returns
+    -------
+    int
+        A seed in ``[0, 2**63)``: the first 8 bytes (little-endian) of the keys' SHA-256.
     """
     digest = hashlib.sha256(json.dumps(keys, sort_keys=True, default=str).encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
 def config_hash(block: Any) -> str:
-    """Short stable hash of a JSON-able config block (recorded as provenance in every table)."""
+    """Short stable hash of a JSON-able config block (recorded as provenance in every table).
+
+    Parameters
+    ----------
+    block : Any
+        A JSON-able value, such as a config block (what JSON cannot encode is written as ``str``).
+
+    Returns
+    -------
+    str
+        The first 12 hex digits of the SHA-256 of its JSON with sorted keys.
+    """
     text = json.dumps(block, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -39,6 +61,18 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds.
 
     A killed job leaves at most a hidden `.tmp` file, never a half-written output.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write; its parent directories are created.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager[Path]
+        A context manager whose ``with`` target is the temporary path (a hidden ``.tmp`` file beside
+        ``path``, with the usual umask permissions): renamed onto ``path`` when the block succeeds,
+        removed when it raises.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -61,6 +95,19 @@ def current_umask() -> int:
 
 
 def write_json(obj: Any, path: str | os.PathLike) -> None:
+    """Write ``obj`` to ``path`` as indented JSON with sorted keys, atomically (``atomic_path``).
+
+    Parameters
+    ----------
+    obj : Any
+        A JSON-able value (what JSON cannot encode is written as ``str``).
+    path : str or os.PathLike
+        The file to write; its parent directories are created.
+
+    Returns
+    -------
+    None
+    """
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 

@@ -38,7 +38,26 @@ class Split:
 def build_dataset(block: dict, seed: int) -> tuple[dict[str, dict[str, np.ndarray]], dict]:
     """Generate or read the configured data set; return its splits as arrays and its metadata.
     ``block`` is the config's ``data`` block: keys it lacks take the schema's defaults, and a key
-    or value the schema does not allow is an error naming it."""
+    or value the schema does not allow is an error naming it.
+
+    Parameters
+    ----------
+    block : dict
+        The config's ``data`` block: ``dataset``, ``val_size`` and the data set's options.
+    seed : int
+        The global seed: the shapes images, an image-folder data set's stored order and the
+        validation hold-out are drawn from seeds derived from it.
+
+    Returns
+    -------
+    splits : dict[str, dict[str, numpy.ndarray]]
+        ``train``, ``val`` and ``test``, each ``{"images": uint8 (N, 3, H, W), "labels": (N,)}``
+        (shapes adds ``concepts``); ``val`` is ``val_size`` images held out of the training set.
+    meta : dict
+        ``dataset``, ``classes``, the training split's per-channel ``mean`` and ``std`` (0..1 units),
+        ``image_size`` [H, W], the split ``sizes`` and the block's ``config_hash`` (shapes adds
+        ``concepts``).
+    """
     from intertwine.settings import checked_block
 
     block = checked_block(block, "data")
@@ -96,6 +115,22 @@ def _hold_out(arrays: dict[str, np.ndarray], val_size: int, seed: int):
 
 
 def write_dataset(out_dir: str | Path, splits: dict, meta: dict) -> None:
+    """Write ``build_dataset``'s output as the data stage's cache: ``DIR/{split}.npz`` for each split
+    and ``DIR/meta.json``, each file written atomically.
+
+    Parameters
+    ----------
+    out_dir : str or Path
+        The cache directory DIR (created if missing).
+    splits : dict
+        Split name -> {array name -> numpy array}, as ``build_dataset`` returns them.
+    meta : dict
+        The metadata, written as JSON.
+
+    Returns
+    -------
+    None
+    """
     out_dir = Path(out_dir)
     for split, arrays in splits.items():
         with atomic_path(out_dir / f"{split}.npz") as tmp:
@@ -113,6 +148,20 @@ def _damaged(path: Path, what: str) -> ValueError:
 
 
 def load_meta(data_dir: str | Path) -> dict:
+    """The data stage's metadata, ``DIR/meta.json``: a missing file is a FileNotFoundError saying to
+    run the data stage, a damaged one a ValueError saying to delete the cache and run it again.
+
+    Parameters
+    ----------
+    data_dir : str or Path
+        The data cache directory DIR.
+
+    Returns
+    -------
+    dict
+        The metadata ``build_dataset`` wrote: ``dataset``, ``classes``, ``mean``, ``std`` and
+        ``image_size`` at least.
+    """
     path = Path(data_dir) / "meta.json"
     if not path.exists():
         raise FileNotFoundError(
@@ -130,13 +179,42 @@ def load_meta(data_dir: str | Path) -> dict:
 
 
 def channel_stats(data_dir: str | Path, device: torch.device | str = "cpu"):
-    """The training set's per-channel mean and std (0..1 units), as tensors on ``device``."""
+    """The training set's per-channel mean and std (0..1 units), as tensors on ``device``.
+
+    Parameters
+    ----------
+    data_dir : str or Path
+        The data cache directory (its ``meta.json``).
+    device : torch.device or str, default "cpu"
+        Where the tensors go.
+
+    Returns
+    -------
+    mean : Tensor
+        (3,) per-channel mean, float32.
+    std : Tensor
+        (3,) per-channel standard deviation, float32.
+    """
     meta = load_meta(data_dir)
     return (torch.tensor(meta["mean"], device=device), torch.tensor(meta["std"], device=device))
 
 
 def load_split(data_dir: str | Path, split: str) -> Split:
-    """Read one cached split as tensors (on the CPU; move with ``.to(device)``)."""
+    """Read one cached split as tensors (on the CPU; move with ``.to(device)``).
+
+    Parameters
+    ----------
+    data_dir : str or Path
+        The data cache directory.
+    split : str
+        "train", "val" or "test".
+
+    Returns
+    -------
+    Split
+        ``images`` uint8 (N, 3, H, W), ``labels`` (N,) and ``concepts``: the uint8 label maps
+        (N, categories, H, W) of a shapes cache, None for other data sets.
+    """
     if split not in SPLITS:
         raise ValueError(f"split {split!r} is not one of {SPLITS}")
     path = Path(data_dir) / f"{split}.npz"

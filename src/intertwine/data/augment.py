@@ -11,7 +11,20 @@ from scipy.special import betaincinv
 
 def normalize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """uint8 (N, C, H, W) -> float, each channel standardised with the training set's statistics.
-    Other dtypes are an error: float images in [0, 1] would silently be divided by 255 again."""
+    Other dtypes are an error: float images in [0, 1] would silently be divided by 255 again.
+
+    Parameters
+    ----------
+    images : Tensor
+        uint8 (N, C, H, W) images, 0..255.
+    mean, std : Tensor
+        (C,) per-channel statistics in 0..1 units, on the images' device.
+
+    Returns
+    -------
+    Tensor
+        float32 (N, C, H, W): ``(images / 255 - mean) / std``, channel by channel.
+    """
     if images.dtype != torch.uint8:
         raise ValueError(
             f"normalize takes uint8 images (0..255), got {images.dtype}; pass images as the "
@@ -27,6 +40,22 @@ def augment(
 
     ``x`` is a normalised batch, so zero padding is padding with the data set's mean RGB (as in
     the paper). All random numbers come from ``generator``, which must live on ``x``'s device.
+
+    Parameters
+    ----------
+    x : Tensor
+        A normalised batch (N, C, H, W).
+    generator : torch.Generator
+        The source of every random draw, on ``x``'s device.
+    translate : int, default 2
+        The largest shift in pixels, each way, vertically and horizontally (0: no translation).
+    flip : bool, default True
+        Whether each sample is flipped horizontally with probability 1/2.
+
+    Returns
+    -------
+    Tensor
+        The augmented batch, of ``x``'s shape, contiguous.
     """
     n, _, h, w = x.shape
     if translate > 0:
@@ -54,10 +83,24 @@ def mix(
     returns the lambda of the box actually pasted. The targets mix alike: sample i's loss is
     ``lam * loss(i's label) + (1 - lam) * loss(the label of sample n - 1 - i)``.
 
+    Parameters
+    ----------
+    x : Tensor
+        A normalised batch (N, C, H, W).
+    generator : torch.Generator
+        The source of every random draw, on ``x``'s device.
+    mixup_alpha : float, default 0.0
+        Mixup's Beta parameter (0: no mixup).
+    cutmix_alpha : float, default 0.0
+        CutMix's Beta parameter (0: no CutMix).
+
     Returns
     -------
-    (the mixed batch, lam); with both alphas 0, ``x`` itself and 1.0, drawing nothing from
-    ``generator``.
+    mixed : Tensor
+        The mixed batch, of ``x``'s shape; ``x`` itself when both alphas are 0.
+    lam : float
+        The weight of each sample's own label; 1.0 when both alphas are 0 (then nothing is
+        drawn from ``generator``).
     """
     if mixup_alpha <= 0 and cutmix_alpha <= 0:
         return x, 1.0

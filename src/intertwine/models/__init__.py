@@ -177,6 +177,17 @@ def normalize_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The validated spec with every option filled in: ``arch`` first, then options in registry order.
 
     Idempotent, so two specs describe the same model exactly when their normalised forms are equal.
+
+    Parameters
+    ----------
+    spec : Mapping[str, Any]
+        A model spec: ``arch`` and any of its options (see the module docstring).
+
+    Returns
+    -------
+    dict[str, Any]
+        ``arch``, then every option of the architecture in registry order, defaults filled in and
+        values in canonical form.
     """
     if not isinstance(spec, Mapping):
         raise TypeError(f"a model spec must be a mapping with an 'arch' key, got {spec!r}")
@@ -225,7 +236,18 @@ def normalize_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build(spec: Mapping[str, Any]) -> nn.Module:
-    """A freshly initialised model (from torch's global RNG) for `spec`; see the module docstring."""
+    """A freshly initialised model (from torch's global RNG) for `spec`; see the module docstring.
+
+    Parameters
+    ----------
+    spec : Mapping[str, Any]
+        A model spec, checked by ``normalize_spec``.
+
+    Returns
+    -------
+    nn.Module
+        The model: a ``GatedNet`` or ``GatedResNet`` when ``gated`` is set.
+    """
     options = normalize_spec(spec)
     entry = ARCHITECTURES[options.pop("arch")]
     activation = options.pop("activation")
@@ -251,7 +273,18 @@ def build(spec: Mapping[str, Any]) -> nn.Module:
 
 
 def sites(model: nn.Module) -> list[Site]:
-    """The model's activation sites in forward order (the same for every seed of a spec)."""
+    """The model's activation sites in forward order (the same for every seed of a spec).
+
+    Parameters
+    ----------
+    model : nn.Module
+        A model built by ``build`` (one with a ``site_layout`` method; others are a TypeError).
+
+    Returns
+    -------
+    list[Site]
+        Each site's ``name``, ``channels`` and ``inside_residual``.
+    """
     layout = getattr(model, "site_layout", None)
     if layout is None:
         raise TypeError(
@@ -263,7 +296,18 @@ def sites(model: nn.Module) -> list[Site]:
 
 def cut_sites(model: nn.Module) -> list[str]:
     """The sites where ``forward_to``/``forward_from`` (stitching, the rotation penalty) can cut the
-    model: every site, except a gated network's feature sites (``uncut_sites_reason``)."""
+    model: every site, except a gated network's feature sites (``uncut_sites_reason``).
+
+    Parameters
+    ----------
+    model : nn.Module
+        A model built by ``build``.
+
+    Returns
+    -------
+    list[str]
+        The names of the sites it can be cut at, in forward order.
+    """
     names = {name for name, _ in model.pieces()}
     return [site.name for site in sites(model) if site.name in names]
 
@@ -288,6 +332,20 @@ def forward_to(model: nn.Module, x: torch.Tensor, site: str) -> tuple[torch.Tens
     Returns the state there: the site's output first, then what later layers still need from
     before it (inside a residual block: the block input, which the skip path carries).
     ``forward_from(model, forward_to(model, x, site), site)`` equals ``model(x)``.
+
+    Parameters
+    ----------
+    model : nn.Module
+        A model built by ``build``.
+    x : Tensor
+        The (normalised) input batch.
+    site : str
+        One of ``cut_sites(model)``.
+
+    Returns
+    -------
+    tuple[Tensor, ...]
+        The state at ``site``: its output first, then what later layers need.
     """
     pieces, stop = _pieces(model, site)
     state: tuple[torch.Tensor, ...] = (x,)
@@ -298,7 +356,22 @@ def forward_to(model: nn.Module, x: torch.Tensor, site: str) -> tuple[torch.Tens
 
 def forward_from(model: nn.Module, state: tuple[torch.Tensor, ...], site: str) -> torch.Tensor:
     """The logits of ``model`` from the state at ``site`` (see ``forward_to``); the state may come
-    from another model of the same variant, which is what stitching does."""
+    from another model of the same variant, which is what stitching does.
+
+    Parameters
+    ----------
+    model : nn.Module
+        A model built by ``build``.
+    state : tuple[Tensor, ...]
+        The state at ``site``, as ``forward_to`` gives it.
+    site : str
+        One of ``cut_sites(model)``.
+
+    Returns
+    -------
+    Tensor
+        The logits (N, classes).
+    """
     pieces, start = _pieces(model, site)
     for _, piece in pieces[start + 1 :]:
         state = piece(*state)
@@ -386,7 +459,18 @@ def _check_bridge(front: nn.Module, back: nn.Module, site: str, bridge: nn.Modul
 
 
 def count_parameters(model: nn.Module) -> int:
-    """Number of trainable parameters."""
+    """Number of trainable parameters.
+
+    Parameters
+    ----------
+    model : nn.Module
+        Any module.
+
+    Returns
+    -------
+    int
+        The number of elements of its parameters that require gradients.
+    """
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
@@ -412,6 +496,25 @@ def site_activations(
     for others it runs to the end, so that a module run twice is caught (its output would be
     ambiguous). Each output is copied (a later in-place activation must not change it) and
     concatenated over batches on the model's device.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The network (its mode restored afterwards).
+    images : Tensor
+        The (N, ...) inputs: uint8 images when ``mean`` and ``std`` are given, else the model's inputs
+        as they are; moved batch by batch to the model's device.
+    names : iterable of str or None, default None
+        The module names to read (None: every site, ``sites(model)``).
+    mean, std : Tensor or None, default None
+        The per-channel normalisation (0..1 units) of uint8 images; None: none.
+    batch_size : int, default 250
+        Images per forward pass, at least 1.
+
+    Returns
+    -------
+    dict[str, Tensor]
+        Module name -> its outputs (N, ...), concatenated over batches, on the model's device.
     """
     from intertwine.data.augment import normalize
 

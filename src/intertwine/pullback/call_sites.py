@@ -119,7 +119,18 @@ class _Intercept(TorchFunctionMode):
 
 def swapped_modules(model: nn.Module) -> list[str]:
     """Names of the modules whose forward :func:`soft_backward` swaps, in ``named_modules`` order
-    (a module called k times gives k call sites, see the module docstring)."""
+    (a module called k times gives k call sites, see the module docstring).
+
+    Parameters
+    ----------
+    model : nn.Module
+        Any network.
+
+    Returns
+    -------
+    list[str]
+        The names of its modules whose exact type is in ``SOFT_FORWARDS``.
+    """
     return [name for name, module in model.named_modules() if type(module) in SOFT_FORWARDS]
 
 
@@ -175,7 +186,26 @@ def soft_backward(
     ``temperature``: one float > 0, or a mapping call site -> (C,) tensor >= 0 (0: the hard
     gradient for that channel) for every call site that runs. ``functional`` ("soft" or "hard")
     and ``pool_padding`` ("zeros" or "excluded") default to :func:`options`'. Yields the
-    :class:`CallSites` of the latest forward pass; restores the model on exit."""
+    :class:`CallSites` of the latest forward pass; restores the model on exit.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The network; its swapped forwards and hooks are removed on exit.
+    temperature : float or Mapping[str, Tensor]
+        One temperature > 0, or call site -> (C,) tensor >= 0.
+    functional : str or None, default None
+        "soft" (functional ReLU and max-pool calls are swapped too) or "hard" (they are left hard);
+        None: the :func:`options` default.
+    pool_padding : str or None, default None
+        "zeros" or "excluded"; None: the :func:`options` default.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager[CallSites]
+        A context manager: ``with soft_backward(...) as sites`` binds the :class:`CallSites` that
+        each forward pass in the block fills anew.
+    """
     functional = _check_choice(functional or _FUNCTIONAL.get(), FUNCTIONAL, "functional")
     pool_padding = _check_choice(pool_padding or _POOL_PADDING.get(), POOL_PADDING, "pool_padding")
     _check_temperatures(temperature)

@@ -41,7 +41,21 @@ def _check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
 def options(functional: str | None = None, pool_padding: str | None = None) -> Iterator[None]:
     """Within the block, :func:`pullback` and :func:`soft_backward` default to these ``functional``
     and ``pool_padding`` values (None: leave the current one), so that code calling pullbacks
-    through other functions (the study's measurements) follows one setting."""
+    through other functions (the study's measurements) follows one setting.
+
+    Parameters
+    ----------
+    functional : str or None, default None
+        "soft" or "hard": whether functional ReLU and max-pool calls are swapped.
+    pool_padding : str or None, default None
+        "zeros" or "excluded": what a padded soft max-pool does with its padding.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager[None]
+        A context manager that sets these defaults for its block and restores the previous ones on
+        exit; another value is a ValueError on entry.
+    """
     tokens = []
     try:
         if functional is not None:
@@ -57,7 +71,20 @@ def options(functional: str | None = None, pool_padding: str | None = None) -> I
 
 
 def channel_view(temperature: Temperature, x: Tensor) -> Temperature:
-    """A per-channel temperature shaped to broadcast against ``x`` along dim 1; a float as it is."""
+    """A per-channel temperature shaped to broadcast against ``x`` along dim 1; a float as it is.
+
+    Parameters
+    ----------
+    temperature : float or Tensor
+        A float, or a (C,) tensor of per-channel temperatures.
+    x : Tensor
+        The (N, C, ...) tensor it scales.
+
+    Returns
+    -------
+    float or Tensor
+        The float itself, or the tensor on ``x``'s device and dtype, shaped (1, C, 1, ...) as ``x``.
+    """
     if not isinstance(temperature, Tensor):
         return temperature
     if temperature.shape != (x.shape[1],):
@@ -179,7 +206,22 @@ def soft_max_pool2d(
 
 def soft_adaptive_max_pool2d(x: Tensor, temperature: Temperature, output_size) -> Tensor:
     """``F.adaptive_max_pool2d`` in value (exactly), one softmax pool per output cell at
-    ``temperature`` in gradient; x (N, C, H, W) or (C, H, W)."""
+    ``temperature`` in gradient; x (N, C, H, W) or (C, H, W).
+
+    Parameters
+    ----------
+    x : Tensor
+        (N, C, H, W) or (C, H, W) input.
+    temperature : float or Tensor
+        A float, or a (C,) tensor (0: the hard max's gradient for that channel).
+    output_size : int or tuple
+        As ``F.adaptive_max_pool2d``.
+
+    Returns
+    -------
+    Tensor
+        The pooled tensor, equal to ``F.adaptive_max_pool2d``'s output.
+    """
     if x.dim() == 3:
         return soft_adaptive_max_pool2d(x[None], temperature, output_size)[0]
     hard = F.adaptive_max_pool2d(x, output_size)
@@ -270,5 +312,19 @@ def register_soft_forward(module_type: type[nn.Module], soft_forward: Callable[.
     """Swap modules of exactly ``module_type`` for ``soft_forward(module, temperature, *inputs)`` in
     pullbacks. It must return the module's own output in value (use a detach trick as
     ``hard.detach() + (soft - soft.detach())``) and detach every hard part, so that the graph check
-    finds no kink; per-neuron temperatures are measured on its first input, channels on dim 1."""
+    finds no kink; per-neuron temperatures are measured on its first input, channels on dim 1.
+
+    Parameters
+    ----------
+    module_type : type[nn.Module]
+        The module class (exact type: subclasses are not swapped).
+    soft_forward : Callable[..., Tensor]
+        ``soft_forward(module, temperature, *inputs)`` -> the output; ``temperature`` is a float or
+        a (C,) tensor.
+
+    Returns
+    -------
+    None
+        The entry goes into ``SOFT_FORWARDS``, for every later pullback, replacing any earlier one.
+    """
     SOFT_FORWARDS[module_type] = soft_forward

@@ -26,7 +26,24 @@ if TYPE_CHECKING:
 
 def cv_split(n: int, held_out: float, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Disjoint (fit, held-out) index sets covering ``range(n)``: a random ``held_out`` fraction
-    (at least one image) is held out."""
+    (at least one image) is held out.
+
+    Parameters
+    ----------
+    n : int
+        The number of training images.
+    held_out : float
+        The fraction held out, strictly between 0 and 1 (rounded; at least one image, fewer than n).
+    generator : torch.Generator
+        The source of the draw.
+
+    Returns
+    -------
+    fit : Tensor
+        The indices the layer fits on, sorted (long).
+    held : Tensor
+        The held-out indices, sorted (long).
+    """
     if not 0 < held_out < 1:
         raise ValueError(f"stitching.cv_held_out must lie strictly between 0 and 1, got {held_out}")
     n_held = max(1, round(held_out * n))
@@ -43,7 +60,24 @@ def stitch(f: nn.Module, g: nn.Module, site: str, layer: nn.Module) -> models.St
     """The stitched network g_{>site} ∘ layer ∘ f_{<=site}. f and g are frozen (f runs in eval
     mode without autograd; g keeps its mode, so its batch norm uses batch statistics while the
     layer trains); only ``layer`` trains. A layer built for another channel count than the site's
-    is an error naming both (``models.Stitched``)."""
+    is an error naming both (``models.Stitched``).
+
+    Parameters
+    ----------
+    f : nn.Module
+        The front model, run up to and including ``site``.
+    g : nn.Module
+        The back model, run after ``site``; its parameters stop requiring gradients (in place).
+    site : str
+        Where the two are joined (``models.cut_sites``).
+    layer : nn.Module
+        The stitching layer on the site's channels (``build_layer``).
+
+    Returns
+    -------
+    models.Stitched
+        The stitched network: ``front`` f, ``back`` g and ``bridge`` ``layer``, none of them copied.
+    """
     stitched = models.Stitched(front=f, back=g, site=site, bridge=layer)  # checks before changing g
     g.requires_grad_(False)
     return stitched
@@ -81,6 +115,29 @@ def fit(
     A G_ReLU layer is projected back onto its constraint set after every step (the Birkhoff
     layer's P as ``stitching.permutation_update`` says), and its scales stay at their initial values (1, or
     matched) for the first ``scales_frozen_fraction`` of the epochs.
+
+    Parameters
+    ----------
+    stitched : models.Stitched
+        The stitched network (``stitch``); its ``bridge`` is the layer trained.
+    train_split : Split
+        The training images and labels, on the network's and ``generator``'s device.
+    config : StitchConfig
+        The recipe: ``epochs``, ``batch_size``, ``optimizer`` ("sgd" or "adam"), ``lr``, ``momentum``,
+        the augmentation (``translate``, ``flip``) and ``scales_frozen_fraction``.
+    generator : torch.Generator
+        The source of every random draw: the batch orders and the augmentations.
+    mean, std : Tensor
+        The per-channel input normalisation (0..1 units).
+    label : str, default "stitch"
+        What the log's lines (and the error of a diverged loss) start with.
+    log : Callable[[str], None], default print
+        Where one line per epoch goes.
+
+    Returns
+    -------
+    Fit
+        The training's ``seconds`` and, for a G_ReLU layer, its off-permutation mass after each epoch.
     """
     layer = stitched.bridge
     grelu = isinstance(layer, GReLULayer)
@@ -145,7 +202,36 @@ def select_alpha(
     ``alpha_grid`` on the rest, each from the same start (``make_layer(alpha)``) and without the
     scales' head start; each run's rounded layer is scored on the held-out images (no
     augmentation, batch-norm statistics refreshed on the fit part). Leaves the best alpha's layer
-    (the first of equal scores) in ``stitched.bridge`` and returns what the table records."""
+    (the first of equal scores) in ``stitched.bridge`` and returns what the table records.
+
+    Parameters
+    ----------
+    make_layer : Callable[[float], GReLUStitch]
+        alpha -> a fresh G_ReLU layer, from the same start for every alpha.
+    stitched : models.Stitched
+        The stitched network: its ``bridge`` is replaced, and its back model's state is restored
+        after each run and at the end.
+    train_split : Split
+        The training images and labels, split into the fit and held-out parts.
+    config : StitchConfig
+        ``fit``'s recipe, with ``alpha_grid``, ``cv_held_out``, ``cv_epochs`` (None or 0: ``epochs``)
+        and ``eval_batch_size``.
+    generator : torch.Generator
+        The source of every random draw: the split, the batch orders and the augmentations.
+    mean, std : Tensor
+        The per-channel input normalisation (0..1 units).
+    label : str, default "stitch"
+        What the log's lines start with.
+    log : Callable[[str], None], default print
+        Where the log's lines go.
+
+    Returns
+    -------
+    dict
+        ``alpha_selected``, ``cv_alphas`` (the grid), ``cv_accuracies`` (the held-out accuracy of
+        each alpha), ``seconds`` (the runs' training time, summed), ``off_permutation_mass`` (the
+        chosen layer's, at rounding) and ``off_permutation_mass_by_epoch`` (its run's, per epoch).
+    """
     fit_idx, held_idx = cv_split(len(train_split), config.cv_held_out, generator)
     fit_part = Split(train_split.images[fit_idx], train_split.labels[fit_idx])
     held_part = Split(train_split.images[held_idx], train_split.labels[held_idx])
@@ -186,7 +272,24 @@ def refresh_batch_norm(
 ) -> None:
     """Recompute the running statistics of the back model's batch norms over one pass of the
     (unaugmented) training data through the stitched network: each becomes the plain average of
-    the per-batch statistics (batch norm's cumulative mode), not a momentum-weighted one."""
+    the per-batch statistics (batch norm's cumulative mode), not a momentum-weighted one.
+
+    Parameters
+    ----------
+    stitched : models.Stitched
+        The stitched network; only its back model's batch-norm statistics change.
+    train_split : Split
+        The training images (uint8, on the network's device), in order, unaugmented.
+    mean, std : Tensor
+        The per-channel input normalisation (0..1 units).
+    batch_size : int, default 1000
+        Images per batch of the pass.
+
+    Returns
+    -------
+    None
+        The network is left in eval mode (untouched when the back model has no batch norm).
+    """
     norms = [m for m in stitched.back.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     if not norms:
         return

@@ -364,7 +364,21 @@ def _check_channels(channels) -> int:
 
 def method_dimension(method: str, channels: int) -> int:
     """Dimension of the layer's parameter manifold: C^2 (full, L1), 2Cr - r^2 (rank r, r <= C),
-    C (the G_ReLU layers: the scales; the permutation is discrete)."""
+    C (the G_ReLU layers: the scales; the permutation is discrete).
+
+    Parameters
+    ----------
+    method : str
+        A stitching method (``stitch_methods.parse_method``): "full", "rank<r>", "l1_<lambda>",
+        "grelu", "grelu_cv", "softsort" or "monomial".
+    channels : int
+        The site's channel count C, at least 1.
+
+    Returns
+    -------
+    int
+        The dimension.
+    """
     kind, rank = parse_method(method)
     channels = _check_channels(channels)
     if kind in ("full", "l1"):
@@ -388,7 +402,36 @@ def build_layer(
 ) -> nn.Module:
     """A fresh stitching layer of ``method`` for ``channels`` channels (grelu_cv builds one
     G_ReLU layer per alpha; this is the layer at ``alpha``). ``channels`` must be at least 1; a
-    rank above it gives a layer of full rank."""
+    rank above it gives a layer of full rank.
+
+    Parameters
+    ----------
+    method : str
+        A stitching method (``stitch_methods.parse_method``): "full", "rank<r>", "l1_<lambda>",
+        "grelu", "grelu_cv", "softsort" or "monomial".
+    channels : int
+        The site's channel count C.
+    generator : torch.Generator or None, default None
+        The source of the layer's random start (None: torch's global RNG).
+    sinkhorn_iters : int, default 16
+        Sinkhorn iterations per projection of P (grelu, grelu_cv, monomial).
+    alpha : float, default 0.1
+        The weight of the ``-alpha ||P||_F`` regularizer (grelu, grelu_cv, monomial).
+    softsort_tau : float or None, default None
+        SoftSort's temperature (None or 0: 1/C).
+    permutation_step : float, default 0.1
+        The size of P's mirror-descent step (``permutation_update="mirror"``).
+    softsort_hardening : float, default 1.0
+        The factor SoftSort's temperature falls by over training (1: fixed).
+    permutation_update : str, default "paper"
+        How the Birkhoff layer's P moves: "paper" or "mirror" (``GReLUStitch``).
+
+    Returns
+    -------
+    nn.Module
+        A ``FullStitch`` (full, l1), ``RankStitch`` (rank), ``SoftSortStitch``, ``MonomialStitch``
+        or ``GReLUStitch`` (grelu, grelu_cv).
+    """
     kind, param = parse_method(method)
     channels = _check_channels(channels)
     if kind in ("full", "l1"):
@@ -408,5 +451,18 @@ def build_layer(
 
 def sparsity(matrix: torch.Tensor, tolerance: float = 1e-3) -> float:
     """The fraction of entries with ``|W_ij| <= tolerance`` (the paper's D.6; a scaled permutation
-    of n channels has 1 - 1/n)."""
+    of n channels has 1 - 1/n).
+
+    Parameters
+    ----------
+    matrix : Tensor
+        The layer's matrix (detached first).
+    tolerance : float, default 1e-3
+        Entries of absolute value at most this count as zero.
+
+    Returns
+    -------
+    float
+        The fraction, in [0, 1].
+    """
     return float((matrix.detach().abs() <= tolerance).double().mean())

@@ -32,6 +32,20 @@ def match_grelu(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
     Computed in float64; the scales come back in x's floating dtype (the default dtype for integer
     activations). x and y must have one shape with N >= 1 and C >= 1, and finite values.
+
+    Parameters
+    ----------
+    x : Tensor
+        (N, C, ...) activations of f at the site.
+    y : Tensor
+        (N, C, ...) activations of g at the site, for the same N inputs.
+
+    Returns
+    -------
+    perm : Tensor
+        (C,) long, on ``x``'s device: output channel i reads input channel ``perm[i]``.
+    scales : Tensor
+        (C,) nonnegative scales, in ``x``'s floating dtype (the default dtype for integer ``x``).
     """
     _check_activations(x, y, "match_grelu")
     xs = x.transpose(0, 1).reshape(x.shape[1], -1).double()
@@ -46,7 +60,22 @@ def match_grelu(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.T
 def match_monomial(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """As ``match_grelu`` for a signed monomial layer: channels matched by the absolute normalised
     correlation, then the least-squares scale of either sign. Exact when y = A x for a signed
-    monomial A and x has no two proportional channels."""
+    monomial A and x has no two proportional channels.
+
+    Parameters
+    ----------
+    x : Tensor
+        (N, C, ...) activations of f at the site.
+    y : Tensor
+        (N, C, ...) activations of g at the site, for the same N inputs.
+
+    Returns
+    -------
+    perm : Tensor
+        (C,) long, on ``x``'s device: ``y_i ≈ scales[i] x_perm[i]``.
+    scales : Tensor
+        (C,) scales of either sign, in ``x``'s floating dtype (the default dtype for integer ``x``).
+    """
     _check_activations(x, y, "match_monomial")
     xs = x.transpose(0, 1).reshape(x.shape[1], -1).double()
     ys = y.transpose(0, 1).reshape(y.shape[1], -1).double()

@@ -218,6 +218,18 @@ def act_on_weights(model: nn.Module, elements: Mapping[str, Any]) -> nn.Module:
     With G_ReLU elements the result computes the same function in train and eval mode. With a
     general matrix behind a BatchNorm the BN is folded using its running statistics: use the
     result in eval mode (and don't train it further in train mode).
+
+    Parameters
+    ----------
+    model : nn.Module
+        A model built by ``intertwine.models.build``.
+    elements : Mapping[str, Any]
+        Site name -> ``(perm, scales)`` or an (n, n) matrix.
+
+    Returns
+    -------
+    nn.Module
+        The transformed copy.
     """
     wiring = _wiring(model)
     parsed = {k: v for k, v in _validate(model, wiring, elements).items() if not v.is_identity}

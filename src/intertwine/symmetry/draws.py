@@ -64,6 +64,25 @@ def random_elements(
     fresh draw of the same group on the zero-padded channels. Always passes :func:`act_on_weights`'
     validation (raises ValueError for "grelu" on a model whose activations are not positively
     homogeneous).
+
+    Parameters
+    ----------
+    model : nn.Module
+        A model built by ``intertwine.models.build``.
+    group : str
+        "grelu", "permutation", "orthogonal" or "monomial" (``GROUPS``).
+    generator : torch.Generator
+        The source of every draw.
+    sigma : float, default 1.0
+        The lognormal scales' sigma ("grelu", "monomial").
+    dtype : torch.dtype, default torch.float64
+        The dtype of the scales and matrices.
+
+    Returns
+    -------
+    dict[str, Any]
+        Site name -> ``(perm, scales)`` (long (n,) and (n,) of ``dtype``) or, for "orthogonal", an
+        (n, n) matrix of ``dtype``; every site, in forward order.
     """
     if group not in GROUPS:
         raise ValueError(f"unknown group {group!r}; expected one of {GROUPS}")

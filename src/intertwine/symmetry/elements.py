@@ -91,14 +91,43 @@ def _parse(element: Any, n: int, where: str, signed: bool = False) -> _Element:
 
 
 def element_matrix(element: Any, n: int | None = None) -> Tensor:
-    """The dense (n, n) float64 matrix of an element: ``(perm, scales)`` or a matrix."""
+    """The dense (n, n) float64 matrix of an element: ``(perm, scales)`` or a matrix.
+
+    Parameters
+    ----------
+    element : tuple or Tensor
+        ``(perm, scales)`` (``A[i, perm[i]] = scales[i]``, scales finite and nonzero, of either
+        sign) or an invertible (n, n) matrix (anything ``torch.as_tensor`` takes).
+    n : int or None, default None
+        The dimension (None: read from the element).
+
+    Returns
+    -------
+    Tensor
+        (n, n) float64 matrix on the CPU, a new tensor.
+    """
     if n is None:
         n = torch.as_tensor(element[0]).numel() if isinstance(element, tuple) else len(element)
     return _parse(element, n, "element", signed=True).matrix.clone()
 
 
 def act_on_representation(x: Tensor, element: Any, dim: int = 1) -> Tensor:
-    """``A`` applied to the channel dimension `dim` of `x` (for ReLU-like sites, phi(A) = A)."""
+    """``A`` applied to the channel dimension `dim` of `x` (for ReLU-like sites, phi(A) = A).
+
+    Parameters
+    ----------
+    x : Tensor
+        The representation, its channels on dimension ``dim``.
+    element : tuple or Tensor
+        ``(perm, scales)`` or an invertible (C, C) matrix, C = ``x.shape[dim]``.
+    dim : int, default 1
+        The channel dimension.
+
+    Returns
+    -------
+    Tensor
+        ``A x`` on that dimension, of ``x``'s shape, on ``x``'s device and in its dtype.
+    """
     el = _parse(element, x.shape[dim], "element", signed=True)
     if el.monomial:
         perm = el.perm.to(x.device)

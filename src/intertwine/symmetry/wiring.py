@@ -116,6 +116,16 @@ def site_groups(model: nn.Module) -> list[list[str]]:
     (identity shortcut) or constrains (option-A shortcut: the middle channel block) the others.
     A gated network's value site is grouped with the feature site that gates it. Sites inside
     residual blocks, and every Myrtle site, are singleton groups.
+
+    Parameters
+    ----------
+    model : nn.Module
+        A model built by ``intertwine.models.build``.
+
+    Returns
+    -------
+    list[list[str]]
+        The groups of site names, each in forward order, ordered by their first site.
     """
     wiring = _wiring(model)
     root: dict[str, str] = {}
