@@ -18,6 +18,15 @@ DOCUMENTED = (
     "intertwine.compare",
     "intertwine.network_alignment",
     "intertwine.mode_connectivity",
+    "intertwine.data",
+    "intertwine.dissection",
+    "intertwine.stitching",
+    "intertwine.training",
+    "intertwine.models",
+    "intertwine.pullback",
+    "intertwine.symmetry",
+    "intertwine.rotation",
+    "intertwine.gates",
 )
 
 #: A numpy-style section: its name on a line of its own, underlined by dashes.
@@ -32,7 +41,10 @@ def public_functions(package: str) -> dict[str, object]:
     found = {}
     for name in names:
         obj = getattr(module, name, None)
-        if inspect.isfunction(obj) and obj.__module__.startswith("intertwine"):
+        if not inspect.isfunction(obj):
+            continue
+        defined = inspect.unwrap(obj)  # through torch.no_grad, contextlib.contextmanager, ...
+        if defined.__module__ == "intertwine" or defined.__module__.startswith("intertwine."):
             found[name] = obj
     return found
 
