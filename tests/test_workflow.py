@@ -1012,7 +1012,7 @@ def test_editing_a_measure_reruns_the_jobs_that_compute_it(tiny_run, source_copy
 def test_editing_the_gated_findings_reruns_the_table_that_holds_them(tiny_run, source_copy):
     """The findings are computed by the gated table's job (gated.findings), not by a job of the stage:
     editing them reruns that table and what reads it, no training and no kernel."""
-    jobs = planned_after_edit(tiny_run, source_copy, "gated.py", "findings")
+    jobs = planned_after_edit(tiny_run, source_copy, "workflow/stages/gated/study.py", "findings")
     assert jobs.get("gated_table") == 1
     assert not {"train_member", "train_pack", "npk_member", "similarity_pair"} & set(jobs)
 
