@@ -25,29 +25,26 @@ def _variances_label(w: float, u: float, b: float) -> str:
     return f"({w:g}, {u:g}, {b:g})"
 
 
-def deqntk_accuracy(table: pd.DataFrame, zoo: pd.DataFrame | None, paper: dict) -> plt.Figure:
-    """The DEQ-NTK's test accuracy per variance setting (sigma_w2, sigma_u2, sigma_b2), one marker
-    per training-set size, the paper's number (``paper``: {variances: %}) as a cross; beside it the
-    zoo's members (dots) and their mean with its 95 % t interval."""
-    rows = table[table["study"] == "accuracy"]
-    settings = list(dict.fromkeys(zip(rows["sigma_w2"], rows["sigma_u2"], rows["sigma_b2"])))
-    variants = [] if zoo is None else list(dict.fromkeys(zoo["variant"]))
-    sizes = sorted(rows["n_train"].unique())
-    # at most 16 columns a row: the zoo's variants past the first row wrap onto rows below
-    first = max(16 - len(settings), 4)
-    more = chunks(variants[first:], 16) if len(variants) > first else []
-    fig, axes = plt.subplots(
-        1 + len(more),
+def _accuracy_axes(settings: int, variants: int, wrapped_rows: int):
+    """The accuracy figure and its column of axes: the first for the kernels and the zoo's first
+    variants, one shorter row below for each further chunk of the zoo's variants."""
+    return plt.subplots(
+        1 + wrapped_rows,
         1,
         figsize=(
-            min(FIGURE_WIDTH, max(5.0, 0.5 * (len(settings) + len(variants)) + 2)),
-            4.4 + 3.2 * len(more),
+            min(FIGURE_WIDTH, max(5.0, 0.5 * (settings + variants) + 2)),
+            4.4 + 3.2 * wrapped_rows,
         ),
         layout="constrained",
         squeeze=False,
-        height_ratios=[4.4] + [3.2] * len(more),
+        height_ratios=[4.4] + [3.2] * wrapped_rows,
     )
-    ax = axes[0, 0]
+
+
+def _kernel_accuracies(ax, rows: pd.DataFrame, settings: list[tuple]) -> None:
+    """The DEQ-NTK's accuracies, a column per variance setting, one colour per training-set size
+    (sizes side by side within the column)."""
+    sizes = sorted(rows["n_train"].unique())
     for k, n in enumerate(sizes):
         for i, setting in enumerate(settings):
             part = rows[
@@ -64,6 +61,11 @@ def deqntk_accuracy(table: pd.DataFrame, zoo: pd.DataFrame | None, paper: dict) 
                 color=f"C{k}",
                 label=f"DEQ-NTK, {n:,} training images" if i == 0 else None,
             )
+
+
+def _paper_crosses(ax, settings: list[tuple], paper: dict) -> None:
+    """The paper's accuracy (``paper``: {variances: %}) as a cross in the column of each setting it
+    reports, labelled once."""
     crossed = False
     for i, setting in enumerate(settings):
         reported = next(
@@ -80,15 +82,51 @@ def deqntk_accuracy(table: pd.DataFrame, zoo: pd.DataFrame | None, paper: dict) 
                 label=None if crossed else "paper (50,000 training images)",
             )
             crossed = True
+
+
+def _zoo_accuracies(ax, zoo: pd.DataFrame, shown: list[str], start: int) -> None:
+    """The zoo's ``shown`` variants from column ``start`` on: the members as dots, their mean with
+    its 95 % t interval beside them."""
+    for j, variant in enumerate(shown):
+        acc = 100 * zoo.loc[zoo["variant"] == variant, "test_acc"].to_numpy()
+        x = start + j
+        ax.scatter(np.full(len(acc), x - 0.1), acc, s=10, alpha=0.6, color="0.4")
+        ax.errorbar(x + 0.1, acc.mean(), yerr=interval_half_width(acc), fmt="s", color="black", capsize=3)
+
+
+def deqntk_accuracy(table: pd.DataFrame, zoo: pd.DataFrame | None, paper: dict) -> plt.Figure:
+    """The DEQ-NTK's test accuracy per variance setting beside the trained zoo.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The DEQ-NTK table; its ``study == "accuracy"`` rows are drawn, one column per variance
+        setting (sigma_w2, sigma_u2, sigma_b2) and one marker per training-set size.
+    zoo : pandas.DataFrame or None
+        The zoo's members (variant, test_acc), drawn as dots beside the kernels with their mean
+        and its 95 % t interval; None draws the kernels alone.
+    paper : dict
+        The paper's numbers, {variances: %}, drawn as crosses.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure.
+    """
+    rows = table[table["study"] == "accuracy"]
+    settings = list(dict.fromkeys(zip(rows["sigma_w2"], rows["sigma_u2"], rows["sigma_b2"])))
+    variants = [] if zoo is None else list(dict.fromkeys(zoo["variant"]))
+    # at most 16 columns a row: the zoo's variants past the first row wrap onto rows below
+    first = max(16 - len(settings), 4)
+    more = chunks(variants[first:], 16) if len(variants) > first else []
+    fig, axes = _accuracy_axes(len(settings), len(variants), len(more))
+    ax = axes[0, 0]
+    _kernel_accuracies(ax, rows, settings)
+    _paper_crosses(ax, settings, paper)
     for row, (at, shown) in enumerate(
         [(ax, variants[:first])] + [(a, chunk) for a, chunk in zip(axes[1:, 0], more)]
     ):
-        start = len(settings) if row == 0 else 0
-        for j, variant in enumerate(shown):
-            acc = 100 * zoo.loc[zoo["variant"] == variant, "test_acc"].to_numpy()
-            x = start + j
-            at.scatter(np.full(len(acc), x - 0.1), acc, s=10, alpha=0.6, color="0.4")
-            at.errorbar(x + 0.1, acc.mean(), yerr=interval_half_width(acc), fmt="s", color="black", capsize=3)
+        _zoo_accuracies(at, zoo, shown, len(settings) if row == 0 else 0)
         if row:
             at.set_xticks(range(len(shown)), shown, rotation=45, ha="right", fontsize=SMALL)
             at.set_ylabel("test accuracy (%)")

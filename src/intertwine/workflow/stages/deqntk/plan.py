@@ -26,6 +26,71 @@ def gram_layout(n_train: int, n_test: int, block_rows: int) -> list[tuple[str, i
     ]
 
 
+class _DeqntkChecks:
+    """The DEQ-NTK stage's two recurring tests, collecting their messages in ``errors`` in the
+    order they are made: variance settings, and image counts against the data set's."""
+
+    def __init__(self, dataset: str, train_size: int, test_size: int) -> None:
+        self.dataset, self.train_size, self.test_size = dataset, train_size, test_size
+        self.errors: list[str] = []
+
+    def variances(self, key: str, values, equilibrium: bool = True) -> None:
+        """Whether (sigma_w2, sigma_u2, sigma_b2) ``values`` sum to 1 and, for an equilibrium,
+        sigma_w2 < 1 (the second is only checked where the first holds)."""
+        w, u, b = values
+        if abs(w + u + b - 1) > 1e-9:
+            self.errors.append(
+                f"config key {key}: {values} sums to {w + u + b:g}; sigma_w2 + sigma_u2 + sigma_b2 "
+                "must be 1 (unit inputs then keep unit-variance pre-activations, which the kernels assume)"
+            )
+        elif equilibrium and w >= 1:
+            self.errors.append(
+                f"config key {key}: sigma_w2 = {w:g}; the equilibrium needs sigma_w2 < 1 (its fixed-point "
+                "map is then a contraction; at 1 the depth-L NTK grows without bound)"
+            )
+
+    def images(self, key: str, n: int, available: int, what: str) -> None:
+        """Whether the data set has ``n`` ``what`` ("training" or "test") images of ``available``."""
+        if n > available:
+            self.errors.append(
+                f"config key {key}: {n} {what} images asked for, but {self.dataset} has {available}"
+                + (" (train and val splits together)" if what == "training" else "")
+            )
+
+
+def _depth_errors(checks: _DeqntkChecks, depth: dict) -> None:
+    """The depth sweep's kernels (the finite networks' need no equilibrium; a panel's DEQ takes
+    sigma_u2 = sigma_b2 - deq_sigma_b2, so that must not be negative) and image counts."""
+    if depth["variances"] is not None:
+        checks.variances("deqntk.depth.variances", depth["variances"])
+    for i, values in enumerate(depth["finite"]):
+        checks.variances(f"deqntk.depth.finite.{i}", values, equilibrium=False)
+    for i, (w, b) in enumerate(depth["panels"]):
+        if b < depth["deq_sigma_b2"]:
+            checks.errors.append(
+                f"config key deqntk.depth.panels.{i}: sigma_b2 = {b:g} is below deqntk.depth.deq_sigma_b2 "
+                f"= {depth['deq_sigma_b2']:g}, so the panel's DEQ would have sigma_u2 < 0; raise the "
+                "panel's sigma_b2 or lower deq_sigma_b2"
+            )
+        else:
+            checks.variances(f"deqntk.depth.panels.{i}", [w, 0.0, b])
+    if depth["variances"] is None and not depth["finite"] and not depth["panels"]:
+        checks.errors.append(
+            "config key deqntk.depth: draws asks for the depth sweep, but it has no kernel "
+            "(variances null, finite and panels empty); give one, or set draws to 0"
+        )
+    checks.images("deqntk.depth.n_train", depth["n_train"], checks.train_size, "training")
+    checks.images("deqntk.depth.n_test", depth["n_test"], checks.test_size, "test")
+
+
+def _conv_errors(checks: _DeqntkChecks, conv: dict) -> None:
+    """The convolutional DEQ-NTK's variance settings and image counts."""
+    for i, values in enumerate(conv["settings"]):
+        checks.variances(f"deqntk.conv.settings.{i}", values)
+    checks.images("deqntk.conv.n_train", conv["n_train"], checks.train_size, "training")
+    checks.images("deqntk.conv.n_test", conv["n_test"], checks.test_size, "test")
+
+
 class DeqntkPlan:
     """The deqntk stage's part of the plan."""
 
@@ -140,87 +205,57 @@ class DeqntkPlan:
 
     def _deqntk_errors(self) -> list[str]:
         """The DEQ-NTK stage's cross-checks: variance settings that sum to 1 (sigma_w2 < 1 for the
-        equilibrium), image counts the data set has, reference variants the zoo trains."""
-        deqntk, errors = self.deqntk, []
+        equilibrium), image counts the data set has, reference variants the zoo trains.
 
-        def variances(key, values, equilibrium=True):
-            w, u, b = values
-            if abs(w + u + b - 1) > 1e-9:
-                errors.append(
-                    f"config key {key}: {values} sums to {w + u + b:g}; sigma_w2 + sigma_u2 + sigma_b2 "
-                    "must be 1 (unit inputs then keep unit-variance pre-activations, which the kernels assume)"
-                )
-            elif equilibrium and w >= 1:
-                errors.append(
-                    f"config key {key}: sigma_w2 = {w:g}; the equilibrium needs sigma_w2 < 1 (its fixed-point "
-                    "map is then a contraction; at 1 the depth-L NTK grows without bound)"
-                )
-
+        Returns
+        -------
+        list of str
+            The messages, each naming its config key: the accuracy study's, the depth sweep's,
+            the convolutional kernel's, then the kernel reference's.
+        """
+        deqntk = self.deqntk
         train_size, test_size = self.dataset_sizes()
-        dataset = self.config["data"]["dataset"]
-
-        def images(key, n, available, what):
-            if n > available:
-                errors.append(
-                    f"config key {key}: {n} {what} images asked for, but {dataset} has {available}"
-                    + (" (train and val splits together)" if what == "training" else "")
-                )
-
+        checks = _DeqntkChecks(self.config["data"]["dataset"], train_size, test_size)
         if deqntk["n_train"]:
-            for i, values in enumerate(deqntk["settings"]):
-                variances(f"deqntk.settings.{i}", values)
-            if not deqntk["settings"]:
-                errors.append(
-                    "config key deqntk.settings: empty, but deqntk.n_train asks for the accuracy study"
-                )
-            images("deqntk.n_train", self.deqntk_train_rows, train_size, "training")
-            images("deqntk.n_test", deqntk["n_test"], test_size, "test")
-        depth = deqntk["depth"]
-        if depth["draws"]:
-            if depth["variances"] is not None:
-                variances("deqntk.depth.variances", depth["variances"])
-            for i, values in enumerate(depth["finite"]):
-                variances(f"deqntk.depth.finite.{i}", values, equilibrium=False)
-            for i, (w, b) in enumerate(depth["panels"]):
-                if b < depth["deq_sigma_b2"]:
-                    errors.append(
-                        f"config key deqntk.depth.panels.{i}: sigma_b2 = {b:g} is below deqntk.depth.deq_sigma_b2 "
-                        f"= {depth['deq_sigma_b2']:g}, so the panel's DEQ would have sigma_u2 < 0; raise the "
-                        "panel's sigma_b2 or lower deq_sigma_b2"
-                    )
-                else:
-                    variances(f"deqntk.depth.panels.{i}", [w, 0.0, b])
-            if depth["variances"] is None and not depth["finite"] and not depth["panels"]:
-                errors.append(
-                    "config key deqntk.depth: draws asks for the depth sweep, but it has no kernel "
-                    "(variances null, finite and panels empty); give one, or set draws to 0"
-                )
-            images("deqntk.depth.n_train", depth["n_train"], train_size, "training")
-            images("deqntk.depth.n_test", depth["n_test"], test_size, "test")
-        conv = deqntk["conv"]
-        if conv["n_train"]:
-            for i, values in enumerate(conv["settings"]):
-                variances(f"deqntk.conv.settings.{i}", values)
-            images("deqntk.conv.n_train", conv["n_train"], train_size, "training")
-            images("deqntk.conv.n_test", conv["n_test"], test_size, "test")
-        reference = deqntk["reference"]
+            self._deqntk_accuracy_errors(checks)
+        if deqntk["depth"]["draws"]:
+            _depth_errors(checks, deqntk["depth"])
+        if deqntk["conv"]["n_train"]:
+            _conv_errors(checks, deqntk["conv"])
+        self._deqntk_reference_errors(checks, deqntk["reference"])
+        return checks.errors
+
+    def _deqntk_accuracy_errors(self, checks: _DeqntkChecks) -> None:
+        """The accuracy study's variance settings (at least one) and image counts."""
+        deqntk = self.deqntk
+        for i, values in enumerate(deqntk["settings"]):
+            checks.variances(f"deqntk.settings.{i}", values)
+        if not deqntk["settings"]:
+            checks.errors.append(
+                "config key deqntk.settings: empty, but deqntk.n_train asks for the accuracy study"
+            )
+        checks.images("deqntk.n_train", self.deqntk_train_rows, checks.train_size, "training")
+        checks.images("deqntk.n_test", deqntk["n_test"], checks.test_size, "test")
+
+    def _deqntk_reference_errors(self, checks: _DeqntkChecks, reference: dict) -> None:
+        """The kernel reference's variants (the zoo's), variances, members and samples; the rest
+        only once the variants are known."""
         unknown = sorted(set(reference["variants"]) - set(self.variants))
         if unknown:
-            errors.append(
+            checks.errors.append(
                 f"config key deqntk.reference.variants: {unknown} must be among zoo.variants: {self.variants}"
             )
         elif reference["variants"]:
-            variances("deqntk.reference.variances", reference["variances"])
+            checks.variances("deqntk.reference.variances", reference["variances"])
             for variant in reference["variants"]:
                 try:
                     self.members("deqntk.reference.seeds", variant, reference["seeds"])
                 except ConfigError as err:
-                    errors.append(str(err))
+                    checks.errors.append(str(err))
             # Only as set: a null takes similarity.samples, which is checked under its own key.
             samples = reference["samples"]
             if samples is not None:
-                images("deqntk.reference.samples", samples, test_size, "test")
-        return errors
+                checks.images("deqntk.reference.samples", samples, checks.test_size, "test")
 
     def deqntk_errors(self, check: ConfigCheck) -> None:
         """The DEQ-NTK stage's cross-checks of the config (``Plan.errors``)."""

@@ -67,16 +67,12 @@ def _direction(model, mode: str, temperature: float, temperatures):
     ).to(z.dtype)
 
 
-@_with_pullback_options
-def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """A zoo member's symmetry rows (``pullback_study.symmetry_cosines`` in float64, one per group,
-    spread and mode) and faithfulness rows (one per mode: deletion and insertion curves and areas,
-    PGD success toward a random other class), on the first ``block["images"]`` test images with
-    their labels as the classes."""
-    settings = PullbackConfig.from_block(block, "pullback")
-    model, meta = job.model(checkpoint)
-    variant, seed = meta["variant"], meta["seed"]
-    x, labels, probe = _inputs(job, settings, settings.images)
+def _symmetry_rows(
+    job: Job, settings: PullbackConfig, model, member: tuple, x, labels, probe
+) -> pd.DataFrame:
+    """The symmetry cosines of one member (``measurements.symmetry_cosines`` in float64) at every
+    temperature of :func:`_temperatures`, one row per group, spread and mode."""
+    variant, seed = member
     parts = []
     for temperature, modes in _temperatures(settings):
         # the same group elements at every temperature: one seed, drawn again
@@ -94,69 +90,133 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
         parts.append(
             pd.DataFrame(rows).assign(temperature=temperature, sweep=temperature != settings.temperature)
         )
-    symmetry = pd.concat(parts, ignore_index=True)
-    worst = symmetry.groupby(["group", "scale_spread", "mode", "temperature"])["cos_min"].min()
-    job.log(f"{variant} seed {seed}: smallest cosine per group, spread, mode and T\n{worst.to_string()}")
-    symmetry.insert(0, "variant", variant)
-    symmetry.insert(1, "seed", seed)
-    provenance = job.provenance({"pullback": block}, device=False)
-    symmetry = symmetry.assign(probe_images=len(probe), dtype="float64", **provenance)
+    return pd.concat(parts, ignore_index=True)
 
+
+def _pgd_success(model, direction, x, targets, mean, std, pgd: dict):
+    """PGD toward ``targets`` along ``direction``: the moved images, and after each step the
+    fraction of images the model puts in their target class."""
+    by_step = []
+
+    def record(z):
+        with torch.no_grad():
+            by_step.append((model(z).argmax(1) == targets).double().mean().item())
+
+    moved = measurements.pgd_toward(direction, x, targets, mean, std, **pgd, each_step=record)
+    return moved, by_step
+
+
+def _faithfulness_row(
+    model,
+    settings: PullbackConfig,
+    x,
+    labels,
+    probe,
+    targets,
+    stats,
+    pgd: dict,
+    temperature: float,
+    mode: str,
+) -> dict:
+    """One mode's faithfulness at one temperature: the deletion and insertion curves of its
+    attributions and their areas, and the success of PGD along its direction toward ``targets``."""
+    temperatures = per_neuron_temperatures(model, probe, temperature) if mode == "per_neuron" else None
+    attribution = measurements.attributions(model, x, labels, mode, temperature, temperatures=temperatures)
+    deletion, insertion = measurements.deletion_insertion(
+        model, x, labels, attribution, settings.deletion_steps
+    )
+    direction = _direction(model, mode, temperature, temperatures)
+    moved, by_step = _pgd_success(model, direction, x, targets, *stats, pgd)
+    with torch.no_grad():
+        probabilities = model(moved).softmax(1)
+    return {
+        "mode": mode,
+        "temperature": temperature,
+        "sweep": temperature != settings.temperature,
+        "images": len(x),
+        "deletion_auc": measurements.curve_area(deletion).mean().item(),
+        "insertion_auc": measurements.curve_area(insertion).mean().item(),
+        "deletion_curve": deletion.mean(0).tolist(),
+        "insertion_curve": insertion.mean(0).tolist(),
+        "mean_image_prob": deletion[:, -1].mean().item(),
+        "pgd_success": (probabilities.argmax(1) == targets).double().mean().item(),
+        "pgd_target_prob": probabilities[torch.arange(len(x)), targets].mean().item(),
+        "pgd_success_by_step": by_step,
+        "pgd_steps": pgd["steps"],
+        "pgd_epsilon": pgd["epsilon"],
+        "pgd_step_size": pgd["step_size"],
+    }
+
+
+def _faithfulness_rows(
+    job: Job, settings: PullbackConfig, model, member: tuple, x, labels, probe
+) -> pd.DataFrame:
+    """One member's faithfulness (:func:`_faithfulness_row`) per temperature and mode. The PGD
+    targets are one draw per member, the same for every mode, so the modes are compared on the
+    same images and targets."""
+    variant, seed = member
     pgd = _pgd_settings(settings, x.shape[1:])
     targets = measurements.random_targets(
         labels,
         len(job.meta()["classes"]),
         torch.Generator().manual_seed(job.seed("pullback", variant, seed, "pgd")),
     ).to(x.device)
-    mean, std = job.stats()
+    stats = job.stats()
     rows = []
     for temperature, mode in [(t, mode) for t, modes in _temperatures(settings) for mode in modes]:
-        temperatures = per_neuron_temperatures(model, probe, temperature) if mode == "per_neuron" else None
-        attribution = measurements.attributions(
-            model, x, labels, mode, temperature, temperatures=temperatures
-        )
-        deletion, insertion = measurements.deletion_insertion(
-            model, x, labels, attribution, settings.deletion_steps
-        )
-        direction = _direction(model, mode, temperature, temperatures)
-        by_step = []
-
-        def record(z, by_step=by_step):
-            with torch.no_grad():
-                by_step.append((model(z).argmax(1) == targets).double().mean().item())
-
-        moved = measurements.pgd_toward(direction, x, targets, mean, std, **pgd, each_step=record)
-        with torch.no_grad():
-            probabilities = model(moved).softmax(1)
-        rows.append(
-            {
-                "mode": mode,
-                "temperature": temperature,
-                "sweep": temperature != settings.temperature,
-                "images": len(x),
-                "deletion_auc": measurements.curve_area(deletion).mean().item(),
-                "insertion_auc": measurements.curve_area(insertion).mean().item(),
-                "deletion_curve": deletion.mean(0).tolist(),
-                "insertion_curve": insertion.mean(0).tolist(),
-                "mean_image_prob": deletion[:, -1].mean().item(),
-                "pgd_success": (probabilities.argmax(1) == targets).double().mean().item(),
-                "pgd_target_prob": probabilities[torch.arange(len(x)), targets].mean().item(),
-                "pgd_success_by_step": by_step,
-                "pgd_steps": pgd["steps"],
-                "pgd_epsilon": pgd["epsilon"],
-                "pgd_step_size": pgd["step_size"],
-            }
-        )
+        row = _faithfulness_row(model, settings, x, labels, probe, targets, stats, pgd, temperature, mode)
+        rows.append(row)
         job.log(
-            f"{variant} seed {seed} {mode} (T {temperature:g}): deletion area {rows[-1]['deletion_auc']:.3f}, insertion "
-            f"area {rows[-1]['insertion_auc']:.3f}, PGD success {rows[-1]['pgd_success']:.2f} (by step: "
-            f"{', '.join(f'{v:.2f}' for v in by_step)})"
+            f"{variant} seed {seed} {mode} (T {temperature:g}): deletion area {row['deletion_auc']:.3f}, insertion "
+            f"area {row['insertion_auc']:.3f}, PGD success {row['pgd_success']:.2f} (by step: "
+            f"{', '.join(f'{v:.2f}' for v in row['pgd_success_by_step'])})"
         )
-    faithfulness = pd.DataFrame(rows)
-    faithfulness.insert(0, "variant", variant)
-    faithfulness.insert(1, "seed", seed)
-    faithfulness = faithfulness.assign(probe_images=len(probe), **provenance)
-    return symmetry, faithfulness
+    return pd.DataFrame(rows)
+
+
+def _with_member(table: pd.DataFrame, variant: str, seed: int) -> pd.DataFrame:
+    """``table`` with the member's variant and seed as its first columns."""
+    table.insert(0, "variant", variant)
+    table.insert(1, "seed", seed)
+    return table
+
+
+@_with_pullback_options
+def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A zoo member's symmetry and faithfulness rows on the first ``block["images"]`` test images,
+    with their labels as the classes.
+
+    Parameters
+    ----------
+    job : Job
+        The job's device, data set, seed and log.
+    checkpoint : str
+        The member's checkpoint.
+    block : dict
+        The member job's ``pullback`` settings (``PullbackConfig``).
+
+    Returns
+    -------
+    symmetry : pandas.DataFrame
+        ``pullback_study.symmetry_cosines`` in float64, one row per group, spread, mode and
+        temperature.
+    faithfulness : pandas.DataFrame
+        One row per mode and temperature: deletion and insertion curves and areas, PGD success
+        toward a random other class.
+    """
+    settings = PullbackConfig.from_block(block, "pullback")
+    model, meta = job.model(checkpoint)
+    variant, seed = meta["variant"], meta["seed"]
+    x, labels, probe = _inputs(job, settings, settings.images)
+    symmetry = _symmetry_rows(job, settings, model, (variant, seed), x, labels, probe)
+    worst = symmetry.groupby(["group", "scale_spread", "mode", "temperature"])["cos_min"].min()
+    job.log(f"{variant} seed {seed}: smallest cosine per group, spread, mode and T\n{worst.to_string()}")
+    provenance = job.provenance({"pullback": block}, device=False)
+    symmetry = _with_member(symmetry, variant, seed).assign(
+        probe_images=len(probe), dtype="float64", **provenance
+    )
+    faithfulness = _faithfulness_rows(job, settings, model, (variant, seed), x, labels, probe)
+    return symmetry, _with_member(faithfulness, variant, seed).assign(probe_images=len(probe), **provenance)
 
 
 def _transfer_rows(
@@ -372,24 +432,13 @@ def _imagenet_labels(folders: list[str], labels: dict | None, name: str) -> list
     return out
 
 
-@_with_pullback_options
-def pullback_external(
-    job: Job, name: str, arch: str, weights: str, entry: dict, block: dict
-) -> tuple[pd.DataFrame, dict]:
-    """The paper's grids for a torchvision ImageNet model with local weights
-    (``models.imagenet.load_imagenet_model``) on an image folder (Imagenette's layout): the first
-    ``per_class`` images of ``classes`` class folders spread over the sorted folders (Imagenette's
-    10 and 5: folders 0, 2, 4, 6, 8, the released code's choice), each moved by the paper's PGD
-    toward every one of their classes and ``extra_targets`` random other ImageNet classes (the
-    grid's columns), along the plain gradient, the global-T and the per-neuron-T pullback
-    (per-neuron temperatures on the grid's own images). ``entry``: the model's
-    ``pullback.external`` entry (images, labels, classes, extra_targets, per_class, size, resize).
-    Returns one row per (mode, image, target) and the arrays of the figures."""
+def _external_images(job: Job, name: str, entry: dict):
+    """The grid's images and targets: the first ``per_class`` images of ``classes`` class folders
+    spread over the sorted folders (Imagenette's 10 and 5: folders 0, 2, 4, 6, 8, the released
+    code's choice), their ImageNet labels and file names, and as targets their classes then
+    ``extra_targets`` random other ImageNet classes. Returns (raw images, labels, files, targets)."""
     from intertwine.data.image_folder import class_folders, load_folder_images
-    from intertwine.models.imagenet import IMAGENET_MEAN, IMAGENET_STD, load_imagenet_model
-    from torchvision.models._meta import _IMAGENET_CATEGORIES
 
-    settings = PullbackConfig.from_block(block, "pullback")
     folders = class_folders(entry["images"])
     count = min(entry.get("classes", 5), len(folders))
     chosen = folders[:: max(1, len(folders) // count)][:count]
@@ -400,52 +449,144 @@ def pullback_external(
     labels = torch.tensor([classes[chosen.index(f)] for f in owners])
     generator = torch.Generator().manual_seed(job.seed("pullback", "external", name))
     others = [c for c in torch.randperm(1000, generator=generator).tolist() if c not in classes]
-    targets = classes + others[: entry.get("extra_targets", 1)]
-    model = load_imagenet_model(arch, weights).to(job.device)
-    mean = torch.tensor(IMAGENET_MEAN, device=job.device)
-    std = torch.tensor(IMAGENET_STD, device=job.device)
-    x = normalize(raw.to(job.device), mean, std)
+    return raw, labels, files, classes + others[: entry.get("extra_targets", 1)]
+
+
+def _target_pgd(model, direction, batch, goal, mean, std, pgd: dict):
+    """PGD of every (image, target) row toward its target: the moved rows, and each row's target
+    probability after each step (rows by steps, on the CPU)."""
+    rows = torch.arange(len(batch))
+    by_step = []
+
+    def record(z):
+        with torch.no_grad():
+            by_step.append(model(z).softmax(1)[rows, goal].cpu())
+
+    moved = measurements.pgd_toward(direction, batch, goal, mean, std, **pgd, each_step=record)
+    return moved, torch.stack(by_step, 1)
+
+
+def _external_rows(
+    name: str, arch: str, mode: str, files, labels, targets, before, steps, predicted
+) -> list[dict]:
+    """One row per (image, target) of a mode's PGD, row ``i * len(targets) + j`` being image i
+    moved toward target j."""
+    t = len(targets)
+    rows = []
+    for k in range(len(before)):
+        i, j = divmod(k, t)
+        rows.append(
+            {
+                "name": name,
+                "arch": arch,
+                "mode": mode,
+                "image": files[i],
+                "label": int(labels[i]),
+                "target": targets[j],
+                "target_prob_before": before[k].item(),
+                "target_prob": steps[k, -1].item(),
+                "success": bool(predicted[k] == targets[j]),
+                "target_prob_by_step": steps[k].tolist(),
+            }
+        )
+    return rows
+
+
+def _external_modes(
+    job: Job, model, model_name: tuple, x, files, labels, targets, mean, std, pgd: dict, temperature: float
+) -> tuple[list[dict], dict]:
+    """PGD of every image toward every target along each mode's direction (per-neuron
+    temperatures on these images): the rows of :func:`_external_rows` for every mode, and each
+    mode's moved images in [0, 1] (numpy), row ``i * len(targets) + j`` image i toward target j."""
+    name, arch = model_name
     n, t = len(x), len(targets)
     batch = x.repeat_interleave(t, 0)  # image i, target j at row i * t + j
     goal = torch.tensor(targets, device=job.device).repeat(n)
-    pgd = _pgd_settings(settings, x.shape[1:])
-    temperatures = per_neuron_temperatures(model, x, settings.temperature)
+    temperatures = per_neuron_temperatures(model, x, temperature)
     with torch.no_grad():
         before = model(batch).softmax(1)[torch.arange(n * t), goal]
     rows, perturbed = [], {}
     for mode in measurements.MODES:
-        by_step = []
-
-        def record(z, by_step=by_step):
-            with torch.no_grad():
-                by_step.append(model(z).softmax(1)[torch.arange(n * t), goal].cpu())
-
-        direction = _direction(model, mode, settings.temperature, temperatures)
-        moved = measurements.pgd_toward(direction, batch, goal, mean, std, **pgd, each_step=record)
+        direction = _direction(model, mode, temperature, temperatures)
+        moved, steps = _target_pgd(model, direction, batch, goal, mean, std, pgd)
         with torch.no_grad():
             predicted = model(moved).argmax(1).cpu()
         perturbed[mode] = ((measurements.to_unit_range(moved, mean, std) + 1) / 2).clamp(0, 1).cpu().numpy()
-        steps = torch.stack(by_step, 1)
-        for k in range(n * t):
-            i, j = divmod(k, t)
-            rows.append(
-                {
-                    "name": name,
-                    "arch": arch,
-                    "mode": mode,
-                    "image": files[i],
-                    "label": int(labels[i]),
-                    "target": targets[j],
-                    "target_prob_before": before[k].item(),
-                    "target_prob": steps[k, -1].item(),
-                    "success": bool(predicted[k] == targets[j]),
-                    "target_prob_by_step": steps[k].tolist(),
-                }
-            )
+        rows += _external_rows(name, arch, mode, files, labels, targets, before, steps, predicted)
         job.log(
             f"{name} ({arch}) {mode}: PGD toward {t} targets from {n} images, success "
             f"{(predicted == goal.cpu()).double().mean().item():.2f}"
         )
+    return rows, perturbed
+
+
+def _external_arrays(
+    name: str, arch: str, entry: dict, raw, labels, targets, perturbed: dict, pgd: dict, categories: list[str]
+) -> dict:
+    """What the external model's figures draw: the clean images in [0, 1], class names (from
+    ``categories``, ImageNet's), and each mode's perturbed images as (image, target, ...)."""
+    n, t = len(raw), len(targets)
+    return {
+        "title": f"{name} ({arch}, {entry.get('size', 224)} px)",
+        "images": (raw.float() / 255).numpy(),
+        "labels": [categories[c] for c in labels.tolist()],
+        "targets": [categories[c] for c in targets],
+        "perturbed": {m: p.reshape(n, t, *p.shape[1:]) for m, p in perturbed.items()},
+        "steps": pgd["steps"],
+        "epsilon": pgd["epsilon"],
+    }
+
+
+@_with_pullback_options
+def pullback_external(
+    job: Job, name: str, arch: str, weights: str, entry: dict, block: dict
+) -> tuple[pd.DataFrame, dict]:
+    """The paper's grids for a torchvision ImageNet model with local weights
+    (``models.imagenet.load_imagenet_model``) on an image folder (Imagenette's layout): the first
+    ``per_class`` images of ``classes`` class folders spread over the sorted folders (Imagenette's
+    10 and 5: folders 0, 2, 4, 6, 8, the released code's choice), each moved by the paper's PGD
+    toward every one of their classes and ``extra_targets`` random other ImageNet classes (the
+    grid's columns), along the plain gradient, the global-T and the per-neuron-T pullback
+    (per-neuron temperatures on the grid's own images).
+
+    Parameters
+    ----------
+    job : Job
+        The job's device, seed and log.
+    name : str
+        The model's name under ``pullback.external``.
+    arch : str
+        The torchvision architecture.
+    weights : str
+        The local weights file.
+    entry : dict
+        The model's ``pullback.external`` entry (images, labels, classes, extra_targets,
+        per_class, size, resize).
+    block : dict
+        The ``pullback`` settings.
+
+    Returns
+    -------
+    table : pandas.DataFrame
+        One row per (mode, image, target).
+    arrays : dict
+        The arrays of the figures (:func:`_external_arrays`).
+    """
+    from intertwine.models.imagenet import IMAGENET_MEAN, IMAGENET_STD, load_imagenet_model
+
+    # imported first: without torchvision the job fails before it reads an image
+    from torchvision.models._meta import _IMAGENET_CATEGORIES
+
+    settings = PullbackConfig.from_block(block, "pullback")
+    raw, labels, files, targets = _external_images(job, name, entry)
+    model = load_imagenet_model(arch, weights).to(job.device)
+    mean = torch.tensor(IMAGENET_MEAN, device=job.device)
+    std = torch.tensor(IMAGENET_STD, device=job.device)
+    x = normalize(raw.to(job.device), mean, std)
+    pgd = _pgd_settings(settings, x.shape[1:])
+    rows, perturbed = _external_modes(
+        job, model, (name, arch), x, files, labels, targets, mean, std, pgd, settings.temperature
+    )
     table = pd.DataFrame(rows).assign(
         size=x.shape[-1],
         temperature=settings.temperature,
@@ -455,14 +596,6 @@ def pullback_external(
         pgd_step_size=pgd["step_size"],
         **job.provenance({"pullback": block, "external": entry}, device=False),
     )
-    clean = (raw.float() / 255).numpy()
-    arrays = {
-        "title": f"{name} ({arch}, {entry.get('size', 224)} px)",
-        "images": clean,
-        "labels": [_IMAGENET_CATEGORIES[c] for c in labels.tolist()],
-        "targets": [_IMAGENET_CATEGORIES[c] for c in targets],
-        "perturbed": {m: p.reshape(n, t, *p.shape[1:]) for m, p in perturbed.items()},
-        "steps": pgd["steps"],
-        "epsilon": pgd["epsilon"],
-    }
-    return table, arrays
+    return table, _external_arrays(
+        name, arch, entry, raw, labels, targets, perturbed, pgd, _IMAGENET_CATEGORIES
+    )
