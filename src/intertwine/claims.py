@@ -173,12 +173,39 @@ COLUMNS = [
 def scorecard(
     tables: dict[str, pd.DataFrame], settings: dict, gated_findings: pd.DataFrame | None
 ) -> pd.DataFrame:
-    """One row per claim (columns ``COLUMNS``): the papers' claims first, then ours (``kind``).
-    ``tables`` holds the configured stages' tables by name; ``settings`` the run's settings the
-    verdicts, the scale and the mode columns read (``claims_settings`` in the plan);
-    ``gated_findings`` the gated-networks stage's findings (None when not configured), one claim
-    each. ``reading`` is the verdict with the run's scale where the zoo trained far below the
-    paper's budget ("not reproduced at 4 of 50 epochs")."""
+    """One row per claim: the papers' claims first, then ours (``kind``).
+
+    Parameters
+    ----------
+    tables:
+        The configured stages' tables by name (``all_evidence`` names those it knows).
+    settings:
+        The run's settings the verdicts, the scale and the mode columns read
+        (``claims_settings`` in the plan; every key of ``SETTINGS_KEYS``).
+    gated_findings:
+        The gated-networks stage's findings, one claim each; None when the stage is not
+        configured.
+
+    Returns
+    -------
+    The scorecard, columns ``COLUMNS``. ``reading`` is the verdict with the run's scale where the
+    zoo trained far below the paper's budget ("not reproduced at 4 of 50 epochs").
+    """
+    _check_inputs(tables, settings)
+    modes = all_modes()
+    rows = [_claim_row(claim, tables, settings, modes) for claim in all_claims()]
+    rows += _gated_rows(gated_findings)
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    bad = set(table["verdict"]) - set(VERDICTS)
+    if bad:
+        raise ValueError(f"verdicts {sorted(bad)} are not among {VERDICTS}")
+    # The papers' claims first, ours apart at the end.
+    return pd.concat([table[table["kind"] == "paper"], table[table["kind"] != "paper"]], ignore_index=True)
+
+
+def _check_inputs(tables: dict[str, pd.DataFrame], settings: dict) -> None:
+    """Fail before any verdict on settings the claims would lack, or a table no claim reads (a
+    misnamed table would otherwise read as a stage not in the config)."""
     missing = [key for key in SETTINGS_KEYS if key not in settings]
     if missing:
         raise ValueError(
@@ -192,33 +219,40 @@ def scorecard(
             f"unknown table {unknown[0]!r} given to the scorecard; the tables are {', '.join(evidence)} "
             "(gated_findings apart)"
         )
-    rows = []
-    modes = all_modes()
-    for claim in all_claims():
-        if not all(name in tables for name in claim.tables if name != "zoo"):
-            result = not_run(f"its stage is not in the config (needs {', '.join(claim.tables)})")
-        else:
-            result = _test(claim, tables, settings)
-        rows.append(
-            {
-                "claim": claim.claim,
-                "kind": claim.kind,
-                "source": claim.source,
-                "sentence": claim.sentence,
-                "statement": claim.statement,
-                "paper": claim.paper,
-                "ours": result.ours,
-                "verdict": result.verdict,
-                "reading": _reading(result.verdict, below_budget(claim.scale, settings)),
-                "units": result.units,
-                "scale": scale_text(claim.scale, settings) if result.verdict != "not run" else "",
-                "evidence": result.evidence,
-                "mode": "; ".join(modes[key](settings) for key in claim.settings),
-                "figure": claim.figure if result.verdict != "not run" else "",
-            }
-        )
+
+
+def _claim_row(
+    claim: Claim, tables: dict[str, pd.DataFrame], settings: dict, modes: dict[str, Callable[[dict], str]]
+) -> dict:
+    """A claim's scorecard row: tested on the tables, or ``not run`` when a stage it needs is not
+    configured (the zoo's table is context, never required)."""
+    if not all(name in tables for name in claim.tables if name != "zoo"):
+        result = not_run(f"its stage is not in the config (needs {', '.join(claim.tables)})")
+    else:
+        result = _test(claim, tables, settings)
+    return {
+        "claim": claim.claim,
+        "kind": claim.kind,
+        "source": claim.source,
+        "sentence": claim.sentence,
+        "statement": claim.statement,
+        "paper": claim.paper,
+        "ours": result.ours,
+        "verdict": result.verdict,
+        "reading": _reading(result.verdict, below_budget(claim.scale, settings)),
+        "units": result.units,
+        "scale": scale_text(claim.scale, settings) if result.verdict != "not run" else "",
+        "evidence": result.evidence,
+        "mode": "; ".join(modes[key](settings) for key in claim.settings),
+        "figure": claim.figure if result.verdict != "not run" else "",
+    }
+
+
+def _gated_rows(gated_findings: pd.DataFrame | None) -> list[dict]:
+    """The gated-networks findings' rows, G1, G2, ... in the findings' order, or one ``not run``
+    row G when the stage is not configured (so the scorecard always names the paper)."""
     if gated_findings is None:
-        rows.append(
+        return [
             {
                 "claim": "G",
                 "kind": "paper",
@@ -235,34 +269,29 @@ def scorecard(
                 "mode": "",
                 "figure": "",
             }
+        ]
+    rows = []
+    for i, finding in enumerate(gated_findings.fillna("").to_dict("records"), 1):
+        budget = finding.get("scale", "")
+        rows.append(
+            {
+                "claim": f"G{i}",
+                "kind": "paper",
+                "source": f"{GATED}, {finding.get('source', 'Tables I-III')}",
+                "sentence": finding.get("sentence", ""),
+                "statement": finding["finding"],
+                "paper": finding["paper"],
+                "ours": finding["ours"],
+                "verdict": finding["verdict"],
+                "reading": _reading(finding["verdict"], finding.get("below_budget", "")),
+                "units": finding.get("units", ""),
+                "scale": budget,
+                "evidence": finding["evidence"],
+                "mode": "",
+                "figure": "gated_accuracy.png" if finding["verdict"] != "not run" else "",
+            }
         )
-    else:
-        for i, finding in enumerate(gated_findings.fillna("").to_dict("records"), 1):
-            budget = finding.get("scale", "")
-            rows.append(
-                {
-                    "claim": f"G{i}",
-                    "kind": "paper",
-                    "source": f"{GATED}, {finding.get('source', 'Tables I-III')}",
-                    "sentence": finding.get("sentence", ""),
-                    "statement": finding["finding"],
-                    "paper": finding["paper"],
-                    "ours": finding["ours"],
-                    "verdict": finding["verdict"],
-                    "reading": _reading(finding["verdict"], finding.get("below_budget", "")),
-                    "units": finding.get("units", ""),
-                    "scale": budget,
-                    "evidence": finding["evidence"],
-                    "mode": "",
-                    "figure": "gated_accuracy.png" if finding["verdict"] != "not run" else "",
-                }
-            )
-    table = pd.DataFrame(rows, columns=COLUMNS)
-    bad = set(table["verdict"]) - set(VERDICTS)
-    if bad:
-        raise ValueError(f"verdicts {sorted(bad)} are not among {VERDICTS}")
-    # The papers' claims first, ours apart at the end.
-    return pd.concat([table[table["kind"] == "paper"], table[table["kind"] != "paper"]], ignore_index=True)
+    return rows
 
 
 #: The run's settings the claims and the mode column read (``Plan.claims_settings`` holds more).

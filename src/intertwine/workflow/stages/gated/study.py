@@ -200,6 +200,21 @@ BARELY = 2.0
 PAPER_MIN_EPOCHS = 32
 
 
+#: The columns of ``findings``' table, in order.
+_FINDINGS_COLUMNS = [
+    "finding",
+    "source",
+    "sentence",
+    "paper",
+    "ours",
+    "verdict",
+    "evidence",
+    "units",
+    "scale",
+    "below_budget",
+]
+
+
 def findings(table: pd.DataFrame, epochs: dict[str, int] | None = None) -> pd.DataFrame:
     """Which of the paper's findings the study reproduces, per base network (architecture and width),
     from its standalone variants, with members as units (``intertwine.claims.judge``: 95 % Welch
@@ -211,114 +226,138 @@ def findings(table: pd.DataFrame, epochs: dict[str, int] | None = None) -> pd.Da
     - a gate permutation barely matters (permuted - identity above -2 points, our margin), per family
       and value input.
 
-    ``epochs``: {variant: training epochs}, for the scale column. Columns: finding, source, sentence,
-    paper, ours, verdict (reproduced, not reproduced, inconclusive, not run), evidence, units, scale,
-    below_budget."""
-    from intertwine.claims import Comparison, Estimate, within
+    Parameters
+    ----------
+    table:
+        The study's accuracy table (``study_table``), one row per member.
+    epochs:
+        {variant: training epochs}, for the scale column; None leaves the run's scale out.
 
+    Returns
+    -------
+    One row per base network and finding, in that order. Columns: finding, source, sentence, paper,
+    ours, verdict (reproduced, not reproduced, inconclusive, not run), evidence, units, scale,
+    below_budget.
+    """
     rows = []
     base = table[(table["regime"].isna()) | (table["regime"] == "standalone")]
     for arch, group in base.groupby("base", sort=False):
-        trained = (
-            [] if epochs is None or "variant" not in group else [epochs[v] for v in group["variant"].unique()]
-        )
-        scale = (
-            f"{min(trained)}-{max(trained)} epochs"
-            if trained and min(trained) != max(trained)
-            else f"{trained[0]} epochs"
-            if trained
-            else ""
-        )
-        scale += (", " if scale else "") + "the paper: 32 to 2000 (Tables II, III; Table I states none)"
-        below = (
-            f"at {max(trained)} epochs (the paper: 32 or more)"
-            if trained and max(trained) < PAPER_MIN_EPOCHS
-            else ""
-        )
-
-        def finding(
-            name, source, sentence, reported, comparisons, units, missing, arch=arch, scale=scale, below=below
-        ):
-            row = _finding(f"{arch}: {name}", source, sentence, reported, comparisons, units, missing)
-            rows.append(row | {"scale": scale, "below_budget": below if row["verdict"] != "not run" else ""})
-
+        scale, below = _budget(group, epochs)
         plain = group[~group["permuted"]]
-        dnn = _group(group, family="dnn")
-        recovers = []
-        for value_input in ("x", "ones"):
-            dlgn = _group(plain, family="dlgn", value_input=value_input)
-            if len(dnn) and len(dlgn):
-                recovers.append(
-                    Comparison(
-                        f"DLGN({'x,x' if value_input == 'x' else 'x,1'}) {dlgn.mean():.1f} - 0.835 x DNN {dnn.mean():.1f}",
-                        Estimate.difference(dlgn, dnn, RECOVERS),
-                        +1,
-                    )
+        for spec in (_recovers(group, plain), *_value_input(plain), _permutation(group, plain)):
+            row = _finding(f"{arch}: {spec.pop('name')}", **spec)
+            rows.append(row | {"scale": scale, "below_budget": below if row["verdict"] != "not run" else ""})
+    return pd.DataFrame(rows, columns=_FINDINGS_COLUMNS)
+
+
+def _budget(group: pd.DataFrame, epochs: dict[str, int] | None) -> tuple[str, str]:
+    """One base network's scale text (its variants' epochs beside the paper's) and the note that
+    goes beside its verdicts when it trained below the paper's smallest budget ("" otherwise)."""
+    trained = (
+        [] if epochs is None or "variant" not in group else [epochs[v] for v in group["variant"].unique()]
+    )
+    scale = (
+        f"{min(trained)}-{max(trained)} epochs"
+        if trained and min(trained) != max(trained)
+        else f"{trained[0]} epochs"
+        if trained
+        else ""
+    )
+    scale += (", " if scale else "") + "the paper: 32 to 2000 (Tables II, III; Table I states none)"
+    below = (
+        f"at {max(trained)} epochs (the paper: 32 or more)"
+        if trained and max(trained) < PAPER_MIN_EPOCHS
+        else ""
+    )
+    return scale, below
+
+
+def _recovers(group: pd.DataFrame, plain: pd.DataFrame) -> dict:
+    """The finding "the DLGN recovers more than 83.5 %", as ``_finding``'s arguments: one comparison
+    per value input the study trains (the DNN from ``group``, the DLGN from the identity-gate
+    ``plain``)."""
+    from intertwine.claims import Comparison, Estimate
+
+    dnn = _group(group, family="dnn")
+    recovers = []
+    for value_input in ("x", "ones"):
+        dlgn = _group(plain, family="dlgn", value_input=value_input)
+        if len(dnn) and len(dlgn):
+            recovers.append(
+                Comparison(
+                    f"DLGN({'x,x' if value_input == 'x' else 'x,1'}) {dlgn.mean():.1f} "
+                    f"- 0.835 x DNN {dnn.mean():.1f}",
+                    Estimate.difference(dlgn, dnn, RECOVERS),
+                    +1,
                 )
-        finding(
-            "the DLGN recovers more than 83.5 % of the DNN's accuracy",
-            "abstract; Tables I, II",
-            '"the DLGN recovers more than 83.5% of the performance of state-of-the-art DNNs" (abstract)',
-            "DLGN/DNN 0.94 (C4GAP), 0.93 (VGG16), 0.84 at worst (CIFAR-100 VGG16)",
-            recovers,
-            f"{len(dnn)} DNN, {len(_group(plain, family='dlgn'))} DLGN members",
-            "needs dnn and dlgn variants",
-        )
-        for family in ("dgn", "dlgn"):
-            x = _group(plain, family=family, value_input="x")
-            ones = _group(plain, family=family, value_input="ones")
-            comparisons = []
-            if len(x) and len(ones):
-                d = Estimate.difference(x, ones)
-                comparisons = within("x - ones", d, BARELY, scale=1)
-            finding(
-                f"the value input barely matters ({family.upper()})",
-                "Tables I, II",
-                f"the specification's reading of Tables I, II: {family.upper()}(x,x) and {family.upper()}(x,1) "
-                "within 0.6 points of each other",
-                "|x - ones| <= 0.6 points",
-                comparisons,
-                f"{len(x)} x, {len(ones)} ones members",
-                "needs x and ones variants",
             )
-        permuted = group[group["permuted"]]
+    return dict(
+        name="the DLGN recovers more than 83.5 % of the DNN's accuracy",
+        source="abstract; Tables I, II",
+        sentence='"the DLGN recovers more than 83.5% of the performance of state-of-the-art DNNs" (abstract)',
+        reported="DLGN/DNN 0.94 (C4GAP), 0.93 (VGG16), 0.84 at worst (CIFAR-100 VGG16)",
+        comparisons=recovers,
+        units=f"{len(dnn)} DNN, {len(_group(plain, family='dlgn'))} DLGN members",
+        missing="needs dnn and dlgn variants",
+    )
+
+
+def _value_input(plain: pd.DataFrame) -> list[dict]:
+    """The findings "the value input barely matters", one per family (DGN, then DLGN), as
+    ``_finding``'s arguments."""
+    from intertwine.claims import Estimate, within
+
+    specs = []
+    for family in ("dgn", "dlgn"):
+        x = _group(plain, family=family, value_input="x")
+        ones = _group(plain, family=family, value_input="ones")
         comparisons = []
-        for (family, value_input), members in permuted.groupby(["family", "value_input"]):
-            identity = _group(plain, family=family, value_input=value_input)
-            if len(identity):
-                d = Estimate.difference(members["test_acc"].to_numpy() * 100, identity)
-                comparisons.append(
-                    Comparison(
-                        f"{family} {value_input} permuted - identity above -{BARELY:g}",
-                        d.shift(-BARELY),
-                        +1,
-                        threshold=-BARELY,
-                    )
-                )
-        finding(
-            "the gate permutation barely matters",
-            "Table I",
-            "the specification's reading of Table I: permuted gate layers within -0.1..+1.9 points of the "
-            "identity (both data sets)",
-            "permuted - identity -0.1..+1.9 points (Table I)",
-            comparisons,
-            f"{len(permuted)} permuted members",
-            "needs a permuted variant and the identity-gate variant of its family and value input",
+        if len(x) and len(ones):
+            d = Estimate.difference(x, ones)
+            comparisons = within("x - ones", d, BARELY, scale=1)
+        specs.append(
+            dict(
+                name=f"the value input barely matters ({family.upper()})",
+                source="Tables I, II",
+                sentence=f"the specification's reading of Tables I, II: {family.upper()}(x,x) and "
+                f"{family.upper()}(x,1) within 0.6 points of each other",
+                reported="|x - ones| <= 0.6 points",
+                comparisons=comparisons,
+                units=f"{len(x)} x, {len(ones)} ones members",
+                missing="needs x and ones variants",
+            )
         )
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "finding",
-            "source",
-            "sentence",
-            "paper",
-            "ours",
-            "verdict",
-            "evidence",
-            "units",
-            "scale",
-            "below_budget",
-        ],
+    return specs
+
+
+def _permutation(group: pd.DataFrame, plain: pd.DataFrame) -> dict:
+    """The finding "the gate permutation barely matters", as ``_finding``'s arguments: one
+    comparison per family and value input with both a permuted and the identity-gate variant."""
+    from intertwine.claims import Comparison, Estimate
+
+    permuted = group[group["permuted"]]
+    comparisons = []
+    for (family, value_input), members in permuted.groupby(["family", "value_input"]):
+        identity = _group(plain, family=family, value_input=value_input)
+        if len(identity):
+            d = Estimate.difference(members["test_acc"].to_numpy() * 100, identity)
+            comparisons.append(
+                Comparison(
+                    f"{family} {value_input} permuted - identity above -{BARELY:g}",
+                    d.shift(-BARELY),
+                    +1,
+                    threshold=-BARELY,
+                )
+            )
+    return dict(
+        name="the gate permutation barely matters",
+        source="Table I",
+        sentence="the specification's reading of Table I: permuted gate layers within -0.1..+1.9 points "
+        "of the identity (both data sets)",
+        reported="permuted - identity -0.1..+1.9 points (Table I)",
+        comparisons=comparisons,
+        units=f"{len(permuted)} permuted members",
+        missing="needs a permuted variant and the identity-gate variant of its family and value input",
     )
 
 
