@@ -108,6 +108,12 @@ def add_commands(cli: Commands) -> None:
         ),
         "--n-train": dict(type=integer(1), required=True),
     }
+    _add_kernel_commands(cli, deqntk_options)
+    _add_table_and_figure_commands(cli)
+
+
+def _add_kernel_commands(cli: Commands, deqntk_options: dict) -> None:
+    """The kernel's jobs: the Gram's blocks, regression, the depth sweep, the convolutional kernel, a member's CKAs."""
     p = cli.add(
         "deqntk-gram",
         cmd_deqntk_gram,
@@ -163,6 +169,10 @@ def add_commands(cli: Commands) -> None:
         config="deqntk",
         options=["--checkpoint"],
     )
+
+
+def _add_table_and_figure_commands(cli: Commands) -> None:
+    """The stage's table and its figures."""
     p = cli.add(
         "deqntk-table",
         cmd_deqntk_table,

@@ -134,6 +134,12 @@ def cmd_pullback_figure(args) -> None:
 
 def add_commands(cli: Commands) -> None:
     """Add this stage's subcommands to the command line."""
+    _add_member_commands(cli)
+    _add_table_and_figure_commands(cli)
+
+
+def _add_member_commands(cli: Commands) -> None:
+    """The jobs of one member or pair: symmetry and faithfulness, agreement and transfer, the images."""
     p = cli.add(
         "pullback-member",
         cmd_pullback_member,
@@ -169,6 +175,10 @@ def add_commands(cli: Commands) -> None:
         options=["--checkpoint"],
     )
     p.add_argument("--pgd", required=True, help="PGD grid (.png)")
+
+
+def _add_table_and_figure_commands(cli: Commands) -> None:
+    """The stage's table, the external models, Hypothesis 1's settling and the figures."""
     p = cli.add(
         "pullback-table",
         cmd_pullback_table,
