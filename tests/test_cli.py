@@ -47,15 +47,13 @@ def subcommands():
 
 
 def rule_commands():
-    """Each rule's `intertwine` command as its shell line gives it, {wildcards}/{params} filled
-    with placeholders: {rule: argv}."""
+    """Each rule's `intertwine` command: {rule: the command whose shell line it runs}."""
     commands = {}
     for smk in (REPO / "workflow" / "rules").glob("*.smk"):
         for rule, body in re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", smk.read_text(), re.S | re.M):
-            shell = re.search(r"shell:\n((?:\s+\".*\"\n?)+)", body)
+            shell = re.search(r"shell:\n.*?CLI\[\"([\w-]+)\"\]\.shell\(", body, re.S)
             if shell:
-                line = "".join(re.findall(r"\"(.*)\"", shell.group(1)))
-                commands[rule] = line
+                commands[rule] = shell[1]
     return commands
 
 
@@ -71,51 +69,107 @@ def test_every_torch_job_is_named_like_its_rule_and_function():
         )
     rules = rule_commands()
     for name in [*JOBS, "prepare-data"]:
-        assert rules[name.replace("-", "_")].startswith(f"intertwine {name} "), name
+        assert rules[name.replace("-", "_")] == name
 
 
-@pytest.mark.parametrize("rule", sorted(rule_commands()))
-def test_each_rule_command_parses(rule):
-    line = rule_commands()[rule].split(" > {log}")[0].strip("( ")
-    line = re.sub(
-        r"\{params\.(paths|parts|procrustes|cka|permutations|similarity|features|tables|figures)\}", " ", line
-    )  # optional flags, as built
-    for command in line.split(" && intertwine "):
-        argv = command.removeprefix("intertwine ").split()
-        # Fill the rule's placeholders with values of their kind: JSON lists and blocks, integers,
-        # names the options restrict, paths.
-        lists = {
-            "{params.sites:q}": '["act1"]',
-            "{params.transformers:q}": '["cct"]',
-            "{params.study:q}": '["myrtle"]',
-        }
-        names = {
-            "{params.dataset}": "shapes",
-            "{wildcards.method}": "full",
-            "{wildcards.group}": "grelu",
-            "{params.arch}": "resnet50",
-            "{params.device}": "cpu",
-            "{params.barrier}": "endpoints_mean",
-            "{wildcards.variances}": "w0.6_u0.4_b0",
-            "{wildcards.part}": "train",
-            "{wildcards.first}-{wildcards.last}": "0-1",
-        }
-        argv = [
-            lists.get(a, "{}")
-            if a.endswith(":q}")
-            else names.get(a, "1")
-            if a in names
-            or re.fullmatch(
-                r"\{(wildcards\.(seed|pair|trial|start|n_train|draw)|params\.(seed|n_train|stop)|threads"
-                r"|resources\.eval_batch_size)\}",
-                a,
-            )
-            else a.replace("{", "x").replace("}", "x")
-            for a in argv
-        ]
-        args = build_parser().parse_args(argv)
-        if "threads" in vars(args):
-            assert "--device" in argv, f"{rule} does not pass --device"
+def test_every_rule_runs_a_command_and_writes_no_command_line_itself():
+    """A job's arguments are declared once, beside the command's options: no rule spells a command
+    line of its own."""
+    rules = [smk for smk in (REPO / "workflow" / "rules").glob("*.smk") if smk.name != "common.smk"]
+    text = "\n".join(smk.read_text() for smk in rules)
+    assert len(rule_commands()) == len(re.findall(r"^    shell:\n", text, re.M)) > 40
+    assert not re.findall(r'"[^"\n]*(intertwine |--)[^"\n]*"', text)  # no command, no flag
+
+
+# Template placeholders of each kind, filled with values the options take: JSON lists and blocks,
+# names the options restrict, integers; anything else is a path.
+LISTS = {
+    "{params.sites:q}": '["act1"]',
+    "{params.transformers:q}": '["cct"]',
+    "{params.study:q}": '["myrtle"]',
+}
+NAMES = {
+    "{params.dataset}": "shapes",
+    "{wildcards.method}": "full",
+    "{wildcards.group}": "grelu",
+    "{params.arch}": "resnet50",
+    "{params.device}": "cpu",
+    "{params.barrier}": "endpoints_mean",
+    "{wildcards.variances}": "w0.6_u0.4_b0",
+    "{wildcards.part}": "train",
+    "{wildcards.first}-{wildcards.last}": "0-1",
+}
+INTEGERS = re.compile(
+    r"\{(wildcards\.(seed|pair|trial|start|n_train|draw)|params\.(seed|n_train|stop)|threads"
+    r"|resources\.eval_batch_size)\}"
+)
+
+
+def filled(argv: list[str]) -> list[str]:
+    return [
+        LISTS.get(a, "{}")
+        if a.endswith(":q}")
+        else NAMES.get(a, "1")
+        if a in NAMES or INTEGERS.fullmatch(a)
+        else a.replace("{", "x").replace("}", "x")
+        for a in argv
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(set(rule_commands().values())))
+def test_each_rule_command_parses(name):
+    """The shell line a rule gets from its command, placeholders filled, parses; the options passed
+    only when given are left out."""
+    from intertwine.cli import commands
+
+    command = commands()[name]
+    line = command.shell(**({"schema": "rotation"} if name == "table" else {}))
+    assert line.startswith(f"intertwine {name}") and line.endswith(" > {log} 2>&1")
+    line = re.sub(r"\{params\.(\w+)\}", lambda m: "" if m[1] in command.when_given_options else m[0], line)
+    argv = line.removesuffix(" > {log} 2>&1").split()[1:]
+    args = build_parser().parse_args(filled(argv))
+    if "threads" in vars(args):
+        assert "--device" in argv, f"{name} does not pass --device"
+
+
+def test_a_rule_passes_an_option_only_when_given_and_each_value_its_own_flag():
+    """``Command.shell`` and ``Command.when_given`` on a command of their own: the line, then each
+    kind of value an option passed only when given renders to."""
+    import argparse
+
+    from intertwine.workflow.commands import BY_RULE, WHEN_GIVEN, Commands
+
+    cli = Commands(argparse.ArgumentParser().add_subparsers())
+    p = cli.add("toy", print, "a toy", [cli.job], out="out", options=["--checkpoint"], rules={"--data": None})
+    p.add_argument("parts", nargs="+", rule="{input.parts}")
+    p.add_argument("--name", rule=BY_RULE)
+    p.add_argument("--extra", rule=WHEN_GIVEN)
+    p.add_argument("--table", action="append", rule=WHEN_GIVEN)
+    p.add_argument("--fast", action="store_true", rule=WHEN_GIVEN)
+    p.add_argument("--by-hand")  # no rule: for people only
+    assert p.shell(name="x") == (
+        "intertwine toy {input.parts} --checkpoint {input.checkpoint} --name x{params.extra}{params.table}"
+        "{params.fast} --global-seed {params.seed} --device {params.device} --threads {threads} --out {output}"
+        " > {log} 2>&1"
+    )
+    with pytest.raises(ValueError, match="name="):
+        p.shell()
+    with pytest.raises(ValueError, match="no option"):
+        p.shell(name="x", by_hand="y")
+    given = p.when_given(extra=None, table=["a=1", "b=2"], fast=True)
+    assert given == {"extra": "", "table": " --table a=1 --table b=2", "fast": " --fast"}
+    assert p.when_given(extra="e.png", table=[], fast=False) == {
+        "extra": " --extra e.png",
+        "table": "",
+        "fast": "",
+    }
+    render = p.when_given(extra=lambda wc, output: output.extra, table=[], fast=False)["extra"]
+    assert render({}, None, argparse.Namespace(extra=["a.png", "b.png"])) == " --extra a.png b.png"
+    assert render({}, None, argparse.Namespace(extra=[])) == ""
+    with pytest.raises(ValueError, match=r"give the values of \['extra', 'fast', 'table'\]"):
+        p.when_given(extra=None)
+    with pytest.raises(ValueError, match="takes no shared option"):
+        cli.add("toy2", print, "another", [cli.job], rules={"--nothing": None})
 
 
 def test_torch_jobs_share_one_parent_for_the_job_options():

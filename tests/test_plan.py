@@ -91,10 +91,11 @@ def test_tiny_plan_jobs(tiny):
     assert plan.features_checkpoint("c4gap_dgn", 1) == []
     assert plan.gated_permuted and "results/figures/gated_permutations.png" in plan.all_outputs
     assert plan.cut_site_names("c4gap_dgn") == [f"value.act{i}" for i in range(1, 5)]
-    assert plan.similarity_parts(0) == " --procrustes --cka" and plan.similarity_parts(1) == " --procrustes"
+    assert plan.similarity_measures(0) == {"procrustes": True, "cka": True}
+    assert plan.similarity_measures(1) == {"procrustes": True, "cka": False}
     assert plan.leaky_slopes == {"myrtle": 0.0, "myrtle_leaky": 0.5}
     assert plan.transformers == ["cct"]
-    assert set(plan.study_figures) == {"leaky-relu", "alpha-cv", "l1", "softsort", "transformer"}
+    assert set(plan.study_figures) == {"leaky_relu", "alpha_cv", "l1", "softsort", "transformer"}
     assert plan.dissection_jobs == [
         "results/dissection/resnet20/seed0.parquet",
         "results/dissection/convnext/seed0.parquet",

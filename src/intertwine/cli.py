@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import shlex
 import sys
 
 from intertwine.workflow import stages
-from intertwine.workflow.commands import Commands, json_object, log
+from intertwine.workflow.commands import BY_RULE, WHEN_GIVEN, Command, Commands, json_object, log
 
 
 def claims_table(text: str) -> tuple[str, str]:
@@ -118,6 +119,18 @@ def cmd_table(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    return _built()[0]
+
+
+@functools.cache
+def commands() -> dict[str, Command]:
+    """Every subcommand by name, with what its rule passes it: the workflow builds each rule's
+    shell line from these (``commands()["stitch-pair"].shell()``)."""
+    return _built()[1].commands
+
+
+def _built() -> tuple[argparse.ArgumentParser, Commands]:
     from intertwine import __version__
 
     parser = argparse.ArgumentParser(
@@ -151,14 +164,16 @@ def build_parser() -> argparse.ArgumentParser:
         "generate or decode the data set into the cache",
         out="cache directory, e.g. results/data/shapes",
         config="data",
+        rules={"--out": "{params.out}"},
     )
-    p.add_argument("--global-seed", type=int, default=0, help="the config's seed")
+    p.add_argument("--global-seed", type=int, default=0, help="the config's seed", rule="{params.seed}")
 
     p = cli.add(
         "claims",
         cmd_claims,
         "the claims scorecard: which of the papers' findings this run's tables reproduce",
         out="claims.csv: one row per claim",
+        rules={"--out": "{output.csv}"},
     )
     p.add_argument(
         "--table",
@@ -166,28 +181,43 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=PATH",
         type=claims_table,
+        rule=WHEN_GIVEN,
         help="a stage's table (zoo, symmetry, rotation, stitching, similarity, dissection, gated_findings, "
         "pullback_symmetry, deqntk); a claim whose table is not given reads `not run`",
     )
     p.add_argument(
-        "--settings", type=json_object, required=True, help="the run's settings (Plan.claims_settings, JSON)"
+        "--settings",
+        type=json_object,
+        required=True,
+        rule="{params.settings:q}",
+        help="the run's settings (Plan.claims_settings, JSON)",
     )
     p.add_argument(
-        "--figures", nargs="*", default=[], help="file names of the report's figures a row may link to"
+        "--figures",
+        nargs="*",
+        default=[],
+        rule="{params.figures}",
+        help="file names of the report's figures a row may link to",
     )
-    p.add_argument("--rst", required=True, help="the scorecard as an RST table for the report's opening page")
+    p.add_argument(
+        "--rst",
+        required=True,
+        rule="{output.rst}",
+        help="the scorecard as an RST table for the report's opening page",
+    )
     p = cli.add("table", cmd_table, "concatenate per-job Parquet files into a stage's table", out="the table")
-    p.add_argument("parts", nargs="+", help="per-job Parquet files of one stage")
+    p.add_argument("parts", nargs="+", rule="{input}", help="per-job Parquet files of one stage")
     p.add_argument(
         "--schema",
         type=table_schema,
         required=True,
+        rule=BY_RULE,  # each table's rule names it
         help="the table's name (e.g. rotation, zoo_epochs): its schema is in its stage's folder",
     )
 
     for stage in stages.with_part("commands"):  # each stage adds its own
         stages.part(stage, "commands").add_commands(cli)
-    return parser
+    return parser, cli
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,10 +17,9 @@ rule claims:
     resources:
         **on_cpu(),
     params:
-        tables=lambda wc, input: " ".join(f"--table {name}={path}" for name, path in input.items()),
+        **CLI["claims"].when_given(table=lambda wc, input: [f"{name}={path}" for name, path in input.items()]),
         settings=as_json(PLAN.claims_settings),
         figures=" ".join(PLAN.claims_figures),
         code=code_hash("claims"),
     shell:
-        "intertwine claims {params.tables} --settings {params.settings:q} --figures {params.figures}"
-        " --out {output.csv} --rst {output.rst} > {log} 2>&1"
+        CLI["claims"].shell()

@@ -7,6 +7,7 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
+from intertwine.cli import commands
 from intertwine.cluster import JobNeeds, request, submission
 from intertwine.code_identity import code_identities
 from intertwine.config import check_config
@@ -55,6 +56,12 @@ elif shutil.which("intertwine") is None:
         f"({sys.executable}) nor on PATH; install the package into the environment that runs "
         "Snakemake (`make .venv`, or `pip install -e .`)"
     )
+
+# Each rule runs one `intertwine` command, and its shell line is that command's: what the rule
+# passes each option is declared beside the option (intertwine.workflow.commands.Command), so
+# `shell: CLI["stitch-pair"].shell()`; options passed only when given are the rule's params
+# `**CLI[...].when_given(...)`.
+CLI = commands()
 
 # Every rule runs in the project's one environment (used with --software-deployment-method conda).
 CONDA_ENV = "../../environment.yml"

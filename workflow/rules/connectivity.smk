@@ -21,9 +21,7 @@ rule connectivity_pair:
         code=code_hash("connectivity"),
         data=data_dir,
     shell:
-        "intertwine connectivity-pair --a {input.a} --b {input.b} --data {params.data} --pair {wildcards.pair}"
-        " --config {params.block:q} --global-seed {params.seed} --device {params.device}"
-        " --threads {threads} --out {output} > {log} 2>&1"
+        CLI["connectivity-pair"].shell()
 
 
 rule connectivity_table:
@@ -40,7 +38,7 @@ rule connectivity_table:
     params:
         code=code_hash("connectivity_table"),
     shell:
-        "intertwine table {input} --schema connectivity --out {output} > {log} 2>&1"
+        CLI["table"].shell(schema="connectivity")
 
 
 rule connectivity_figure:
@@ -69,6 +67,4 @@ rule connectivity_figure:
         barrier=config["connectivity"]["barrier"],
         code=code_hash("connectivity_figures"),
     shell:
-        "intertwine connectivity-figure --table {input} --families {params.families:q} --barrier {params.barrier}"
-        " --figures {params.figures:q} --curves {output.figures[0]} --barriers {output.figures[1]}"
-        " --summary {output.summary} --other-formats {output.other_formats} > {log} 2>&1"
+        CLI["connectivity-figure"].shell()

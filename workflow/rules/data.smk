@@ -15,4 +15,4 @@ rule prepare_data:
         code=code_hash("data"),
         out=lambda wildcards, output: os.path.dirname(output[0]),
     shell:
-        "intertwine prepare-data --config {params.block:q} --global-seed {params.seed} --out {params.out} > {log} 2>&1"
+        CLI["prepare-data"].shell()

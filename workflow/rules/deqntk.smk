@@ -31,10 +31,7 @@ rule deqntk_gram:
         code=code_hash("deqntk_gram"),
         data=data_dir,
     shell:
-        "intertwine deqntk-gram --data {params.data} --variances {wildcards.variances}"
-        " --n-train {params.n_train} --part {wildcards.part} --start {wildcards.start} --stop {params.stop}"
-        " --config {params.block:q} --global-seed {params.seed} --device {params.device}"
-        " --threads {threads} --out {output} > {log} 2>&1"
+        CLI["deqntk-gram"].shell()
 
 
 rule deqntk_regression:
@@ -61,9 +58,7 @@ rule deqntk_regression:
         code=code_hash("deqntk_regression"),
         data=data_dir,
     shell:
-        "intertwine deqntk-regression {input.blocks} --data {params.data} --variances {wildcards.variances}"
-        " --n-train {wildcards.n_train} --config {params.block:q} --global-seed {params.seed}"
-        " --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
+        CLI["deqntk-regression"].shell()
 
 
 rule deqntk_depth:
@@ -89,8 +84,7 @@ rule deqntk_depth:
         code=code_hash("deqntk_depth"),
         data=data_dir,
     shell:
-        "intertwine deqntk-depth --data {params.data} --draw {wildcards.draw} --config {params.block:q}"
-        " --global-seed {params.seed} --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
+        CLI["deqntk-depth"].shell()
 
 
 rule deqntk_conv:
@@ -114,8 +108,7 @@ rule deqntk_conv:
         code=code_hash("deqntk_conv"),
         data=data_dir,
     shell:
-        "intertwine deqntk-conv --data {params.data} --config {params.block:q} --global-seed {params.seed}"
-        " --device {params.device} --threads {threads} --out {output} > {log} 2>&1"
+        CLI["deqntk-conv"].shell()
 
 
 rule kernel_reference_member:
@@ -140,9 +133,7 @@ rule kernel_reference_member:
         code=code_hash("kernel_reference"),
         data=data_dir,
     shell:
-        "intertwine kernel-reference-member --checkpoint {input.checkpoint} --data {params.data}"
-        " --config {params.block:q} --global-seed {params.seed} --device {params.device}"
-        " --threads {threads} --out {output} > {log} 2>&1"
+        CLI["kernel-reference-member"].shell()
 
 
 rule deqntk_table:
@@ -159,7 +150,7 @@ rule deqntk_table:
     params:
         code=code_hash("deqntk_table"),
     shell:
-        "intertwine deqntk-table {input} --out {output} > {log} 2>&1"
+        CLI["deqntk-table"].shell()
 
 
 rule kernel_reference_table:
@@ -176,7 +167,7 @@ rule kernel_reference_table:
     params:
         code=code_hash("deqntk_table"),
     shell:
-        "intertwine table {input} --schema kernel_reference --out {output} > {log} 2>&1"
+        CLI["table"].shell(schema="kernel_reference")
 
 
 rule deqntk_figure:
@@ -220,20 +211,15 @@ rule deqntk_figure:
     resources:
         **on_cpu(),
     params:
-        figures=as_json(config["figures"]),
-        # the figures the config asks for, as flags (each with the table it draws)
-        parts=lambda wc, input, output: "".join(
-            f" --{flag} {value}"
-            for flag, value in [
-                ("table", input.table),
-                ("reference", input.reference),
-                ("accuracy", output.accuracy),
-                ("depth", output.depth),
-                ("kernel-reference", output.reference),
-            ]
-            if value
+        **CLI["deqntk-figure"].when_given(
+            table=lambda wc, input: input.table,
+            reference=lambda wc, input: input.reference,
+            accuracy=lambda wc, output: output.accuracy,
+            depth=lambda wc, output: output.depth,
+            kernel_reference=lambda wc, output: output.reference,
         ),
+        figures=as_json(config["figures"]),
+        # the figures the config asks for, each with the table it draws
         code=code_hash("deqntk_figures"),
     shell:
-        "intertwine deqntk-figure --zoo {input.zoo}{params.parts} --figures {params.figures:q}"
-        " --other-formats {output.other_formats} > {log} 2>&1"
+        CLI["deqntk-figure"].shell()

@@ -22,9 +22,7 @@ rule dissect_member:
         code=code_hash("dissection"),
         data=data_dir,
     shell:
-        "intertwine dissect-member --checkpoint {input.checkpoint} --data {params.data} --sites {params.sites:q}"
-        " --config {params.block:q} --global-seed {params.seed} --device {params.device}"
-        " --threads {threads} --out {output.summary} --units-out {output.units} > {log} 2>&1"
+        CLI["dissect-member"].shell()
 
 
 rule dissect_external:
@@ -48,10 +46,7 @@ rule dissect_external:
         device=config["device"],
         code=code_hash("dissection"),
     shell:
-        "intertwine dissect-external --name {wildcards.name} --arch {params.arch} --weights {input.weights}"
-        " --sites {params.sites:q} --config {params.block:q} --global-seed {params.seed}"
-        " --device {params.device} --threads {threads} --out {output.summary} --units-out {output.units}"
-        " > {log} 2>&1"
+        CLI["dissect-external"].shell()
 
 
 rule dissection_table:
@@ -70,8 +65,17 @@ rule dissection_table:
     params:
         code=code_hash("dissection_table"),
     shell:
-        "(intertwine table {input.summaries} --schema dissection --out {output.table}"
-        " && intertwine table {input.units} --schema dissection_units --out {output.units}) > {log} 2>&1"
+        (
+            "("
+            + CLI["table"].shell(
+                log=False, parts="{input.summaries}", schema="dissection", out="{output.table}"
+            )
+            + " && "
+            + CLI["table"].shell(
+                log=False, parts="{input.units}", schema="dissection_units", out="{output.units}"
+            )
+            + ") > {log} 2>&1"
+        )
 
 
 rule dissection_figure:
@@ -100,10 +104,7 @@ rule dissection_figure:
         category_sites=as_json(PLAN.category_sites),
         code=code_hash("dissection_figures"),
     shell:
-        "intertwine dissection-figure --table {input.table} --units {input.units}"
-        " --category-sites {params.category_sites:q} --figures {params.figures:q}"
-        " --fraction {output.figures[0]} --categories {output.figures[1]} --summary {output.summary}"
-        " --other-formats {output.other_formats} > {log} 2>&1"
+        CLI["dissection-figure"].shell()
 
 
 rule dissection_masks:
@@ -138,7 +139,4 @@ rule dissection_masks:
         code=[code_hash("dissection"), code_hash("dissection_figures")],
         data=data_dir,
     shell:
-        "intertwine dissection-masks --checkpoint {input.checkpoint} --data {params.data} --site {params.site}"
-        " --units {input.units} --config {params.block:q} --figures {params.figures:q} --global-seed {params.seed}"
-        " --device {params.device} --threads {threads} --out {output.png}"
-        " --other-formats {output.other_formats} > {log} 2>&1"
+        CLI["dissection-masks"].shell()

@@ -25,9 +25,7 @@ rule npk_member:
         code=code_hash("gated"),
         data=data_dir,
     shell:
-        "intertwine npk-member --checkpoint {input.checkpoint} --data {params.data}"
-        " --config {params.block:q} --global-seed {params.seed} --device {params.device}"
-        " --threads {threads} --out {output} > {log} 2>&1"
+        CLI["npk-member"].shell()
 
 
 rule gated_ensemble:
@@ -52,9 +50,7 @@ rule gated_ensemble:
         code=code_hash("gated_ensemble"),
         data=data_dir,
     shell:
-        "intertwine gated-ensemble --checkpoints {input.checkpoints} --data {params.data}"
-        " --eval-batch-size {resources.eval_batch_size} --global-seed {params.seed} --device {params.device}"
-        " --threads {threads} --out {output} > {log} 2>&1"
+        CLI["gated-ensemble"].shell()
 
 
 rule gated_table:
@@ -88,10 +84,7 @@ rule gated_table:
         dataset=DATASET,
         code=code_hash("gated_table"),
     shell:
-        "intertwine gated-table {input.parts} --zoo {input.zoo} --variants {params.variants:q}"
-        " --study {params.study:q} --epochs {params.epochs:q} --dataset {params.dataset}"
-        " --out {output.table} --npk-out {output.npk} --findings {output.findings}"
-        " --ensembles {input.ensembles} --ensembles-out {output.ensembles} > {log} 2>&1"
+        CLI["gated-table"].shell()
 
 
 rule gated_figure:
@@ -127,13 +120,11 @@ rule gated_figure:
     resources:
         **on_cpu(),
     params:
-        figures=as_json(config["figures"]),
-        permutations=lambda wc, output: (
-            f" --permutations {output.permutations}" if output.permutations else ""
+        **CLI["gated-figure"].when_given(
+            similarity=lambda wc, input: input.similarity,
+            permutations=lambda wc, output: output.permutations,
         ),
-        similarity=lambda wc, input: f" --similarity {input.similarity}" if input.similarity else "",
+        figures=as_json(config["figures"]),
         code=code_hash("gated_figures"),
     shell:
-        "intertwine gated-figure --table {input.table} --npk {input.npk}{params.similarity}"
-        " --figures {params.figures:q} --accuracy {output.accuracy}{params.permutations}"
-        " --kernels {output.kernels} --other-formats {output.other_formats} > {log} 2>&1"
+        CLI["gated-figure"].shell()

@@ -26,10 +26,7 @@ rule pullback_member:
         code=code_hash("pullback"),
         data=data_dir,
     shell:
-        "intertwine pullback-member --checkpoint {input.checkpoint} --data {params.data}"
-        " --config {params.block:q} --global-seed {params.seed} --device {params.device}"
-        " --threads {threads} --out {output.symmetry} --faithfulness-out {output.faithfulness}"
-        " > {log} 2>&1"
+        CLI["pullback-member"].shell()
 
 
 rule pullback_pair:
@@ -57,10 +54,7 @@ rule pullback_pair:
         code=code_hash("pullback"),
         data=data_dir,
     shell:
-        "intertwine pullback-pair --a {input.a} --b {input.b} --data {params.data} --pair {wildcards.pair}"
-        " --sites {params.sites:q} --config {params.block:q} --global-seed {params.seed}"
-        " --device {params.device} --threads {threads} --out {output.agreement}"
-        " --transfer-out {output.transfer} > {log} 2>&1"
+        CLI["pullback-pair"].shell()
 
 
 rule pullback_images:
@@ -101,10 +95,7 @@ rule pullback_images:
         code=[code_hash("pullback"), code_hash("pullback_figures")],
         data=data_dir,
     shell:
-        "intertwine pullback-images --checkpoint {input.checkpoint} --data {params.data}"
-        " --config {params.block:q} --figures {params.figures:q} --global-seed {params.seed}"
-        " --device {params.device} --threads {threads} --out {output.grid} --pgd {output.pgd}"
-        " --other-formats {output.other_formats} > {log} 2>&1"
+        CLI["pullback-images"].shell()
 
 
 rule pullback_table:
@@ -132,10 +123,7 @@ rule pullback_table:
     params:
         code=code_hash("pullback_table"),
     shell:
-        "intertwine pullback-table --symmetry {input.symmetry} --faithfulness {input.faithfulness}"
-        " --agreement {input.agreement} --out {output.symmetry} --faithfulness-out {output.faithfulness}"
-        " --agreement-out {output.agreement} --transfer {input.transfer} --transfer-out {output.transfer}"
-        " --summary {output.summary} > {log} 2>&1"
+        CLI["pullback-table"].shell()
 
 
 rule pullback_figure:
@@ -190,21 +178,16 @@ rule pullback_figure:
     resources:
         **on_cpu(),
     params:
+        **CLI["pullback-figure"].when_given(
+            agreement_figure=lambda wc, output: output.agreement,
+            transfer=lambda wc, input, output: output.transfer and input.transfer,
+            transfer_figure=lambda wc, output: output.transfer,
+            temperature_figure=lambda wc, output: output.temperature,
+        ),
         figures=as_json(config["figures"]),
-        agreement=lambda wc, output: (f" --agreement-figure {output.agreement}" if output.agreement else ""),
-        transfer=lambda wc, input, output: (
-            f" --transfer {input.transfer} --transfer-figure {output.transfer}" if output.transfer else ""
-        ),
-        temperature=lambda wc, output: (
-            f" --temperature-figure {output.temperature}" if output.temperature else ""
-        ),
         code=code_hash("pullback_figures"),
     shell:
-        "intertwine pullback-figure --symmetry {input.symmetry} --faithfulness {input.faithfulness}"
-        " --agreement {input.agreement}{params.agreement}{params.transfer}{params.temperature}"
-        " --figures {params.figures:q}"
-        " --symmetry-figure {output.symmetry} --faithfulness-figure {output.faithfulness}"
-        " --other-formats {output.other_formats} > {log} 2>&1"
+        CLI["pullback-figure"].shell()
 
 
 # Hypothesis 1 (path stability): the gate patterns the settling variants' members recorded while
@@ -230,8 +213,7 @@ rule pullback_settling:
         figures=as_json(config["figures"]),
         code=[code_hash("pullback_settling"), code_hash("pullback_table")],
     shell:
-        "intertwine pullback-settling --checkpoints {input} --out {output.table} --figure {output.figure}"
-        " --figures {params.figures:q} --other-formats {output.other_formats} > {log} 2>&1"
+        CLI["pullback-settling"].shell()
 
 
 # The paper's own experiment: a torchvision ImageNet model with local weights on an image folder
@@ -278,8 +260,4 @@ rule pullback_external:
         device=config["device"],
         code=[code_hash("pullback"), code_hash("pullback_figures")],
     shell:
-        "intertwine pullback-external --name {wildcards.name} --arch {params.arch} --weights {input.weights}"
-        " --entry {params.entry:q} --config {params.block:q} --figures {params.figures:q}"
-        " --global-seed {params.seed} --device {params.device} --threads {threads} --out {output.table}"
-        " --figure {output.figure} --perturbed-figure {output.perturbed}"
-        " --other-formats {output.other_formats} > {log} 2>&1"
+        CLI["pullback-external"].shell()

@@ -22,11 +22,7 @@ rule rotation_trial:
         code=code_hash("rotation"),
         data=data_dir,
     shell:
-        "intertwine rotation-trial --checkpoint {input.checkpoint} --data {params.data} --site {wildcards.site}"
-        " --group {wildcards.group} --trial {wildcards.trial} --config {params.block:q}"
-        " --training {params.training:q} --eval-batch-size {resources.eval_batch_size}"
-        " --global-seed {params.seed} --device {params.device}"
-        " --threads {threads} --out {output} > {log} 2>&1"
+        CLI["rotation-trial"].shell()
 
 
 rule rotation_table:
@@ -43,7 +39,7 @@ rule rotation_table:
     params:
         code=code_hash("rotation_table"),
     shell:
-        "intertwine table {input} --schema rotation --out {output} > {log} 2>&1"
+        CLI["table"].shell(schema="rotation")
 
 
 rule rotation_figure:
@@ -66,5 +62,4 @@ rule rotation_figure:
         figures=as_json(config["figures"]),
         code=code_hash("rotation_figures"),
     shell:
-        "intertwine rotation-figure --table {input} --figures {params.figures:q}"
-        " --out {output.png} --other-formats {output.other_formats} > {log} 2>&1"
+        CLI["rotation-figure"].shell()

@@ -15,16 +15,17 @@ rule similarity_pair:
     resources:
         **on_gpu(NEEDS.similarity_pair),
     params:
+        **CLI["similarity-pair"].when_given(
+            procrustes=lambda wc: PLAN.similarity_measures(int(wc.pair))["procrustes"],
+            cka=lambda wc: PLAN.similarity_measures(int(wc.pair))["cka"],
+        ),
         block=as_json(PLAN.similarity_block),
-        parts=lambda wc: PLAN.similarity_parts(int(wc.pair)),
         seed=config["seed"],
         device=config["device"],
         code=code_hash("similarity"),
         data=data_dir,
     shell:
-        "intertwine similarity-pair --a {input.a} --b {input.b} --data {params.data} --pair {wildcards.pair}"
-        "{params.parts} --config {params.block:q} --global-seed {params.seed} --device {params.device}"
-        " --threads {threads} --out {output} > {log} 2>&1"
+        CLI["similarity-pair"].shell()
 
 
 rule similarity_table:
@@ -41,7 +42,7 @@ rule similarity_table:
     params:
         code=code_hash("similarity_table"),
     shell:
-        "intertwine table {input} --schema similarity --out {output} > {log} 2>&1"
+        CLI["table"].shell(schema="similarity")
 
 
 rule similarity_figure:
@@ -65,17 +66,14 @@ rule similarity_figure:
     resources:
         **on_cpu(),
     params:
+        **CLI["similarity-figure"].when_given(
+            procrustes=config["similarity"]["procrustes_pairs"]
+            and "results/figures/similarity_procrustes.png",
+            cka=config["similarity"]["cka_pairs"] and "results/figures/similarity_cka.png",
+        ),
         figures=as_json(config["figures"]),
         variants=as_json(config["zoo"]["variants"]),
         dataset=DATASET,
-        procrustes=(
-            " --procrustes results/figures/similarity_procrustes.png"
-            if config["similarity"]["procrustes_pairs"]
-            else ""
-        ),
-        cka=" --cka results/figures/similarity_cka.png" if config["similarity"]["cka_pairs"] else "",
         code=code_hash("similarity_figures"),
     shell:
-        "intertwine similarity-figure --table {input} --dataset {params.dataset} --variants {params.variants:q}"
-        " --figures {params.figures:q}{params.procrustes}{params.cka} --summary {output.summary}"
-        " --other-formats {output.other_formats} > {log} 2>&1"
+        CLI["similarity-figure"].shell()

@@ -22,10 +22,7 @@ rule stitch_pair:
         code=code_hash("stitching"),
         data=data_dir,
     shell:
-        "intertwine stitch-pair --a {input.a} --b {input.b} --data {params.data} --method {wildcards.method}"
-        " --pair {wildcards.pair} --sites {params.sites:q} --config {params.block:q}"
-        " --global-seed {params.seed} --device {params.device} --threads {threads}"
-        " --out {output} > {log} 2>&1"
+        CLI["stitch-pair"].shell()
 
 
 rule stitching_table:
@@ -42,7 +39,7 @@ rule stitching_table:
     params:
         code=code_hash("stitching_table"),
     shell:
-        "intertwine table {input} --schema stitching --out {output} > {log} 2>&1"
+        CLI["table"].shell(schema="stitching")
 
 
 rule stitching_figure:
@@ -86,10 +83,7 @@ rule stitching_figure:
         figures=as_json(config["figures"]),
         code=code_hash("stitching_figures"),
     shell:
-        "intertwine stitching-figure --table {input} --figures {params.figures:q}"
-        " --penalty {output.penalty} --dimension {output.dimension} --convergence {output.convergence}"
-        " --summary {output.summary}"
-        " --other-formats {output.other_formats} > {log} 2>&1"
+        CLI["stitching-figure"].shell()
 
 
 rule stitching_studies_figure:
@@ -113,13 +107,17 @@ rule stitching_studies_figure:
     resources:
         **on_cpu(),
     params:
+        **CLI["stitching-studies"].when_given(
+            leaky_relu=PLAN.study_figures.get("leaky_relu"),
+            leaky_relu_table=PLAN.study_tables,
+            alpha_cv=PLAN.study_figures.get("alpha_cv"),
+            l1=PLAN.study_figures.get("l1"),
+            softsort=PLAN.study_figures.get("softsort"),
+            transformer=PLAN.study_figures.get("transformer"),
+        ),
         figures=as_json(config["figures"]),
-        paths=" ".join(f"--{flag} {png}" for flag, png in PLAN.study_figures.items())
-        + (" --leaky-relu-table results/tables/leaky_relu_accuracy.csv" if PLAN.leaky_slopes else ""),
         slopes=as_json(PLAN.leaky_slopes),
         transformers=as_json(PLAN.transformers),
         code=code_hash("stitching_figures"),
     shell:
-        "intertwine stitching-studies --table {input.table} --zoo {input.zoo} --slopes {params.slopes:q}"
-        " --transformers {params.transformers:q} --figures {params.figures:q} {params.paths}"
-        " --other-formats {output.other_formats} > {log} 2>&1"
+        CLI["stitching-studies"].shell()

@@ -17,9 +17,7 @@ rule symmetry_check:
         code=code_hash("symmetry"),
         data=data_dir,
     shell:
-        "intertwine symmetry-check --checkpoint {input.checkpoint} --data {params.data}"
-        " --config {params.block:q} --global-seed {params.seed} --device {params.device}"
-        " --out {output} > {log} 2>&1"
+        CLI["symmetry-check"].shell()
 
 
 rule symmetry_table:
@@ -41,4 +39,4 @@ rule symmetry_table:
     params:
         code=code_hash("symmetry_table"),
     shell:
-        "intertwine symmetry-table {input} --out {output.table} --summary {output.summary} > {log} 2>&1"
+        CLI["symmetry-table"].shell()

@@ -24,19 +24,15 @@ rule train_member:
         # changing them reruns nothing.
         eval_batch_size=lambda wc: PLAN.train_run(wc.variant)["eval_batch_size"],
     params:
+        **CLI["train-member"].when_given(features=lambda wc, input: input.features),
         spec=lambda wc: as_json(config["zoo"]["variants"][wc.variant]),
         training=lambda wc: as_json(PLAN.train_block(wc.variant)),
         seed=config["seed"],
         device=config["device"],
         code=code_hash("zoo"),
         data=data_dir,
-        features=lambda wc, input: f" --features {input.features}" if input.features else "",
     shell:
-        "intertwine train-member --data {params.data} --variant {wildcards.variant} --seed {wildcards.seed}"
-        " --spec {params.spec:q} --training {params.training:q} --global-seed {params.seed}"
-        " --eval-batch-size {resources.eval_batch_size} --device {params.device} --threads {threads}"
-        " --out {output.checkpoint} --metrics {output.metrics}{params.features}"
-        " > {log} 2>&1"
+        CLI["train-member"].shell()
 
 
 rule train_pack:
@@ -58,6 +54,7 @@ rule train_pack:
         **on_gpu(NEEDS.train_pack),
         eval_batch_size=lambda wc: PLAN.train_run(wc.variant)["eval_batch_size"],
     params:
+        **CLI["train-pack"].when_given(features=lambda wc, input: input.features),
         spec=lambda wc: as_json(config["zoo"]["variants"][wc.variant]),
         training=lambda wc: as_json(PLAN.train_block(wc.variant)),
         seed=config["seed"],
@@ -67,13 +64,8 @@ rule train_pack:
         checkpoints=lambda wc: " ".join(
             f"results/zoo/{wc.variant}/seed{seed}.pt" for seed in range(int(wc.first), int(wc.last) + 1)
         ),
-        features=lambda wc, input: f" --features {' '.join(input.features)}" if input.features else "",
     shell:
-        "intertwine train-pack --data {params.data} --variant {wildcards.variant} --seeds {wildcards.first}-{wildcards.last}"
-        " --spec {params.spec:q} --training {params.training:q} --global-seed {params.seed}"
-        " --eval-batch-size {resources.eval_batch_size} --device {params.device} --threads {threads}"
-        " --out {output} --checkpoints {params.checkpoints}{params.features}"
-        " > {log} 2>&1"
+        CLI["train-pack"].shell()
 
 
 # Links, not copies: no cluster job, no second copy of the weights.
@@ -94,8 +86,7 @@ rule unpack_member:
     conda:
         CONDA_ENV
     shell:
-        "intertwine unpack-member --pack {input.pack} --seed {wildcards.seed}"
-        " --out {output.checkpoint} --metrics {output.metrics} > {log} 2>&1"
+        CLI["unpack-member"].shell()
 
 
 rule zoo_table:
@@ -113,7 +104,7 @@ rule zoo_table:
     params:
         code=code_hash("zoo_table"),
     shell:
-        "intertwine zoo-table {input} --out {output.zoo} --epochs-out {output.epochs} > {log} 2>&1"
+        CLI["zoo-table"].shell()
 
 
 rule zoo_figure:
@@ -143,6 +134,4 @@ rule zoo_figure:
         dataset=DATASET,
         code=code_hash("zoo_figures"),
     shell:
-        "intertwine zoo-figure --zoo {input} --variants {params.variants:q} --dataset {params.dataset}"
-        " --figures {params.figures:q} --out {output.png} --other-formats {output.other_formats}"
-        " --summary {output.summary} > {log} 2>&1"
+        CLI["zoo-figure"].shell()

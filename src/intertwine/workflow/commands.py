@@ -6,6 +6,7 @@ commands (``intertwine.workflow.stages.<stage>.commands``) add themselves throug
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import re
 import sys
@@ -136,6 +137,116 @@ def job_context(args):
     return Job(args.device, args.data, args.global_seed, log)
 
 
+#: The ``rule`` of an option the workflow passes only when it has a value (an optional input, a
+#: figure the config asks for): the rule's params render it (``Command.when_given``) and its shell
+#: line holds ``{params.<dest>}``.
+WHEN_GIVEN = "when given"
+#: The ``rule`` of an option each rule that runs the command gives itself (``shell(schema=...)``).
+BY_RULE = "by rule"
+
+
+class Command:
+    """One subcommand: its parser, and what the workflow's rule passes each option, in order.
+
+    An option's ``rule`` is the Snakemake template its rule gives it (``"{input.a}"``,
+    ``"{params.block:q}"``, ``"{wildcards.pair}"``), or ``WHEN_GIVEN``; options without one are for
+    people only. The rule's shell line is built from these (``shell``), so a job's arguments are
+    declared once, here, for the rule and the command alike."""
+
+    def __init__(self, name: str, parser: argparse.ArgumentParser, shared: list, last: list) -> None:
+        self.name = name
+        self.parser = parser
+        # (action, rule template): the shared options it takes, its own, then the config block, the
+        # options of every job or figure and --out, which is the order of the shell line
+        self._shared, self._own, self._last = shared, [], last
+        self.repeated: set[str] = set()  # options given once per value (action="append")
+
+    @property
+    def passed(self) -> list[tuple[argparse.Action, str]]:
+        """What the rule passes, in the order of its shell line, each with its template: the
+        positional arguments first (no option taking several values may come before them)."""
+        options = self._shared + self._own + self._last
+        return [o for o in options if not o[0].option_strings] + [o for o in options if o[0].option_strings]
+
+    def add_argument(self, *flags: str, rule: str | None = None, **kwargs) -> argparse.Action:
+        """``parser.add_argument``; ``rule`` is the template the workflow's rule passes."""
+        action = self.parser.add_argument(*flags, **kwargs)
+        if kwargs.get("action") == "append":
+            self.repeated.add(action.dest)
+        if rule is not None:
+            self._own.append((action, rule))
+        return action
+
+    def shell(self, log: bool = True, **rules: str) -> str:
+        """The rule's shell line: each passed option with its template, ``rules`` overriding them by
+        destination (e.g. ``schema="rotation"`` for ``intertwine table``); ``log`` sends the
+        command's output to the rule's log."""
+        unknown = set(rules) - {action.dest for action, _ in self.passed}
+        if unknown:
+            raise ValueError(f"intertwine {self.name} passes no option {sorted(unknown)}")
+        line = f"intertwine {self.name}"
+        for action, rule in self.passed:
+            rule = rules.get(action.dest, rule)
+            if rule == BY_RULE:
+                raise ValueError(f"intertwine {self.name}: the rule gives {action.dest}= to shell()")
+            if rule == WHEN_GIVEN:
+                line += f"{{params.{action.dest}}}"
+            elif action.option_strings:
+                line += f" {action.option_strings[0]} {rule}"
+            else:
+                line += f" {rule}"
+        return line + (" > {log} 2>&1" if log else "")
+
+    @property
+    def when_given_options(self) -> list[str]:
+        """The destinations of the options the rule passes only when given."""
+        return [action.dest for action, rule in self.passed if rule == WHEN_GIVEN]
+
+    def when_given(self, **values) -> dict:
+        """The rule's params of its ``WHEN_GIVEN`` options, each `` --flag value`` or nothing:
+        ``values`` holds each option's value, or a function of the job's ``wildcards``, ``input``
+        and ``output`` (those it names) that gives it."""
+        actions = {action.dest: action for action, rule in self.passed if rule == WHEN_GIVEN}
+        if set(values) != set(actions):
+            raise ValueError(
+                f"intertwine {self.name}: give the values of {sorted(actions)} (got {sorted(values)})"
+            )
+        return {
+            dest: _rendered(actions[dest].option_strings[0], value, dest in self.repeated)
+            for dest, value in values.items()
+        }
+
+
+def _flag(flag: str, value, repeated: bool) -> str:
+    """`` flag value`` (`` flag`` for True), nothing for an empty or false value; a list's items
+    follow one flag, or each its own where the option is ``repeated`` (``action="append"``)."""
+    if value is None or value is False or (not isinstance(value, bool) and len(str(value)) == 0):
+        return ""
+    if value is True:
+        return f" {flag}"
+    if isinstance(value, str) or not hasattr(value, "__iter__"):
+        return f" {flag} {value}"
+    items = [str(item) for item in value]
+    if repeated:
+        return "".join(f" {flag} {item}" for item in items)
+    return f" {flag} " + " ".join(items) if items else ""
+
+
+def _rendered(flag: str, value, repeated: bool):
+    """A params entry: ``value``'s flag now, or a function of the job that renders it."""
+    if not callable(value):
+        return _flag(flag, value, repeated)
+    names = list(inspect.signature(value).parameters)[1:]  # after the wildcards: input, output
+    if not set(names) <= {"input", "output"}:
+        raise ValueError(f"{flag}: a value's function takes (wildcards[, input][, output]), not {names}")
+
+    def render(wildcards, input, output):
+        job = {"input": input, "output": output}
+        return _flag(flag, value(wildcards, **{name: job[name] for name in names}), repeated)
+
+    return render
+
+
 class Commands:
     """The subcommands being built: ``add`` one; ``job`` and ``figure`` are the parent parsers of
     the torch jobs' shared options (``--data``, ``--global-seed``, ``--device``, ``--threads``) and
@@ -143,72 +254,122 @@ class Commands:
 
     def __init__(self, subparsers) -> None:
         self._subparsers = subparsers
-        # Options every torch job takes, and those of every figure command: one parent parser each.
+        self.commands: dict[str, Command] = {}
+        # Options every torch job takes, and those of every figure command: one parent parser each,
+        # with what the rules pass them.
         self.job = argparse.ArgumentParser(add_help=False)
-        self.job.add_argument(
-            "--data",
-            help="data cache directory, e.g. results/data/shapes (read by every job but dissect-external)",
-        )
-        self.job.add_argument("--global-seed", type=int, default=0, help="the config's seed")
-        self.job.add_argument(
-            "--device",
-            type=device,
-            default="auto",
-            help="torch device: auto (CUDA when present), cpu, cuda[:n]",
-        )
-        self.job.add_argument(
-            "--threads", type=integer(1), default=1, help="CPU threads for torch (at least 1)"
-        )
         self.figure = argparse.ArgumentParser(add_help=False)
-        self.figure.add_argument(
-            "--figures", type=json_object, required=True, help="the `figures` block (JSON)"
-        )
-        self.figure.add_argument(
-            "--other-formats",
-            nargs="*",
-            default=[],
-            help="more files of the same figures (.pdf, .svg), matched by file name",
-        )
-        # Options several commands take in the same sense, each defined once here.
+        self._rules = {
+            self.job: {
+                self.job.add_argument(
+                    "--data",
+                    help="data cache directory, e.g. results/data/shapes (read by every job but the "
+                    "external models')",
+                ): "{params.data}",
+                self.job.add_argument("--global-seed", type=int, default=0, help="the config's seed"): (
+                    "{params.seed}"
+                ),
+                self.job.add_argument(
+                    "--device",
+                    type=device,
+                    default="auto",
+                    help="torch device: auto (CUDA when present), cpu, cuda[:n]",
+                ): "{params.device}",
+                self.job.add_argument(
+                    "--threads", type=integer(1), default=1, help="CPU threads for torch (at least 1)"
+                ): "{threads}",
+            },
+            self.figure: {
+                self.figure.add_argument(
+                    "--figures", type=json_object, required=True, help="the `figures` block (JSON)"
+                ): "{params.figures:q}",
+                self.figure.add_argument(
+                    "--other-formats",
+                    nargs="*",
+                    default=[],
+                    help="more files of the same figures (.pdf, .svg), matched by file name",
+                ): "{output.other_formats}",
+            },
+        }
+        # Options several commands take in the same sense, each defined once here: (argparse
+        # keywords, what a rule passes unless the command says otherwise).
         self.same = {
-            "--checkpoint": dict(required=True, help="trained zoo member (.pt)"),
-            "--a": dict(
-                required=True, help="zoo member a (.pt); stitching: f, whose layers run up to the site"
+            "--checkpoint": (dict(required=True, help="trained zoo member (.pt)"), "{input.checkpoint}"),
+            "--a": (
+                dict(required=True, help="zoo member a (.pt); stitching: f, whose layers run up to the site"),
+                "{input.a}",
             ),
-            "--b": dict(
-                required=True, help="zoo member b (.pt); stitching: g, whose layers run after the site"
+            "--b": (
+                dict(required=True, help="zoo member b (.pt); stitching: g, whose layers run after the site"),
+                "{input.b}",
             ),
-            "--pair": dict(type=integer(0), required=True, help="the pair's index (seeds its random draws)"),
-            "--site": dict(required=True, help="activation site"),
-            "--training": dict(
-                type=json_object, required=True, help="the variant's `zoo.training` block (JSON)"
+            "--pair": (
+                dict(type=integer(0), required=True, help="the pair's index (seeds its random draws)"),
+                "{wildcards.pair}",
             ),
-            "--eval-batch-size": dict(
-                type=integer(1),
-                default=None,
-                help="evaluation batch size (zoo.training.eval_batch_size; speed only, "
-                "so the workflow passes it beside --training)",
+            "--site": (dict(required=True, help="activation site"), "{wildcards.site}"),
+            "--training": (
+                dict(type=json_object, required=True, help="the variant's `zoo.training` block (JSON)"),
+                "{params.training:q}",
             ),
-            "--units-out": dict(required=True, help=".parquet, one row per unit of each --out row"),
-            "--table": dict(required=True, help="the stage's table (.parquet)"),
-            "--summary": dict(required=True, help="summary table .csv"),
-            "--variants": dict(type=json_object, required=True, help="the `zoo.variants` block (JSON)"),
-            "--dataset": dict(
-                required=True,
-                choices=schema_enum("properties", "data", "properties", "dataset"),
-                help="the data set (the paper's numbers are shown for cifar10)",
+            "--eval-batch-size": (
+                dict(
+                    type=integer(1),
+                    default=None,
+                    help="evaluation batch size (zoo.training.eval_batch_size; speed only, "
+                    "so the workflow passes it beside --training)",
+                ),
+                "{resources.eval_batch_size}",
+            ),
+            "--units-out": (
+                dict(required=True, help=".parquet, one row per unit of each --out row"),
+                "{output.units}",
+            ),
+            "--table": (dict(required=True, help="the stage's table (.parquet)"), "{input.table}"),
+            "--summary": (dict(required=True, help="summary table .csv"), "{output.summary}"),
+            "--variants": (
+                dict(type=json_object, required=True, help="the `zoo.variants` block (JSON)"),
+                "{params.variants:q}",
+            ),
+            "--dataset": (
+                dict(
+                    required=True,
+                    choices=schema_enum("properties", "data", "properties", "dataset"),
+                    help="the data set (the paper's numbers are shown for cifar10)",
+                ),
+                "{params.dataset}",
             ),
         }
 
-    def add(self, name, func, help, parents=(), out=None, config=None, options=()) -> argparse.ArgumentParser:
+    def add(self, name, func, help, parents=(), out=None, config=None, options=(), rules=None) -> Command:
         """A subcommand ``name`` running ``func(args)``; ``out`` is the help of its --out, ``config``
-        the config block its --config holds, ``options`` those of ``same`` it takes."""
+        the config block its --config holds, ``options`` those of ``same`` it takes. ``rules``
+        changes what the rule passes a shared, parent, --out or --config option ({flag: template},
+        None for not passed); --out takes ``{output}``, --config ``{params.block:q}``."""
+        rules = dict(rules or {})
         p = self._subparsers.add_parser(name, help=help, description=help, parents=list(parents))
         p.set_defaults(func=func)
-        if out:
-            p.add_argument("--out", required=True, help=out)
-        if config:
-            p.add_argument("--config", type=json_object, required=True, help=f"the `{config}` block (JSON)")
+
+        def passed(action, default):
+            rule = rules.pop(action.option_strings[0], default)
+            return [] if rule is None else [(action, rule)]
+
+        shared = []
         for option in options:
-            p.add_argument(option, **self.same[option])
-        return p
+            kwargs, rule = self.same[option]
+            shared += passed(p.add_argument(option, **kwargs), rule)
+        last = []
+        if config:
+            action = p.add_argument(
+                "--config", type=json_object, required=True, help=f"the `{config}` block (JSON)"
+            )
+            last += passed(action, "{params.block:q}")
+        for parent in parents:
+            for action, rule in self._rules[parent].items():
+                last += passed(action, rule)
+        if out:
+            last += passed(p.add_argument("--out", required=True, help=out), "{output}")
+        if rules:
+            raise ValueError(f"intertwine {name} takes no shared option {sorted(rules)}")
+        self.commands[name] = Command(name, p, shared, last)
+        return self.commands[name]

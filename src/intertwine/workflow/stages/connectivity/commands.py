@@ -57,18 +57,28 @@ def add_commands(cli: Commands) -> None:
         "loss and accuracy along the line between aligned members, and the barrier against width",
         [cli.figure],
         options=["--table", "--summary"],
+        rules={"--table": "{input}"},
     )
     p.add_argument(
         "--families",
         type=json_object,
         required=True,
+        rule="{params.families:q}",
         help="variant -> its architecture without the width (JSON): a panel of the barriers figure each",
     )
-    p.add_argument("--curves", required=True, help="loss and accuracy along the line (.png)")
-    p.add_argument("--barriers", required=True, help="test-loss barrier per method against width (.png)")
+    p.add_argument(
+        "--curves", required=True, rule="{output.figures[0]}", help="loss and accuracy along the line (.png)"
+    )
+    p.add_argument(
+        "--barriers",
+        required=True,
+        rule="{output.figures[1]}",
+        help="test-loss barrier per method against width (.png)",
+    )
     p.add_argument(
         "--barrier",
         default="endpoints_mean",
+        rule="{params.barrier}",
         choices=["endpoints_mean", "endpoints_line"],
         help="the barrier drawn and summarised (config connectivity.barrier)",
     )

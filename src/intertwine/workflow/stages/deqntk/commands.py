@@ -4,6 +4,7 @@ kernel, the reference CKA, the table and the figures."""
 from __future__ import annotations
 
 from intertwine.workflow.commands import (
+    WHEN_GIVEN,
     Commands,
     integer,
     job_context,
@@ -122,14 +123,29 @@ def _add_kernel_commands(cli: Commands, deqntk_options: dict) -> None:
         out="the block (.npz)",
         config="deqntk",
     )
-    p.add_argument("--variances", **deqntk_options["--variances"])
+    p.add_argument("--variances", rule="{wildcards.variances}", **deqntk_options["--variances"])
     p.add_argument(
         "--n-train",
+        rule="{params.n_train}",
         **deqntk_options["--n-train"] | {"help": "the Gram's training images (the largest deqntk.n_train)"},
     )
-    p.add_argument("--part", required=True, choices=["train", "test"], help="the training or the test rows")
-    p.add_argument("--start", type=integer(0), required=True, help="the block's first row of its part")
-    p.add_argument("--stop", type=integer(1), required=True, help="one past its last row")
+    p.add_argument(
+        "--part",
+        required=True,
+        choices=["train", "test"],
+        rule="{wildcards.part}",
+        help="the training or the test rows",
+    )
+    p.add_argument(
+        "--start",
+        type=integer(0),
+        required=True,
+        rule="{wildcards.start}",
+        help="the block's first row of its part",
+    )
+    p.add_argument(
+        "--stop", type=integer(1), required=True, rule="{params.stop}", help="one past its last row"
+    )
     p = cli.add(
         "deqntk-regression",
         cmd_deqntk_regression,
@@ -138,11 +154,13 @@ def _add_kernel_commands(cli: Commands, deqntk_options: dict) -> None:
         out="one-row .parquet",
         config="deqntk",
     )
-    p.add_argument("--variances", **deqntk_options["--variances"])
+    p.add_argument("--variances", rule="{wildcards.variances}", **deqntk_options["--variances"])
     p.add_argument(
-        "--n-train", **deqntk_options["--n-train"] | {"help": "training images (the Gram's first)"}
+        "--n-train",
+        rule="{wildcards.n_train}",
+        **deqntk_options["--n-train"] | {"help": "training images (the Gram's first)"},
     )
-    p.add_argument("blocks", nargs="+", help="the Gram's blocks (.npz of deqntk-gram)")
+    p.add_argument("blocks", nargs="+", rule="{input.blocks}", help="the Gram's blocks (.npz of deqntk-gram)")
     p = cli.add(
         "deqntk-depth",
         cmd_deqntk_depth,
@@ -151,7 +169,13 @@ def _add_kernel_commands(cli: Commands, deqntk_options: dict) -> None:
         out=".parquet, one row per kernel",
         config="deqntk",
     )
-    p.add_argument("--draw", type=integer(0), required=True, help="the draw's index (seeds its images)")
+    p.add_argument(
+        "--draw",
+        type=integer(0),
+        required=True,
+        rule="{wildcards.draw}",
+        help="the draw's index (seeds its images)",
+    )
     cli.add(
         "deqntk-conv",
         cmd_deqntk_conv,
@@ -179,16 +203,24 @@ def _add_table_and_figure_commands(cli: Commands) -> None:
         "the DEQ-NTK regressions and depth sweep in one table, with the paper's accuracies",
         out="deqntk.parquet",
     )
-    p.add_argument("parts", nargs="+", help="per-job tables (deqntk-regression, deqntk-depth, deqntk-conv)")
+    p.add_argument(
+        "parts",
+        nargs="+",
+        rule="{input}",
+        help="per-job tables (deqntk-regression, deqntk-depth, deqntk-conv)",
+    )
     p = cli.add(
         "deqntk-figure",
         cmd_deqntk_figure,
         "DEQ-NTK: accuracy beside the zoo's, accuracy vs depth, CKA of each site with the kernel",
         [cli.figure],
     )
-    p.add_argument("--zoo", help="zoo.parquet (the zoo's accuracies beside the kernel's)")
-    p.add_argument("--table", help="deqntk.parquet")
-    p.add_argument("--reference", help="kernel_reference.parquet")
-    p.add_argument("--accuracy", help="the kernel's accuracy per setting beside the zoo's (.png)")
-    p.add_argument("--depth", help="accuracy vs depth, finite depth and DEQ (.png)")
-    p.add_argument("--kernel-reference", help="CKA of each site with the kernel (.png)")
+    p.add_argument("--zoo", rule="{input.zoo}", help="zoo.parquet (the zoo's accuracies beside the kernel's)")
+    # each figure, with the table it draws, only when the config asks for it (Plan.deqntk_figures)
+    p.add_argument("--table", rule=WHEN_GIVEN, help="deqntk.parquet")
+    p.add_argument("--reference", rule=WHEN_GIVEN, help="kernel_reference.parquet")
+    p.add_argument(
+        "--accuracy", rule=WHEN_GIVEN, help="the kernel's accuracy per setting beside the zoo's (.png)"
+    )
+    p.add_argument("--depth", rule=WHEN_GIVEN, help="accuracy vs depth, finite depth and DEQ (.png)")
+    p.add_argument("--kernel-reference", rule=WHEN_GIVEN, help="CKA of each site with the kernel (.png)")

@@ -76,8 +76,11 @@ def add_commands(cli: Commands) -> None:
         out=".parquet, one row per (site, alpha, rotation)",
         config="dissection",
         options=["--checkpoint", "--units-out"],
+        rules={"--out": "{output.summary}"},
     )
-    p.add_argument("--sites", type=json_names, required=True, help="JSON list of sites")
+    p.add_argument(
+        "--sites", type=json_names, required=True, rule="{params.sites:q}", help="JSON list of sites"
+    )
     p = cli.add(
         "dissect-external",
         cmd_dissect_external,
@@ -86,21 +89,29 @@ def add_commands(cli: Commands) -> None:
         out=".parquet, one row per (site, alpha, rotation)",
         config="dissection",
         options=["--units-out"],
+        rules={"--out": "{output.summary}", "--data": None},  # Broden is found through its config
     )
-    p.add_argument("--name", required=True, help="the model's name in the tables (its `variant`)")
+    p.add_argument(
+        "--name",
+        required=True,
+        rule="{wildcards.name}",
+        help="the model's name in the tables (its `variant`)",
+    )
     p.add_argument(
         "--arch",
         required=True,
+        rule="{params.arch}",
         choices=schema_enum(
             "properties", "dissection", "properties", "external", "additionalProperties", "properties", "arch"
         ),
         help="torchvision architecture of the weights",
     )
-    p.add_argument("--weights", required=True, help="state dict file (.pth)")
+    p.add_argument("--weights", required=True, rule="{input.weights}", help="state dict file (.pth)")
     p.add_argument(
         "--sites",
         type=json_names_or_null,
         default=None,
+        rule="{params.sites:q}",
         help="JSON list of module names, or null for the arch's default",
     )
     p = cli.add(
@@ -111,8 +122,14 @@ def add_commands(cli: Commands) -> None:
         out="figure (.png)",
         config="dissection",
         options=["--checkpoint", "--site"],
+        rules={"--site": "{params.site}", "--out": "{output.png}"},
     )
-    p.add_argument("--units", required=True, help="the member's dissection units (seed0.units.parquet)")
+    p.add_argument(
+        "--units",
+        required=True,
+        rule="{input.units}",
+        help="the member's dissection units (seed0.units.parquet)",
+    )
     p = cli.add(
         "dissection-figure",
         cmd_dissection_figure,
@@ -120,12 +137,17 @@ def add_commands(cli: Commands) -> None:
         [cli.figure],
         options=["--table", "--summary"],
     )
-    p.add_argument("--units", required=True, help="dissection_units.parquet")
+    p.add_argument("--units", required=True, rule="{input.units}", help="dissection_units.parquet")
     p.add_argument(
         "--category-sites",
         type=json_object,
         required=True,
+        rule="{params.category_sites:q}",
         help="JSON {variant: site} for the category bars",
     )
-    p.add_argument("--fraction", required=True, help="fraction-vs-alpha figure (.png)")
-    p.add_argument("--categories", required=True, help="units-per-category figure (.png)")
+    p.add_argument(
+        "--fraction", required=True, rule="{output.figures[0]}", help="fraction-vs-alpha figure (.png)"
+    )
+    p.add_argument(
+        "--categories", required=True, rule="{output.figures[1]}", help="units-per-category figure (.png)"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from intertwine.workflow.commands import (
+    WHEN_GIVEN,
     Commands,
     job_context,
     json_names,
@@ -77,7 +78,13 @@ def add_commands(cli: Commands) -> None:
         out=".parquet, one row",
         options=["--eval-batch-size"],
     )
-    p.add_argument("--checkpoints", nargs="+", required=True, help="the ensemble's zoo members (.pt)")
+    p.add_argument(
+        "--checkpoints",
+        nargs="+",
+        required=True,
+        rule="{input.checkpoints}",
+        help="the ensemble's zoo members (.pt)",
+    )
     cli.add(
         "npk-member",
         cmd_npk_member,
@@ -93,17 +100,46 @@ def add_commands(cli: Commands) -> None:
         "the gated-networks study: accuracy per member beside the paper, kernels, findings",
         out="gated.parquet",
         options=["--variants", "--dataset"],
+        rules={"--out": "{output.table}"},
     )
-    p.add_argument("--zoo", required=True, help="zoo.parquet")
-    p.add_argument("--study", type=json_names, required=True, help="JSON list of the study's variants")
-    p.add_argument("--epochs", type=json_object, required=True, help="JSON {variant: training epochs}")
-    p.add_argument("--npk-out", required=True, help="npk.parquet: the per-member kernel tables")
-    p.add_argument("--findings", required=True, help="the paper's findings and our verdicts (.csv)")
-    p.add_argument("--ensembles", nargs="*", default=[], help="logit ensembles' tables (gated-ensemble)")
+    p.add_argument("parts", nargs="+", rule="{input.parts}", help="per-member kernel tables (npk-member)")
+    p.add_argument("--zoo", required=True, rule="{input.zoo}", help="zoo.parquet")
     p.add_argument(
-        "--ensembles-out", required=True, help="gated_ensembles.csv: the ensembles beside the paper's"
+        "--study",
+        type=json_names,
+        required=True,
+        rule="{params.study:q}",
+        help="JSON list of the study's variants",
     )
-    p.add_argument("parts", nargs="+", help="per-member kernel tables (npk-member)")
+    p.add_argument(
+        "--epochs",
+        type=json_object,
+        required=True,
+        rule="{params.epochs:q}",
+        help="JSON {variant: training epochs}",
+    )
+    p.add_argument(
+        "--npk-out", required=True, rule="{output.npk}", help="npk.parquet: the per-member kernel tables"
+    )
+    p.add_argument(
+        "--findings",
+        required=True,
+        rule="{output.findings}",
+        help="the paper's findings and our verdicts (.csv)",
+    )
+    p.add_argument(
+        "--ensembles",
+        nargs="*",
+        default=[],
+        rule="{input.ensembles}",
+        help="logit ensembles' tables (gated-ensemble)",
+    )
+    p.add_argument(
+        "--ensembles-out",
+        required=True,
+        rule="{output.ensembles}",
+        help="gated_ensembles.csv: the ensembles beside the paper's",
+    )
     p = cli.add(
         "gated-figure",
         cmd_gated_figure,
@@ -111,8 +147,14 @@ def add_commands(cli: Commands) -> None:
         [cli.figure],
         options=["--table"],
     )
-    p.add_argument("--npk", required=True, help="npk.parquet")
-    p.add_argument("--similarity", help="similarity.parquet (gate, linear and G_ReLU CKA across seeds)")
-    p.add_argument("--accuracy", required=True, help="accuracy per family x value input (.png)")
-    p.add_argument("--permutations", help="accuracy over gate permutations (.png)")
-    p.add_argument("--kernels", required=True, help="kernel CKAs (.png)")
+    p.add_argument("--npk", required=True, rule="{input.npk}", help="npk.parquet")
+    p.add_argument(
+        "--similarity",
+        rule=WHEN_GIVEN,
+        help="similarity.parquet (gate, linear and G_ReLU CKA across seeds)",
+    )
+    p.add_argument(
+        "--accuracy", required=True, rule="{output.accuracy}", help="accuracy per family x value input (.png)"
+    )
+    p.add_argument("--permutations", rule=WHEN_GIVEN, help="accuracy over gate permutations (.png)")
+    p.add_argument("--kernels", required=True, rule="{output.kernels}", help="kernel CKAs (.png)")

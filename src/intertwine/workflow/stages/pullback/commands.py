@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from intertwine.workflow.commands import (
+    WHEN_GIVEN,
     Commands,
     job_context,
     json_names,
@@ -148,8 +149,11 @@ def _add_member_commands(cli: Commands) -> None:
         out=".parquet, one row per (group, scale spread, mode)",
         config="pullback",
         options=["--checkpoint"],
+        rules={"--out": "{output.symmetry}"},
     )
-    p.add_argument("--faithfulness-out", required=True, help=".parquet, one row per mode")
+    p.add_argument(
+        "--faithfulness-out", required=True, rule="{output.faithfulness}", help=".parquet, one row per mode"
+    )
     p = cli.add(
         "pullback-pair",
         cmd_pullback_pair,
@@ -158,11 +162,19 @@ def _add_member_commands(cli: Commands) -> None:
         out=".parquet, one row per (site, unit, mode)",
         config="pullback",
         options=["--a", "--b", "--pair"],
+        rules={"--out": "{output.agreement}"},
     )
-    p.add_argument("--sites", type=json_names, required=True, help="JSON list of the hidden units' sites")
+    p.add_argument(
+        "--sites",
+        type=json_names,
+        required=True,
+        rule="{params.sites:q}",
+        help="JSON list of the hidden units' sites",
+    )
     p.add_argument(
         "--transfer-out",
         required=True,
+        rule="{output.transfer}",
         help=".parquet, PGD transfer across the seeds: one row per direction and mode",
     )
     p = cli.add(
@@ -173,8 +185,9 @@ def _add_member_commands(cli: Commands) -> None:
         out="gradient vs pullback grid (.png)",
         config="pullback",
         options=["--checkpoint"],
+        rules={"--out": "{output.grid}"},
     )
-    p.add_argument("--pgd", required=True, help="PGD grid (.png)")
+    p.add_argument("--pgd", required=True, rule="{output.pgd}", help="PGD grid (.png)")
 
 
 def _add_table_and_figure_commands(cli: Commands) -> None:
@@ -185,14 +198,44 @@ def _add_table_and_figure_commands(cli: Commands) -> None:
         "the excitation-pullback stage's tables and their summary",
         out="pullback_symmetry.parquet",
         options=["--summary"],
+        rules={"--out": "{output.symmetry}"},
     )
-    p.add_argument("--symmetry", nargs="+", required=True, help="per-member symmetry tables")
-    p.add_argument("--faithfulness", nargs="+", required=True, help="per-member faithfulness tables")
-    p.add_argument("--agreement", nargs="*", default=[], help="per-pair agreement tables (none: no pairs)")
-    p.add_argument("--faithfulness-out", required=True, help="pullback_faithfulness.parquet")
-    p.add_argument("--agreement-out", required=True, help="pullback_agreement.parquet")
-    p.add_argument("--transfer", nargs="*", default=[], help="per-pair PGD transfer tables (none: no pairs)")
-    p.add_argument("--transfer-out", required=True, help="pullback_transfer.parquet")
+    p.add_argument(
+        "--symmetry", nargs="+", required=True, rule="{input.symmetry}", help="per-member symmetry tables"
+    )
+    p.add_argument(
+        "--faithfulness",
+        nargs="+",
+        required=True,
+        rule="{input.faithfulness}",
+        help="per-member faithfulness tables",
+    )
+    p.add_argument(
+        "--agreement",
+        nargs="*",
+        default=[],
+        rule="{input.agreement}",
+        help="per-pair agreement tables (none: no pairs)",
+    )
+    p.add_argument(
+        "--faithfulness-out",
+        required=True,
+        rule="{output.faithfulness}",
+        help="pullback_faithfulness.parquet",
+    )
+    p.add_argument(
+        "--agreement-out", required=True, rule="{output.agreement}", help="pullback_agreement.parquet"
+    )
+    p.add_argument(
+        "--transfer",
+        nargs="*",
+        default=[],
+        rule="{input.transfer}",
+        help="per-pair PGD transfer tables (none: no pairs)",
+    )
+    p.add_argument(
+        "--transfer-out", required=True, rule="{output.transfer}", help="pullback_transfer.parquet"
+    )
     p = cli.add(
         "pullback-external",
         cmd_pullback_external,
@@ -200,43 +243,86 @@ def _add_table_and_figure_commands(cli: Commands) -> None:
         [cli.job, cli.figure],
         out=".parquet, one row per (mode, image, target)",
         config="pullback",
+        rules={"--out": "{output.table}", "--data": None},  # the images are found through its entry
     )
-    p.add_argument("--name", required=True, help="the model's name (pullback.external)")
+    p.add_argument(
+        "--name", required=True, rule="{wildcards.name}", help="the model's name (pullback.external)"
+    )
     p.add_argument(
         "--arch",
         required=True,
+        rule="{params.arch}",
         choices=schema_enum(
             "properties", "pullback", "properties", "external", "additionalProperties", "properties", "arch"
         ),
         help="torchvision architecture of the weights",
     )
-    p.add_argument("--weights", required=True, help="state dict file (.pth)")
+    p.add_argument("--weights", required=True, rule="{input.weights}", help="state dict file (.pth)")
     p.add_argument(
-        "--entry", type=json.loads, required=True, help="JSON: the model's pullback.external entry"
+        "--entry",
+        type=json.loads,
+        required=True,
+        rule="{params.entry:q}",
+        help="JSON: the model's pullback.external entry",
     )
-    p.add_argument("--figure", required=True, help="differences grid (.png)")
-    p.add_argument("--perturbed-figure", required=True, help="perturbed images grid (.png)")
+    p.add_argument("--figure", required=True, rule="{output.figure}", help="differences grid (.png)")
+    p.add_argument(
+        "--perturbed-figure", required=True, rule="{output.perturbed}", help="perturbed images grid (.png)"
+    )
     p = cli.add(
         "pullback-settling",
         cmd_pullback_settling,
         "Hypothesis 1: how far each recorded epoch's gate pattern is a zoo member's final one",
         [cli.figure],
         out="pullback_settling.parquet",
+        rules={"--out": "{output.table}"},
     )
-    p.add_argument("--checkpoints", nargs="+", required=True, help="members that recorded gate patterns")
-    p.add_argument("--figure", required=True, help="agreement with the final pattern per epoch (.png)")
+    p.add_argument(
+        "--checkpoints",
+        nargs="+",
+        required=True,
+        rule="{input}",
+        help="members that recorded gate patterns",
+    )
+    p.add_argument(
+        "--figure",
+        required=True,
+        rule="{output.figure}",
+        help="agreement with the final pattern per epoch (.png)",
+    )
     p = cli.add(
         "pullback-figure",
         cmd_pullback_figure,
         "excitation pullbacks: cosine vs scale spread per mode, agreement across seeds, faithfulness",
         [cli.figure],
     )
-    p.add_argument("--symmetry", required=True, help="pullback_symmetry.parquet")
-    p.add_argument("--faithfulness", required=True, help="pullback_faithfulness.parquet")
-    p.add_argument("--agreement", required=True, help="pullback_agreement.parquet")
-    p.add_argument("--symmetry-figure", required=True, help="cosine vs scale spread per mode (.png)")
-    p.add_argument("--faithfulness-figure", required=True, help="deletion, insertion, PGD success (.png)")
-    p.add_argument("--agreement-figure", help="agreement across seeds (.png); none without pairs")
-    p.add_argument("--transfer", help="pullback_transfer.parquet (with --transfer-figure)")
-    p.add_argument("--transfer-figure", help="PGD transfer across seeds (.png); none without pairs")
-    p.add_argument("--temperature-figure", help="every measure against T (.png); none without pullback.sweep")
+    p.add_argument("--symmetry", required=True, rule="{input.symmetry}", help="pullback_symmetry.parquet")
+    p.add_argument(
+        "--faithfulness", required=True, rule="{input.faithfulness}", help="pullback_faithfulness.parquet"
+    )
+    p.add_argument("--agreement", required=True, rule="{input.agreement}", help="pullback_agreement.parquet")
+    p.add_argument(
+        "--symmetry-figure",
+        required=True,
+        rule="{output.symmetry}",
+        help="cosine vs scale spread per mode (.png)",
+    )
+    p.add_argument(
+        "--faithfulness-figure",
+        required=True,
+        rule="{output.faithfulness}",
+        help="deletion, insertion, PGD success (.png)",
+    )
+    # the figures the config asks for (Plan.pullback_figures)
+    p.add_argument(
+        "--agreement-figure", rule=WHEN_GIVEN, help="agreement across seeds (.png); none without pairs"
+    )
+    p.add_argument("--transfer", rule=WHEN_GIVEN, help="pullback_transfer.parquet (with --transfer-figure)")
+    p.add_argument(
+        "--transfer-figure", rule=WHEN_GIVEN, help="PGD transfer across seeds (.png); none without pairs"
+    )
+    p.add_argument(
+        "--temperature-figure",
+        rule=WHEN_GIVEN,
+        help="every measure against T (.png); none without pullback.sweep",
+    )

@@ -53,12 +53,19 @@ def add_commands(cli: Commands) -> None:
     p.add_argument(
         "--group",
         required=True,
+        rule="{wildcards.group}",
         choices=schema_enum(
             "properties", "rotation", "properties", "variants", "additionalProperties", "items"
         ),
         help="the group a random element of which transforms the site",
     )
-    p.add_argument("--trial", type=integer(0), required=True, help="the trial's index (seeds its draw)")
+    p.add_argument(
+        "--trial",
+        type=integer(0),
+        required=True,
+        rule="{wildcards.trial}",
+        help="the trial's index (seeds its draw)",
+    )
     cli.add(
         "rotation-figure",
         cmd_rotation_figure,
@@ -66,4 +73,5 @@ def add_commands(cli: Commands) -> None:
         [cli.figure],
         out="figure (.png)",
         options=["--table"],
+        rules={"--table": "{input}", "--out": "{output.png}"},
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from intertwine.workflow.commands import (
+    WHEN_GIVEN,
     Commands,
     job_context,
     save_figure_files,
@@ -56,14 +57,18 @@ def add_commands(cli: Commands) -> None:
         config="similarity",
         options=["--a", "--b", "--pair"],
     )
-    p.add_argument("--procrustes", action="store_true", help="Procrustes measures at matching sites")
-    p.add_argument("--cka", action="store_true", help="CKA measures for every pair of sites")
+    # each measure for the pairs the config asks it of (Plan.similarity_measures)
+    p.add_argument(
+        "--procrustes", action="store_true", rule=WHEN_GIVEN, help="Procrustes measures at matching sites"
+    )
+    p.add_argument("--cka", action="store_true", rule=WHEN_GIVEN, help="CKA measures for every pair of sites")
     p = cli.add(
         "similarity-figure",
         cmd_similarity_figure,
         "Procrustes per site and CKA heatmaps (Table 2, Figs. 2, 5, 9-11)",
         [cli.figure],
         options=["--table", "--dataset", "--variants", "--summary"],
+        rules={"--table": "{input}"},
     )
-    p.add_argument("--procrustes", help="Procrustes figure (.png)")
-    p.add_argument("--cka", help="CKA heatmaps (.png)")
+    p.add_argument("--procrustes", rule=WHEN_GIVEN, help="Procrustes figure (.png)")
+    p.add_argument("--cka", rule=WHEN_GIVEN, help="CKA heatmaps (.png)")

@@ -26,12 +26,13 @@ class SimilarityPlan:
         """The variant's pairs; the measures are symmetric, so (a, b) and (b, a) are one pair."""
         return self._pairs("similarity", variant, self.similarity_pair_count(variant), symmetric=True)
 
-    def similarity_parts(self, pair: int) -> str:
-        """Which measures pair k computes, as CLI flags: Procrustes for the first procrustes_pairs,
-        CKA for the first cka_pairs."""
-        return (" --procrustes" if pair < self.similarity["procrustes_pairs"] else "") + (
-            " --cka" if pair < self.similarity["cka_pairs"] else ""
-        )
+    def similarity_measures(self, pair: int) -> dict[str, bool]:
+        """Which measures pair k computes: Procrustes for the first procrustes_pairs, CKA for the
+        first cka_pairs."""
+        return {
+            "procrustes": pair < self.similarity["procrustes_pairs"],
+            "cka": pair < self.similarity["cka_pairs"],
+        }
 
     @property
     def similarity_block(self) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from intertwine.workflow.commands import (
+    WHEN_GIVEN,
     Commands,
     job_context,
     json_names,
@@ -83,12 +84,14 @@ def add_commands(cli: Commands) -> None:
         "--method",
         type=method,
         required=True,
+        rule="{wildcards.method}",
         help="full, rank<r>, l1_<lambda>, grelu, grelu_cv, softsort or monomial",
     )
     p.add_argument(
         "--sites",
         type=json_names_or_null,
         default=None,
+        rule="{params.sites:q}",
         help="JSON list of sites, or null for all (the default)",
     )
     p = cli.add(
@@ -97,11 +100,17 @@ def add_commands(cli: Commands) -> None:
         "stitching penalty and layer dimension per site (Figs. 1, 6, 7)",
         [cli.figure],
         options=["--table", "--summary"],
+        rules={"--table": "{input}"},
     )
-    p.add_argument("--penalty", required=True, help="penalty figure (.png)")
-    p.add_argument("--dimension", required=True, help="parameter dimension figure (.png)")
+    p.add_argument("--penalty", required=True, rule="{output.penalty}", help="penalty figure (.png)")
     p.add_argument(
-        "--convergence", required=True, help="G_ReLU layers' off-permutation mass per epoch (.png)"
+        "--dimension", required=True, rule="{output.dimension}", help="parameter dimension figure (.png)"
+    )
+    p.add_argument(
+        "--convergence",
+        required=True,
+        rule="{output.convergence}",
+        help="G_ReLU layers' off-permutation mass per epoch (.png)",
     )
     p = cli.add(
         "stitching-studies",
@@ -110,12 +119,33 @@ def add_commands(cli: Commands) -> None:
         [cli.figure],
         options=["--table"],
     )
-    p.add_argument("--zoo", help="zoo.parquet (for --leaky-relu, --leaky-relu-table)")
-    p.add_argument("--slopes", type=json_numbers, help="JSON {variant: LeakyReLU negative slope}, ReLU 0")
-    p.add_argument("--transformers", type=json_names, help="JSON list of the transformer variants")
-    p.add_argument("--leaky-relu", help="G_ReLU penalty per slope and zoo accuracy (Fig. 8, Table 3; .png)")
-    p.add_argument("--leaky-relu-table", help="zoo accuracy per slope beside Table 3 (.csv)")
-    p.add_argument("--alpha-cv", help="alpha chosen by cross-validation (Figs. 13, 14; .png)")
-    p.add_argument("--l1", help="penalty against sparsity of L1-regularised stitching (Fig. 15; .png)")
-    p.add_argument("--softsort", help="SoftSort against Birkhoff G_ReLU stitching (D.2.2; .png)")
-    p.add_argument("--transformer", help="transformer stitching penalty (Fig. 12; .png)")
+    p.add_argument("--zoo", rule="{input.zoo}", help="zoo.parquet (for --leaky-relu, --leaky-relu-table)")
+    p.add_argument(
+        "--slopes",
+        type=json_numbers,
+        rule="{params.slopes:q}",
+        help="JSON {variant: LeakyReLU negative slope}, ReLU 0",
+    )
+    p.add_argument(
+        "--transformers",
+        type=json_names,
+        rule="{params.transformers:q}",
+        help="JSON list of the transformer variants",
+    )
+    # each figure (and the table) only when the config asks for its study (Plan.study_figures)
+    p.add_argument(
+        "--leaky-relu",
+        rule=WHEN_GIVEN,
+        help="G_ReLU penalty per slope and zoo accuracy (Fig. 8, Table 3; .png)",
+    )
+    p.add_argument("--leaky-relu-table", rule=WHEN_GIVEN, help="zoo accuracy per slope beside Table 3 (.csv)")
+    p.add_argument(
+        "--alpha-cv", rule=WHEN_GIVEN, help="alpha chosen by cross-validation (Figs. 13, 14; .png)"
+    )
+    p.add_argument(
+        "--l1", rule=WHEN_GIVEN, help="penalty against sparsity of L1-regularised stitching (Fig. 15; .png)"
+    )
+    p.add_argument(
+        "--softsort", rule=WHEN_GIVEN, help="SoftSort against Birkhoff G_ReLU stitching (D.2.2; .png)"
+    )
+    p.add_argument("--transformer", rule=WHEN_GIVEN, help="transformer stitching penalty (Fig. 12; .png)")

@@ -78,16 +78,17 @@ class StitchingPlan:
 
     @functools.cached_property
     def study_figures(self) -> dict[str, str]:
-        """The appendix's stitching studies the config asks for: {CLI flag: figure}."""
+        """The appendix's stitching studies the config asks for: {study: figure}, each study named
+        like the option of ``intertwine stitching-studies`` that draws it."""
         kinds = {method_kind(m) for v in self.stitching["variants"] for m in self.stitch_methods(v)}
         studies = [
-            ("leaky-relu", "leaky_relu", bool(self.leaky_slopes)),
-            ("alpha-cv", "alpha_cv", "grelu_cv" in kinds),
+            ("leaky_relu", "leaky_relu", bool(self.leaky_slopes)),
+            ("alpha_cv", "alpha_cv", "grelu_cv" in kinds),
             ("l1", "l1_sparsity", "l1" in kinds),
             ("softsort", "softsort", "softsort" in kinds),
             ("transformer", "transformer", bool(self.transformers)),
         ]
-        return {flag: f"results/figures/stitching_{name}.png" for flag, name, wanted in studies if wanted}
+        return {study: f"results/figures/stitching_{name}.png" for study, name, wanted in studies if wanted}
 
     @property
     def study_tables(self) -> list[str]:

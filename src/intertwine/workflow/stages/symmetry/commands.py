@@ -43,5 +43,6 @@ def add_commands(cli: Commands) -> None:
         "aggregate the symmetry checks and summarise them",
         out="symmetry.parquet",
         options=["--summary"],
+        rules={"--out": "{output.table}"},
     )
-    p.add_argument("parts", nargs="+", help="per-member tables (symmetry-check)")
+    p.add_argument("parts", nargs="+", rule="{input}", help="per-member tables (symmetry-check)")

@@ -4,6 +4,7 @@ table and figure."""
 from __future__ import annotations
 
 from intertwine.workflow.commands import (
+    WHEN_GIVEN,
     Commands,
     integer,
     job_context,
@@ -97,13 +98,28 @@ def add_commands(cli: Commands) -> None:
         [cli.job],
         out="its checkpoint .pt (never overwritten)",
         options=["--training", "--eval-batch-size"],
+        rules={"--out": "{output.checkpoint}"},
     )
-    p.add_argument("--variant", required=True, help="the variant's name in zoo.variants (names the outputs)")
-    p.add_argument("--seed", type=integer(0), required=True, help="zoo member seed")
-    p.add_argument("--spec", type=json_object, required=True, help="the variant's model spec (JSON)")
-    p.add_argument("--metrics", required=True, help="output per-epoch metrics .parquet")
+    p.add_argument(
+        "--variant",
+        required=True,
+        rule="{wildcards.variant}",
+        help="the variant's name in zoo.variants (names the outputs)",
+    )
+    p.add_argument("--seed", type=integer(0), required=True, rule="{wildcards.seed}", help="zoo member seed")
+    p.add_argument(
+        "--spec",
+        type=json_object,
+        required=True,
+        rule="{params.spec:q}",
+        help="the variant's model spec (JSON)",
+    )
+    p.add_argument(
+        "--metrics", required=True, rule="{output.metrics}", help="output per-epoch metrics .parquet"
+    )
     p.add_argument(
         "--features",
+        rule=WHEN_GIVEN,
         help="a gated FL variant's feature network: the checkpoint of the trained member named by gated.features_from",
     )
     p = cli.add(
@@ -114,37 +130,60 @@ def add_commands(cli: Commands) -> None:
         out="the pack directory (never overwritten): per member a checkpoint and metrics, or a .diverged note",
         options=["--training", "--eval-batch-size"],
     )
-    p.add_argument("--variant", required=True, help="the variant's name in zoo.variants (names the outputs)")
     p.add_argument(
-        "--seeds", required=True, type=seed_range, help="the members, first-last (e.g. 0-3), consecutive"
+        "--variant",
+        required=True,
+        rule="{wildcards.variant}",
+        help="the variant's name in zoo.variants (names the outputs)",
     )
-    p.add_argument("--spec", type=json_object, required=True, help="the variant's model spec (JSON)")
+    p.add_argument(
+        "--seeds",
+        required=True,
+        type=seed_range,
+        rule="{wildcards.first}-{wildcards.last}",
+        help="the members, first-last (e.g. 0-3), consecutive",
+    )
+    p.add_argument(
+        "--spec",
+        type=json_object,
+        required=True,
+        rule="{params.spec:q}",
+        help="the variant's model spec (JSON)",
+    )
     p.add_argument(
         "--checkpoints",
         nargs="+",
         required=True,
+        rule="{params.checkpoints}",
         help="each member's own checkpoint path (its metrics record it)",
     )
     p.add_argument(
-        "--features", nargs="+", help="a gated FL variant's feature networks, one checkpoint per seed"
+        "--features",
+        nargs="+",
+        rule=WHEN_GIVEN,
+        help="a gated FL variant's feature networks, one checkpoint per seed",
     )
     p = cli.add(
         "unpack-member",
         cmd_unpack_member,
         "give a member of a trained pack its checkpoint and metrics paths (hard links)",
         out="its checkpoint .pt (never overwritten)",
+        rules={"--out": "{output.checkpoint}"},
     )
-    p.add_argument("--pack", required=True, help="the pack directory (train-pack --out)")
-    p.add_argument("--seed", type=integer(0), required=True, help="zoo member seed")
-    p.add_argument("--metrics", required=True, help="its per-epoch metrics .parquet")
+    p.add_argument("--pack", required=True, rule="{input.pack}", help="the pack directory (train-pack --out)")
+    p.add_argument("--seed", type=integer(0), required=True, rule="{wildcards.seed}", help="zoo member seed")
+    p.add_argument("--metrics", required=True, rule="{output.metrics}", help="its per-epoch metrics .parquet")
     p = cli.add(
         "zoo-table",
         cmd_zoo_table,
         "aggregate per-model metrics into the zoo tables",
         out="zoo.parquet: one row per model",
+        rules={"--out": "{output.zoo}"},
     )
-    p.add_argument("metrics", nargs="+", help="per-model metrics .parquet files")
-    p.add_argument("--epochs-out", required=True, help="zoo_epochs.parquet: one row per epoch")
+    p.add_argument("metrics", nargs="+", rule="{input}", help="per-model metrics .parquet files")
+    p.add_argument(
+        "--epochs-out", required=True, rule="{output.epochs}", help="zoo_epochs.parquet: one row per epoch"
+    )
     # --- figures
     p = cli.add(
         "zoo-figure",
@@ -153,5 +192,6 @@ def add_commands(cli: Commands) -> None:
         [cli.figure],
         out="figure (.png)",
         options=["--variants", "--dataset", "--summary"],
+        rules={"--out": "{output.png}"},
     )
-    p.add_argument("--zoo", required=True, help="zoo.parquet")
+    p.add_argument("--zoo", required=True, rule="{input}", help="zoo.parquet")
