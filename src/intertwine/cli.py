@@ -168,6 +168,14 @@ def _built() -> tuple[argparse.ArgumentParser, Commands]:
     )
     p.add_argument("--global-seed", type=int, default=0, help="the config's seed", rule="{params.seed}")
 
+    _add_claims_and_table_commands(cli)
+    for stage in stages.with_part("commands"):  # each stage adds its own
+        stages.part(stage, "commands").add_commands(cli)
+    return parser, cli
+
+
+def _add_claims_and_table_commands(cli: Commands) -> None:
+    """The scorecard, and the table of a stage that only collects its jobs' rows."""
     p = cli.add(
         "claims",
         cmd_claims,
@@ -214,10 +222,6 @@ def _built() -> tuple[argparse.ArgumentParser, Commands]:
         rule=BY_RULE,  # each table's rule names it
         help="the table's name (e.g. rotation, zoo_epochs): its schema is in its stage's folder",
     )
-
-    for stage in stages.with_part("commands"):  # each stage adds its own
-        stages.part(stage, "commands").add_commands(cli)
-    return parser, cli
 
 
 def main(argv: list[str] | None = None) -> None:

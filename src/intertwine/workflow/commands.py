@@ -1,7 +1,9 @@
 """What every command of the command line shares: the argument types (JSON config blocks, seed
 ranges, bounded integers, the schema's enums), the parent parsers of the torch jobs and the figure
 commands, the options several commands take in the same sense, and the job's log. Each stage's
-commands (``intertwine.workflow.stages.<stage>.commands``) add themselves through ``Commands``."""
+commands (``intertwine.workflow.stages.<stage>.commands``) add themselves through ``Commands``, each
+option with what its rule passes it, so that the rule's shell line is the command's
+(``Command.shell``): a job's arguments are declared once."""
 
 from __future__ import annotations
 
@@ -247,10 +249,63 @@ def _rendered(flag: str, value, repeated: bool):
     return render
 
 
+def _shared_options() -> dict[str, tuple[dict, str]]:
+    """The options several commands take in the same sense: {flag: (argparse keywords, what a rule
+    passes it unless the command says otherwise)}."""
+    return {
+        "--checkpoint": (dict(required=True, help="trained zoo member (.pt)"), "{input.checkpoint}"),
+        "--a": (
+            dict(required=True, help="zoo member a (.pt); stitching: f, whose layers run up to the site"),
+            "{input.a}",
+        ),
+        "--b": (
+            dict(required=True, help="zoo member b (.pt); stitching: g, whose layers run after the site"),
+            "{input.b}",
+        ),
+        "--pair": (
+            dict(type=integer(0), required=True, help="the pair's index (seeds its random draws)"),
+            "{wildcards.pair}",
+        ),
+        "--site": (dict(required=True, help="activation site"), "{wildcards.site}"),
+        "--training": (
+            dict(type=json_object, required=True, help="the variant's `zoo.training` block (JSON)"),
+            "{params.training:q}",
+        ),
+        "--eval-batch-size": (
+            dict(
+                type=integer(1),
+                default=None,
+                help="evaluation batch size (zoo.training.eval_batch_size; speed only, "
+                "so the workflow passes it beside --training)",
+            ),
+            "{resources.eval_batch_size}",
+        ),
+        "--units-out": (
+            dict(required=True, help=".parquet, one row per unit of each --out row"),
+            "{output.units}",
+        ),
+        "--table": (dict(required=True, help="the stage's table (.parquet)"), "{input.table}"),
+        "--summary": (dict(required=True, help="summary table .csv"), "{output.summary}"),
+        "--variants": (
+            dict(type=json_object, required=True, help="the `zoo.variants` block (JSON)"),
+            "{params.variants:q}",
+        ),
+        "--dataset": (
+            dict(
+                required=True,
+                choices=schema_enum("properties", "data", "properties", "dataset"),
+                help="the data set (the paper's numbers are shown for cifar10)",
+            ),
+            "{params.dataset}",
+        ),
+    }
+
+
 class Commands:
     """The subcommands being built: ``add`` one; ``job`` and ``figure`` are the parent parsers of
     the torch jobs' shared options (``--data``, ``--global-seed``, ``--device``, ``--threads``) and
-    of the figure commands' (``--figures``, ``--other-formats``)."""
+    of the figure commands' (``--figures``, ``--other-formats``), each option with what the rules
+    pass it; ``commands`` holds each ``Command`` by name."""
 
     def __init__(self, subparsers) -> None:
         self._subparsers = subparsers
@@ -291,55 +346,9 @@ class Commands:
                 ): "{output.other_formats}",
             },
         }
-        # Options several commands take in the same sense, each defined once here: (argparse
-        # keywords, what a rule passes unless the command says otherwise).
-        self.same = {
-            "--checkpoint": (dict(required=True, help="trained zoo member (.pt)"), "{input.checkpoint}"),
-            "--a": (
-                dict(required=True, help="zoo member a (.pt); stitching: f, whose layers run up to the site"),
-                "{input.a}",
-            ),
-            "--b": (
-                dict(required=True, help="zoo member b (.pt); stitching: g, whose layers run after the site"),
-                "{input.b}",
-            ),
-            "--pair": (
-                dict(type=integer(0), required=True, help="the pair's index (seeds its random draws)"),
-                "{wildcards.pair}",
-            ),
-            "--site": (dict(required=True, help="activation site"), "{wildcards.site}"),
-            "--training": (
-                dict(type=json_object, required=True, help="the variant's `zoo.training` block (JSON)"),
-                "{params.training:q}",
-            ),
-            "--eval-batch-size": (
-                dict(
-                    type=integer(1),
-                    default=None,
-                    help="evaluation batch size (zoo.training.eval_batch_size; speed only, "
-                    "so the workflow passes it beside --training)",
-                ),
-                "{resources.eval_batch_size}",
-            ),
-            "--units-out": (
-                dict(required=True, help=".parquet, one row per unit of each --out row"),
-                "{output.units}",
-            ),
-            "--table": (dict(required=True, help="the stage's table (.parquet)"), "{input.table}"),
-            "--summary": (dict(required=True, help="summary table .csv"), "{output.summary}"),
-            "--variants": (
-                dict(type=json_object, required=True, help="the `zoo.variants` block (JSON)"),
-                "{params.variants:q}",
-            ),
-            "--dataset": (
-                dict(
-                    required=True,
-                    choices=schema_enum("properties", "data", "properties", "dataset"),
-                    help="the data set (the paper's numbers are shown for cifar10)",
-                ),
-                "{params.dataset}",
-            ),
-        }
+        # Options several commands take in the same sense, each defined once: (argparse keywords,
+        # what a rule passes unless the command says otherwise).
+        self.same = _shared_options()
 
     def add(self, name, func, help, parents=(), out=None, config=None, options=(), rules=None) -> Command:
         """A subcommand ``name`` running ``func(args)``; ``out`` is the help of its --out, ``config``

@@ -68,6 +68,12 @@ def cmd_dissection_figure(args) -> None:
 
 def add_commands(cli: Commands) -> None:
     """Add this stage's subcommands to the command line."""
+    _add_job_commands(cli)
+    _add_figure_commands(cli)
+
+
+def _add_job_commands(cli: Commands) -> None:
+    """The jobs: a zoo member's dissection, an external model's."""
     p = cli.add(
         "dissect-member",
         cmd_dissect_member,
@@ -114,6 +120,10 @@ def add_commands(cli: Commands) -> None:
         rule="{params.sites:q}",
         help="JSON list of module names, or null for the arch's default",
     )
+
+
+def _add_figure_commands(cli: Commands) -> None:
+    """The top units' masks and the dissection figure."""
     p = cli.add(
         "dissection-masks",
         cmd_dissection_masks,

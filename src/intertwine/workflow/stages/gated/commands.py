@@ -70,6 +70,12 @@ def cmd_gated_figure(args) -> None:
 
 def add_commands(cli: Commands) -> None:
     """Add this stage's subcommands to the command line."""
+    _add_job_commands(cli)
+    _add_table_and_figure_commands(cli)
+
+
+def _add_job_commands(cli: Commands) -> None:
+    """The jobs: a variant's logit ensemble, a member's kernels."""
     p = cli.add(
         "gated-ensemble",
         cmd_gated_ensemble,
@@ -94,6 +100,10 @@ def add_commands(cli: Commands) -> None:
         config="gated",
         options=["--checkpoint"],
     )
+
+
+def _add_table_and_figure_commands(cli: Commands) -> None:
+    """The study's table, findings and figure."""
     p = cli.add(
         "gated-table",
         cmd_gated_table,

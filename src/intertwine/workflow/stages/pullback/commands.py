@@ -136,7 +136,9 @@ def cmd_pullback_figure(args) -> None:
 def add_commands(cli: Commands) -> None:
     """Add this stage's subcommands to the command line."""
     _add_member_commands(cli)
-    _add_table_and_figure_commands(cli)
+    _add_table_command(cli)
+    _add_external_and_settling_commands(cli)
+    _add_figure_command(cli)
 
 
 def _add_member_commands(cli: Commands) -> None:
@@ -190,8 +192,8 @@ def _add_member_commands(cli: Commands) -> None:
     p.add_argument("--pgd", required=True, rule="{output.pgd}", help="PGD grid (.png)")
 
 
-def _add_table_and_figure_commands(cli: Commands) -> None:
-    """The stage's table, the external models, Hypothesis 1's settling and the figures."""
+def _add_table_command(cli: Commands) -> None:
+    """The stage's tables and their summary."""
     p = cli.add(
         "pullback-table",
         cmd_pullback_table,
@@ -236,6 +238,10 @@ def _add_table_and_figure_commands(cli: Commands) -> None:
     p.add_argument(
         "--transfer-out", required=True, rule="{output.transfer}", help="pullback_transfer.parquet"
     )
+
+
+def _add_external_and_settling_commands(cli: Commands) -> None:
+    """The external models' PGD grids and Hypothesis 1's settling."""
     p = cli.add(
         "pullback-external",
         cmd_pullback_external,
@@ -290,6 +296,10 @@ def _add_table_and_figure_commands(cli: Commands) -> None:
         rule="{output.figure}",
         help="agreement with the final pattern per epoch (.png)",
     )
+
+
+def _add_figure_command(cli: Commands) -> None:
+    """The stage's figure of its tables."""
     p = cli.add(
         "pullback-figure",
         cmd_pullback_figure,

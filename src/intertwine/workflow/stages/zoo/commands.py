@@ -91,6 +91,12 @@ def cmd_zoo_figure(args) -> None:
 
 def add_commands(cli: Commands) -> None:
     """Add this stage's subcommands to the command line."""
+    _add_training_commands(cli)
+    _add_table_and_figure_commands(cli)
+
+
+def _add_training_commands(cli: Commands) -> None:
+    """The training jobs: a member, a pack, a pack's member."""
     p = cli.add(
         "train-member",
         cmd_train_member,
@@ -163,6 +169,10 @@ def add_commands(cli: Commands) -> None:
         rule=WHEN_GIVEN,
         help="a gated FL variant's feature networks, one checkpoint per seed",
     )
+
+
+def _add_table_and_figure_commands(cli: Commands) -> None:
+    """The zoo's table and figure."""
     p = cli.add(
         "unpack-member",
         cmd_unpack_member,
