@@ -22,6 +22,8 @@ LIBRARY = (
     "intertwine.models",
     "intertwine.data",
     "intertwine.groups",
+    "intertwine.birkhoff",
+    "intertwine.geodesics",
     "intertwine.symmetry",
     "intertwine.stitching",
     "intertwine.stitch_methods",

@@ -122,7 +122,7 @@ def checked_block(block: Any, key: str) -> dict:
     return block
 
 
-def _setting(
+def setting(
     key: str,
     only_for: tuple[str, ...] | None = None,
     affects_results: bool = True,
@@ -145,7 +145,7 @@ def _setting(
     return dataclasses.field(default=default_value, metadata=metadata)
 
 
-class _Settings:
+class Settings:
     """``from_block``, ``job_block`` and the field list shared by the settings dataclasses."""
 
     @classmethod
@@ -225,37 +225,37 @@ class _Settings:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig(_Settings):
+class TrainConfig(Settings):
     """How a zoo member trains (config ``zoo.training``; the rotation stage fine-tunes with it)."""
 
-    epochs: int = _setting("zoo.training.epochs")
-    steps: int | None = _setting("zoo.training.steps")
-    batch_size: int = _setting("zoo.training.batch_size")
-    lr: float = _setting("zoo.training.lr")
-    weight_decay: float = _setting("zoo.training.weight_decay")
-    lr_drops: int = _setting("zoo.training.lr_drops")
-    lr_drop_factor: float = _setting("zoo.training.lr_drop_factor")
-    lr_milestones: list[float] = _setting("zoo.training.lr_milestones")
-    warmup_steps: int = _setting("zoo.training.warmup_steps")
-    lr_schedule: str = _setting("zoo.training.lr_schedule")
-    lr_min: float = _setting("zoo.training.lr_min")
-    optimizer: str = _setting("zoo.training.optimizer")
-    label_smoothing: float = _setting("zoo.training.label_smoothing")
-    mixup_alpha: float = _setting("zoo.training.mixup_alpha")
-    cutmix_alpha: float = _setting("zoo.training.cutmix_alpha")
-    mixing_epochs: int | None = _setting("zoo.training.mixing_epochs")
-    momentum: float = _setting("zoo.training.momentum")
-    translate: int = _setting("zoo.training.translate")
-    flip: bool = _setting("zoo.training.flip")
-    select_on: str = _setting("zoo.training.select_on")
-    bf16: bool = _setting("zoo.training.bf16")
-    channels_last: bool = _setting("zoo.training.channels_last")
+    epochs: int = setting("zoo.training.epochs")
+    steps: int | None = setting("zoo.training.steps")
+    batch_size: int = setting("zoo.training.batch_size")
+    lr: float = setting("zoo.training.lr")
+    weight_decay: float = setting("zoo.training.weight_decay")
+    lr_drops: int = setting("zoo.training.lr_drops")
+    lr_drop_factor: float = setting("zoo.training.lr_drop_factor")
+    lr_milestones: list[float] = setting("zoo.training.lr_milestones")
+    warmup_steps: int = setting("zoo.training.warmup_steps")
+    lr_schedule: str = setting("zoo.training.lr_schedule")
+    lr_min: float = setting("zoo.training.lr_min")
+    optimizer: str = setting("zoo.training.optimizer")
+    label_smoothing: float = setting("zoo.training.label_smoothing")
+    mixup_alpha: float = setting("zoo.training.mixup_alpha")
+    cutmix_alpha: float = setting("zoo.training.cutmix_alpha")
+    mixing_epochs: int | None = setting("zoo.training.mixing_epochs")
+    momentum: float = setting("zoo.training.momentum")
+    translate: int = setting("zoo.training.translate")
+    flip: bool = setting("zoo.training.flip")
+    select_on: str = setting("zoo.training.select_on")
+    bf16: bool = setting("zoo.training.bf16")
+    channels_last: bool = setting("zoo.training.channels_last")
     # Gate patterns recorded per epoch on this many training images (0: none); the weights are
     # the same either way (tests/test_zoo.py), only the checkpoint gains the record.
-    gate_probe_images: int = _setting("zoo.training.gate_probe_images")
+    gate_probe_images: int = setting("zoo.training.gate_probe_images")
     # Evaluation runs in eval mode, one image at a time as far as the result goes: the batch size
     # changes the speed and memory only (checked: bit-identical weights and accuracies).
-    eval_batch_size: int = _setting("zoo.training.eval_batch_size", affects_results=False)
+    eval_batch_size: int = setting("zoo.training.eval_batch_size", affects_results=False)
 
     def length(self, n_images: int) -> tuple[int, int, int]:
         """(epochs, optimiser steps in all, steps per full epoch) of training on ``n_images``:
@@ -267,40 +267,40 @@ class TrainConfig(_Settings):
 
 
 @dataclasses.dataclass(frozen=True)
-class StitchConfig(_Settings):
+class StitchConfig(Settings):
     """How a stitching layer trains (config ``stitching``, with the zoo's augmentation)."""
 
-    epochs: int = _setting("stitching.epochs")
-    batch_size: int = _setting("stitching.batch_size")
-    lr: float = _setting("stitching.lr")
-    optimizer: str = _setting("stitching.optimizer")
-    momentum: float = _setting("stitching.momentum")
-    init: str = _setting("stitching.init")
-    match_images: int = _setting("stitching.match_images")
-    train_images: int | None = _setting("stitching.train_images")
+    epochs: int = setting("stitching.epochs")
+    batch_size: int = setting("stitching.batch_size")
+    lr: float = setting("stitching.lr")
+    optimizer: str = setting("stitching.optimizer")
+    momentum: float = setting("stitching.momentum")
+    init: str = setting("stitching.init")
+    match_images: int = setting("stitching.match_images")
+    train_images: int | None = setting("stitching.train_images")
     # Not affects_results=False, unlike zoo.training's: it is also the batch of the pass that
     # refreshes g's batch-norm statistics (`refresh_batch_norm`, an average of per-batch
     # statistics), so it changes the stitched accuracy.
-    eval_batch_size: int = _setting("stitching.eval_batch_size")
-    batch_norm_refresh: str = _setting("stitching.batch_norm_refresh")
-    translate: int = _setting("zoo.training.translate")
-    flip: bool = _setting("zoo.training.flip")
-    alpha: float = _setting("stitching.alpha", only_for=("grelu", "monomial"))
-    scales_frozen_fraction: float = _setting(
+    eval_batch_size: int = setting("stitching.eval_batch_size")
+    batch_norm_refresh: str = setting("stitching.batch_norm_refresh")
+    translate: int = setting("zoo.training.translate")
+    flip: bool = setting("zoo.training.flip")
+    alpha: float = setting("stitching.alpha", only_for=("grelu", "monomial"))
+    scales_frozen_fraction: float = setting(
         "stitching.scales_frozen_fraction", only_for=("grelu", "softsort", "monomial")
     )
-    sinkhorn_iters: int = _setting("stitching.sinkhorn_iters", only_for=("grelu", "grelu_cv", "monomial"))
-    permutation_step: float = _setting(
+    sinkhorn_iters: int = setting("stitching.sinkhorn_iters", only_for=("grelu", "grelu_cv", "monomial"))
+    permutation_step: float = setting(
         "stitching.permutation_step", only_for=("grelu", "grelu_cv", "monomial")
     )
-    permutation_update: str = _setting(
+    permutation_update: str = setting(
         "stitching.permutation_update", only_for=("grelu", "grelu_cv", "monomial")
     )
-    softsort_tau: float | None = _setting("stitching.softsort_tau", only_for=("softsort",))
-    softsort_hardening: float = _setting("stitching.softsort_hardening", only_for=("softsort",))
-    alpha_grid: list[float] = _setting("stitching.alpha_grid", only_for=("grelu_cv",))
-    cv_held_out: float = _setting("stitching.cv_held_out", only_for=("grelu_cv",))
-    cv_epochs: int | None = _setting("stitching.cv_epochs", only_for=("grelu_cv",))
+    softsort_tau: float | None = setting("stitching.softsort_tau", only_for=("softsort",))
+    softsort_hardening: float = setting("stitching.softsort_hardening", only_for=("softsort",))
+    alpha_grid: list[float] = setting("stitching.alpha_grid", only_for=("grelu_cv",))
+    cv_held_out: float = setting("stitching.cv_held_out", only_for=("grelu_cv",))
+    cv_epochs: int | None = setting("stitching.cv_epochs", only_for=("grelu_cv",))
 
 
 # --- Stitching method names (their grammar: intertwine.stitch_methods).

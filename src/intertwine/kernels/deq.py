@@ -55,8 +55,8 @@ functions: by Cauchy-Schwarz and because the map sends [-1, 1] into itself the e
 there, and the clip only removes rounding (``x.y`` of unit vectors can come out as
 ``1 + 2e-16``, or ``1 + 1e-7`` in float32) that would otherwise give NaN.
 
-Arrays in, tensors out: numpy arrays become float64 tensors; torch tensors keep their floating
-dtype (float32 is allowed, e.g. on a GPU; half precision is promoted to float32) and device, and
+Arrays in, tensors out: numpy arrays and torch tensors keep their floating dtype (float32 is
+allowed, e.g. on a GPU; integer input becomes float64, half precision float32), tensors their device, and
 all arithmetic stays on that device. Gram matrices are computed in blocks of rows (entries do not
 interact), so beyond the (n, m) result only a few (block_rows, m) blocks are ever held; with
 ``Y=None`` only the upper triangle is computed and mirrored, so the result is exactly symmetric.

@@ -67,7 +67,8 @@ class KernelResult(NamedTuple):
 
 
 def _as_tensor(X: ArrayLike, name: str) -> Tensor:
-    """Detached real floating tensor; numpy and integer input become float64."""
+    """Detached real floating tensor in ``X``'s floating dtype; integer input becomes float64, half
+    precision float32."""
     X = (X if isinstance(X, Tensor) else torch.as_tensor(np.asarray(X))).detach()
     if X.is_meta:
         raise ValueError(f"{name} is a meta tensor (a shape without data); pass the actual values")

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 
-from intertwine.settings import _Settings, _setting
+from intertwine.settings import Settings, setting
 
 
 @dataclasses.dataclass(frozen=True)
-class DissectionConfig(_Settings):
+class DissectionConfig(Settings):
     """Network dissection of a member (config ``dissection``; ``masks`` for the masks figure only)."""
 
-    alphas: list[float] = _setting("dissection.alphas")
-    rotations: int = _setting("dissection.rotations")
-    quantile: float = _setting("dissection.quantile")
-    iou_threshold: float = _setting("dissection.iou_threshold")
-    batch_size: int = _setting("dissection.batch_size")
-    probe: dict = _setting("dissection.probe")
-    masks: dict = _setting("dissection.masks", only_for=("masks",))
+    alphas: list[float] = setting("dissection.alphas")
+    rotations: int = setting("dissection.rotations")
+    quantile: float = setting("dissection.quantile")
+    iou_threshold: float = setting("dissection.iou_threshold")
+    batch_size: int = setting("dissection.batch_size")
+    probe: dict = setting("dissection.probe")
+    masks: dict = setting("dissection.masks", only_for=("masks",))

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from intertwine.settings import _Settings, _setting
+from intertwine.settings import Settings, setting
 
 
 @dataclasses.dataclass(frozen=True)
-class GatedConfig(_Settings):
+class GatedConfig(Settings):
     """The kernels of a gated-networks study member (config ``gated``)."""
 
-    probe_images: int = _setting("gated.probe_images")
-    value_ntk_draws: int = _setting("gated.value_ntk_draws")
+    probe_images: int = setting("gated.probe_images")
+    value_ntk_draws: int = setting("gated.value_ntk_draws")

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from intertwine.settings import _Settings, _setting
+from intertwine.settings import Settings, setting
 
 
 @dataclasses.dataclass(frozen=True)
-class RotationConfig(_Settings):
+class RotationConfig(Settings):
     """A rotation-penalty trial's fine-tuning (config ``rotation``; the rest is ``zoo.training``'s)."""
 
-    epochs: int = _setting("rotation.epochs")
-    lr: float | None = _setting("rotation.lr")
-    train_images: int | None = _setting("rotation.train_images")
-    lognormal_sigma: float = _setting("rotation.lognormal_sigma")
+    epochs: int = setting("rotation.epochs")
+    lr: float | None = setting("rotation.lr")
+    train_images: int | None = setting("rotation.train_images")
+    lognormal_sigma: float = setting("rotation.lognormal_sigma")

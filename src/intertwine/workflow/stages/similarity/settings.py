@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 
-from intertwine.settings import _Settings, _setting
+from intertwine.settings import Settings, setting
 
 
 @dataclasses.dataclass(frozen=True)
-class SimilarityConfig(_Settings):
+class SimilarityConfig(Settings):
     """The similarity measures of a pair (config ``similarity``)."""
 
-    procrustes_measures: list[str] = _setting("similarity.procrustes_measures")
-    cka_measures: list[str] = _setting("similarity.cka_measures")
-    samples: int | None = _setting("similarity.samples")
-    intervals: bool = _setting("similarity.intervals")
-    jackknife_groups: int = _setting("similarity.jackknife_groups", read_when="intervals")
-    npk_images: int = _setting("gated.probe_images")  # npk_cka's images (the exact NPK is costly)
-    batch_size: int = _setting("similarity.batch_size")
+    procrustes_measures: list[str] = setting("similarity.procrustes_measures")
+    cka_measures: list[str] = setting("similarity.cka_measures")
+    samples: int | None = setting("similarity.samples")
+    intervals: bool = setting("similarity.intervals")
+    jackknife_groups: int = setting("similarity.jackknife_groups", read_when="intervals")
+    npk_images: int = setting("gated.probe_images")  # npk_cka's images (the exact NPK is costly)
+    batch_size: int = setting("similarity.batch_size")

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from intertwine.settings import _Settings, _setting
+from intertwine.settings import Settings, setting
 
 
 @dataclasses.dataclass(frozen=True)
-class SymmetryConfig(_Settings):
+class SymmetryConfig(Settings):
     """The weight-space symmetry check on a trained member (config ``symmetry``)."""
 
-    groups: list[str] = _setting("symmetry.groups")
-    images: int = _setting("symmetry.images")
-    float64: bool = _setting("symmetry.float64")
-    lognormal_sigma: float = _setting("symmetry.lognormal_sigma")
+    groups: list[str] = setting("symmetry.groups")
+    images: int = setting("symmetry.images")
+    float64: bool = setting("symmetry.float64")
+    lognormal_sigma: float = setting("symmetry.lognormal_sigma")
