@@ -9,8 +9,9 @@
 * :mod:`intertwine.kernels.deq`: the infinite-width NTK and NNGP of deep fully connected ReLU
   networks, the NTK of deep equilibrium models (Feng & Kolter), and kernel regression; it gathers
   the names of :mod:`intertwine.kernels.deq_fc` (the arc-cosine kernels, the equilibrium and
-  finite-depth NTK and NNGP of fully connected networks, the input checks the others share),
-  :mod:`intertwine.kernels.deq_conv` (the convolutional DEQ-NTK),
+  finite-depth NTK and NNGP of fully connected networks; the input checks the others share, from
+  :mod:`intertwine.kernels.deq_checks`), :mod:`intertwine.kernels.deq_conv` (the convolutional
+  DEQ-NTK),
   :mod:`intertwine.kernels.deq_finite_width` (the empirical NTK of one sampled finite-width DEQ)
   and :mod:`intertwine.kernels.regression` (kernel regression on one-hot targets).
 * :mod:`intertwine.kernels.members`: a zoo member's kernels: the exact neural path kernel of a

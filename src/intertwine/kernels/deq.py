@@ -32,15 +32,44 @@ correlation to which the arc-cosine kernels apply directly::
 
   For unit inputs and ``sigma_w2 < 1`` the depth-L NTK tends to ``Theta*`` (geometrically, rate
   at most ``sigma_w2``); at ``sigma_w2 = 1`` it grows without bound (diagonal ``L + 1``) and the
-  equilibrium kernel does not exist. ``finite_deq_ntk`` samples the same model at finite width.
-* ``conv_deq_ntk``: the equilibrium of a 3x3, zero-padded convolutional layer map, for small
-  images (see its docstring for the per-position normaliser).
+  equilibrium kernel does not exist.
+* ``finite_deq_ntk``: the same model at finite width N, one draw of the weights. The equilibrium
+  ``f* = sqrt(sigma_w2/N) W sigma(f*) + sqrt(sigma_u2) U x + sqrt(sigma_b2) b`` is found by
+  iteration from 0; by implicit differentiation ``d f* = M_x d(layer)`` with
+  ``M_x = (I - sqrt(sigma_w2/N) W D_x)^-1``, ``D_x = diag(sigma'(f*(x)))``, so the NTK of f*,
+  averaged over its N coordinates, is::
+
+      (sigma_w2/N sigma(f*(x)).sigma(f*(y)) + sigma_u2 x.y + sigma_b2) * <M_x, M_y>_F / N.
+
+  As N grows its mean over seeds tends to ``deq_ntk``; it fluctuates from seed to seed by about
+  15-20 % at N = 1000 and (0.6, 0.4, 0), 3.5 % at (0.25, 0.25, 0.5) (ours).
+* ``conv_deq_ntk``: the equilibrium of a zero-padded 3x3 convolutional layer map with
+  standard-normal weights, for small images::
+
+      f_p = sqrt(sigma_w2 / (C' n_p)) sum_t W_t sigma(f_{p+t}) + sqrt(sigma_u2 / n_p) sum_t U_t x_{p+t}
+            + sqrt(sigma_b2) b
+
+  where ``n_p`` (9, 6 or 4) counts the taps of p's window that fall inside the image. The paper's
+  placement of the normaliser is garbled; this choice -- a fan-in normaliser per output position,
+  on the weight and input terms, not on the bias -- keeps every pixel's pre-activation at unit
+  variance, so the arc-cosine kernels apply without renormalising, and a 1x1 image reduces to
+  the fully connected ``deq_ntk`` of its pixel. (A fixed 1/9 would shrink the border variances.)
+  For one image pair, with ``T(K)(p, p') = sum_t K(p+t, p'+t) / sqrt(n_p n_p')`` (terms outside
+  the image are zero), the correlations and the NTK of the equilibrium solve::
+
+      Sigma = sigma_w2 T(kappa1(Sigma)) + sigma_u2 T(x_p . y_p') + sigma_b2
+      Theta = sigma_w2 T(kappa0(Sigma) * Theta) + Sigma
+
+  Both are sup-norm contractions with rate at most ``sigma_w2`` (T's weights sum to at most 1),
+  iterated per image pair until a step is at most ``tol``; the second is the linear system the
+  paper solves directly, here solved by the same iteration on the device.
 * ``kernel_regression``: ridgeless (by default) kernel regression on the targets ``-0.1 + e_y``.
 
 Where the code lives: this module gathers the names; the fully connected kernels (the arc-cosine
-kernels, the equilibrium and finite-depth NTK and NNGP, the input checks) are in
-:mod:`intertwine.kernels.deq_fc`, the convolutional one in :mod:`intertwine.kernels.deq_conv`, the
-finite-width sample in :mod:`intertwine.kernels.deq_finite_width` and kernel regression in
+kernels, the equilibrium and finite-depth NTK and NNGP) are in :mod:`intertwine.kernels.deq_fc`,
+the input checks in :mod:`intertwine.kernels.deq_checks`, the convolutional one in
+:mod:`intertwine.kernels.deq_conv`, the finite-width sample in
+:mod:`intertwine.kernels.deq_finite_width` and kernel regression in
 :mod:`intertwine.kernels.regression`.
 
 Numerics
@@ -54,6 +83,15 @@ matters: ``kappa0`` has a square-root singularity at ``rho = 1``, so a ``rho`` o
 functions: by Cauchy-Schwarz and because the map sends [-1, 1] into itself the exact values lie
 there, and the clip only removes rounding (``x.y`` of unit vectors can come out as
 ``1 + 2e-16``, or ``1 + 1e-7`` in float32) that would otherwise give NaN.
+
+Steps and accuracy of ``deq_ntk``: its ``iterations`` counts every step, the last (the first of
+size <= tol) included: to 1e-10, data with correlations 0.73-0.93 like raw images need 15 / 29 /
+54 at sigma_w2 = 0.25 / 0.6 / 0.8 (our counts, on uncentred images; the paper solves the fixed
+point with the modified Powell hybrid method and reports no count for this kernel, only "within
+15 iterations" for the convolutional one). float32 input iterates to at least 1.9e-6. ``rho*`` is
+within ``tol sigma_w2 / (1 - sigma_w2)`` of the fixed point, and the closed form multiplies that by
+its slope, up to about 40 near rho = 1 at sigma_w2 = 0.8 (Theta* off by 1e-8 at the default tol);
+tol=1e-13 costs about 25 more steps there.
 
 Arrays in, tensors out: numpy arrays and torch tensors keep their floating dtype (float32 is
 allowed, e.g. on a GPU; integer input becomes float64, half precision float32), tensors their device, and

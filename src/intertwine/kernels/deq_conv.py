@@ -130,42 +130,18 @@ def conv_deq_ntk(
     max_iter: int = 10_000,
     block_pairs: int | None = None,
 ) -> KernelResult:
-    """The DEQ-NTK of a weight-tied 3x3 convolutional layer map, between images X and Y.
+    """The DEQ-NTK of a weight-tied, zero-padded 3x3 convolutional layer map between images X and Y.
 
-    X: (n, C, H, W), Y: (m, C, H, W) (default X). Every pixel's channel vector must be a unit
-    vector (ValueError otherwise) unless ``normalize=True``, which normalises each pixel.
-
-    The layer map, zero-padded 3x3 convolutions with standard-normal weights::
-
-        f_p = sqrt(sigma_w2 / (C' n_p)) sum_t W_t sigma(f_{p+t}) + sqrt(sigma_u2 / n_p) sum_t U_t x_{p+t}
-              + sqrt(sigma_b2) b
-
-    where ``n_p`` (9, 6 or 4) counts the taps of p's window that fall inside the image. The paper's
-    placement of the normaliser is garbled; this choice -- a fan-in normaliser per output position,
-    on the weight and input terms, not on the bias -- keeps every pixel's pre-activation at unit
-    variance, so the arc-cosine kernels apply without renormalising, and a 1x1 image reduces to
-    the fully connected ``deq_ntk`` of its pixel. (A fixed 1/9 would shrink the border variances.)
-    For one image pair, with ``T(K)(p, p') = sum_t K(p+t, p'+t) / sqrt(n_p n_p')`` (terms outside
-    the image are zero), the correlations and the NTK of the equilibrium solve::
-
-        Sigma = sigma_w2 T(kappa1(Sigma)) + sigma_u2 T(x_p . y_p') + sigma_b2
-        Theta = sigma_w2 T(kappa0(Sigma) * Theta) + Sigma
-
-    Both are sup-norm contractions with rate at most ``sigma_w2`` (T's weights sum to at most 1),
-    iterated per image pair until a step is at most ``tol``; the second is the linear system the
-    paper solves directly, here solved by the same iteration on the device. Each pair holds
-    (H W)^2 entries -- a million at 32x32, so that size is GPU work and for small subsets only;
-    ``block_pairs`` pairs are done at once (default: a 256 MiB budget).
-
-    ``pooling`` gives the NTK of a fixed linear readout of f*: ``"gap"`` (global average pooling)
-    ``mean_{p,p'} Theta(p, p')`` (n, m); ``"flatten"`` (a dense readout) ``mean_p Theta(p, p)``
-    (n, m), diagonal ``1/(1 - sigma_w2)``; ``"none"`` all of Theta, (n, m, H, W, H, W).
-    ``iterations`` adds the two iterations' steps, ``residual`` is the larger last step.
+    The layer map, its per-position normaliser and the two fixed points iterated per image pair
+    (Sigma, then Theta) are in :mod:`intertwine.kernels.deq`. Each pair holds (H W)^2 entries (a
+    million at 32x32: GPU work, for small subsets only). ``pooling`` gives the NTK of a fixed linear
+    readout of f*: ``"gap"`` (global average pooling) ``mean_{p,p'} Theta(p, p')``; ``"flatten"``
+    (a dense readout) ``mean_p Theta(p, p)``, diagonal ``1/(1 - sigma_w2)``; ``"none"`` all of Theta.
 
     Parameters
     ----------
     X : Tensor or ndarray, shape (n, C, H, W)
-        The images, unit pixels (unless ``normalize``).
+        The images; each pixel's channel vector a unit vector (else ValueError) unless ``normalize``.
     Y : Tensor or ndarray, shape (m, C, H, W), optional
         A second set of images; None (the default): ``X`` with itself.
     sigma_w2, sigma_u2, sigma_b2 : float
@@ -177,7 +153,7 @@ def conv_deq_ntk(
     tol : float
         Each image pair's iterations stop at their first step of at most ``tol``.
     max_iter : int
-        The most steps per iteration.
+        The most steps per iteration; a RuntimeWarning if a pair still moves then.
     block_pairs : int, optional
         Image pairs per block; None (the default): as many as a 256 MiB budget holds.
 

@@ -1,27 +1,41 @@
 """The fully connected infinite-width kernels of :mod:`intertwine.kernels.deq` (whose docstring
 gives the model, the conventions and the numerics), and what the other kernels of that module share.
 
-* The input checks: arrays to tensors, unit rows, the variances, the iteration's settings, its
-  tolerance floor and its warning; the result type ``KernelResult``.
+* The input checks (arrays to tensors, unit rows, the variances, the iteration's settings, its
+  tolerance floor and its warning), defined in :mod:`intertwine.kernels.deq_checks` and imported
+  back here; the result type ``KernelResult``.
 * The arc-cosine kernels ``kappa0``, ``kappa1`` on ``delta = 1 - rho``, and the Gram of any
   entrywise kernel of ``1 - x.y`` in blocks of rows (near-duplicate rows refined).
 * The equilibrium: the fixed point ``rho*`` of each entry and ``Theta*`` from it
   (``deq_ntk_from_inner``, ``deq_ntk``, ``deq_nngp``); the finite-depth ``ntk`` and ``nngp``.
 
-The Grams of the accuracy study's jobs are this module's code alone: its imports are those that
-:mod:`intertwine.kernels.deq` had, so that those jobs' code identities stayed the same when the
-convolutional kernel, the finite-width sample and kernel regression moved to modules of their own.
+The Grams of the accuracy study's jobs are this module's code and its input checks' alone. A job's
+code identity follows definitions by name, not the modules they live in
+(:mod:`intertwine.code_identity`), so moving definitions between these modules reruns nothing.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Literal, NamedTuple
 
-import numpy as np
 import torch
 from torch import Tensor
+
+from intertwine.kernels.deq_checks import (  # noqa: F401
+    VARIANCE_SUM_TOL,
+    ArrayLike,
+    _as_tensor,
+    _check_count,
+    _check_iteration,
+    _check_matrices,
+    _effective_tol,
+    _same_dtype_device,
+    _unit_rows,
+    _unit_tol,
+    _warn_unconverged,
+    check_variances,
+)
 
 __all__ = [
     "ArrayLike",
@@ -37,11 +51,8 @@ __all__ = [
     "ntk",
 ]
 
-ArrayLike = Tensor | np.ndarray
 ConvPooling = Literal["gap", "flatten", "none"]
 
-#: Tolerance on ``sigma_w2 + sigma_u2 + sigma_b2 = 1``.
-VARIANCE_SUM_TOL = 1e-9
 #: Entries of one block of the elementwise fixed-point iteration when ``block_rows`` is None; the
 #: iteration holds about ten temporaries per entry (about 170 MB in float64 at this size).
 DEFAULT_BLOCK_ENTRIES = 2**21
@@ -59,145 +70,6 @@ class KernelResult(NamedTuple):
     gram: Tensor
     iterations: int
     residual: float
-
-
-# ---------------------------------------------------------------------------
-# Input checks
-# ---------------------------------------------------------------------------
-
-
-def _as_tensor(X: ArrayLike, name: str) -> Tensor:
-    """Detached real floating tensor in ``X``'s floating dtype; integer input becomes float64, half
-    precision float32."""
-    X = (X if isinstance(X, Tensor) else torch.as_tensor(np.asarray(X))).detach()
-    if X.is_meta:
-        raise ValueError(f"{name} is a meta tensor (a shape without data); pass the actual values")
-    if X.is_complex():
-        raise ValueError(f"{name} must be real, got {X.dtype}")
-    if not X.is_floating_point():
-        X = X.to(torch.float64)
-    elif X.dtype in (torch.float16, torch.bfloat16):
-        # A half-precision x.y is off by 1e-3, far more than any kernel tolerance here.
-        X = X.to(torch.float32)
-    if X.numel() and not bool(torch.isfinite(X).all()):
-        raise ValueError(f"{name} contains NaN or infinite values")
-    return X
-
-
-def _unit_tol(dtype: torch.dtype) -> float:
-    # Normalising in float32 leaves |x| off 1 by up to ~sqrt(d) * 6e-8 (1e-5 at d = 3072).
-    return 1e-6 if dtype == torch.float64 else 1e-4
-
-
-def _unit_rows(X: Tensor, name: str, normalize: bool, what: str = "row") -> Tensor:
-    """X whose vectors along dim 1 (rows of a matrix, pixels of images) have unit norm: checked,
-    or made so with ``normalize``."""
-    norms = torch.linalg.vector_norm(X, dim=1, keepdim=True)
-    if normalize:
-        if bool((norms == 0).any()):
-            raise ValueError(f"{name} has a {what} of zero norm, which cannot be normalised")
-        return X / norms
-    worst = float((norms - 1).abs().max())
-    if worst > _unit_tol(X.dtype):
-        raise ValueError(
-            f"the {what}s of {name} must have unit norm (the kernels are defined for ||x|| = 1), "
-            f"but one is off by {worst:.3g}: pass normalize=True, or normalise them yourself"
-        )
-    return X
-
-
-def _check_matrices(X: ArrayLike, Y: ArrayLike | None, normalize: bool) -> tuple[Tensor, Tensor | None]:
-    """(n, d) and (m, d) tensors with unit rows, one dtype and device (Y None stays None)."""
-    X = _as_tensor(X, "X")
-    Y = None if Y is None else _as_tensor(Y, "Y")
-    for name, Z in (("X", X), ("Y", Y)):
-        if Z is None:
-            continue
-        if Z.ndim != 2:
-            raise ValueError(f"{name} must be 2-D (samples x features), got shape {tuple(Z.shape)}")
-        if Z.shape[0] == 0 or Z.shape[1] == 0:
-            raise ValueError(f"{name} must be non-empty, got shape {tuple(Z.shape)}")
-    if Y is not None:
-        X, Y = _same_dtype_device(X, Y)
-        if X.shape[1] != Y.shape[1]:
-            raise ValueError(
-                f"X and Y must have the same number of features, got {X.shape[1]} and {Y.shape[1]}"
-            )
-        Y = _unit_rows(Y, "Y", normalize)
-    return _unit_rows(X, "X", normalize), Y
-
-
-def _same_dtype_device(X: Tensor, Y: Tensor) -> tuple[Tensor, Tensor]:
-    if X.device != Y.device:
-        raise ValueError(f"X and Y must be on the same device, got {X.device} and {Y.device}")
-    dtype = torch.promote_types(X.dtype, Y.dtype)
-    return X.to(dtype), Y.to(dtype)
-
-
-def check_variances(sigma_w2: float, sigma_u2: float, sigma_b2: float, *, equilibrium: bool) -> None:
-    """ValueError unless the variances are finite numbers >= 0 that sum to 1 and (``equilibrium``,
-    the DEQ kernels) sigma_w2 < 1 (sigma_w2 <= 1 for the finite-depth kernels).
-
-    Parameters
-    ----------
-    sigma_w2, sigma_u2, sigma_b2 : float
-        The variances of ``W``, ``U`` and ``b`` in the layer map (see :mod:`intertwine.kernels.deq`).
-    equilibrium : bool
-        Whether the kernel is an equilibrium one (sigma_w2 < 1) or a finite-depth one (sigma_w2 <= 1).
-
-    Returns
-    -------
-    None
-        A failed check raises ValueError, saying which variance and why.
-    """
-    values = {"sigma_w2": sigma_w2, "sigma_u2": sigma_u2, "sigma_b2": sigma_b2}
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-            raise ValueError(f"{name} must be a number (a variance >= 0), got {value!r}")
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"{name} must be a finite variance >= 0, got {value}")
-    total = sigma_w2 + sigma_u2 + sigma_b2
-    if abs(total - 1) > VARIANCE_SUM_TOL:
-        raise ValueError(
-            f"sigma_w2 + sigma_u2 + sigma_b2 must be 1 (to {VARIANCE_SUM_TOL:g}) so that unit inputs give "
-            f"unit-variance pre-activations, got {sigma_w2} + {sigma_u2} + {sigma_b2} = {total!r}"
-        )
-    if sigma_w2 > 1:
-        raise ValueError(f"sigma_w2 must be <= 1, got {sigma_w2}")
-    if equilibrium and sigma_w2 >= 1:
-        raise ValueError(
-            f"the equilibrium kernels need sigma_w2 < 1 (the fixed-point map is then a contraction; at 1 "
-            f"the depth-L NTK grows without bound), got sigma_w2 = {sigma_w2}"
-        )
-
-
-def _check_iteration(tol: float, max_iter: int) -> None:
-    if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating)) or not tol > 0:
-        raise ValueError(f"tol must be a number > 0, got {tol!r}")
-    _check_count(max_iter, "max_iter")
-
-
-def _check_count(value, name: str) -> int:
-    """An integer >= 1 (numpy integers too); a float, bool or None is a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
-
-
-def _effective_tol(tol: float, dtype: torch.dtype) -> float:
-    # Steps cannot shrink below the rounding of values in [0, 2]: in float32 a requested 1e-10
-    # would never be met, so the tolerance is floored at 16 eps (1.9e-6 in float32, 3.6e-15 in float64).
-    return max(tol, 16 * torch.finfo(dtype).eps)
-
-
-def _warn_unconverged(residual: float, tol: float, max_iter: int, dtype: torch.dtype) -> None:
-    if residual > _effective_tol(tol, dtype):
-        warnings.warn(
-            f"fixed-point iteration stopped at max_iter = {max_iter} with a last step of {residual:.3g} > "
-            f"tol = {tol:g}; raise max_iter",
-            RuntimeWarning,
-            stacklevel=3,
-        )
 
 
 # ---------------------------------------------------------------------------
@@ -462,39 +334,26 @@ def deq_ntk(
 ) -> KernelResult:
     """The DEQ-NTK ``Theta*`` between the rows of X (n, d) and of Y (m, d; default X).
 
-    Returns ``KernelResult(gram (n, m), iterations, residual)``. The rows must be unit vectors
-    (ValueError otherwise) unless ``normalize=True``, which divides each by its norm. Requires
-    variances >= 0 summing to 1 (to 1e-9) and ``sigma_w2 < 1``.
-
-    The correlation ``rho*`` of each entry is iterated from ``x.y`` until its step is at most
-    ``tol`` (at most ``max_iter`` steps; a RuntimeWarning if some entry did not get there); then
-    ``Theta* = rho* / (1 - sigma_w2 kappa0(rho*))``. For unit inputs the diagonal is
-    ``1 / (1 - sigma_w2)``. ``block_rows`` rows are done at a time (default: about 2 million
-    entries per block); the result does not depend on it beyond rounding in ``X @ Y.T``.
-
-    ``iterations`` counts every step, the last (the first of size <= tol) included: to 1e-10, data
-    with correlations 0.73-0.93 like raw images need 15 / 29 / 54 at sigma_w2 = 0.25 / 0.6 / 0.8
-    (our counts, on uncentred images; the paper solves the fixed point with the modified Powell
-    hybrid method and reports no count for this kernel, only "within 15 iterations" for the
-    convolutional one). float32 input iterates to at least 1.9e-6.
-    Accuracy: rho* is within ``tol sigma_w2 / (1 - sigma_w2)`` of the fixed point, and the closed
-    form multiplies that by its slope, up to about 40 near rho = 1 at sigma_w2 = 0.8 (Theta* off
-    by 1e-8 at the default tol); tol=1e-13 costs about 25 more steps there.
+    Each entry's correlation ``rho*`` is iterated from ``x.y``, then ``Theta* = rho* / (1 - sigma_w2
+    kappa0(rho*))``; the diagonal is ``1 / (1 - sigma_w2)``. ``rho*`` ends within ``tol sigma_w2 /
+    (1 - sigma_w2)`` of the fixed point; step counts and the accuracy of ``Theta*`` are in
+    :mod:`intertwine.kernels.deq`. ``block_rows`` changes the result only by rounding in ``X @ Y.T``.
 
     Parameters
     ----------
     X : Tensor or ndarray, shape (n, d)
-        The inputs, unit rows (unless ``normalize``).
+        The inputs, unit rows (else ValueError) unless ``normalize``.
     Y : Tensor or ndarray, shape (m, d), optional
         A second set of inputs; None (the default): ``X`` with itself, exactly symmetric.
     sigma_w2, sigma_u2, sigma_b2 : float
-        The layer map's variances: each >= 0, summing to 1, with sigma_w2 < 1.
+        The layer map's variances: each >= 0, summing to 1 (to 1e-9), with sigma_w2 < 1.
     normalize : bool
         Divide each row by its norm instead of requiring unit rows.
     tol : float
-        Each entry's fixed-point iteration stops at its first step of at most ``tol``.
+        Each entry's fixed-point iteration stops at its first step of at most ``tol`` (floored at 16
+        machine epsilons of the dtype: 1.9e-6 in float32).
     max_iter : int
-        The most steps per entry.
+        The most steps per entry; a RuntimeWarning if some entry still moves then.
     block_rows : int, optional
         Rows per block; None (the default): about 2 million entries per block.
 
@@ -504,7 +363,7 @@ def deq_ntk(
         ``Theta*``, in the inputs' floating dtype (float64 for integer input), on their device. The
         three are a ``KernelResult`` named tuple.
     iterations : int
-        The most steps any entry needed.
+        The most steps any entry needed (the last, the first of size <= tol, counted).
     residual : float
         The largest last step of any entry.
     """
@@ -580,10 +439,9 @@ def ntk(
 ) -> Tensor:
     """The NTK ``Theta^(L)`` (n, m) of a ReLU network with ``depth`` = L >= 1 hidden layers.
 
-    Weights are not tied; every layer gets the input through ``U`` (see the module docstring).
-    Rows must be unit vectors unless ``normalize=True``; variances >= 0 summing to 1, with
-    ``sigma_w2 <= 1`` (``sigma_w2 = 1`` is the plain deep ReLU NTK, diagonal ``L + 1``). For
-    ``sigma_w2 < 1`` it tends to ``deq_ntk`` as L grows.
+    Weights are not tied; every layer gets the input through ``U`` (see :mod:`intertwine.kernels.deq`).
+    ``sigma_w2 = 1`` is the plain deep ReLU NTK (diagonal ``L + 1``); for ``sigma_w2 < 1`` it tends
+    to ``deq_ntk`` as L grows.
 
     Parameters
     ----------

@@ -38,19 +38,11 @@ def finite_deq_ntk(
     """The empirical NTK (n, n) of one randomly initialised weight-tied DEQ of the given width.
 
     Draws ``W``, ``U``, ``b`` (standard normal, from ``generator``, in that order and on the CPU, so
-    a seed gives the same network on any device), finds the equilibrium
-    ``f* = sqrt(sigma_w2/N) W sigma(f*) + sqrt(sigma_u2) U x + sqrt(sigma_b2) b`` of each row x of X
-    by iteration from 0, and returns the NTK of f* with respect to (W, U, b), averaged over its N
-    coordinates, ``(1/N) sum_i <d f*_i(x)/d theta, d f*_i(y)/d theta>``. By implicit
-    differentiation ``d f* = M_x d(layer)`` with ``M_x = (I - sqrt(sigma_w2/N) W D_x)^-1``,
-    ``D_x = diag(sigma'(f*(x)))``, so the entry is::
-
-        (sigma_w2/N sigma(f*(x)).sigma(f*(y)) + sigma_u2 x.y + sigma_b2) * <M_x, M_y>_F / N.
-
-    Cost: n inverses of N x N matrices (n N^2 memory): meant for a few inputs. ``iterations`` and
-    ``residual`` describe the equilibrium iteration (its rate is about ``sqrt(sigma_w2)``).
-    As N grows its mean over seeds tends to ``deq_ntk``; it fluctuates from seed to seed by about
-    15-20 % at N = 1000 and (0.6, 0.4, 0), 3.5 % at (0.25, 0.25, 0.5) (ours).
+    a seed gives the same network on any device), finds the equilibrium f* of each row x of X by
+    iteration from 0, and returns the NTK of f* with respect to (W, U, b), averaged over its N
+    coordinates, ``(1/N) sum_i <d f*_i(x)/d theta, d f*_i(y)/d theta>``, computed by implicit
+    differentiation (the formula, and how it tends to ``deq_ntk``, are in :mod:`intertwine.kernels.deq`).
+    Cost: n inverses of N x N matrices (n N^2 memory): meant for a few inputs.
 
     Parameters
     ----------
@@ -75,7 +67,7 @@ def finite_deq_ntk(
         The empirical NTK, in the inputs' floating dtype (float64 for integer input), on their device.
         The three are a ``KernelResult`` named tuple.
     iterations : int
-        The equilibrium iteration's steps.
+        The equilibrium iteration's steps (its rate is about ``sqrt(sigma_w2)``).
     residual : float
         Its last step, ``max |f_(k+1) - f_k|``.
     """

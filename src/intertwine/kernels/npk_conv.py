@@ -293,45 +293,12 @@ def npk_conv_gap(
     """The neural path kernel of a convolutional gated network with global average pooling (or a
     global selection): (N, N) on ``x``, or (N, N') between ``x`` and ``y``, float64.
 
-    The value network: 3x3 convolutions, stride 1, padding 1 (``padding`` "zeros" or "circular"),
-    each followed by its gates, 2x2 average pools (floor mode) or selection pools between some of
-    them, global average pooling (or a global selection) and a linear head. ``x`` is
-    (N, C_0, H, W); ``gates`` holds the gates of each layer, (N, C_l, H_l, W_l), hard or soft.
-    **Where the average pools are is read off the sizes**: a layer whose gates are the size of the
-    map before it (the input, the previous layer, or the selection pool after the previous layer)
-    has no average pool before it, one of half that size (floor) has; any other size is a
-    ValueError.
-
-    **Selection pools** are max-pools whose choice is made by the feature network: the value
-    network takes each pooled value from the position the feature network's max-pool picked, so
-    it stays linear given its gates and selections. ``selections`` is a list with one entry per
-    layer: None (no selection pool after that layer), or the integer tensor (N, C_l, H_out, W_out)
-    holding, per sample, channel and pooled position, the flat index ``row * W_l + column`` into
-    the layer's H_l x W_l positions that the pooled position takes its value from; the next layer
-    then has H_out x W_out gates (or half that, after a further average pool). That is exactly
-    ``F.max_pool2d(f, 2, return_indices=True)[1]`` for the feature map f (N, C_l, H_l, W_l) whose
-    pool decides it (any other pooled size and any indices are accepted too). ``global_selection``
-    replaces the GAP by a global max pool: (N, C_L, 1, 1) (``F.adaptive_max_pool2d(f, 1,
-    return_indices=True)[1]``) or (N, C_L), flat indices into the last map: the last layer's
-    gates, or the output of the selection pool after it if ``selections[-1]`` is given (the two are
-    composed). ``selections_y`` and ``global_selection_y`` are those of ``y``, required with ``y``
-    exactly when those of ``x`` are given. A selection pool sums over channels after the gather,
-    ``T(j, j') = sum_c G_l[c, s_c(j)] G_l'[c, s'_c(j')] (L T_{l-1})(s_c(j), s'_c(j'))``, and the
-    global selection has no 1/P^2 (it picks one position per channel).
-
-    The GAP's factor 1/P_L^2 is included (see the module docstring): the kernel is the mean of the
-    exact recursion's T_L over pairs of positions, and equals ``<Phi(x), Phi(x')>`` for the path
-    features of the network with GAP. With circular padding and no selections it is invariant to
-    cyclic shifts of either input (by multiples of 2^pools) whose gates shift with it.
-
-    Cost O((C_l + 4) P_l^2) per pair and layer (the 3x3 window sum is separable), O(C_l P_out^2)
-    gathers for a selection pool instead of the C_l P_l^2 gate gram: about 0.1 ms per pair at 8x8
-    with 32 channels and 4 layers, 1-2 ms at 16x16, on 2 CPU cores; at 32x32 with 16 channels, 4
-    layers (32, 32, 16, 8) and selection pools after the last three and a global selection, about
-    15 ms per pair on 2 CPU cores (the selection pools take about 3 ms of it, the 32x32 window sums
-    most of the rest). T of shape (P_l, P_l) is formed for blocks of pairs that keep
-    about four such float64 arrays within ``max_bytes`` (at least one pair per block). Without
-    ``y`` only the blocks on and above the diagonal are computed.
+    The value network: 3x3 convolutions (stride 1, padding 1), each followed by its gates, 2x2
+    average pools (floor mode) or selection pools between some, then global average pooling (its
+    1/P_L^2 included) or a global selection, and a linear head (the recursion, its cost and its
+    invariance are in :mod:`intertwine.kernels.npk`). A layer's gates place the average pool before
+    it: the size of the map before (the input, the previous layer, or the selection pool after that
+    layer) means none, half that (floor) means one; any other size is a ValueError.
 
     Parameters
     ----------
@@ -348,16 +315,21 @@ def npk_conv_gap(
     value_input : {"x", "ones"}
         What the value network is fed: the input itself, or ones of its shape.
     selections : sequence of Tensor, ndarray or None, optional
-        Per layer, the integer indices (N, C_l, H_out, W_out) of the selection pool after it, or None
-        where there is none; None (the default): no selection pools.
+        Per layer, None (no selection pool after it) or integer indices (N, C_l, H_out, W_out): per
+        sample, channel and pooled position, the flat index ``row * W_l + column`` into the layer's
+        H_l x W_l positions it takes its value from (``F.max_pool2d(f, 2, return_indices=True)[1]``
+        of the deciding feature map f; any pooled size is accepted); the next layer's gates are
+        then H_out x W_out (or half that). None (the default): no selection pools.
     selections_y : sequence of Tensor, ndarray or None, optional
-        The selections on ``y``.
+        The selections on ``y``; given with ``y`` exactly when ``selections`` is.
     global_selection : Tensor or ndarray, shape (N, C_L, 1, 1) or (N, C_L), optional
-        The indices of a global max pool in place of the GAP; None (the default): the GAP.
+        Flat indices of a global max pool in place of the GAP (no 1/P^2) into the last layer's map,
+        after its selection pool if any (``F.adaptive_max_pool2d(f, 1, return_indices=True)[1]``);
+        None (the default): the GAP.
     global_selection_y : Tensor or ndarray, optional
-        The global selection on ``y``.
+        The global selection on ``y``; given with ``y`` exactly when ``global_selection`` is.
     max_bytes : int
-        The memory bound of a block of pairs' float64 arrays.
+        The bound on a block of pairs' float64 arrays (about four (P_l, P_l) per pair; one pair at least).
 
     Returns
     -------

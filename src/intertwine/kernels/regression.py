@@ -2,6 +2,16 @@
 default, with its targets, result, singular-kernel error and symmetry check; re-exported by
 :mod:`intertwine.kernels.deq`). Any Gram will do; :mod:`intertwine.kernels.deq_regression` runs it
 on the DEQ-NTK of images.
+
+``kernel_regression`` solves ``(K_train + ridge I) w = T`` by Cholesky, with an LU solve as fallback
+for a kernel that is not numerically positive definite; the factor, and with a ridge the shifted
+matrix, are n x n copies beside K_train. ``ridge`` is absolute: compare it with the kernel's
+diagonal (``1/(1 - sigma_w2)`` for the DEQ-NTK); with ``ridge = 0`` (the default) the training
+points are interpolated. Only one triangle of K_train would be read by the Cholesky solve, so a
+K_train that is not symmetric (``symmetry_error`` above sqrt(eps): 1.5e-8 in float64, 3.5e-4 in
+float32, e.g. a square test-train Gram passed by mistake) is a ValueError; a singular one
+(duplicate training points at ridge 0) a ``SingularKernelError`` (a ``torch.linalg.LinAlgError``)
+that suggests a ridge or removing the duplicates.
 """
 
 from __future__ import annotations
@@ -118,44 +128,25 @@ def kernel_regression(
     num_classes: int,
     ridge: float = 0.0,
 ) -> RegressionResult:
-    """Kernel regression on the one-hot targets ``-0.1 + e_y``; predicted class = argmax.
-
-    ``scores = K_test_train (K_train + ridge I)^-1 T`` with T = ``regression_targets(y_train)``;
-    K_train (n, n), y_train (n,) integer labels in [0, num_classes), K_test_train (m, n). With
-    ``ridge = 0`` (the default) training points are interpolated. ``ridge`` is absolute: compare
-    it with the kernel's diagonal (``1/(1 - sigma_w2)`` for the DEQ-NTK). A Cholesky solve, with an
-    LU solve as fallback for a kernel that is not numerically positive definite. Memory: the
-    factor, and with a ridge the shifted matrix, are n x n copies beside K_train.
-
-    Only one triangle of K_train would be read by the Cholesky solve, so a K_train that is not
-    symmetric (``symmetry_error`` above sqrt(eps): 1.5e-8 in float64, 3.5e-4 in float32, e.g. a
-    square test-train Gram passed by mistake) is a ValueError; a singular one (duplicate training
-    points at ridge 0) a ``SingularKernelError`` (a ``torch.linalg.LinAlgError``) that suggests a
-    ridge or removing the duplicates.
+    """Kernel regression on ``T = regression_targets(y_train)``: ``K_test_train (K_train + ridge I)^-1 T``.
 
     Parameters
     ----------
     K_train : Tensor or ndarray, shape (n, n)
-        The kernel among the training points, symmetric.
+        The training Gram, symmetric to sqrt(eps) (else ValueError); singular: ``SingularKernelError``.
     y_train : Tensor or ndarray, shape (n,)
-        Their integer labels, in [0, num_classes).
+        The training labels, integers in [0, num_classes).
     K_test_train : Tensor or ndarray, shape (m, n)
         The kernel between the test and the training points.
     num_classes : int
         The number of classes, >= 1.
     ridge : float
-        Added to K_train's diagonal, >= 0.
+        Added to K_train's diagonal, >= 0, absolute; 0 (the default) interpolates the training points.
 
     Returns
     -------
-    predictions : Tensor, shape (m,)
-        The predicted classes, int64. The four are a ``RegressionResult`` named tuple.
-    scores : Tensor, shape (m, num_classes)
-        ``K_test_train (K_train + ridge I)^-1 T``, in the kernels' floating dtype.
-    solver : str
-        "cholesky", or "lu" where K_train (plus the ridge) was not numerically positive definite.
-    residual : float
-        The solve's relative residual ``||(K + ridge I) w - T||_F / ||T||_F``.
+    RegressionResult
+        predictions (m,) int64, argmax of scores (m, num_classes; the kernels' float dtype); solver; residual.
     """
     K_train, K_test_train = _as_tensor(K_train, "K_train"), _as_tensor(K_test_train, "K_test_train")
     K_train, K_test_train = _same_dtype_device(K_train, K_test_train)
