@@ -22,6 +22,8 @@ DOCUMENTED = (
     "intertwine.dissection",
     "intertwine.stitching",
     "intertwine.training",
+    "intertwine.training_steps",
+    "intertwine.packed_training",
     "intertwine.models",
     "intertwine.pullback",
     "intertwine.symmetry",

@@ -28,6 +28,8 @@ LIBRARY = (
     "intertwine.stitching",
     "intertwine.stitch_methods",
     "intertwine.training",
+    "intertwine.training_steps",
+    "intertwine.packed_training",
     "intertwine.pullback",
     "intertwine.rotation",
     "intertwine.network_alignment",

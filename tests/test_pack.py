@@ -5,10 +5,9 @@ import re
 import pytest
 import torch
 
-from intertwine import models
+from intertwine import models, packed_training
 from intertwine.workflow.job import Job
 from intertwine.workflow.stages.zoo.job import train_member, train_pack
-from intertwine import training
 from intertwine.training import _loss, pack_problem
 from intertwine.utils import DivergedError
 
@@ -125,8 +124,8 @@ def test_an_unmixed_pack_skips_the_partner_loss_and_its_loss_is_unchanged(tiny_s
     # train_pack passes 1 once no member is mixed (after mixing_epochs), one lam per member before
     monkeypatch.setattr(torch.nn.functional, "cross_entropy", cross_entropy)
     lams = []
-    monkeypatch.setattr(
-        training, "_loss", lambda logits, y, lam, s: lams.append(lam) or _loss(logits, y, lam, s)
+    monkeypatch.setattr(  # the module whose step (_stacked_step) calls _loss
+        packed_training, "_loss", lambda logits, y, lam, s: lams.append(lam) or _loss(logits, y, lam, s)
     )
     torch.set_num_threads(1)
     recipe = {"epochs": 2, "batch_size": 64, "mixup_alpha": 0.8, "mixing_epochs": 1}

@@ -487,15 +487,12 @@ def site_activations(
     std: torch.Tensor | None = None,
     batch_size: int = 250,
 ) -> dict[str, torch.Tensor]:
-    """The outputs of the modules ``names`` (sites, or any module names; every site by default)
-    for uint8 ``images`` normalised with ``mean``/``std`` (or, without them, for ``images`` as
-    they are: inputs already normalised), in batches, in eval mode without autograd.
+    """The outputs of the modules ``names`` for ``images``, in batches, in eval mode without autograd.
 
-    Read by forward hooks, so any ``nn.Module`` works (torchvision's too). For the zoo's models,
-    whose sites run once per pass by construction, the pass stops once the last of them has run;
-    for others it runs to the end, so that a module run twice is caught (its output would be
-    ambiguous). Each output is copied (a later in-place activation must not change it) and
-    concatenated over batches on the model's device.
+    Read by forward hooks, so any ``nn.Module`` works (torchvision's too). For the zoo's models
+    (sites run once per pass) a pass stops once every module read has run; for others it runs to the
+    end, so that a module run twice (its output ambiguous) is a ValueError, as are no images and a
+    module that did not run. Outputs are copied (a later in-place activation must not change them).
 
     Parameters
     ----------
@@ -503,13 +500,13 @@ def site_activations(
         The network (its mode restored afterwards).
     images : Tensor
         The (N, ...) inputs: uint8 images when ``mean`` and ``std`` are given, else the model's inputs
-        as they are; moved batch by batch to the model's device.
+        as they are (already normalised); moved batch by batch to the model's device.
     names : iterable of str or None, default None
-        The module names to read (None: every site, ``sites(model)``).
+        The module names to read (sites or any modules; None: every site, ``sites(model)``).
     mean, std : Tensor or None, default None
         The per-channel normalisation (0..1 units) of uint8 images; None: none.
     batch_size : int, default 250
-        Images per forward pass, at least 1.
+        Images per forward pass: an integer of at least 1, else a ValueError.
 
     Returns
     -------

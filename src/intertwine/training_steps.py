@@ -1,0 +1,197 @@
+"""What a training step and an epoch are made of, shared by the one-model loop (``training.train``)
+and packed training (``intertwine.packed_training``): the learning-rate schedule, the optimiser,
+bfloat16 autocast, an augmented and mixed batch, the loss, and an epoch's bookkeeping (its steps, its
+NaN check, the best-validation weights kept in a ``TrainResult``). ``intertwine.training`` re-exports
+the public names."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+import torch
+from torch import nn
+
+from intertwine.data import Split
+from intertwine.data.augment import augment, mix, normalize
+from intertwine.utils import DivergedError
+
+if TYPE_CHECKING:
+    from intertwine.settings import TrainConfig
+
+
+@dataclass
+class TrainResult:
+    state_dict: dict[str, torch.Tensor]  # the kept (best validation) weights, on the CPU
+    best_epoch: int
+    val_acc: float
+    history: list[dict] = field(default_factory=list)  # one dict per epoch
+
+
+def lr_factor(
+    step: int,
+    total_steps: int,
+    drops: int,
+    factor: float,
+    milestones: list[float] | None = None,
+    warmup_steps: int = 0,
+    schedule: str = "step",
+    min_factor: float = 0.0,
+) -> float:
+    """The learning rate at ``step`` as a multiple of the base rate.
+
+    ``schedule`` "step": ``factor ** k`` after the k-th of ``drops`` evenly spaced drops (at
+    1/(drops+1), 2/(drops+1), ...), or after the k-th of ``milestones`` (fractions of training)
+    when given; 0.1 during the first ``warmup_steps`` steps. "cosine": rising linearly from
+    ``min_factor`` to 1 over the warm-up, then ``min_factor + (1 - min_factor) (1 + cos(pi step /
+    total_steps)) / 2`` (timm's cosine schedule, whose cosine counts from step 0).
+
+    Parameters
+    ----------
+    step : int
+        The optimiser step, counted from 0.
+    total_steps : int
+        The optimiser steps of the whole training.
+    drops : int
+        The number of evenly spaced drops ("step" without ``milestones``).
+    factor : float
+        The factor of each drop ("step").
+    milestones : list[float] or None, default None
+        Fractions of training where the rate drops instead ("step").
+    warmup_steps : int, default 0
+        The length of the warm-up, in steps.
+    schedule : str, default "step"
+        "step" or "cosine" (any other value is taken as "step").
+    min_factor : float, default 0.0
+        The cosine schedule's floor and warm-up start.
+
+    Returns
+    -------
+    float
+        The factor the base learning rate is multiplied by.
+    """
+    if schedule == "cosine":
+        if step < warmup_steps:
+            return min_factor + (1 - min_factor) * step / warmup_steps
+        return (
+            min_factor + (1 - min_factor) * (1 + math.cos(math.pi * min(step, total_steps) / total_steps)) / 2
+        )
+    if step < warmup_steps:
+        return 0.1
+    if milestones:
+        return factor ** sum(step >= m * total_steps for m in milestones)
+    return factor ** min(drops, (drops + 1) * step // total_steps)
+
+
+def _epoch_steps(epoch: int, total_steps: int, per_epoch: int, config: TrainConfig, n_images: int):
+    """(steps, images) of the (1-based) ``epoch``: a full epoch, or what is left of ``total_steps``."""
+    steps = min(per_epoch, total_steps - (epoch - 1) * per_epoch)
+    return steps, min(steps * config.batch_size, n_images)
+
+
+def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
+    """Adam, AdamW or SGD with momentum (``zoo.training.optimizer``), at ``config.lr``.
+
+    Parameters
+    ----------
+    params : iterable
+        The parameters to optimise (or parameter groups), as torch's optimisers take them.
+    config : TrainConfig
+        ``optimizer`` ("sgd", "adamw"; any other value gives Adam), ``lr``, ``weight_decay`` and,
+        for SGD, ``momentum``.
+
+    Returns
+    -------
+    torch.optim.Optimizer
+        The optimiser.
+    """
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(
+            params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
+        )
+    if config.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+
+
+def _autocast(device: torch.device, bf16: bool):
+    if bf16 and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _schedule(optimizer: torch.optim.Optimizer, config: TrainConfig, total_steps: int):
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: lr_factor(
+            step,
+            total_steps,
+            config.lr_drops,
+            config.lr_drop_factor,
+            config.lr_milestones,
+            config.warmup_steps,
+            config.lr_schedule,
+            config.lr_min / config.lr,
+        ),
+    )
+
+
+def _batch(
+    split: Split, order: torch.Tensor, step: int, config: TrainConfig, generator, mean, std, epoch: int
+):
+    """The ``step``-th batch of an epoch's ``order``: normalised, augmented with ``generator``,
+    mixed (mixup or CutMix) in the first ``mixing_epochs``; its labels, and the weight ``lam`` of
+    each image's own label (1 unmixed; the rest goes to the reversed batch's labels)."""
+    idx = order[step * config.batch_size : (step + 1) * config.batch_size]
+    x = augment(normalize(split.images[idx], mean, std), generator, config.translate, config.flip)
+    if config.mixing_epochs is None or epoch <= config.mixing_epochs:
+        x, lam = mix(x, generator, config.mixup_alpha, config.cutmix_alpha)
+    else:
+        lam = 1.0
+    return x, split.labels[idx], lam
+
+
+def _loss(logits: torch.Tensor, y: torch.Tensor, lam, smoothing: float) -> torch.Tensor:
+    """Per-sample cross-entropy with label smoothing, of a batch mixed with weight ``lam`` (a
+    number, or one per member of a pack: ``logits`` (K, B, C), ``y`` (K, B)) with its reverse. A
+    number 1 (no member mixed) skips the reverse's cross-entropy, which would be weighed by 0."""
+
+    def ce(labels):
+        return nn.functional.cross_entropy(
+            logits.flatten(0, -2), labels.flatten(), label_smoothing=smoothing, reduction="none"
+        ).view(labels.shape)
+
+    loss = ce(y)
+    if isinstance(lam, torch.Tensor) or lam < 1.0:
+        lam = lam.view(-1, *[1] * (y.ndim - 1)) if isinstance(lam, torch.Tensor) else lam
+        loss = lam * loss + (1 - lam) * ce(y.flip(-1))
+    return loss
+
+
+def _train_loss(loss_sum: float, n: int, label: str, epoch: int) -> float:
+    """The epoch's mean training loss; NaN or infinite is a ``DivergedError``."""
+    train_loss = loss_sum / n
+    if not math.isfinite(train_loss):
+        raise DivergedError(
+            f"{label}: training loss became {train_loss} in epoch {epoch}; "
+            "lower zoo.training.lr or check the data"
+        )
+    return train_loss
+
+
+def _end_epoch(
+    result: TrainResult, row: dict, state: Callable[[], dict], label: str, epochs: int, log
+) -> None:
+    """Record an epoch in ``result`` and keep the weights (``state()``) when validation improved."""
+    kept = row["val_acc"] > result.val_acc
+    if kept:
+        result.val_acc, result.best_epoch = row["val_acc"], row["epoch"]
+        result.state_dict = {k: v.detach().to("cpu", copy=True) for k, v in state().items()}
+    result.history.append(row)
+    log(
+        f"{label} epoch {row['epoch']}/{epochs} lr {row['lr']:.2e} loss {row['train_loss']:.4f} "
+        f"train_acc {row['train_acc']:.4f} val_acc {row['val_acc']:.4f} "
+        f"({row['epoch_seconds']:.1f}s){' *' if kept else ''}"
+    )
