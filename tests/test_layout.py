@@ -30,6 +30,7 @@ LIBRARY = (
     "intertwine.training",
     "intertwine.pullback",
     "intertwine.rotation",
+    "intertwine.dissection_iou",
     "intertwine.network_alignment",
     "intertwine.mode_connectivity",
     "intertwine.attribution",
