@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from intertwine import dissection, groups
+from intertwine import dissection_iou, groups
 from intertwine.data.concepts import ConceptData, shapes_concepts
 from intertwine.dissection import (
     dissect_activations,
@@ -45,7 +45,7 @@ def _blobs(rng, n=40, size=20, concepts=2, pixels=80):
 @pytest.mark.parametrize("batch_elements", [None, 1000])
 def test_thresholds_equal_numpy_quantile(monkeypatch, rng, quantile, batch_elements):
     if batch_elements:  # several batches: the running top-k must still be exact
-        monkeypatch.setattr(dissection, "_BATCH_ELEMENTS", batch_elements)
+        monkeypatch.setattr(dissection_iou, "_BATCH_ELEMENTS", batch_elements)
     activations = torch.from_numpy(rng.standard_normal((30, 5, 6, 7)).astype(np.float32))
     values = activations.transpose(0, 1).reshape(5, -1).double().numpy()
     expected = np.quantile(values, 1 - quantile, axis=1)
@@ -54,7 +54,7 @@ def test_thresholds_equal_numpy_quantile(monkeypatch, rng, quantile, batch_eleme
 
 
 def test_thresholds_in_a_rotated_basis_equal_numpy_on_mixed_channels(monkeypatch, rng):
-    monkeypatch.setattr(dissection, "_BATCH_ELEMENTS", 500)
+    monkeypatch.setattr(dissection_iou, "_BATCH_ELEMENTS", 500)
     activations = torch.from_numpy(rng.standard_normal((20, 4, 5, 5)).astype(np.float32))
     basis = rotation_basis(4, 0.7, torch.Generator().manual_seed(1))
     mixed = torch.einsum("ij,njhw->nihw", basis, activations)

@@ -20,6 +20,7 @@ DOCUMENTED = (
     "intertwine.mode_connectivity",
     "intertwine.data",
     "intertwine.dissection",
+    "intertwine.dissection_iou",
     "intertwine.stitching",
     "intertwine.training",
     "intertwine.training_steps",

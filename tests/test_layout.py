@@ -32,6 +32,7 @@ LIBRARY = (
     "intertwine.packed_training",
     "intertwine.pullback",
     "intertwine.rotation",
+    "intertwine.dissection_iou",
     "intertwine.network_alignment",
     "intertwine.mode_connectivity",
     "intertwine.attribution",

@@ -1,5 +1,5 @@
 """The excitation-pullback stage's jobs: a member's symmetry and faithfulness, a pair's agreement,
-a variant's image grids (the mathematics is in ``intertwine.workflow.stages.pullback.study``)."""
+a variant's image grids (the mathematics is in ``intertwine.pullback.measurements``)."""
 
 from __future__ import annotations
 
@@ -198,7 +198,7 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
     Returns
     -------
     symmetry : pandas.DataFrame
-        ``pullback_study.symmetry_cosines`` in float64, one row per group, spread, mode and
+        ``measurements.symmetry_cosines`` in float64, one row per group, spread, mode and
         temperature.
     faithfulness : pandas.DataFrame
         One row per mode and temperature: deletion and insertion curves and areas, PGD success
@@ -222,11 +222,10 @@ def pullback_member(job: Job, checkpoint: str, block: dict) -> tuple[pd.DataFram
 def _transfer_rows(
     job: Job, settings, models: dict, metas: dict, x, labels, probe, variant, pair
 ) -> pd.DataFrame:
-    """PGD transfer across seeds (ours): for each direction (a's pullback moving images that b then
-    reads, and b's read by a), temperature and mode, the paper's PGD toward a random other class
-    along the source member's direction, and what it does to the other member's logits
-    (``pullback_study.transfer_measures``). The targets are one draw per pair, the same for every
-    mode and direction, so the modes are compared on the same images and targets with the same budget."""
+    """PGD transfer across seeds (ours): per direction (a's pullback moving images that b reads, and
+    b's read by a), temperature and mode, the paper's PGD toward a random other class along the
+    source's direction and what it does to the other's logits (``measurements.transfer_measures``).
+    One draw of targets per pair, shared by every mode and direction: the same images and budget."""
     targets = measurements.random_targets(
         labels,
         len(job.meta()["classes"]),
@@ -279,7 +278,7 @@ def _transfer_rows(
 def pullback_pair(
     job: Job, a: str, b: str, pair: int, block: dict, sites: list[str]
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The agreement of zoo members a and b (``pullback_study.agreement_rows``): per mode, the
+    """The agreement of zoo members a and b (``measurements.agreement_rows``): per mode, the
     cosines of their pullbacks of the true class's logit, and of ``block["units"]`` hidden units
     at each of ``sites`` against their Hungarian matches, on the first ``block["images"]`` test
     images; and the transfer of PGD across the two seeds (:func:`_transfer_rows`, ours) on the
@@ -543,11 +542,10 @@ def pullback_external(
 ) -> tuple[pd.DataFrame, dict]:
     """The paper's grids for a torchvision ImageNet model with local weights
     (``models.imagenet.load_imagenet_model``) on an image folder (Imagenette's layout): the first
-    ``per_class`` images of ``classes`` class folders spread over the sorted folders (Imagenette's
-    10 and 5: folders 0, 2, 4, 6, 8, the released code's choice), each moved by the paper's PGD
-    toward every one of their classes and ``extra_targets`` random other ImageNet classes (the
-    grid's columns), along the plain gradient, the global-T and the per-neuron-T pullback
-    (per-neuron temperatures on the grid's own images).
+    ``per_class`` images of ``classes`` class folders spread over the sorted folders
+    (:func:`_external_images`), each moved by the paper's PGD toward every one of their classes and
+    ``extra_targets`` random other ImageNet classes (the grid's columns), along the plain gradient,
+    the global-T and the per-neuron-T pullback (per-neuron temperatures on the grid's own images).
 
     Parameters
     ----------
