@@ -57,9 +57,9 @@ elif shutil.which("intertwine") is None:
         "Snakemake (`make .venv`, or `pip install -e .`)"
     )
 
-# Each rule runs one `intertwine` command, and its shell line is that command's: what the rule
-# passes each option is declared beside the option (intertwine.workflow.commands.Command), so
-# `shell: CLI["stitch-pair"].shell()`; options passed only when given are the rule's params
+# Each shell line is that of the one `intertwine` command it runs, built from what each option of
+# the command says it is passed (intertwine.workflow.commands.Command), as in
+# `shell: CLI["stitch-pair"].shell()`. Options passed only when given are params,
 # `**CLI[...].when_given(...)`.
 CLI = commands()
 
