@@ -19,6 +19,8 @@ from intertwine.measures.layerwise import pairwise
 from intertwine.measures.procrustes import ProcrustesAccumulator
 from intertwine.measures.registry import MEASURES
 
+__all__ = ["compare_models", "site_procrustes", "site_cka", "site_cka_intervals"]
+
 
 def _batches(data, batch_size: int) -> tuple[Iterable, int | None]:
     """(iterable of input batches, their number if known) from a tensor of inputs, a map-style
