@@ -211,6 +211,7 @@ rule deqntk_figure:
     resources:
         **on_cpu(),
     params:
+        # the figures the config asks for, each with the table it draws
         **CLI["deqntk-figure"].when_given(
             table=lambda wc, input: input.table,
             reference=lambda wc, input: input.reference,
@@ -219,7 +220,6 @@ rule deqntk_figure:
             kernel_reference=lambda wc, output: output.reference,
         ),
         figures=as_json(config["figures"]),
-        # the figures the config asks for, each with the table it draws
         code=code_hash("deqntk_figures"),
     shell:
         CLI["deqntk-figure"].shell()

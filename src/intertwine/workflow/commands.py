@@ -200,15 +200,15 @@ class Command:
         return line + (" > {log} 2>&1" if log else "")
 
     @property
-    def when_given_options(self) -> list[str]:
-        """The destinations of the options the rule passes only when given."""
-        return [action.dest for action, rule in self.passed if rule == WHEN_GIVEN]
+    def when_given_options(self) -> dict[str, argparse.Action]:
+        """The options the rule passes only when given, by destination."""
+        return {action.dest: action for action, rule in self.passed if rule == WHEN_GIVEN}
 
     def when_given(self, **values) -> dict:
         """The rule's params of its ``WHEN_GIVEN`` options, each `` --flag value`` or nothing:
         ``values`` holds each option's value, or a function of the job's ``wildcards``, ``input``
         and ``output`` (those it names) that gives it."""
-        actions = {action.dest: action for action, rule in self.passed if rule == WHEN_GIVEN}
+        actions = self.when_given_options
         if set(values) != set(actions):
             raise ValueError(
                 f"intertwine {self.name}: give the values of {sorted(actions)} (got {sorted(values)})"
@@ -222,7 +222,7 @@ class Command:
 def _flag(flag: str, value, repeated: bool) -> str:
     """`` flag value`` (`` flag`` for True), nothing for an empty or false value; a list's items
     follow one flag, or each its own where the option is ``repeated`` (``action="append"``)."""
-    if value is None or value is False or (not isinstance(value, bool) and len(str(value)) == 0):
+    if value is None or value is False or value == "":
         return ""
     if value is True:
         return f" {flag}"
