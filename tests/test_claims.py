@@ -28,10 +28,25 @@ from intertwine.claims import (
     judge,
     scorecard,
 )
+from intertwine.models import normalize_spec
 from intertwine.plan import Plan, draw_pairs
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_plan import load
+
+#: The zoo variants the known answers below are laid out for, by the names their tables use.
+VARIANTS = {
+    "myrtle": {"arch": "myrtle"},
+    "myrtle_cw": {"arch": "myrtle", "constant_width": 512},
+    "myrtle_nobn": {"arch": "myrtle", "batch_norm": False},
+    "myrtle_sigmoid_nobn": {"arch": "myrtle", "activation": "sigmoid", "batch_norm": False},
+    "resnet20": {"arch": "resnet20"},
+    "resnet20_nores": {"arch": "resnet20", "residual_activation": False},
+    "resnet20_w4": {"arch": "resnet20", "width_multiplier": 4.0},
+    "resnet18": {"arch": "resnet18"},
+    "leaky0.1": {"arch": "resnet20", "activation": "leaky_relu", "negative_slope": 0.1},
+    "leaky0.5": {"arch": "resnet20", "activation": "leaky_relu", "negative_slope": 0.5},
+}
 
 SETTINGS = {
     "myrtle_variants": ["myrtle"],
@@ -50,6 +65,7 @@ SETTINGS = {
     "stitching_batch_norm_refresh": "grelu",
     "connectivity_barrier": "endpoints_mean",
     "connectivity_families": {"resnet20": "resnet20", "resnet20_w4": "resnet20", "myrtle": "myrtle"},
+    "variant_specs": {name: normalize_spec(spec) for name, spec in VARIANTS.items()},
     "scale": {"zoo_epochs": 50, "zoo": "zoo: 50 of the paper's 50 epochs"},
 }
 

@@ -312,6 +312,7 @@ SETTINGS_KEYS = (
     "stitching_batch_norm_refresh",
     "connectivity_barrier",
     "connectivity_families",
+    "variant_specs",
 )
 
 #: Per table the scorecard reads, its column of evidence: a row whose value there is NaN is no

@@ -192,6 +192,7 @@ class Plan(*stages.plan_parts()):
             "stitching_batch_norm_refresh": self.stitching["batch_norm_refresh"],
             "connectivity_barrier": self.connectivity["barrier"],
             "connectivity_families": {v: self.architecture_family(v) for v in self.connectivity["variants"]},
+            "variant_specs": {v: self.spec(v) for v in self.variants},
             "scale": self.claims_scale,
         }
 
