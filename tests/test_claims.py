@@ -46,6 +46,7 @@ VARIANTS = {
     "resnet18": {"arch": "resnet18"},
     "leaky0.1": {"arch": "resnet20", "activation": "leaky_relu", "negative_slope": 0.1},
     "leaky0.5": {"arch": "resnet20", "activation": "leaky_relu", "negative_slope": 0.5},
+    "cct": {"arch": "cct", "depth": 6},
 }
 
 SETTINGS = {
@@ -1036,3 +1037,156 @@ def test_each_claim_lives_in_its_stages_folder_in_the_scorecards_order():
                 claims.all_claims()
     finally:
         claims.all_claims.cache_clear()
+
+
+# --- C10-C14: the stitching appendix's findings (appendices D.2-D.6) ------------------------------
+# The paper prints no number for these (its Figs. 6, 12-15 are images, not in the text): each test
+# lays out the pattern the sentence describes, the same pattern reversed, and one pair.
+
+
+def with_column(table: pd.DataFrame, column: str, values) -> pd.DataFrame:
+    """``table`` with ``column`` set from ``values(method, site, pair)`` (NaN where it gives None)."""
+    found = [values(m, s, p) for m, s, p in zip(table["method"], table["site"], table["pair"])]
+    return table.assign(**{column: [math.nan if v is None else v for v in found]})
+
+
+def ranking(outside: dict, inside: dict, pairs=16):
+    """ResNet20 stitching, one penalty per method outside residual blocks and one inside."""
+    means = {m: [inside[m] if s in RESNET_INSIDE else outside[m] for s in RESNET_SITES] for m in outside}
+    table = stitching(means, pairs=pairs, variant="resnet20", sites=RESNET_SITES, inside=RESNET_INSIDE)
+    return {"stitching": table}
+
+
+def test_c10_grelu_ranking_flips_inside_residual_blocks():
+    outside = {"full": 0.01, "rank1": 0.30, "rank2": 0.15, "grelu": 0.06}
+    inside = {"full": 0.10, "rank1": 0.25, "rank2": 0.20, "grelu": 0.40}
+    assert verdict("C10", ranking(outside, inside)) == "reproduced"
+    # reversed: G_ReLU above rank 1 outside, below every layer inside
+    flipped = {"full": 0.10, "rank1": 0.12, "rank2": 0.11, "grelu": 0.05}
+    assert verdict("C10", ranking(outside | {"grelu": 0.40}, flipped)) == "not reproduced"
+    assert verdict("C10", ranking(outside, inside, pairs=1)) == "inconclusive"
+    # no rank-1 layer (the default config's ResNet20), or no ResNet20: the claim is not run
+    without_rank1 = {m: v for m, v in outside.items() if m != "rank1"}
+    assert verdict("C10", ranking(without_rank1, inside)) == "not run"
+    assert verdict("C10", {"stitching": stitching(FIG1)}) == "not run"
+
+
+CCT_SITES = [f"blocks.{i}.out" for i in range(6)]
+
+
+def transformer(full: float, grelu: float, pairs=5):
+    means = {"full": [full] * len(CCT_SITES), "grelu": [grelu] * len(CCT_SITES)}
+    return {"stitching": stitching(means, pairs=pairs, variant="cct", sites=CCT_SITES)}
+
+
+def test_c11_transformer_grelu_penalties_are_large():
+    assert verdict("C11", transformer(0.02, 0.35)) == "reproduced"
+    assert verdict("C11", transformer(0.30, 0.02)) == "not reproduced"
+    # above the linear layer, but by 5 points: not "large" (our 10 points)
+    assert verdict("C11", transformer(0.02, 0.07)) == "not reproduced"
+    assert verdict("C11", transformer(0.02, 0.35, pairs=1)) == "inconclusive"
+    assert verdict("C11", {"stitching": stitching(FIG1)}) == "not run"
+
+
+GRID = [0.001, 0.01, 0.1, 1.0, 10.0]
+
+
+def cross_validated(shift: float, chosen, pairs=32):
+    """Myrtle with G_ReLU at alpha 0.1 and alpha by cross-validation (``shift`` points above it),
+    the alpha ``chosen(site, pair)`` recorded on the latter's rows."""
+    table = stitching({"grelu": FIG1["grelu"], "grelu_cv": [g + shift for g in FIG1["grelu"]]}, pairs=pairs)
+    table = with_column(table, "alpha_selected", lambda m, s, p: chosen(s, p) if m == "grelu_cv" else None)
+    return {"stitching": table}
+
+
+def test_c12_alpha_by_cross_validation():
+    def spread(site, pair):
+        return GRID[pair % len(GRID)]
+
+    assert verdict("C12", cross_validated(0.005, spread)) == "reproduced"
+    # reversed: cross-validation 20 points worse, and every pair picks alpha 0.1 at every site
+    assert verdict("C12", cross_validated(0.2, lambda site, pair: 0.1)) == "not reproduced"
+
+    # similar penalties, but every pair agrees at one site: no variance "at all layers"
+    def one_site(site, pair):
+        return 0.1 if site == "act3" else spread(site, pair)
+
+    assert verdict("C12", cross_validated(0.005, one_site)) == "not reproduced"
+    assert verdict("C12", cross_validated(0.005, spread, pairs=1)) == "inconclusive"
+    assert verdict("C12", {"stitching": stitching(FIG1)}) == "not run"
+
+
+def lasso(penalty: dict, sparsity: dict, pairs=32):
+    """Myrtle with G_ReLU and L1 layers: per method, a penalty and a sparsity per site (Fig. 15's
+    axes), the sparsity varying a little between pairs."""
+    table = stitching(penalty, pairs=pairs)
+    rng = np.random.default_rng(3)
+    noise = rng.normal(0, 0.004, len(table))
+    sites = ["act1", "act2", "act3", "act4"]
+    table = with_column(table, "sparsity", lambda m, s, p: sparsity[m][sites.index(s)])
+    return {"stitching": table.assign(sparsity=(table["sparsity"] + noise).clip(0, 1))}
+
+
+# G_ReLU's sparsity is 1 - 1/C (C = 128 here); L1 layers sparser as lambda grows (lambda 0.1 sparser
+# than G_ReLU at the last site, so compared with it there), lambda 0.01 beside G_ReLU at the last site.
+L1_SPARSITY = {
+    "grelu": [0.992] * 4,
+    "l1_0.001": [0.10] * 4,
+    "l1_0.01": [0.60, 0.60, 0.60, 0.97],
+    "l1_0.1": [0.95, 0.95, 0.95, 0.995],
+}
+L1_PENALTY = {
+    "grelu": [0.05, 0.06, 0.08, 0.05],
+    "l1_0.001": [0.01] * 4,
+    "l1_0.01": [0.03, 0.03, 0.04, 0.055],
+    "l1_0.1": [0.30] * 4,
+}
+
+
+def test_c13_grelu_low_for_its_sparsity_and_beside_lambda_0_01():
+    assert verdict("C13", lasso(L1_PENALTY, L1_SPARSITY)) == "reproduced"
+    # reversed: the sparsest L1 layer costs less than G_ReLU, and lambda 0.01 far from it at the end
+    reversed_ = L1_PENALTY | {"grelu": [0.35] * 4, "l1_0.1": [0.02] * 4}
+    apart = L1_SPARSITY | {"l1_0.01": [0.6] * 4}
+    assert verdict("C13", lasso(reversed_, apart)) == "not reproduced"
+    assert verdict("C13", lasso(L1_PENALTY, L1_SPARSITY, pairs=1)) == "inconclusive"
+    # without lambda 0.01 the overlap is untested: refutable, never reproduced
+    without = {m: v for m, v in L1_PENALTY.items() if m != "l1_0.01"}
+    assert verdict("C13", lasso(without, L1_SPARSITY)) == "inconclusive"
+    assert verdict("C13", {"stitching": stitching(FIG1)}) == "not run"
+
+
+def softsort(shift: float, slower: float, pairs=32):
+    """Myrtle with the Birkhoff G_ReLU layer and SoftSort's (``shift`` points above it, ``slower``
+    times its training time, each pair's time varying)."""
+    table = stitching({"grelu": FIG1["grelu"], "softsort": [g + shift for g in FIG1["grelu"]]}, pairs=pairs)
+    base = dict(enumerate(exact(12.0, 2.0, pairs, 5)))
+    spread = dict(enumerate(exact(1.0, 0.2, pairs, 6)))
+
+    def seconds(method, site, pair):
+        return base[pair] * (slower * spread[pair] if method == "softsort" else 1.0)
+
+    return {"stitching": with_column(table, "train_seconds", seconds)}
+
+
+def test_c14_softsort_comparable_and_ten_times_slower():
+    assert verdict("C14", softsort(0.01, 25.0)) == "reproduced"
+    assert verdict("C14", softsort(0.2, 2.0)) == "not reproduced"
+    # comparable, but only 3x slower: the timing clause fails
+    assert verdict("C14", softsort(0.01, 3.0)) == "not reproduced"
+    assert verdict("C14", softsort(0.01, 25.0, pairs=1)) == "inconclusive"
+    assert verdict("C14", {"stitching": stitching(FIG1)}) == "not run"
+
+
+def test_appendix_claims_quote_the_paper_and_name_the_figures_they_test():
+    """C10-C14 quote the paper's sentences and link to the study figures the report draws."""
+    card = scorecard({"stitching": stitching(FIG1)}, SETTINGS, None).set_index("claim")
+    figures = {claim.claim: claim.figure for claim in CLAIMS}
+    assert figures["C10"] == "stitching_penalty.png" and figures["C11"] == "stitching_transformer.png"
+    assert figures["C12"] == "stitching_alpha_cv.png" and figures["C13"] == "stitching_l1_sparsity.png"
+    assert figures["C14"] == "stitching_softsort.png"
+    assert (
+        "it consistently underperforms all strategies inside residual blocks" in card.loc["C10", "sentence"]
+    )
+    assert "took far longer (> $10\\times$) to optimize" in card.loc["C14", "sentence"]
+    assert (card.loc[["C10", "C11", "C12", "C13", "C14"], "verdict"] == "not run").all()

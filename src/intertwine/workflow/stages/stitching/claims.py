@@ -206,3 +206,9 @@ MODES = {
         "stitching.batch_norm_refresh",
     ),
 }
+
+# The appendix's further findings (C10-C14) live in a module of their own, so that this one stays
+# short; the stage's registry reads this module's CLAIMS.
+from intertwine.workflow.stages.stitching.appendix_claims import CLAIMS as APPENDIX_CLAIMS
+
+CLAIMS += APPENDIX_CLAIMS
