@@ -202,13 +202,14 @@ def alpha_by_cross_validation(tables, settings) -> Result:
     comparisons = within("G_ReLU (alpha by CV) - G_ReLU", _unit(means), SIMILAR_MARGIN)
     cv = rows[(rows["method"] == "grelu_cv") & rows["alpha_selected"].notna()]
     modes = []
-    for site, at_site in cv.groupby(["variant", "site"], sort=False):
+    for (variant, site), at_site in cv.groupby(["variant", "site"], sort=False):
+        where = f"{variant} {site}" if cv["variant"].nunique() > 1 else site
         chosen = at_site["alpha_selected"].round(12)
         common = chosen.value_counts().idxmax()
-        modes.append(f"{site[1]}: {chosen.nunique()} alphas")
+        modes.append(f"{where}: {units_text('alpha', chosen.nunique())}")
         comparisons.append(
             Comparison(
-                f"{site[1]} pairs choosing alpha {common:g} (%)",
+                f"{where} pairs choosing alpha {common:g} (%)",
                 Estimate.of((chosen == common).astype(float), pair_members(at_site)).shift(MODAL_SHARE),
                 -1,
                 threshold=MODAL_SHARE,
@@ -245,8 +246,8 @@ def _l1_against_grelu(site: str, penalty: pd.DataFrame, sparsity: pd.DataFrame, 
 
 
 def l1_sparsity_against_grelu(tables, settings) -> Result:
-    """Myrtle, per site: the sparsest L1 layer (each one at least as sparse as G_ReLU's, where
-    any is) costs more than G_ReLU; at the final site, lambda 0.01's layer within +-5 points of
+    """Myrtle, per site: every L1 layer at least as sparse as G_ReLU's, or the sparsest where none
+    is, costs more than G_ReLU; at the final site, lambda 0.01's layer within +-5 points of
     penalty and +-0.05 of sparsity of G_ReLU's (ours)."""
     table = tables["stitching"]
     rows = table[table["variant"].isin(settings["myrtle_variants"])]
@@ -254,7 +255,7 @@ def l1_sparsity_against_grelu(tables, settings) -> Result:
     if "grelu" not in set(rows["method"]) or not l1:
         return not_run("needs Myrtle pairs stitched with grelu and l1 (stitching.methods, l1_lambdas)")
     overlap = next((m for m in l1 if math.isclose(parse_method(m)[1], OVERLAP_LAMBDA)), None)
-    comparisons, pairs = [], 0
+    comparisons, pairs, overlaps = [], 0, 0
     for variant, in_variant in rows.groupby("variant", sort=False):
         penalty, sparsity = _wide(in_variant, "penalty"), _wide(in_variant, "sparsity")
         sites = list(dict.fromkeys(in_variant["site"]))
@@ -263,7 +264,9 @@ def l1_sparsity_against_grelu(tables, settings) -> Result:
             present = [m for m in l1 if m in at_site and at_site[m].notna().any()]
             if present:
                 comparisons += _l1_against_grelu(site, at_site, sparsity[sparsity["site"] == site], present)
-        if overlap in penalty and penalty.loc[penalty["site"] == sites[-1], overlap].notna().any():
+        measured = all(c in frame for frame in (penalty, sparsity) for c in (overlap, "grelu"))
+        if measured and penalty.loc[penalty["site"] == sites[-1], overlap].notna().any():
+            overlaps += 1
             for name, frame, margin in (
                 ("penalty", penalty, OVERLAP_PENALTY),
                 ("sparsity", sparsity, OVERLAP_SPARSITY),
@@ -272,7 +275,9 @@ def l1_sparsity_against_grelu(tables, settings) -> Result:
                 difference = Estimate.of(both[overlap] - both["grelu"], pair_members(both))
                 comparisons += within(f"{sites[-1]} {_label(overlap)} - G_ReLU {name}", difference, margin)
         pairs = max(pairs, in_variant.groupby(pair_keys(in_variant)).ngroups)
-    missing = "" if overlap else f"λ = {OVERLAP_LAMBDA:g} was not run: the final layer's overlap is untested"
+    missing = (
+        "" if overlaps else f"λ = {OVERLAP_LAMBDA:g} was not run at the last site: its overlap is untested"
+    )
     judgement = judge(comparisons, missing=missing)
     return _result(
         "penalty differences (points; sparsity in % of the matrix's entries): ",
