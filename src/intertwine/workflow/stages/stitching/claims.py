@@ -58,13 +58,14 @@ def _is_rank(method: str) -> bool:
     return re.fullmatch(r"rank\d+", method) is not None
 
 
-def _figure_methods(frame: pd.DataFrame) -> list[str]:
-    """The methods of Figs. 1, 6 and 7 the frame holds (full, each reduced rank by rank, G_ReLU);
-    the appendix's other methods (grelu_cv, softsort, l1) belong to other figures."""
-    methods = set(frame["method"])
-    ranks = frame.loc[frame["method"].map(_is_rank), ["method", "rank"]].drop_duplicates()
-    by_rank = [m for m, _ in sorted(zip(ranks["method"], ranks["rank"]), key=lambda mr: mr[1])]
-    return [m for m in ("full",) if m in methods] + by_rank + [m for m in ("grelu",) if m in methods]
+def _figure_methods(names) -> list[str]:
+    """The methods of Figs. 1, 6 and 7 among ``names``: full, each reduced rank by its configured
+    rank (the method's name: the ``rank`` column records a rank above a site's channels as the
+    channel count), G_ReLU. The appendix's other methods (grelu_cv, softsort, l1) belong to other
+    figures."""
+    methods = {str(name) for name in names}
+    ranks = sorted((m for m in methods if _is_rank(m)), key=lambda m: int(m.removeprefix("rank")))
+    return [m for m in ("full",) if m in methods] + ranks + [m for m in ("grelu",) if m in methods]
 
 
 def _label(method: str) -> str:
@@ -75,7 +76,7 @@ def _myrtle(tables, settings) -> pd.DataFrame:
     """The Myrtle rows of Fig. 1's methods, one column per method, a row per pair and site."""
     table = tables["stitching"]
     myrtle = table[table["variant"].isin(settings["myrtle_variants"])]
-    myrtle = myrtle[myrtle["method"].isin(_figure_methods(myrtle))]
+    myrtle = myrtle[myrtle["method"].isin(_figure_methods(myrtle["method"]))]
     if myrtle.empty:
         return pd.DataFrame()
     return myrtle.pivot_table(
@@ -150,7 +151,7 @@ def ranks_above_grelu(tables, settings) -> Result:
     """C2.rank: per reduced rank the table holds, each pair's mean over the sites both were measured
     at of rank r minus G_ReLU above 0 (rank r and G_ReLU on the same pairs)."""
     wide = _myrtle(tables, settings)
-    ranks = [m for m in wide.columns if _is_rank(m)]
+    ranks = [m for m in _figure_methods(wide.columns) if _is_rank(m)]
     if wide.empty or "grelu" not in wide or not ranks:
         return not_run("needs Myrtle pairs stitched with grelu and a reduced rank")
     comparisons = []
@@ -173,7 +174,7 @@ def depth_trend(tables, settings) -> Result:
     wide = _myrtle(tables, settings)
     if wide.empty or not {FIRST, THIRD, FINAL} <= set(wide["site"]):
         return not_run(f"needs Myrtle pairs stitched at {FIRST}, {THIRD} and {FINAL}")
-    methods = [m for m in wide.columns if (m in ("full", "grelu") or _is_rank(m)) and m != "rank1"]
+    methods = [m for m in _figure_methods(wide.columns) if m != "rank1"]
     keys = pair_keys(wide)
     comparisons = []
     for method in methods:
@@ -199,16 +200,15 @@ def depth_trend(tables, settings) -> Result:
 
 
 def paper_resnets(settings, arch: str) -> list[str]:
-    """The variants built as the paper's ResNet of Figs. 6, 7: ``arch``, ReLU, not gated, batch norm,
-    width 1 and the residual activation."""
+    """The variants built as the ResNet of Figs. 6, 7: ``arch``, ReLU, not gated, with the residual
+    activation (without it, C6's ablation, the blocks are not the paper's). The width is the run's
+    scale (the default config's ResNet20 is half as wide), like its image size: any is taken."""
     return [
         variant
         for variant, spec in settings["variant_specs"].items()
         if spec["arch"] == arch
         and spec.get("activation", "relu") == "relu"
         and not spec.get("gated")
-        and spec.get("batch_norm", True)
-        and spec.get("width_multiplier", 1.0) == 1.0
         and spec.get("residual_activation", True)
     ]
 
@@ -218,11 +218,11 @@ def residual_blocks(tables, settings, arch: str) -> Result:
     inside residual blocks minus its mean outside above 0; full must be among the methods."""
     table = tables["stitching"]
     resnets = table[table["variant"].isin(paper_resnets(settings, arch))]
-    resnets = resnets[resnets["method"].isin(_figure_methods(resnets))]
+    resnets = resnets[resnets["method"].isin(_figure_methods(resnets["method"]))]
     if resnets.empty or resnets["inside_residual"].nunique() < 2:
         return not_run(f"needs a ReLU {arch} stitched at sites inside and outside residual blocks")
     comparisons, pairs = [], 0
-    for method in _figure_methods(resnets):
+    for method in _figure_methods(resnets["method"]):
         rows = resnets[resnets["method"] == method]
         by_pair = rows.pivot_table(index=pair_keys(rows), columns="inside_residual", values="penalty")
         by_pair = by_pair.reset_index().dropna(subset=[True, False])
@@ -239,7 +239,7 @@ def residual_blocks(tables, settings, arch: str) -> Result:
         "inside - outside residual blocks (points): " + describe(comparisons, judgement.agreement),
         judgement.verdict,
         "paired 95 % t-intervals over pairs (each pair's mean inside minus its mean outside), one per "
-        f"method, {judgement.note}",
+        f"method, {judgement.note}; variants {', '.join(dict.fromkeys(resnets['variant']))}",
         units_text("pair", pairs),
     )
 
@@ -357,7 +357,7 @@ _C3_SENTENCE = (
     'is new." (appendix D.3)'
 )
 _C3_STATEMENT = (
-    "ReLU {arch} (batch norm, width 1, the residual activation): per method of {figure} the run stitched "
+    "ReLU {arch} (with the residual activation): per method of {figure} the run stitched "
     "(full, each reduced rank, G_ReLU), each pair's mean penalty inside residual blocks minus outside "
     "> 0; full must be among them (without it the verdict cannot read reproduced)"
 )
