@@ -172,7 +172,7 @@ def test_claims_scorecard(tiny_run):
     assert by_claim.loc["T1", "verdict"] == "reproduced"  # G_ReLU elements are exact symmetries
     assert by_claim.loc["C1", "verdict"] == "inconclusive"  # one trial per group: no interval
     assert by_claim.loc["D1", "verdict"] == "not run"  # no setting with reference accuracies
-    assert "selected on val" in by_claim.loc["C2", "mode"]
+    assert "selected on val" in by_claim.loc["C2.full", "mode"]
 
 
 def test_tiny_run_outputs(tiny_run):

@@ -110,8 +110,12 @@ def units_text(label: str, n: int) -> str:
 #: its stage's folder (``intertwine.workflow.stages.<stage>.claims``, ``CLAIMS``).
 ORDER = (
     "C1",
-    "C2",
-    "C3",
+    "C2.full",
+    "C2.grelu",
+    "C2.rank",
+    "C2.depth",
+    "C3.resnet20",
+    "C3.resnet18",
     "C4",
     "C5",
     "C6",
@@ -317,7 +321,6 @@ def _gated_rows(gated_findings: pd.DataFrame | None) -> list[dict]:
 #: The run's settings the claims and the mode column read (``Plan.claims_settings`` holds more).
 SETTINGS_KEYS = (
     "myrtle_variants",
-    "residual_variants",
     "relu_similarity_variants",
     "residual_activation",
     "leaky_slopes",

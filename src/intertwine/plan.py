@@ -170,9 +170,6 @@ class Plan(*stages.plan_parts()):
                 and plain_relu(v)
                 and not self.spec(v).get("constant_width")
             ],
-            "residual_variants": [
-                v for v in stitched if self.spec(v)["arch"] in ("resnet20", "resnet18") and plain_relu(v)
-            ],
             "relu_similarity_variants": [v for v in self.similarity["variants"] if plain_relu(v)],
             "site_order": {v: self.site_names(v) for v in self.similarity["variants"]},
             "residual_activation": {
