@@ -75,7 +75,8 @@ The package
 -----------
 ``elements`` (parsing elements, ``element_matrix``, ``act_on_representation``), ``wiring`` (the
 architectures' wiring, ``ARCHS``, ``acts_on``, ``site_groups``), ``action`` (the checks and
-``act_on_weights``) and ``draws`` (``random_elements``). Every name is importable from
+``act_on_weights``), ``draws`` (``random_elements``) and ``stitched`` (Thm. 4.2: f stitched into
+its transform through the exact element, ``stitch_through_element``, ``ElementBridge``). Every name is importable from
 ``intertwine.symmetry``.
 """
 
@@ -105,6 +106,7 @@ from .elements import (
     act_on_representation,
     element_matrix,
 )
+from .stitched import ElementBridge, stitch_through_element
 from .wiring import (
     ARCHS as ARCHS,
     _chain_wiring as _chain_wiring,
@@ -123,6 +125,8 @@ __all__ = [
     "element_matrix",
     "random_elements",
     "site_groups",
+    "ElementBridge",
+    "stitch_through_element",
 ]
 
 
