@@ -412,7 +412,9 @@ def test_stitching_through_the_exact_element_is_f(zoo, key):
         for site in models.cut_sites(model):
             if inside[site]:
                 continue
-            assert _rel(stitch_through_element(model, transformed, site, drawn[site])(x), logits) < 1e-12, site
+            assert _rel(stitch_through_element(model, transformed, site, drawn[site])(x), logits) < 1e-12, (
+                site
+            )
             wrong = random_orthogonal(len(drawn[site][0]), torch.Generator().manual_seed(3)).double()
             assert _rel(stitch_through_element(model, transformed, site, wrong)(x), logits) > 1e-3, site
             # Without the bridge (phi = identity) f~'s later layers read f's unpermuted channels.
@@ -425,7 +427,7 @@ def test_stitching_through_the_exact_element_is_f(zoo, key):
 def test_stitching_inside_a_block_is_not_f(zoo, key):
     """Inside a residual block the skip path carries f's block input, which f~ expects multiplied by
     the stream's element: the stitched network is not f there (Remark 3.6)."""
-    from intertwine.workflow.stages.symmetry.study import stitched_changes
+    from intertwine.symmetry import stitched_changes
 
     model = zoo[key]
     drawn = random_elements(model, "grelu", torch.Generator().manual_seed(2))

@@ -76,7 +76,8 @@ The package
 ``elements`` (parsing elements, ``element_matrix``, ``act_on_representation``), ``wiring`` (the
 architectures' wiring, ``ARCHS``, ``acts_on``, ``site_groups``), ``action`` (the checks and
 ``act_on_weights``), ``draws`` (``random_elements``) and ``stitched`` (Thm. 4.2: f stitched into
-its transform through the exact element, ``stitch_through_element``, ``ElementBridge``). Every name is importable from
+its transform through the exact element, ``stitch_through_element``, ``ElementBridge``,
+``stitched_changes``). Every name is importable from
 ``intertwine.symmetry``.
 """
 
@@ -106,7 +107,7 @@ from .elements import (
     act_on_representation,
     element_matrix,
 )
-from .stitched import ElementBridge, stitch_through_element
+from .stitched import ElementBridge, stitch_through_element, stitched_changes
 from .wiring import (
     ARCHS as ARCHS,
     _chain_wiring as _chain_wiring,
@@ -127,6 +128,7 @@ __all__ = [
     "site_groups",
     "ElementBridge",
     "stitch_through_element",
+    "stitched_changes",
 ]
 
 

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import models
+from .action import act_on_weights
 from .elements import element_matrix
 
 
@@ -62,3 +63,44 @@ def stitch_through_element(f: nn.Module, f_tilde: nn.Module, site: str, element:
         raise ValueError(f"{type(f).__name__} has no site {site!r}; its cut sites are {models.cut_sites(f)}")
     dtype = next(f.parameters()).dtype
     return models.Stitched(front=f, back=f_tilde, site=site, bridge=ElementBridge(element, channels, dtype))
+
+
+def stitched_changes(model: nn.Module, x: Tensor, drawn: dict, logits: Tensor | None = None) -> dict:
+    """Per cut site s: how far the stitched network ``S(f, f~, s, A_s)`` is from f, where f~ is
+    ``model`` with every element of ``drawn`` acting on its weights (Thm. 4.2; the bridge is the
+    element itself, fixed). The model's mode and ``requires_grad`` flags are left as they were.
+
+    Parameters
+    ----------
+    model : nn.Module
+        f, a model ``act_on_weights`` knows, in eval mode for the identity with batch norm.
+    x : Tensor
+        The (normalised) input batch.
+    drawn : dict
+        An element for every site (``random_elements``).
+    logits : Tensor or None, default None
+        ``model(x)``, when already computed.
+
+    Returns
+    -------
+    dict
+        Site -> ``stitched_relative_change`` (the logits' change over their norm) and
+        ``stitched_agreement`` (the fraction of images on which S predicts f's class), for every
+        site of ``models.cut_sites(model)``.
+    """
+    trainable = [p.requires_grad for p in model.parameters()]  # stitching freezes the front model
+    training = model.training
+    with torch.no_grad():
+        logits = model(x) if logits is None else logits
+        transformed = act_on_weights(model, drawn)
+        changes = {}
+        for site in models.cut_sites(model):
+            stitched_logits = stitch_through_element(model, transformed, site, drawn[site])(x)
+            changes[site] = {
+                "stitched_relative_change": ((stitched_logits - logits).norm() / logits.norm()).item(),
+                "stitched_agreement": (stitched_logits.argmax(1) == logits.argmax(1)).double().mean().item(),
+            }
+    for parameter, flag in zip(model.parameters(), trainable):
+        parameter.requires_grad_(flag)
+    model.train(training)
+    return changes

@@ -99,7 +99,7 @@ def dissection_rotation(tables, settings) -> Result:
     "remains constant"); below 0 (an increase) for a ConvNeXt. Each arm needs its variant."""
     table = residual_outputs(tables["dissection"])
     chosen = arms(settings, table["variant"].unique())
-    table = table[table["variant"].isin(sum(chosen.values(), []))]
+    table = table[table["variant"].isin([v for arm in chosen.values() for v in arm])]
     if why := _usable(table):
         return not_run(why)
     falls = {variant: member_falls(rows) for variant, rows in table.groupby("variant", sort=False)}
@@ -161,7 +161,7 @@ def concept_units(tables, settings) -> Result:
         "interpretable fraction at the residual outputs in the unrotated basis, with minus without the "
         "residual activation (points): " + describe(comparisons, judgement.agreement),
         judgement.verdict,
-        f"Welch 95 % intervals over members, {judgement.note}; \"far\" untested (the text gives no size); "
+        f'Welch 95 % intervals over members, {judgement.note}; "far" untested (the text gives no size); '
         f"{SUBSTITUTION}",
         ", ".join(f"{v} {units_text('member', len(f))}" for v, f in level.items()),
     )
@@ -180,7 +180,8 @@ def inside_increase(tables, settings) -> Result:
     falls = {variant: member_falls(rows) for variant, rows in table.groupby("variant", sort=False)}
     comparisons = [Comparison(f"{v} fall inside", Estimate.of(falls[v]), -1) for v in falls]
     judgement = judge(
-        comparisons, missing="" if chosen["without"] else "not dissected: a ResNet without the residual activation"
+        comparisons,
+        missing="" if chosen["without"] else "not dissected: a ResNet without the residual activation",
     )
     return Result(
         "fall of the interpretable fraction inside the blocks along the rotation (points): "
@@ -202,8 +203,8 @@ CLAIMS = (
         "ResNet-50, for the ConvNeXt model it actually *increases*.",
         "At the residual outputs, the fall of the interpretable fraction along the rotation (least-squares "
         "line over alpha, from 0 to the largest) is above 0 for a ReLU ResNet with the residual activation; "
-        f"within ±{NO_DROP_MARGIN * 100:g} points (ours) for a ResNet without it (\"does not drop\", "
-        "\"remains constant\"); below 0 for a ConvNeXt (\"increases\"); members as units. Dissection is "
+        f'within ±{NO_DROP_MARGIN * 100:g} points (ours) for a ResNet without it ("does not drop", '
+        '"remains constant"); below 0 for a ConvNeXt ("increases"); members as units. Dissection is '
         f"{SUBSTITUTION}",
         "Fig. 3's values are not in the text; the paper's models: ImageNet ResNet-50, a ResNet-50 without "
         "the residual ReLU (76.1 % top-1, appendix F.3), a ConvNeXt; Broden, IoU > 0.04, top 0.5 % "
@@ -221,7 +222,7 @@ CLAIMS = (
         "units for a given basis.",
         "In the unrotated basis (alpha 0), the interpretable fraction at the residual outputs is lower for "
         "each model without the residual activation (a ResNet without it, a ConvNeXt) than for a ReLU "
-        "ResNet with it (Welch over members); untested: \"far\" (no size in the text) and the rotated "
+        'ResNet with it (Welch over members); untested: "far" (no size in the text) and the rotated '
         f"bases. Dissection is {SUBSTITUTION}",
         "Fig. 3's values are not in the text",
         ("dissection",),
@@ -233,13 +234,13 @@ CLAIMS = (
     Claim(
         "C15b",
         f"{GODFREY}, section 6 and appendix F.2, Fig. 19 (Fig. 19's values are not in the text)",
-        "Section 6: \"We find similar results, where the number of interpretable units increase with "
+        'Section 6: "We find similar results, where the number of interpretable units increase with '
         "rotation, for the convolutional layer inside the residual block for the modified ResNet-50 in fig. "
-        "19.\" Appendix F.2: \"Like the ConvNeXt model in fig. 3 we find that, surprisingly, the percentage "
-        "of interpretable units actually tends to increase away from the activation basis.\"",
+        '19." Appendix F.2: "Like the ConvNeXt model in fig. 3 we find that, surprisingly, the percentage '
+        'of interpretable units actually tends to increase away from the activation basis."',
         "At the sites inside a residual block, the fall of the interpretable fraction along the rotation is "
         "below 0 (an increase) for a ResNet without the residual activation (section 6) and for a ReLU "
-        "ResNet with it (appendix F.2: \"the normal and modified ResNet-50\"); members as units. Dissection "
+        'ResNet with it (appendix F.2: "the normal and modified ResNet-50"); members as units. Dissection '
         f"is {SUBSTITUTION}",
         "Fig. 19's values are not in the text",
         ("dissection",),

@@ -55,7 +55,7 @@ def rotation_penalty(tables, settings) -> Result:
         "orthogonal - G_ReLU penalty (points): " + describe(comparisons, judgement.agreement),
         judgement.verdict,
         f"Welch 95 % intervals over trials per site, {judgement.note}; every site above 0 decides "
-        "(\"significantly\" read as each interval excluding 0, no margin of size)"
+        '("significantly" read as each interval excluding 0, no margin of size)'
         + (f"; {', '.join(with_bn)} with batch norm, unlike Fig. 4's Myrtle (footnote 7)" if with_bn else ""),
         f"{int(trials.min())}-{int(trials.max())} trials per site and group"
         if trials.min() != trials.max()
@@ -71,9 +71,9 @@ CLAIMS = (
         "random orthogonal matrix results in significantly smaller rotation penalties.",
         "On a ReLU Myrtle CNN, the rotation penalty (accuracy before minus after transforming the "
         "pre-activation of one layer by A and fine-tuning the later layers; ours on the test split, the "
-        "paper's \"validation accuracy\") of a random G_ReLU element is below that of a random orthogonal "
+        'paper\'s "validation accuracy") of a random G_ReLU element is below that of a random orthogonal '
         "matrix at every layer rotated, each by a Welch 95 % interval over trials that excludes 0 "
-        "(\"significantly\"; no size is claimed)",
+        '("significantly"; no size is claimed)',
         "Fig. 4's values are not in the text; its setting: a Myrtle CNN without batch norm (appendix D.1, "
         "footnote 7) trained 50 epochs, later layers fine-tuned another 50 (section 3.3), 10 trials, "
         "baseline accuracy ≈ 87 % (Fig. 4's caption)",

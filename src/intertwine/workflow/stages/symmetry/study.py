@@ -1,8 +1,8 @@
 """The symmetry stage's self-check (paper Prop. 3.4, Remark 3.6, Thm. 4.2), on top of
 :mod:`intertwine.symmetry`: random elements of a group act on a model's weights, one group of tied
 sites at a time, and the changes of the network function and of the representations are measured
-(:func:`check_symmetry`), and the model stitched into its transform through the exact element
-(:func:`stitched_changes`, Thm. 4.2); :func:`checked_group` picks the group a model is checked with and
+(:func:`check_symmetry`, with Thm. 4.2's stitched network from
+:func:`intertwine.symmetry.stitched_changes`); :func:`checked_group` picks the group a model is checked with and
 :func:`summarize` reduces the stage's table per variant and group.
 """
 
@@ -22,10 +22,10 @@ from intertwine.symmetry import (
     act_on_weights,
     random_elements,
     site_groups,
-    stitch_through_element,
+    stitched_changes,
 )
 
-__all__ = ["check_symmetry", "checked_group", "stitched_changes", "summarize"]
+__all__ = ["check_symmetry", "checked_group", "summarize"]
 
 
 def check_symmetry(
@@ -73,27 +73,6 @@ def check_symmetry(
     for row in rows:
         row.update(stitched.get(row["site"], {"stitched_relative_change": nan, "stitched_agreement": nan}))
     return sorted(rows, key=lambda row: names.index(row["site"]))
-
-
-def stitched_changes(model: nn.Module, x: Tensor, drawn: dict, logits: Tensor | None = None) -> dict:
-    """Per cut site s: how far the stitched network ``S(f, f~, s, A_s)`` is from f, where f~ is
-    ``model`` with every element of ``drawn`` acting on its weights (Thm. 4.2; the bridge is the
-    element itself, fixed). ``stitched_relative_change``: the logits' change over their norm;
-    ``stitched_agreement``: the fraction of images on which S predicts f's class."""
-    trainable = [p.requires_grad for p in model.parameters()]  # stitching freezes the front model
-    with torch.no_grad():
-        logits = model(x) if logits is None else logits
-        transformed = act_on_weights(model, drawn)
-        changes = {}
-        for site in models.cut_sites(model):
-            stitched_logits = stitch_through_element(model, transformed, site, drawn[site])(x)
-            changes[site] = {
-                "stitched_relative_change": ((stitched_logits - logits).norm() / logits.norm()).item(),
-                "stitched_agreement": (stitched_logits.argmax(1) == logits.argmax(1)).double().mean().item(),
-            }
-    for parameter, flag in zip(model.parameters(), trainable):
-        parameter.requires_grad_(flag)
-    return changes
 
 
 def checked_group(model: nn.Module, group: str) -> str:
