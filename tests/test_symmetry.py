@@ -382,3 +382,57 @@ def test_check_symmetry_separates_the_groups():
     assert summary.loc["grelu", "max_relative_change"] < 1e-12
     assert summary.loc["grelu", "max_representation_error"] < 1e-12
     assert summary.loc["orthogonal", "max_relative_change"] > 1e-2
+    # Thm. 4.2: the stitched network through the exact element (no inside_residual column here:
+    # every site counts, and inside a block the identity fails, Remark 3.6).
+    assert set(rows[0]) >= {"stitched_relative_change", "stitched_agreement"}
+    inside = {site.name: site.inside_residual for site in models.sites(model)}
+    stream = summarize(pd.DataFrame(rows).assign(inside_residual=lambda t: t["site"].map(inside)))
+    stream = stream.set_index("group")
+    assert stream.loc["grelu", "max_stitched_relative_change"] < 1e-12
+    assert stream.loc["grelu", "min_stitched_agreement"] == 1.0
+    assert stream.loc["orthogonal", "max_stitched_relative_change"] > 1e-2
+
+
+# --- Thm. 4.2: f stitched into its transform through the exact element --------------------------
+
+
+@pytest.mark.parametrize("key", list(SPECS))
+def test_stitching_through_the_exact_element_is_f(zoo, key):
+    """S(f, f~, l, phi(A_l)) = f at every cut site on the residual stream (appendix E.5), in float64
+    to rounding; a random orthogonal bridge in place of A_l is no such identity."""
+    from intertwine.symmetry import stitch_through_element
+
+    model = zoo[key]
+    drawn = random_elements(model, "grelu", torch.Generator().manual_seed(2))
+    transformed = act_on_weights(model, drawn)
+    x = _x()
+    inside = {site.name: site.inside_residual for site in models.sites(model)}
+    with torch.no_grad():
+        logits = model(x)
+        for site in models.cut_sites(model):
+            if inside[site]:
+                continue
+            assert _rel(stitch_through_element(model, transformed, site, drawn[site])(x), logits) < 1e-12, (
+                site
+            )
+            wrong = random_orthogonal(len(drawn[site][0]), torch.Generator().manual_seed(3)).double()
+            assert _rel(stitch_through_element(model, transformed, site, wrong)(x), logits) > 1e-3, site
+            # Without the bridge (phi = identity) f~'s later layers read f's unpermuted channels.
+            identity = torch.eye(len(wrong), dtype=torch.float64)
+            assert _rel(stitch_through_element(model, transformed, site, identity)(x), logits) > 1e-3, site
+    model.requires_grad_(True)  # stitching freezes the front model
+
+
+@pytest.mark.parametrize("key", RESNETS)
+def test_stitching_inside_a_block_is_not_f(zoo, key):
+    """Inside a residual block the skip path carries f's block input, which f~ expects multiplied by
+    the stream's element: the stitched network is not f there (Remark 3.6)."""
+    from intertwine.symmetry import stitched_changes
+
+    model = zoo[key]
+    drawn = random_elements(model, "grelu", torch.Generator().manual_seed(2))
+    changes = stitched_changes(model, _x(), drawn)
+    for site in models.sites(model):
+        change = changes[site.name]["stitched_relative_change"]
+        assert (change > 1e-3) if site.inside_residual else (change < 1e-12), site.name
+    assert all(p.requires_grad for p in model.parameters())  # the check leaves the model as it was

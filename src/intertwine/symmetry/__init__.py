@@ -75,7 +75,9 @@ The package
 -----------
 ``elements`` (parsing elements, ``element_matrix``, ``act_on_representation``), ``wiring`` (the
 architectures' wiring, ``ARCHS``, ``acts_on``, ``site_groups``), ``action`` (the checks and
-``act_on_weights``) and ``draws`` (``random_elements``). Every name is importable from
+``act_on_weights``), ``draws`` (``random_elements``) and ``stitched`` (Thm. 4.2: f stitched into
+its transform through the exact element, ``stitch_through_element``, ``ElementBridge``,
+``stitched_changes``). Every name is importable from
 ``intertwine.symmetry``.
 """
 
@@ -105,6 +107,7 @@ from .elements import (
     act_on_representation,
     element_matrix,
 )
+from .stitched import ElementBridge, stitch_through_element, stitched_changes
 from .wiring import (
     ARCHS as ARCHS,
     _chain_wiring as _chain_wiring,
@@ -123,6 +126,9 @@ __all__ = [
     "element_matrix",
     "random_elements",
     "site_groups",
+    "ElementBridge",
+    "stitch_through_element",
+    "stitched_changes",
 ]
 
 

@@ -16,6 +16,11 @@ SYMMETRY = pa.schema(
         pa.field("max_abs_logit_change", pa.float64()),
         pa.field("relative_change", pa.float64()),
         pa.field("representation_error", pa.float64()),
+        # Thm. 4.2: f stitched at the site into f~ (every site's element acting at once) through
+        # the site's element itself: the logits' relative change against f, and the fraction of
+        # images with f's predicted class (NaN where the model cannot be cut at the site)
+        pa.field("stitched_relative_change", pa.float64()),
+        pa.field("stitched_agreement", pa.float64()),
         pa.field("n_images", pa.int64()),
         pa.field("dtype", pa.string()),
         *PROVENANCE,
