@@ -354,6 +354,18 @@ def test_c4_is_judged_per_architecture_whatever_the_pair_counts():
         assert card.loc["C4.resnet20", "verdict"] == card.loc["C4.resnet18", "verdict"] == "not run"
 
 
+def test_a_narrow_variant_is_its_architectures_row_and_says_so():
+    """The default run's Myrtle is 0.25x wide: it is the Myrtle's row (the run's scale), and the
+    row says how it differs from the paper's model."""
+    narrow = SETTINGS | {
+        "variant_specs": SETTINGS["variant_specs"]
+        | {"myrtle": normalize_spec({"arch": "myrtle", "width_multiplier": 0.25})}
+    }
+    card = scorecard({"similarity": procrustes("myrtle", TABLE2, 8)}, narrow, None).set_index("claim")
+    assert card.loc["C4.myrtle", "verdict"] == "reproduced"
+    assert "unlike the paper's models: myrtle width 0.25x" in card.loc["C4.myrtle", "evidence"]
+
+
 def test_c4_depth_pattern_is_tested():
     """G_ReLU below orthogonal everywhere, but with the opposite depth pattern: not "otherwise
     patterns largely follow those of orthogonal Procrustes"."""
@@ -403,7 +415,7 @@ def test_c4_resnet18_leaves_out_layer_70():
 
 def test_the_plan_names_resnet18s_layer_70():
     settings = Plan(load("config/paper.yaml")).claims_settings
-    from intertwine.workflow.stages.similarity.units import layer_70
+    from intertwine.workflow.stages.similarity.claims import layer_70
 
     assert layer_70(settings, "resnet18") == "layer4.0.act1"
     assert layer_70(settings, "myrtle") is None

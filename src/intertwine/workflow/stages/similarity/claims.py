@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import pandas as pd
 
 from intertwine.claims import (
     GODFREY,
@@ -19,22 +20,136 @@ from intertwine.claims import (
     describe,
     judge,
     not_run,
+    pair_keys,
+    pair_members,
     units_text,
 )
 from intertwine.paper import TABLE_2_PAIRS, TABLE_2_PROCRUSTES, TABLE_4_PAIRS, TABLE_4_PROCRUSTES
-from intertwine.workflow.stages.similarity.units import (
-    ARCHITECTURES,
-    PROCRUSTES,
-    architecture_variants,
-    by_site,
-    correlation,
-    decay,
-    depth_order,
-    fall_and_rise,
-    layer_70,
-    means_text,
-    members,
-)
+
+# --- the units: which variant is which architecture, and per pair its values by site ------------
+
+#: The architectures the paper measured similarity on, by the suffix of their claim ids:
+#: (arch, constant_width, name).
+ARCHITECTURES = {
+    "myrtle": ("myrtle", None, "Myrtle"),
+    "resnet20": ("resnet20", None, "ResNet20"),
+    "resnet18": ("resnet18", None, "ResNet18"),
+    "myrtle512": ("myrtle", 512, "constant-width Myrtle (512 channels)"),
+}
+
+PROCRUSTES = ("grelu_procrustes", "orthogonal_procrustes")
+
+
+def architecture_variants(settings: dict, key: str) -> list[str]:
+    """The run's similarity variants of the paper's architecture ``key``: plain ReLU (not gated),
+    the architecture, and constant width 512 for ``myrtle512`` only. A variant narrower than the
+    paper's model, or without its batch norm or residual activation, still counts (the evidence
+    says so: ``unlike_paper``). Each variant is judged on its own: variants are never pooled."""
+    arch, width, _ = ARCHITECTURES[key]
+    specs = settings["variant_specs"]
+    return [
+        variant
+        for variant in settings["relu_similarity_variants"]
+        if variant in specs
+        and specs[variant]["arch"] == arch
+        and specs[variant].get("constant_width") == width
+    ]
+
+
+def unlike_paper(settings: dict, variants) -> str:
+    """ "; unlike the paper's models: myrtle width 0.25x" for the variants that differ from the
+    paper's (width 1x, batch norm, the residual activation), or ""."""
+    found = []
+    for variant in variants:
+        spec, parts = settings["variant_specs"][variant], []
+        if spec.get("width_multiplier", 1.0) != 1.0:
+            parts.append(f"width {spec['width_multiplier']:g}x")
+        if not spec.get("batch_norm", True):
+            parts.append("no batch norm")
+        if not spec.get("residual_activation", True):
+            parts.append("no residual activation")
+        if parts:
+            found.append(f"{variant} {', '.join(parts)}")
+    return f"; unlike the paper's models: {'; '.join(found)}" if found else ""
+
+
+def depth_order(settings: dict, variant: str, sites) -> list[str]:
+    """``sites`` in the model's forward order (the plan's ``site_order``; else as given)."""
+    present = list(dict.fromkeys(sites))
+    order = settings.get("site_order", {}).get(variant) or present
+    return [site for site in order if site in present]
+
+
+def layer_70(settings: dict, variant: str) -> str | None:
+    """The site the paper calls "layer 70" of its ResNet18: the penultimate site inside a residual
+    block (appendix D.3's own gloss), or None when the plan names fewer than two such sites."""
+    inside = settings["similarity_inside_residual"].get(variant, [])
+    return inside[-2] if len(inside) >= 2 else None
+
+
+def by_site(table: pd.DataFrame, variant: str, measures, settings: dict) -> dict[str, pd.DataFrame]:
+    """Per measure, the variant's same-site values: one row per pair, one column per site in depth
+    order, only the sites every measure has and the pairs with a value at each of them."""
+    rows = table[
+        (table["variant"] == variant) & (table["site_a"] == table["site_b"]) & table["measure"].isin(measures)
+    ]
+    if rows.empty or not set(measures) <= set(rows["measure"]):
+        return {}
+    wide = rows.pivot_table(index=pair_keys(rows), columns=["measure", "site_a"], values="value")
+    shared = set.intersection(*(set(wide[m].columns) for m in measures))
+    sites = depth_order(settings, variant, [s for s in rows["site_a"] if s in shared])
+    if not sites:
+        return {}
+    columns = [(m, s) for m in measures for s in sites]
+    wide = wide[columns].dropna()
+    return {m: wide[m][sites] for m in measures}
+
+
+def members(frame: pd.DataFrame) -> list[tuple] | None:
+    """The zoo members each row of a ``by_site`` frame (a pair) rests on."""
+    return pair_members(frame.index.to_frame(index=False))
+
+
+def fall_and_rise(values: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair (a row; 3 or more sites in depth order): the fall over the sites before the last
+    (minus a least-squares line's change from the first site to the penultimate) and the rise at
+    the last site (the last minus the penultimate)."""
+    array = values.to_numpy(float)
+    before = array[:, :-1]
+    depth = np.arange(before.shape[1], dtype=float)
+    slope = np.polyfit(depth, before.T, 1)[0]
+    return -slope * depth[-1], array[:, -1] - array[:, -2]
+
+
+def correlation(a: pd.DataFrame, b: pd.DataFrame) -> np.ndarray:
+    """Per pair (a row), the correlation over sites of ``a`` with ``b`` (NaN where either is flat)."""
+    x, y = a.to_numpy(float), b.to_numpy(float)
+    x = x - x.mean(axis=1, keepdims=True)
+    y = y - y.mean(axis=1, keepdims=True)
+    norms = np.sqrt((x * x).sum(axis=1) * (y * y).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(norms > 0, (x * y).sum(axis=1) / norms, np.nan)
+
+
+def decay(values: pd.DataFrame, order: list[str]) -> np.ndarray:
+    """Per pair (a row; 2 or more sites), the fall of a least-squares line over depth from the
+    first site to the last, depth being each site's place in the model's ``order``."""
+    depth = np.array([order.index(site) for site in values.columns], dtype=float)
+    slope = np.polyfit(depth, values.to_numpy(float).T, 1)[0]
+    return -slope * (depth.max() - depth.min())
+
+
+def means_text(frames: dict[str, pd.DataFrame], label: dict[str, str]) -> str:
+    """The mean over pairs at each site, per measure: "G_ReLU 0.62/0.51 (act1/act2)"."""
+    parts = []
+    for measure, frame in frames.items():
+        values = "/".join(f"{v:.3f}" for v in frame.mean())
+        parts.append(f"{label.get(measure, measure)} {values}")
+    sites = "/".join(next(iter(frames.values())).columns)
+    return f"{' vs '.join(parts)} ({sites})"
+
+
+# --- the tests ------------------------------------------------------------------------------------
 
 LABELS = {
     "grelu_procrustes": "G_ReLU",
@@ -99,13 +214,14 @@ def procrustes_order(key: str, tables, settings) -> Result:
     above 0 ("patterns ... largely follow"; 3 or more sites); on the Myrtles each measure's fall
     to the penultimate site and rise at the last above 0 ("decreasing ..., only to increase again
     in the last layer"). All paired within the pair; ResNet18 leaves out its layer 70."""
-    comparisons, missing, notes, units, means = [], [], [], [], []
+    comparisons, missing, notes, units, means, used = [], [], [], [], [], []
     for variant in architecture_variants(settings, key):
         frames = by_site(tables["similarity"], variant, PROCRUSTES, settings)
         if not frames or frames["grelu_procrustes"].empty:
             continue
         pairs = _procrustes_variant(key, variant, frames, settings, comparisons, missing, notes)
         units.append(f"{variant} {units_text('pair', pairs)}")
+        used.append(variant)
         means.append(f"{variant} {means_text(frames, LABELS)}")
     if not comparisons:
         return not_run(_needs(key, "grelu_procrustes and orthogonal_procrustes"))
@@ -121,7 +237,8 @@ def procrustes_order(key: str, tables, settings) -> Result:
         judgement.verdict,
         f"paired 95 % t-intervals over each variant's pairs (no pooling), {judgement.note}"
         + "".join(f"; {note}" for note in notes)
-        + untested,
+        + untested
+        + unlike_paper(settings, used),
         "; ".join(units),
     )
 
@@ -129,7 +246,7 @@ def procrustes_order(key: str, tables, settings) -> Result:
 def table_4(tables, settings) -> Result:
     """C8: at act3 (layer 10) of each constant-width Myrtle, each pair's G_ReLU minus orthogonal
     Procrustes above 0, as Table 4 prints (paired within the pair)."""
-    comparisons, units = [], []
+    comparisons, units, used = [], [], []
     for variant in architecture_variants(settings, "myrtle512"):
         frames = by_site(tables["similarity"], variant, PROCRUSTES, settings)
         if not frames or LAYER_10 not in frames["grelu_procrustes"].columns:
@@ -143,6 +260,7 @@ def table_4(tables, settings) -> Result:
             )
         )
         units.append(f"{variant} {units_text('pair', len(g))}")
+        used.append(variant)
     if not comparisons:
         return not_run(_needs("myrtle512", f"grelu_procrustes and orthogonal_procrustes at {LAYER_10}"))
     judgement = judge(comparisons)
@@ -151,7 +269,8 @@ def table_4(tables, settings) -> Result:
         judgement.verdict,
         f"paired 95 % t-intervals over each variant's pairs, {judgement.note}; untested: "
         '"qualitatively very similar" to the Myrtle of Table 2 as a comparison (the paper gives no '
-        "margin, and at layer 10 its Table 4 reverses Table 2's order: C4.myrtle512 reads that)",
+        "margin, and at layer 10 its Table 4 reverses Table 2's order: C4.myrtle512 reads that)"
+        + unlike_paper(settings, used),
         "; ".join(units),
     )
 
@@ -182,7 +301,7 @@ def cka_decay(key: str, tables, settings) -> Result:
     against the same site of the other member) along depth, a least-squares line from the first
     site to the last: G_ReLU-CKA's above 0 and above linear CKA's (paired within the pair). Linear
     CKA decides; the channel-normalised linear CKA of the released code is reported beside it."""
-    comparisons, extras, units, decays = [], [], [], []
+    comparisons, extras, units, decays, used = [], [], [], [], []
     table = tables["similarity"]
     for variant in architecture_variants(settings, key):
         measured = set(table.loc[table["variant"] == variant, "measure"])
@@ -194,6 +313,7 @@ def cka_decay(key: str, tables, settings) -> Result:
             continue
         pairs = _cka_variant(variant, frames, settings, comparisons, extras)
         units.append(f"{variant} {units_text('pair', pairs)}")
+        used.append(variant)
         decays.append(f"{variant} sites {'/'.join(frames['grelu_cka'].columns)}")
     if not comparisons:
         return not_run(_needs(key, "grelu_cka and linear_cka (similarity.cka_measures) at 2 or more sites"))
@@ -205,7 +325,8 @@ def cka_decay(key: str, tables, settings) -> Result:
         f"paired 95 % t-intervals over each variant's pairs (no pooling), {judgement.note}; decided "
         'against plain linear CKA, the "orthogonal counterpart" (the paper\'s CKA counterpart is '
         "invariant to orthogonal transformations, which only plain linear CKA is); beside it, not "
-        f'deciding: {"; ".join(extras)}; "much more" is read as more (ours: the paper gives no size)',
+        f'deciding: {"; ".join(extras)}; "much more" is read as more (ours: the paper gives no size)'
+        + unlike_paper(settings, used),
         "; ".join(units),
     )
 
@@ -223,7 +344,7 @@ def fig1_mirror(tables, settings) -> Result:
     G_ReLU-Procrustes falls to the penultimate site and rises at the last (similarity pairs), and
     the G_ReLU stitching penalty rises to the penultimate site and falls at the last (stitching
     pairs). The correlation of the two curves' site means is reported, not judged."""
-    comparisons, units, shown = [], [], []
+    comparisons, units, shown, used = [], [], [], []
     stitching = tables["stitching"]
     for variant in architecture_variants(settings, "myrtle"):
         frames = by_site(tables["similarity"], variant, ("grelu_procrustes",), settings)
@@ -249,6 +370,7 @@ def fig1_mirror(tables, settings) -> Result:
         r = float(np.corrcoef(similarity.mean(), penalty.mean())[0, 1])
         shown.append(f"{variant} correlation of the {len(sites)} site means {r:+.2f}")
         units.append(f"{variant} {units_text('similarity pair', len(similarity))}, {len(penalty)} stitching")
+        used.append(variant)
     if not comparisons:
         return not_run(
             "needs grelu_procrustes and G_ReLU stitching penalties of a Myrtle variant at 3 or more shared sites"
@@ -261,7 +383,7 @@ def fig1_mirror(tables, settings) -> Result:
         f"paired 95 % t-intervals over each stage's own pairs, {judgement.note}; the statistic shows "
         "that the two curves have mirrored shapes at the same sites; it cannot show a correlation across "
         "units (the stitching and similarity pairs are different draws, and 4 sites give a correlation no "
-        "useful interval), nor that the sizes of the changes track each other",
+        "useful interval), nor that the sizes of the changes track each other" + unlike_paper(settings, used),
         "; ".join(units),
     )
 
