@@ -322,6 +322,21 @@ def test_c4_myrtle_reads_table_2():
     assert verdict("C4.myrtle", {"similarity": procrustes("myrtle", TABLE2, 1)}) == "inconclusive"
 
 
+def test_the_verdicts_hold_if_the_printed_pm_were_95_percent_half_widths():
+    """The captions call the ± confidence intervals: read as 95 % half-widths over the pairs (a
+    spread sqrt(n) / t times larger), Tables 2 and 4 give the same verdicts."""
+
+    def widen(table, n):
+        factor = math.sqrt(n) / stats.t.ppf(0.975, n - 1)
+        return {m: {s: (mean, pm * factor) for s, (mean, pm) in v.items()} for m, v in table.items()}
+
+    table2 = {"similarity": procrustes("myrtle", widen(TABLE2, TABLE_2_PAIRS), TABLE_2_PAIRS)}
+    table4 = {"similarity": procrustes("myrtle_cw", widen(TABLE4, TABLE_4_PAIRS), TABLE_4_PAIRS)}
+    assert verdict("C4.myrtle", table2) == "reproduced"
+    assert verdict("C4.myrtle512", table4) == "not reproduced"
+    assert verdict("C8", table4) == "reproduced"
+
+
 def test_table_4_reverses_the_section_5_order_and_c8_reads_it():
     """Table 4's own numbers (4 pairs) put G_ReLU above orthogonal at layer 10: the section-5
     sentence fails on the constant-width Myrtle, and Table 4 read as printed (C8) holds."""

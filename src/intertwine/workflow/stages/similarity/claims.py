@@ -411,7 +411,7 @@ CONSTANT_WIDTH = (
 
 def _printed(values: dict, pairs: int, table: str) -> str:
     def row(measure):
-        return ", ".join(f"{m:.4f} ± {sd:g}" for m, sd in values[measure].values())
+        return ", ".join(f"{m:.4f} ± {sd:.3f}" for m, sd in values[measure].values())
 
     sites = "/".join(values["grelu_procrustes"])
     return f"{table} ({pairs} pairs), {sites}: G_ReLU {row('grelu_procrustes')}; orthogonal {row('orthogonal_procrustes')}"
@@ -419,7 +419,7 @@ def _printed(values: dict, pairs: int, table: str) -> str:
 
 C4_TEXT = {
     "myrtle": (
-        "Table 2, appendix D.7",
+        "section 5, Table 2, appendix D.7",
         f"{LESS} {PATTERN}",
         _printed(TABLE_2_PROCRUSTES, TABLE_2_PAIRS, "Table 2") + " (layers 3/6/10/14 = act1..act4)",
     ),
@@ -429,7 +429,7 @@ C4_TEXT = {
         "Fig. 9 (32 pairs): values not in the text",
     ),
     "resnet18": (
-        "appendix D.3, Fig. 10",
+        "section 5, appendix D.3, Fig. 10",
         (
             f'{LESS} "For the most part the same applies to the ResNet18 in fig. 10, with the exception of '
             "layer 70 (penultimate inside-a-residual-block layer), where we see high G_ReLU similarity, in "
@@ -474,7 +474,7 @@ def _c4(key: str) -> Claim:
     )
     return Claim(
         f"C4.{key}",
-        f"{GODFREY}, section 5, {where}",
+        f"{GODFREY}, {where}",
         sentence,
         f"{name}, per variant, over pairs{leave}: orthogonal - G_ReLU Procrustes (the pair's mean over sites) "
         f'above 0, and the pair\'s correlation over sites of the two above 0 (ours: "largely follow"){shape}',
