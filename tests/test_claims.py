@@ -495,6 +495,15 @@ def test_c5_per_architecture_and_both_baselines():
     assert card.loc["C5.myrtle", "verdict"] == card.loc["C5.resnet18", "verdict"] == "not run"
 
 
+def test_c5_the_released_baseline_on_fewer_pairs_leaves_the_deciding_units_alone():
+    full = cka(DECAYS, FLAT)["similarity"]
+    released = cka(DECAYS, FLAT, pairs=4, released=[0.9, 0.7, 0.5, 0.3])["similarity"]
+    released = released[released["measure"] == "channel_normalized_linear_cka"]
+    row = card_of({"similarity": pd.concat([full, released])}).loc["C5.myrtle"]
+    assert row["verdict"] == "reproduced" and row["units"] == "myrtle 16 pairs"
+    assert "4 of 16 pairs" in row["evidence"]
+
+
 def test_c9_mirrors_figure_1():
     """Table 2's G_ReLU-Procrustes falls to act3 and rises at act4, the penalties of the
     specification's reading of Fig. 1 (its values are not in the text) rise to act3 and fall at act4."""

@@ -282,11 +282,15 @@ def _cka_variant(variant, frames, settings, comparisons, extras) -> int:
     who = members(frames["grelu_cka"])
     comparisons.append(Comparison(f"{variant} G_ReLU-CKA decay", Estimate.of(g, who), +1))
     comparisons.append(Comparison(f"{variant} G_ReLU - linear CKA decay", Estimate.of(g - linear, who), +1))
-    if "channel_normalized_linear_cka" in frames:
-        released = decay(frames["channel_normalized_linear_cka"], order)
+    baseline = frames.get("channel_normalized_linear_cka")
+    measured = None if baseline is None else baseline.notna().all(axis=1).to_numpy()
+    if measured is not None and measured.any():
+        released = np.full(len(g), np.nan)
+        released[measured] = decay(baseline[measured], order)
         extras.append(
             f"{variant} G_ReLU - channel-normalised linear CKA decay {Estimate.of(g - released, who).text()} "
-            f"(linear CKA {np.mean(linear):.3f}, channel-normalised {np.mean(released):.3f})"
+            f"(linear CKA {np.mean(linear):.3f}, channel-normalised {np.nanmean(released):.3f}; "
+            f"{int(measured.sum())} of {units_text('pair', len(g))})"
         )
     else:
         extras.append(
@@ -304,13 +308,15 @@ def cka_decay(key: str, tables, settings) -> Result:
     comparisons, extras, units, decays, used = [], [], [], [], []
     table = tables["similarity"]
     for variant in architecture_variants(settings, key):
-        measured = set(table.loc[table["variant"] == variant, "measure"])
-        wanted = ("grelu_cka", "linear_cka") + (
-            ("channel_normalized_linear_cka",) if "channel_normalized_linear_cka" in measured else ()
-        )
-        frames = by_site(table, variant, wanted, settings)
+        frames = by_site(table, variant, ("grelu_cka", "linear_cka"), settings)
         if not frames or frames["grelu_cka"].shape[1] < 2 or frames["grelu_cka"].empty:
             continue
+        # The released code's baseline, on the same pairs and sites where measured; it never
+        # narrows the units the deciding comparison rests on.
+        released = by_site(table, variant, ("grelu_cka", "channel_normalized_linear_cka"), settings)
+        if released and set(frames["grelu_cka"].columns) <= set(released["grelu_cka"].columns):
+            aligned = released["channel_normalized_linear_cka"][frames["grelu_cka"].columns]
+            frames["channel_normalized_linear_cka"] = aligned.reindex(frames["grelu_cka"].index)
         pairs = _cka_variant(variant, frames, settings, comparisons, extras)
         units.append(f"{variant} {units_text('pair', pairs)}")
         used.append(variant)
