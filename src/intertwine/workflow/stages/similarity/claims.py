@@ -389,7 +389,9 @@ def fig1_mirror(tables, settings) -> Result:
         f"paired 95 % t-intervals over each stage's own pairs, {judgement.note}; the statistic shows "
         "that the two curves have mirrored shapes at the same sites; it cannot show a correlation across "
         "units (the stitching and similarity pairs are different draws, and 4 sites give a correlation no "
-        "useful interval), nor that the sizes of the changes track each other" + unlike_paper(settings, used),
+        "useful interval), nor that the sizes of the changes track each other; untested: Fig. 1's full and "
+        "reduced-rank penalties (the G_ReLU penalty is the one paired with G_ReLU-Procrustes)"
+        + unlike_paper(settings, used),
         "; ".join(units),
     )
 
