@@ -29,6 +29,7 @@ from intertwine.claims import (
     scorecard,
 )
 from intertwine.models import normalize_spec
+from intertwine.paper import TABLE_2_PAIRS, TABLE_2_PROCRUSTES, TABLE_4_PAIRS, TABLE_4_PROCRUSTES
 from intertwine.plan import Plan, draw_pairs
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -54,7 +55,11 @@ VARIANTS = {
 
 SETTINGS = {
     "myrtle_variants": ["myrtle"],
-    "relu_similarity_variants": ["myrtle", "myrtle_cw", "resnet20"],
+    "relu_similarity_variants": ["myrtle", "myrtle_cw", "resnet20", "resnet18"],
+    "similarity_inside_residual": {
+        "resnet20": ["layer1.0.act1", "layer2.0.act1"],
+        "resnet18": ["layer1.0.act1", "layer4.0.act1", "layer4.1.act1"],
+    },
     "residual_activation": {"resnet20": True, "resnet20_nores": False},
     "leaky_slopes": {"resnet20": 0.0, "leaky0.1": 0.1, "leaky0.5": 0.5, "leaky0.9": 0.9, "leaky1.0": 1.0},
     "batch_norm": {"myrtle": True, "myrtle_nobn": False},
@@ -350,23 +355,22 @@ def test_c7_leaky_relu_sweep():
     assert verdict("C7", sweep({"resnet20": 0.0})) == "not run"
 
 
-# --- C4, C5: similarity ---------------------------------------------------------------------------
+# --- C4, C5, C8, C9: similarity, one row per architecture ----------------------------------------
 
-# Godfrey et al. Table 2 (Myrtle, 32 pairs, layers 3/6/10/14) and Table 4 (constant-width Myrtle,
-# layer 10). Our copy of the tables has means only: the spread between pairs is taken as 0.02.
-TABLE2 = {
-    "grelu_procrustes": [0.621, 0.511, 0.443, 0.490],
-    "orthogonal_procrustes": [0.772, 0.574, 0.509, 0.583],
-}
-TABLE4 = {"grelu_procrustes": [0.569], "orthogonal_procrustes": [0.541]}
+# The paper's printed Procrustes numbers, {measure: {site: (mean, printed ±)}}: Table 2 (Myrtle, 32
+# pairs, layers 3/6/10/14 = act1..act4) and Table 4 (constant-width Myrtle, 4 pairs, layer 10 = act3).
+TABLE2, TABLE4 = TABLE_2_PROCRUSTES, TABLE_4_PROCRUSTES
+RESNET18_SITES = ["act", "layer1.0.act1", "layer1.0.act2", "layer4.0.act1", "layer4.0.act2", "layer4.1.act1"]
 
 
-def procrustes(variant, values, pairs, sd=0.02, first_member=0, sites=None):
-    sites = sites or [f"layer{k}" for k in (3, 6, 10, 14)][-len(next(iter(values.values()))) :]
+def procrustes(variant, values, pairs, first_member=0, sd=None):
+    """Same-site rows: ``values`` {measure: {site: (mean, sd)}} (the paper's tables) or
+    {measure: {site: mean}} with one ``sd``, over member-disjoint pairs."""
     rows = []
-    for measure, means in values.items():
-        for s, (site, mean) in enumerate(zip(sites, means)):
-            for pair, v in enumerate(exact(mean, sd, pairs, 11 * s + len(measure))):
+    for measure, by_site in values.items():
+        for s, (site, value) in enumerate(by_site.items()):
+            mean, spread = value if sd is None else (value, sd)
+            for pair, v in enumerate(exact(mean, spread, pairs, 11 * s + len(measure))):
                 a, b = disjoint(pair)
                 rows.append(
                     {
@@ -390,41 +394,147 @@ def swap(values):
     }
 
 
-def test_c4_reads_tables_2_and_4():
-    paper = pd.concat([procrustes("myrtle", TABLE2, 32), procrustes("myrtle_cw", TABLE4, 4)])
-    assert verdict("C4", {"similarity": paper}) == "reproduced"
-    # Table 4 with as many pairs as Table 2: its one reversed site does not overturn "largely".
-    assert verdict(
-        "C4",
-        {"similarity": pd.concat([procrustes("myrtle", TABLE2, 32), procrustes("myrtle_cw", TABLE4, 32)])},
-    ) == ("reproduced")
-    reversed_ = pd.concat([procrustes("myrtle", swap(TABLE2), 32), procrustes("myrtle_cw", swap(TABLE4), 4)])
-    assert verdict("C4", {"similarity": reversed_}) == "not reproduced"
-    assert verdict("C4", {"similarity": procrustes("myrtle", TABLE2, 1)}) == "inconclusive"
+def card_of(tables):
+    return scorecard(tables, SETTINGS, gated_findings=None).set_index("claim")
+
+
+def test_c4_myrtle_reads_table_2():
+    assert verdict("C4.myrtle", {"similarity": procrustes("myrtle", TABLE2, TABLE_2_PAIRS)}) == "reproduced"
+    reversed_ = procrustes("myrtle", swap(TABLE2), TABLE_2_PAIRS)
+    assert verdict("C4.myrtle", {"similarity": reversed_}) == "not reproduced"
+    assert verdict("C4.myrtle", {"similarity": procrustes("myrtle", TABLE2, 1)}) == "inconclusive"
+
+
+def test_the_verdicts_hold_if_the_printed_pm_were_95_percent_half_widths():
+    """The captions call the ± confidence intervals: read as 95 % half-widths over the pairs (a
+    spread sqrt(n) / t times larger), Tables 2 and 4 give the same verdicts."""
+
+    def widen(table, n):
+        factor = math.sqrt(n) / stats.t.ppf(0.975, n - 1)
+        return {m: {s: (mean, pm * factor) for s, (mean, pm) in v.items()} for m, v in table.items()}
+
+    table2 = {"similarity": procrustes("myrtle", widen(TABLE2, TABLE_2_PAIRS), TABLE_2_PAIRS)}
+    table4 = {"similarity": procrustes("myrtle_cw", widen(TABLE4, TABLE_4_PAIRS), TABLE_4_PAIRS)}
+    assert verdict("C4.myrtle", table2) == "reproduced"
+    assert verdict("C4.myrtle512", table4) == "not reproduced"
+    assert verdict("C8", table4) == "reproduced"
+
+
+def test_table_4_reverses_the_section_5_order_and_c8_reads_it():
+    """Table 4's own numbers (4 pairs) put G_ReLU above orthogonal at layer 10: the section-5
+    sentence fails on the constant-width Myrtle, and Table 4 read as printed (C8) holds."""
+    paper = {"similarity": procrustes("myrtle_cw", TABLE4, TABLE_4_PAIRS)}
+    assert verdict("C4.myrtle512", paper) == "not reproduced"
+    assert verdict("C8", paper) == "reproduced"
+    assert (
+        verdict("C8", {"similarity": procrustes("myrtle_cw", swap(TABLE4), TABLE_4_PAIRS)})
+        == "not reproduced"
+    )
+    assert verdict("C8", {"similarity": procrustes("myrtle_cw", TABLE4, 1)}) == "inconclusive"
+    assert verdict("C8", {"similarity": procrustes("myrtle", TABLE2, 4)}) == "not run"
+
+
+def test_c4_is_judged_per_architecture_whatever_the_pair_counts():
+    """Pooled, Table 2 (+0.093 over sites) and Table 4 (-0.028) read +0.033 and "reproduced" for
+    a variant whose order is reversed, and the verdict depended on each variant's pairs: each
+    architecture is its own row now."""
+    for cw_pairs in (TABLE_4_PAIRS, TABLE_2_PAIRS):
+        both = pd.concat(
+            [
+                procrustes("myrtle", TABLE2, TABLE_2_PAIRS),
+                procrustes("myrtle_cw", TABLE4, cw_pairs, first_member=100),
+            ]
+        )
+        card = card_of({"similarity": both})
+        assert card.loc["C4.myrtle", "verdict"] == "reproduced"
+        assert card.loc["C4.myrtle512", "verdict"] == "not reproduced"
+        assert card.loc["C4.myrtle512", "units"] == f"myrtle_cw {cw_pairs} pairs"
+        assert card.loc["C4.resnet20", "verdict"] == card.loc["C4.resnet18", "verdict"] == "not run"
+
+
+def test_a_narrow_variant_is_its_architectures_row_and_says_so():
+    """The default run's Myrtle is 0.25x wide: it is the Myrtle's row (the run's scale), and the
+    row says how it differs from the paper's model."""
+    narrow = SETTINGS | {
+        "variant_specs": SETTINGS["variant_specs"]
+        | {"myrtle": normalize_spec({"arch": "myrtle", "width_multiplier": 0.25})}
+    }
+    card = scorecard({"similarity": procrustes("myrtle", TABLE2, 8)}, narrow, None).set_index("claim")
+    assert card.loc["C4.myrtle", "verdict"] == "reproduced"
+    assert "unlike the paper's models: myrtle width 0.25x" in card.loc["C4.myrtle", "evidence"]
 
 
 def test_c4_depth_pattern_is_tested():
     """G_ReLU below orthogonal everywhere, but with the opposite depth pattern: not "otherwise
     patterns largely follow those of orthogonal Procrustes"."""
     opposite = {
-        "grelu_procrustes": [0.40, 0.45, 0.50, 0.55],
-        "orthogonal_procrustes": [0.80, 0.70, 0.65, 0.60],
+        "grelu_procrustes": {"act1": 0.40, "act2": 0.45, "act3": 0.50, "act4": 0.55},
+        "orthogonal_procrustes": {"act1": 0.80, "act2": 0.70, "act3": 0.65, "act4": 0.60},
     }
-    assert verdict("C4", {"similarity": procrustes("myrtle", opposite, 16, sd=0.01)}) == "not reproduced"
+    assert (
+        verdict("C4.myrtle", {"similarity": procrustes("myrtle", opposite, 16, sd=0.01)}) == "not reproduced"
+    )
 
 
-def cka(grelu_diagonal, linear_diagonal, pairs=16, sd=0.01):
+def test_c4_depth_shape_is_the_myrtles_only():
+    """Both measures rising with depth, G_ReLU below and following orthogonal: the Myrtle's row
+    refutes the sentence's fall (Table 2's shape); a ResNet's row, whose figure has no values in
+    the text, leaves the shape untested and says so."""
+    rising = {
+        "grelu_procrustes": [0.40, 0.45, 0.50, 0.55],
+        "orthogonal_procrustes": [0.50, 0.56, 0.61, 0.67],
+    }
+    myrtle = {m: dict(zip(["act1", "act2", "act3", "act4"], v)) for m, v in rising.items()}
+    resnet = {m: dict(zip(RESNET_SITES[:4], v)) for m, v in rising.items()}
+    tables = {
+        "similarity": pd.concat(
+            [procrustes("myrtle", myrtle, 16, sd=0.01), procrustes("resnet20", resnet, 16, sd=0.01)]
+        )
+    }
+    card = card_of(tables)
+    assert card.loc["C4.myrtle", "verdict"] == "not reproduced"
+    assert "myrtle G_ReLU fall to act3" in card.loc["C4.myrtle", "ours"]
+    assert card.loc["C4.resnet20", "verdict"] == "reproduced"
+    assert "untested: the decrease with depth" in card.loc["C4.resnet20", "evidence"]
+
+
+def test_c4_resnet18_leaves_out_layer_70():
+    """Appendix D.3: "with the exception of layer 70 (penultimate inside-a-residual-block layer),
+    where we see high G_ReLU similarity" (layer4.0.act1 here)."""
+    values = {"grelu_procrustes": dict.fromkeys(RESNET18_SITES, 0.5), "orthogonal_procrustes": {}}
+    values["orthogonal_procrustes"] = {s: 0.6 + 0.01 * i for i, s in enumerate(RESNET18_SITES)}
+    values["grelu_procrustes"] = {s: 0.5 + 0.01 * i for i, s in enumerate(RESNET18_SITES)}
+    values["grelu_procrustes"]["layer4.0.act1"] = 0.95  # far above orthogonal there
+    card = card_of({"similarity": procrustes("resnet18", values, 8, sd=0.01)})
+    assert card.loc["C4.resnet18", "verdict"] == "reproduced"
+    assert "layer4.0.act1 (the paper's layer 70" in card.loc["C4.resnet18", "evidence"]
+    assert card.loc["C4.resnet20", "verdict"] == "not run"
+
+
+def test_the_plan_names_resnet18s_layer_70():
+    settings = Plan(load("config/paper.yaml")).claims_settings
+    from intertwine.workflow.stages.similarity.claims import layer_70
+
+    assert layer_70(settings, "resnet18") == "layer4.0.act1"
+    assert layer_70(settings, "myrtle") is None
+
+
+def cka(grelu_diagonal, linear_diagonal, pairs=16, sd=0.01, variant="myrtle", released=None):
+    """CKA heatmap rows: each measure's diagonal by site, the off-diagonal 0.2 below the lower of
+    its two sites; ``released``: the channel-normalised linear CKA's diagonal, when measured."""
     rows = []
     sites = [f"act{i}" for i in range(1, len(grelu_diagonal) + 1)]
-    for measure, diagonal in (("grelu_cka", grelu_diagonal), ("linear_cka", linear_diagonal)):
+    measures = [("grelu_cka", grelu_diagonal), ("linear_cka", linear_diagonal)]
+    measures += [("channel_normalized_linear_cka", released)] if released else []
+    for measure, diagonal in measures:
         for i, a in enumerate(sites):
             for j, b in enumerate(sites):
                 mean = diagonal[i] if i == j else min(diagonal[i], diagonal[j]) - 0.2
-                for pair, v in enumerate(exact(mean, sd, pairs, 5 * i + j)):
+                for pair, v in enumerate(exact(mean, sd, pairs, 5 * i + j + len(measure))):
                     x, y = disjoint(pair)
                     rows.append(
                         {
-                            "variant": "myrtle",
+                            "variant": variant,
                             "pair": pair,
                             "seed_a": x,
                             "seed_b": y,
@@ -437,13 +547,75 @@ def cka(grelu_diagonal, linear_diagonal, pairs=16, sd=0.01):
     return {"similarity": pd.DataFrame(rows)}
 
 
+DECAYS, FLAT = [0.9, 0.75, 0.6, 0.45], [0.95, 0.93, 0.9, 0.88]
+
+
 def test_c5_diagonal_decays_with_depth():
-    decays, flat = [0.9, 0.75, 0.6, 0.45], [0.95, 0.93, 0.9, 0.88]
-    assert verdict("C5", cka(decays, flat)) == "reproduced"
-    assert verdict("C5", cka(flat, decays)) == "not reproduced"
-    assert verdict("C5", cka(decays, flat, pairs=1)) == "inconclusive"
+    assert verdict("C5.myrtle", cka(DECAYS, FLAT)) == "reproduced"
+    assert verdict("C5.myrtle", cka(FLAT, DECAYS)) == "not reproduced"
+    assert verdict("C5.myrtle", cka(DECAYS, FLAT, pairs=1)) == "inconclusive"
     # A sharp diagonal that does not decay along depth is not the sentence's claim.
-    assert verdict("C5", cka([0.9, 0.9, 0.9, 0.9], [0.95, 0.95, 0.95, 0.95])) != "reproduced"
+    assert verdict("C5.myrtle", cka([0.9, 0.9, 0.9, 0.9], [0.95, 0.95, 0.95, 0.95])) != "reproduced"
+
+
+def test_c5_per_architecture_and_both_baselines():
+    """Linear CKA decides; the released code's channel-normalised linear CKA is reported beside it
+    (here it decays more than G_ReLU-CKA, which does not overturn the verdict), or its absence is."""
+    with_released = cka(DECAYS, FLAT, variant="resnet20", released=[0.9, 0.7, 0.5, 0.3])
+    card = card_of(
+        {
+            "similarity": pd.concat(
+                [with_released["similarity"], cka(FLAT, DECAYS, variant="myrtle_cw")["similarity"]]
+            )
+        }
+    )
+    assert card.loc["C5.resnet20", "verdict"] == "reproduced"
+    assert (
+        "resnet20 G_ReLU - channel-normalised linear CKA decay -0.15" in card.loc["C5.resnet20", "evidence"]
+    )
+    assert card.loc["C5.myrtle512", "verdict"] == "not reproduced"
+    assert "did not measure channel_normalized_linear_cka" in card.loc["C5.myrtle512", "evidence"]
+    assert card.loc["C5.myrtle", "verdict"] == card.loc["C5.resnet18", "verdict"] == "not run"
+
+
+def test_c5_the_released_baseline_on_fewer_pairs_leaves_the_deciding_units_alone():
+    full = cka(DECAYS, FLAT)["similarity"]
+    released = cka(DECAYS, FLAT, pairs=4, released=[0.9, 0.7, 0.5, 0.3])["similarity"]
+    released = released[released["measure"] == "channel_normalized_linear_cka"]
+    row = card_of({"similarity": pd.concat([full, released])}).loc["C5.myrtle"]
+    assert row["verdict"] == "reproduced" and row["units"] == "myrtle 16 pairs"
+    assert "4 of 16 pairs" in row["evidence"]
+
+
+def test_c9_mirrors_figure_1():
+    """Table 2's G_ReLU-Procrustes falls to act3 and rises at act4, the penalties of the
+    specification's reading of Fig. 1 (its values are not in the text) rise to act3 and fall at act4."""
+    similarity = procrustes("myrtle", TABLE2, TABLE_2_PAIRS)
+    assert verdict("C9", {"similarity": similarity, "stitching": stitching(FIG1)}) == "reproduced"
+    same_way = FIG1 | {"grelu": [0.12, 0.06, 0.03, 0.10]}  # falling, then up at the last layer
+    assert verdict("C9", {"similarity": similarity, "stitching": stitching(same_way)}) == "not reproduced"
+    one = {"similarity": procrustes("myrtle", TABLE2, 1), "stitching": stitching(FIG1, pairs=1)}
+    assert verdict("C9", one) == "inconclusive"
+    assert verdict("C9", {"similarity": similarity}) == "not run"
+    elsewhere = {"similarity": similarity, "stitching": stitching(FIG1, variant="resnet20")}
+    assert verdict("C9", elsewhere) == "not run"
+    card = card_of({"similarity": similarity, "stitching": stitching(FIG1)})
+    assert "correlation of the 4 site means" in card.loc["C9", "ours"]
+
+
+def test_the_report_counts_the_architectures_a_split_claim_holds_for():
+    both = pd.concat(
+        [
+            procrustes("myrtle", TABLE2, TABLE_2_PAIRS),
+            procrustes("myrtle_cw", TABLE4, TABLE_4_PAIRS, first_member=100),
+        ]
+    )
+    rst = as_rst(card_of({"similarity": both}).reset_index(), set())
+    assert (
+        "C4: reproduced for 1 of 2 architectures run (reproduced: C4.myrtle; not reproduced: C4.myrtle512; not run: C4.resnet20, C4.resnet18)"
+        in rst
+    )
+    assert "C5: reproduced for 0 of 0 architectures run" in rst
 
 
 # --- C6: dissection ------------------------------------------------------------------------------
@@ -835,8 +1007,9 @@ def test_every_claim_quotes_its_sentence_and_names_units_and_scale():
     assert all(claim.sentence for claim in CLAIMS)
     assert card.loc["C2.full", "units"] == "32 pairs" and card.loc["C2.full", "scale"] == "zoo: 4 of 50; s"
     assert card.loc["C2.full", "reading"] == "reproduced at 4 of 50 epochs"
-    assert '"the G_ReLU-CKA exhibits a much more significant decay' in card.loc["C5", "sentence"]
-    assert "less similarity in terms of G_ReLU-Procrustes" in card.loc["C4", "sentence"]
+    assert '"the G_ReLU-CKA exhibits a much more significant decay' not in card.loc["C5.myrtle", "sentence"]
+    assert "the G_ReLU-CKA exhibits a much more significant decay" in card.loc["C5.myrtle", "sentence"]
+    assert "less similarity in terms of G_ReLU-Procrustes" in card.loc["C4.myrtle", "sentence"]
 
 
 def test_modes_are_named_and_figures_linked():
@@ -1051,7 +1224,7 @@ NAN = math.nan
         ("T1", lambda: {"symmetry": _symmetry([NAN, NAN, NAN])}, 3),
         ("C1", lambda: {"rotation": rotation({"act1": 0.4}, 0.01)["rotation"].assign(penalty=NAN)}, 20),
         ("C2.full", lambda: {"stitching": stitching(FIG1).assign(penalty=NAN)}, 768),
-        ("C4", lambda: {"similarity": procrustes("myrtle", TABLE2, 8).assign(value=NAN)}, 64),
+        ("C4.myrtle", lambda: {"similarity": procrustes("myrtle", TABLE2, 8).assign(value=NAN)}, 64),
         (
             "C6",
             lambda: {"dissection": dissection(THREE)["dissection"].assign(fraction_interpretable=NAN)},

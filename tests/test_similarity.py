@@ -723,3 +723,39 @@ def test_svcca_warns_when_samples_do_not_exceed_the_width():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         svcca(X, Y)  # N well above the width: no warning
+
+
+def test_summary_and_figure_carry_the_papers_tables_with_their_printed_pm():
+    """Table 2 beside a Myrtle's Procrustes, Table 4 beside the constant-width Myrtle's, each with
+    its printed ± (``paper.reported_procrustes``)."""
+    import pandas as pd
+
+    from intertwine.models import normalize_spec
+    from intertwine.paper import reported_procrustes
+    from intertwine.workflow.stages.similarity.figures import similarity_procrustes, similarity_summary
+
+    specs = {"myrtle": {"arch": "myrtle"}, "myrtle_cw": {"arch": "myrtle", "constant_width": 512}}
+    paper = {name: reported_procrustes(normalize_spec(spec)) for name, spec in specs.items()}
+    rows = [
+        {"variant": v, "pair": p, "site_a": s, "site_b": s, "measure": m, "value": 0.5 + 0.01 * p}
+        for v in specs
+        for p in range(2)
+        for s in ("act1", "act3")
+        for m in ("grelu_procrustes", "orthogonal_procrustes")
+    ]
+    table = pd.DataFrame(rows)
+    summary = similarity_summary(table, paper).set_index(["variant", "site", "measure"])
+    assert summary.loc[("myrtle", "act1", "grelu_procrustes"), ["paper", "paper_pm"]].tolist() == [
+        0.6208,
+        0.008,
+    ]
+    assert summary.loc[("myrtle_cw", "act3", "orthogonal_procrustes"), ["paper", "paper_pm"]].tolist() == [
+        0.5409,
+        0.003,
+    ]
+    assert pd.isna(summary.loc[("myrtle_cw", "act1", "grelu_procrustes"), "paper"])  # Table 4: layer 10 only
+    figure = similarity_procrustes(table, paper)
+    crosses = [line for ax in figure.axes for line in ax.get_lines() if line.get_marker() == "x"]
+    assert sorted(y for line in crosses for y in line.get_ydata()) == sorted(
+        [0.6208, 0.4432, 0.7724, 0.5087, 0.5691, 0.5409]
+    )

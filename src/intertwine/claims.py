@@ -116,10 +116,18 @@ ORDER = (
     "C2.depth",
     "C3.resnet20",
     "C3.resnet18",
-    "C4",
-    "C5",
+    "C4.myrtle",
+    "C4.resnet20",
+    "C4.resnet18",
+    "C4.myrtle512",
+    "C5.myrtle",
+    "C5.resnet20",
+    "C5.resnet18",
+    "C5.myrtle512",
     "C6",
     "C7",
+    "C8",
+    "C9",
     "C10",
     "C11",
     "C12",
@@ -325,6 +333,7 @@ def _gated_rows(gated_findings: pd.DataFrame | None) -> list[dict]:
 SETTINGS_KEYS = (
     "myrtle_variants",
     "relu_similarity_variants",
+    "similarity_inside_residual",
     "residual_activation",
     "leaky_slopes",
     "batch_norm",
@@ -484,6 +493,27 @@ def headline(ours: str, verdict: str) -> str:
     return f"{label}: {value}"
 
 
+def split_summary(table: pd.DataFrame) -> list[str]:
+    """One line per claim split into rows by architecture (ids ``C4.myrtle``, ``C4.resnet20``,
+    ...): how many of the architectures the run tested it reproduces, e.g. "C4: reproduced for 2 of
+    3 architectures run (...)"."""
+    lines = []
+    split = table[table["claim"].str.contains(".", regex=False)]
+    for claim, rows in split.groupby(split["claim"].str.partition(".")[0], sort=False):
+        run = rows[rows["verdict"] != "not run"]
+        held = run[run["verdict"] == "reproduced"]
+        parts = [
+            f"{verdict}: {', '.join(rows.loc[rows['verdict'] == verdict, 'claim'])}"
+            for verdict in VERDICTS
+            if (rows["verdict"] == verdict).any()
+        ]
+        lines.append(
+            f"{claim}: reproduced for {len(held)} of {units_text('architecture', len(run))} run "
+            f"({'; '.join(parts)})"
+        )
+    return lines
+
+
 def as_rst(table: pd.DataFrame, figures: set[str]) -> str:
     """The scorecard as RST list tables for the report's opening page, the papers' claims and
     ours apart; a claim's figure is a link when the report has it (``figures``: its file names)."""
@@ -540,8 +570,14 @@ def as_rst(table: pd.DataFrame, figures: set[str]) -> str:
             ]
         return lines
 
+    split = split_summary(table)
     lines = (
         glance(table[table["kind"] == "paper"])
+        + (
+            ["", "**Claims split by architecture.**", ""] + [f"- {cell(line)}" for line in split]
+            if split
+            else []
+        )
         + ["", f"**The decision rule.** {DECISION_RULE}", ""]
         + block(
             table[table["kind"] == "paper"],

@@ -172,6 +172,12 @@ class Plan(*stages.plan_parts()):
             ],
             "relu_similarity_variants": [v for v in self.similarity["variants"] if plain_relu(v)],
             "site_order": {v: self.site_names(v) for v in self.similarity["variants"]},
+            # the sites inside residual blocks, in forward order (C4.resnet18 leaves out the paper's
+            # "layer 70", the penultimate of them)
+            "similarity_inside_residual": {
+                v: [site.name for site in self.variant_sites(v) if site.inside_residual]
+                for v in self.similarity["variants"]
+            },
             "residual_activation": {
                 v: self.spec(v)["residual_activation"]
                 for v in self.dissection["variants"]

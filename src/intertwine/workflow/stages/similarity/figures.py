@@ -19,13 +19,17 @@ from intertwine.workflow.plotting import (
 )
 
 
-def similarity_summary(table: pd.DataFrame, paper: dict[str, dict[str, dict[str, float]]]) -> pd.DataFrame:
-    """Procrustes per variant, site and measure (mean, 95% CI over pairs) beside the paper's value,
-    and the CKA of each site with the same site of the other model (the heatmaps' diagonal)."""
+def similarity_summary(
+    table: pd.DataFrame, paper: dict[str, dict[str, dict[str, tuple[float, float]]]]
+) -> pd.DataFrame:
+    """Procrustes per variant, site and measure (mean, 95% CI over pairs) beside the paper's value
+    and its printed ± (``paper.reported_procrustes``), and the CKA of each site with the same site
+    of the other model (the heatmaps' diagonal)."""
     same = table[table["site_a"] == table["site_b"]]
     rows = []
     for (variant, site, measure), group in same.groupby(["variant", "site_a", "measure"], sort=False):
         mean, half = mean_ci(group["value"])
+        reported = paper.get(variant, {}).get(measure, {}).get(site)
         rows.append(
             {
                 "variant": variant,
@@ -34,13 +38,16 @@ def similarity_summary(table: pd.DataFrame, paper: dict[str, dict[str, dict[str,
                 "pairs": len(group),
                 "mean": round(mean, 4),
                 "ci95": round(half, 4),
-                "paper": paper.get(variant, {}).get(measure, {}).get(site),
+                "paper": reported[0] if reported else None,
+                "paper_pm": reported[1] if reported else None,
             }
         )
     return pd.DataFrame(rows)
 
 
-def similarity_procrustes(table: pd.DataFrame, paper: dict[str, dict[str, dict[str, float]]]) -> plt.Figure:
+def similarity_procrustes(
+    table: pd.DataFrame, paper: dict[str, dict[str, dict[str, tuple[float, float]]]]
+) -> plt.Figure:
     """G_ReLU vs orthogonal Procrustes similarity per site, mean with 95% CI over pairs, one panel
     per variant; the paper's CIFAR-10 values as crosses where they exist (Table 2; Figs. 9, 10)."""
     rows = table[table["measure"].str.endswith("procrustes")]
@@ -70,7 +77,7 @@ def similarity_procrustes(table: pd.DataFrame, paper: dict[str, dict[str, dict[s
             if reported:
                 ax.plot(
                     [i for i, s in enumerate(sites) if s in reported],
-                    [reported[s] for s in sites if s in reported],
+                    [reported[s][0] for s in sites if s in reported],
                     "x",
                     color=color,
                     markersize=8,
