@@ -108,7 +108,26 @@ def units_text(label: str, n: int) -> str:
 
 #: The scorecard's rows in order (the gated findings, G1-G4, follow H1): each claim is defined in
 #: its stage's folder (``intertwine.workflow.stages.<stage>.claims``, ``CLAIMS``).
-ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "L1", "L2", "T1", "D1", "H1", "L3", "P1")
+ORDER = (
+    "C1",
+    "C2",
+    "C3",
+    "C4",
+    "C5",
+    "C6",
+    "C7",
+    "C16.myrtle",
+    "C16.resnet20",
+    "C16.resnet18",
+    "C17",
+    "L1",
+    "L2",
+    "T1",
+    "D1",
+    "H1",
+    "L3",
+    "P1",
+)
 
 
 def paper_or_ours(text: str, settings: dict, *keys: str) -> str:
