@@ -479,6 +479,44 @@ def test_softsort_rounding_gives_a_permutation_where_the_argmax_does_not():
     torch.testing.assert_close(layer.matrix(), groups.permutation_matrix(layer.permutation))  # D = I
 
 
+def test_softsort_argmax_rounding_is_the_papers_and_agrees_with_hungarian():
+    """D.2.2: "we threshold P to an actual permutation matrix by applying arg max over rows": row
+    i of SoftSort peaks at the input with the i-th largest score, so with distinct scores the
+    row argmax is the sorting permutation, the one the Hungarian algorithm finds too."""
+    for seed in range(5):
+        argmax = build_layer("softsort", 12, torch.Generator().manual_seed(seed), softsort_rounding="argmax")
+        hungarian = build_layer("softsort", 12, torch.Generator().manual_seed(seed))
+        assert argmax.rounding == "argmax" and hungarian.rounding == "hungarian"
+        argmax.round()
+        hungarian.round()
+        order = argmax.scores.detach().argsort(descending=True)
+        assert torch.equal(argmax.permutation, order) and torch.equal(hungarian.permutation, order)
+    tied = SoftSortStitch(4, tau=0.5, rounding="argmax")
+    with torch.no_grad():
+        tied.scores.copy_(torch.tensor([1.0, 1.0, 0.1, 0.0]))
+    with pytest.raises(ValueError, match="stitching.softsort_rounding: argmax: .* use hungarian"):
+        tied.round()
+    with pytest.raises(ValueError, match="stitching.softsort_rounding: 'rows'"):
+        SoftSortStitch(4, rounding="rows")
+
+
+def test_grelu_start_centre_or_a_random_doubly_stochastic_matrix():
+    centre = build_layer("grelu", 8, torch.Generator().manual_seed(0))
+    drawn = build_layer("grelu", 8, torch.Generator().manual_seed(0), grelu_start="random")
+    again = build_layer("grelu", 8, torch.Generator().manual_seed(0), grelu_start="random")
+    for layer in (centre, drawn):
+        torch.testing.assert_close(layer.P.sum(0), torch.ones(8), atol=1e-3, rtol=0)
+        torch.testing.assert_close(layer.P.sum(1), torch.ones(8), atol=1e-3, rtol=0)
+        assert (layer.P >= 0).all()
+    assert (centre.P - 1 / 8).abs().max() < 0.01 / 8 + 1e-3  # the centre, a little noise
+    assert (drawn.P - 1 / 8).abs().max() > 0.05  # far from it
+    assert torch.equal(drawn.P, again.P)  # seeded
+    monomial = build_layer("monomial", 8, torch.Generator().manual_seed(0), grelu_start="random")
+    assert torch.equal(monomial.P, drawn.P)
+    with pytest.raises(ValueError, match="stitching.grelu_start: 'corner'"):
+        build_layer("grelu", 8, grelu_start="corner")
+
+
 def test_softsort_starts_at_a_given_element():
     layer = SoftSortStitch(5)
     perm, scales = torch.tensor([3, 0, 4, 1, 2]), torch.tensor([0.5, 1.0, 2.0, 0.0, 3.0])
