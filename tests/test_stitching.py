@@ -81,8 +81,8 @@ def test_projection_keeps_p_doubly_stochastic_and_scales_nonnegative():
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_paper_update_is_the_optimiser_step_then_relu_then_sinkhorn(optimizer):
-    # appendix D.2.1: "after each gradient descent step we project P back onto B by
-    # P <- ReLU(P) followed by P <- sink(P)"
+    # appendix D.2.1: "after each gradient descent step we project P back onto B by the operation
+    # P ← ReLU(P) followed by P ← sink(P)"
     layer = GReLUStitch(6, torch.Generator().manual_seed(0), sinkhorn_iters=16, alpha=0.1, update="paper")
     assert {id(p) for p in layer.optimized_parameters()} == {id(layer.P), id(layer.scales)}
     x, target = torch.randn(2, 4, 6, 3, 3, generator=torch.Generator().manual_seed(1))

@@ -200,7 +200,7 @@ class GReLUStitch(GReLULayer):
     scales at 1. How P moves is ``update``:
 
     - ``"paper"`` (appendix D.2.1: "after each gradient descent step we project P back onto B by
-      P <- ReLU(P) followed by P <- sink(P)"): the optimiser steps P with the scales, then
+      the operation P ← ReLU(P) followed by P ← sink(P)"): the optimiser steps P with the scales, then
       ``project()`` applies ReLU and Sinkhorn.
     - ``"mirror"`` (ours): the optimiser steps the scales only; P takes a mirror-descent step of
       its own (``step_permutation``): ``P <- Sinkhorn(P * exp(-step * grad / max|grad|))``.
