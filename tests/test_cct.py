@@ -234,6 +234,7 @@ def test_spec_defaults_and_depth_validation():
         "num_classes": 10,
         "depth": 2,
         "tokenizer_norm": False,
+        "positional": "learnable",
     }
     assert normalize_spec({"arch": "cct", "depth": 7})["depth"] == 7
     for bad in (0, -1, 2.5, True, "3", None):
@@ -275,6 +276,7 @@ def test_registered():
         "num_classes",
         "depth",
         "tokenizer_norm",
+        "positional",
     }
 
 
