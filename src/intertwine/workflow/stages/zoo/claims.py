@@ -188,7 +188,7 @@ def leaky_accuracy(tables, settings) -> Result:
             comparisons += within(f"slope {slope:g} ours - Table 3", difference, ACCURACY_MARGIN, scale=1)
     if len(comparisons) == 0:
         return Result(
-            "; ".join(below),
+            "not comparable: " + "; ".join(below),
             "inconclusive",
             "one slope of Table 3 in the run: no fall to test, and its accuracy not comparable",
             units_text("slope", len(slopes)),
