@@ -71,6 +71,7 @@ def sinusoidal_encoding(tokens: int, dim: int) -> torch.Tensor:
     table = torch.where(torch.arange(dim) % 2 == 0, angle.sin(), angle.cos())
     return table.to(torch.get_default_dtype())
 
+
 _LN_EPS = 1e-5  # nn.LayerNorm's default, as CCT
 
 
