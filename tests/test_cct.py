@@ -20,7 +20,7 @@ from intertwine.models import (
     site_activations,
     sites,
 )
-from intertwine.models.cct import CCT, CCTBlock, SelfAttention
+from intertwine.models.cct import CCT, CCTBlock, SelfAttention, sinusoidal_encoding
 from intertwine.stitching import build_layer, stitch
 
 TINY = {"arch": "cct", "width_multiplier": 0.125}  # D = 16, MLP 32, tokenizer 8 channels
@@ -99,6 +99,25 @@ def test_positional_embedding_resized_only_for_other_sizes():
             plain = nn.functional.max_pool2d(nn.functional.relu(layer.conv(plain)), 3, 2, 1)
         pos = nn.functional.interpolate(model.pos_embedding, size=(4, 4), mode="bilinear")
         torch.testing.assert_close(model._embed(small), (plain + pos).flatten(2))
+
+
+def test_sinusoidal_positional_encodings_are_fixed_sine_cosine():
+    """Appendix D.4: "Compact Convolutional Transformers with sinusoidal positional encodings"."""
+    table = sinusoidal_encoding(64, 16)
+    assert table.shape == (64, 16)
+    assert torch.equal(table[0, 0::2], torch.zeros(8)) and torch.equal(table[0, 1::2], torch.ones(8))
+    p, i = 5, 6  # sin(p / 10000^(2 floor(i/2) / dim)) at even i, its cosine at i + 1
+    angle = torch.tensor(p / 10000 ** (2 * (i // 2) / 16), dtype=torch.float64)
+    assert table[p, i].item() == pytest.approx(angle.sin().item(), abs=1e-7)
+    assert table[p, i + 1].item() == pytest.approx(angle.cos().item(), abs=1e-7)
+    model = _tiny(positional="sinusoidal")
+    assert "pos_embedding" not in dict(model.named_parameters())
+    grid = model.pos_embedding[0].flatten(1).T  # tokens in the order flatten(2) reads them
+    torch.testing.assert_close(grid, sinusoidal_encoding(64, model.pos_embedding.shape[1]))
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+    assert models.normalize_spec({"arch": "cct"})["positional"] == "learnable"
+    with pytest.raises(ValueError, match="model option 'positional'"):
+        models.normalize_spec({"arch": "cct", "positional": "rotary"})
 
 
 @pytest.mark.parametrize("tokenizer_norm", [False, True])
@@ -215,6 +234,7 @@ def test_spec_defaults_and_depth_validation():
         "num_classes": 10,
         "depth": 2,
         "tokenizer_norm": False,
+        "positional": "learnable",
     }
     assert normalize_spec({"arch": "cct", "depth": 7})["depth"] == 7
     for bad in (0, -1, 2.5, True, "3", None):
@@ -256,6 +276,7 @@ def test_registered():
         "num_classes",
         "depth",
         "tokenizer_norm",
+        "positional",
     }
 
 

@@ -51,6 +51,11 @@ VARIANTS = {
     "cct": {"arch": "cct", "depth": 6},
     "leaky0.9": {"arch": "resnet20", "activation": "leaky_relu", "negative_slope": 0.9},
     "leaky1.0": {"arch": "resnet20", "activation": "leaky_relu", "negative_slope": 1.0},
+    **{
+        f"leaky{slope:g}": {"arch": "resnet20", "activation": "leaky_relu", "negative_slope": slope}
+        for slope in (1e-4, 1e-3, 1e-2, 0.9, 1.0)
+    },
+    "myrtle_half": {"arch": "myrtle", "width_multiplier": 0.5},
 }
 
 SETTINGS = {
@@ -74,7 +79,7 @@ SETTINGS = {
     "connectivity_barrier": "endpoints_mean",
     "connectivity_families": {"resnet20": "resnet20", "resnet20_w4": "resnet20", "myrtle": "myrtle"},
     "variant_specs": {name: normalize_spec(spec) for name, spec in VARIANTS.items()},
-    "scale": {"zoo_epochs": 50, "zoo": "zoo: 50 of the paper's 50 epochs"},
+    "scale": {"zoo_epochs": 50, "zoo": "zoo: 50 of the paper's 50 epochs", "zoo_dataset": "cifar10"},
 }
 
 
@@ -1047,6 +1052,73 @@ def test_rank1_is_compared_with_grelu_on_the_same_pairs():
     assert "rank 1 - G_ReLU: +1.0 ± 0.0 [shown]" in ours
     # every rank its own comparison, in the order of the ranks (not of the names: rank16 after rank4)
     assert re.findall(r"rank (\d+) - G_ReLU", ours) == ["1", "2", "4", "16"]
+
+
+# --- the zoos' accuracies (C16, C17) ------------------------------------------------------------------
+
+
+def zoo(accuracies: dict[str, tuple[float, float, int]], epochs=50) -> pd.DataFrame:
+    """Zoo rows: per variant, (mean %, sd %, members) made exact."""
+    rows = []
+    for i, (variant, (mean, sd, n)) in enumerate(accuracies.items()):
+        for seed, acc in enumerate(exact(mean, sd, n, i)):
+            rows.append({"variant": variant, "seed": seed, "test_acc": acc / 100, "epochs": epochs})
+    return pd.DataFrame(rows)
+
+
+ZOO_PAPER = {"myrtle": (91.3, 0.2, 100), "resnet20": (89.9, 0.2, 100), "resnet18": (92.9, 0.2, 100)}
+TABLE3 = {1e-4: (89.3, 0.2), 1e-3: (89.4, 0.2), 1e-2: (89.2, 0.2), 0.1: (89.4, 0.1), 0.5: (86.6, 0.1)}
+TABLE3 |= {0.9: (73.0, 0.2), 1.0: (41.8, 0.1)}
+
+
+def leaky(means: dict[float, tuple[float, float]], members=2, epochs=50) -> pd.DataFrame:
+    return zoo({f"leaky{s:g}": (m, sd, members) for s, (m, sd) in means.items()}, epochs)
+
+
+def test_c16_reads_the_captions_accuracies():
+    card = scorecard({"zoo": zoo(ZOO_PAPER)}, SETTINGS, None).set_index("claim")
+    for arch in ZOO_PAPER:
+        assert card.loc[f"C16.{arch}", "verdict"] == "reproduced", card.loc[f"C16.{arch}", "ours"]
+        assert card.loc[f"C16.{arch}", "units"] == f"{arch} 100 members"
+    # 4 points below the paper's (the effect reversed: outside the 2-point margin, ours)
+    far = {arch: (mean - 4, sd, n) for arch, (mean, sd, n) in ZOO_PAPER.items()}
+    card = scorecard({"zoo": zoo(far)}, SETTINGS, None).set_index("claim")
+    assert set(card.loc[[f"C16.{a}" for a in ZOO_PAPER], "verdict"]) == {"not reproduced"}
+    one = {arch: (mean, sd, 1) for arch, (mean, sd, n) in ZOO_PAPER.items()}
+    card = scorecard({"zoo": zoo(one)}, SETTINGS, None).set_index("claim")
+    assert set(card.loc[[f"C16.{a}" for a in ZOO_PAPER], "verdict"]) == {"inconclusive"}
+
+
+def test_c16_is_not_comparable_below_the_papers_budget():
+    below = SETTINGS | {"scale": {"zoo_epochs": 4, "zoo": "zoo: 4 of 50", "zoo_dataset": "cifar10"}}
+    card = scorecard({"zoo": zoo(ZOO_PAPER, epochs=4)}, below, None).set_index("claim")
+    row = card.loc["C16.myrtle"]
+    assert row["verdict"] == "inconclusive" and "not comparable at 4 of 50 epochs" in row["ours"]
+    assert row["reading"] == "inconclusive at 4 of 50 epochs"
+    shapes = SETTINGS | {"scale": {"zoo_epochs": 50, "zoo": "zoo", "zoo_dataset": "shapes"}}
+    row = scorecard({"zoo": zoo(ZOO_PAPER)}, shapes, None).set_index("claim").loc["C16.resnet20"]
+    assert row["verdict"] == "inconclusive" and "on shapes, not CIFAR-10" in row["ours"]
+    half = scorecard({"zoo": zoo({"myrtle_half": ZOO_PAPER["myrtle"]})}, SETTINGS, None)
+    row = half.set_index("claim").loc["C16.myrtle"]
+    assert row["verdict"] == "inconclusive" and "at width 0.5" in row["ours"]
+    # a Myrtle without batch norm is not the paper's zoo (its accuracy is not in the text)
+    assert verdict("C16.myrtle", {"zoo": zoo({"myrtle_nobn": (91.3, 0.2, 100)})}) == "not run"
+
+
+def test_c17_reads_table_3():
+    assert verdict("C17", {"zoo": leaky(TABLE3)}) == "reproduced"
+    slopes = list(TABLE3)
+    reversed_ = {s: TABLE3[r] for s, r in zip(slopes, slopes[::-1])}
+    assert verdict("C17", {"zoo": leaky(reversed_)}) == "not reproduced"
+    assert verdict("C17", {"zoo": leaky(TABLE3, members=1)}) == "inconclusive"
+    # below the budget the falls can refute, but Table 3's accuracies are not comparable
+    below = SETTINGS | {"scale": {"zoo_epochs": 4, "zoo": "zoo: 4 of 50", "zoo_dataset": "cifar10"}}
+    row = scorecard({"zoo": leaky(TABLE3, epochs=4)}, below, None).set_index("claim").loc["C17"]
+    assert row["verdict"] == "inconclusive" and "not comparable" in row["ours"]
+    assert row["reading"] == "inconclusive at 4 of 50 epochs"
+    rising = {0.1: TABLE3[1.0], 0.5: TABLE3[0.9], 1.0: TABLE3[0.1]}
+    row = scorecard({"zoo": leaky(rising, epochs=4)}, below, None).set_index("claim").loc["C17"]
+    assert row["verdict"] == "not reproduced" and row["reading"] == "not reproduced at 4 of 50 epochs"
 
 
 # --- linear mode connectivity (Ainsworth et al.; L3 ours) ----------------------------------------

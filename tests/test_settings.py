@@ -102,6 +102,7 @@ def test_job_block_reads_each_field_from_its_key():
         "sinkhorn_iters",
         "permutation_step",
         "permutation_update",
+        "grelu_start",
     }
     # A job block of a validated config is exactly what from_block takes back.
     defaults = {

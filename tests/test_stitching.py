@@ -81,8 +81,8 @@ def test_projection_keeps_p_doubly_stochastic_and_scales_nonnegative():
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_paper_update_is_the_optimiser_step_then_relu_then_sinkhorn(optimizer):
-    # appendix D.2.1: "after each gradient descent step we project P back onto B by
-    # P <- ReLU(P) followed by P <- sink(P)"
+    # appendix D.2.1: "after each gradient descent step we project P back onto B by the operation
+    # P ← ReLU(P) followed by P ← sink(P)"
     layer = GReLUStitch(6, torch.Generator().manual_seed(0), sinkhorn_iters=16, alpha=0.1, update="paper")
     assert {id(p) for p in layer.optimized_parameters()} == {id(layer.P), id(layer.scales)}
     x, target = torch.randn(2, 4, 6, 3, 3, generator=torch.Generator().manual_seed(1))
@@ -477,6 +477,44 @@ def test_softsort_rounding_gives_a_permutation_where_the_argmax_does_not():
     assert sorted(layer.permutation.tolist()) == [0, 1, 2, 3]
     assert torch.equal(layer.permutation, groups.round_to_permutation(P))
     torch.testing.assert_close(layer.matrix(), groups.permutation_matrix(layer.permutation))  # D = I
+
+
+def test_softsort_argmax_rounding_is_the_papers_and_agrees_with_hungarian():
+    """D.2.2: "we threshold P to an actual permutation matrix by applying arg max over rows": row
+    i of SoftSort peaks at the input with the i-th largest score, so with distinct scores the
+    row argmax is the sorting permutation, the one the Hungarian algorithm finds too."""
+    for seed in range(5):
+        argmax = build_layer("softsort", 12, torch.Generator().manual_seed(seed), softsort_rounding="argmax")
+        hungarian = build_layer("softsort", 12, torch.Generator().manual_seed(seed))
+        assert argmax.rounding == "argmax" and hungarian.rounding == "hungarian"
+        argmax.round()
+        hungarian.round()
+        order = argmax.scores.detach().argsort(descending=True)
+        assert torch.equal(argmax.permutation, order) and torch.equal(hungarian.permutation, order)
+    tied = SoftSortStitch(4, tau=0.5, rounding="argmax")
+    with torch.no_grad():
+        tied.scores.copy_(torch.tensor([1.0, 1.0, 0.1, 0.0]))
+    with pytest.raises(ValueError, match="stitching.softsort_rounding: argmax: .* use hungarian"):
+        tied.round()
+    with pytest.raises(ValueError, match="stitching.softsort_rounding: 'rows'"):
+        SoftSortStitch(4, rounding="rows")
+
+
+def test_grelu_start_centre_or_a_random_doubly_stochastic_matrix():
+    centre = build_layer("grelu", 8, torch.Generator().manual_seed(0))
+    drawn = build_layer("grelu", 8, torch.Generator().manual_seed(0), grelu_start="random")
+    again = build_layer("grelu", 8, torch.Generator().manual_seed(0), grelu_start="random")
+    for layer in (centre, drawn):
+        torch.testing.assert_close(layer.P.sum(0), torch.ones(8), atol=1e-3, rtol=0)
+        torch.testing.assert_close(layer.P.sum(1), torch.ones(8), atol=1e-3, rtol=0)
+        assert (layer.P >= 0).all()
+    assert (centre.P - 1 / 8).abs().max() < 0.01 / 8 + 1e-3  # the centre, a little noise
+    assert (drawn.P - 1 / 8).abs().max() > 0.05  # far from it
+    assert torch.equal(drawn.P, again.P)  # seeded
+    monomial = build_layer("monomial", 8, torch.Generator().manual_seed(0), grelu_start="random")
+    assert torch.equal(monomial.P, drawn.P)
+    with pytest.raises(ValueError, match="stitching.grelu_start: 'corner'"):
+        build_layer("grelu", 8, grelu_start="corner")
 
 
 def test_softsort_starts_at_a_given_element():

@@ -1,7 +1,8 @@
 """The papers' claims as data, and the rule that turns this run's tables into a verdict on each.
 
-Each ``Claim`` quotes the sentence it tests (or, where our copy of the paper has only a figure, the
-specification's reading of it), names the unit of evidence (a pair of zoo members, a member, a
+Each ``Claim`` quotes the sentence it tests, verbatim with its location (mathematical markup written
+plainly; a figure's values are not in the text, so a claim on a figure quotes the sentence about it
+and says what it reads the figure to show), names the unit of evidence (a pair of zoo members, a member, a
 trial), the stage whose table tests it and the figure of the report that shows it; ``test`` takes
 the run's tables (pandas DataFrames by name, absent when the stage is not configured) and the
 run's settings and returns what we found, the verdict and the evidence.
@@ -80,7 +81,7 @@ def not_run(why: str) -> Result:
 class Claim:
     claim: str  # short id: C1, T1, G1, ...
     source: str  # paper and where in it
-    sentence: str  # the paper's sentence it tests, quoted, or the specification's reading
+    sentence: str  # the paper's sentence it tests, quoted verbatim, with its location
     statement: str  # what the verdict tests, in our words
     paper: str  # the paper's numbers
     tables: tuple[str, ...]  # what it needs (names of the claims job's --table inputs)
@@ -135,6 +136,10 @@ ORDER = (
     "C14",
     "C15",
     "C15b",
+    "C16.myrtle",
+    "C16.resnet20",
+    "C16.resnet18",
+    "C17",
     "L1",
     "L2",
     "T1",

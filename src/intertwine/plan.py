@@ -213,6 +213,7 @@ class Plan(*stages.plan_parts()):
         samples = self.similarity["samples"] or n_test
         return {
             "zoo_epochs": epochs,
+            "zoo_dataset": self.config["data"]["dataset"],
             "zoo": f"zoo: {epochs} of the paper's {PAPER_EPOCHS} epochs, {span} of its {PAPER_MEMBERS} members "
             f"per variant, {self.config['data']['dataset']}",
             "rotation": f"rotation: {self.rotation['trials']} of the paper's 10 trials, {self.rotation['epochs']} "

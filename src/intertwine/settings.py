@@ -298,6 +298,8 @@ class StitchConfig(Settings):
     )
     softsort_tau: float | None = setting("stitching.softsort_tau", only_for=("softsort",))
     softsort_hardening: float = setting("stitching.softsort_hardening", only_for=("softsort",))
+    softsort_rounding: str = setting("stitching.softsort_rounding", only_for=("softsort",))
+    grelu_start: str = setting("stitching.grelu_start", only_for=("grelu", "grelu_cv", "monomial"))
     alpha_grid: list[float] = setting("stitching.alpha_grid", only_for=("grelu_cv",))
     cv_held_out: float = setting("stitching.cv_held_out", only_for=("grelu_cv",))
     cv_epochs: int | None = setting("stitching.cv_epochs", only_for=("grelu_cv",))

@@ -24,7 +24,9 @@ output is an ``nn.Identity`` site ``stageS.J.out``, next to the inner activation
 cct (a Compact Convolutional Transformer, see :mod:`intertwine.models.cct`) likewise, with sites
 ``blocks.K.act`` (the MLP activation) and ``blocks.K.out`` (the block output), channels-first
 (N, channels, tokens); its ``depth`` option (default 2) is the number of encoder blocks, and
-``tokenizer_norm`` (default False, as in CCT) adds an instance norm after each tokenizer layer.
+``tokenizer_norm`` (default False, as in CCT) adds an instance norm after each tokenizer layer;
+``positional`` (default "learnable") is its positional embedding, or "sinusoidal" (fixed sine-cosine
+encodings, as the paper's appendix D.4 names them).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 
-from .cct import cct
+from .cct import POSITIONAL, cct
 from .convnext import convnext
 from .gated import GatedNet, check_gated
 from .gated_resnet import GatedResNet
@@ -127,7 +129,7 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
             cct,
             MappingProxyType(
                 {key: value for key, value in _COMMON_OPTIONS.items() if key != "batch_norm"}
-                | {"activation": "gelu", "depth": 2, "tokenizer_norm": False}
+                | {"activation": "gelu", "depth": 2, "tokenizer_norm": False, "positional": "learnable"}
             ),
         ),
     }
@@ -156,6 +158,10 @@ def _check_value(key: str, value: Any) -> Any:
         return int(value)
     if key == "gated":
         return check_gated(value)
+    if key == "positional":
+        if value not in POSITIONAL:
+            raise fail("one of " + ", ".join(map(repr, POSITIONAL)))
+        return value
     if key == "constant_width":
         if value is None:
             return None

@@ -5,7 +5,10 @@ Compact Transformers") for CIFAR-sized inputs, the transformer of the paper's ap
   ReLU and a 3x3 stride-2 max pool (padding 1), 64 then D channels: 32x32 pixels -> 8x8 = 64
   tokens of dimension D. With ``tokenizer_norm`` each layer ends in an instance norm (below).
 - a learnable positional embedding ``pos_embedding`` on the 8x8 token grid (truncated normal,
-  std 0.2, as CCT's), bilinearly resized for inputs other than 32x32.
+  std 0.2, as CCT's), bilinearly resized for inputs other than 32x32; with ``positional=
+  "sinusoidal"`` (the paper's appendix D.4: "sinusoidal positional encodings") a fixed buffer of
+  the same shape instead, the sine-cosine encodings of Vaswani et al. over the token sequence
+  (``sinusoidal_encoding``).
 - encoder blocks ``blocks.0``, ``blocks.1``, ... (:class:`CCTBlock`), pre-norm: x + MHSA(LN(x)),
   then x + MLP(LN(x)) with MLP = Linear(D, 2D) - ``act`` - Linear(2D, D).
 - head: LayerNorm, sequence pooling (softmax over the tokens of a Linear(D, 1) score, then the
@@ -53,7 +56,21 @@ from torch import nn
 
 from .resnet import _scaled
 
-__all__ = ["CCT", "CCTBlock", "SelfAttention", "TokenizerLayer", "cct"]
+__all__ = ["CCT", "POSITIONAL", "CCTBlock", "SelfAttention", "TokenizerLayer", "cct", "sinusoidal_encoding"]
+
+#: The positional embeddings of the spec option ``positional``.
+POSITIONAL = ("learnable", "sinusoidal")
+
+
+def sinusoidal_encoding(tokens: int, dim: int) -> torch.Tensor:
+    """The fixed sine-cosine encodings (tokens, dim) of Vaswani et al.: entry (p, i) is
+    sin(p / 10000^(2 floor(i/2) / dim)) for even i and the cosine of it for odd i."""
+    position = torch.arange(tokens, dtype=torch.float64)[:, None]
+    rate = 10000.0 ** (2 * (torch.arange(dim) // 2) / dim).to(torch.float64)
+    angle = position / rate
+    table = torch.where(torch.arange(dim) % 2 == 0, angle.sin(), angle.cos())
+    return table.to(torch.get_default_dtype())
+
 
 _LN_EPS = 1e-5  # nn.LayerNorm's default, as CCT
 
@@ -143,6 +160,7 @@ class CCT(nn.Module):
         activation_layer: Callable[[], nn.Module] = nn.GELU,
         tokenizer_norm: bool = False,
         image_size: int = 32,
+        positional: str = "learnable",
     ) -> None:
         super().__init__()
         widths = (3, *tokenizer_widths, dim)
@@ -152,14 +170,23 @@ class CCT(nn.Module):
         grid = image_size
         for _ in self.tokenizer:
             grid = (grid - 1) // 2 + 1  # the max pool's output size
-        self.pos_embedding = nn.Parameter(torch.empty(1, dim, grid, grid))
+        if positional not in POSITIONAL:
+            raise ValueError(f"model option 'positional': expected one of {POSITIONAL}, got {positional!r}")
+        if positional == "sinusoidal":
+            # The token sequence is the grid read row by row (``flatten(2)``), so the sequence's
+            # encodings fill the grid in that order.
+            table = sinusoidal_encoding(grid * grid, dim).T.reshape(1, dim, grid, grid)
+            self.register_buffer("pos_embedding", table)
+        else:
+            self.pos_embedding = nn.Parameter(torch.empty(1, dim, grid, grid))
         self.blocks = nn.Sequential(*(CCTBlock(dim, heads, mlp_dim, activation_layer) for _ in range(depth)))
         self.norm = nn.LayerNorm(dim, eps=_LN_EPS)
         self.attention_pool = nn.Linear(dim, 1)
         self.fc = nn.Linear(dim, num_classes)
 
         # CCT's initialisation (see the module docstring).
-        nn.init.trunc_normal_(self.pos_embedding, std=0.2)
+        if positional == "learnable":
+            nn.init.trunc_normal_(self.pos_embedding, std=0.2)
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.trunc_normal_(module.weight, std=0.02)
@@ -221,6 +248,7 @@ def cct(
     activation_layer: Callable[[], nn.Module] = nn.GELU,
     depth: int = 2,
     tokenizer_norm: bool = False,
+    positional: str = "learnable",
 ) -> CCT:
     """CIFAR CCT: tokenizer widths 64/D, embedding dimension D = 128, 2 heads, MLP dimension 2D
     (widths scaled by `width_multiplier`, D rounded to a multiple of the heads), `depth` encoder
@@ -230,4 +258,14 @@ def cct(
     heads = 2
     (tokenizer_width,) = _scaled((64,), width_multiplier)
     dim = heads * _scaled((128 // heads,), width_multiplier)[0]  # the head dimension scales
-    return CCT(depth, dim, heads, 2 * dim, (tokenizer_width,), num_classes, activation_layer, tokenizer_norm)
+    return CCT(
+        depth,
+        dim,
+        heads,
+        2 * dim,
+        (tokenizer_width,),
+        num_classes,
+        activation_layer,
+        tokenizer_norm,
+        positional=positional,
+    )

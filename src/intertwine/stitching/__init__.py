@@ -18,7 +18,9 @@ The appendix's variations (D.2.2, D.5, D.6), each a method of its own:
 
 - ``softsort``: the same group, P parameterised by SoftSort (a row-stochastic relaxation of
   the permutation sorting a score vector; temperature tau, 1/C by default) and D = diag(exp(lambda)).
-  Rounded by the Hungarian algorithm too: a row argmax of P need not be a permutation.
+  Rounded by the argmax over each row of P (``stitching.softsort_rounding: argmax``, the paper's
+  D.2.2) or the Hungarian algorithm (``hungarian``); row i of SoftSort peaks at the input with the
+  i-th largest score, so with distinct scores both give the sorting permutation.
 - ``monomial``: P D with D of either sign, the group of a gated network's value units
   (:mod:`intertwine.models.gated`); trained as ``grelu``, matched by ``match_monomial``.
 - ``grelu_cv``: the G_ReLU layer with alpha chosen by cross-validation: one short run per alpha of
@@ -27,8 +29,9 @@ The appendix's variations (D.2.2, D.5, D.6), each a method of its own:
 - ``l1_<lambda>`` (e.g. ``l1_0.01``): the full layer with ``lambda * sum |W_ij|`` added to the loss;
   its sparsity (the fraction of ``|W_ij| <= 1e-3``) is recorded for every method.
 
-``init: random`` starts each layer as the paper does (Kaiming-uniform matrices; P at the centre of
-the polytope, D = I). ``init: match`` (our addition) starts it from the layer of its class that
+``init: random`` starts each layer at random (Kaiming-uniform matrices; P at the centre of the
+polytope, or a random doubly stochastic matrix as the released code with ``grelu_start: random``;
+D = I): the text does not say how the layers start. ``init: match`` (our addition) starts it from the layer of its class that
 best maps f's activations onto g's on a few training images: least squares (full), reduced-rank
 regression (rank r), the Hungarian match of normalised channels with least-squares scales
 (G_ReLU, ``match_grelu``). Same layer classes, same training; far fewer steps to a good layer.

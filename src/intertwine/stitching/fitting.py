@@ -411,6 +411,8 @@ def _layer_maker(
             config.permutation_step,
             config.softsort_hardening,
             config.permutation_update,
+            config.softsort_rounding,
+            config.grelu_start,
         ).to(device)
         if matched is not None:
             layer.match(*matched)

@@ -178,6 +178,10 @@ class GReLULayer(nn.Module):
 
 #: How the Birkhoff G_ReLU layer's P moves (``stitching.permutation_update``; ``GReLUStitch``).
 PERMUTATION_UPDATES = ("paper", "mirror")
+#: Where a Birkhoff layer's P starts (``stitching.grelu_start``) and how SoftSort's P is rounded
+#: (``stitching.softsort_rounding``).
+GRELU_STARTS = ("centre", "random")
+SOFTSORT_ROUNDINGS = ("hungarian", "argmax")
 
 # Under ``init: match``, the fraction of each row of P off the matched permutation at the start.
 MATCH_OFF_MASS = 0.01
@@ -191,10 +195,12 @@ class GReLUStitch(GReLULayer):
     """``P diag(scales)`` with P doubly stochastic (a permutation once rounded) and scales >= 0.
 
     P starts near the centre of the Birkhoff polytope (uniform plus a little seeded noise to break
-    the symmetry), the scales at 1. How P moves is ``update``:
+    the symmetry; ``start="centre"``, ours) or at a random doubly stochastic matrix (``start="random"``,
+    the released code's start: here Sinkhorn iterations of a matrix of uniform [0, 1) entries), the
+    scales at 1. How P moves is ``update``:
 
     - ``"paper"`` (appendix D.2.1: "after each gradient descent step we project P back onto B by
-      P <- ReLU(P) followed by P <- sink(P)"): the optimiser steps P with the scales, then
+      the operation P ← ReLU(P) followed by P ← sink(P)"): the optimiser steps P with the scales, then
       ``project()`` applies ReLU and Sinkhorn.
     - ``"mirror"`` (ours): the optimiser steps the scales only; P takes a mirror-descent step of
       its own (``step_permutation``): ``P <- Sinkhorn(P * exp(-step * grad / max|grad|))``.
@@ -217,10 +223,13 @@ class GReLUStitch(GReLULayer):
         step: float = 0.1,
         init_noise: float = 0.01,
         update: str = "paper",
+        start: str = "centre",
     ):
         super().__init__()
         if channels < 1:
             raise ValueError(f"a G_ReLU layer needs at least one channel, got {channels}")
+        if start not in GRELU_STARTS:
+            raise ValueError(f"stitching.grelu_start: {start!r} is not one of {', '.join(GRELU_STARTS)}")
         if update not in PERMUTATION_UPDATES:
             raise ValueError(
                 f"stitching.permutation_update: {update!r} is not one of {', '.join(PERMUTATION_UPDATES)}"
@@ -230,9 +239,10 @@ class GReLUStitch(GReLULayer):
         self.sinkhorn_iters = sinkhorn_iters
         self.alpha = alpha
         self.step = step
-        self.P = nn.Parameter(
-            groups.sinkhorn(torch.full((channels, channels), 1 / channels) + noise / channels, sinkhorn_iters)
-        )
+        centre = torch.full((channels, channels), 1 / channels) + noise / channels
+        if start == "random":
+            centre = torch.rand(channels, channels, generator=generator)
+        self.P = nn.Parameter(groups.sinkhorn(centre, sinkhorn_iters))
         self.scales = nn.Parameter(torch.ones(channels))
 
     def soft_permutation(self) -> torch.Tensor:
@@ -318,10 +328,16 @@ class SoftSortStitch(GReLULayer):
         generator: torch.Generator | None = None,
         tau: float | None = None,
         hardening: float = 1.0,
+        rounding: str = "hungarian",
     ):
         super().__init__()
         if channels < 1:
             raise ValueError(f"a SoftSort layer needs at least one channel, got {channels}")
+        if rounding not in SOFTSORT_ROUNDINGS:
+            raise ValueError(
+                f"stitching.softsort_rounding: {rounding!r} is not one of {', '.join(SOFTSORT_ROUNDINGS)}"
+            )
+        self.rounding = rounding
         self.tau = tau if tau else 1 / channels
         self.hardening = hardening
         self.temperature = self.tau
@@ -340,6 +356,24 @@ class SoftSortStitch(GReLULayer):
 
     def column_scales(self) -> torch.Tensor:
         return self.log_scales.exp()
+
+    @torch.no_grad()
+    def nearest_permutation(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(P, the permutation it rounds to): the Hungarian algorithm (``rounding="hungarian"``) or
+        the argmax over each row (``"argmax"``, the paper's D.2.2: "At validation time, we
+        threshold P to an actual permutation matrix by applying arg max over rows as in [PE20]").
+        Row i of SoftSort peaks where the score is the i-th largest, so with distinct scores the
+        row argmax is the sorting permutation and both agree; tied scores make it no permutation."""
+        if self.rounding == "hungarian":
+            return super().nearest_permutation()
+        P = self.soft_permutation()
+        perm = P.argmax(dim=1)
+        if len(perm.unique()) != len(perm):
+            raise ValueError(
+                "stitching.softsort_rounding: argmax: the row argmax of this SoftSort layer's P is not a "
+                "permutation (tied scores); use hungarian"
+            )
+        return P, perm
 
     @torch.no_grad()
     def start_at(self, perm: torch.Tensor, output_scales: torch.Tensor) -> None:
@@ -399,6 +433,8 @@ def build_layer(
     permutation_step: float = 0.1,
     softsort_hardening: float = 1.0,
     permutation_update: str = "paper",
+    softsort_rounding: str = "hungarian",
+    grelu_start: str = "centre",
 ) -> nn.Module:
     """A fresh stitching layer of ``method`` for ``channels`` channels (grelu_cv builds one
     G_ReLU layer per alpha; this is the layer at ``alpha``). ``channels`` must be at least 1; a
@@ -425,6 +461,10 @@ def build_layer(
         The factor SoftSort's temperature falls by over training (1: fixed).
     permutation_update : str, default "paper"
         How the Birkhoff layer's P moves: "paper" or "mirror" (``GReLUStitch``).
+    softsort_rounding : str, default "hungarian"
+        How SoftSort's P is rounded: "hungarian" or "argmax" over rows (``SoftSortStitch``).
+    grelu_start : str, default "centre"
+        Where the Birkhoff layer's P starts: "centre" or "random" (``GReLUStitch``).
 
     Returns
     -------
@@ -439,13 +479,16 @@ def build_layer(
     if kind == "rank":
         return RankStitch(channels, min(param, channels), generator)
     if kind == "softsort":
-        return SoftSortStitch(channels, generator, softsort_tau, softsort_hardening)
-    if kind == "monomial":
-        return MonomialStitch(
-            channels, generator, sinkhorn_iters, alpha, permutation_step, update=permutation_update
-        )
-    return GReLUStitch(
-        channels, generator, sinkhorn_iters, alpha, permutation_step, update=permutation_update
+        return SoftSortStitch(channels, generator, softsort_tau, softsort_hardening, softsort_rounding)
+    birkhoff = MonomialStitch if kind == "monomial" else GReLUStitch
+    return birkhoff(
+        channels,
+        generator,
+        sinkhorn_iters,
+        alpha,
+        permutation_step,
+        update=permutation_update,
+        start=grelu_start,
     )
 
 
