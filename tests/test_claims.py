@@ -621,6 +621,7 @@ def test_the_report_counts_the_architectures_a_split_claim_holds_for():
         in rst
     )
     assert "C5: reproduced for 0 of 0 architectures run" in rst
+    assert "C2: reproduced for 0 of 0 clauses run" in rst  # C2 is split by clause, not architecture
 
 
 # --- C6: dissection ------------------------------------------------------------------------------

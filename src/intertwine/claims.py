@@ -498,22 +498,29 @@ def headline(ours: str, verdict: str) -> str:
     return f"{label}: {value}"
 
 
+#: The suffixes of a claim split by architecture (``C4.myrtle``); other splits are by clause
+#: (``C2.full``, ``C2.depth``).
+ARCHITECTURE_SUFFIXES = frozenset({"myrtle", "myrtle512", "resnet20", "resnet18"})
+
+
 def split_summary(table: pd.DataFrame) -> list[str]:
-    """One line per claim split into rows by architecture (ids ``C4.myrtle``, ``C4.resnet20``,
-    ...): how many of the architectures the run tested it reproduces, e.g. "C4: reproduced for 2 of
-    3 architectures run (...)"."""
+    """One line per claim split into rows (ids ``C4.myrtle``, ``C2.full``, ...): how many of the
+    rows the run tested it reproduces, e.g. "C4: reproduced for 2 of 3 architectures run (...)";
+    a split by clause counts clauses."""
     lines = []
     split = table[table["claim"].str.contains(".", regex=False)]
     for claim, rows in split.groupby(split["claim"].str.partition(".")[0], sort=False):
         run = rows[rows["verdict"] != "not run"]
         held = run[run["verdict"] == "reproduced"]
+        suffixes = set(rows["claim"].str.partition(".")[2])
+        unit = "architecture" if suffixes <= ARCHITECTURE_SUFFIXES else "clause"
         parts = [
             f"{verdict}: {', '.join(rows.loc[rows['verdict'] == verdict, 'claim'])}"
             for verdict in VERDICTS
             if (rows["verdict"] == verdict).any()
         ]
         lines.append(
-            f"{claim}: reproduced for {len(held)} of {units_text('architecture', len(run))} run "
+            f"{claim}: reproduced for {len(held)} of {units_text(unit, len(run))} run "
             f"({'; '.join(parts)})"
         )
     return lines
@@ -579,7 +586,7 @@ def as_rst(table: pd.DataFrame, figures: set[str]) -> str:
     lines = (
         glance(table[table["kind"] == "paper"])
         + (
-            ["", "**Claims split by architecture.**", ""] + [f"- {cell(line)}" for line in split]
+            ["", "**Claims split into rows (by architecture or by clause).**", ""] + [f"- {cell(line)}" for line in split]
             if split
             else []
         )
