@@ -428,12 +428,17 @@ def test_ensemble_job_scores_the_named_members_and_the_paper_row(tmp_path, tiny_
     row = gated_ensemble(job, [str(p) for p in paths]).iloc[0]
     assert (row["variant"], row["members"], row["seeds"]) == ("c1gap", 3, "0,1,2")
     assert row["member_acc_min"] <= row["member_acc_mean"] <= row["member_acc_max"]
-    # The paper's number is C1GAP-16-ENS's: 16 plain width-512 C1GAPs, CIFAR-10, 200 or 2000 epochs.
+    # The paper's number is C1GAP-16-ENS's (Table III): 16 plain width-512 C1GAPs, 200 or 2000 epochs.
     c1gap = models.normalize_spec({"arch": "c1gap"})
     assert paper.reported_ensemble(c1gap, "cifar10", 200, 16) == ("CIFAR-10 C1GAP-16-ENS (200 epochs)", 63.81)
     assert paper.reported_ensemble(c1gap, "cifar10", 2000, 16)[1] == 72.2
     assert paper.reported_ensemble(c1gap, "cifar10", 200, 8) is None
-    assert paper.reported_ensemble(c1gap, "cifar100", 200, 16) is None
+    assert paper.reported_ensemble(c1gap, "cifar100", 200, 16) == (
+        "CIFAR-100 C1GAP-16-ENS (200 epochs)",
+        38.23,
+    )
+    assert paper.reported_ensemble(c1gap, "cifar100", 2000, 16)[1] == 45.47
+    assert paper.reported_ensemble(c1gap, "shapes", 200, 16) is None
     table = gated.ensemble_table(
         pd.DataFrame([row.to_dict() | {"members": 16}]), {"c1gap": c1gap}, "cifar10", {"c1gap": 200}
     )

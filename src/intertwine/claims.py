@@ -55,7 +55,7 @@ from intertwine.verdicts import (  # noqa: F401  (the decision rule, importable 
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not run")
 GODFREY = "Godfrey et al. 2022"
-GATED = "Lakshminarayanan & Singh 2020"
+GATED = "Lakshminarayanan & Singh 2021"  # the text's date: October 8, 2021 (a preprint)
 PULLBACK = "Satkiewicz 2025 (excitation pullbacks)"
 DEQ = "Feng & Kolter 2020 (DEQ-NTK)"
 OURS = "ours"

@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any
 
 GODFREY = "Godfrey et al. 2022"
-GATED = "Lakshminarayanan & Singh"
+GATED = "Lakshminarayanan & Singh 2021"
 PULLBACK = "Satkiewicz (excitation pullbacks)"
 
 
