@@ -106,7 +106,7 @@ def units_text(label: str, n: int) -> str:
     return f"{n} {label}{'' if n == 1 else 's'}"
 
 
-#: The scorecard's rows in order (the gated findings, G1-G4, follow H1): each claim is defined in
+#: The scorecard's rows in order (the gated findings, G1, G2, ..., follow H1): each claim is defined in
 #: its stage's folder (``intertwine.workflow.stages.<stage>.claims``, ``CLAIMS``).
 ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "L1", "L2", "T1", "D1", "H1", "L3", "P1")
 
@@ -258,7 +258,8 @@ def _gated_rows(gated_findings: pd.DataFrame | None) -> list[dict]:
                 "kind": "paper",
                 "source": GATED,
                 "sentence": "",
-                "statement": "The gated-networks findings (DLGN recovers 83.5 %, value input, gate permutations)",
+                "statement": "The gated-networks findings (DLGN recovers 83.5 %, value input, gate permutations, "
+                "DNN > DGN >> DLGN, Table III's readings)",
                 "paper": "Tables I-III",
                 "ours": "",
                 "verdict": "not run",

@@ -412,17 +412,17 @@ def _ordering(group: pd.DataFrame, plain: pd.DataFrame) -> dict:
             comparisons.append(
                 Comparison(f"DGN({v}) - DLGN({v}) above 0", Estimate.difference(dgn, dlgn), +1)
             )
-    return dict(
-        name="DNN > DGN >> DLGN",
-        source="Section 3.3 (DGN vs DLGN); Tables I, II",
-        sentence='"the difference between DGN and DNN is minimal (about 3%), however, the difference '
+    return {
+        "name": "DNN > DGN >> DLGN",
+        "source": "Section 3.3 (DGN vs DLGN); Tables I, II",
+        "sentence": '"the difference between DGN and DNN is minimal (about 3%), however, the difference '
         'between DLGN and DNN is significantly large" (Section 3.3, DGN vs DLGN)',
-        reported="DNN - DGN 0.6..4.5 points, DNN - DLGN 3.8..11.9 (Tables I, II; Table I CIFAR-100: "
+        "reported": "DNN - DGN 0.6..4.5 points, DNN - DLGN 3.8..11.9 (Tables I, II; Table I CIFAR-100: "
         "DLGN(x,1) 48.0 above DGN(x,1) 47.3)",
-        comparisons=comparisons,
-        units=f"{len(dnn)} DNN, " + ", ".join(counts) + " members",
-        missing="needs the dnn and dgn variants (and dlgn for DGN >> DLGN)",
-    )
+        "comparisons": comparisons,
+        "units": f"{len(dnn)} DNN, " + ", ".join(counts) + " members",
+        "missing": "needs the dnn and dgn variants (and dlgn for DGN >> DLGN)",
+    }
 
 
 def _finding(name, source, sentence, reported, comparisons, units, missing) -> dict:

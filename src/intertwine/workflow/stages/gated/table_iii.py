@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["findings", "ABOVE", "WITHIN"]
+__all__ = ["ABOVE", "WITHIN", "findings"]
 
 #: Our margins (the paper gives none): a "∼g%" gap reads shown above ABOVE * g, and "within ∼g%"
 #: below WITHIN * g.
@@ -92,48 +92,48 @@ def findings(
     ens_units = "" if ensemble is None else f"1 ensemble of {ensemble[1]} C1GAPs"
     sf4, sfv = _accuracy(c4gap_sf), _accuracy(vgg_sf)
     rows = [
-        dict(
-            name="Table III: C1GAP is ∼10% lower than C4GAP-DLGN-SF",
-            sentence='"The performance of C1GAP at 200 epochs is ... lower than that of C4GAP-DLGN-SF" '
+        {
+            "name": "Table III: C1GAP is ∼10% lower than C4GAP-DLGN-SF",
+            "sentence": '"The performance of C1GAP at 200 epochs is ... lower than that of C4GAP-DLGN-SF" '
             "(Section 3.3; the gap: ∼10% in the text)",
-            reported="C4GAP-DLGN-SF - C1GAP(200): 75.1 - 62.2 = 12.9 (CIFAR-10), 47.3 - 36.3 = 11.0 (CIFAR-100)",
-            comparisons=[_gap("C4GAP-DLGN-SF - C1GAP (shortest budget)", sf4, c1gap_short, +1, ABOVE * 10)]
+            "reported": "C4GAP-DLGN-SF - C1GAP(200): 75.1 - 62.2 = 12.9 (CIFAR-10), 47.3 - 36.3 = 11.0 (CIFAR-100)",
+            "comparisons": [_gap("C4GAP-DLGN-SF - C1GAP (shortest budget)", sf4, c1gap_short, +1, ABOVE * 10)]
             if len(sf4) and len(c1gap_short)
             else [],
-            units=f"{len(sf4)} C4GAP-DLGN-SF, {len(c1gap_short)} C1GAP members",
-            missing="needs C1GAP and C4GAP-DLGN-SF(x,1) variants",
-            variants=[*short, *c4gap_sf["variant"].unique()],
-        ),
-        dict(
-            name="Table III: C1GAP-16-ENS closes the gap within ∼3% on C4GAP-DLGN-SF",
-            sentence='"After 2000 epochs of training and ensembling 16 such C1GAP’s as C1GAP-16-ENS '
+            "units": f"{len(sf4)} C4GAP-DLGN-SF, {len(c1gap_short)} C1GAP members",
+            "missing": "needs C1GAP and C4GAP-DLGN-SF(x,1) variants",
+            "variants": [*short, *c4gap_sf["variant"].unique()],
+        },
+        {
+            "name": "Table III: C1GAP-16-ENS closes the gap within ∼3% on C4GAP-DLGN-SF",
+            "sentence": '"After 2000 epochs of training and ensembling 16 such C1GAP’s as C1GAP-16-ENS '
             'closes the gap within ... on C4GAP-DLGN-SF" (Section 3.3; the gap: ∼3% in the text)',
-            reported="C4GAP-DLGN-SF - C1GAP-16-ENS(2000): 75.1 - 72.2 = 2.9 (CIFAR-10), "
+            "reported": "C4GAP-DLGN-SF - C1GAP-16-ENS(2000): 75.1 - 72.2 = 2.9 (CIFAR-10), "
             "47.3 - 45.47 = 1.83 (CIFAR-100)",
-            comparisons=[
+            "comparisons": [
                 _gap("C4GAP-DLGN-SF - C1GAP-16-ENS (longest budget)", sf4, ensemble[0], -1, WITHIN * 3)
             ]
             if len(sf4) and ensemble
             else [],
-            units=f"{len(sf4)} C4GAP-DLGN-SF members, {ens_units or 'no ensemble'}",
-            missing="needs C4GAP-DLGN-SF(x,1) and a logit ensemble of the C1GAP (gated.ensembles)",
-            variants=[*long, *c4gap_sf["variant"].unique()],
-        ),
-        dict(
-            name="Table III: VGG-16-DLGN-SF is ∼10% better than C1GAP-16-ENS",
-            sentence='"Yet, a deeper architecture VGG-16-DLGN-SF is ... better than C1GAP-16-ENS" '
+            "units": f"{len(sf4)} C4GAP-DLGN-SF members, {ens_units or 'no ensemble'}",
+            "missing": "needs C4GAP-DLGN-SF(x,1) and a logit ensemble of the C1GAP (gated.ensembles)",
+            "variants": [*long, *c4gap_sf["variant"].unique()],
+        },
+        {
+            "name": "Table III: VGG-16-DLGN-SF is ∼10% better than C1GAP-16-ENS",
+            "sentence": '"Yet, a deeper architecture VGG-16-DLGN-SF is ... better than C1GAP-16-ENS" '
             "(Section 3.3; the gap: ∼10% in the text)",
-            reported="VGG-16-DLGN-SF - C1GAP-16-ENS(2000): 84.9 - 72.2 = 12.7 (CIFAR-10), "
+            "reported": "VGG-16-DLGN-SF - C1GAP-16-ENS(2000): 84.9 - 72.2 = 12.7 (CIFAR-10), "
             "56.3 - 45.47 = 10.83 (CIFAR-100)",
-            comparisons=[
+            "comparisons": [
                 _gap("VGG-16-DLGN-SF - C1GAP-16-ENS (longest budget)", sfv, ensemble[0], +1, ABOVE * 10)
             ]
             if len(sfv) and ensemble
             else [],
-            units=f"{len(sfv)} VGG-16-DLGN-SF members, {ens_units or 'no ensemble'}",
-            missing="needs VGG-16-DLGN-SF(x,1) and a logit ensemble of the C1GAP (gated.ensembles)",
-            variants=[*long, *vgg_sf["variant"].unique()],
-        ),
+            "units": f"{len(sfv)} VGG-16-DLGN-SF members, {ens_units or 'no ensemble'}",
+            "missing": "needs VGG-16-DLGN-SF(x,1) and a logit ensemble of the C1GAP (gated.ensembles)",
+            "variants": [*long, *vgg_sf["variant"].unique()],
+        },
         _feature_depth(table, vgg_dlgn, vgg_sf),
     ]
     return [row | {"source": SECTION if i < 3 else row.pop("source")} for i, row in enumerate(rows)]
@@ -144,19 +144,19 @@ def _feature_depth(table: pd.DataFrame, vgg_dlgn: pd.DataFrame, vgg_sf: pd.DataF
     dlgn, sf = _accuracy(vgg_dlgn), _accuracy(vgg_sf)
     datasets = set(table["dataset"]) if "dataset" in table else set()
     on_cifar100 = datasets == {"cifar100"}
-    return dict(
-        name="Table III and Table II: a deep linear feature network beats shallow ones by ∼6% (VGG-16, CIFAR-100)",
-        source="Section 3.3 (Power of depth in feature network); Tables II, III",
-        sentence='"By comparing CIFAR-100 performance of VGG-16-DLGN-SF in Figure 4 and that of '
+    return {
+        "name": "Table III and Table II: a deep linear feature network beats shallow ones by ∼6% (VGG-16, CIFAR-100)",
+        "source": "Section 3.3 (Power of depth in feature network); Tables II, III",
+        "sentence": '"By comparing CIFAR-100 performance of VGG-16-DLGN-SF in Figure 4 and that of '
         "VGG-16-DLGN in Figure 3, we see ... improvement if we have a deep linear network instead of "
         'many shallow linear networks as the feature network" (Section 3.3; ∼6% in the text)',
-        reported="VGG-16-DLGN(x,1) - VGG-16-DLGN-SF(x,1), CIFAR-100: 61.5 - 56.3 = 5.2 (Tables II, III)",
-        comparisons=[_gap("VGG-16-DLGN(x,1) - VGG-16-DLGN-SF(x,1)", dlgn, sf, +1, ABOVE * 6)]
+        "reported": "VGG-16-DLGN(x,1) - VGG-16-DLGN-SF(x,1), CIFAR-100: 61.5 - 56.3 = 5.2 (Tables II, III)",
+        "comparisons": [_gap("VGG-16-DLGN(x,1) - VGG-16-DLGN-SF(x,1)", dlgn, sf, +1, ABOVE * 6)]
         if len(dlgn) and len(sf) and on_cifar100
         else [],
-        units=f"{len(dlgn)} VGG-16-DLGN, {len(sf)} VGG-16-DLGN-SF members",
-        missing="needs VGG-16 DLGN(x,1) and DLGN-SF(x,1) variants on CIFAR-100 (the sentence's data set"
+        "units": f"{len(dlgn)} VGG-16-DLGN, {len(sf)} VGG-16-DLGN-SF members",
+        "missing": "needs VGG-16 DLGN(x,1) and DLGN-SF(x,1) variants on CIFAR-100 (the sentence's data set"
         + ("" if on_cifar100 or not datasets else f"; this run: {', '.join(sorted(datasets))}")
         + ")",
-        variants=[*vgg_dlgn["variant"].unique(), *vgg_sf["variant"].unique()],
-    )
+        "variants": [*vgg_dlgn["variant"].unique(), *vgg_sf["variant"].unique()],
+    }
