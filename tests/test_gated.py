@@ -3,6 +3,9 @@ the findings' verdicts, the kernels of a member, and the signed monomial stitchi
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -11,6 +14,10 @@ from intertwine.workflow.stages.gated import study as gated
 from intertwine.workflow.stages.symmetry import study as symmetry_study
 from intertwine.groups import random_gl
 from intertwine.models.myrtle import Myrtle
+from intertwine.plan import Plan
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_plan import load
 
 GATED = {"arch": "c4gap", "width_multiplier": 0.0625}  # 8 channels per layer
 
@@ -367,6 +374,19 @@ def test_table_ii_is_the_row_of_a_vgg_trained_its_64000_iterations_only():
     assert paper.TABLE_II_EPOCHS == 164
     assert paper.reported_gated(vgg, "cifar10", 182)[0] == "II"  # 64,000 steps of 128 over 45,000 images
     assert paper.reported_gated(vgg, "cifar10", 32) is None  # Table III's 32-epoch budget, a DNN: no row
+
+
+@pytest.mark.parametrize("path", ["config/paper.yaml", "config/gated_cifar100.yaml"])
+def test_vgg16_dlgn_sf_trains_with_table_iis_recipe(path):
+    """Appendix C: "The VGG-16-DLGN-SF in Table III of Figure 4 uses the same optimiser, batch size
+    and learning rate schedule as the models in Table II": Table II's VGG16 recipe, its weight decay
+    and translations included, for Table III's 32 epochs."""
+    plan = Plan(load(path))
+    sf, table_ii = plan.train_block("vgg16_dlgn_sf"), plan.train_block("vgg16_dlgn_x")
+    assert (sf["epochs"], sf["steps"], table_ii["steps"]) == (32, None, 64000)
+    assert plan.member_epochs("vgg16_dlgn_sf") == 32
+    assert {key for key in sf if sf[key] != table_ii[key]} == {"epochs", "steps"}
+    assert (sf["optimizer"], sf["weight_decay"], sf["translate"]) == ("sgd", 0.0001, 4)
 
 
 # --- logit ensembles (the paper's C1GAP-16-ENS) ----------------------------------------------------
