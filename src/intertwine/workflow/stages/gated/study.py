@@ -47,8 +47,8 @@ def kernel_checks(
       since the gates permute with the units;
     * ``shift_error`` (NPK only): the relative change of NPK(x, x') when every x' is cyclically
       shifted by ``shift`` pixels along the width, on the first ``SHIFT_IMAGES`` images: exactly 0
-      for circular padding without pools (SEEDS.md), and for the zoo's zero-padded, pooled networks
-      a measure of how far the boundary and the pools break the invariance;
+      for circular padding without pools (the paper's Theorem 3.2: rotational invariance; checked in
+      tests/test_kernels_npk.py), and for the zoo's zero-padded, pooled networks a measure of how far the boundary and the pools break the invariance;
     * ``ntk_cka``: CKA of the kernel with the member's empirical NTK (all trainable parameters,
       every logit) on the same images: the trained network's NTK, not the quantity of the paper's
       Thm 2.1, and of a network with biases and batch norms, whose NPK is that of its bias-free
