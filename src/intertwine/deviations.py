@@ -144,7 +144,7 @@ DEVIATIONS = (
         "every activation a gate, the residual output's included",
         f"{GATED}, Section 3.2 and Table II (the paper is silent)",
         '"We consider 3 DNN architectures, C4GAP, VGG-16 and Resnet-110, and their DGN and DLGN '
-        'counterparts." (Section 3.2): which of ResNet-110\'s activations become gates is not said',
+        "counterparts.\" (Section 3.2): which of ResNet-110's activations become gates is not said",
         "every ReLU of He et al.'s ResNet-110 (the stem's, each block's first and the one after the "
         "residual sum) is replaced by the gate of the same site of the feature network, so that the "
         "value network is linear given its gates, as in the plain stacks (intertwine.models.gated_resnet)",

@@ -80,6 +80,13 @@ def resnet_subnetworks(
     (Definition 3.1): for each subset J of the skips' blocks (indices into the sorted skips), the
     layers the J-th sub-network keeps, in order (a block kept, or left out for its skip).
 
+    Parameters
+    ----------
+    layers : int
+        The ResNet's gated layers.
+    skips : sequence of (start, stop)
+        Its identity skips, as :func:`npk_resnet_conv_gap` takes them (checked alike).
+
     Returns
     -------
     list of (J, layers)
