@@ -1,13 +1,14 @@
 """The neural path kernel of a gated residual network: Lakshminarayanan & Singh's Theorem 3.3.
 
-The paper's ResNet (Section 3.1.3): "We consider a ResNet with ‘(b+2)’ blocks and ‘b’ skip
-connections between the blocks", and its sub-networks (Definition 3.1): the 'J-th sub-FCN' keeps
-the blocks j in J and leaves out the others, so a ResNet with b skips holds 2^b of them. Its NPK is
-their sum (Appendix B, Lemma B.1, "Sum of Product Kernel"): "NPK_Θ^RES = Σ_{J ∈ 2^[b]} NPK_Θ^J",
-because every path runs through exactly one sub-network ("the NPK of the ResNet is a concatenation
-of the NPKs of the 2^b distinct sub-FC-DNNs", its proof); Theorem 3.3 weighs the same kernels by
-constants, "NTK^RES → Σ_{J ∈ 2^[b]} β_fc^J NPK_J^FC". The paper's blocks are fully connected "for
-expository purposes, and the result continue to hold for any kind of block".
+The paper's ResNet (Section 3.1.3) has b + 2 blocks, b of them with a skip connection: "We
+consider a ResNet with" ... "skip connections between the blocks". Definition 3.1 names its 2^b
+sub-networks: the J-th keeps the blocks j in J and leaves out the others. The ResNet's NPK is the
+sum of theirs, NPK^RES = sum over J in 2^[b] of NPK^J (Appendix B, Lemma B.1, "Sum of Product
+Kernel"), because every path runs through exactly one sub-network: "the NPF of the ResNet is a
+concatenation of the NPFs of the distinct sub-FC-DNNs" (its proof; the other rendering of the text
+reads NPK for NPF). Theorem 3.3 weighs the same kernels by constants beta^J in the limit of the NTK
+(those weights are not computed here). The paper's blocks are fully connected "for expository
+purposes, and the result continue to hold for any kind of block".
 
 Here the blocks are :func:`intertwine.kernels.npk_conv_gap`'s: gated 3x3 convolutions (stride 1,
 padding 1, zero or circular), global average pooling, a linear head; a skip (start, stop) adds the
