@@ -48,7 +48,8 @@ def kernel_checks(
     * ``shift_error`` (NPK only): the relative change of NPK(x, x') when every x' is cyclically
       shifted by ``shift`` pixels along the width, on the first ``SHIFT_IMAGES`` images: exactly 0
       for circular padding without pools (the paper's Theorem 3.2: rotational invariance; checked in
-      tests/test_kernels_npk.py), and for the zoo's zero-padded, pooled networks a measure of how far the boundary and the pools break the invariance;
+      tests/test_kernels_npk.py), and for the zoo's zero-padded, pooled networks a measure of how
+      far the boundary and the pools break the invariance;
     * ``ntk_cka``: CKA of the kernel with the member's empirical NTK (all trainable parameters,
       every logit) on the same images: the trained network's NTK, not the quantity of the paper's
       Thm 2.1, and of a network with biases and batch norms, whose NPK is that of its bias-free
@@ -424,10 +425,12 @@ def _ordering(group: pd.DataFrame, plain: pd.DataFrame) -> dict:
         "comparisons": comparisons,
         "units": f"{len(dnn)} DNN, " + ", ".join(counts) + " members",
         "missing": "needs the dnn and dgn variants (and dlgn for DGN >> DLGN)",
+        "untested": "how large the DLGN's gap must be to be 'significantly large' (the paper gives no "
+        "size: DGN - DLGN above 0 is tested, the DLGN's gap beyond the DGN's)",
     }
 
 
-def _finding(name, source, sentence, reported, comparisons, units, missing) -> dict:
+def _finding(name, source, sentence, reported, comparisons, units, missing, untested="") -> dict:
     """One finding's row: its verdict by ``intertwine.claims.judge`` (``not run`` without comparisons)."""
     from intertwine.claims import describe, judge
 
@@ -451,6 +454,7 @@ def _finding(name, source, sentence, reported, comparisons, units, missing) -> d
         "paper": reported,
         "ours": ours,
         "verdict": judgement.verdict,
-        "evidence": f"Welch 95 % intervals over members (points), {judgement.note}",
+        "evidence": f"Welch 95 % intervals over members (points), {judgement.note}"
+        + (f"; untested: {untested}" if untested else ""),
         "units": units,
     }

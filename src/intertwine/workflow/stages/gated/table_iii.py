@@ -117,6 +117,8 @@ def findings(
             else [],
             "units": f"{len(sf4)} C4GAP-DLGN-SF members, {ens_units or 'no ensemble'}",
             "missing": "needs C4GAP-DLGN-SF(x,1) and a logit ensemble of the C1GAP (gated.ensembles)",
+            "untested": "the ensemble's own spread (one ensemble, as the paper's: a fixed number; the "
+            "interval is the members' one-sample t-interval against it)",
             "variants": [*long, *c4gap_sf["variant"].unique()],
         },
         {
@@ -132,6 +134,8 @@ def findings(
             else [],
             "units": f"{len(sfv)} VGG-16-DLGN-SF members, {ens_units or 'no ensemble'}",
             "missing": "needs VGG-16-DLGN-SF(x,1) and a logit ensemble of the C1GAP (gated.ensembles)",
+            "untested": "the ensemble's own spread (one ensemble, as the paper's: a fixed number; the "
+            "interval is the members' one-sample t-interval against it)",
             "variants": [*long, *vgg_sf["variant"].unique()],
         },
         _feature_depth(table, vgg_dlgn, vgg_sf),
