@@ -219,6 +219,35 @@ def test_config_with_cifar100_validates_and_plans():
     assert "cifar100" in dataset.choices
 
 
+def test_gated_cifar100_config_plans_the_ensembles_and_resnet110():
+    """config/gated_cifar100.yaml, as config/paper.yaml on CIFAR-10: 16 C1GAPs per budget for
+    C1GAP-16-ENS (Table III) and ResNet-110 with its DGN and DLGN (Table II), on Table II's
+    recipe, every variant with 100 classes (a plan only: nothing is trained)."""
+    from intertwine.plan import Plan
+    from intertwine.settings import validate_config
+
+    config = yaml.safe_load((REPO / "config" / "gated_cifar100.yaml").read_text())
+    validate_config(config)
+    plan = Plan(config)
+    assert plan.errors() == []
+    assert plan.gated_ensembles == [f"results/gated/{v}/ensemble.parquet" for v in ("c1gap", "c1gap_e2000")]
+    for variant in ("c1gap", "c1gap_e2000"):
+        assert len(plan.zoo_seeds(variant)) == 16 and len(plan.ensemble_checkpoints(variant)) == 16
+    resnets = [
+        "resnet110",
+        "resnet110_dgn_x",
+        "resnet110_dgn_ones",
+        "resnet110_dlgn_x",
+        "resnet110_dlgn_ones",
+    ]
+    assert set(resnets) <= set(config["gated"]["variants"])
+    for variant in resnets:
+        assert plan.spec(variant)["arch"] == "resnet110" and plan.spec(variant)["num_classes"] == 100
+        assert plan.train_block(variant) == plan.train_block("vgg16")  # Table II's recipe
+        assert len(plan.zoo_seeds(variant)) == 5
+    assert {spec["num_classes"] for spec in config["zoo"]["variants"].values()} == {100}
+
+
 def test_zoo_needs_num_classes_100(tmp_path, rng, no_md5):
     """A variant left at the default num_classes (10) stops with the error naming it; 100 trains."""
     from intertwine.workflow.job import Job

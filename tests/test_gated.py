@@ -3,6 +3,9 @@ the findings' verdicts, the kernels of a member, and the signed monomial stitchi
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -11,6 +14,10 @@ from intertwine.workflow.stages.gated import study as gated
 from intertwine.workflow.stages.symmetry import study as symmetry_study
 from intertwine.groups import random_gl
 from intertwine.models.myrtle import Myrtle
+from intertwine.plan import Plan
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_plan import load
 
 GATED = {"arch": "c4gap", "width_multiplier": 0.0625}  # 8 channels per layer
 
@@ -369,6 +376,19 @@ def test_table_ii_is_the_row_of_a_vgg_trained_its_64000_iterations_only():
     assert paper.reported_gated(vgg, "cifar10", 32) is None  # Table III's 32-epoch budget, a DNN: no row
 
 
+@pytest.mark.parametrize("path", ["config/paper.yaml", "config/gated_cifar100.yaml"])
+def test_vgg16_dlgn_sf_trains_with_table_iis_recipe(path):
+    """Appendix C: "The VGG-16-DLGN-SF in Table III of Figure 4 uses the same optimiser, batch size
+    and learning rate schedule as the models in Table II": Table II's VGG16 recipe, its weight decay
+    and translations included, for Table III's 32 epochs."""
+    plan = Plan(load(path))
+    sf, table_ii = plan.train_block("vgg16_dlgn_sf"), plan.train_block("vgg16_dlgn_x")
+    assert (sf["epochs"], sf["steps"], table_ii["steps"]) == (32, None, 64000)
+    assert plan.member_epochs("vgg16_dlgn_sf") == 32
+    assert {key for key in sf if sf[key] != table_ii[key]} == {"epochs", "steps"}
+    assert (sf["optimizer"], sf["weight_decay"], sf["translate"]) == ("sgd", 0.0001, 4)
+
+
 # --- logit ensembles (the paper's C1GAP-16-ENS) ----------------------------------------------------
 
 
@@ -428,12 +448,17 @@ def test_ensemble_job_scores_the_named_members_and_the_paper_row(tmp_path, tiny_
     row = gated_ensemble(job, [str(p) for p in paths]).iloc[0]
     assert (row["variant"], row["members"], row["seeds"]) == ("c1gap", 3, "0,1,2")
     assert row["member_acc_min"] <= row["member_acc_mean"] <= row["member_acc_max"]
-    # The paper's number is C1GAP-16-ENS's: 16 plain width-512 C1GAPs, CIFAR-10, 200 or 2000 epochs.
+    # The paper's number is C1GAP-16-ENS's (Table III): 16 plain width-512 C1GAPs, 200 or 2000 epochs.
     c1gap = models.normalize_spec({"arch": "c1gap"})
     assert paper.reported_ensemble(c1gap, "cifar10", 200, 16) == ("CIFAR-10 C1GAP-16-ENS (200 epochs)", 63.81)
     assert paper.reported_ensemble(c1gap, "cifar10", 2000, 16)[1] == 72.2
     assert paper.reported_ensemble(c1gap, "cifar10", 200, 8) is None
-    assert paper.reported_ensemble(c1gap, "cifar100", 200, 16) is None
+    assert paper.reported_ensemble(c1gap, "cifar100", 200, 16) == (
+        "CIFAR-100 C1GAP-16-ENS (200 epochs)",
+        38.23,
+    )
+    assert paper.reported_ensemble(c1gap, "cifar100", 2000, 16)[1] == 45.47
+    assert paper.reported_ensemble(c1gap, "shapes", 200, 16) is None
     table = gated.ensemble_table(
         pd.DataFrame([row.to_dict() | {"members": 16}]), {"c1gap": c1gap}, "cifar10", {"c1gap": 200}
     )

@@ -755,3 +755,102 @@ def test_selection_invalid_inputs_raise_clear_errors():
         kernel(global_selection=top, **cross)
     with pytest.raises(ValueError, match=r"global_selection_y has indices from 0 to 4"):
         kernel(global_selection=top, global_selection_y=bad_top, **cross)
+
+
+# ---------------------------------------------------------------------------
+# 8. A gated ResNet: the sum of its 2^b sub-networks' kernels (Lemma B.1, Theorem 3.3)
+# ---------------------------------------------------------------------------
+
+# Six gated layers of 3 channels on 2-channel 4x5 images: layer 0 (the first block), three residual
+# blocks with skips around layers 1-2, 3 and 4, then layer 5 (the last block): b = 3, 8 sub-networks.
+RESNET_SKIPS = [(1, 3), (3, 4), (4, 5)]
+
+
+def _resnet_value_net(z, gates, weights, head, padding, skips):
+    """The value ResNet: gated 3x3 convolutions, the input of layer `start` added after layer
+    `stop - 1`, then GAP and the head."""
+    saved, starts, stops = {}, dict(skips), {stop: start for start, stop in skips}
+    for layer, (w, gate) in enumerate(zip(weights, gates)):
+        if layer in starts:
+            saved[layer] = z
+        z = gate * _conv(z, w, padding)
+        if layer + 1 in stops:
+            z = z + saved.pop(stops[layer + 1])
+    return z.mean(dim=(2, 3)) @ head
+
+
+def _sub_value_net(z, gates, weights, head, padding, layers):
+    """A sub-network of the value ResNet: its kept `layers` only, with the ResNet's weights."""
+    for layer in layers:
+        z = gates[layer] * _conv(z, weights[layer], padding)
+    return z.mean(dim=(2, 3)) @ head
+
+
+@pytest.mark.parametrize("padding", ["zeros", "circular"])
+@pytest.mark.parametrize("value_input", ["x", "ones"])
+def test_resnet_npk_is_the_sum_of_its_subnetwork_kernels(padding, value_input):
+    from intertwine.kernels import npk_resnet_conv_gap, resnet_subnetworks
+
+    g = _gen(11)
+    x = torch.randn(4, 2, 4, 5, generator=g, dtype=F64)
+    channels = [2, 3, 3, 3, 3, 3, 3]
+    # Gates of a feature network (a plain ReLU stack: any gates will do for the identity).
+    features = [torch.randn(channels[l + 1], channels[l], 3, 3, generator=g, dtype=F64) for l in range(6)]
+    gates = _conv_gates(x, features, padding, [False] * 6)
+    subnetworks = resnet_subnetworks(6, RESNET_SKIPS)
+    assert len(subnetworks) == 2**3
+    assert [layers for kept, layers in subnetworks if kept in ((), (0, 1, 2), (1,))] == [
+        [0, 5],
+        [0, 3, 5],
+        [0, 1, 2, 3, 4, 5],
+    ]
+
+    # The path decomposition: the ResNet's output is the sum of its sub-networks' (same weights).
+    z0 = x if value_input == "x" else torch.ones_like(x)
+    weights = [torch.randn(channels[l + 1], channels[l], 3, 3, generator=g, dtype=F64) for l in range(6)]
+    head = torch.randn(3, generator=g, dtype=F64)
+    y = _resnet_value_net(z0, gates, weights, head, padding, RESNET_SKIPS)
+    parts = sum(_sub_value_net(z0, gates, weights, head, padding, layers) for _, layers in subnetworks)
+    torch.testing.assert_close(y, parts, rtol=1e-12, atol=1e-12)
+
+    # Lemma B.1: the ResNet's NPK is the sum of the 2^b sub-networks' (each by npk_conv_gap).
+    direct = sum(
+        npk_conv_gap(x, [gates[l] for l in layers], padding=padding, value_input=value_input)
+        for _, layers in subnetworks
+    )
+    kernel = npk_resnet_conv_gap(x, gates, RESNET_SKIPS, padding=padding, value_input=value_input)
+    assert kernel.dtype == F64 and kernel.shape == (4, 4)
+    torch.testing.assert_close(kernel, direct, rtol=1e-12, atol=0)
+    # It is not a sub-network's alone (the skips add kernels), and blocks and cross kernels agree.
+    assert not torch.allclose(kernel, npk_conv_gap(x, gates, padding=padding, value_input=value_input))
+    small = npk_resnet_conv_gap(x, gates, RESNET_SKIPS, padding=padding, value_input=value_input, max_bytes=1)
+    torch.testing.assert_close(small, kernel, rtol=1e-13, atol=0)
+    cross = npk_resnet_conv_gap(
+        x[:1],
+        [t[:1] for t in gates],
+        RESNET_SKIPS,
+        x[1:],
+        [t[1:] for t in gates],
+        padding=padding,
+        value_input=value_input,
+    )
+    torch.testing.assert_close(cross, kernel[:1, 1:], rtol=1e-13, atol=0)
+
+
+def test_resnet_npk_rejects_what_is_not_the_papers_resnet():
+    from intertwine.kernels import npk_resnet_conv_gap
+
+    g = _gen(12)
+    x = torch.randn(2, 3, 4, 4, generator=g, dtype=F64)
+    gates = [(torch.randn(2, 3, 4, 4, generator=g) > 0).to(F64) for _ in range(3)]
+    with pytest.raises(ValueError, match="overlaps the one before"):
+        npk_resnet_conv_gap(x, gates, [(0, 2), (1, 3)])
+    with pytest.raises(ValueError, match="every layer lies inside a skip"):
+        npk_resnet_conv_gap(x, gates, [(0, 3)])
+    with pytest.raises(ValueError, match=r"0 <= start < stop <= 3"):
+        npk_resnet_conv_gap(x, gates, [(2, 4)])
+    with pytest.raises(ValueError, match="no pools"):
+        npk_resnet_conv_gap(x, [gates[0], gates[1][:, :, :2, :2], gates[2]], [(1, 2)])
+    wide = [gates[0], torch.ones(2, 5, 4, 4, dtype=F64), gates[2]]
+    with pytest.raises(ValueError, match="same channels at both ends"):
+        npk_resnet_conv_gap(x, wide, [(1, 2)])

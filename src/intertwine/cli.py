@@ -79,7 +79,8 @@ def cmd_prepare_data(args) -> None:
 def cmd_claims(args) -> None:
     import pandas as pd
 
-    from intertwine.claims import as_rst, scorecard, scorecard_tables
+    from intertwine.claims import scorecard, scorecard_tables
+    from intertwine.scorecard_page import as_rst
     from intertwine.tables import GATED_FINDINGS_COLUMNS, read_parquet, write_csv
     from intertwine.utils import atomic_path
 

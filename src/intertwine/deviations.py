@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any
 
 GODFREY = "Godfrey et al. 2022"
-GATED = "Lakshminarayanan & Singh"
+GATED = "Lakshminarayanan & Singh 2021"
 PULLBACK = "Satkiewicz (excitation pullbacks)"
 
 
@@ -189,8 +189,10 @@ DEVIATIONS = (
         "zoo.variants.*.gated.pools",
         "average",
         "gated_max",
-        f"{GATED}, the models of Tables I-III",
-        "average pooling (C4GAP: global average pooling after the last layer; VGG16 with average pools)",
+        f"{GATED}, Appendix C (the models of Tables I-III)",
+        '"For VGG-16-DLGN in Figure 3 and DLGN-SF in Figure 4, the max-pooling were replaced by" ... '
+        '"pooling so as to ensure that the feature network is entirely linear" (the word between: '
+        "average); C4GAP ends in a global average pool",
         "a Myrtle's max-pools kept as gated max-pools learn the CPU-sized shapes data; with average "
         "pools it reaches 27 % training accuracy in 150 steps, 86 % with gated max-pools",
     ),
@@ -226,8 +228,9 @@ DEVIATIONS = (
         None,
         None,
         "every activation a gate, the residual output's included",
-        f"{GATED}, Table II (the paper is silent)",
-        "ResNet-110 as a DGN and a DLGN: the paper does not say which of its activations become gates",
+        f"{GATED}, Section 3.2 and Table II (the paper is silent)",
+        '"We consider 3 DNN architectures, C4GAP, VGG-16 and Resnet-110, and their DGN and DLGN '
+        "counterparts.\" (Section 3.2): which of ResNet-110's activations become gates is not said",
         "every ReLU of He et al.'s ResNet-110 (the stem's, each block's first and the one after the "
         "residual sum) is replaced by the gate of the same site of the feature network, so that the "
         "value network is linear given its gates, as in the plain stacks (intertwine.models.gated_resnet)",
@@ -261,9 +264,10 @@ DEVIATIONS = (
         None,
         "not stated",
         "a bias and batch norm per convolution",
-        f"{GATED}, Tables I-III (the paper is silent)",
-        "C4GAP, C1GAP and VGG16: 3x3 convolutions with ReLU and a global average pool; whether a "
-        "layer has a bias or batch normalisation is not stated",
+        f"{GATED}, Tables I-III, Appendix C (silent but for VGG16's batch norms)",
+        '"Batch normalisation layers were retained in VGG-16, VGG-16-DLGN and VGG-16-DLGN-SF" '
+        "(Appendix C); for C4GAP and C1GAP neither a bias nor a batch norm is stated (Figure 3's "
+        'caption gives their layers\' filters only: "have 128 filters each")',
         "ours, as in the zoo's other networks (intertwine.models.plain); a variant's "
         "`batch_norm: false` removes the batch norm (the bias stays)",
     ),
@@ -271,28 +275,45 @@ DEVIATIONS = (
         None,
         "FC1, FC2",
         "one linear head",
-        f"{GATED}, Fig. 2",
-        "the schematic draws two fully connected layers after the global average pool; the text "
-        "gives no widths for them",
+        f"{GATED}, Fig. 2's caption",
+        '"On the right side is the CNN-GAP and its DGN used in [Lakshminarayanan and Singh, 2020]." '
+        "Its CNN-GAP has two fully connected layers, FC_1 and FC_2, after the global average pool, "
+        "widths not given; C4GAP's own schematic (Figure 3) is an image, not in the text",
         "one linear layer after the global average pool, as in Myrtle, so that the weight-space "
         "action and the gated forms treat both alike",
     ),
     Deviation(
         None,
-        "not stated (Table II: the cited ResNet recipe)",
-        "translations of 2 px and flips (Table II: 4 px)",
-        f"{GATED}, Tables I-III (silent but for Table II's reference recipe)",
-        "no augmentation is stated for Tables I and III; Table II follows the ResNet recipe it cites "
-        "(He et al.: 4-pixel padded crops and flips)",
-        "the zoo's augmentation for Tables I and III; Table II's recipe uses He et al.'s 4-pixel "
-        "translations (config/paper.yaml's table_ii)",
+        "not stated (Table II's code: the repository it names)",
+        "translations of 2 px and flips (Table II and VGG-16-DLGN-SF: 4 px)",
+        f"{GATED}, Appendix C (silent but for the repository Table II's code came from)",
+        'no augmentation is stated; "the codes for experiments based on VGG-16 and Resnet-110 were '
+        'refactored from following repository" (Appendix C: gahaalt/resnets-in-tensorflow2, whose '
+        "training pads by 4 pixels, crops and flips)",
+        "the zoo's augmentation for Tables I and III's C4GAP and C1GAP; Table II's recipe and "
+        "VGG-16-DLGN-SF's (\"uses the same optimiser, batch size and learning rate schedule as the "
+        "models in Table II\", Appendix C) use that repository's 4-pixel translations "
+        "(config/paper.yaml's table_ii, table_ii_32)",
+    ),
+    Deviation(
+        None,
+        "64,000 iterations and 32 epochs",
+        "64,000 iterations (Table II); 32 epochs, drops at 1/2 and 3/4 of them (VGG-16-DLGN-SF)",
+        f"{GATED}, Appendix C (contradictory)",
+        "Table II's schedule runs to iteration 64000 at batch 128 (164 epochs of 50,000 images), and "
+        'the same paragraph ends "The models were trained till 32 epochs."; Table III gives '
+        "VGG-16-DLGN-SF 32 epochs and Table II's schedule",
+        "Table II follows the iterations (the schedule's drops at 32,000 and 48,000 would not come "
+        "within 32 epochs); VGG-16-DLGN-SF trains Table III's 32 epochs with the drops scaled to "
+        "them (config/paper.yaml's table_ii, table_ii_32)",
     ),
     Deviation(
         None,
         "not stated",
         "45,000 / 5,000 train / validation, best validation epoch",
-        f"{GATED}, Tables I-III (the paper is silent)",
-        "test accuracies are reported; no validation split and no selection of the reported epoch are stated",
+        f"{GATED}, Figure 3's caption (the paper is silent on a validation split)",
+        '"All columns (except the last) show the % test accuracy on CIFAR-10 and CIFAR-100"; no '
+        "validation split and no selection of the reported epoch are stated",
         "the zoo's protocol for every stage (data.val_size, zoo.training.select_on): the test set "
         "never chooses an epoch",
     ),
@@ -300,8 +321,9 @@ DEVIATIONS = (
         None,
         "not stated",
         "batch norm at its initial statistics",
-        f"{GATED}, DGN-FR (the paper is silent)",
-        "FR: the feature network stays at its random initialisation; what its batch norm does is not stated",
+        f"{GATED}, Fig. 2's caption (the paper is silent on batch norm)",
+        '"In the case of fixed random gates, the feature network is initialised at random and '
+        'frozen"; what its batch norm does is not stated',
         "a frozen feature network stays in evaluation mode, so batch norm keeps mean 0 and variance "
         "1 (measured by us: 26 % of a C4GAP's layer-4 gates are constant across inputs)",
     ),

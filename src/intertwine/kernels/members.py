@@ -32,8 +32,11 @@ __all__ = [
 
 def has_npk(model: nn.Module) -> bool:
     """Whether :func:`member_npk` knows the model's neural path kernel: a gated network, or a plain
-    ReLU C4GAP/C1GAP/VGG or Myrtle (skip connections and other activations have other path
-    features).
+    ReLU C4GAP/C1GAP/VGG or Myrtle (other activations have other path features). Not a gated
+    ResNet: the paper's ResNet kernel (Theorem 3.3, :func:`intertwine.kernels.npk_resnet_conv_gap`)
+    is that of identity skips around blocks of gated convolutions, whereas the zoo's ResNet gates
+    each residual sum (so the skip path too) and has strided, zero-padding shortcuts between
+    stages, whose path features are not the theorem's sub-networks'.
 
     Parameters
     ----------

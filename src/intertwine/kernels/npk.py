@@ -42,6 +42,10 @@ the value weights is exactly ``d sigma^(2(d-1)) NPK`` at any width.
   after the last three and a global selection, about 15 ms per pair on 2 CPU cores (the selection
   pools take about 3 ms of it, the 32x32 window sums most of the rest). T is formed for blocks of
   pairs within ``max_bytes``; without ``y`` only the blocks on and above the diagonal are computed.
+* :func:`npk_resnet_conv_gap`: the same network with identity skips around blocks of layers (the
+  paper's ResNet, Section 3.1.3): the sum of its 2^b sub-networks' kernels (Lemma B.1, Theorem 3.3),
+  by the recursion with ``T_stop = T_start + T_block`` (:mod:`intertwine.kernels.npk_resnet`);
+  :func:`resnet_subnetworks` lists the sub-networks' layers.
 * :func:`gate_kernel`: ``G G^T / units`` with ``G = 1{activation > 0}`` flattened over C*H*W: the
   fraction of units two inputs switch on together, for any model's activations at one site.
 * :func:`empirical_ntk`: ``Theta(x, x') = sum_c <df_c(x)/dtheta, df_c(x')/dtheta>`` of a module.
@@ -54,7 +58,7 @@ Arrays are (N, ...) with samples first; numpy arrays are converted, tensors stay
 are held in full.
 
 Where the code lives: the convolutional kernel (its pools, selections and blocks of pairs) is in
-:mod:`intertwine.kernels.npk_conv`, the input checks both kernels share in
+:mod:`intertwine.kernels.npk_conv`, the residual one in :mod:`intertwine.kernels.npk_resnet`, the input checks both kernels share in
 :mod:`intertwine.kernels.npk_checks`; this module holds the rest and gathers the names.
 """
 
@@ -79,6 +83,7 @@ from intertwine.kernels.npk_checks import (
     _second_batch,
 )
 from intertwine.kernels.npk_conv import npk_conv_gap
+from intertwine.kernels.npk_resnet import npk_resnet_conv_gap, resnet_subnetworks
 
 __all__ = [
     "empirical_ntk",
@@ -86,6 +91,8 @@ __all__ = [
     "gates_from_preactivations",
     "npk_conv_gap",
     "npk_fc",
+    "npk_resnet_conv_gap",
+    "resnet_subnetworks",
 ]
 
 

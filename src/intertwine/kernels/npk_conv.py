@@ -256,15 +256,23 @@ def _conv_block(
     pools: list[bool],
     circular: bool,
     ones: bool,
+    skips: Sequence[tuple[int, int]] = (),
 ) -> Tensor:
-    """The (bn, bm) NPK of one block of pairs (see npk_conv_gap)."""
+    """The (bn, bm) NPK of one block of pairs (see npk_conv_gap). ``skips``: identity skip
+    connections (start, stop), each adding the input of layer ``start`` to the gated output of
+    layer ``stop - 1`` (``intertwine.kernels.npk_resnet``; no pools or selections then): the paths
+    through a skip and through its block are distinct path features, so their T add."""
     bn, c0, h, w = x.shape
     bm = y.shape[0]
     if ones:
         t = torch.full((bn, h, w, bm, h, w), float(c0), dtype=_F64, device=x.device)
     else:
         t = _position_gram(x, y)
-    for pool, a, b, sa, sb, size in zip(pools, gx, gy, sx, sy, sizes):
+    starts, stops = {start: stop for start, stop in skips}, {stop: start for start, stop in skips}
+    saved = {}
+    for layer, (pool, a, b, sa, sb, size) in enumerate(zip(pools, gx, gy, sx, sy, sizes)):
+        if layer in starts:
+            saved[layer] = t
         if pool:
             t = _average_pool(t)
         t = _window_sum(t, circular)
@@ -272,6 +280,8 @@ def _conv_block(
             t *= _position_gram(a, b)
         else:
             t = _selection_pool(t, a, b, sa, sb, size)
+        if layer + 1 in stops:
+            t += saved.pop(stops[layer + 1])
     # The global average pool's 1/P per path feature, squared (1 after a global selection).
     return t.mean(dim=(1, 2, 4, 5))
 
@@ -426,9 +436,11 @@ def _blocked_npk(
     padding: str,
     value_input: str,
     max_bytes: int,
+    skips: Sequence[tuple[int, int]] = (),
 ) -> Tensor:
-    """The (N, N') NPK between ``bx`` and ``by``, one block of pairs at a time (``_conv_block``);
-    with ``symmetric`` (``by`` is ``bx``) only the blocks on and above the diagonal, mirrored."""
+    """The (N, N') NPK between ``bx`` and ``by``, one block of pairs at a time (``_conv_block``,
+    with its ``skips``); with ``symmetric`` (``by`` is ``bx``) only the blocks on and above the
+    diagonal, mirrored."""
     n, m = bx.images.shape[0], by.images.shape[0]
     rows, cols = _block_shape(bx, m, symmetric, max_bytes)
     kernel = torch.empty((n, m), dtype=_F64, device=bx.images.device)
@@ -439,7 +451,17 @@ def _blocked_npk(
             rj = slice(j, min(m, j + cols))
             a, b = bx.rows(ri), by.rows(rj)
             block = _conv_block(
-                a.images, b.images, a.gates, b.gates, a.selections, b.selections, sizes, pools, circular, ones
+                a.images,
+                b.images,
+                a.gates,
+                b.gates,
+                a.selections,
+                b.selections,
+                sizes,
+                pools,
+                circular,
+                ones,
+                skips,
             )
             kernel[ri, rj] = block
             if symmetric and j != i:

@@ -22,7 +22,8 @@ Families:
 - ``dlgn``: F is linear (identity activations, average pools only: a Myrtle's max-pools and
   global max-pool become average pools);
 - ``dlgn_sf``: each gate layer is one linear map (3x3 conv + BN) of the input, average-pooled to
-  that layer's resolution [our reading of the paper's figure: "single feature layer"].
+  that layer's resolution (Section 3.3: "the feature network is a collection of shallow single
+  matrix multiplications"; the average pool to each layer's resolution is ours).
 
 Regimes: ``standalone`` (F and V trained together, soft gates), ``fl`` (F is a trained zoo member
 of the plain architecture, named by ``features_from``, frozen, hard gates; the training job loads

@@ -40,12 +40,12 @@ def cmd_gated_table(args) -> None:
     table = gated.study_table(read_parquet([args.zoo], ZOO), specs, args.dataset, args.epochs)
     write_parquet(table, args.out, GATED)
     write_parquet(read_parquet(args.parts, NPK), args.npk_out, NPK)
-    write_csv(gated.findings(table, args.epochs), args.findings)
     ensembles = (
         read_parquet(args.ensembles, GATED_ENSEMBLE)
         if args.ensembles
         else GATED_ENSEMBLE.empty_table().to_pandas()
     )
+    write_csv(gated.findings(table, args.epochs, ensembles), args.findings)
     write_csv(gated.ensemble_table(ensembles, specs, args.dataset, args.epochs), args.ensembles_out)
 
 

@@ -47,8 +47,9 @@ def kernel_checks(
       since the gates permute with the units;
     * ``shift_error`` (NPK only): the relative change of NPK(x, x') when every x' is cyclically
       shifted by ``shift`` pixels along the width, on the first ``SHIFT_IMAGES`` images: exactly 0
-      for circular padding without pools (SEEDS.md), and for the zoo's zero-padded, pooled networks
-      a measure of how far the boundary and the pools break the invariance;
+      for circular padding without pools (the paper's Theorem 3.2: rotational invariance; checked in
+      tests/test_kernels_npk.py), and for the zoo's zero-padded, pooled networks a measure of how
+      far the boundary and the pools break the invariance;
     * ``ntk_cka``: CKA of the kernel with the member's empirical NTK (all trainable parameters,
       every logit) on the same images: the trained network's NTK, not the quantity of the paper's
       Thm 2.1, and of a network with biases and batch norms, whose NPK is that of its bias-free
@@ -215,7 +216,9 @@ _FINDINGS_COLUMNS = [
 ]
 
 
-def findings(table: pd.DataFrame, epochs: dict[str, int] | None = None) -> pd.DataFrame:
+def findings(
+    table: pd.DataFrame, epochs: dict[str, int] | None = None, ensembles: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Which of the paper's findings the study reproduces, per base network (architecture and width),
     from its standalone variants, with members as units (``intertwine.claims.judge``: 95 % Welch
     intervals, Holm within a finding):
@@ -224,29 +227,49 @@ def findings(table: pd.DataFrame, epochs: dict[str, int] | None = None) -> pd.Da
       input the study trains);
     - the value input barely matters, per family (x - ones within +-2 points, our margin);
     - a gate permutation barely matters (permuted - identity above -2 points, our margin), per family
-      and value input.
+      and value input;
+    - the ordering DNN > DGN >> DLGN (Section 3.3, "DGN vs DLGN"), per value input;
+
+    then Table III's readings across base networks (``table_iii.findings``).
 
     Parameters
     ----------
     table:
         The study's accuracy table (``study_table``), one row per member.
     epochs:
-        {variant: training epochs}, for the scale column; None leaves the run's scale out.
+        {variant: training epochs}, for the scale column and to tell Table III's two C1GAP budgets
+        apart; None leaves the run's scale out (the C1GAP variants then in table order).
+    ensembles:
+        The logit ensembles' rows (``tables.GATED_ENSEMBLE``: variant, members, test_acc), for
+        C1GAP-16-ENS; None: Table III's ensemble readings read not run.
 
     Returns
     -------
-    One row per base network and finding, in that order. Columns: finding, source, sentence, paper,
-    ours, verdict (reproduced, not reproduced, inconclusive, not run), evidence, units, scale,
-    below_budget.
+    One row per base network and finding, in that order, then Table III's. Columns: finding,
+    source, sentence, paper, ours, verdict (reproduced, not reproduced, inconclusive, not run),
+    evidence, units, scale, below_budget.
     """
+    from intertwine.workflow.stages.gated import table_iii
+
     rows = []
     base = table[(table["regime"].isna()) | (table["regime"] == "standalone")]
     for arch, group in base.groupby("base", sort=False):
         scale, below = _budget(group, epochs)
         plain = group[~group["permuted"]]
-        for spec in (_recovers(group, plain), *_value_input(plain), _permutation(group, plain)):
+        specs = (
+            _recovers(group, plain),
+            *_value_input(plain),
+            _permutation(group, plain),
+            _ordering(group, plain),
+        )
+        for spec in specs:
             row = _finding(f"{arch}: {spec.pop('name')}", **spec)
             rows.append(row | {"scale": scale, "below_budget": below if row["verdict"] != "not run" else ""})
+    for spec in table_iii.findings(base, epochs, ensembles):
+        scale, below = _budget(base[base["variant"].isin(spec.pop("variants"))], epochs)
+        row = _finding(spec.pop("name"), **spec)
+        ran = row["verdict"] != "not run"
+        rows.append(row | {"scale": scale if ran else "", "below_budget": below if ran else ""})
     return pd.DataFrame(rows, columns=_FINDINGS_COLUMNS)
 
 
@@ -318,9 +341,11 @@ def _value_input(plain: pd.DataFrame) -> list[dict]:
         specs.append(
             dict(
                 name=f"the value input barely matters ({family.upper()})",
-                source="Tables I, II",
-                sentence=f"the specification's reading of Tables I, II: {family.upper()}(x,x) and "
-                f"{family.upper()}(x,1) within 0.6 points of each other",
+                source="Section 3.2; Tables I, II",
+                sentence='"The results in Table I of Figure 3 show that there is no significant difference '
+                'in performance between" ... "input does not hurt" (Section 3.2, Disentangling Value '
+                "Network; between: DGN(x, x) vs DGN(x, 1), and DLGN(x, x) vs DLGN(x, 1), i.e., constant 1); "
+                "Table II's pairs are our reading of its columns",
                 reported="|x - ones| <= 0.6 points",
                 comparisons=comparisons,
                 units=f"{len(x)} x, {len(ones)} ones members",
@@ -351,9 +376,9 @@ def _permutation(group: pd.DataFrame, plain: pd.DataFrame) -> dict:
             )
     return dict(
         name="the gate permutation barely matters",
-        source="Table I",
-        sentence="the specification's reading of Table I: permuted gate layers within -0.1..+1.9 points "
-        "of the identity (both data sets)",
+        source="Section 3.2; Table I",
+        sentence='"Also, there is no significant difference between the models without permutations and '
+        'the models with permutations." (Section 3.2, Disentangling Value Network; Table I)',
         reported="permuted - identity -0.1..+1.9 points (Table I)",
         comparisons=comparisons,
         units=f"{len(permuted)} permuted members",
@@ -361,7 +386,51 @@ def _permutation(group: pd.DataFrame, plain: pd.DataFrame) -> dict:
     )
 
 
-def _finding(name, source, sentence, reported, comparisons, units, missing) -> dict:
+#: Our margin for "minimal (about 3%)" (the paper gives none): DNN - DGN below 6 points, twice its
+#: figure (its own largest, Table I CIFAR-100: 51.8 - 47.3 = 4.5).
+MINIMAL = 6.0
+
+
+def _ordering(group: pd.DataFrame, plain: pd.DataFrame) -> dict:
+    """The finding "DNN > DGN >> DLGN" (Section 3.3), as ``_finding``'s arguments: per value input,
+    DNN - DGN above 0 and below ``MINIMAL`` (its "minimal (about 3%)"), and DGN - DLGN above 0 (its
+    DLGN - DNN gap "significantly large" beside the DGN's); identity gates only."""
+    from intertwine.claims import Comparison, Estimate
+
+    dnn = _group(group, family="dnn")
+    comparisons, counts = [], []
+    for value_input, v in (("x", "x,x"), ("ones", "x,1")):
+        dgn = _group(plain, family="dgn", value_input=value_input)
+        dlgn = _group(plain, family="dlgn", value_input=value_input)
+        counts.append(f"{len(dgn)} DGN({v}), {len(dlgn)} DLGN({v})")
+        if len(dnn) and len(dgn):
+            d = Estimate.difference(dnn, dgn)
+            comparisons.append(Comparison(f"DNN - DGN({v}) above 0", d, +1))
+            comparisons.append(
+                Comparison(
+                    f"DNN - DGN({v}) below {MINIMAL:g} (ours)", d.shift(MINIMAL), -1, threshold=MINIMAL
+                )
+            )
+        if len(dgn) and len(dlgn):
+            comparisons.append(
+                Comparison(f"DGN({v}) - DLGN({v}) above 0", Estimate.difference(dgn, dlgn), +1)
+            )
+    return {
+        "name": "DNN > DGN >> DLGN",
+        "source": "Section 3.3 (DGN vs DLGN); Tables I, II",
+        "sentence": '"the difference between DGN and DNN is minimal (about 3%), however, the difference '
+        'between DLGN and DNN is significantly large" (Section 3.3, DGN vs DLGN)',
+        "reported": "DNN - DGN 0.6..4.5 points, DNN - DLGN 3.8..11.9 (Tables I, II; Table I CIFAR-100: "
+        "DLGN(x,1) 48.0 above DGN(x,1) 47.3)",
+        "comparisons": comparisons,
+        "units": f"{len(dnn)} DNN, " + ", ".join(counts) + " members",
+        "missing": "needs the dnn and dgn variants (and dlgn for DGN >> DLGN)",
+        "untested": "how large the DLGN's gap must be to be 'significantly large' (the paper gives no "
+        "size: DGN - DLGN above 0 is tested, the DLGN's gap beyond the DGN's)",
+    }
+
+
+def _finding(name, source, sentence, reported, comparisons, units, missing, untested="") -> dict:
     """One finding's row: its verdict by ``intertwine.claims.judge`` (``not run`` without comparisons)."""
     from intertwine.claims import describe, judge
 
@@ -385,6 +454,7 @@ def _finding(name, source, sentence, reported, comparisons, units, missing) -> d
         "paper": reported,
         "ours": ours,
         "verdict": judgement.verdict,
-        "evidence": f"Welch 95 % intervals over members (points), {judgement.note}",
+        "evidence": f"Welch 95 % intervals over members (points), {judgement.note}"
+        + (f"; untested: {untested}" if untested else ""),
         "units": units,
     }

@@ -1,0 +1,152 @@
+"""The scorecard as the report's opening page shows it: the decision rule in words, each claim's
+deciding comparison (``headline``), the summary of claims split into rows, and the RST tables."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pandas as pd
+
+from intertwine.claims import VERDICTS, units_text
+
+DECISION_RULE = (
+    "Each claim reduces its rows to independent units (a pair of zoo members with no member in another "
+    "pair, a member, a trial) and compares two conditions within a unit where both were measured on it "
+    "(paired), across units otherwise (Welch). A comparison is a mean over units with a 95 % t-interval. "
+    "Reproduced: every comparison the claim needs lies on the claimed side (needing all of them keeps a "
+    "false reproduced at 5 % without correction). Not reproduced: any comparison lies on the other side "
+    "after Holm's correction over the claim's comparisons. Inconclusive: otherwise (one unit gives no "
+    "interval; a NaN value, a failed measurement, is no evidence and counts as no unit). Not run: its stage is not in the config. A verdict reached far below the paper's "
+    "training budget says so."
+)
+
+
+_MARK = re.compile(
+    r"([^;]*?): ([+-]?[\d.]+(?: ± [\d.]+)?(?: \(no interval\))?) \[(shown|against|undecided)\]"
+)
+
+
+def headline(ours: str, verdict: str) -> str:
+    """The one comparison that carries a verdict, read from ``ours`` (``describe``'s text): for
+    "not reproduced" the first decided against it; for "inconclusive" the first undecided; for
+    "reproduced" the weakest shown (the smallest value over its interval's half-width). Claims
+    without intervals (identities, accuracies) give the text's first part."""
+    marks = [(label.strip(), value, mark) for label, value, mark in _MARK.findall(ours)]
+    wanted = {"not reproduced": "against", "inconclusive": "undecided", "reproduced": "shown"}.get(verdict)
+    chosen = [m for m in marks if m[2] == wanted]
+    if not chosen:
+        return ours.split("; ")[0]
+    if verdict == "reproduced":
+
+        def strength(mark) -> float:
+            value, _, half = mark[1].partition(" ± ")
+            return abs(float(value)) / float(half) if half and float(half) > 0 else math.inf
+
+        chosen = [min(chosen, key=strength)]
+    label, value, _ = chosen[0]
+    return f"{label}: {value}"
+
+
+#: The suffixes of a claim split by architecture (``C4.myrtle``); other splits are by clause
+#: (``C2.full``, ``C2.depth``).
+ARCHITECTURE_SUFFIXES = frozenset({"myrtle", "myrtle512", "resnet20", "resnet18"})
+
+
+def split_summary(table: pd.DataFrame) -> list[str]:
+    """One line per claim split into rows (ids ``C4.myrtle``, ``C2.full``, ...): how many of the
+    rows the run tested it reproduces, e.g. "C4: reproduced for 2 of 3 architectures run (...)";
+    a split by clause counts clauses."""
+    lines = []
+    split = table[table["claim"].str.contains(".", regex=False)]
+    for claim, rows in split.groupby(split["claim"].str.partition(".")[0], sort=False):
+        run = rows[rows["verdict"] != "not run"]
+        held = run[run["verdict"] == "reproduced"]
+        suffixes = set(rows["claim"].str.partition(".")[2])
+        unit = "architecture" if suffixes <= ARCHITECTURE_SUFFIXES else "clause"
+        parts = [
+            f"{verdict}: {', '.join(rows.loc[rows['verdict'] == verdict, 'claim'])}"
+            for verdict in VERDICTS
+            if (rows["verdict"] == verdict).any()
+        ]
+        lines.append(
+            f"{claim}: reproduced for {len(held)} of {units_text(unit, len(run))} run "
+            f"({'; '.join(parts)})"
+        )
+    return lines
+
+
+def as_rst(table: pd.DataFrame, figures: set[str]) -> str:
+    """The scorecard as RST list tables for the report's opening page, the papers' claims and
+    ours apart; a claim's figure is a link when the report has it (``figures``: its file names)."""
+
+    def cell(text: str) -> str:
+        return " ".join(str(text).split()).replace("*", r"\*").replace("|", r"\|").replace("`", "'")
+
+    def block(rows: pd.DataFrame, title: str) -> list[str]:
+        lines = [
+            f".. list-table:: {title}",
+            "   :header-rows: 1",
+            "   :widths: 6 30 20 32 12",
+            "",
+            "   * - claim",
+            "     - what it tests (source; the sentence)",
+            "     - paper",
+            "     - ours (evidence; units; scale)",
+            "     - verdict",
+        ]
+        for row in rows.itertuples():
+            figure = f" `{row.figure}`_" if row.figure in figures else ""
+            sentence = f" The sentence: {cell(row.sentence)}." if row.sentence else ""
+            lines += [
+                f"   * - {row.claim}",
+                f"     - {cell(row.statement)} ({cell(row.source)}).{sentence}{figure}",
+                f"     - {cell(row.paper)}",
+                f"     - {cell(row.ours) or '-'} ({cell(row.evidence)}; {cell(row.units) or '-'}"
+                + (f"; {cell(row.scale)}" if row.scale else "")
+                + ")"
+                + (f" [{cell(row.mode)}]" if row.mode else ""),
+                f"     - **{cell(row.reading)}**",
+            ]
+        return lines
+
+    def glance(rows: pd.DataFrame) -> list[str]:
+        lines = [
+            ".. list-table:: At a glance: each claim's deciding comparison (ours) beside the paper's numbers",
+            "   :header-rows: 1",
+            "   :widths: 6 34 28 20 12",
+            "",
+            "   * - claim",
+            "     - what it tests",
+            "     - ours",
+            "     - paper",
+            "     - verdict",
+        ]
+        for row in rows.itertuples():
+            lines += [
+                f"   * - {row.claim}",
+                f"     - {cell(row.statement)}",
+                f"     - {cell(headline(row.ours, row.verdict)) or '-'}",
+                f"     - {cell(row.paper)}",
+                f"     - **{cell(row.reading)}**",
+            ]
+        return lines
+
+    split = split_summary(table)
+    lines = (
+        glance(table[table["kind"] == "paper"])
+        + (
+            ["", "**Claims split into rows (by architecture or by clause).**", ""] + [f"- {cell(line)}" for line in split]
+            if split
+            else []
+        )
+        + ["", f"**The decision rule.** {DECISION_RULE}", ""]
+        + block(
+            table[table["kind"] == "paper"],
+            "Which of the papers' claims this run reproduces (results/tables/claims.csv)",
+        )
+    )
+    ours = table[table["kind"] != "paper"]
+    if len(ours):
+        lines += [""] + block(ours, "Properties of our own constructions (not claims of the papers)")
+    return "\n".join(lines) + "\n"
