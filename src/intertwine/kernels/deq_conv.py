@@ -1,6 +1,15 @@
 """The DEQ-NTK of a weight-tied 3x3 convolutional layer map (``conv_deq_ntk``, re-exported by
 :mod:`intertwine.kernels.deq`): the per-position fan-in normaliser, the 3x3 window operator on
 pairs of positions, and the per-pair fixed-point iterations of the correlations and of the NTK.
+
+The readout ``"trace"`` is Feng & Kolter's (their section 4: a dense readout ``W^(L+1)`` of the
+last layer; appendix B: "The final kernel value is Tr(Θ (L) (x, y))"): ``Tr Theta_post`` with
+``Theta_post = Kdot* . Theta + K*`` the tensor of their eq. (21), ``Theta = T(Theta_post)``,
+``K* = sigma_w2 kappa1(Sigma*) + sigma_u2 x_p.y_p' + sigma_b2`` and ``Kdot*`` the gate
+``sigma_w2 kappa0(Sigma*)``: the NTK of ``sum_p [sqrt(sigma_w2 / C) v_p . relu~(f*_p) +
+sqrt(sigma_u2) u_p . x_p + sqrt(sigma_b2) c_p]``, the readout weights v, u, c trained too (a sum
+over positions, not a mean). tests/test_kernels_deq_conv_width.py checks it, and Theta, against
+sampled networks of finite width.
 """
 
 from __future__ import annotations
@@ -137,13 +146,7 @@ def conv_deq_ntk(
     million at 32x32: GPU work, for small subsets only). ``pooling`` gives the NTK of a fixed linear
     readout of f*: ``"gap"`` (global average pooling) ``mean_{p,p'} Theta(p, p')``; ``"flatten"``
     (a dense readout) ``mean_p Theta(p, p)``, diagonal ``1/(1 - sigma_w2)``; ``"none"`` all of Theta.
-    ``"trace"`` is Feng & Kolter's readout (their section 4: a dense readout ``W^(L+1)`` of the last
-    layer; appendix B: "The final kernel value is Tr(Θ (L) (x, y))"): ``Tr Theta_post`` with
-    ``Theta_post = Kdot* . Theta + K*`` the tensor of their eq. (21), ``Theta = T(Theta_post)``,
-    ``K* = sigma_w2 kappa1(Sigma*) + sigma_u2 x_p.y_p' + sigma_b2`` and ``Kdot*`` the gate below: the
-    NTK of ``sum_p [sqrt(sigma_w2 / C) v_p . relu~(f*_p) + sqrt(sigma_u2) u_p . x_p + sqrt(sigma_b2)
-    c_p]``, the readout weights v, u, c trained too (a sum over positions, not a mean: diagonal
-    ``H W / (1 - sigma_w2)``).
+    ``"trace"`` is Feng & Kolter's dense readout (the module's docstring), diagonal ``H W / (1 - sigma_w2)``.
 
     Parameters
     ----------

@@ -425,7 +425,9 @@ def conv_accuracy(
     x_train, x_test : (n, C, H, W) and (m, C, H, W) images with unit pixels (:func:`unit_pixels`).
     y_train, y_test : their labels; num_classes : the number of classes.
     variances : (sigma_w2, sigma_u2, sigma_b2).
-    readout : ``"gap"`` (global average pooling of f*) or ``"flatten"`` (a dense readout).
+    readout : ``"gap"`` (global average pooling of f*), ``"flatten"`` (a dense readout of f*) or
+        ``"trace"`` (Feng & Kolter's dense readout, Tr of their eq. (21)'s tensor): ``conv_deq_ntk``'s
+        ``pooling``.
     ridge, tol, block_pairs : the regression's ridge, the fixed point's tolerance, pairs per block.
 
     Returns
