@@ -244,7 +244,7 @@ DEVIATIONS = (
         "(.25, .75), (.6, .4), (.8, .2)",
         f"{FENG}, Fig. 1",
         '"In all experiments, the NTK is initialized with σ 2 W and σ 2 b in the title. For DEQ-NTK we set '
-        'σ 2 U = σ 2 b -0.1 in the title, and the actual σ 2 b = 0.1." (the titles are in the figure\'s '
+        "σ 2 U = σ 2 b -0.1 in the title, and the actual σ 2 b = 0.1.\" (the titles are in the figure's "
         "image: their values are not in the text)",
         "the panels (sigma_W^2, sigma_b^2) of config/paper.yaml (deqntk.depth.panels) take Table 2's three "
         "sigma_W^2, each with sigma_b^2 = 1 - sigma_W^2",

@@ -79,7 +79,7 @@ def _paper_crosses(ax, settings: list[tuple], paper: dict) -> None:
                 "x",
                 color="C3",
                 markersize=9,
-                label=None if crossed else "paper (50,000 training images)",
+                label=None if crossed else "paper (the whole data set)",
             )
             crossed = True
 
