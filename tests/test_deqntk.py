@@ -201,6 +201,11 @@ def test_unit_pixels_and_the_convolutional_regression():
     K_test = deq.deq_ntk(rows[5:], rows[:5], **dict(zip(("sigma_w2", "sigma_u2", "sigma_b2"), SETTING))).gram
     assert result["test_acc"] == deq_regression.regression_accuracy(K, labels[:5], K_test, labels[5:], 3)
     assert result["pairs"] == 15 + 10 and result["seconds_per_pair"] > 0 and result["iterations"] > 0
+    # the text's readout (deqntk.conv.readout: trace) regresses on conv_deq_ntk's trace Grams
+    trace = deq_regression.conv_accuracy(x[:5], labels[:5], x[5:], labels[5:], 3, SETTING, "trace")
+    options = dict(zip(("sigma_w2", "sigma_u2", "sigma_b2"), SETTING), pooling="trace")
+    K, K_test = deq.conv_deq_ntk(x[:5], **options).gram, deq.conv_deq_ntk(x[5:], x[:5], **options).gram
+    assert trace["test_acc"] == deq_regression.regression_accuracy(K, labels[:5], K_test, labels[5:], 3)
 
 
 def test_frozen_ridge_and_panels():
