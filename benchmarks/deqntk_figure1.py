@@ -4,9 +4,10 @@ regulariser Theta(x, x) / n, on a cached data set.
     .venv/bin/python benchmarks/deqntk_figure1.py --data results/data/cifar10
 
 Per draw (1,000 training images of the pool and 100 test images, each draw its own seed) and per
-panel (sigma_w2, sigma_b2): the test accuracy (%) of the depth-L NTK at (sigma_w2, 0, sigma_b2)
-and of the DEQ-NTK at (sigma_w2, sigma_b2 - 0.1, 0.1) (`deq_regression.depth_sweep`), once with
-`frozen_ridge` 1 and once with 0; then the mean over draws. `--data` is a data directory written by
+panel (sigma_w2, sigma_b2): the test accuracy (%) of the depth-L NTK at (sigma_w2, 0, sigma_b2),
+of the DEQ-NTK's finite-depth iteration and of the DEQ-NTK at (sigma_w2, sigma_b2 - 0.1, 0.1)
+(`deq_regression.depth_sweep`), once with `frozen_ridge` 1 (the NTK's only) and once with 0; then
+the mean over draws, a row per panel and finite-depth kernel (the DEQ-NTK's column the same in both). `--data` is a data directory written by
 the workflow's data stage.
 """
 
@@ -40,11 +41,11 @@ def main() -> None:
     columns = [str(d) for d in args.depths] + [deq_regression.DEQ]
     print(f"{args.data}: {args.n_train} training / {args.n_test} test images, {args.draws} draws")
     print(
-        "| frozen_ridge | panel | "
+        "| frozen_ridge | panel | kernel | "
         + " | ".join(f"L = {c}" if c != "deq" else "DEQ-NTK" for c in columns)
         + " |"
     )
-    print("| --- | --- | " + " | ".join("---" for _ in columns) + " |")
+    print("| --- | --- | --- | " + " | ".join("---" for _ in columns) + " |")
     for scale in (1.0, 0.0):
         accuracy: dict[tuple[str, str], list[float]] = {}
         for draw in range(args.draws):
@@ -64,10 +65,22 @@ def main() -> None:
                 frozen_scale=scale,
             )
             for r in rows:
-                accuracy.setdefault((r["panel"], r["depth"]), []).append(100 * r["test_acc"])
+                # the NTK has no input injection, the DEQ-NTK's iteration (and fixed point) has
+                kernel = "iterated DEQ-NTK" if r["sigma_u2"] > 0 else "NTK"
+                key = (
+                    (r["panel"], r["depth"])
+                    if r["depth"] == deq_regression.DEQ
+                    else (r["panel"], kernel, r["depth"])
+                )
+                accuracy.setdefault(key, []).append(100 * r["test_acc"])
         for name, _, _ in panels:
-            cells = [sum(accuracy[name, c]) / len(accuracy[name, c]) for c in columns]
-            print(f"| {scale:g} | {name} | " + " | ".join(f"{v:.1f}" for v in cells) + " |", flush=True)
+            for kernel in ("NTK", "iterated DEQ-NTK"):
+                keys = [(name, c) if c == deq_regression.DEQ else (name, kernel, c) for c in columns]
+                cells = [sum(accuracy[k]) / len(accuracy[k]) for k in keys]
+                print(
+                    f"| {scale:g} | {name} | {kernel} | " + " | ".join(f"{v:.1f}" for v in cells) + " |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -866,6 +866,11 @@ def test_d1_reads_the_papers_deq_ntk_table():
         card.loc["D1", "verdict"] == "reproduced"
         and "mnist (0.25,0.25,0.5) 98.6 vs 98.60" in card.loc["D1", "ours"]
     )
+    # MNIST's 98.6 % (section 5) missed by more than the margin: not reproduced; one image: inconclusive
+    far = {"deqntk": mnist["deqntk"].assign(test_acc=0.90)}
+    assert verdict("D1", far) == "not reproduced"
+    assert verdict("D1", {"deqntk": mnist["deqntk"].assign(n_test=1)}) == "inconclusive"
+    assert "98.6% test accuracy" in card.loc["D1", "sentence"]
 
 
 # --- the gated-networks findings (Tables I, II and III) --------------------------------------------------

@@ -201,6 +201,11 @@ def test_unit_pixels_and_the_convolutional_regression():
     K_test = deq.deq_ntk(rows[5:], rows[:5], **dict(zip(("sigma_w2", "sigma_u2", "sigma_b2"), SETTING))).gram
     assert result["test_acc"] == deq_regression.regression_accuracy(K, labels[:5], K_test, labels[5:], 3)
     assert result["pairs"] == 15 + 10 and result["seconds_per_pair"] > 0 and result["iterations"] > 0
+    # the text's readout (deqntk.conv.readout: trace) regresses on conv_deq_ntk's trace Grams
+    trace = deq_regression.conv_accuracy(x[:5], labels[:5], x[5:], labels[5:], 3, SETTING, "trace")
+    options = dict(zip(("sigma_w2", "sigma_u2", "sigma_b2"), SETTING), pooling="trace")
+    K, K_test = deq.conv_deq_ntk(x[:5], **options).gram, deq.conv_deq_ntk(x[5:], x[:5], **options).gram
+    assert trace["test_acc"] == deq_regression.regression_accuracy(K, labels[:5], K_test, labels[5:], 3)
 
 
 def test_frozen_ridge_and_panels():
@@ -226,14 +231,20 @@ def test_depth_sweep_panels_regularise_the_frozen_kernel():
     assert [(r["panel"], r["depth"]) for r in rows] == [
         ("w0.6_b0.4", "1"),
         ("w0.6_b0.4", "60"),
+        ("w0.6_b0.4", "1"),
+        ("w0.6_b0.4", "60"),
         ("w0.6_b0.4", "deq"),
     ]
     assert [(r["sigma_w2"], r["sigma_u2"]) for r in rows[:2]] == [(0.6, 0.0)] * 2
-    assert rows[2]["sigma_u2"] == pytest.approx(0.3) and rows[2]["sigma_b2"] == 0.1
-    # the finite-depth kernels get Theta(x, x) / n, the DEQ-NTK none
+    # the DEQ-NTK's finite-depth iteration (the caption's), then the DEQ-NTK, at (0.6, 0.3, 0.1)
+    for r in rows[2:]:
+        assert r["sigma_u2"] == pytest.approx(0.3) and r["sigma_b2"] == 0.1
+    # the finite-depth NTK gets Theta(x, x) / n, the DEQ-NTK's iteration and the DEQ-NTK none
     theta_60 = deq.ntk(x[:1], depth=60, sigma_w2=0.6, sigma_u2=0.0, sigma_b2=0.4)[0, 0]
     assert rows[1]["ridge"] == pytest.approx(float(theta_60) / 20, rel=1e-12)
-    assert rows[2]["ridge"] == 0.0
+    assert [r["ridge"] for r in rows[2:]] == [0.0] * 3
+    # at depth 60 the iteration has reached the DEQ-NTK (0.6^60 of the way left): same accuracy
+    assert rows[3]["test_acc"] == rows[4]["test_acc"]
     # at depth 60 without input injection the kernel has frozen: every entry the same correlation's
     K = deq.ntk(x[:20], depth=60, sigma_w2=0.6, sigma_u2=0.0, sigma_b2=0.4)
     off = K[~torch.eye(20, dtype=torch.bool)]
@@ -300,7 +311,7 @@ def test_jobs_write_the_tables_rows(tmp_path, tiny_shapes_dir):
         },
     )
     to_table(panels, DEQNTK)
-    assert list(panels["panel"]) == ["w0.6_b0.4"] * 2 and list(panels["depth"]) == ["2", "deq"]
+    assert list(panels["panel"]) == ["w0.6_b0.4"] * 3 and list(panels["depth"]) == ["2", "2", "deq"]
     assert (panels["preprocessing"] == "standardised").all() and panels["ridge"].iloc[0] > 0
     conv = deqntk_conv(
         job, {"conv_n_train": 4, "conv_n_test": 2, "conv_settings": [[0.6, 0.4, 0.0], [0.25, 0.25, 0.5]]}

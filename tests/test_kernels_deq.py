@@ -417,7 +417,7 @@ def test_conv_on_one_pixel_images_is_the_fc_kernel(pooling):
 def test_conv_gram_symmetric_psd_and_diagonal():
     setting = (0.6, 0.4, 0.0)
     X = _pixel_unit_images(6, 3, 8, 8, seed=13)
-    for pooling in ("gap", "flatten"):
+    for pooling in ("gap", "flatten", "trace"):
         result = deq.conv_deq_ntk(X, **_variances(setting), pooling=pooling)
         assert result.residual <= 1e-10
         assert torch.equal(result.gram, result.gram.T)
@@ -425,6 +425,9 @@ def test_conv_gram_symmetric_psd_and_diagonal():
         assert eigenvalues[0] >= -1e-10 * eigenvalues[-1]
     flatten = deq.conv_deq_ntk(X, **_variances(setting), pooling="flatten").gram
     torch.testing.assert_close(flatten.diagonal(), torch.full((6,), 2.5, dtype=F64), rtol=1e-9, atol=0)
+    # Tr(Kdot* . Theta + K*) of an image with itself: 64 positions of sigma_w2 * 2.5 + 1 = 2.5
+    trace = deq.conv_deq_ntk(X, **_variances(setting), pooling="trace").gram
+    torch.testing.assert_close(trace.diagonal(), torch.full((6,), 160.0, dtype=F64), rtol=1e-9, atol=0)
     full = deq.conv_deq_ntk(X[:2], **_variances(setting), pooling="none").gram
     assert full.shape == (2, 2, 8, 8, 8, 8)
     torch.testing.assert_close(full[1, 0], full[0, 1].permute(2, 3, 0, 1), rtol=0, atol=1e-14)

@@ -437,7 +437,10 @@ def test_conv_deqntk_is_one_job_where_asked_for(tiny):
     assert plan.deqntk_conv_jobs == ["results/deqntk/conv.parquet"]
     assert plan.deqntk_parts[-1] == "results/deqntk/conv.parquet"
     block = plan.deqntk_block("conv")
-    assert block["conv_n_train"] == 2000 and block["conv_readout"] == "gap"
+    # section 5: "we compute the kernel matrix on 2000 training data and tested on 10000 samples";
+    # the readout the text's dense one, Tr (appendix B)
+    assert block["conv_n_train"] == 2000 and block["conv_n_test"] == 10_000
+    assert block["conv_readout"] == "trace"
     assert {"conv_n_train", "tol", "ridge"} <= set(block) and "n_test" not in block
     assert not any(key.startswith("conv_") for key in plan.deqntk_block("gram"))
 

@@ -17,6 +17,7 @@ from typing import Any
 GODFREY = "Godfrey et al. 2022"
 GATED = "Lakshminarayanan & Singh 2021"
 PULLBACK = "Satkiewicz (excitation pullbacks)"
+FENG = "Feng & Kolter (DEQ-NTK)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,6 +327,73 @@ DEVIATIONS = (
         'frozen"; what its batch norm does is not stated',
         "a frozen feature network stays in evaluation mode, so batch norm keeps mean 0 and variance "
         "1 (measured by us: 26 % of a C4GAP's layer-4 gates are constant across inputs)",
+    ),
+    Deviation(
+        "deqntk.conv.readout",
+        "trace",
+        "gap",
+        f"{FENG}, section 4 and appendix B",
+        'the output is a dense readout of the last layer, "W (L+1) (α) ∈ R P ×Q is sampled from standard '
+        'Gaussian distribution" (section 4), and "The final kernel value is Tr(Θ (L) (x, y))." (appendix B)',
+        "global average pooling of the equilibrium, a structure the text says its derivation covers "
+        '("for instance, CDEQ with global pooling layer", section 4), compares every pair of positions; '
+        "trace is Tr(Kdot* . Theta + K*) of the text's eq. (21) (kernels.deq.conv_deq_ntk)",
+    ),
+    Deviation(
+        "deqntk.conv.preprocessing",
+        "raw",
+        "centred",
+        f"{FENG}, section 5",
+        '"we normalize x s.t ,x ij , 2 = 1 for any i ∈ [P ], j ∈ [Q]" (nothing is said of what comes before)',
+        "a black pixel of raw images has no direction (norm 0) and cannot be normalised; centred "
+        "subtracts the training set's per-channel mean first",
+        paper_config_keeps_ours=True,
+    ),
+    Deviation(
+        None,
+        "not in the text",
+        "(.25, .75), (.6, .4), (.8, .2)",
+        f"{FENG}, Fig. 1",
+        '"In all experiments, the NTK is initialized with σ 2 W and σ 2 b in the title. For DEQ-NTK we set '
+        "σ 2 U = σ 2 b -0.1 in the title, and the actual σ 2 b = 0.1.\" (the titles are in the figure's "
+        "image: their values are not in the text)",
+        "the panels (sigma_W^2, sigma_b^2) of config/paper.yaml (deqntk.depth.panels) take Table 2's three "
+        "sigma_W^2, each with sigma_b^2 = 1 - sigma_W^2",
+    ),
+    Deviation(
+        None,
+        "a constant not given",
+        "1",
+        f"{FENG}, section 5",
+        '"we add a regularization term r ∝ %Θ(x,x) n , where n is the size of the training data" (for the '
+        "finite-depth NTK, whose kernel freezes)",
+        "the factor on Theta(x, x) / n is ours (deqntk.depth.frozen_ridge)",
+    ),
+    Deviation(
+        None,
+        "[S]_ij at each tap (eqs. (14), (18), (20))",
+        "1 / sqrt(n_p n_p') at the window's centre",
+        f"{FENG}, section 4 and appendix B",
+        "[S]_ij^2 is the number of in-bounds taps of the window at (i, j); as eqs. (18) and (20) are written "
+        "it divides K at each tap before the trace over the window, which leaves Sigma(x, x) off 1 near "
+        "the border (at (1, 1): 1/4 + 4/6 + 4/9 = 1.36), while appendix B chooses S because with 1/q^2 "
+        '"only the variances that are away from the corners are normalized to 1, but the ones near the '
+        'corner are not."',
+        "the fan-in of position p divided out at p: Sigma(x, x) = 1 at every position, as the text's "
+        "proof assumes; the kernel is the mean NTK of sampled networks so defined "
+        "(tests/test_kernels_deq_conv_width.py)",
+    ),
+    Deviation(
+        None,
+        "20 iterations of Sigma; Theta by a sparse linear solve",
+        "both iterated to a step of 1e-10",
+        f"{FENG}, section 5 and appendix B.1",
+        '"The fixed point Σ * (x, y) ∈ R P ×Q×P ×Q is approximated by running 20 iterations of eq. ( 17), '
+        'eq. ( 18), and eq. ( 20)." "The actual CDEQ-NTK Θ(x, y) is then calculated by solving the sparse '
+        'linear system eq. ( 21)."',
+        "each image pair's iterations stop at their own first step of at most deqntk.tol (1e-10): "
+        "32 / 72 / 147 steps, Sigma's and Theta's together, at Table 2's three settings on 8 x 8 "
+        "images (benchmarks/deqntk_conv_cost.py)",
     ),
     Deviation(
         None,

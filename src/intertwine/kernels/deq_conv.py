@@ -1,6 +1,15 @@
 """The DEQ-NTK of a weight-tied 3x3 convolutional layer map (``conv_deq_ntk``, re-exported by
 :mod:`intertwine.kernels.deq`): the per-position fan-in normaliser, the 3x3 window operator on
 pairs of positions, and the per-pair fixed-point iterations of the correlations and of the NTK.
+
+The readout ``"trace"`` is Feng & Kolter's (their section 4: a dense readout ``W^(L+1)`` of the
+last layer; appendix B: "The final kernel value is Tr(Θ (L) (x, y))"): ``Tr Theta_post`` with
+``Theta_post = Kdot* . Theta + K*`` the tensor of their eq. (21), ``Theta = T(Theta_post)``,
+``K* = sigma_w2 kappa1(Sigma*) + sigma_u2 x_p.y_p' + sigma_b2`` and ``Kdot*`` the gate
+``sigma_w2 kappa0(Sigma*)``: the NTK of ``sum_p [sqrt(sigma_w2 / C) v_p . relu~(f*_p) +
+sqrt(sigma_u2) u_p . x_p + sqrt(sigma_b2) c_p]``, the readout weights v, u, c trained too (a sum
+over positions, not a mean). tests/test_kernels_deq_conv_width.py checks it, and Theta, against
+sampled networks of finite width.
 """
 
 from __future__ import annotations
@@ -137,6 +146,7 @@ def conv_deq_ntk(
     million at 32x32: GPU work, for small subsets only). ``pooling`` gives the NTK of a fixed linear
     readout of f*: ``"gap"`` (global average pooling) ``mean_{p,p'} Theta(p, p')``; ``"flatten"``
     (a dense readout) ``mean_p Theta(p, p)``, diagonal ``1/(1 - sigma_w2)``; ``"none"`` all of Theta.
+    ``"trace"`` is Feng & Kolter's dense readout (the module's docstring), diagonal ``H W / (1 - sigma_w2)``.
 
     Parameters
     ----------
@@ -146,7 +156,7 @@ def conv_deq_ntk(
         A second set of images; None (the default): ``X`` with itself.
     sigma_w2, sigma_u2, sigma_b2 : float
         The layer map's variances: each >= 0, summing to 1, with sigma_w2 < 1.
-    pooling : {"gap", "flatten", "none"}
+    pooling : {"gap", "flatten", "trace", "none"}
         The readout whose NTK is returned (above).
     normalize : bool
         Divide each pixel's channel vector by its norm instead of requiring unit pixels.
@@ -169,8 +179,8 @@ def conv_deq_ntk(
     """
     check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
     _check_iteration(tol, max_iter)
-    if pooling not in ("gap", "flatten", "none"):
-        raise ValueError(f"pooling must be 'gap', 'flatten' or 'none', got {pooling!r}")
+    if pooling not in ("gap", "flatten", "trace", "none"):
+        raise ValueError(f"pooling must be 'gap', 'flatten', 'trace' or 'none', got {pooling!r}")
     X, Y = _check_images(X, Y, normalize)
     symmetric = Y is None
     Y = X if symmetric else Y
@@ -184,9 +194,8 @@ def conv_deq_ntk(
     iterations, residual = 0, 0.0
     for start in range(0, pairs.shape[1], block_pairs):
         rows, cols = pairs[:, start : start + block_pairs].to(X.device)
-        theta, its, res = _conv_pairs(X[rows], Y[cols], window, sigma_w2, sigma_u2, tol, max_iter)
+        theta, its, res = _conv_pairs(X[rows], Y[cols], window, sigma_w2, sigma_u2, tol, max_iter, pooling)
         iterations, residual = max(iterations, its), max(residual, res)
-        theta = _read_out(theta, pooling)
         gram[rows, cols] = theta
         if symmetric:
             # Theta(p, p'; x, y) = Theta(p', p; y, x).
@@ -209,20 +218,28 @@ def _pairs_per_block(block_pairs: int | None, height: int, width: int, element_s
     return max(1, DEFAULT_CONV_BLOCK_BYTES // pair_bytes)
 
 
-def _read_out(theta: Tensor, pooling: ConvPooling) -> Tensor:
+def _diagonal(Z: Tensor) -> Tensor:
+    """The entries Z(p, p) of Z (B, H, W, H, W): (B, H W)."""
+    positions = Z.shape[1] * Z.shape[2]
+    return Z.reshape(Z.shape[0], positions, positions).diagonal(dim1=1, dim2=2)
+
+
+def _read_out(theta: Tensor, pooling: ConvPooling, post=None) -> Tensor:
     """The NTK of ``pooling``'s readout from Theta (B, H, W, H, W) of B image pairs: (B,) for
-    ``"gap"`` (the mean over all pairs of positions) and ``"flatten"`` (the mean over equal
-    positions), Theta itself for ``"none"``."""
+    ``"gap"`` (the mean over all pairs of positions), ``"flatten"`` (the mean over equal
+    positions) and ``"trace"`` (the sum over equal positions of ``post(theta)``, the tensor of
+    Feng & Kolter's eq. (21)), Theta itself for ``"none"``."""
     if pooling == "gap":
         return theta.flatten(1).mean(1)
     if pooling == "flatten":
-        positions = theta.shape[1] * theta.shape[2]
-        return theta.reshape(theta.shape[0], positions, positions).diagonal(dim1=1, dim2=2).mean(1)
+        return _diagonal(theta).mean(1)
+    if pooling == "trace":
+        return _diagonal(post(theta)).sum(1)
     return theta
 
 
-def _conv_pairs(x, y, window, sigma_w2, sigma_u2, tol, max_iter):
-    """Theta (B, H, W, H, W) of B image pairs (x[i], y[i])."""
+def _conv_pairs(x, y, window, sigma_w2, sigma_u2, tol, max_iter, pooling="none"):
+    """The readout ``pooling`` (``_read_out``) of Theta (B, H, W, H, W) of B image pairs (x[i], y[i])."""
     batch, _, height, width = x.shape
     left, right = x.flatten(2).transpose(1, 2), y.flatten(2).transpose(1, 2)
     delta_pixels = _refine_close_(_delta(left @ right.transpose(1, 2)), left, right)
@@ -242,4 +259,11 @@ def _conv_pairs(x, y, window, sigma_w2, sigma_u2, tol, max_iter):
         return window(gate * theta) + sigma_star
 
     theta, its_theta, res_theta = _pair_iterate(theta_step, sigma_star, tol, max_iter)
-    return theta, its_sigma + its_theta, max(res_sigma, res_theta)
+
+    def post(theta):
+        # Kdot* . Theta + K*: K* = 1 - (sigma_w2 (1 - kappa1) + sigma_u2 (1 - x_p.y_p')), as the
+        # variances sum to 1 (sigma_b2's part of 1 - K* is 0).
+        one_minus_k = sigma_w2 * _one_minus_kappa1(delta_star, _angle(delta_star)) + sigma_u2 * delta_pixels
+        return gate * theta + (1.0 - one_minus_k)
+
+    return _read_out(theta, pooling, post), its_sigma + its_theta, max(res_sigma, res_theta)

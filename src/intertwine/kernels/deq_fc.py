@@ -51,7 +51,7 @@ __all__ = [
     "ntk",
 ]
 
-ConvPooling = Literal["gap", "flatten", "none"]
+ConvPooling = Literal["gap", "flatten", "trace", "none"]
 
 #: Entries of one block of the elementwise fixed-point iteration when ``block_rows`` is None; the
 #: iteration holds about ten temporaries per entry (about 170 MB in float64 at this size).

@@ -344,17 +344,20 @@ def depth_sweep(
     """Test accuracy of the depth-L NTK for each of ``depths`` and each finite network's
     ``finite`` variances, and of the DEQ-NTK at ``variances`` (depth "deq"; None: none), on one
     draw of training and test images; then, per ``panels`` entry (``panel_curves``' output: name,
-    finite-depth variances, DEQ variances), the same for that panel's pair of kernels. One row
-    each, with its panel ("" outside the panels), the ridge it used (``ridge``, plus for a
-    finite-depth NTK ``frozen_ridge(K_train, frozen_scale)``), the fixed-point iterations (DEQ
-    only) and the seconds of the Grams and of the regression."""
+    finite-depth variances, DEQ variances), the same for that panel's pair of kernels, and the
+    DEQ-NTK's finite-depth iteration (Feng & Kolter's Theorem 1: ``Theta^(L)`` at the DEQ's
+    variances, input injection in every layer) at each depth. One row each, with its panel (""
+    outside the panels), the ridge it used (``ridge``, plus for a finite-depth NTK outside the
+    DEQ's iteration ``frozen_ridge(K_train, frozen_scale)``: the text adds its regulariser for the
+    NTK, whose kernel freezes), the fixed-point iterations (DEQ only) and the seconds of the Grams
+    and of the regression."""
     rows = []
     pairs = ((x_train, None), (x_test, x_train))  # the training Gram (symmetric), test x train
 
-    def row(panel, depth, kernel_variances, grams, started, iterations=None, residual=None):
+    def row(panel, depth, kernel_variances, grams, started, iterations=None, residual=None, frozen=True):
         gram_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        used = ridge + (frozen_ridge(grams[0], frozen_scale) if depth != DEQ else 0.0)
+        used = ridge + (frozen_ridge(grams[0], frozen_scale) if depth != DEQ and frozen else 0.0)
         acc = regression_accuracy(grams[0], y_train, grams[1], y_test, num_classes, used)
         w, u, b = kernel_variances
         rows.append(
@@ -373,11 +376,11 @@ def depth_sweep(
             }
         )
 
-    def finite_rows(panel, w, u, b):
+    def finite_rows(panel, w, u, b, frozen=True):
         for depth in depths:
             started = time.perf_counter()
             grams = [deq.ntk(x, y, depth=depth, sigma_w2=w, sigma_u2=u, sigma_b2=b) for x, y in pairs]
-            row(panel, str(depth), (w, u, b), grams, started)
+            row(panel, str(depth), (w, u, b), grams, started, frozen=frozen)
 
     def deq_row(panel, kernel_variances):
         w, u, b = kernel_variances
@@ -399,6 +402,7 @@ def depth_sweep(
         deq_row("", variances)
     for name, finite_variances, deq_variances in panels or []:
         finite_rows(name, *finite_variances)
+        finite_rows(name, *deq_variances, frozen=False)
         deq_row(name, deq_variances)
     return rows
 
@@ -425,7 +429,9 @@ def conv_accuracy(
     x_train, x_test : (n, C, H, W) and (m, C, H, W) images with unit pixels (:func:`unit_pixels`).
     y_train, y_test : their labels; num_classes : the number of classes.
     variances : (sigma_w2, sigma_u2, sigma_b2).
-    readout : ``"gap"`` (global average pooling of f*) or ``"flatten"`` (a dense readout).
+    readout : ``"gap"`` (global average pooling of f*), ``"flatten"`` (a dense readout of f*) or
+        ``"trace"`` (Feng & Kolter's dense readout, Tr of their eq. (21)'s tensor): ``conv_deq_ntk``'s
+        ``pooling``.
     ridge, tol, block_pairs : the regression's ridge, the fixed point's tolerance, pairs per block.
 
     Returns

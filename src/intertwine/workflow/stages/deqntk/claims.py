@@ -18,7 +18,8 @@ def deq_accuracy(tables, settings) -> Result:
     rows = table[(table["study"] == "accuracy") & table["paper_acc"].notna()]
     if rows.empty:
         return not_run(
-            "no setting of this run has the paper's accuracy (the paper's are CIFAR-10 at 50,000 / 10,000 images)"
+            "no setting of this run has the paper's accuracy (compared on a data set's whole training and test "
+            "sets only: CIFAR-10's 50,000 / 10,000 images, MNIST's 60,000 / 10,000)"
         )
     comparisons = []
     for r in rows.itertuples():
@@ -40,8 +41,11 @@ CLAIMS = (
     Claim(
         "D1",
         DEQ,
-        "the paper's accuracies of ridge-free kernel regression with the fully connected DEQ-NTK on the "
-        "whole training and test sets (CIFAR-10 and MNIST)",
+        'Table 2 (CIFAR-10): "DEQ-NTK σ 2 W = 0.6, σ 2 U = 0.4, σ 2 b = 0 59.77%" and its rows at (.25, .25, '
+        '.5) and (.8, .2, 0); section 5: "On MNIST data, we test the performance of DEQ-NTK with σ 2 W = '
+        '0.25, σ 2 U = 0.25, σ 2 b = 0.5 and achieve 98.6% test accuracy." (kernel regression "without '
+        "regularization unless stated otherwise\"; the sizes, each data set's whole training and test "
+        'sets, are ours: the text says only "all CIFAR-10 data")',
         "Our DEQ-NTK regression reaches the paper's accuracy on the run's data set at each variance setting "
         "the paper reports for it (within 3 points, our margin)",
         "CIFAR-10: 59.08 / 59.77 / 59.43 % at (.25,.25,.5) / (.6,.4,0) / (.8,.2,0); MNIST: 98.6 % at "

@@ -79,7 +79,7 @@ def _paper_crosses(ax, settings: list[tuple], paper: dict) -> None:
                 "x",
                 color="C3",
                 markersize=9,
-                label=None if crossed else "paper (50,000 training images)",
+                label=None if crossed else "paper (the whole data set)",
             )
             crossed = True
 
@@ -150,9 +150,18 @@ def deqntk_accuracy(table: pd.DataFrame, zoo: pd.DataFrame | None, paper: dict) 
     return fig
 
 
+def _depth_label(w: float, u: float, b: float) -> str:
+    """A finite-depth curve's name: with input injection (sigma_u2 > 0) the depth-L kernel is the
+    DEQ-NTK's finite-depth iteration (Feng & Kolter's Theorem 1), without it the plain depth-L NTK."""
+    if u > 0:
+        return f"DEQ-NTK iterated to depth L {_variances_label(w, u, b)}"
+    return f"depth-L NTK {_variances_label(w, u, b)}"
+
+
 def _depth_panel(ax, rows: pd.DataFrame, depths: list[int]) -> None:
-    """One panel of the depth sweep: each finite network's accuracy over depth and each DEQ-NTK's
-    (flat), means over draws with 95 % t intervals (the draws themselves below three)."""
+    """One panel of the depth sweep: each finite-depth kernel's accuracy over depth (the NTK and the
+    DEQ-NTK's finite-depth iteration) and each DEQ-NTK's fixed point (flat, dashed), means over
+    draws with 95 % t intervals (the draws themselves below three)."""
     finite = rows[rows["depth"] != "deq"].assign(L=lambda df: df["depth"].astype(int))
     equilibrium = rows[rows["depth"] == "deq"]
     for k, ((w, u, b), part) in enumerate(finite.groupby(["sigma_w2", "sigma_u2", "sigma_b2"], sort=False)):
@@ -164,13 +173,15 @@ def _depth_panel(ax, rows: pd.DataFrame, depths: list[int]) -> None:
             halves.append(interval_half_width(acc) if len(acc) else np.nan)
             few_values(ax, depth, acc, color)
         means, halves = np.array(means), np.array(halves)
-        ax.plot(depths, means, "-o", ms=4, color=color, label=f"depth-L NTK {_variances_label(w, u, b)}")
+        ax.plot(depths, means, "-o", ms=4, color=color, label=_depth_label(w, u, b))
         ax.fill_between(depths, means - halves, means + halves, color=color, alpha=0.2, lw=0)
     for (w, u, b), part in equilibrium.groupby(["sigma_w2", "sigma_u2", "sigma_b2"], sort=False):
         acc = 100 * part["test_acc"].dropna().to_numpy()
         mean, half = acc.mean(), interval_half_width(acc)
         span = [min(depths, default=1), max(depths, default=1)]
-        ax.plot(span, [mean, mean], "--", color="black", label=f"DEQ-NTK {_variances_label(w, u, b)}")
+        ax.plot(
+            span, [mean, mean], "--", color="black", label=f"DEQ-NTK, fixed point {_variances_label(w, u, b)}"
+        )
         if np.isfinite(half):
             ax.fill_between(span, mean - half, mean + half, color="black", alpha=0.12, lw=0)
         else:
@@ -185,10 +196,12 @@ def _depth_panel(ax, rows: pd.DataFrame, depths: list[int]) -> None:
 
 
 def deqntk_depth(table: pd.DataFrame) -> plt.Figure:
-    """The paper's Figure 1: test accuracy of the depth-L NTK against depth, per finite network's
-    variances, and of the DEQ-NTK (flat: it has no depth), mean over draws with the 95 % t interval
-    (the draws themselves below three). One panel per ``panel`` of the table (the paper's: the
-    depth-L NTK at (sigma_w2, 0, sigma_b2) against its DEQ-NTK), the curves outside the panels
+    """The paper's Figure 1 ("Finite depth NTK vs. finite depth iteration of DEQ-NTK."): test
+    accuracy against depth of the depth-L NTK and of the DEQ-NTK's finite-depth iteration, per
+    variances, and of the DEQ-NTK's fixed point (flat: it has no depth), mean over draws with the
+    95 % t interval (the draws themselves below three). One panel per ``panel`` of the table (the
+    caption's: the depth-L NTK at (sigma_w2, 0, sigma_b2) against the DEQ-NTK iterated to depth L
+    at (sigma_w2, sigma_b2 - 0.1, 0.1), and its fixed point), the curves outside the panels
     (panel "") in a first panel of their own."""
     rows = table[table["study"] == "depth"]
     if "panel" not in rows:
@@ -216,7 +229,9 @@ def deqntk_depth(table: pd.DataFrame) -> plt.Figure:
     )
     fig.suptitle(
         wrapped(
-            f"Finite depth against the equilibrium: {sizes}, {counted(draws, 'draw')}, 95% t intervals", 90
+            f"Finite depth NTK vs. finite depth iteration of DEQ-NTK: {sizes}, {counted(draws, 'draw')}, "
+            "95% t intervals",
+            90,
         ),
         fontsize=9,
     )
