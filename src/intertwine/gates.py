@@ -215,6 +215,10 @@ def path_correlations(a: dict[str, Tensor], b: dict[str, Tensor]) -> Tensor:
 ALMOST_EVERY = 0.05
 
 
+#: ``settling_rows``' per-epoch columns of the path correlation.
+PATH_COLUMNS = ("path_rho_low", "path_rho_positive", "path_rho_mean")
+
+
 def _path_summary(rho: Tensor) -> dict:
     """``settling_rows``' per-epoch columns from the per-image correlations ``rho``."""
     defined = torch.nan_to_num(rho, nan=0.0)

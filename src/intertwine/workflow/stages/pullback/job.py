@@ -386,7 +386,9 @@ def pullback_images(job: Job, checkpoint: str, block: dict) -> dict:
 def pullback_settling(checkpoints: list[str]) -> pd.DataFrame:
     """Hypothesis 1's table (``tables.PULLBACK_SETTLING``) from the gate records zoo members keep in
     their checkpoints (``zoo.training.gate_probe_images``): one row per member, recorded epoch and
-    ReLU call site. A checkpoint without a record is an error naming it and the setting."""
+    ReLU call site (NaN path_rho_* in a record made before them: H1 reads "not run"). A checkpoint
+    without a record is an error naming it and the setting."""
+    from intertwine.gates import PATH_COLUMNS
     from intertwine.zoo import read_checkpoint
 
     parts = []
@@ -398,7 +400,7 @@ def pullback_settling(checkpoints: list[str]) -> pd.DataFrame:
                 f"{path} has no gate record: its variant {checkpoint['variant']!r} trained without "
                 "zoo.training.gate_probe_images; set it (zoo.training_per_variant) and retrain the member"
             )
-        part = pd.DataFrame(rows)
+        part = pd.DataFrame(rows).reindex(columns=list(dict.fromkeys([*rows[0], *PATH_COLUMNS])))
         part.insert(0, "variant", checkpoint["variant"])
         part.insert(1, "seed", checkpoint["seed"])
         parts.append(

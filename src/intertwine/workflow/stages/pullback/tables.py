@@ -95,7 +95,7 @@ PULLBACK_TRANSFER = pa.schema(
 )
 
 
-# Hypothesis 1 (path stability), per zoo member, recorded epoch (0: initialisation) and ReLU call
+# Hypothesis 1 (early emergence of stable excitation patterns), per zoo member, recorded epoch (0: initialisation) and ReLU call
 # site: the agreement of the member's binary activation pattern on its probe images with the
 # pattern after the last epoch (final_epoch), the agreement by chance with the units' rates, and the
 # fraction of active gates (intertwine.gates.settling_rows). kept_epoch: the epoch whose
@@ -110,6 +110,11 @@ PULLBACK_SETTLING = pa.schema(
         pa.field("agreement", pa.float64()),
         pa.field("chance", pa.float64()),
         pa.field("active", pa.float64()),
+        # the epoch's correlation of gating tensor fields with the final one (gates.path_correlations;
+        # the same on each of the epoch's rows; NaN in a record made before it existed)
+        pa.field("path_rho_low", pa.float64()),  # its 5 % quantile over the probe images
+        pa.field("path_rho_positive", pa.float64()),  # the fraction of images with rho > 0
+        pa.field("path_rho_mean", pa.float64()),
         pa.field("final_epoch", pa.int64()),
         pa.field("kept_epoch", pa.int64()),
         pa.field("probe_images", pa.int64()),
