@@ -417,8 +417,8 @@ def test_gpu_matches_cpu():
 
 
 def test_options_set_the_defaults_of_every_pullback_in_the_block():
-    from intertwine.workflow.stages.pullback.job import _with_pullback_options
     from intertwine.pullback import options
+    from intertwine.workflow.stages.pullback.directions import with_pullback_options
 
     model, x = _FunctionalReLU("relu").double(), images(2)
     hard = pullback(model, x, 0, functional="hard")
@@ -426,7 +426,7 @@ def test_options_set_the_defaults_of_every_pullback_in_the_block():
         assert torch.equal(pullback(model, x, 0), hard)
     assert relative(pullback(model, x, 0), hard) > 1e-3  # restored on exit
 
-    @_with_pullback_options
+    @with_pullback_options
     def job(block):  # a job reads the block's settings as the pullbacks' defaults
         return pullback(model, x, 0)
 
@@ -441,7 +441,11 @@ def test_options_set_the_defaults_of_every_pullback_in_the_block():
 def _bias_free_relu_net(conv: bool, bias: bool = False) -> nn.Sequential:
     """A ReLU network of linear maps only (the paper's Section 2.1 omits max-pooling)."""
     if conv:
-        layers = [nn.Conv2d(3, 5, 3, padding=1, bias=bias), nn.ReLU(), nn.Conv2d(5, 4, 3, stride=2, bias=bias)]
+        layers = [
+            nn.Conv2d(3, 5, 3, padding=1, bias=bias),
+            nn.ReLU(),
+            nn.Conv2d(5, 4, 3, stride=2, bias=bias),
+        ]
         layers += [nn.ReLU(), nn.Flatten(), nn.Linear(4 * 3 * 3, 6, bias=bias)]
     else:
         layers = [nn.Linear(10, 16, bias=bias), nn.ReLU(), nn.Linear(16, 12, bias=bias), nn.ReLU()]

@@ -443,8 +443,14 @@ def test_path_correlations_are_the_pearson_correlation_of_the_full_path_tensors(
     is 1, against a field whose site patterns are complemented it is negative; a site with no
     open gate gives NaN."""
     generator = torch.Generator().manual_seed(0)
-    a = {"s": torch.rand(5, 3, 2, generator=generator) > 0.4, "t": torch.rand(5, 4, generator=generator) > 0.5}
-    b = {"s": torch.rand(5, 3, 2, generator=generator) > 0.4, "t": torch.rand(5, 4, generator=generator) > 0.5}
+    a = {
+        "s": torch.rand(5, 3, 2, generator=generator) > 0.4,
+        "t": torch.rand(5, 4, generator=generator) > 0.5,
+    }
+    b = {
+        "s": torch.rand(5, 3, 2, generator=generator) > 0.4,
+        "t": torch.rand(5, 4, generator=generator) > 0.5,
+    }
     a["s"][:, 0, 0] = b["s"][:, 0, 0] = True  # no image's site is all closed
     a["t"][:, 0] = b["t"][:, 0] = True
     a["t"][:, 1] = b["t"][:, 1] = False  # nor all open
@@ -464,7 +470,10 @@ def test_path_correlations_are_the_pearson_correlation_of_the_full_path_tensors(
 
 def test_settling_rows_carry_the_epochs_path_correlation_and_the_early_epoch_decides():
     generator = torch.Generator().manual_seed(1)
-    final = {"s": torch.rand(40, 6, generator=generator) > 0.5, "t": torch.rand(40, 5, generator=generator) > 0.5}
+    final = {
+        "s": torch.rand(40, 6, generator=generator) > 0.5,
+        "t": torch.rand(40, 5, generator=generator) > 0.5,
+    }
     noisy = {k: v ^ (torch.rand(v.shape, generator=generator) > 0.9) for k, v in final.items()}
     fresh = {k: torch.rand(v.shape, generator=generator) > 0.5 for k, v in final.items()}
     rows = gates.settling_rows([(0, fresh), (1, noisy), (2, final)])
@@ -472,7 +481,10 @@ def test_settling_rows_carry_the_epochs_path_correlation_and_the_early_epoch_dec
     rho = gates.path_correlations(noisy, final)
     assert by_epoch[1]["path_rho_mean"] == pytest.approx(torch.nan_to_num(rho).mean().item())
     assert by_epoch[1]["path_rho_positive"] == (torch.nan_to_num(rho) > 0).double().mean().item()
-    assert by_epoch[2]["path_rho_low"] == pytest.approx(1.0) and by_epoch[1]["path_rho_low"] > by_epoch[0]["path_rho_low"]
+    assert (
+        by_epoch[2]["path_rho_low"] == pytest.approx(1.0)
+        and by_epoch[1]["path_rho_low"] > by_epoch[0]["path_rho_low"]
+    )
     table = pd.DataFrame(rows).assign(variant="m", seed=0)
     values = gates.settling_verdict_values(table)
     assert values.loc[0, "early_epoch"] == 1 and values.loc[0, "final_epoch"] == 2

@@ -200,8 +200,8 @@ def path_correlations(a: dict[str, Tensor], b: dict[str, Tensor]) -> Tensor:
     if set(a) != set(b):
         raise ValueError(f"path_correlations: call sites {sorted(a)} and {sorted(b)} differ")
     m_a = m_b = m_ab = 1.0
-    for site in a:
-        x, y = a[site].flatten(1).double(), b[site].flatten(1).double()
+    for site, pattern in a.items():
+        x, y = pattern.flatten(1).double(), b[site].flatten(1).double()
         if x.shape != y.shape:
             raise ValueError(f"path_correlations: site {site}: shapes {tuple(x.shape)} and {tuple(y.shape)}")
         m_a, m_b, m_ab = m_a * x.mean(1), m_b * y.mean(1), m_ab * (x * y).mean(1)

@@ -61,8 +61,8 @@ __all__ = [
 MODES = ("gradient", "global", "per_neuron")
 #: The groups acting on the weights: permutations, and G_ReLU (positive per-channel scales too).
 GROUPS = ("permutation", "grelu")
-#: The paper's ImageNet inputs: 224 x 224 x 3 values in [-1, 1]; its PGD radius and step are L2
-#: norms there (epsilon 100, step 20).
+#: The paper's ImageNet inputs: values in [-1, 1], 224 x 224 x 3 of them (the crop of its released
+#: code; its text gives no size); its PGD radius and step are L2 norms there (epsilon 100, step 20).
 PAPER_IMAGE_DIMS = 224 * 224 * 3
 
 

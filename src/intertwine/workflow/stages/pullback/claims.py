@@ -53,7 +53,9 @@ def early_stable_patterns(tables, settings) -> Result:
     if values.empty:
         return not_run("no member recorded gate patterns")
     if values["early_epoch"].isna().all():
-        return not_run("every member trained a single epoch: no early epoch between initialisation and the end")
+        return not_run(
+            "every member trained a single epoch: no early epoch between initialisation and the end"
+        )
     if values["path_rho_low"].isna().all():
         return not_run(
             "the members' gate records predate the path correlation (no path_rho_low column): retrain the "

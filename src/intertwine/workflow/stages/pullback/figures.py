@@ -205,12 +205,14 @@ def _scaled_each(difference: np.ndarray) -> np.ndarray:
     return np.moveaxis(scaled, -3, -1)
 
 
-def pullback_external(arrays: dict, perturbed: bool = False) -> plt.Figure:
-    """The paper's grid (its Figure 1 and README grids) for one ImageNet model: a block of rows per
-    mode (gradient, global-T and per-neuron-T pullback), a row per image (its clean image first),
-    a column per target class (the images' own classes, the diagonal, then random extra labels):
+def pullback_external(arrays: dict, perturbed: bool = False, pullbacks: bool = False) -> plt.Figure:
+    """The paper's grid (its Figures 1 and 3) for one ImageNet model: a block of rows per mode
+    (gradient, global-T and per-neuron-T pullback), a row per image (its clean image first), a
+    column per target class (the images' own classes, the diagonal, then random extra labels):
     each cell the difference between the image after the paper's PGD toward that target and the
-    clean image, min-max scaled per cell (``perturbed``: the perturbed image itself)."""
+    clean image, min-max scaled per cell (``perturbed``: the perturbed image itself;
+    ``pullbacks``: its Figure 2, the raw pullback of the target at the clean image, min-max scaled
+    per cell as torchvision's ``make_grid(scale_each=True)``)."""
     modes = [m for m in PULLBACK_MODES if m in arrays["perturbed"]]
     images = arrays["images"]
     n, t = len(images), len(arrays["targets"])
@@ -222,7 +224,10 @@ def pullback_external(arrays: dict, perturbed: bool = False) -> plt.Figure:
     fig, axes = plt.subplots(rows, t + 1, figsize=(width, height), squeeze=False)
     for b, mode in enumerate(modes):
         moved = arrays["perturbed"][mode]
-        shown = np.moveaxis(moved, -3, -1) if perturbed else _scaled_each(moved - images[:, None])
+        if pullbacks:
+            shown = _scaled_each(arrays["pullbacks"][mode])
+        else:
+            shown = np.moveaxis(moved, -3, -1) if perturbed else _scaled_each(moved - images[:, None])
         for i in range(n):
             row = axes[b * n + i]
             row[0].imshow(np.moveaxis(images[i], 0, -1), aspect="auto")
@@ -237,11 +242,14 @@ def pullback_external(arrays: dict, perturbed: bool = False) -> plt.Figure:
                 ax.set_xticks([])
                 ax.set_yticks([])
     what = "perturbed images" if perturbed else "perturbed minus clean"
-    fig.suptitle(
-        f"{arrays['title']}\n{arrays['steps']}-step PGD toward each column's class\n(L2 radius "
-        f"{arrays['epsilon']:.3g}, images in [-1, 1]); {what}",
-        fontsize=SMALL,
+    title = (
+        f"{arrays['title']}\nraw pullback (gradient) of each column's class\nat the clean image, "
+        "min-max scaled per cell"
+        if pullbacks
+        else f"{arrays['title']}\n{arrays['steps']}-step PGD toward each column's class\n(L2 radius "
+        f"{arrays['epsilon']:.3g}, images in [-1, 1]); {what}"
     )
+    fig.suptitle(title, fontsize=SMALL)
     fig.subplots_adjust(
         left=left / width, right=0.995, bottom=0.005, top=1 - head / height, wspace=0.03, hspace=0.18
     )

@@ -110,6 +110,7 @@ class PullbackPlan:
         return [
             f"results/figures/pullback_external_{name}.png",
             f"results/figures/pullback_external_{name}_perturbed.png",
+            f"results/figures/pullback_external_{name}_pullbacks.png",
         ]
 
     @property
