@@ -495,11 +495,15 @@ def test_h1_early_stable_patterns_on_known_answers():
     assert verdict("H1", settling(stricter_fails, [0.35, 0.3, 0.4, 0.32])) == "reproduced"
     assert verdict("H1", settling(stricter_fails, [-0.35, -0.3, -0.4, -0.32])) == "not reproduced"
     assert verdict("H1", settling([0.85], [0.35])) == "inconclusive"
-    row = scorecard(settling([0.85, 0.86, 0.84], [0.3, 0.35, 0.4]), SETTINGS, None).set_index("claim").loc["H1"]
+    row = (
+        scorecard(settling([0.85, 0.86, 0.84], [0.3, 0.35, 0.4]), SETTINGS, None).set_index("claim").loc["H1"]
+    )
     assert row["kind"] == "paper" and row["units"] == "3 members"
     assert "Hypothesis 1 (Early emergence of stable excitation patterns)." in row["sentence"]
     assert "path stability" not in row["sentence"] and "largely" not in row["sentence"]
-    assert row["ours"].startswith("early epoch 1 of 4: rho(x) with the final gating tensor positive on 99.0 %")
+    assert row["ours"].startswith(
+        "early epoch 1 of 4: rho(x) with the final gating tensor positive on 99.0 %"
+    )
     assert "0.850 against our 0.9 (chance 0.550" in row["ours"]
 
 

@@ -260,6 +260,12 @@ def test_jobs_on_tiny_models(tmp_path, tiny_shapes_dir):
     assert transfer["transfer_prob_gain"].to_numpy() == pytest.approx(
         (transfer["transfer_target_prob"] - transfer["transfer_target_prob_before"]).to_numpy()
     )
+    # the per-step curve ends at the final success (the last step's images are the moved ones)
+    for curve, final in zip(transfer["transfer_success_by_step"], transfer["transfer_success"]):
+        assert len(curve) == transfer["pgd_steps"].iloc[0] and curve[-1] == final
+    assert transfer["transfer_success_area"].to_numpy() == pytest.approx(
+        [sum(c) / len(c) for c in transfer["transfer_success_by_step"]]
+    )
 
     arrays = pullback_images(job, paths[0], {"grid_images": 1, "pgd": {"steps": 1}, "probe_images": 8})
     assert len(arrays["images"]) == 10 and set(arrays["attributions"]) == set(study.MODES)
@@ -308,7 +314,7 @@ def test_a_temperature_sweep_adds_soft_rows_and_its_figure(tmp_path, tiny_shapes
     summary = stage_study.summarize(symmetry, agreement, faithfulness, transfer)
     alone = stage_study.summarize(*(t[~t["sweep"]] for t in (symmetry, agreement, faithfulness, transfer)))
     pd.testing.assert_frame_equal(summary, alone)
-    assert summary["measure"].str.startswith("PGD transfer across seeds (ours)").sum() == 2
+    assert summary["measure"].str.startswith("PGD transfer across seeds (ours)").sum() == 4
     fig = pullback_temperature(symmetry, agreement, faithfulness)
     panels = [ax for ax in fig.axes if ax.axison]  # five panels, the legend in a sixth cell
     assert len(panels) == 5 and len(panels[2].lines) == 3  # gradient line, global and per-neuron T
@@ -336,6 +342,22 @@ def test_transfer_measures_on_known_logits():
         study.transfer_measures(source_after, other_before, other_after, targets[:1])
 
 
+def test_transfer_curve_first_step_and_area():
+    got = study.transfer_curve([0.25, 0.5, 1.0, 1.0])
+    assert got == {
+        "transfer_success_by_step": [0.25, 0.5, 1.0, 1.0],
+        "transfer_success_first_step": 0.25,
+        "transfer_success_area": 0.6875,
+    }
+    # two modes that both saturate at the end are told apart by the curve
+    assert (
+        study.transfer_curve([0.1, 1.0])["transfer_success_area"]
+        < study.transfer_curve([0.6, 1.0])["transfer_success_area"]
+    )
+    with pytest.raises(ValueError, match="no step"):
+        study.transfer_curve([])
+
+
 def test_the_summary_reports_transfer_per_mode():
     symmetry = pd.DataFrame(
         [{"variant": "m", "scale_spread": 0.0, "mode": mode, "cos_min": 1.0} for mode in study.MODES]
@@ -359,6 +381,8 @@ def test_the_summary_reports_transfer_per_mode():
     assert row[list(study.MODES)].tolist() == pytest.approx([0.2, 0.6, 0.6])
     gain = summary.loc["PGD transfer across seeds (ours): other member's target probability gain"]
     assert gain["gradient"] == pytest.approx(0.1)
+    # a table written before the per-step curve: its rows are left out, not an error
+    assert "PGD transfer across seeds (ours): the same, mean over the steps" not in summary.index
     assert "PGD transfer across seeds (ours): other member predicts the target" not in set(
         stage_study.summarize(symmetry, agreement, faithfulness)["measure"]
     )

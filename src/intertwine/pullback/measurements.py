@@ -406,4 +406,32 @@ def transfer_measures(
     }
 
 
+def transfer_curve(success_by_step: Sequence[float]) -> dict:
+    """The transfer across seeds as the PGD budget grows (ours): the other member's success after
+    each step, its first step (the smallest budget, one ``step_size``) and its mean over the steps
+    (the area under the curve, in [0, 1]; higher: the perturbation reads as the target to the
+    other seed sooner). At the paper's full budget (10 steps, epsilon 100 at 224 x 224 x 3) every
+    mode moves almost every image, so the final success does not tell the modes apart; the curve
+    does where one mode gets there with less.
+
+    Parameters
+    ----------
+    success_by_step : the fraction of images the other member predicts as the target after each
+        step, in order (``pgd_toward``'s ``each_step``).
+
+    Returns
+    -------
+    ``transfer_success_by_step`` (the list), ``transfer_success_first_step`` and
+    ``transfer_success_area``.
+    """
+    steps = [float(v) for v in success_by_step]
+    if not steps:
+        raise ValueError("transfer_curve: no step recorded (pgd.steps must be at least 1)")
+    return {
+        "transfer_success_by_step": steps,
+        "transfer_success_first_step": steps[0],
+        "transfer_success_area": sum(steps) / len(steps),
+    }
+
+
 # --- the stage's summary -----------------------------------------------------------------------------

@@ -194,8 +194,10 @@ def _transfer_rows(
 ) -> pd.DataFrame:
     """PGD transfer across seeds (ours): per direction (a's pullback moving images that b reads, and
     b's read by a), temperature and mode, the paper's PGD toward a random other class along the
-    source's direction and what it does to the other's logits (``measurements.transfer_measures``).
-    One draw of targets per pair, shared by every mode and direction: the same images and budget."""
+    source's direction and what it does to the other's logits (``measurements.transfer_measures``),
+    and the other's success after each step (``measurements.transfer_curve``: at the paper's full
+    budget every mode saturates). One draw of targets per pair, shared by every mode and direction:
+    the same images and budget."""
     targets = measurements.random_targets(
         labels,
         len(job.meta()["classes"]),
@@ -214,10 +216,17 @@ def _transfer_rows(
         for source, other in (("a", "b"), ("b", "a")):
             for mode in modes:
                 direction = ascent_direction(models[source], mode, temperature, temperatures[source])
-                moved = measurements.pgd_toward(direction, x, targets, mean, std, **pgd)
+                by_step = []  # the other member's success after each step: the budget grows
+
+                def record(z, reader=models[other]):
+                    with torch.no_grad():
+                        by_step.append((reader(z).argmax(1) == targets).double().mean().item())
+
+                moved = measurements.pgd_toward(direction, x, targets, mean, std, **pgd, each_step=record)
                 with torch.no_grad():
                     source_after, other_after = models[source](moved), models[other](moved)
                 measures = measurements.transfer_measures(source_after, clean[other], other_after, targets)
+                measures |= measurements.transfer_curve(by_step)
                 rows.append(
                     {
                         "seed_source": metas[source]["seed"],
@@ -235,7 +244,9 @@ def _transfer_rows(
     job.log(
         f"{variant} pair {pair}: PGD transfer across seeds (other member predicts the target; its target "
         "probability gain), mean over both directions\n"
-        + table.groupby(["mode", "temperature"])[["source_success", "transfer_success", "transfer_prob_gain"]]
+        + table.groupby(["mode", "temperature"])[
+            ["source_success", "transfer_success", "transfer_success_area", "transfer_prob_gain"]
+        ]
         .mean()
         .to_string()
     )

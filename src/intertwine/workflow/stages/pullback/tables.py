@@ -85,6 +85,11 @@ PULLBACK_TRANSFER = pa.schema(
         pa.field("transfer_target_prob", pa.float64()),
         pa.field("transfer_prob_gain", pa.float64()),
         pa.field("transfer_margin_gain", pa.float64()),  # logits: target minus best other
+        # the other member's success after each PGD step, its first and its mean over the steps
+        # (measurements.transfer_curve: the full budget saturates, the curve separates the modes)
+        pa.field("transfer_success_by_step", pa.list_(pa.float64())),
+        pa.field("transfer_success_first_step", pa.float64()),
+        pa.field("transfer_success_area", pa.float64()),
         pa.field("pgd_steps", pa.int64()),
         pa.field("pgd_epsilon", pa.float64()),  # L2, images in [-1, 1]
         pa.field("pgd_step_size", pa.float64()),
