@@ -1,7 +1,7 @@
 """Binary activation patterns (the gates of a ReLU network) on a probe set, for the
-excitation-pullback paper's path stability hypothesis (Hypothesis 1): recorded while the zoo trains,
-so kept apart from :mod:`intertwine.pullback`, whose soft backward passes the zoo never runs (the
-zoo's code identity reaches this module only).
+excitation-pullback paper's Hypothesis 1 (early emergence of stable excitation patterns): recorded
+while the zoo trains, so kept apart from :mod:`intertwine.pullback`, whose soft backward passes the
+zoo never runs (the zoo's code identity reaches this module only).
 
 A *call site* is named as :mod:`intertwine.pullback` names it: a ReLU or LeakyReLU module by its
 name, its k-th call in one forward pass ``name@k`` (torchvision's Bottleneck calls one ``relu``

@@ -190,7 +190,7 @@ rule pullback_figure:
         CLI["pullback-figure"].shell()
 
 
-# Hypothesis 1 (path stability): the gate patterns the settling variants' members recorded while
+# Hypothesis 1 (early emergence of stable excitation patterns): the gate patterns the settling variants' members recorded while
 # they trained (zoo.training.gate_probe_images), read from their checkpoints.
 rule pullback_settling:
     input:
