@@ -54,6 +54,7 @@ __all__ = [
     "summarize_cosines",
     "symmetry_cosines",
     "to_unit_range",
+    "transfer_curve",
     "transfer_measures",
 ]
 
