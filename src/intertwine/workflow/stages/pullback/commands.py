@@ -68,8 +68,8 @@ def cmd_pullback_table(args) -> None:
 
 def cmd_pullback_external(args) -> None:
     from intertwine.tables import write_parquet
-    from intertwine.workflow.stages.pullback.figures import pullback_external as figure
     from intertwine.workflow.stages.pullback.external import pullback_external
+    from intertwine.workflow.stages.pullback.figures import pullback_external as figure
     from intertwine.workflow.stages.pullback.tables import PULLBACK_EXTERNAL
 
     table, arrays = pullback_external(

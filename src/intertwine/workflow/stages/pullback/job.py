@@ -218,9 +218,9 @@ def _transfer_rows(
                 direction = ascent_direction(models[source], mode, temperature, temperatures[source])
                 by_step = []  # the other member's success after each step: the budget grows
 
-                def record(z, reader=models[other]):
+                def record(z, reader=models[other], into=by_step):
                     with torch.no_grad():
-                        by_step.append((reader(z).argmax(1) == targets).double().mean().item())
+                        into.append((reader(z).argmax(1) == targets).double().mean().item())
 
                 moved = measurements.pgd_toward(direction, x, targets, mean, std, **pgd, each_step=record)
                 with torch.no_grad():
