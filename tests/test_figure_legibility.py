@@ -366,7 +366,15 @@ def pullback_tables(variants):
 
 def settling_table(variants, sites=MANY_SITES):
     rows = [
-        {"variant": v, "seed": s, "epoch": e, "site": site, "agreement": 0.5 + 0.1 * e, "chance": 0.5}
+        {
+            "variant": v,
+            "seed": s,
+            "epoch": e,
+            "site": site,
+            "agreement": 0.5 + 0.1 * e,
+            "chance": 0.5,
+            "path_rho_low": -0.1 + 0.275 * e,
+        }
         for v in variants
         for s in range(2)
         for e in range(5)
@@ -399,6 +407,7 @@ def external_arrays(n=5, t=6):
         "labels": labels[:n],
         "targets": (labels * 2)[:t],
         "perturbed": {m: RNG.uniform(size=(n, t, 3, 16, 16)) for m in MODES},
+        "pullbacks": {m: RNG.normal(size=(n, t, 3, 16, 16)) for m in MODES},
         "steps": 10,
         "epsilon": 3.0,
     }
@@ -480,6 +489,7 @@ def every_figure(n: int, sites: tuple[str, ...]):
         "pullback_pgd": lambda: pullback_pgd(grid_arrays(classes=5 * n, per_class=1)),
         "pullback_external": lambda: pullback_external(external_arrays(t=3 + 2 * n)),
         "pullback_external_perturbed": lambda: pullback_external(external_arrays(), perturbed=True),
+        "pullback_external_pullbacks": lambda: pullback_external(external_arrays(), pullbacks=True),
     }
 
 
@@ -487,7 +497,7 @@ FIGURE_FUNCTIONS = sorted(every_figure(2, tuple(SITES)))
 
 
 def test_every_figure_function_is_checked():
-    drawn = {name.removesuffix("_perturbed") for name in FIGURE_FUNCTIONS}
+    drawn = {name.removesuffix("_perturbed").removesuffix("_pullbacks") for name in FIGURE_FUNCTIONS}
     modules = [stages.part(stage, "figures") for stage in stages.with_part("figures")]
     made = {
         name

@@ -597,6 +597,7 @@ def test_pullback_plan(tiny):
         "results/tables/pullback_external_r50.parquet",
         "results/figures/pullback_external_r50.png",
         "results/figures/pullback_external_r50_perturbed.png",
+        "results/figures/pullback_external_r50_pullbacks.png",
     ]
     needs = JobNeeds(Plan(external))
     small = needs.pullback_external("r50")

@@ -417,8 +417,8 @@ def test_gpu_matches_cpu():
 
 
 def test_options_set_the_defaults_of_every_pullback_in_the_block():
-    from intertwine.workflow.stages.pullback.job import _with_pullback_options
     from intertwine.pullback import options
+    from intertwine.workflow.stages.pullback.directions import with_pullback_options
 
     model, x = _FunctionalReLU("relu").double(), images(2)
     hard = pullback(model, x, 0, functional="hard")
@@ -426,10 +426,105 @@ def test_options_set_the_defaults_of_every_pullback_in_the_block():
         assert torch.equal(pullback(model, x, 0), hard)
     assert relative(pullback(model, x, 0), hard) > 1e-3  # restored on exit
 
-    @_with_pullback_options
+    @with_pullback_options
     def job(block):  # a job reads the block's settings as the pullbacks' defaults
         return pullback(model, x, 0)
 
     assert torch.equal(job({"functional": "hard"}), hard)
     with pytest.raises(ValueError, match="pool_padding must be one of"), options(pool_padding="same"):
         pass
+
+
+# --- Equation 7: f_Lambda(x) = <v_Lambda(x), x> ------------------------------------------------------
+
+
+def _bias_free_relu_net(conv: bool, bias: bool = False) -> nn.Sequential:
+    """A ReLU network of linear maps only (the paper's Section 2.1 omits max-pooling)."""
+    if conv:
+        layers = [
+            nn.Conv2d(3, 5, 3, padding=1, bias=bias),
+            nn.ReLU(),
+            nn.Conv2d(5, 4, 3, stride=2, bias=bias),
+        ]
+        layers += [nn.ReLU(), nn.Flatten(), nn.Linear(4 * 3 * 3, 6, bias=bias)]
+    else:
+        layers = [nn.Linear(10, 16, bias=bias), nn.ReLU(), nn.Linear(16, 12, bias=bias), nn.ReLU()]
+        layers += [nn.Linear(12, 6, bias=bias)]
+    return nn.Sequential(*layers).double().eval()
+
+
+def _f_lambda(net: nn.Sequential, x, classes, gate):
+    """f_Lambda(x) = y^T Lambda_L(x) W_L ... Lambda_1(x) W_1 x: the network's linear maps, each ReLU
+    replaced by multiplication with ``gate(z)`` of the pre-activation z of the ordinary pass."""
+    h, ordinary = x, x
+    for layer in net:
+        if isinstance(layer, nn.ReLU):
+            h, ordinary = h * gate(ordinary), layer(ordinary)
+        else:
+            h, ordinary = layer(h), layer(ordinary)
+    return h[torch.arange(len(x)), classes]
+
+
+@pytest.mark.parametrize("conv", [False, True], ids=["mlp", "cnn"])
+def test_equation_7_the_pullback_represents_f_lambda_without_biases(conv):
+    """The paper's Equation 7, f_Lambda(x) = <v_Lambda(x), x>, on a bias-free ReLU network, exact
+    to float64 rounding: for the hard gates G (the plain gradient, f_G = f), the global-T
+    excitation gates sigmoid(z / T) and per-neuron temperatures."""
+    torch.manual_seed(0)
+    net = _bias_free_relu_net(conv)
+    x = torch.randn(6, *((3, 7, 7) if conv else (10,)), dtype=torch.float64)
+    classes = torch.tensor([0, 1, 2, 3, 4, 5])
+    temperatures = per_neuron_temperatures(net, x, 0.3)
+    sites = [name for name, layer in net.named_children() if isinstance(layer, nn.ReLU)]
+    relus = iter(sites * len(net))
+
+    def per_neuron_gate(z):
+        t = temperatures[next(relus)]
+        return torch.sigmoid(z / t.view(-1, *[1] * (z.dim() - 2)))
+
+    cases = [
+        ("gradient", lambda z: (z > 0).double(), net(x)[torch.arange(6), classes]),
+        ("global", lambda z: torch.sigmoid(z / 0.3), None),
+        ("per_neuron", per_neuron_gate, None),
+    ]
+    for mode, gate, f in cases:
+        v = pullback(net, x, classes, temperature=0.3, mode=mode, temperatures=temperatures)
+        expected = _f_lambda(net, x, classes, gate)
+        inner = (v * x).flatten(1).sum(1)
+        assert torch.allclose(inner, expected, rtol=1e-12, atol=1e-12 * expected.abs().max().item()), mode
+        if f is not None:  # f_G is the network's own logit
+            assert torch.allclose(expected, f, rtol=1e-12, atol=0)
+
+
+def test_equation_7_needs_the_papers_augmented_input_when_layers_have_biases():
+    """With biases the identity fails on x (the biases' paths do not pass through x); the paper
+    assumes them folded in: "the bias term is incorporated by appending a 1 to the end of the input
+    vector" (Section 2.1). On the augmented network (each W~ = [[W, b], [0, 1]], a unit carrying
+    the 1 through every ReLU) and input (x, 1), f is unchanged and Equation 7 holds exactly for G."""
+    torch.manual_seed(1)
+    net = _bias_free_relu_net(conv=False, bias=True)
+    for layer in net:
+        if isinstance(layer, nn.Linear):
+            nn.init.uniform_(layer.bias, 0.2, 1.0)
+    x, classes = torch.randn(6, 10, dtype=torch.float64), torch.tensor([0, 1, 2, 3, 4, 5])
+    f = net(x)[torch.arange(6), classes]
+    v = pullback(net, x, classes, mode="gradient")
+    assert ((v * x).sum(1) - f).abs().max() > 1e-2  # the bias paths are missing
+    augmented = []
+    linears = [layer for layer in net if isinstance(layer, nn.Linear)]
+    for k, layer in enumerate(linears):
+        last = k == len(linears) - 1
+        out, inp = layer.out_features + (0 if last else 1), layer.in_features + 1
+        lifted = nn.Linear(inp, out, bias=False).double()
+        with torch.no_grad():
+            lifted.weight.zero_()
+            lifted.weight[: layer.out_features, :-1] = layer.weight
+            lifted.weight[: layer.out_features, -1] = layer.bias
+            if not last:
+                lifted.weight[-1, -1] = 1.0
+        augmented += [lifted] if last else [lifted, nn.ReLU()]
+    lifted_net = nn.Sequential(*augmented).eval()
+    x1 = torch.cat([x, torch.ones(6, 1, dtype=torch.float64)], 1)
+    assert torch.allclose(lifted_net(x1)[torch.arange(6), classes], f, rtol=1e-12, atol=1e-12)
+    v1 = pullback(lifted_net, x1, classes, mode="gradient")
+    assert torch.allclose((v1 * x1).sum(1), f, rtol=1e-12, atol=1e-12)

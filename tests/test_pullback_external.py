@@ -90,6 +90,30 @@ def test_the_papers_grid_on_a_fake_imagenette(tmp_path, folder):
     # the modes differ: the pullbacks are not the gradient
     assert not np.allclose(arrays["perturbed"]["gradient"], arrays["perturbed"]["global"])
     assert len(figure(arrays).axes) == 3 * 2 * 4 and len(figure(arrays, perturbed=True).axes) == 24
+    # the paper's Figure 2: each (image, target)'s raw pullback at the clean image, per mode
+    for mode, raw in arrays["pullbacks"].items():
+        assert raw.shape == (2, 3, 3, 32, 32) and np.isfinite(raw).all() and np.abs(raw).max() > 0, mode
+    assert not np.allclose(arrays["pullbacks"]["gradient"], arrays["pullbacks"]["global"])
+    assert len(figure(arrays, pullbacks=True).axes) == 24
+
+
+def test_the_papers_draw_seeds_the_loaders_permutation(folder):
+    """draw_seed: the first image of each class in torch.randperm's order of every image (classes
+    and files sorted, as ImageFolder), with the generator seeded as the paper seeds its loader;
+    None: the first by file name."""
+    from intertwine.data.image_folder import load_folder_images
+
+    every = [(wnid, f"img{k}.png") for wnid in WNIDS[:4] for k in range(2)]
+    order = torch.randperm(len(every), generator=torch.Generator().manual_seed(314)).tolist()
+    shuffled = [every[k] for k in order]
+    chosen = [WNIDS[0], WNIDS[2]]
+    expected = [next(name for folder, name in shuffled if folder == wnid) for wnid in chosen]
+    _, owners, files = load_folder_images(folder, chosen, 1, 32, 36, draw_seed=314)
+    assert owners == chosen and files == expected
+    _, _, first = load_folder_images(folder, chosen, 1, 32, 36)
+    assert first == ["img0.png", "img0.png"]
+    draws = {tuple(load_folder_images(folder, chosen, 1, 32, 36, draw_seed=s)[2]) for s in range(8)}
+    assert len(draws) > 1  # the seed matters
 
 
 @pytest.mark.parametrize("arch", ["vgg11_bn", "densenet121"])

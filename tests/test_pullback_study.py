@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -259,6 +260,12 @@ def test_jobs_on_tiny_models(tmp_path, tiny_shapes_dir):
     assert transfer["transfer_prob_gain"].to_numpy() == pytest.approx(
         (transfer["transfer_target_prob"] - transfer["transfer_target_prob_before"]).to_numpy()
     )
+    # the per-step curve ends at the final success (the last step's images are the moved ones)
+    for curve, final in zip(transfer["transfer_success_by_step"], transfer["transfer_success"]):
+        assert len(curve) == transfer["pgd_steps"].iloc[0] and curve[-1] == final
+    assert transfer["transfer_success_area"].to_numpy() == pytest.approx(
+        [sum(c) / len(c) for c in transfer["transfer_success_by_step"]]
+    )
 
     arrays = pullback_images(job, paths[0], {"grid_images": 1, "pgd": {"steps": 1}, "probe_images": 8})
     assert len(arrays["images"]) == 10 and set(arrays["attributions"]) == set(study.MODES)
@@ -307,7 +314,7 @@ def test_a_temperature_sweep_adds_soft_rows_and_its_figure(tmp_path, tiny_shapes
     summary = stage_study.summarize(symmetry, agreement, faithfulness, transfer)
     alone = stage_study.summarize(*(t[~t["sweep"]] for t in (symmetry, agreement, faithfulness, transfer)))
     pd.testing.assert_frame_equal(summary, alone)
-    assert summary["measure"].str.startswith("PGD transfer across seeds (ours)").sum() == 2
+    assert summary["measure"].str.startswith("PGD transfer across seeds (ours)").sum() == 4
     fig = pullback_temperature(symmetry, agreement, faithfulness)
     panels = [ax for ax in fig.axes if ax.axison]  # five panels, the legend in a sixth cell
     assert len(panels) == 5 and len(panels[2].lines) == 3  # gradient line, global and per-neuron T
@@ -335,6 +342,22 @@ def test_transfer_measures_on_known_logits():
         study.transfer_measures(source_after, other_before, other_after, targets[:1])
 
 
+def test_transfer_curve_first_step_and_area():
+    got = study.transfer_curve([0.25, 0.5, 1.0, 1.0])
+    assert got == {
+        "transfer_success_by_step": [0.25, 0.5, 1.0, 1.0],
+        "transfer_success_first_step": 0.25,
+        "transfer_success_area": 0.6875,
+    }
+    # two modes that both saturate at the end are told apart by the curve
+    assert (
+        study.transfer_curve([0.1, 1.0])["transfer_success_area"]
+        < study.transfer_curve([0.6, 1.0])["transfer_success_area"]
+    )
+    with pytest.raises(ValueError, match="no step"):
+        study.transfer_curve([])
+
+
 def test_the_summary_reports_transfer_per_mode():
     symmetry = pd.DataFrame(
         [{"variant": "m", "scale_spread": 0.0, "mode": mode, "cos_min": 1.0} for mode in study.MODES]
@@ -358,6 +381,8 @@ def test_the_summary_reports_transfer_per_mode():
     assert row[list(study.MODES)].tolist() == pytest.approx([0.2, 0.6, 0.6])
     gain = summary.loc["PGD transfer across seeds (ours): other member's target probability gain"]
     assert gain["gradient"] == pytest.approx(0.1)
+    # a table written before the per-step curve: its rows are left out, not an error
+    assert "PGD transfer across seeds (ours): the same, mean over the steps" not in summary.index
     assert "PGD transfer across seeds (ours): other member predicts the target" not in set(
         stage_study.summarize(symmetry, agreement, faithfulness)["measure"]
     )
@@ -434,6 +459,62 @@ def test_settling_verdict_values_take_the_middle_epoch_per_member():
     values = gates.settling_verdict_values(pd.DataFrame(rows))
     assert list(values["epoch"]) == [2, 2] and list(values["agreement"]) == [0.9, 0.9]
     assert list(values["initial"]) == [0.6, 0.6]
+
+
+def test_path_correlations_are_the_pearson_correlation_of_the_full_path_tensors():
+    """The factorised correlation equals numpy's Pearson correlation over the explicit rank-1
+    tensors (every path of a two-site pattern, one per pair of units); a field against itself
+    is 1, against a field whose site patterns are complemented it is negative; a site with no
+    open gate gives NaN."""
+    generator = torch.Generator().manual_seed(0)
+    a = {
+        "s": torch.rand(5, 3, 2, generator=generator) > 0.4,
+        "t": torch.rand(5, 4, generator=generator) > 0.5,
+    }
+    b = {
+        "s": torch.rand(5, 3, 2, generator=generator) > 0.4,
+        "t": torch.rand(5, 4, generator=generator) > 0.5,
+    }
+    a["s"][:, 0, 0] = b["s"][:, 0, 0] = True  # no image's site is all closed
+    a["t"][:, 0] = b["t"][:, 0] = True
+    a["t"][:, 1] = b["t"][:, 1] = False  # nor all open
+    rho = gates.path_correlations(a, b)
+    for image in range(5):
+        tensor_a = np.outer(a["s"][image].flatten().double(), a["t"][image].double()).ravel()
+        tensor_b = np.outer(b["s"][image].flatten().double(), b["t"][image].double()).ravel()
+        assert rho[image].item() == pytest.approx(np.corrcoef(tensor_a, tensor_b)[0, 1], abs=1e-12)
+    assert torch.allclose(gates.path_correlations(a, a), torch.ones(5, dtype=torch.float64))
+    flipped = {site: ~pattern for site, pattern in a.items()}
+    assert (gates.path_correlations(a, flipped) < 0).all()
+    closed = {"s": torch.zeros_like(a["s"]), "t": a["t"]}
+    assert gates.path_correlations(closed, a).isnan().all()
+    with pytest.raises(ValueError, match="call sites"):
+        gates.path_correlations({"s": a["s"]}, a)
+
+
+def test_settling_rows_carry_the_epochs_path_correlation_and_the_early_epoch_decides():
+    generator = torch.Generator().manual_seed(1)
+    final = {
+        "s": torch.rand(40, 6, generator=generator) > 0.5,
+        "t": torch.rand(40, 5, generator=generator) > 0.5,
+    }
+    noisy = {k: v ^ (torch.rand(v.shape, generator=generator) > 0.9) for k, v in final.items()}
+    fresh = {k: torch.rand(v.shape, generator=generator) > 0.5 for k, v in final.items()}
+    rows = gates.settling_rows([(0, fresh), (1, noisy), (2, final)])
+    by_epoch = {r["epoch"]: r for r in rows}
+    rho = gates.path_correlations(noisy, final)
+    assert by_epoch[1]["path_rho_mean"] == pytest.approx(torch.nan_to_num(rho).mean().item())
+    assert by_epoch[1]["path_rho_positive"] == (torch.nan_to_num(rho) > 0).double().mean().item()
+    assert (
+        by_epoch[2]["path_rho_low"] == pytest.approx(1.0)
+        and by_epoch[1]["path_rho_low"] > by_epoch[0]["path_rho_low"]
+    )
+    table = pd.DataFrame(rows).assign(variant="m", seed=0)
+    values = gates.settling_verdict_values(table)
+    assert values.loc[0, "early_epoch"] == 1 and values.loc[0, "final_epoch"] == 2
+    assert values.loc[0, "path_rho_low"] == by_epoch[1]["path_rho_low"]
+    without = gates.settling_verdict_values(table.drop(columns=["path_rho_low"]))
+    assert np.isnan(without.loc[0, "path_rho_low"])
 
 
 def test_the_settling_table_reads_the_members_records(tmp_path, tiny_shapes_dir):

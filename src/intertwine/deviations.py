@@ -219,6 +219,18 @@ DEVIATIONS = (
     Deviation(
         None,
         None,
+        "the first image of each class in torch.randperm's order of every image",
+        f"{PULLBACK}, Sections 5.1 and 5.2 (the paper is silent on the mapping)",
+        '"one random image from each of the five selected classes"; "We seed the dataloader with '
+        'torch.Generator().manual_seed(314)."',
+        "the text does not say how the seeded loader's order picks the images: "
+        "`pullback.external.<name>.draw_seed` (default the paper's 314) shuffles every image of "
+        "every class folder (sorted as torchvision's ImageFolder) as a shuffling DataLoader seeded so "
+        "does and takes each chosen class's first; null takes the first by file name",
+    ),
+    Deviation(
+        None,
+        None,
         "f's block input",
         f"{GODFREY}, appendix D.2 (the paper is silent)",
         "stitching inside a residual block: the paper does not say what the skip path carries",

@@ -1,7 +1,7 @@
 """Binary activation patterns (the gates of a ReLU network) on a probe set, for the
-excitation-pullback paper's path stability hypothesis (Hypothesis 1): recorded while the zoo trains,
-so kept apart from :mod:`intertwine.pullback`, whose soft backward passes the zoo never runs (the
-zoo's code identity reaches this module only).
+excitation-pullback paper's Hypothesis 1 (early emergence of stable excitation patterns): recorded
+while the zoo trains, so kept apart from :mod:`intertwine.pullback`, whose soft backward passes the
+zoo never runs (the zoo's code identity reaches this module only).
 
 A *call site* is named as :mod:`intertwine.pullback` names it: a ReLU or LeakyReLU module by its
 name, its k-th call in one forward pass ``name@k`` (torchvision's Bottleneck calls one ``relu``
@@ -26,6 +26,7 @@ from torch.overrides import TorchFunctionMode
 __all__ = [
     "chance_agreement",
     "gate_patterns",
+    "path_correlations",
     "pattern_agreement",
     "settling_rows",
     "settling_verdict_values",
@@ -175,6 +176,59 @@ def chance_agreement(a: Tensor, b: Tensor) -> float:
     return (pa * pb + (1 - pa) * (1 - pb)).mean().item()
 
 
+def path_correlations(a: dict[str, Tensor], b: dict[str, Tensor]) -> Tensor:
+    """Per image x, the Pearson correlation rho(x) of two gating tensor fields: the rank-1 tensors
+    G~(x) = (x) over call sites of each site's binary gates (Satkiewicz's Equations 13-14, one
+    factor per ReLU call site), correlated over every path (one unit per site), without building
+    the tensor: over a product of sites the mean of a (x) b factorises into the sites' means.
+
+    With m_a = prod_s mean(a_s), m_b likewise and m_ab = prod_s mean(a_s b_s) (binary, so each
+    tensor's mean square is its mean), rho = (m_ab - m_a m_b) / sqrt(m_a (1 - m_a) m_b (1 - m_b)).
+    An image whose tensor is constant in either field (a site with no gate open, or every gate of
+    every site open) has no correlation: NaN.
+
+    Parameters
+    ----------
+    a, b : site -> bool pattern (N, ...), the same sites and shapes (e.g. an early and the final
+        epoch's ``gate_patterns``).
+
+    Returns
+    -------
+    Tensor
+        (N,) float64, in [-1, 1] or NaN.
+    """
+    if set(a) != set(b):
+        raise ValueError(f"path_correlations: call sites {sorted(a)} and {sorted(b)} differ")
+    m_a = m_b = m_ab = 1.0
+    for site, pattern in a.items():
+        x, y = pattern.flatten(1).double(), b[site].flatten(1).double()
+        if x.shape != y.shape:
+            raise ValueError(f"path_correlations: site {site}: shapes {tuple(x.shape)} and {tuple(y.shape)}")
+        m_a, m_b, m_ab = m_a * x.mean(1), m_b * y.mean(1), m_ab * (x * y).mean(1)
+    spread = (m_a * (1 - m_a) * m_b * (1 - m_b)).sqrt()
+    rho = (m_ab - m_a * m_b) / spread
+    return torch.where(spread > 0, rho, torch.full_like(rho, math.nan))
+
+
+#: The quantile of rho(x) over the probe images that reads the paper's "positive for almost every
+#: x" (ours: 95 % of the images); NaN (no correlation) counts as not positive.
+ALMOST_EVERY = 0.05
+
+
+#: ``settling_rows``' per-epoch columns of the path correlation.
+PATH_COLUMNS = ("path_rho_low", "path_rho_positive", "path_rho_mean")
+
+
+def _path_summary(rho: Tensor) -> dict:
+    """``settling_rows``' per-epoch columns from the per-image correlations ``rho``."""
+    defined = torch.nan_to_num(rho, nan=0.0)
+    return {
+        "path_rho_low": torch.quantile(defined, ALMOST_EVERY).item(),
+        "path_rho_positive": (defined > 0).double().mean().item(),
+        "path_rho_mean": defined.mean().item(),
+    }
+
+
 def settling_rows(patterns: Sequence[tuple[int, dict[str, Tensor]]]) -> list[dict]:
     """Per recorded epoch and ReLU call site, how far the member's gate pattern on its probe images
     already is the final one (the pattern after the last recorded epoch).
@@ -188,7 +242,11 @@ def settling_rows(patterns: Sequence[tuple[int, dict[str, Tensor]]]) -> list[dic
     -------
     One dict per (epoch, site): ``epoch``, ``site``, ``units`` (gates per image), ``agreement``
     (:func:`pattern_agreement` with the final pattern), ``chance`` (:func:`chance_agreement` with
-    it), ``active`` (fraction of positive pre-activations) and ``final_epoch``.
+    it), ``active`` (fraction of positive pre-activations) and ``final_epoch``; and the epoch's
+    correlation of gating tensor fields with the final one (:func:`path_correlations`, the same
+    on each of the epoch's rows): ``path_rho_low`` (its ``ALMOST_EVERY`` quantile over the images,
+    NaN read as 0), ``path_rho_positive`` (the fraction of images with rho > 0) and
+    ``path_rho_mean``.
     """
     if not patterns:
         raise ValueError("settling_rows: no recorded patterns")
@@ -200,6 +258,7 @@ def settling_rows(patterns: Sequence[tuple[int, dict[str, Tensor]]]) -> list[dic
                 f"settling_rows: epoch {epoch} has call sites {sorted(sites)}, the final pattern "
                 f"{sorted(final)}: the forward pass changed its ReLU calls during training"
             )
+        paths = _path_summary(path_correlations(sites, final))
         for site, pattern in sites.items():
             rows.append(
                 {
@@ -211,43 +270,83 @@ def settling_rows(patterns: Sequence[tuple[int, dict[str, Tensor]]]) -> list[dic
                     "active": pattern.double().mean().item(),
                     "final_epoch": int(final_epoch),
                 }
+                | paths
             )
     return rows
 
 
 def settling_verdict_values(table: pd.DataFrame) -> pd.DataFrame:
-    """Per member (variant, seed), the agreement with the final pattern at the middle of training
-    (the first recorded epoch at or after half of its final epoch), averaged over ReLU call sites;
-    with the same average at initialisation (epoch 0) and by chance. Columns ``variant, seed,
-    epoch, agreement, chance, initial``: one independent unit per member for the claims scorecard.
+    """Per member (variant, seed), one independent unit of Hypothesis 1 for the claims scorecard.
+
+    The paper's criterion: the correlation of the gating tensor fields of the *early* epoch (the
+    first recorded epoch after initialisation: the earliest time the record can show) and of every
+    later one with the final field, ``path_rho_low`` at its lowest over the epochs from the early
+    one to the last before the end (the hypothesis' "for every t > t_gamma"); with the early
+    epoch's ``path_rho_positive`` and ``path_rho_mean``. Beside it, our stricter reading: the
+    agreement of the gates with the final pattern at the middle of training (the first recorded
+    epoch at or after half of the final epoch), averaged over ReLU call sites, with the same at
+    initialisation (epoch 0) and by chance.
 
     Parameters
     ----------
     table : pandas.DataFrame
-        ``settling_rows``' rows of every member, with ``variant`` and ``seed`` columns.
+        ``settling_rows``' rows of every member, with ``variant`` and ``seed`` columns (a table
+        recorded before the ``path_rho_*`` columns existed gives NaN there).
 
     Returns
     -------
     pandas.DataFrame
-        One row per member, in order of first appearance: ``variant``, ``seed``, ``epoch`` (the
-        middle one; the final epoch when no recorded epoch qualifies), ``agreement``, ``chance``
-        and ``initial`` (NaN without an epoch-0 record).
+        One row per member, in order of first appearance: ``variant``, ``seed``, ``final_epoch``,
+        ``early_epoch`` (NaN when no epoch lies strictly between initialisation and the end),
+        ``path_rho_low``, ``path_rho_positive``, ``path_rho_mean``, ``epoch`` (the middle one;
+        the final epoch when no recorded epoch qualifies), ``agreement``, ``chance`` and
+        ``initial`` (NaN without an epoch-0 record).
     """
     rows = []
     for (variant, seed), member in table.groupby(["variant", "seed"], sort=False):
         final = int(member["final_epoch"].iloc[0])
-        epochs = sorted(e for e in set(member["epoch"]) if 2 * e >= final and e > 0)
+        recorded = sorted(set(member["epoch"]))
+        epochs = [e for e in recorded if 2 * e >= final and e > 0]
         middle = epochs[0] if epochs else final
         at = member[member["epoch"] == middle]
         start = member[member["epoch"] == 0]
+        between = [e for e in recorded if 0 < e < final]
+        early = member[member["epoch"] == between[0]] if between else member.iloc[:0]
+        later = member[member["epoch"].isin(between)]
+
         rows.append(
             {
                 "variant": variant,
                 "seed": int(seed),
+                "final_epoch": final,
+                "early_epoch": between[0] if between else math.nan,
+                "path_rho_low": _reduced(later, "path_rho_low", lambda c: c.min(skipna=False)),
+                "path_rho_positive": _reduced(early, "path_rho_positive", lambda c: c.iloc[0]),
+                "path_rho_mean": _reduced(early, "path_rho_mean", lambda c: c.iloc[0]),
                 "epoch": middle,
                 "agreement": at["agreement"].mean(),
                 "chance": at["chance"].mean(),
                 "initial": start["agreement"].mean() if len(start) else math.nan,
             }
         )
-    return pd.DataFrame(rows, columns=["variant", "seed", "epoch", "agreement", "chance", "initial"])
+    return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
+
+
+def _reduced(part: pd.DataFrame, name: str, reduce) -> float:
+    """``reduce(part[name])``; NaN for no rows or a table recorded without the column."""
+    return float(reduce(part[name])) if name in part and len(part) else math.nan
+
+
+VERDICT_COLUMNS = [
+    "variant",
+    "seed",
+    "final_epoch",
+    "early_epoch",
+    "path_rho_low",
+    "path_rho_positive",
+    "path_rho_mean",
+    "epoch",
+    "agreement",
+    "chance",
+    "initial",
+]

@@ -190,7 +190,7 @@ rule pullback_figure:
         CLI["pullback-figure"].shell()
 
 
-# Hypothesis 1 (path stability): the gate patterns the settling variants' members recorded while
+# Hypothesis 1 (early emergence of stable excitation patterns): the gate patterns the settling variants' members recorded while
 # they trained (zoo.training.gate_probe_images), read from their checkpoints.
 rule pullback_settling:
     input:
@@ -217,7 +217,8 @@ rule pullback_settling:
 
 
 # The paper's own experiment: a torchvision ImageNet model with local weights on an image folder
-# (pullback.external; Imagenette's layout), its PGD grids along the gradient and the pullbacks.
+# (pullback.external; Imagenette's layout), its raw pullbacks (Figure 2) and PGD grids along the
+# gradient and the pullbacks (Figures 1, 3 and 4).
 rule pullback_external:
     input:
         weights=lambda wc: config["pullback"]["external"][wc.name]["weights"],
@@ -235,16 +236,23 @@ rule pullback_external:
             category="Excitation pullbacks",
             subcategory="{name}",
         ),
+        pullbacks=report(
+            "results/figures/pullback_external_{name}_pullbacks.png",
+            caption="../report/pullback_external.rst",
+            category="Excitation pullbacks",
+            subcategory="{name}",
+        ),
         other_formats=PLAN.other_formats(
             [
                 "results/figures/pullback_external_{name}.png",
                 "results/figures/pullback_external_{name}_perturbed.png",
+                "results/figures/pullback_external_{name}_pullbacks.png",
             ]
         ),
     log:
         "results/logs/pullback/external/{name}.log",
     wildcard_constraints:
-        # the configured names only: "x_perturbed" is not a model's name
+        # the configured names only: "x_perturbed" and "x_pullbacks" are not models' names
         name="|".join(map(re.escape, config["pullback"]["external"])) or "(?!)",
     conda:
         CONDA_ENV

@@ -35,10 +35,19 @@ def _images(folder: Path) -> list[Path]:
 
 
 def load_folder_images(
-    root: str | Path, folders: list[str], per_class: int, size: int = 224, resize: int = 256
+    root: str | Path,
+    folders: list[str],
+    per_class: int,
+    size: int = 224,
+    resize: int = 256,
+    draw_seed: int | None = None,
 ) -> tuple[Tensor, list[str], list[str]]:
-    """The first ``per_class`` images (by file name) of each of ``folders`` under ``root``, RGB,
-    resized (shorter side ``resize``, bilinear, antialiased) and centre-cropped to ``size``.
+    """``per_class`` images of each of ``folders`` under ``root``, RGB, resized (shorter side
+    ``resize``, bilinear, antialiased) and centre-cropped to ``size``: the first by file name, or
+    with ``draw_seed`` the first of their class in a shuffled order of every image of every class
+    folder under ``root`` (sorted as torchvision's ``ImageFolder`` sorts them), the permutation
+    ``torch.randperm(N, generator=torch.Generator().manual_seed(draw_seed))`` that a shuffling
+    ``DataLoader`` seeded so draws (the excitation-pullback paper seeds its loader with 314).
 
     Returns (uint8 tensor (N, 3, size, size), each image's folder, each image's file name)."""
     from PIL import Image
@@ -46,12 +55,14 @@ def load_folder_images(
 
     if resize < size:
         raise ValueError(
-            f"resize {resize} is below the crop size {size}: set resize >= size (the paper: 256, 224)"
+            f"resize {resize} is below the crop size {size}: set resize >= size (the released code: 256, 224)"
         )
     root = Path(root).expanduser()
     images, owners, names = [], [], []
+    drawn = _drawn(root, draw_seed) if draw_seed is not None else None
     for folder in folders:
-        files = _images(root / folder)[:per_class]
+        files = _images(root / folder) if drawn is None else [p for p in drawn if p.parent.name == folder]
+        files = files[:per_class]
         if len(files) < per_class:
             raise ValueError(f"{root / folder} has {len(files)} images, {per_class} asked for per class")
         for path in files:
@@ -61,3 +72,11 @@ def load_folder_images(
             owners.append(folder)
             names.append(path.name)
     return torch.stack(images), owners, names
+
+
+def _drawn(root: Path, seed: int) -> list[Path]:
+    """Every image of every class folder under ``root`` in ``ImageFolder``'s order, shuffled by
+    ``torch.randperm`` with a generator seeded ``seed``."""
+    every = [path for folder in class_folders(root) for path in _images(root / folder)]
+    order = torch.randperm(len(every), generator=torch.Generator().manual_seed(seed))
+    return [every[k] for k in order.tolist()]

@@ -3,8 +3,9 @@
 Nothing is downloaded: the caller supplies the weights file, e.g. torchvision's own release
 ``torchvision.models.ResNet50_Weights.IMAGENET1K_V1.url`` fetched by hand. Use the V1 weights
 (``IMAGENET1K_V1``, what ``pretrained=True`` loaded): they are the weights of the excitation-pullback
-paper (Satkiewicz), whose section 6.3 reports pullbacks of the V2 weights (torchvision's newer
-training recipe) to be worse; V2 is a deviation to state where it is used. The models
+paper (Satkiewicz), whose section 6.3 finds it "harder (but still possible)" to get pullbacks of
+the same quality from the V2 weights (torchvision's newer training recipe); V2 is a deviation to
+state where it is used. The models
 take images scaled to 0..1 and normalised with ``IMAGENET_MEAN`` and ``IMAGENET_STD``.
 
 ``DEFAULT_SITES`` names the modules whose forward output the dissection reads with forward hooks

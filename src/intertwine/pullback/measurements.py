@@ -54,6 +54,7 @@ __all__ = [
     "summarize_cosines",
     "symmetry_cosines",
     "to_unit_range",
+    "transfer_curve",
     "transfer_measures",
 ]
 
@@ -61,8 +62,8 @@ __all__ = [
 MODES = ("gradient", "global", "per_neuron")
 #: The groups acting on the weights: permutations, and G_ReLU (positive per-channel scales too).
 GROUPS = ("permutation", "grelu")
-#: The paper's ImageNet inputs: 224 x 224 x 3 values in [-1, 1]; its PGD radius and step are L2
-#: norms there (epsilon 100, step 20).
+#: The paper's ImageNet inputs: values in [-1, 1], 224 x 224 x 3 of them (the crop of its released
+#: code; its text gives no size); its PGD radius and step are L2 norms there (epsilon 100, step 20).
 PAPER_IMAGE_DIMS = 224 * 224 * 3
 
 
@@ -403,6 +404,34 @@ def transfer_measures(
         "transfer_target_prob": after.mean().item(),
         "transfer_prob_gain": (after - before).mean().item(),
         "transfer_margin_gain": (margin(other_after) - margin(other_before)).mean().item(),
+    }
+
+
+def transfer_curve(success_by_step: Sequence[float]) -> dict:
+    """The transfer across seeds as the PGD budget grows (ours): the other member's success after
+    each step, its first step (the smallest budget, one ``step_size``) and its mean over the steps
+    (the area under the curve, in [0, 1]; higher: the perturbation reads as the target to the
+    other seed sooner). At the paper's full budget (10 steps, epsilon 100 at 224 x 224 x 3) every
+    mode moves almost every image, so the final success does not tell the modes apart; the curve
+    does where one mode gets there with less.
+
+    Parameters
+    ----------
+    success_by_step : the fraction of images the other member predicts as the target after each
+        step, in order (``pgd_toward``'s ``each_step``).
+
+    Returns
+    -------
+    ``transfer_success_by_step`` (the list), ``transfer_success_first_step`` and
+    ``transfer_success_area``.
+    """
+    steps = [float(v) for v in success_by_step]
+    if not steps:
+        raise ValueError("transfer_curve: no step recorded (pgd.steps must be at least 1)")
+    return {
+        "transfer_success_by_step": steps,
+        "transfer_success_first_step": steps[0],
+        "transfer_success_area": sum(steps) / len(steps),
     }
 
 

@@ -68,8 +68,8 @@ def cmd_pullback_table(args) -> None:
 
 def cmd_pullback_external(args) -> None:
     from intertwine.tables import write_parquet
+    from intertwine.workflow.stages.pullback.external import pullback_external
     from intertwine.workflow.stages.pullback.figures import pullback_external as figure
-    from intertwine.workflow.stages.pullback.job import pullback_external
     from intertwine.workflow.stages.pullback.tables import PULLBACK_EXTERNAL
 
     table, arrays = pullback_external(
@@ -77,6 +77,7 @@ def cmd_pullback_external(args) -> None:
     )
     save_figure_files(figure(arrays), args.figure, args.other_formats, args.figures)
     save_figure_files(figure(arrays, perturbed=True), args.perturbed_figure, args.other_formats, args.figures)
+    save_figure_files(figure(arrays, pullbacks=True), args.pullbacks_figure, args.other_formats, args.figures)
     write_parquet(table, args.out, PULLBACK_EXTERNAL)
 
 
@@ -245,7 +246,7 @@ def _add_external_and_settling_commands(cli: Commands) -> None:
     p = cli.add(
         "pullback-external",
         cmd_pullback_external,
-        "the paper's PGD grids (gradient vs pullbacks) for a torchvision ImageNet model on an image folder",
+        "the paper's raw-pullback and PGD grids (gradient vs pullbacks) for a torchvision ImageNet model",
         [cli.job, cli.figure],
         out=".parquet, one row per (mode, image, target)",
         config="pullback",
@@ -274,6 +275,12 @@ def _add_external_and_settling_commands(cli: Commands) -> None:
     p.add_argument("--figure", required=True, rule="{output.figure}", help="differences grid (.png)")
     p.add_argument(
         "--perturbed-figure", required=True, rule="{output.perturbed}", help="perturbed images grid (.png)"
+    )
+    p.add_argument(
+        "--pullbacks-figure",
+        required=True,
+        rule="{output.pullbacks}",
+        help="raw pullbacks grid, the paper's Figure 2 (.png)",
     )
     p = cli.add(
         "pullback-settling",

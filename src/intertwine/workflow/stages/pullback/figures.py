@@ -157,10 +157,13 @@ def pullback_transfer(table: pd.DataFrame) -> plt.Figure:
 
 
 def pullback_settling(table: pd.DataFrame) -> plt.Figure:
-    """Hypothesis 1 (path stability), a panel per variant: the agreement of each recorded epoch's
-    binary activation pattern (epoch 0: initialisation) with the final one, per ReLU call site
-    (colour from the first to the last site; mean over members, the band their range), and the
-    agreement by chance with the same units' rates (dashed, mean over sites)."""
+    """Hypothesis 1 (early emergence of stable excitation patterns), a panel per variant: the
+    agreement of each recorded epoch's binary activation pattern (epoch 0: initialisation) with
+    the final one, per ReLU call site (colour from the first to the last site; mean over members,
+    the band their range), the
+    agreement by chance with the same units' rates (dashed, mean over sites), and the paper's
+    criterion: the 5 % quantile over the probe images of the correlation rho(x) with the final
+    gating tensor (black, mean over members; H1 asks for it above 0)."""
     variants = list(dict.fromkeys(table["variant"]))
     fig, flat = panel_grid(max(len(variants), 1), 4.0, 3.8)
     for ax, variant in zip(flat, variants):
@@ -174,11 +177,18 @@ def pullback_settling(table: pd.DataFrame) -> plt.Figure:
             ax.fill_between(mean.index, low.to_numpy(), high.to_numpy(), color=colour, alpha=0.15, lw=0)
         chance = part.groupby("epoch")["chance"].mean()
         ax.plot(chance.index, chance.to_numpy(), "--", color="grey", lw=1, label="chance (units' rates)")
+        low = float(part["chance"].min())
+        if "path_rho_low" in part and part["path_rho_low"].notna().any():
+            # the paper's criterion (H1): the correlation with the final gating tensor, > 0
+            rho = part.groupby(["seed", "epoch"])["path_rho_low"].first().groupby("epoch").mean()
+            ax.plot(rho.index, rho.to_numpy(), color="black", lw=1.2, label="rho(x), 5 % quantile")
+            ax.axhline(0, color="black", lw=0.5, ls=":")
+            low = min(low, float(rho.min()), 0.0)
         members = part[["seed"]].drop_duplicates()
         ax.set_title(f"{variant} ({counted(len(members), 'member')})", fontsize=9)
         ax.set_xlabel("epoch (0: initialisation)")
-        ax.set_ylabel("gates as in the final pattern")
-        ax.set_ylim(min(0.45, float(part["chance"].min()) - 0.02), 1.01)
+        ax.set_ylabel("gates as in the final pattern;\nrho with the final tensor")
+        ax.set_ylim(min(0.45, low - 0.02), 1.01)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=SMALL, loc="lower right")
         # the sites as a colour bar (first to last), every one named where 8-pt names fit
@@ -205,12 +215,14 @@ def _scaled_each(difference: np.ndarray) -> np.ndarray:
     return np.moveaxis(scaled, -3, -1)
 
 
-def pullback_external(arrays: dict, perturbed: bool = False) -> plt.Figure:
-    """The paper's grid (its Figure 1 and README grids) for one ImageNet model: a block of rows per
-    mode (gradient, global-T and per-neuron-T pullback), a row per image (its clean image first),
-    a column per target class (the images' own classes, the diagonal, then random extra labels):
+def pullback_external(arrays: dict, perturbed: bool = False, pullbacks: bool = False) -> plt.Figure:
+    """The paper's grid (its Figures 1 and 3) for one ImageNet model: a block of rows per mode
+    (gradient, global-T and per-neuron-T pullback), a row per image (its clean image first), a
+    column per target class (the images' own classes, the diagonal, then random extra labels):
     each cell the difference between the image after the paper's PGD toward that target and the
-    clean image, min-max scaled per cell (``perturbed``: the perturbed image itself)."""
+    clean image, min-max scaled per cell (``perturbed``: the perturbed image itself;
+    ``pullbacks``: its Figure 2, the raw pullback of the target at the clean image, min-max scaled
+    per cell as torchvision's ``make_grid(scale_each=True)``)."""
     modes = [m for m in PULLBACK_MODES if m in arrays["perturbed"]]
     images = arrays["images"]
     n, t = len(images), len(arrays["targets"])
@@ -222,7 +234,10 @@ def pullback_external(arrays: dict, perturbed: bool = False) -> plt.Figure:
     fig, axes = plt.subplots(rows, t + 1, figsize=(width, height), squeeze=False)
     for b, mode in enumerate(modes):
         moved = arrays["perturbed"][mode]
-        shown = np.moveaxis(moved, -3, -1) if perturbed else _scaled_each(moved - images[:, None])
+        if pullbacks:
+            shown = _scaled_each(arrays["pullbacks"][mode])
+        else:
+            shown = np.moveaxis(moved, -3, -1) if perturbed else _scaled_each(moved - images[:, None])
         for i in range(n):
             row = axes[b * n + i]
             row[0].imshow(np.moveaxis(images[i], 0, -1), aspect="auto")
@@ -237,11 +252,14 @@ def pullback_external(arrays: dict, perturbed: bool = False) -> plt.Figure:
                 ax.set_xticks([])
                 ax.set_yticks([])
     what = "perturbed images" if perturbed else "perturbed minus clean"
-    fig.suptitle(
-        f"{arrays['title']}\n{arrays['steps']}-step PGD toward each column's class\n(L2 radius "
-        f"{arrays['epsilon']:.3g}, images in [-1, 1]); {what}",
-        fontsize=SMALL,
+    title = (
+        f"{arrays['title']}\nraw pullback (gradient) of each column's class\nat the clean image, "
+        "min-max scaled per cell"
+        if pullbacks
+        else f"{arrays['title']}\n{arrays['steps']}-step PGD toward each column's class\n(L2 radius "
+        f"{arrays['epsilon']:.3g}, images in [-1, 1]); {what}"
     )
+    fig.suptitle(title, fontsize=SMALL)
     fig.subplots_adjust(
         left=left / width, right=0.995, bottom=0.005, top=1 - head / height, wspace=0.03, hspace=0.18
     )

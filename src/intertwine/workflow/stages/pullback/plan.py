@@ -110,6 +110,7 @@ class PullbackPlan:
         return [
             f"results/figures/pullback_external_{name}.png",
             f"results/figures/pullback_external_{name}_perturbed.png",
+            f"results/figures/pullback_external_{name}_pullbacks.png",
         ]
 
     @property
@@ -124,7 +125,7 @@ class PullbackPlan:
             ]
         ]
 
-    # Hypothesis 1 (path stability): gate patterns recorded while the zoo trains
+    # Hypothesis 1 (early emergence of stable excitation patterns): gate patterns recorded in training
     @property
     def settling_variants(self) -> list[str]:
         """The variants whose members record gate patterns (zoo.training.gate_probe_images > 0,

@@ -54,10 +54,21 @@ def summarize(
             for column, label in (
                 ("transfer_success", "PGD transfer across seeds (ours): other member predicts the target"),
                 (
+                    "transfer_success_first_step",
+                    "PGD transfer across seeds (ours): the same after the first step",
+                ),
+                (
+                    "transfer_success_area",
+                    "PGD transfer across seeds (ours): the same, mean over the steps",
+                ),
+                (
                     "transfer_prob_gain",
                     "PGD transfer across seeds (ours): other member's target probability gain",
                 ),
             ):
-                rows.append({"variant": variant, "measure": label, **moved.groupby("mode")[column].mean()})
+                if column in moved:  # a table written before the per-step curve lacks it
+                    rows.append(
+                        {"variant": variant, "measure": label, **moved.groupby("mode")[column].mean()}
+                    )
     table = pd.DataFrame(rows)
     return table[["variant", "measure", *(m for m in MODES if m in table.columns)]]

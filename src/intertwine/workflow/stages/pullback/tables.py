@@ -85,6 +85,11 @@ PULLBACK_TRANSFER = pa.schema(
         pa.field("transfer_target_prob", pa.float64()),
         pa.field("transfer_prob_gain", pa.float64()),
         pa.field("transfer_margin_gain", pa.float64()),  # logits: target minus best other
+        # the other member's success after each PGD step, its first and its mean over the steps
+        # (measurements.transfer_curve: the full budget saturates, the curve separates the modes)
+        pa.field("transfer_success_by_step", pa.list_(pa.float64())),
+        pa.field("transfer_success_first_step", pa.float64()),
+        pa.field("transfer_success_area", pa.float64()),
         pa.field("pgd_steps", pa.int64()),
         pa.field("pgd_epsilon", pa.float64()),  # L2, images in [-1, 1]
         pa.field("pgd_step_size", pa.float64()),
@@ -95,7 +100,7 @@ PULLBACK_TRANSFER = pa.schema(
 )
 
 
-# Hypothesis 1 (path stability), per zoo member, recorded epoch (0: initialisation) and ReLU call
+# Hypothesis 1 (early emergence of stable excitation patterns), per zoo member, recorded epoch (0: initialisation) and ReLU call
 # site: the agreement of the member's binary activation pattern on its probe images with the
 # pattern after the last epoch (final_epoch), the agreement by chance with the units' rates, and the
 # fraction of active gates (intertwine.gates.settling_rows). kept_epoch: the epoch whose
@@ -110,6 +115,11 @@ PULLBACK_SETTLING = pa.schema(
         pa.field("agreement", pa.float64()),
         pa.field("chance", pa.float64()),
         pa.field("active", pa.float64()),
+        # the epoch's correlation of gating tensor fields with the final one (gates.path_correlations;
+        # the same on each of the epoch's rows; NaN in a record made before it existed)
+        pa.field("path_rho_low", pa.float64()),  # its 5 % quantile over the probe images
+        pa.field("path_rho_positive", pa.float64()),  # the fraction of images with rho > 0
+        pa.field("path_rho_mean", pa.float64()),
         pa.field("final_epoch", pa.int64()),
         pa.field("kept_epoch", pa.int64()),
         pa.field("probe_images", pa.int64()),
