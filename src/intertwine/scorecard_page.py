@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import pandas as pd
 
@@ -150,3 +151,45 @@ def as_rst(table: pd.DataFrame, figures: set[str]) -> str:
     if len(ours):
         lines += [""] + block(ours, "Properties of our own constructions (not claims of the papers)")
     return "\n".join(lines) + "\n"
+
+
+def markdown_summary(card: pd.DataFrame) -> str:
+    """A run's scorecard (``claims.csv``) as the docs show it: one line per claim with its reading,
+    the comparison that carries the verdict (``headline``) and its units."""
+
+    def cell(text) -> str:
+        return " ".join(str(text).split()).replace("|", r"\|") if pd.notna(text) and text != "" else "-"
+
+    lines = ["| claim | reading | deciding comparison (ours) | units |", "| --- | --- | --- | --- |"]
+    for row in card.itertuples():
+        ours = row.ours if pd.notna(row.ours) else ""
+        decides = headline(ours, row.verdict) if ours else row.evidence
+        lines.append(f"| {row.claim} | {cell(row.reading)} | {cell(decides)} | {cell(row.units)} |")
+    return "\n".join(lines) + "\n"
+
+
+#: A generated block in a docs page: the scorecard of the run whose ``claims.csv`` the marker names.
+SCORECARD_BLOCK = re.compile(
+    r"(<!-- scorecard: (?P<csv>\S+) -->\n)(?P<table>.*?)(<!-- /scorecard -->)", re.DOTALL
+)
+
+
+def refresh_docs(page: str, root: Path) -> str:
+    """``page`` (a docs page's text) with each scorecard block rewritten from the ``claims.csv`` its
+    marker names (a path relative to ``root``, the repository)."""
+
+    def table(match: re.Match) -> str:
+        card = pd.read_csv(root / match["csv"], keep_default_na=False, na_values=[""])
+        return match[1] + markdown_summary(card) + match[4]
+
+    return SCORECARD_BLOCK.sub(table, page)
+
+
+if __name__ == "__main__":
+    # python -m intertwine.scorecard_page docs/scorecard.md docs/results.md: the docs' scorecard
+    # tables rewritten from the runs' claims.csv files their markers name.
+    import sys
+
+    for name in sys.argv[1:]:
+        path = Path(name)
+        path.write_text(refresh_docs(path.read_text(), Path.cwd()))

@@ -78,7 +78,8 @@ CLAIMS = (
     Claim(
         "T1",
         f"{GODFREY}, section 3.2, Prop. 3.4",
-        "Prop. 3.4: the weight-space action of the intertwiner group leaves the network function unchanged",
+        '"In particular, f(x,W\') = f(x,W) for all x ∈ R^{n_0}. Equivalently, we have Φ(W\') = Φ(W) ∈ F." '
+        "(Prop. 3.4, W' the weights with A_i of the intertwiner group acting on them)",
         "G_ReLU elements act on the weights without changing the function (exact)",
         "exact",
         ("symmetry",),
