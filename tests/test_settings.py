@@ -263,3 +263,36 @@ def test_validation_names_the_value_that_does_not_fit():
 
     with pytest.raises(jsonschema.ValidationError, match="-1 is less than the minimum of 1"):
         settings.validate_config({"rotation": {"epochs": -1}})
+
+
+def test_a_key_written_twice_is_refused_naming_the_file_the_key_and_its_lines(tmp_path):
+    """YAML keeps the last of two equal keys: a second ``symmetry:`` block dropped ``monomial``
+    from ``groups`` without a word."""
+    from intertwine.config import load_config
+
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("symmetry:\n  groups: [monomial]\nzoo:\n  seeds: 2\nsymmetry:\n  seeds: 1\n")
+    with pytest.raises(
+        ValueError, match=rf"{twice}: key symmetry is written twice, on lines 1 and 5; .* merge"
+    ):
+        load_config([twice])
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("zoo:\n  training:\n    lr: 0.1\n    epochs: 2\n    lr: 0.5\n")
+    with pytest.raises(ValueError, match=r"key zoo.training.lr is written twice, on lines 3 and 5"):
+        load_config([nested])
+    listed = tmp_path / "listed.yaml"
+    listed.write_text("pullback:\n  models:\n    - {name: a, name: b}\n")
+    with pytest.raises(ValueError, match=r"key pullback.models.0.name is written twice, on lines 3 and 3"):
+        load_config([listed])
+    once = tmp_path / "once.yaml"  # the same key in two blocks, or in two files, is no repetition
+    once.write_text("zoo:\n  seeds: 2\nsymmetry:\n  seeds: 1\n")
+    assert load_config([once, once])["symmetry"] == {"seeds": 1}
+
+
+def test_a_yte_template_is_refused(tmp_path):
+    from intertwine.config import load_config
+
+    template = tmp_path / "template.yaml"
+    template.write_text("__use_yte__: true\nzoo:\n  seeds: ?1 + 1\n")
+    with pytest.raises(ValueError, match=rf"{template}: key __use_yte__: .*YTE template.* Delete the key"):
+        load_config([template])
