@@ -296,3 +296,13 @@ def test_a_yte_template_is_refused(tmp_path):
     template.write_text("__use_yte__: true\nzoo:\n  seeds: ?1 + 1\n")
     with pytest.raises(ValueError, match=rf"{template}: key __use_yte__: .*YTE template.* Delete the key"):
         load_config([template])
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_a_number_that_is_not_finite_is_refused_naming_the_key(value):
+    """NaN passes every minimum and maximum: ``lr: .nan`` passed the check and failed late in torch."""
+    from intertwine.config import check_config
+
+    errors = check_config({"zoo": {"training": {"lr": value}}})
+    assert errors == [f"config key zoo.training.lr: {value} is not a finite number; write a number"]
+    assert check_config({"zoo": {"training": {"lr": 0.05}}}) == []
