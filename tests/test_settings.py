@@ -306,3 +306,47 @@ def test_a_number_that_is_not_finite_is_refused_naming_the_key(value):
     errors = check_config({"zoo": {"training": {"lr": value}}})
     assert errors == [f"config key zoo.training.lr: {value} is not a finite number; write a number"]
     assert check_config({"zoo": {"training": {"lr": 0.05}}}) == []
+
+
+def tiny_config(change):
+    from pathlib import Path
+
+    from intertwine.config import load_config
+
+    config = load_config([Path(__file__).parent / "configs" / "tiny.yaml"])
+    change(config)
+    return config
+
+
+def test_sizes_are_bounded_before_anything_is_allocated():
+    """``zoo.seeds: 1000000000`` passed the check and a dry run died of MemoryError after 3.1 GB;
+    ``width_multiplier: 1000`` ended in an allocator's traceback, as the check built the model
+    with its weights: it is built on the meta device now, its parameters counted from shapes."""
+    from intertwine.config import check_config
+
+    errors = check_config(tiny_config(lambda c: c["zoo"].update(seeds=10**9)))
+    assert errors == [
+        "config key zoo.seeds: 1000000000 is greater than the maximum of 1000; lower it (the limit and "
+        "its reason are in the key's description, docs/config-reference.md)"
+    ]
+    errors = check_config(tiny_config(lambda c: c["zoo"]["seeds_per_variant"].update(myrtle=10**9)))
+    assert errors[0].startswith("config key zoo.seeds_per_variant.myrtle: 1000000000 is greater than")
+    wide = check_config(tiny_config(lambda c: c["zoo"]["variants"]["myrtle"].update(width_multiplier=1000)))
+    assert wide == [
+        "config key zoo.variants.myrtle: 1.55e+12 parameters, more than the 1e+09 a zoo model may have "
+        "(4 bytes each, 4 times over in training); lower its width_multiplier (or constant_width, depth)"
+    ]
+    assert check_config(tiny_config(lambda c: c["zoo"].update(seeds=1000))) == []  # the bound itself runs
+
+
+def test_the_config_checks_model_is_the_real_ones_shapes():
+    """Sites and parameter counts from the meta-device model equal those of a model with weights."""
+    from intertwine import models
+    from intertwine.plan import as_json
+    from intertwine.workflow.planning import spec_cut_sites, spec_parameters, spec_sites
+
+    for spec in tiny_config(lambda c: None)["zoo"]["variants"].values():
+        model = models.build(spec)
+        assert spec_parameters(as_json(spec)) == models.count_parameters(model)
+        assert list(spec_sites(as_json(spec))) == models.sites(model)
+        assert list(spec_cut_sites(as_json(spec))) == models.cut_sites(model)

@@ -20,6 +20,11 @@ def describe_validation_error(error) -> str:
             f"config key {where}: {error.instance} lists an item more than once; list each once "
             "(a repeated item would run the same jobs twice and count them as independent evidence)"
         )
+    if error.validator in ("maximum", "exclusiveMaximum"):
+        return (
+            f"config key {where}: {error.message}; lower it (the limit and its reason are in the key's "
+            "description, docs/config-reference.md)"
+        )
     return f"config key {where}: {error.message}"
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from intertwine.workflow import stages
 from intertwine.workflow.planning import (  # noqa: F401  (importable from here, as before)
     GATED_ARCHS,
+    MAX_PARAMETERS,
     ZOO_TABLES,
     ConfigCheck,
     ConfigError,
@@ -31,6 +32,7 @@ from intertwine.workflow.planning import (  # noqa: F401  (importable from here,
     distinct_pairs,
     draw_pairs,
     spec_cut_sites,
+    spec_parameters,
     spec_sites,
 )
 
@@ -256,6 +258,8 @@ class Plan(*stages.plan_parts()):
                 normalize_spec(spec)
             except ValueError as err:
                 check.errors.append(f"config key zoo.variants.{name}: {err}")
+        if not check.errors:
+            self._model_size_errors(check)
         if check.errors:
             return check.errors
         for stage in stages.with_part("plan"):
@@ -263,6 +267,18 @@ class Plan(*stages.plan_parts()):
             if stage_errors is not None:
                 stage_errors(check)
         return check.errors
+
+    def _model_size_errors(self, check: ConfigCheck) -> None:
+        """Each variant's parameter count, from its shapes (built on the meta device), at most
+        ``MAX_PARAMETERS``: a model too large to train is named here, not by the allocator."""
+        for name, spec in self.zoo["variants"].items():
+            parameters = spec_parameters(as_json(spec))
+            if parameters > MAX_PARAMETERS:
+                check.errors.append(
+                    f"config key zoo.variants.{name}: {parameters:.3g} parameters, more than the "
+                    f"{MAX_PARAMETERS:.0e} a zoo model may have (4 bytes each, 4 times over in training); "
+                    "lower its width_multiplier (or constant_width, depth)"
+                )
 
     def _image_count_errors(self) -> list[str]:
         """Image counts the data set's splits must hold, each under the key the user set: a job
