@@ -350,3 +350,15 @@ def test_the_config_checks_model_is_the_real_ones_shapes():
         assert spec_parameters(as_json(spec)) == models.count_parameters(model)
         assert list(spec_sites(as_json(spec))) == models.sites(model)
         assert list(spec_cut_sites(as_json(spec))) == models.cut_sites(model)
+
+
+def test_a_validation_split_larger_than_the_training_set_is_named_as_such():
+    """It was reported under pullback.probe_images, with a training split of -80 images."""
+    from intertwine.config import check_config
+
+    errors = check_config(tiny_config(lambda c: c["data"].update(val_size=400)))
+    assert errors == [
+        "config key data.val_size: 400 validation images are held out of the 320 training images of "
+        "shapes, leaving 0 to train on; set data.val_size to at most 319 (or raise data.shapes.train_size)"
+    ]
+    assert check_config(tiny_config(lambda c: c["data"].update(val_size=304))) == []  # 16 to probe

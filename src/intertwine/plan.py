@@ -272,7 +272,10 @@ class Plan(*stages.plan_parts()):
         """Each variant's parameter count, from its shapes (built on the meta device), at most
         ``MAX_PARAMETERS``: a model too large to train is named here, not by the allocator."""
         for name, spec in self.zoo["variants"].items():
-            parameters = spec_parameters(as_json(spec))
+            try:
+                parameters = spec_parameters(as_json(spec))
+            except ValueError:
+                continue  # a spec the model refuses: the zoo's plan names it (zoo_errors)
             if parameters > MAX_PARAMETERS:
                 check.errors.append(
                     f"config key zoo.variants.{name}: {parameters:.3g} parameters, more than the "
@@ -284,8 +287,16 @@ class Plan(*stages.plan_parts()):
         """Image counts the data set's splits must hold, each under the key the user set: a job
         takes the first n images of a split and would otherwise take fewer without a word."""
         train_size, test_size = self.dataset_sizes()
-        train_split = train_size - self.config["data"]["val_size"]
+        val_size = self.config["data"]["val_size"]
+        train_split = train_size - val_size
         dataset = self.config["data"]["dataset"]
+        if train_split < 1:  # checked first: every count of training images below rests on it
+            larger = " (or raise data.shapes.train_size)" if dataset == "shapes" else ""
+            return [
+                f"config key data.val_size: {val_size} validation images are held out of the "
+                f"{train_size} training images of {dataset}, leaving {max(train_split, 0)} to train on; "
+                f"set data.val_size to at most {train_size - 1}{larger}"
+            ]
         checks = []
         if self.symmetry["seeds"]:
             checks.append(("symmetry.images", self.symmetry["images"], test_size, "test"))
