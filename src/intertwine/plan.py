@@ -292,11 +292,12 @@ class Plan(*stages.plan_parts()):
         dataset = self.config["data"]["dataset"]
         if train_split < 1:  # checked first: every count of training images below rests on it
             larger = " (or raise data.shapes.train_size)" if dataset == "shapes" else ""
-            return [
+            message = (
                 f"config key data.val_size: {val_size} validation images are held out of the "
                 f"{train_size} training images of {dataset}, leaving {max(train_split, 0)} to train on; "
                 f"set data.val_size to at most {train_size - 1}{larger}"
-            ]
+            )
+            return [message]
         checks = []
         if self.symmetry["seeds"]:
             checks.append(("symmetry.images", self.symmetry["images"], test_size, "test"))
