@@ -194,6 +194,7 @@ def mpmath_shape_distances(X: np.ndarray, Y: np.ndarray) -> tuple[float, float]:
     nuclear norm of Xc^T Yc from mpmath's SVD, then sqrt(|Xc|^2 + |Yc|^2 - 2 nuclear) and
     arccos(nuclear / (|Xc| |Yc|)), whose cancellation 50 digits absorb."""
     import mpmath  # a dev dependency (pyproject.toml)
+
     with mpmath.workdps(50):
 
         def centred(A):

@@ -21,7 +21,11 @@ for _file in workflow.configfiles:
     try:
         read_config_file(_file)
     except ValueError as _err:
-        _yte = " (Snakemake evaluated it while reading the file; no job has run)" if "__use_yte__" in str(_err) else ""
+        _yte = (
+            " (Snakemake evaluated it while reading the file; no job has run)"
+            if "__use_yte__" in str(_err)
+            else ""
+        )
         raise WorkflowError(f"{_err}{_yte}") from None
 _errors = check_config(config)  # the schema (filling in its defaults), then the plan's cross-checks
 if _errors:
