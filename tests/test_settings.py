@@ -362,3 +362,13 @@ def test_a_validation_split_larger_than_the_training_set_is_named_as_such():
         "shapes, leaving 0 to train on; set data.val_size to at most 319 (or raise data.shapes.train_size)"
     ]
     assert check_config(tiny_config(lambda c: c["data"].update(val_size=304))) == []  # 16 to probe
+
+
+def test_a_shapes_data_set_too_large_to_hold_is_named_before_it_is_generated():
+    from intertwine.config import check_config
+
+    errors = check_config(tiny_config(lambda c: c["data"]["shapes"].update(train_size=10**9)))
+    assert errors == [
+        "config key data.shapes: 1000000000 + 128 images of 16 x 16 pixels are 715 GiB, more than the "
+        "16 GiB the data set may take; lower data.shapes.train_size, test_size or image_size"
+    ]

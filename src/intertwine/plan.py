@@ -37,6 +37,11 @@ from intertwine.workflow.planning import (  # noqa: F401  (importable from here,
 )
 
 
+# The most the procedural data set may take, in bytes (ours): it is generated in one job and held in
+# memory by every job that reads it; a size that does not fit is named here, not by the allocator.
+MAX_SHAPES_BYTES = 16 * 2**30
+
+
 class Plan(*stages.plan_parts()):
     """The jobs and outputs of every stage for one validated config (schema defaults filled)."""
 
@@ -290,6 +295,16 @@ class Plan(*stages.plan_parts()):
         val_size = self.config["data"]["val_size"]
         train_split = train_size - val_size
         dataset = self.config["data"]["dataset"]
+        if dataset == "shapes":
+            shapes = self.config["data"]["shapes"]
+            stored = (train_size + test_size) * 3 * shapes["image_size"] ** 2  # uint8 pixels
+            if stored > MAX_SHAPES_BYTES:
+                return [
+                    f"config key data.shapes: {train_size} + {test_size} images of "
+                    f"{shapes['image_size']} x {shapes['image_size']} pixels are {stored / 2**30:.3g} GiB, "
+                    f"more than the {MAX_SHAPES_BYTES // 2**30} GiB the data set may take; lower "
+                    "data.shapes.train_size, test_size or image_size"
+                ]
         if train_split < 1:  # checked first: every count of training images below rests on it
             larger = " (or raise data.shapes.train_size)" if dataset == "shapes" else ""
             message = (
