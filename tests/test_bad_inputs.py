@@ -12,6 +12,7 @@ from intertwine.claims import scorecard
 from intertwine.data import Split
 from intertwine.kernels import deq, npk
 from intertwine.measures import cca
+from intertwine.pullback import per_neuron_temperatures, pullback
 from intertwine.workflow.stages.deqntk.plan import gram_layout
 from intertwine.settings import TrainConfig
 from intertwine.training import train_pack
@@ -183,3 +184,82 @@ def test_bad_input_is_a_clear_error(case):
     call, message = CASES[case]
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def temperatures(width_factor=1):
+    """Per-neuron temperatures of c4gap(), each site's repeated ``width_factor`` times."""
+    measured = per_neuron_temperatures(c4gap().eval(), torch.randn(4, 3, 16, 16, generator=gen(2)))
+    return {site: t.repeat(width_factor) for site, t in measured.items()}
+
+
+def pull(**arguments):
+    torch.manual_seed(5)  # the same weights at every call
+    return pullback(c4gap().eval(), torch.randn(2, 3, 16, 16, generator=gen(3)), 0, **arguments)
+
+
+# Were raw TypeErrors ("'>' not supported between instances of 'str' and 'int'", "new(): invalid
+# data type 'str'"), a RuntimeError ("Input type (unsigned char) and bias type (float)"), or a
+# ValueError naming neither the argument nor the call site ("8 channels but 16 temperatures").
+ARGUMENT_CASES = {
+    "pullback string temperature": (
+        lambda: pull(temperature="0.3"),
+        TypeError,
+        r"pullback: temperature must be one number > 0, got '0.3' \(str\); write it as a float",
+    ),
+    "pullback temperature None": (
+        lambda: pull(temperature=None),
+        TypeError,
+        "pullback: temperature must be one number > 0, got None",
+    ),
+    "pullback vector temperature": (
+        lambda: pull(temperature=torch.tensor([0.3, 0.2])),
+        TypeError,
+        "pullback: temperature must be one number > 0, got tensor.* mode='per_neuron'",
+    ),
+    "pullback infinite temperature": (
+        lambda: pull(temperature=float("inf")),
+        ValueError,
+        "pullback: the temperature must be positive and finite, got inf",
+    ),
+    "per_neuron_temperatures string temperature": (
+        lambda: per_neuron_temperatures(c4gap(), torch.randn(2, 3, 16, 16), temperature="0.3"),
+        TypeError,
+        "per_neuron_temperatures: temperature must be one number > 0, got '0.3'",
+    ),
+    "pullback temperatures of another width": (
+        lambda: pull(mode="per_neuron", temperatures=temperatures(2)),
+        ValueError,
+        r"pullback: temperatures\['act1'\] has 16 values but call site 'act1' has 8 channels .* measure "
+        "them on this one with per_neuron_temperatures",
+    ),
+    "pullback string per-neuron temperature": (
+        lambda: pull(mode="per_neuron", temperatures=dict.fromkeys(temperatures(), "0.3")),
+        TypeError,
+        r"pullback: temperatures\['act1'\] must be a 1-d tensor of real numbers, one per channel",
+    ),
+    "compare_models uint8 images": (
+        lambda: compare.compare_models(
+            c4gap(),
+            c4gap(),
+            torch.randint(0, 256, (8, 3, 16, 16), dtype=torch.uint8, generator=gen(4)),
+            ["linear_cka"],
+            progress=False,
+        ),
+        TypeError,
+        r"compare_models: data gives torch.uint8 tensors, but the models take floating-point inputs.*normalize",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ARGUMENT_CASES))
+def test_bad_argument_is_a_clear_error_naming_it(case):
+    call, error, message = ARGUMENT_CASES[case]
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_per_neuron_temperatures_of_the_right_width_and_one_number_per_site_still_run():
+    measured = temperatures()
+    assert pull(mode="per_neuron", temperatures=measured).shape == (2, 3, 16, 16)
+    uniform = pull(mode="per_neuron", temperatures=dict.fromkeys(measured, 0.3))
+    assert torch.equal(uniform, pull(temperature=0.3))

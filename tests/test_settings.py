@@ -264,3 +264,112 @@ def test_validation_names_the_value_that_does_not_fit():
 
     with pytest.raises(jsonschema.ValidationError, match="-1 is less than the minimum of 1"):
         settings.validate_config({"rotation": {"epochs": -1}})
+
+
+def test_a_key_written_twice_is_refused_naming_the_file_the_key_and_its_lines(tmp_path):
+    """YAML keeps the last of two equal keys: a second ``symmetry:`` block dropped ``monomial``
+    from ``groups`` without a word."""
+    from intertwine.config import load_config
+
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("symmetry:\n  groups: [monomial]\nzoo:\n  seeds: 2\nsymmetry:\n  seeds: 1\n")
+    with pytest.raises(
+        ValueError, match=rf"{twice}: key symmetry is written twice, on lines 1 and 5; .* merge"
+    ):
+        load_config([twice])
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("zoo:\n  training:\n    lr: 0.1\n    epochs: 2\n    lr: 0.5\n")
+    with pytest.raises(ValueError, match=r"key zoo.training.lr is written twice, on lines 3 and 5"):
+        load_config([nested])
+    listed = tmp_path / "listed.yaml"
+    listed.write_text("pullback:\n  models:\n    - {name: a, name: b}\n")
+    with pytest.raises(ValueError, match=r"key pullback.models.0.name is written twice, on lines 3 and 3"):
+        load_config([listed])
+    once = tmp_path / "once.yaml"  # the same key in two blocks, or in two files, is no repetition
+    once.write_text("zoo:\n  seeds: 2\nsymmetry:\n  seeds: 1\n")
+    assert load_config([once, once])["symmetry"] == {"seeds": 1}
+
+
+def test_a_yte_template_is_refused(tmp_path):
+    from intertwine.config import load_config
+
+    template = tmp_path / "template.yaml"
+    template.write_text("__use_yte__: true\nzoo:\n  seeds: ?1 + 1\n")
+    with pytest.raises(ValueError, match=rf"{template}: key __use_yte__: .*YTE template.* Delete the key"):
+        load_config([template])
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_a_number_that_is_not_finite_is_refused_naming_the_key(value):
+    """NaN passes every minimum and maximum: ``lr: .nan`` passed the check and failed late in torch."""
+    from intertwine.config import check_config
+
+    errors = check_config({"zoo": {"training": {"lr": value}}})
+    assert errors == [f"config key zoo.training.lr: {value} is not a finite number; write a number"]
+    assert check_config({"zoo": {"training": {"lr": 0.05}}}) == []
+
+
+def tiny_config(change):
+    from pathlib import Path
+
+    from intertwine.config import load_config
+
+    config = load_config([Path(__file__).parent / "configs" / "tiny.yaml"])
+    change(config)
+    return config
+
+
+def test_sizes_are_bounded_before_anything_is_allocated():
+    """``zoo.seeds: 1000000000`` passed the check and a dry run died of MemoryError after 3.1 GB;
+    ``width_multiplier: 1000`` ended in an allocator's traceback, as the check built the model
+    with its weights: it is built on the meta device now, its parameters counted from shapes."""
+    from intertwine.config import check_config
+
+    errors = check_config(tiny_config(lambda c: c["zoo"].update(seeds=10**9)))
+    assert errors == [
+        "config key zoo.seeds: 1000000000 is greater than the maximum of 1000; lower it (the limit and "
+        "its reason are in the key's description, docs/config-reference.md)"
+    ]
+    errors = check_config(tiny_config(lambda c: c["zoo"]["seeds_per_variant"].update(myrtle=10**9)))
+    assert errors[0].startswith("config key zoo.seeds_per_variant.myrtle: 1000000000 is greater than")
+    wide = check_config(tiny_config(lambda c: c["zoo"]["variants"]["myrtle"].update(width_multiplier=1000)))
+    assert wide == [
+        "config key zoo.variants.myrtle: 1.55e+12 parameters, more than the 1e+09 a zoo model may have "
+        "(4 bytes each, 4 times over in training); lower its width_multiplier (or constant_width, depth)"
+    ]
+    assert check_config(tiny_config(lambda c: c["zoo"].update(seeds=1000))) == []  # the bound itself runs
+
+
+def test_the_config_checks_model_is_the_real_ones_shapes():
+    """Sites and parameter counts from the meta-device model equal those of a model with weights."""
+    from intertwine import models
+    from intertwine.plan import as_json
+    from intertwine.workflow.planning import spec_cut_sites, spec_parameters, spec_sites
+
+    for spec in tiny_config(lambda c: None)["zoo"]["variants"].values():
+        model = models.build(spec)
+        assert spec_parameters(as_json(spec)) == models.count_parameters(model)
+        assert list(spec_sites(as_json(spec))) == models.sites(model)
+        assert list(spec_cut_sites(as_json(spec))) == models.cut_sites(model)
+
+
+def test_a_validation_split_larger_than_the_training_set_is_named_as_such():
+    """It was reported under pullback.probe_images, with a training split of -80 images."""
+    from intertwine.config import check_config
+
+    errors = check_config(tiny_config(lambda c: c["data"].update(val_size=400)))
+    assert errors == [
+        "config key data.val_size: 400 validation images are held out of the 320 training images of "
+        "shapes, leaving 0 to train on; set data.val_size to at most 319 (or raise data.shapes.train_size)"
+    ]
+    assert check_config(tiny_config(lambda c: c["data"].update(val_size=304))) == []  # 16 to probe
+
+
+def test_a_shapes_data_set_too_large_to_hold_is_named_before_it_is_generated():
+    from intertwine.config import check_config
+
+    errors = check_config(tiny_config(lambda c: c["data"]["shapes"].update(train_size=10**9)))
+    assert errors == [
+        "config key data.shapes: 1000000000 + 128 images of 16 x 16 pixels are 715 GiB, more than the "
+        "16 GiB the data set may take; lower data.shapes.train_size, test_size or image_size"
+    ]

@@ -1104,6 +1104,26 @@ def test_config_errors_name_the_key(tmp_path, change, message):
     assert message in result.stdout + result.stderr
 
 
+def test_a_key_written_twice_or_a_yte_template_stops_the_run(tmp_path):
+    """Snakemake reads the config files itself: it kept the last of two ``symmetry:`` blocks and
+    ran a file with ``__use_yte__: true`` as a template, while check-config refused only the latter."""
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(TINY.read_text() + "symmetry:\n  seeds: 1\n")
+    result = snakemake(tmp_path / "run", "-n", config=twice, check=False)
+    assert result.returncode != 0
+    assert re.search(
+        rf"{twice}: key symmetry is written twice, on lines \d+ and \d+;", result.stdout + result.stderr
+    )
+    template = tmp_path / "template.yaml"
+    template.write_text("__use_yte__: true\n" + TINY.read_text())
+    result = snakemake(tmp_path / "run", "-n", config=template, check=False)
+    assert result.returncode != 0
+    assert f"{template}: key __use_yte__: it would make Snakemake run the file as a YTE template" in (
+        result.stdout + result.stderr
+    )
+    assert "no job has run" in result.stdout + result.stderr
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
 def test_cuda_device_without_a_gpu_stops_before_any_job(tmp_path):
     """It failed only after the data stage, in the first torch job. (With a cluster executor the

@@ -157,6 +157,26 @@ def test_nan_loss_names_model_and_epoch(tiny_shapes_dir):
         )
 
 
+def test_a_member_whose_loss_blew_up_is_an_error_naming_variant_seed_loss_and_key(tiny_shapes_dir):
+    """``lr: 1e6`` left a member at chance with a finite training loss of ~1e13 and a checkpoint;
+    the limit is 10 x ln(num_classes) (ours), 23.0 for the 10 shapes classes."""
+    from intertwine.workflow.stages.zoo.job import train_pack as train_pack_job
+
+    torch.set_num_threads(1)
+    blown = TRAINING | {"epochs": 1, "lr": 1e6}
+    message = (
+        r"m seed 0: training diverged: its last epoch's mean training loss is [0-9.]+e\+1\d, above 10 x the "
+        r"loss of chance \(ln 10 = 2.303\).* lower zoo.training.lr \(or zoo.training_per_variant.m.lr\)"
+    )
+    with pytest.raises(DivergedError, match=message):
+        train_member(Job("cpu", tiny_shapes_dir), "m", 0, SPEC, blown)
+    results = train_pack_job(Job("cpu", tiny_shapes_dir), "m", [0, 1], SPEC, blown, ["a.pt", "b.pt"])
+    assert all(isinstance(result, DivergedError) for result in results)
+    assert re.search(message, str(results[0])) and "m seed 1: training diverged" in str(results[1])
+    checkpoint, metrics = train_member(Job("cpu", tiny_shapes_dir), "m", 0, SPEC, TRAINING | {"epochs": 1})
+    assert metrics["train_loss"].iloc[-1] < 23.0 and checkpoint["seed"] == 0  # a sane lr trains as before
+
+
 def test_checkpoints_are_never_overwritten_and_check_architecture(tiny_shapes_dir, tmp_path):
     checkpoint, _ = train_member(Job("cpu", tiny_shapes_dir), "m", 0, SPEC, TRAINING | {"epochs": 1})
     path = tmp_path / "zoo" / "seed0.pt"

@@ -128,6 +128,13 @@ def _batch_activations(
     a's device."""
     from intertwine.models import site_activations
 
+    if not (isinstance(inputs, Tensor) and (inputs.is_floating_point() or inputs.is_complex())):
+        what = f"{inputs.dtype} tensors" if isinstance(inputs, Tensor) else type(inputs).__name__
+        raise TypeError(
+            f"compare_models: data gives {what}, but the models take floating-point inputs (their "
+            "weights are); pass the images as the models were trained on them, e.g. "
+            "intertwine.data.augment.normalize(images, mean, std) for uint8 images of 0..255"
+        )
     acts = [
         site_activations(model, inputs, chosen, batch_size=len(inputs))
         for model, chosen in zip(models, names)

@@ -20,31 +20,88 @@ def describe_validation_error(error) -> str:
             f"config key {where}: {error.instance} lists an item more than once; list each once "
             "(a repeated item would run the same jobs twice and count them as independent evidence)"
         )
+    if error.validator in ("maximum", "exclusiveMaximum"):
+        return (
+            f"config key {where}: {error.message}; lower it (the limit and its reason are in the key's "
+            "description, docs/config-reference.md)"
+        )
     return f"config key {where}: {error.message}"
+
+
+def _duplicate_keys(node, path=()) -> list[str]:
+    """Each key written twice in one mapping of a composed YAML document, with its two lines: YAML
+    keeps the last silently, so a second ``symmetry:`` block would drop the first one's settings."""
+    import yaml
+
+    found = []
+    if isinstance(node, yaml.MappingNode):
+        first_line: dict = {}
+        for key, value in node.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else None
+            if name is not None and name != "<<":
+                if name in first_line:
+                    found.append(
+                        f"key {key_path([*path, name])} is written twice, on lines {first_line[name]} "
+                        f"and {key.start_mark.line + 1}; YAML would keep only the second silently"
+                    )
+                else:
+                    first_line[name] = key.start_mark.line + 1
+            found += _duplicate_keys(value, (*path, name))
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            found += _duplicate_keys(item, (*path, index))
+    return found
+
+
+def read_config_file(path) -> dict:
+    """One config file, strictly: valid YAML (a syntax error names the file, line and column), a
+    mapping, no key written twice in one block, and no ``__use_yte__`` (Snakemake would run the
+    file as a YTE template, i.e. evaluate Python written in the config)."""
+    import yaml
+
+    try:
+        with open(path) as fh:
+            loader = yaml.SafeLoader(fh)
+            try:
+                node = loader.get_single_node()
+                duplicates = _duplicate_keys(node)
+                loaded = None if duplicates else loader.construct_document(node)
+            finally:
+                loader.dispose()
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise ValueError(f"{path}{where}: not valid YAML: {problem}") from None
+    if duplicates:
+        raise ValueError(
+            f"{path}: " + "; ".join(duplicates) + ". Write each key once: merge the two blocks into "
+            "one (or delete the one you do not mean)"
+        )
+    loaded = {} if loaded is None else loaded
+    if not isinstance(loaded, dict):
+        raise ValueError(
+            f"{path}: a config is a mapping of blocks (data:, zoo:, ...), not {type(loaded).__name__}"
+        )
+    if "__use_yte__" in loaded:
+        raise ValueError(
+            f"{path}: key __use_yte__: it would make Snakemake run the file as a YTE template, "
+            "evaluating the Python written in it; the workflow's configs are plain YAML. Delete the "
+            "key and write the values themselves"
+        )
+    return loaded
 
 
 def load_config(paths) -> dict:
     """The config the workflow would run with ``--configfile paths...``: the YAML files merged in
     order, a later file's keys over an earlier one's (nested blocks key by key, as Snakemake does).
-    A YAML syntax error names the file, line and column."""
-    import yaml
+    Each file is read by ``read_config_file``: a syntax error, a key written twice or a YTE template
+    names the file (and lines)."""
     from snakemake.utils import update_config
 
     config: dict = {}
     for path in paths:
-        try:
-            with open(path) as fh:
-                loaded = yaml.safe_load(fh) or {}
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(err, "problem", None) or str(err)
-            raise ValueError(f"{path}{where}: not valid YAML: {problem}") from None
-        if not isinstance(loaded, dict):
-            raise ValueError(
-                f"{path}: a config is a mapping of blocks (data:, zoo:, ...), not {type(loaded).__name__}"
-            )
-        update_config(config, loaded)
+        update_config(config, read_config_file(path))
     return config
 
 

@@ -365,7 +365,11 @@ def weight_matching(
     f, g : two models of one architecture and width (eval mode is not needed: only weights are read).
     group : "permutation" or "grelu".
     max_sweeps : sweeps over every variable at most; it stops earlier after a sweep that changed
-        no permutation and lowered the distance by less than 1e-12 of it.
+        no permutation and lowered the distance by less than 1e-12 of it. For G_ReLU (without
+        ``fold_batch_norm``) a sweep that changed no permutation is followed by solving every
+        scale at once with the permutations fixed (``intertwine.alignment_scales``), which
+        coordinate descent approaches only slowly where neighbouring scales are coupled (no batch
+        norm); kept when it lowers the distance.
     generator : the random order of the variables in each sweep (a fixed order without it).
     fold_batch_norm : compare each conv and its batch norm as their folded affine map (weight and
         bias per channel, from the running statistics) instead of their raw parameters [ours]:
@@ -418,7 +422,29 @@ def weight_matching(
                 objective.append(objective[-1])
         if not changed and start - objective[-1] <= 1e-12 * max(start, 1e-300):
             break
+        if not changed and group == "grelu" and not fold_batch_norm:
+            aligned = _scales_solved(f, g, aligned, variables, perms, scales, wired, objective)
     return Alignment(elements_of(variables, perms, scales, g), objective, sweeps)
+
+
+def _scales_solved(f, g, aligned, variables, perms, scales, wired, objective):
+    """After a sweep that changed no permutation: every scale at once (``alignment_scales``), kept
+    when it lowers the distance (``scales`` and ``objective`` updated in place); the aligned g."""
+    from .alignment_scales import refine_scales
+
+    corrections = refine_scales(f, aligned, variables, wired, models.sites(g))
+    if corrections is None:
+        return aligned
+    refined = [dict(s) for s in scales]
+    for (index, cls), factor in corrections.items():
+        refined[index][cls] = refined[index][cls] * factor
+    candidate = act_on_weights(g, elements_of(variables, perms, refined, g))
+    distance = parameter_distance(f, candidate, wired=wired)
+    if distance >= objective[-1]:
+        return aligned
+    scales[:] = refined
+    objective.append(distance)
+    return candidate
 
 
 # --- activation matching ------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from __future__ import annotations
 from intertwine.workflow import stages
 from intertwine.workflow.planning import (  # noqa: F401  (importable from here, as before)
     GATED_ARCHS,
+    MAX_PARAMETERS,
     ZOO_TABLES,
     ConfigCheck,
     ConfigError,
@@ -31,8 +32,14 @@ from intertwine.workflow.planning import (  # noqa: F401  (importable from here,
     distinct_pairs,
     draw_pairs,
     spec_cut_sites,
+    spec_parameters,
     spec_sites,
 )
+
+
+# The most the procedural data set may take, in bytes (ours): it is generated in one job and held in
+# memory by every job that reads it; a size that does not fit is named here, not by the allocator.
+MAX_SHAPES_BYTES = 16 * 2**30
 
 
 class Plan(*stages.plan_parts()):
@@ -260,6 +267,8 @@ class Plan(*stages.plan_parts()):
                 normalize_spec(spec)
             except ValueError as err:
                 check.errors.append(f"config key zoo.variants.{name}: {err}")
+        if not check.errors:
+            self._model_size_errors(check)
         if check.errors:
             return check.errors
         for stage in stages.with_part("plan"):
@@ -268,12 +277,46 @@ class Plan(*stages.plan_parts()):
                 stage_errors(check)
         return check.errors
 
+    def _model_size_errors(self, check: ConfigCheck) -> None:
+        """Each variant's parameter count, from its shapes (built on the meta device), at most
+        ``MAX_PARAMETERS``: a model too large to train is named here, not by the allocator."""
+        for name, spec in self.zoo["variants"].items():
+            try:
+                parameters = spec_parameters(as_json(spec))
+            except ValueError:
+                continue  # a spec the model refuses: the zoo's plan names it (zoo_errors)
+            if parameters > MAX_PARAMETERS:
+                check.errors.append(
+                    f"config key zoo.variants.{name}: {parameters:.3g} parameters, more than the "
+                    f"{MAX_PARAMETERS:.0e} a zoo model may have (4 bytes each, 4 times over in training); "
+                    "lower its width_multiplier (or constant_width, depth)"
+                )
+
     def _image_count_errors(self) -> list[str]:
         """Image counts the data set's splits must hold, each under the key the user set: a job
         takes the first n images of a split and would otherwise take fewer without a word."""
         train_size, test_size = self.dataset_sizes()
-        train_split = train_size - self.config["data"]["val_size"]
+        val_size = self.config["data"]["val_size"]
+        train_split = train_size - val_size
         dataset = self.config["data"]["dataset"]
+        if dataset == "shapes":
+            shapes = self.config["data"]["shapes"]
+            stored = (train_size + test_size) * 3 * shapes["image_size"] ** 2  # uint8 pixels
+            if stored > MAX_SHAPES_BYTES:
+                return [
+                    f"config key data.shapes: {train_size} + {test_size} images of "
+                    f"{shapes['image_size']} x {shapes['image_size']} pixels are {stored / 2**30:.3g} GiB, "
+                    f"more than the {MAX_SHAPES_BYTES // 2**30} GiB the data set may take; lower "
+                    "data.shapes.train_size, test_size or image_size"
+                ]
+        if train_split < 1:  # checked first: every count of training images below rests on it
+            larger = " (or raise data.shapes.train_size)" if dataset == "shapes" else ""
+            message = (
+                f"config key data.val_size: {val_size} validation images are held out of the "
+                f"{train_size} training images of {dataset}, leaving {max(train_split, 0)} to train on; "
+                f"set data.val_size to at most {train_size - 1}{larger}"
+            )
+            return [message]
         checks = []
         if self.symmetry["seeds"]:
             checks.append(("symmetry.images", self.symmetry["images"], test_size, "test"))

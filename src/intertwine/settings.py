@@ -73,7 +73,16 @@ def validate_config(config: dict) -> None:
                 instance.setdefault(name, copy.deepcopy(sub["default"]))
         yield from check_properties(validator, properties, instance, node)
 
-    with_defaults = jsonschema.validators.extend(base, {"properties": set_defaults})
+    check_type = base.VALIDATORS["type"]
+
+    def finite_numbers(validator, types, instance, node):
+        # NaN passes every minimum and maximum (each comparison is False), and YAML writes it as
+        # .nan: `lr: .nan` trained until torch failed. No setting is meaningful at NaN or infinity.
+        yield from check_type(validator, types, instance, node)
+        if isinstance(instance, float) and not math.isfinite(instance):
+            yield jsonschema.ValidationError(f"{instance} is not a finite number; write a number")
+
+    with_defaults = jsonschema.validators.extend(base, {"properties": set_defaults, "type": finite_numbers})
     with_defaults(schema()).validate(config)
 
 

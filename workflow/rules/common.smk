@@ -10,10 +10,23 @@ from snakemake.exceptions import WorkflowError
 from intertwine.cli import commands
 from intertwine.cluster import JobNeeds, request, submission
 from intertwine.code_identity import code_identities
-from intertwine.config import check_config
+from intertwine.config import check_config, read_config_file
 from intertwine.plan import Plan, as_json
 from intertwine.workflow import stages
 
+# Snakemake reads each config file itself, keeping the last of a key written twice and running a
+# file that sets __use_yte__ as a YTE template (before this file is read): each file is read again
+# strictly, so that the run stops on either, naming the file and the lines, as check-config does.
+for _file in workflow.configfiles:
+    try:
+        read_config_file(_file)
+    except ValueError as _err:
+        _yte = (
+            " (Snakemake evaluated it while reading the file; no job has run)"
+            if "__use_yte__" in str(_err)
+            else ""
+        )
+        raise WorkflowError(f"{_err}{_yte}") from None
 _errors = check_config(config)  # the schema (filling in its defaults), then the plan's cross-checks
 if _errors:
     _files = ", ".join(map(str, workflow.configfiles)) or "the config"

@@ -5,6 +5,8 @@ is the package's, :mod:`intertwine.pullback`."""
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 
@@ -157,14 +159,36 @@ def _refuse_unsupported(model: nn.Module) -> None:
         )
 
 
+def global_temperature(temperature, caller: str) -> float:
+    """The one temperature T as a float: a TypeError names what is not one real number (a string,
+    None, a tensor of several values), a ValueError a T that is not finite and > 0."""
+    if isinstance(temperature, Tensor) and temperature.numel() == 1 and not temperature.is_meta:
+        temperature = temperature.item()
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
+        raise TypeError(
+            f"{caller}: temperature must be one number > 0, got {temperature!r} "
+            f"({type(temperature).__name__}); write it as a float (e.g. 0.3). One temperature per "
+            "channel is mode='per_neuron' with temperatures=per_neuron_temperatures(...)"
+        )
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"{caller}: the temperature must be positive and finite, got {temperature!r}")
+    return float(temperature)
+
+
 def _check_temperatures(temperature: float | Mapping[str, Tensor]) -> None:
-    """ValueError for a global T that is not > 0, or a per-neuron temperature that is NaN or < 0."""
+    """TypeError or ValueError for a global T that is not one number > 0 (``global_temperature``),
+    or a per-neuron temperature that is not a vector of numbers, NaN or < 0."""
     if not isinstance(temperature, Mapping):
-        if not temperature > 0:
-            raise ValueError(f"pullback: the temperature must be positive, got {temperature!r}")
+        global_temperature(temperature, "pullback")
         return
     for site, t in temperature.items():
-        t = torch.as_tensor(t)
+        if isinstance(t, numbers.Real) and not isinstance(t, bool):
+            t = torch.tensor(float(t))  # one number: every channel of the call site at that T
+        elif not isinstance(t, Tensor) or t.dim() != 1 or t.dtype == torch.bool or t.is_complex():
+            raise TypeError(
+                f"pullback: temperatures[{site!r}] must be a 1-d tensor of real numbers, one per "
+                f"channel of the call site (or one number for all), got {_describe(t)}; measure them with per_neuron_temperatures"
+            )
         if t.isnan().any():
             raise ValueError(
                 f"pullback: the per-neuron temperatures of call site {site!r} are NaN: they were "
@@ -173,6 +197,23 @@ def _check_temperatures(temperature: float | Mapping[str, Tensor]) -> None:
             )
         if not (t >= 0).all():
             raise ValueError(f"pullback: per-neuron temperatures of call site {site!r} must be >= 0")
+
+
+def _describe(value) -> str:
+    if isinstance(value, Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _check_width(site: str, t: Tensor, first_input: Tensor) -> None:
+    """ValueError for per-neuron temperatures of another width than the call site's channels."""
+    channels = first_input.shape[1] if first_input.dim() > 1 else None
+    if channels is None or t.shape != (channels,):
+        raise ValueError(
+            f"pullback: temperatures[{site!r}] has {t.numel()} values but call site {site!r} has "
+            f"{channels} channels (its input is {tuple(first_input.shape)}): the temperatures were "
+            "measured on another model; measure them on this one with per_neuron_temperatures"
+        )
 
 
 @contextlib.contextmanager
@@ -211,7 +252,7 @@ def soft_backward(
     _check_temperatures(temperature)
     sites = CallSites()
 
-    def on_call(site: str, soft, hard, _first_input: Tensor, functional_call: bool) -> Tensor:
+    def on_call(site: str, soft, hard, first_input: Tensor, functional_call: bool) -> Tensor:
         if functional_call and functional == "hard":
             output = hard()
             sites.hard.append(site)
@@ -225,6 +266,8 @@ def soft_backward(
                     "per_neuron_temperatures"
                 )
             t = temperature[site]
+            if isinstance(t, Tensor):
+                _check_width(site, t, first_input)
         else:
             t = float(temperature)
         sites.soft.append(site)

@@ -16,6 +16,7 @@ from intertwine.pullback.call_sites import (
     CallSites,
     _Intercept,
     _refuse_unsupported,
+    global_temperature,
     soft_backward,
 )
 
@@ -247,8 +248,7 @@ def per_neuron_temperatures(
     that channel. That is invariant too, where any finite fallback would not be once the channel
     wakes up on other images. A call site that does not run on the probe images has no entry.
     """
-    if not temperature > 0:
-        raise ValueError(f"per_neuron_temperatures: the temperature must be positive, got {temperature!r}")
+    temperature = global_temperature(temperature, "per_neuron_temperatures")
     if len(probe_images) == 0:
         raise ValueError("per_neuron_temperatures: no probe images")
     parameter = _first_parameter(model, "per_neuron_temperatures")

@@ -89,19 +89,44 @@ def as_json(block) -> str:
     return json.dumps(block, sort_keys=True)
 
 
+# The most parameters a zoo model may have (ours): 1e9 float32 weights are 4 GB, 16 GB with the
+# gradients and Adam's two moments, before any activation; a width_multiplier of 1000 asked for
+# 7e10 in one convolution.
+MAX_PARAMETERS = 10**9
+
+
+@functools.cache
+def spec_model(spec_json: str):
+    """A model of the spec built on the meta device: its layers and shapes without weights, so a
+    config check costs no memory however wide the model (its sites, its parameter count)."""
+    import torch
+
+    from intertwine.models import build  # torch: only when a model is asked for
+
+    with torch.device("meta"):
+        return build(json.loads(spec_json))
+
+
+def spec_parameters(spec_json: str) -> int:
+    """The parameter count of a model spec, from shapes."""
+    from intertwine.models import count_parameters
+
+    return count_parameters(spec_model(spec_json))
+
+
 @functools.cache
 def spec_sites(spec_json: str) -> tuple:
-    """The sites of a model spec, from a freshly built model (the same for every seed)."""
-    from intertwine.models import build, sites  # torch: only when sites are asked for
+    """The sites of a model spec (the same for every seed)."""
+    from intertwine.models import sites
 
-    return tuple(sites(build(json.loads(spec_json))))
+    return tuple(sites(spec_model(spec_json)))
 
 
 @functools.cache
 def spec_cut_sites(spec_json: str) -> tuple:
-    from intertwine.models import build, cut_sites
+    from intertwine.models import cut_sites
 
-    return tuple(cut_sites(build(json.loads(spec_json))))
+    return tuple(cut_sites(spec_model(spec_json)))
 
 
 def distinct_pairs(n_members: int, symmetric: bool, share_members: bool = True) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -52,6 +53,9 @@ def train_member(
         log=job.log,
         each_epoch=record,
     )
+    diverged = _diverged(result, variant, seed, spec["num_classes"])
+    if diverged is not None:
+        raise diverged
     checkpoint, metrics = _outputs(
         job,
         variant,
@@ -141,12 +145,40 @@ def train_pack(
     )
     # The pack's wall time, shared evenly: what each member cost.
     seconds = (time.perf_counter() - started) / len(seeds)
+    results = [
+        result
+        if isinstance(result, DivergedError)
+        else _diverged(result, variant, seed, spec["num_classes"]) or result
+        for seed, result in zip(seeds, results)
+    ]
     return [
         result
         if isinstance(result, DivergedError)
         else _outputs(job, variant, seed, spec, training, config, model, result, seconds, path)
         for seed, (model, _), result, path in zip(seeds, members, results, checkpoint_paths)
     ]
+
+
+# A member whose last epoch's mean training loss is above this many times the loss of chance
+# (ln of the number of classes, that of uniform predictions) has diverged: ours. A member that
+# learns ends below chance; one that stalls stays near it; 10 times is beyond any mixing or label
+# smoothing (whose losses stay below ln C at chance), while a blown-up one reads 1e12 and more.
+DIVERGED_OVER_CHANCE = 10.0
+
+
+def _diverged(result, variant: str, seed: int, num_classes: int) -> DivergedError | None:
+    """The ``DivergedError`` of a member whose final training loss is far above chance (a finite
+    loss that blew up: the NaN check of ``train`` does not see it), else None."""
+    loss = result.history[-1]["train_loss"]
+    chance = math.log(num_classes)
+    if math.isfinite(loss) and loss <= DIVERGED_OVER_CHANCE * chance:
+        return None
+    return DivergedError(
+        f"{variant} seed {seed}: training diverged: its last epoch's mean training loss is {loss:.3g}, above "
+        f"{DIVERGED_OVER_CHANCE:g} x the loss of chance (ln {num_classes} = {chance:.3f}), so its weights "
+        f"are no trained model; lower zoo.training.lr (or zoo.training_per_variant.{variant}.lr), or "
+        "warm it up (zoo.training.warmup_steps)"
+    )
 
 
 def _settings(job: Job, variant: str, spec: dict, training: dict, eval_batch_size: int | None):
