@@ -18,10 +18,11 @@ from pathlib import Path
 import pandas as pd
 
 from intertwine.data import build_dataset, write_dataset
+from intertwine.workflow.settings import checked_block
 from intertwine.jobs import Job
 from intertwine.jobs.connectivity import connectivity_pair
 from intertwine.jobs.zoo import train_member
-from intertwine.zoo import save_checkpoint
+from intertwine.workflow.zoo import save_checkpoint
 
 METHODS = ["unaligned", "weight_permutation", "weight_grelu", "activation_permutation"]
 
@@ -44,7 +45,7 @@ def main() -> None:
         "val_size": 500,
         "shapes": {"train_size": args.train_size, "test_size": args.images, "image_size": 32},
     }
-    splits, meta = build_dataset(block, seed=0)
+    splits, meta = build_dataset(checked_block(block, "data"), seed=0)
     write_dataset(root / "shapes", splits, meta)
     job = Job(args.device, root / "shapes", 0, lambda message: print(message, flush=True))
     training = {"epochs": args.epochs, "batch_size": 128, "lr": 0.004}

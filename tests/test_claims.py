@@ -16,7 +16,7 @@ import pytest
 from scipy import stats
 
 from intertwine.workflow.stages.gated import study as gated
-from intertwine.claims import (
+from intertwine.workflow.claims import (
     CLAIMS,
     VERDICTS,
     Comparison,
@@ -27,9 +27,9 @@ from intertwine.claims import (
     scorecard,
 )
 from intertwine.models import normalize_spec
-from intertwine.paper import TABLE_2_PAIRS, TABLE_2_PROCRUSTES, TABLE_4_PAIRS, TABLE_4_PROCRUSTES
-from intertwine.plan import Plan, draw_pairs
-from intertwine.scorecard_page import DECISION_RULE, as_rst, headline
+from intertwine.workflow.paper import TABLE_2_PAIRS, TABLE_2_PROCRUSTES, TABLE_4_PAIRS, TABLE_4_PROCRUSTES
+from intertwine.workflow.plan import Plan, draw_pairs
+from intertwine.workflow.scorecard_page import DECISION_RULE, as_rst, headline
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_plan import load
@@ -1566,7 +1566,7 @@ def test_each_claim_lives_in_its_stages_folder_in_the_scorecards_order():
     """Issue 35: a stage's claims are in its folder (``claims.CLAIMS``); the scorecard keeps its
     own order of rows (``ORDER``), which is not the stages' order, and a stage's claim missing
     from it is an error that says where to list it."""
-    from intertwine import claims
+    from intertwine.workflow import claims
     from intertwine.workflow import stages
 
     owners = {
@@ -1581,7 +1581,7 @@ def test_each_claim_lives_in_its_stages_folder_in_the_scorecards_order():
     try:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(claims, "ORDER", claims.ORDER[:-1])
-            with pytest.raises(RuntimeError, match="list a new claim in intertwine.claims.ORDER"):
+            with pytest.raises(RuntimeError, match="list a new claim in intertwine.workflow.claims.ORDER"):
                 claims.all_claims()
     finally:
         claims.all_claims.cache_clear()

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 
-from intertwine.cluster import JobNeeds, request
-from intertwine.plan import Plan
-from intertwine.settings import validate_config
+from intertwine.workflow.cluster import JobNeeds, request
+from intertwine.workflow.plan import Plan
+from intertwine.workflow.settings import validate_config
 
 REPO = Path(__file__).resolve().parents[1]
 SITE = {"cpu_partition": "site-cpu", "gpu_partition": "site-gpu", "account": "site-lab", "qos": "site-qos"}

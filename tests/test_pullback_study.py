@@ -197,7 +197,7 @@ def test_summary_has_a_column_per_mode():
 
 
 def _checkpoint(path, spec, variant, seed):
-    from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
+    from intertwine.workflow.zoo import CHECKPOINT_FORMAT, save_checkpoint
 
     torch.manual_seed(seed)
     save_checkpoint(
@@ -224,7 +224,7 @@ def test_jobs_on_tiny_models(tmp_path, tiny_shapes_dir):
         PULLBACK_SYMMETRY,
         PULLBACK_TRANSFER,
     )
-    from intertwine.tables import to_table
+    from intertwine.workflow.tables import to_table
 
     paths = [_checkpoint(tmp_path / f"seed{s}.pt", MYRTLE, "myrtle", s) for s in range(2)]
     job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
@@ -282,7 +282,7 @@ def test_a_temperature_sweep_adds_soft_rows_and_its_figure(tmp_path, tiny_shapes
         PULLBACK_SYMMETRY,
         PULLBACK_TRANSFER,
     )
-    from intertwine.tables import to_table
+    from intertwine.workflow.tables import to_table
 
     paths = [_checkpoint(tmp_path / f"seed{s}.pt", MYRTLE, "myrtle", s) for s in range(2)]
     job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
@@ -525,8 +525,8 @@ def test_the_settling_table_reads_the_members_records(tmp_path, tiny_shapes_dir)
     from intertwine.workflow.stages.pullback.job import pullback_settling
     from intertwine.workflow.stages.zoo.job import train_member
     from intertwine.workflow.stages.pullback.tables import PULLBACK_SETTLING
-    from intertwine.tables import to_table
-    from intertwine.zoo import save_checkpoint
+    from intertwine.workflow.tables import to_table
+    from intertwine.workflow.zoo import save_checkpoint
 
     torch.set_num_threads(1)
     spec, training = {"arch": "myrtle", "width_multiplier": 0.125}, {"epochs": 2, "batch_size": 32}

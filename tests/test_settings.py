@@ -7,13 +7,13 @@ import dataclasses
 
 import pytest
 
-from intertwine import settings
+from intertwine.workflow import settings
 from intertwine.workflow.stages.deqntk.settings import DeqntkConfig
 from intertwine.workflow.stages.dissection.settings import DissectionConfig
 from intertwine.workflow.stages.pullback.settings import PullbackConfig
 from intertwine.workflow.stages.rotation.settings import RotationConfig
 from intertwine.workflow.stages.similarity.settings import SimilarityConfig
-from intertwine.settings import StitchConfig, TrainConfig, expand_methods, method_kind, schema_block
+from intertwine.workflow.settings import StitchConfig, TrainConfig, expand_methods, method_kind, schema_block
 from intertwine.workflow.stages.symmetry.settings import SymmetryConfig
 
 SETTINGS = [
@@ -137,7 +137,7 @@ def test_settings_module_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, intertwine.settings; assert 'torch' not in sys.modules"
+    code = "import sys, intertwine.workflow.settings; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -230,8 +230,7 @@ def test_each_stage_keeps_its_config_block_and_settings_in_its_folder():
         module = stages.part(stage, "settings")
         config = getattr(module, f"{stage.capitalize()}Config")
         assert config.__module__ == module.__name__
-        with pytest.warns(DeprecationWarning, match=f"intertwine.settings.{config.__name__} is deprecated"):
-            assert getattr(settings, config.__name__) is config
+        assert not hasattr(settings, config.__name__)  # one home: the stage's folder
 
 
 @pytest.mark.parametrize("name", ["config/config.yaml", "config/paper.yaml", "tests/configs/tiny.yaml"])
@@ -244,14 +243,13 @@ def test_validation_fills_the_defaults_as_snakemakes_validate(name, tmp_path):
     import yaml
     from snakemake.utils import validate
 
-    from intertwine.config import load_config
+    from intertwine.workflow.config import load_config
 
     root = Path(__file__).resolve().parents[1]
     config = load_config([root / name])
     reference = copy.deepcopy(config)
-    with pytest.warns(DeprecationWarning, match="SCHEMA_PATH is deprecated"):
-        schema_file = settings.SCHEMA_PATH  # the joined schema as one file, as before
-    assert yaml.safe_load(schema_file.read_text()) == settings.schema()
+    schema_file = tmp_path / "schema.yaml"  # the joined schema as one file
+    schema_file.write_text(yaml.safe_dump(settings.schema(), sort_keys=False))
     validate(reference, str(schema_file), set_default=True)
     settings.validate_config(config)
     assert config == reference and config["rotation"]["epochs"] == reference["rotation"]["epochs"]
