@@ -279,7 +279,15 @@ def test_workflow_data_rule_writes_results_data_cifar100(tmp_path, rng):
     )
     env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path / "run")]
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "workflow" / "Snakefile"),
+            "-d",
+            str(tmp_path / "run"),
+        ]
         + ["--configfile", str(config), "--cores", "1", "prepare_data"],
         check=False,
         capture_output=True,

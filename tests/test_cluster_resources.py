@@ -30,7 +30,15 @@ def dry_run(tmp_path, config, *args, site=SITE):
     if site is not None:
         (tmp_path / "site.yaml").write_text(yaml.safe_dump({"cluster": site}))
         files.append(str(tmp_path / "site.yaml"))
-    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "workflow" / "Snakefile"),
+        "-d",
+        str(tmp_path),
+    ]
     command += ["--workflow-profile", str(REPO / "profiles" / "slurm"), "-n", "--configfile", *files, *args]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

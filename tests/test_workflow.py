@@ -51,7 +51,7 @@ def snakemake(workdir, *args, config=TINY, check=True, as_non_root=False, source
         sys.executable,
         *entry,
         "-s",
-        str(REPO / "Snakefile"),
+        str(REPO / "workflow" / "Snakefile"),
         "-d",
         str(workdir),
         "--configfile",
@@ -1188,7 +1188,7 @@ def test_runs_from_an_environment_that_is_not_activated(tmp_path):
     command = [
         str(Path(sys.executable).parent / "snakemake"),
         "-s",
-        str(REPO / "Snakefile"),
+        str(REPO / "workflow" / "Snakefile"),
         "-d",
         str(tmp_path),
         "--configfile",
