@@ -164,8 +164,9 @@ def _load(module: str) -> _Module:
 
 
 def reached(entries: tuple[str, ...]) -> dict[str, set[str]]:
-    """{module: the top-level definitions reached} from entry points 'intertwine.jobs.zoo' (the
-    whole module) or 'intertwine.jobs.deqntk:deqntk_gram' (one definition and what it uses)."""
+    """{module: the top-level definitions reached} from entry points
+    'intertwine.workflow.stages.zoo.job' (the whole module) or
+    'intertwine.workflow.stages.deqntk.job:deqntk_gram' (one definition and what it uses)."""
     seen: dict[str, set[str]] = {}
     todo: list[tuple[str, str | None]] = []
     for entry in entries:
