@@ -17,8 +17,8 @@ from scipy import stats
 
 from intertwine.workflow.stages.gated import study as gated
 from intertwine.workflow.claims import (
-    CLAIMS,
     VERDICTS,
+    all_claims,
     Comparison,
     Estimate,
     describe,
@@ -1127,7 +1127,7 @@ def test_gated_findings_say_their_scale():
 def test_a_stage_not_in_the_config_reads_not_run():
     card = scorecard({}, SETTINGS, gated_findings=None)
     assert set(card["verdict"]) == {"not run"}
-    assert len(card) == len(CLAIMS) + 1  # and one row for the gated findings
+    assert len(card) == len(all_claims()) + 1  # and one row for the gated findings
     assert (card["figure"] == "").all()
 
 
@@ -1137,7 +1137,7 @@ def test_every_claim_quotes_its_sentence_and_names_units_and_scale():
         paper, SETTINGS | {"scale": {"zoo_epochs": 4, "zoo": "zoo: 4 of 50", "stitching": "s"}}, None
     )
     card = card.set_index("claim")
-    assert all(claim.sentence for claim in CLAIMS)
+    assert all(claim.sentence for claim in all_claims())
     assert card.loc["C2.full", "units"] == "32 pairs" and card.loc["C2.full", "scale"] == "zoo: 4 of 50; s"
     assert card.loc["C2.full", "reading"] == "reproduced at 4 of 50 epochs"
     assert '"the G_ReLU-CKA exhibits a much more significant decay' not in card.loc["C5.myrtle", "sentence"]
@@ -1729,7 +1729,7 @@ def test_c14_softsort_comparable_and_ten_times_slower():
 def test_appendix_claims_quote_the_paper_and_name_the_figures_they_test():
     """C10-C14 quote the paper's sentences and link to the study figures the report draws."""
     card = scorecard({"stitching": stitching(FIG1)}, SETTINGS, None).set_index("claim")
-    figures = {claim.claim: claim.figure for claim in CLAIMS}
+    figures = {claim.claim: claim.figure for claim in all_claims()}
     assert figures["C10"] == "stitching_penalty.png" and figures["C11"] == "stitching_transformer.png"
     assert figures["C12"] == "stitching_alpha_cv.png" and figures["C13"] == "stitching_l1_sparsity.png"
     assert figures["C14"] == "stitching_softsort.png"
