@@ -22,9 +22,7 @@ ENTRY_POINTS = {"intertwine.__main__": (WORKFLOW,)}
 ALLOWED = {"intertwine.attribution": ("matplotlib",)}
 #: Library modules that still build pandas tables (issue 52: their mathematics stays, their
 #: tables move to the workflow). Only pandas is allowed them, and only until then.
-TABLES_NOT_YET_MOVED = {
-    name: ("pandas",) for name in ("intertwine.compare", "intertwine.dissection", "intertwine.gates")
-}
+TABLES_NOT_YET_MOVED = {name: ("pandas",) for name in ("intertwine.compare", "intertwine.dissection")}
 
 
 def _modules() -> dict[str, Path]:

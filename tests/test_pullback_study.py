@@ -456,7 +456,7 @@ def test_settling_verdict_values_take_the_middle_epoch_per_member():
         for e, a in zip(range(5), (0.6, 0.8, 0.9, 0.95, 1.0))
         for site in ("s", "t")
     ]
-    values = gates.settling_verdict_values(pd.DataFrame(rows))
+    values = stage_study.settling_verdict_values(pd.DataFrame(rows))
     assert list(values["epoch"]) == [2, 2] and list(values["agreement"]) == [0.9, 0.9]
     assert list(values["initial"]) == [0.6, 0.6]
 
@@ -510,10 +510,10 @@ def test_settling_rows_carry_the_epochs_path_correlation_and_the_early_epoch_dec
         and by_epoch[1]["path_rho_low"] > by_epoch[0]["path_rho_low"]
     )
     table = pd.DataFrame(rows).assign(variant="m", seed=0)
-    values = gates.settling_verdict_values(table)
+    values = stage_study.settling_verdict_values(table)
     assert values.loc[0, "early_epoch"] == 1 and values.loc[0, "final_epoch"] == 2
     assert values.loc[0, "path_rho_low"] == by_epoch[1]["path_rho_low"]
-    without = gates.settling_verdict_values(table.drop(columns=["path_rho_low"]))
+    without = stage_study.settling_verdict_values(table.drop(columns=["path_rho_low"]))
     assert np.isnan(without.loc[0, "path_rho_low"])
 
 
