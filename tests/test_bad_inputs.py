@@ -145,7 +145,7 @@ CASES = {
     ),
     # a model with no parameters: was a bare StopIteration
     "load_weights no parameters": (
-        lambda: __import__("intertwine.workflow.zoo").zoo.load_weights(torch.nn.ReLU(), "seed0.pt"),
+        lambda: __import__("intertwine.workflow.zoo").workflow.zoo.load_weights(torch.nn.ReLU(), "seed0.pt"),
         r"load_weights\(seed0.pt\): the model \(ReLU\) has no parameters or buffers",
     ),
     # train_pack with mismatched members or generators: were vmap's, torch.stack's or IndexErrors

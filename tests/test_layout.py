@@ -20,9 +20,9 @@ FORBIDDEN = ("pandas", "pyarrow", "matplotlib", "snakemake", WORKFLOW)
 ENTRY_POINTS = {"intertwine.__main__": (WORKFLOW,)}
 #: Third-party packages an optional adapter's own dependencies bring (Captum imports matplotlib).
 ALLOWED = {"intertwine.attribution": ("matplotlib",)}
-#: Library modules that still build pandas tables (issue 52: their mathematics stays, their
-#: tables move to the workflow). Only pandas is allowed them, and only until then.
-TABLES_NOT_YET_MOVED = {name: ("pandas",) for name in ("intertwine.compare", "intertwine.dissection")}
+#: The library module that still builds pandas tables (issue 52: its mathematics stays, its tables
+#: move to the workflow). Only pandas is allowed it, and only until then.
+TABLES_NOT_YET_MOVED = {"intertwine.dissection": ("pandas",)}
 
 
 def _modules() -> dict[str, Path]:
