@@ -31,7 +31,7 @@ from intertwine.workflow.job import Job
 from intertwine.kernels import deq, deq_regression
 from intertwine.kernels.deq_regression import Block
 from intertwine.workflow.stages.deqntk.settings import DeqntkConfig
-from intertwine.settings import variances_name
+from intertwine.workflow.settings import variances_name
 from intertwine.utils import atomic_path
 
 # --- the Gram's blocks as files ------------------------------------------------------------------

@@ -6,9 +6,9 @@ import pandas as pd
 
 from intertwine import models, stitching
 from intertwine.workflow.job import Job
-from intertwine.settings import StitchConfig, parse_method
+from intertwine.workflow.settings import StitchConfig, parse_method
 from intertwine.training import evaluate
-from intertwine.zoo import recorded_test_acc
+from intertwine.workflow.zoo import recorded_test_acc
 
 
 def stitch_pair(
