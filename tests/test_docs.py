@@ -12,6 +12,7 @@ import chromium
 import pytest
 
 from intertwine.workflow.config import reference_markdown
+from intertwine.workflow.scorecard_page import SCORECARD_BLOCK, refresh_docs
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -74,6 +75,24 @@ def test_config_reference_lists_every_key():
         "cluster.margin",
     ):
         assert f"| `{key}` |" in page
+
+
+def test_scorecard_tables_are_the_runs():
+    """Every scorecard table in the docs is generated from the ``claims.csv`` its marker names (a
+    run's, kept in docs/results/), never typed: numbers in prose cannot drift from the run."""
+    blocks = {page.name: SCORECARD_BLOCK.findall(page.read_text()) for page in PAGES}
+    assert blocks["results.md"] and blocks["scorecard.md"], "the docs lost their generated scorecards"
+    for page in PAGES:
+        text = page.read_text()
+        assert refresh_docs(text, REPO) == text, (
+            f"{page.name}: a scorecard table differs from its run's claims.csv; regenerate it with "
+            f"python -m intertwine.workflow.scorecard_page {page.relative_to(REPO)}"
+        )
+
+
+def test_the_scorecard_block_check_sees_a_typed_number(tmp_path):
+    page = "<!-- scorecard: docs/results/godfrey_cifar10_claims.csv -->\n| C1 | typed |\n<!-- /scorecard -->\n"
+    assert refresh_docs(page, REPO) != page
 
 
 def test_readme_is_short():
