@@ -66,9 +66,11 @@ def cmd_check_config(args) -> None:
 
 def cmd_prepare_data(args) -> None:
     from intertwine.data import build_dataset, write_dataset
+    from intertwine.data.contents import record_contents
 
     splits, meta = build_dataset(args.config, args.global_seed)
     write_dataset(args.out, splits, meta)
+    record_contents(args.out)  # what the workflow checks the cache against before every run
     log(
         f"{meta['dataset']}: "
         + ", ".join(f"{k} {v}" for k, v in meta["sizes"].items())

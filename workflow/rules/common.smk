@@ -11,6 +11,7 @@ from intertwine.cli import commands
 from intertwine.cluster import JobNeeds, request, submission
 from intertwine.code_identity import code_identities
 from intertwine.config import check_config, read_config_file
+from intertwine.data.contents import check_contents, damaged_cache_message
 from intertwine.plan import Plan, as_json
 from intertwine.workflow import stages
 
@@ -81,7 +82,22 @@ CONDA_ENV = "../../environment.yml"
 
 DATASET = config["data"]["dataset"]
 DATA_DIR = f"results/data/{DATASET}"
-DATA_FILES = multiext(f"{DATA_DIR}/", "train.npz", "val.npz", "test.npz", "meta.json")
+DATA_OUTPUTS = multiext(f"{DATA_DIR}/", "train.npz", "val.npz", "test.npz", "meta.json")
+# A damaged data cache is newer than what was trained on it, so Snakemake would schedule the zoo
+# over finished work (as root deleting the protected checkpoints first): the cache is checked
+# against the content identity the data job recorded before any job is scheduled, here (which
+# also gives a touched but unchanged file its recorded time back: content, not time, reruns), and
+# every job that reads it refuses to be scheduled while it is damaged (intertwine.data.contents).
+# The data job itself is not refused: regenerating the cache is the repair.
+DATA_PROBLEMS = check_contents(DATA_DIR)
+
+
+def DATA_FILES(wildcards):
+    """Input function: the data cache, once it is whole."""
+    if DATA_PROBLEMS:
+        raise WorkflowError(damaged_cache_message(DATA_DIR, DATA_PROBLEMS))
+    return DATA_OUTPUTS
+
 THREADS = config["zoo"]["training"]["threads"]  # the rules' threads directive (no rerun trigger)
 
 # Cluster resources. A rule says whether its jobs need a GPU (on_gpu) or not (on_cpu), and what
