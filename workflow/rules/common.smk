@@ -14,6 +14,7 @@ from intertwine.config import check_config, read_config_file
 from intertwine.data.contents import check_contents, damaged_cache_message
 from intertwine.plan import Plan, as_json
 from intertwine.workflow import stages
+from intertwine.workflow.run_lock import unlock_refusal
 
 # Snakemake reads each config file itself, keeping the last of a key written twice and running a
 # file that sets __use_yte__ as a YTE template (before this file is read): each file is read again
@@ -28,6 +29,13 @@ for _file in workflow.configfiles:
             else ""
         )
         raise WorkflowError(f"{_err}{_yte}") from None
+# Snakemake's lock error advises --unlock "if you are sure that no other instances of snakemake are
+# running on this directory"; unlocking under a run still active runs its jobs twice, so --unlock
+# first looks for that run (intertwine.workflow.run_lock) and refuses, naming it.
+if "--unlock" in sys.argv:
+    _refusal = unlock_refusal(os.getcwd())
+    if _refusal:
+        raise WorkflowError(_refusal)
 _errors = check_config(config)  # the schema (filling in its defaults), then the plan's cross-checks
 if _errors:
     _files = ", ".join(map(str, workflow.configfiles)) or "the config"
