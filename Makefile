@@ -29,7 +29,7 @@ test: .venv
 
 format: .venv
 	$(BIN)/ruff format src tests benchmarks
-	$(BIN)/snakefmt Snakefile workflow/rules
+	$(BIN)/snakefmt workflow/Snakefile workflow/rules
 
 test-cluster: .venv
 	bash tests/cluster/run.sh

@@ -1,5 +1,5 @@
 """Linear mode connectivity against width on `shapes`: ResNet20 members trained at each width, then
-the connectivity stage's job (intertwine.jobs.connectivity) on member-disjoint pairs, as in
+the connectivity stage's job (intertwine.workflow.stages.connectivity.job) on member-disjoint pairs, as in
 docs/results.md (Linear mode connectivity). Meant for a GPU (weight matching runs on the CPU):
 
     python benchmarks/connectivity_widths.py --epochs 30 --pairs 2 --widths 1 4 --out lmc.parquet
@@ -18,10 +18,11 @@ from pathlib import Path
 import pandas as pd
 
 from intertwine.data import build_dataset, write_dataset
-from intertwine.jobs import Job
-from intertwine.jobs.connectivity import connectivity_pair
-from intertwine.jobs.zoo import train_member
-from intertwine.zoo import save_checkpoint
+from intertwine.workflow.job import Job
+from intertwine.workflow.settings import checked_block
+from intertwine.workflow.stages.connectivity.job import connectivity_pair
+from intertwine.workflow.stages.zoo.job import train_member
+from intertwine.workflow.zoo import save_checkpoint
 
 METHODS = ["unaligned", "weight_permutation", "weight_grelu", "activation_permutation"]
 
@@ -44,7 +45,7 @@ def main() -> None:
         "val_size": 500,
         "shapes": {"train_size": args.train_size, "test_size": args.images, "image_size": 32},
     }
-    splits, meta = build_dataset(block, seed=0)
+    splits, meta = build_dataset(checked_block(block, "data"), seed=0)
     write_dataset(root / "shapes", splits, meta)
     job = Job(args.device, root / "shapes", 0, lambda message: print(message, flush=True))
     training = {"epochs": args.epochs, "batch_size": 128, "lr": 0.004}

@@ -27,7 +27,7 @@ import torch
 
 from intertwine.data import channel_stats, load_split
 from intertwine.kernels import deq, deq_regression
-from intertwine.paper import reported_deqntk
+from intertwine.workflow.paper import reported_deqntk
 
 SETTINGS = [(0.25, 0.25, 0.5), (0.6, 0.4, 0.0), (0.8, 0.2, 0.0)]
 COLUMNS = [

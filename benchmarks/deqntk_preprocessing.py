@@ -20,7 +20,7 @@ import torch
 
 from intertwine.data import channel_stats, load_split
 from intertwine.kernels import deq, deq_regression
-from intertwine.settings import variances_name
+from intertwine.workflow.settings import variances_name
 
 SETTINGS = [(0.25, 0.25, 0.5), (0.6, 0.4, 0.0), (0.8, 0.2, 0.0)]
 

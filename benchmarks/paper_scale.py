@@ -21,7 +21,7 @@ from pathlib import Path
 from common import benchmark_data, describe_device
 from train_throughput import members_per_second
 
-from intertwine.settings import TrainConfig
+from intertwine.workflow.settings import TrainConfig
 from intertwine.utils import resolve_device
 
 # Spec fields that change what a member computes but not what it costs to train.
@@ -42,8 +42,8 @@ def plan(config_path: str, out: str) -> None:
     """Write the zoo's cost groups (spec, batch size, optimizer, members, training images)."""
     import yaml
 
-    from intertwine.plan import Plan
-    from intertwine.settings import validate_config
+    from intertwine.workflow.plan import Plan
+    from intertwine.workflow.settings import validate_config
 
     config = yaml.safe_load(Path(config_path).read_text())
     validate_config(config)

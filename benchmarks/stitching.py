@@ -21,7 +21,7 @@ import torch
 from common import benchmark_data, describe_device
 from intertwine import models
 from intertwine.data import Split
-from intertwine.settings import StitchConfig
+from intertwine.workflow.settings import StitchConfig
 from intertwine.stitching import build_layer, fit, stitch
 from intertwine.utils import resolve_device
 

@@ -18,7 +18,7 @@ import torch
 from common import baseline_loader, benchmark_data, describe_device, ratio_line, throughput
 from intertwine import models
 from intertwine.data import Split
-from intertwine.settings import TrainConfig
+from intertwine.workflow.settings import TrainConfig
 from intertwine.training import train, train_pack
 from intertwine.utils import resolve_device
 

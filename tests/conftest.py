@@ -9,13 +9,14 @@ def _write_shapes(
 ) -> Path:
     """A `shapes` data set written to ``directory`` by the real data stage (seed 0)."""
     from intertwine.data import build_dataset, write_dataset
+    from intertwine.workflow.settings import checked_block
 
     block = {
         "dataset": "shapes",
         "val_size": val_size,
         "shapes": {"train_size": train_size, "test_size": test_size, "image_size": image_size},
     }
-    splits, meta = build_dataset(block, seed=0)
+    splits, meta = build_dataset(checked_block(block, "data"), seed=0)
     write_dataset(directory, splits, meta)
     return directory
 

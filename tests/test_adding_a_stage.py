@@ -1,5 +1,5 @@
 """docs/adding-a-stage.md, followed to the letter: its files added to a copy of the project (the
-package, the Snakefile, the rules and captions), its stage named in the registry, and the copy
+package, workflow/ with its Snakefile, rules and captions), its stage named in the registry, and the copy
 plans the stage into `rule all`, runs it, reruns it on an edit of its job, and reports it."""
 
 import re
@@ -41,8 +41,7 @@ def test_the_guide_shows_every_part_of_a_stage():
 def project(tmp_path_factory):
     """A copy of the project with the guide's stage added: (root, environment to run it in)."""
     root = tmp_path_factory.mktemp("project")
-    for name in ("Snakefile", "environment.yml"):
-        shutil.copy(REPO / name, root)
+    shutil.copy(REPO / "environment.yml", root)
     for folder in ("workflow", "profiles", "config"):
         shutil.copytree(REPO / folder, root / folder)
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__"))
@@ -60,7 +59,15 @@ def project(tmp_path_factory):
 
 def run(project, *args, config=None, check=True):
     root, env = project
-    command = [sys.executable, "-m", "snakemake", "-s", str(root / "Snakefile"), "-d", str(root / "run")]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(root / "workflow" / "Snakefile"),
+        "-d",
+        str(root / "run"),
+    ]
     command += ["--configfile", str(config or TINY), "--cores", "2", *args]
     result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if check and result.returncode != 0:

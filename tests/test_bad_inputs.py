@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from intertwine import compare, kernels, measures, models
-from intertwine.claims import scorecard
+from intertwine.workflow.claims import scorecard
 from intertwine.data import Split
 from intertwine.kernels import deq, npk
 from intertwine.measures import cca
 from intertwine.pullback import per_neuron_temperatures, pullback
 from intertwine.workflow.stages.deqntk.plan import gram_layout
-from intertwine.settings import TrainConfig
+from intertwine.workflow.settings import TrainConfig
 from intertwine.training import train_pack
 
 F64 = torch.float64
@@ -146,7 +146,7 @@ CASES = {
     ),
     # a model with no parameters: was a bare StopIteration
     "load_weights no parameters": (
-        lambda: __import__("intertwine.zoo").zoo.load_weights(torch.nn.ReLU(), "seed0.pt"),
+        lambda: __import__("intertwine.workflow.zoo").workflow.zoo.load_weights(torch.nn.ReLU(), "seed0.pt"),
         r"load_weights\(seed0.pt\): the model \(ReLU\) has no parameters or buffers",
     ),
     # train_pack with mismatched members or generators: were vmap's, torch.stack's or IndexErrors

@@ -14,6 +14,7 @@ import yaml
 from PIL import Image
 
 from intertwine.data import build_dataset, load_meta, load_split, write_dataset
+from intertwine.workflow.settings import checked_block
 from intertwine.data.cifar10 import DataNotFoundError, load_cifar, load_cifar10, load_cifar100
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,7 +102,7 @@ def test_cache_holds_the_data_sets_name_classes_and_size(tmp_path, rng, no_md5):
         "val_size": 4,
         "cifar100": {"root": str(tmp_path / "c100"), "layout": "auto", "download": False},
     }
-    splits, meta = build_dataset(block, seed=0)
+    splits, meta = build_dataset(checked_block(block, "data"), seed=0)
     write_dataset(tmp_path / "cache", splits, meta)
     meta = load_meta(tmp_path / "cache")
     assert meta["dataset"] == "cifar100" and meta["classes"] == FINE
@@ -109,7 +110,7 @@ def test_cache_holds_the_data_sets_name_classes_and_size(tmp_path, rng, no_md5):
     assert meta["sizes"] == {"test": 6, "train": 16, "val": 4}
     train = load_split(tmp_path / "cache", "train")
     assert train.images.shape == (16, 3, 32, 32) and int(train.labels.max()) < 100
-    again, _ = build_dataset(block, seed=0)
+    again, _ = build_dataset(checked_block(block, "data"), seed=0)
     np.testing.assert_array_equal(again["train"]["images"], splits["train"]["images"])
 
 
@@ -189,7 +190,7 @@ def test_prepare_data_without_cifar100_is_one_clear_error(tmp_path):
 def tiny_config(cifar100_root=None):
     """The tiny test config, validated; on CIFAR-100 from ``cifar100_root`` when given."""
 
-    from intertwine.settings import validate_config
+    from intertwine.workflow.settings import validate_config
 
     config = yaml.safe_load((REPO / "tests" / "configs" / "tiny.yaml").read_text())
     if cifar100_root is not None:
@@ -201,9 +202,9 @@ def tiny_config(cifar100_root=None):
 
 
 def test_config_with_cifar100_validates_and_plans():
-    from intertwine.cli import build_parser
-    from intertwine.plan import Plan
-    from intertwine.settings import checked_block
+    from intertwine.workflow.cli import build_parser
+    from intertwine.workflow.plan import Plan
+    from intertwine.workflow.settings import checked_block
 
     config = tiny_config("data/cifar100")
     assert config["data"]["cifar100"] == {"root": "data/cifar100", "layout": "auto", "download": False}
@@ -223,8 +224,8 @@ def test_gated_cifar100_config_plans_the_ensembles_and_resnet110():
     """config/gated_cifar100.yaml, as config/paper.yaml on CIFAR-10: 16 C1GAPs per budget for
     C1GAP-16-ENS (Table III) and ResNet-110 with its DGN and DLGN (Table II), on Table II's
     recipe, every variant with 100 classes (a plan only: nothing is trained)."""
-    from intertwine.plan import Plan
-    from intertwine.settings import validate_config
+    from intertwine.workflow.plan import Plan
+    from intertwine.workflow.settings import validate_config
 
     config = yaml.safe_load((REPO / "config" / "gated_cifar100.yaml").read_text())
     validate_config(config)
@@ -255,7 +256,7 @@ def test_zoo_needs_num_classes_100(tmp_path, rng, no_md5):
 
     write_cifar100_pickles(tmp_path / "c100", rng, n_train=24, n_test=8)
     block = {"dataset": "cifar100", "val_size": 8, "cifar100": {"root": str(tmp_path / "c100")}}
-    write_dataset(tmp_path / "cache", *build_dataset(block, seed=0))
+    write_dataset(tmp_path / "cache", *build_dataset(checked_block(block, "data"), seed=0))
     spec = {"arch": "myrtle", "width_multiplier": 0.125}
     training = {"epochs": 1, "batch_size": 8}
     with pytest.raises(ValueError, match=r"num_classes 10 but the data set has 100 classes; set num_classes"):
@@ -278,7 +279,15 @@ def test_workflow_data_rule_writes_results_data_cifar100(tmp_path, rng):
     )
     env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path / "run")]
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "workflow" / "Snakefile"),
+            "-d",
+            str(tmp_path / "run"),
+        ]
         + ["--configfile", str(config), "--cores", "1", "prepare_data"],
         check=False,
         capture_output=True,

@@ -16,9 +16,9 @@ import pytest
 from scipy import stats
 
 from intertwine.workflow.stages.gated import study as gated
-from intertwine.claims import (
-    CLAIMS,
+from intertwine.workflow.claims import (
     VERDICTS,
+    all_claims,
     Comparison,
     Estimate,
     describe,
@@ -27,9 +27,9 @@ from intertwine.claims import (
     scorecard,
 )
 from intertwine.models import normalize_spec
-from intertwine.paper import TABLE_2_PAIRS, TABLE_2_PROCRUSTES, TABLE_4_PAIRS, TABLE_4_PROCRUSTES
-from intertwine.plan import Plan, draw_pairs
-from intertwine.scorecard_page import DECISION_RULE, as_rst, headline
+from intertwine.workflow.paper import TABLE_2_PAIRS, TABLE_2_PROCRUSTES, TABLE_4_PAIRS, TABLE_4_PROCRUSTES
+from intertwine.workflow.plan import Plan, draw_pairs
+from intertwine.workflow.scorecard_page import DECISION_RULE, as_rst, headline
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_plan import load
@@ -1127,7 +1127,7 @@ def test_gated_findings_say_their_scale():
 def test_a_stage_not_in_the_config_reads_not_run():
     card = scorecard({}, SETTINGS, gated_findings=None)
     assert set(card["verdict"]) == {"not run"}
-    assert len(card) == len(CLAIMS) + 1  # and one row for the gated findings
+    assert len(card) == len(all_claims()) + 1  # and one row for the gated findings
     assert (card["figure"] == "").all()
 
 
@@ -1137,7 +1137,7 @@ def test_every_claim_quotes_its_sentence_and_names_units_and_scale():
         paper, SETTINGS | {"scale": {"zoo_epochs": 4, "zoo": "zoo: 4 of 50", "stitching": "s"}}, None
     )
     card = card.set_index("claim")
-    assert all(claim.sentence for claim in CLAIMS)
+    assert all(claim.sentence for claim in all_claims())
     assert card.loc["C2.full", "units"] == "32 pairs" and card.loc["C2.full", "scale"] == "zoo: 4 of 50; s"
     assert card.loc["C2.full", "reading"] == "reproduced at 4 of 50 epochs"
     assert '"the G_ReLU-CKA exhibits a much more significant decay' not in card.loc["C5.myrtle", "sentence"]
@@ -1566,7 +1566,7 @@ def test_each_claim_lives_in_its_stages_folder_in_the_scorecards_order():
     """Issue 35: a stage's claims are in its folder (``claims.CLAIMS``); the scorecard keeps its
     own order of rows (``ORDER``), which is not the stages' order, and a stage's claim missing
     from it is an error that says where to list it."""
-    from intertwine import claims
+    from intertwine.workflow import claims
     from intertwine.workflow import stages
 
     owners = {
@@ -1581,7 +1581,7 @@ def test_each_claim_lives_in_its_stages_folder_in_the_scorecards_order():
     try:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(claims, "ORDER", claims.ORDER[:-1])
-            with pytest.raises(RuntimeError, match="list a new claim in intertwine.claims.ORDER"):
+            with pytest.raises(RuntimeError, match="list a new claim in intertwine.workflow.claims.ORDER"):
                 claims.all_claims()
     finally:
         claims.all_claims.cache_clear()
@@ -1729,7 +1729,7 @@ def test_c14_softsort_comparable_and_ten_times_slower():
 def test_appendix_claims_quote_the_paper_and_name_the_figures_they_test():
     """C10-C14 quote the paper's sentences and link to the study figures the report draws."""
     card = scorecard({"stitching": stitching(FIG1)}, SETTINGS, None).set_index("claim")
-    figures = {claim.claim: claim.figure for claim in CLAIMS}
+    figures = {claim.claim: claim.figure for claim in all_claims()}
     assert figures["C10"] == "stitching_penalty.png" and figures["C11"] == "stitching_transformer.png"
     assert figures["C12"] == "stitching_alpha_cv.png" and figures["C13"] == "stitching_l1_sparsity.png"
     assert figures["C14"] == "stitching_softsort.png"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from intertwine.cli import build_parser
+from intertwine.workflow.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 # Subcommands that run torch: each is named like its rule and its function in intertwine.workflow.stages.<stage>.job.
@@ -120,7 +120,7 @@ def filled(argv: list[str]) -> list[str]:
 def test_each_rule_command_parses(name):
     """The shell line a rule gets from its command, placeholders filled, parses; the options passed
     only when given are left out."""
-    from intertwine.cli import commands
+    from intertwine.workflow.cli import commands
 
     command = commands()[name]
     line = command.shell(**({"schema": "rotation"} if name == "table" else {}))
@@ -397,8 +397,8 @@ def test_other_options_are_checked_by_the_parser(command, argv, message):
 def test_table_schema_names_each_stages_tables_and_refuses_others(capsys):
     """``table --schema`` takes every table a stage's folder lists, and nothing else: an unknown
     name is an argparse error that names the closest table."""
-    from intertwine.cli import build_parser
-    from intertwine.tables import stage_tables
+    from intertwine.workflow.cli import build_parser
+    from intertwine.workflow.tables import stage_tables
     from intertwine.workflow import stages
 
     listed = [name for stage in stages.with_part("tables") for name in stages.part(stage, "tables").TABLES]
@@ -417,7 +417,7 @@ def test_incomplete_config_blocks_take_the_schemas_defaults(tmp_path, tiny_shape
     import torch
 
     from intertwine import models
-    from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
+    from intertwine.workflow.zoo import CHECKPOINT_FORMAT, save_checkpoint
 
     spec = {"arch": "myrtle", "width_multiplier": 0.125}
     paths = []
@@ -617,7 +617,7 @@ def test_every_option_has_help_text():
 
 
 def test_stitch_pair_help_lists_every_method():
-    from intertwine.settings import G_RELU_METHODS
+    from intertwine.workflow.settings import G_RELU_METHODS
 
     help_text = " ".join(intertwine("stitch-pair", "--help").stdout.split())
     for method in ("full", "rank<r>", "l1_<lambda>", *G_RELU_METHODS):

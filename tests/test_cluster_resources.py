@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 
-from intertwine.cluster import JobNeeds, request
-from intertwine.plan import Plan
-from intertwine.settings import validate_config
+from intertwine.workflow.cluster import JobNeeds, request
+from intertwine.workflow.plan import Plan
+from intertwine.workflow.settings import validate_config
 
 REPO = Path(__file__).resolve().parents[1]
 SITE = {"cpu_partition": "site-cpu", "gpu_partition": "site-gpu", "account": "site-lab", "qos": "site-qos"}
@@ -30,7 +30,15 @@ def dry_run(tmp_path, config, *args, site=SITE):
     if site is not None:
         (tmp_path / "site.yaml").write_text(yaml.safe_dump({"cluster": site}))
         files.append(str(tmp_path / "site.yaml"))
-    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "workflow" / "Snakefile"),
+        "-d",
+        str(tmp_path),
+    ]
     command += ["--workflow-profile", str(REPO / "profiles" / "slurm"), "-n", "--configfile", *files, *args]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

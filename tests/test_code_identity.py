@@ -1,11 +1,11 @@
-"""The code identity that decides reruns (intertwine.code_identity), on a small package of its own."""
+"""The code identity that decides reruns (intertwine.workflow.code_identity), on a small package of its own."""
 
 import re
 import textwrap
 
 import pytest
 
-from intertwine import code_identity as ci
+from intertwine.workflow import code_identity as ci
 
 FILES = {
     "__init__.py": "VERSION = 1\n",

@@ -9,6 +9,7 @@ import torch
 from PIL import Image
 
 from intertwine.data import _hold_out, build_dataset, load_meta, load_split
+from intertwine.workflow.settings import checked_block
 from intertwine.data.augment import augment, mix, normalize
 from intertwine.data.cifar10 import CLASSES, DataNotFoundError, load_cifar10
 
@@ -69,6 +70,7 @@ def test_imagefolder_layout(tmp_path, rng):
 def test_cifar10_cache_is_in_random_order(tmp_path, rng):
     """Image folders come class by class; the cache must not, or a prefix is one class."""
     from intertwine.data import build_dataset
+    from intertwine.workflow.settings import checked_block
 
     for split, n in (("train", 6), ("test", 4)):
         for name in CLASSES[:4]:
@@ -80,12 +82,12 @@ def test_cifar10_cache_is_in_random_order(tmp_path, rng):
         "val_size": 4,
         "cifar10": {"root": str(tmp_path), "layout": "auto", "download": False},
     }
-    splits, _ = build_dataset(block, seed=0)
+    splits, _ = build_dataset(checked_block(block, "data"), seed=0)
     for split, n in (("train", 20), ("test", 16)):
         labels = splits[split]["labels"]
         assert len(labels) == n and sorted(np.bincount(labels)) != [0, 0, 0, n]
         assert len(set(labels[: n // 2])) > 1 and list(labels) != sorted(labels)
-    again, _ = build_dataset(block, seed=0)
+    again, _ = build_dataset(checked_block(block, "data"), seed=0)
     np.testing.assert_array_equal(again["train"]["images"], splits["train"]["images"])
 
 
@@ -134,9 +136,9 @@ def test_dataset_is_deterministic():
         "val_size": 8,
         "shapes": {"train_size": 40, "test_size": 8, "image_size": 16},
     }
-    a, _ = build_dataset(block, seed=1)
-    b, _ = build_dataset(block, seed=1)
-    c, _ = build_dataset(block, seed=2)
+    a, _ = build_dataset(checked_block(block, "data"), seed=1)
+    b, _ = build_dataset(checked_block(block, "data"), seed=1)
+    c, _ = build_dataset(checked_block(block, "data"), seed=2)
     np.testing.assert_array_equal(a["val"]["images"], b["val"]["images"])
     assert not np.array_equal(a["train"]["images"], c["train"]["images"])
 
@@ -228,20 +230,22 @@ def test_normalize_refuses_float_images():
 def test_data_block_takes_defaults_and_names_a_bad_key():
     """prepare-data indexed the block: a block without val_size ended in a KeyError traceback."""
     block = {"dataset": "shapes", "shapes": {"train_size": 40, "test_size": 16, "image_size": 16}}
-    splits, meta = build_dataset(block | {"val_size": 8}, seed=0)
+    splits, meta = build_dataset(checked_block(block | {"val_size": 8}, "data"), seed=0)
     assert meta["sizes"] == {"test": 16, "train": 32, "val": 8}
     with pytest.raises(
         ValueError, match=r"data\.val_size: 1000 must be between 1 and the training set size minus one"
     ):
-        build_dataset(block, seed=0)  # the default val_size, 1000, is more than 40 images hold
+        build_dataset(
+            checked_block(block, "data"), seed=0
+        )  # the default val_size, 1000, is more than 40 images hold
     with pytest.raises(
         ValueError,
         match=r"config key data\.shapes: Additional properties are not allowed "
         r"\('train_sise' was unexpected\)",
     ):
-        build_dataset({"dataset": "shapes", "shapes": {"train_sise": 40}}, seed=0)
+        build_dataset(checked_block({"dataset": "shapes", "shapes": {"train_sise": 40}}, "data"), seed=0)
     with pytest.raises(ValueError, match=r"config key data\.dataset: 'emnist' is not one of"):
-        build_dataset({"dataset": "emnist"}, seed=0)
+        build_dataset(checked_block({"dataset": "emnist"}, "data"), seed=0)
 
 
 # --- MNIST: grey images as three equal channels, in both layouts ------------------------------------
@@ -285,14 +289,16 @@ def test_mnist_image_folders_build_a_cache(tmp_path, rng):
                 grey = rng.integers(0, 256, (28, 28), dtype=np.uint8)
                 Image.fromarray(grey, mode="L").save(tmp_path / split / digit / f"{i}.png")
     block = {"dataset": "mnist", "val_size": 4, "mnist": {"root": str(tmp_path)}}
-    splits, meta = build_dataset(block, seed=0)
+    splits, meta = build_dataset(checked_block(block, "data"), seed=0)
     assert meta["classes"] == ["0", "1", "2", "3"] and meta["image_size"] == [28, 28]
     assert splits["train"]["images"].shape == (16, 3, 28, 28) and len(splits["val"]["labels"]) == 4
     images = splits["test"]["images"]
     assert (images[:, 0] == images[:, 1]).all() and (images[:, 0] == images[:, 2]).all()
     assert meta["mean"][0] == meta["mean"][1] == meta["mean"][2]
     with pytest.raises(DataNotFoundError, match="MNIST/ with raw/train-images-idx3-ubyte"):
-        build_dataset({"dataset": "mnist", "mnist": {"root": str(tmp_path / "nowhere")}}, seed=0)
+        build_dataset(
+            checked_block({"dataset": "mnist", "mnist": {"root": str(tmp_path / "nowhere")}}, "data"), seed=0
+        )
 
 
 def test_mixing_off_draws_nothing_and_returns_the_batch():

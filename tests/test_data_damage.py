@@ -4,10 +4,15 @@ scheduled, repaired by its own advice without retraining, and a touch reruns not
 import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
-from test_workflow import TINY, planned_jobs, snakemake
+from test_workflow import REPO, TINY, planned_jobs, snakemake
 
 from intertwine.data.contents import CONTENTS, check_contents, content_identity, record_contents
 
@@ -28,25 +33,63 @@ def pack_files(workdir):
     return {path.name: path.read_bytes() for path in sorted((workdir / PACK).iterdir())}
 
 
-@pytest.mark.parametrize("as_non_root", [False, True], ids=["root", "user"])
-def test_a_truncated_data_file_is_named_and_repaired_without_retraining(trained, as_non_root):
+NOBODY = 65534
+SETPRIV = shutil.which("setpriv")
+
+
+def as_nobody(workdir, *args):
+    """Snakemake run by a real user without privileges (uid 65534), so that file permissions, and so
+    protected(), bind: through setpriv, on a copy of the run the user owns."""
+    env = os.environ | {"HOME": str(workdir), "PYTHONPATH": str(REPO / "src")}
+    command = [SETPRIV, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable]
+    command += ["-m", "snakemake", "-s", str(REPO / "workflow" / "Snakefile"), "-d", str(workdir)]
+    command += ["--configfile", str(TINY), "--cores", "2", *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+
+
+@pytest.fixture(params=["root", "user", "real user"])
+def run_as(request, trained):
+    """How Snakemake runs on the trained run: as root (who ignores protected()), as a user (os.access
+    answering as for any other user: test_workflow.AS_NON_ROOT), or really as an unprivileged user."""
+    if request.param != "real user":
+        as_non_root = request.param == "user"
+        run = lambda *args: snakemake(trained, *args, check=False, as_non_root=as_non_root)
+        yield trained, run, run
+        return
+    if os.geteuid() != 0 or SETPRIV is None:
+        pytest.skip("needs root and setpriv to run Snakemake as another user")
+    workdir = Path(tempfile.mkdtemp(prefix="intertwine-nobody-"))
+    os.chmod(workdir, 0o755)
+    shutil.copytree(trained, workdir, dirs_exist_ok=True, symlinks=True)  # copy2: times kept
+    for path in [workdir, *workdir.rglob("*")]:
+        os.lchown(path, NOBODY, NOBODY)
+    # The repair runs a job, whose `intertwine` command this user cannot start here (the
+    # environment's Python lies in root's home): root repairs the copy, the user checks it.
+    yield workdir, lambda *args: as_nobody(workdir, *args), lambda *args: snakemake(workdir, *args)
+    shutil.rmtree(workdir)
+
+
+def test_a_truncated_data_file_is_named_and_repaired_without_retraining(run_as):
     """Before: as root Snakemake scheduled train_pack and deleted the pack before the job failed on
     the bad file; as a user it stopped at a bare ProtectedOutputException."""
-    test_file = trained / DATA / "test.npz"
-    pack = pack_files(trained)
+    workdir, run, repair_run = run_as
+    test_file = workdir / DATA / "test.npz"
+    pack = pack_files(workdir)
     test_file.write_bytes(test_file.read_bytes()[:1000])  # a truncated copy
-    result = snakemake(trained, PACK, check=False, as_non_root=as_non_root)
+    result = run(PACK)
     assert result.returncode != 0
     assert f"{DATA}/test.npz cannot be read" in result.stderr
     assert "No job has run and nothing was deleted" in result.stderr
     assert "ProtectedOutputException" not in result.stderr
-    assert pack_files(trained) == pack  # the pack survives, as root too
+    assert pack_files(workdir) == pack  # the pack survives, as root too
     # the advice, followed as printed, repairs the cache and retrains nothing
     repair = re.search(r"^\s+(snakemake --cores 1 --force \S+)$", result.stderr, re.MULTILINE)[1]
-    snakemake(trained, *shlex.split(repair)[1:], as_non_root=as_non_root)
-    assert check_contents(trained / DATA) == []
-    assert planned_jobs(trained, TINY, PACK) == {}
-    assert pack_files(trained) == pack
+    repaired = repair_run(*shlex.split(repair)[1:])
+    assert repaired.returncode == 0, repaired.stderr
+    assert run(PACK, "-n").returncode == 0  # the cache is whole again for the user too
+    assert check_contents(workdir / DATA) == []
+    assert planned_jobs(workdir, TINY, PACK) == {}
+    assert pack_files(workdir) == pack
 
 
 def test_a_touched_data_cache_reruns_nothing(trained):

@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 import torch
 
-from intertwine import paper
+from intertwine.workflow import paper
 from intertwine.workflow.stages.deqntk import job as deqntk_jobs
 from intertwine.kernels import deq, deq_regression
 from intertwine.workflow.stages.deqntk.plan import gram_layout
-from intertwine.settings import parse_variances, variances_name
+from intertwine.workflow.settings import parse_variances, variances_name
 from intertwine.workflow.stages.deqntk.tables import DEQNTK, KERNEL_REFERENCE
-from intertwine.tables import to_table
+from intertwine.workflow.tables import to_table
 
 SETTING = (0.6, 0.4, 0.0)
 
@@ -335,7 +335,7 @@ def test_table_holds_the_papers_accuracy_as_a_fraction(tmp_path):
     from argparse import Namespace
 
     from intertwine.workflow.stages.deqntk.commands import cmd_deqntk_table
-    from intertwine.tables import read_parquet, write_parquet
+    from intertwine.workflow.tables import read_parquet, write_parquet
 
     row = {
         "study": "accuracy",
@@ -374,7 +374,7 @@ def test_reference_job_rows(tmp_path, tiny_shapes_dir):
     from intertwine import models
     from intertwine.workflow.job import Job
     from intertwine.workflow.stages.deqntk.job import kernel_reference_member
-    from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
+    from intertwine.workflow.zoo import CHECKPOINT_FORMAT, save_checkpoint
 
     spec = {"arch": "myrtle", "width_multiplier": 0.125}
     torch.manual_seed(0)

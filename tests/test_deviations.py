@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_plan import load
 
-from intertwine.deviations import DEVIATIONS, markdown_table
+from intertwine.workflow.deviations import DEVIATIONS, markdown_table
 from intertwine.models import normalize_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,7 +68,9 @@ def test_every_switch_has_both_values_as_options():
 
 def test_the_docs_show_the_list():
     page = (REPO / "docs" / "deviations.md").read_text()
-    assert markdown_table() in page, "docs/deviations.md: paste intertwine.deviations.markdown_table()"
+    assert markdown_table() in page, (
+        "docs/deviations.md: paste intertwine.workflow.deviations.markdown_table()"
+    )
 
 
 def test_paper_config_trains_the_cct_with_hassanis_recipe():

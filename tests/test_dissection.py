@@ -267,7 +267,7 @@ def test_external_model_on_broden_through_the_cli(tmp_path, rng):
     import pandas as pd
     import torchvision
 
-    from intertwine.cli import main
+    from intertwine.workflow.cli import main
     from test_broden import make_broden
 
     root = tmp_path / "broden"
@@ -351,7 +351,7 @@ def test_masks_figure_shows_the_members_own_dissection(tmp_path, tiny_shapes_dir
     from intertwine import models
     from intertwine.workflow.job import Job
     from intertwine.workflow.stages.dissection.job import dissect_member, dissection_masks
-    from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
+    from intertwine.workflow.zoo import CHECKPOINT_FORMAT, save_checkpoint
 
     torch.manual_seed(0)
     spec = models.normalize_spec({"arch": "resnet20", "width_multiplier": 0.25})

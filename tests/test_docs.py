@@ -11,7 +11,7 @@ from urllib.parse import unquote, urljoin, urlparse
 import chromium
 import pytest
 
-from intertwine.config import reference_markdown
+from intertwine.workflow.config import reference_markdown
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -60,7 +60,9 @@ def test_the_link_check_sees_a_broken_link(tmp_path):
 
 def test_config_reference_is_the_schemas():
     page = (REPO / "docs" / "config-reference.md").read_text()
-    assert page == reference_markdown(), "regenerate: python -m intertwine.config > docs/config-reference.md"
+    assert page == reference_markdown(), (
+        "regenerate: python -m intertwine.workflow.config > docs/config-reference.md"
+    )
 
 
 def test_config_reference_lists_every_key():

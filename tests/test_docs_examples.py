@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from intertwine import cli
+from intertwine.workflow import cli
 from intertwine.workflow.job import Job
 from intertwine.workflow.stages.zoo.job import train_member
-from intertwine.zoo import save_checkpoint
+from intertwine.workflow.zoo import save_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from intertwine import kernels, measures, models, paper, stitching, symmetry
+from intertwine import kernels, measures, models, stitching, symmetry
+from intertwine.workflow import paper
 from intertwine.workflow.stages.gated import study as gated
 from intertwine.workflow.stages.symmetry import study as symmetry_study
 from intertwine.groups import random_gl
 from intertwine.models.myrtle import Myrtle
-from intertwine.plan import Plan
+from intertwine.workflow.plan import Plan
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_plan import load
@@ -427,7 +428,7 @@ def test_ensemble_job_scores_the_named_members_and_the_paper_row(tmp_path, tiny_
 
     from intertwine.workflow.job import Job
     from intertwine.workflow.stages.gated.job import gated_ensemble
-    from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
+    from intertwine.workflow.zoo import CHECKPOINT_FORMAT, save_checkpoint
 
     spec = {"arch": "c1gap", "width_multiplier": 1 / 64}
     paths = []

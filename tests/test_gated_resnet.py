@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from intertwine import models, paper, symmetry
+from intertwine import models, symmetry
+from intertwine.workflow import paper
 from intertwine.workflow.job import Job
 from intertwine.workflow.stages.zoo.job import train_member
 from intertwine.models.gated import GatedBase, GatedNet

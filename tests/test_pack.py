@@ -144,7 +144,7 @@ def test_an_unmixed_pack_skips_the_partner_loss_and_its_loss_is_unchanged(tiny_s
 
 def test_a_diverged_member_leaves_the_rest_of_its_pack(tiny_shapes_dir, tmp_path):
     from intertwine.workflow.stages.zoo.job import _member  # noqa: PLC2701 - the members' initial models
-    from intertwine.settings import TrainConfig
+    from intertwine.workflow.settings import TrainConfig
     from intertwine.training import train_pack as train_models_packed
 
     torch.set_num_threads(1)
@@ -175,7 +175,7 @@ def test_a_diverged_member_leaves_the_rest_of_its_pack(tiny_shapes_dir, tmp_path
 
 
 def test_pack_directory_links_members_and_never_overwrites(tiny_shapes_dir, tmp_path):
-    from intertwine.zoo import read_checkpoint, unpack_member, write_pack
+    from intertwine.workflow.zoo import read_checkpoint, unpack_member, write_pack
 
     spec = {"arch": "c4gap", "width_multiplier": 0.0625}
     checkpoint, metrics = train_member(Job("cpu", tiny_shapes_dir), "m", 0, spec, {"epochs": 1})
@@ -275,7 +275,7 @@ def test_damaged_pack_member_is_repaired_by_following_its_error(tiny_shapes_dir,
     and its members' links, and doing exactly that and rerunning gives readable members."""
     import subprocess
 
-    from intertwine.zoo import CheckpointError, read_checkpoint, unpack_member, write_pack
+    from intertwine.workflow.zoo import CheckpointError, read_checkpoint, unpack_member, write_pack
 
     spec = {"arch": "c4gap", "width_multiplier": 0.0625}
     trained = {
@@ -317,7 +317,7 @@ def test_damaged_pack_member_is_repaired_by_following_its_error(tiny_shapes_dir,
 
 
 def test_checkpoint_of_its_own_keeps_the_plain_advice(tiny_shapes_dir, tmp_path):
-    from intertwine.zoo import CheckpointError, read_checkpoint, save_checkpoint
+    from intertwine.workflow.zoo import CheckpointError, read_checkpoint, save_checkpoint
 
     checkpoint, _ = train_member(
         Job("cpu", tiny_shapes_dir), "m", 0, {"arch": "c4gap", "width_multiplier": 0.0625}, {"epochs": 1}

@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 
-from intertwine.plan import Plan, draw_pairs
+from intertwine.workflow.plan import Plan, draw_pairs
 from intertwine.workflow.planning import spec_sites
 from intertwine.workflow.stages.deqntk.plan import gram_layout
 from intertwine.workflow.stages.similarity.settings import SimilarityConfig
-from intertwine.settings import validate_config
+from intertwine.workflow.settings import validate_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,7 @@ def test_shipped_configs_plan_without_errors():
 def test_mnist_config_is_the_papers_deqntk_run():
     """config/deqntk_mnist.yaml: the paper's MNIST number (98.6 % at (.25, .25, .5)) is compared
     with the regression on all 60,000 training and 10,000 test images."""
-    from intertwine.paper import reported_deqntk
+    from intertwine.workflow.paper import reported_deqntk
 
     config = load("config/deqntk_mnist.yaml")
     plan = Plan(config)
@@ -587,7 +587,7 @@ def test_pullback_plan(tiny):
     assert "results/tables/pullback_agreement.parquet" in plan.pullback_outputs
     # the paper's own experiment: an external ImageNet model's table and grids, without zoo variants;
     # its job's memory grows with the grid
-    from intertwine.cluster import JobNeeds
+    from intertwine.workflow.cluster import JobNeeds
 
     external = copy.deepcopy(config)
     external["pullback"].update(

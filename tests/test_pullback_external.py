@@ -13,7 +13,7 @@ from intertwine.pullback import measurements as study
 from intertwine.workflow.job import Job
 from intertwine.models import imagenet
 from intertwine.workflow.stages.pullback.tables import PULLBACK_EXTERNAL
-from intertwine.tables import to_table
+from intertwine.workflow.tables import to_table
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 WNIDS = list(imagenet.IMAGENETTE_CLASSES)

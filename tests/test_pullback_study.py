@@ -197,7 +197,7 @@ def test_summary_has_a_column_per_mode():
 
 
 def _checkpoint(path, spec, variant, seed):
-    from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
+    from intertwine.workflow.zoo import CHECKPOINT_FORMAT, save_checkpoint
 
     torch.manual_seed(seed)
     save_checkpoint(
@@ -224,7 +224,7 @@ def test_jobs_on_tiny_models(tmp_path, tiny_shapes_dir):
         PULLBACK_SYMMETRY,
         PULLBACK_TRANSFER,
     )
-    from intertwine.tables import to_table
+    from intertwine.workflow.tables import to_table
 
     paths = [_checkpoint(tmp_path / f"seed{s}.pt", MYRTLE, "myrtle", s) for s in range(2)]
     job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
@@ -282,7 +282,7 @@ def test_a_temperature_sweep_adds_soft_rows_and_its_figure(tmp_path, tiny_shapes
         PULLBACK_SYMMETRY,
         PULLBACK_TRANSFER,
     )
-    from intertwine.tables import to_table
+    from intertwine.workflow.tables import to_table
 
     paths = [_checkpoint(tmp_path / f"seed{s}.pt", MYRTLE, "myrtle", s) for s in range(2)]
     job = Job("cpu", tiny_shapes_dir, 0, lambda message: None)
@@ -456,7 +456,7 @@ def test_settling_verdict_values_take_the_middle_epoch_per_member():
         for e, a in zip(range(5), (0.6, 0.8, 0.9, 0.95, 1.0))
         for site in ("s", "t")
     ]
-    values = gates.settling_verdict_values(pd.DataFrame(rows))
+    values = stage_study.settling_verdict_values(pd.DataFrame(rows))
     assert list(values["epoch"]) == [2, 2] and list(values["agreement"]) == [0.9, 0.9]
     assert list(values["initial"]) == [0.6, 0.6]
 
@@ -510,10 +510,10 @@ def test_settling_rows_carry_the_epochs_path_correlation_and_the_early_epoch_dec
         and by_epoch[1]["path_rho_low"] > by_epoch[0]["path_rho_low"]
     )
     table = pd.DataFrame(rows).assign(variant="m", seed=0)
-    values = gates.settling_verdict_values(table)
+    values = stage_study.settling_verdict_values(table)
     assert values.loc[0, "early_epoch"] == 1 and values.loc[0, "final_epoch"] == 2
     assert values.loc[0, "path_rho_low"] == by_epoch[1]["path_rho_low"]
-    without = gates.settling_verdict_values(table.drop(columns=["path_rho_low"]))
+    without = stage_study.settling_verdict_values(table.drop(columns=["path_rho_low"]))
     assert np.isnan(without.loc[0, "path_rho_low"])
 
 
@@ -525,8 +525,8 @@ def test_the_settling_table_reads_the_members_records(tmp_path, tiny_shapes_dir)
     from intertwine.workflow.stages.pullback.job import pullback_settling
     from intertwine.workflow.stages.zoo.job import train_member
     from intertwine.workflow.stages.pullback.tables import PULLBACK_SETTLING
-    from intertwine.tables import to_table
-    from intertwine.zoo import save_checkpoint
+    from intertwine.workflow.tables import to_table
+    from intertwine.workflow.zoo import save_checkpoint
 
     torch.set_num_threads(1)
     spec, training = {"arch": "myrtle", "width_multiplier": 0.125}, {"epochs": 2, "batch_size": 32}

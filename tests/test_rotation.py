@@ -5,7 +5,7 @@ import torch
 from intertwine import models
 from intertwine.data import load_meta, load_split
 from intertwine.rotation import rotation_trial, transform_site
-from intertwine.settings import TrainConfig
+from intertwine.workflow.settings import TrainConfig
 
 SPEC = {"arch": "myrtle", "width_multiplier": 0.125, "batch_norm": False}
 

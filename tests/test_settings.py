@@ -7,13 +7,13 @@ import dataclasses
 
 import pytest
 
-from intertwine import settings
+from intertwine.workflow import settings
 from intertwine.workflow.stages.deqntk.settings import DeqntkConfig
 from intertwine.workflow.stages.dissection.settings import DissectionConfig
 from intertwine.workflow.stages.pullback.settings import PullbackConfig
 from intertwine.workflow.stages.rotation.settings import RotationConfig
 from intertwine.workflow.stages.similarity.settings import SimilarityConfig
-from intertwine.settings import StitchConfig, TrainConfig, expand_methods, method_kind, schema_block
+from intertwine.workflow.settings import StitchConfig, TrainConfig, expand_methods, method_kind, schema_block
 from intertwine.workflow.stages.symmetry.settings import SymmetryConfig
 
 SETTINGS = [
@@ -137,7 +137,7 @@ def test_settings_module_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, intertwine.settings; assert 'torch' not in sys.modules"
+    code = "import sys, intertwine.workflow.settings; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -230,8 +230,7 @@ def test_each_stage_keeps_its_config_block_and_settings_in_its_folder():
         module = stages.part(stage, "settings")
         config = getattr(module, f"{stage.capitalize()}Config")
         assert config.__module__ == module.__name__
-        with pytest.warns(DeprecationWarning, match=f"intertwine.settings.{config.__name__} is deprecated"):
-            assert getattr(settings, config.__name__) is config
+        assert not hasattr(settings, config.__name__)  # one home: the stage's folder
 
 
 @pytest.mark.parametrize("name", ["config/config.yaml", "config/paper.yaml", "tests/configs/tiny.yaml"])
@@ -244,14 +243,13 @@ def test_validation_fills_the_defaults_as_snakemakes_validate(name, tmp_path):
     import yaml
     from snakemake.utils import validate
 
-    from intertwine.config import load_config
+    from intertwine.workflow.config import load_config
 
     root = Path(__file__).resolve().parents[1]
     config = load_config([root / name])
     reference = copy.deepcopy(config)
-    with pytest.warns(DeprecationWarning, match="SCHEMA_PATH is deprecated"):
-        schema_file = settings.SCHEMA_PATH  # the joined schema as one file, as before
-    assert yaml.safe_load(schema_file.read_text()) == settings.schema()
+    schema_file = tmp_path / "schema.yaml"  # the joined schema as one file
+    schema_file.write_text(yaml.safe_dump(settings.schema(), sort_keys=False))
     validate(reference, str(schema_file), set_default=True)
     settings.validate_config(config)
     assert config == reference and config["rotation"]["epochs"] == reference["rotation"]["epochs"]
@@ -269,7 +267,7 @@ def test_validation_names_the_value_that_does_not_fit():
 def test_a_key_written_twice_is_refused_naming_the_file_the_key_and_its_lines(tmp_path):
     """YAML keeps the last of two equal keys: a second ``symmetry:`` block dropped ``monomial``
     from ``groups`` without a word."""
-    from intertwine.config import load_config
+    from intertwine.workflow.config import load_config
 
     twice = tmp_path / "twice.yaml"
     twice.write_text("symmetry:\n  groups: [monomial]\nzoo:\n  seeds: 2\nsymmetry:\n  seeds: 1\n")
@@ -291,7 +289,7 @@ def test_a_key_written_twice_is_refused_naming_the_file_the_key_and_its_lines(tm
 
 
 def test_a_yte_template_is_refused(tmp_path):
-    from intertwine.config import load_config
+    from intertwine.workflow.config import load_config
 
     template = tmp_path / "template.yaml"
     template.write_text("__use_yte__: true\nzoo:\n  seeds: ?1 + 1\n")
@@ -302,7 +300,7 @@ def test_a_yte_template_is_refused(tmp_path):
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
 def test_a_number_that_is_not_finite_is_refused_naming_the_key(value):
     """NaN passes every minimum and maximum: ``lr: .nan`` passed the check and failed late in torch."""
-    from intertwine.config import check_config
+    from intertwine.workflow.config import check_config
 
     errors = check_config({"zoo": {"training": {"lr": value}}})
     assert errors == [f"config key zoo.training.lr: {value} is not a finite number; write a number"]
@@ -312,7 +310,7 @@ def test_a_number_that_is_not_finite_is_refused_naming_the_key(value):
 def tiny_config(change):
     from pathlib import Path
 
-    from intertwine.config import load_config
+    from intertwine.workflow.config import load_config
 
     config = load_config([Path(__file__).parent / "configs" / "tiny.yaml"])
     change(config)
@@ -323,7 +321,7 @@ def test_sizes_are_bounded_before_anything_is_allocated():
     """``zoo.seeds: 1000000000`` passed the check and a dry run died of MemoryError after 3.1 GB;
     ``width_multiplier: 1000`` ended in an allocator's traceback, as the check built the model
     with its weights: it is built on the meta device now, its parameters counted from shapes."""
-    from intertwine.config import check_config
+    from intertwine.workflow.config import check_config
 
     errors = check_config(tiny_config(lambda c: c["zoo"].update(seeds=10**9)))
     assert errors == [
@@ -343,7 +341,7 @@ def test_sizes_are_bounded_before_anything_is_allocated():
 def test_the_config_checks_model_is_the_real_ones_shapes():
     """Sites and parameter counts from the meta-device model equal those of a model with weights."""
     from intertwine import models
-    from intertwine.plan import as_json
+    from intertwine.workflow.plan import as_json
     from intertwine.workflow.planning import spec_cut_sites, spec_parameters, spec_sites
 
     for spec in tiny_config(lambda c: None)["zoo"]["variants"].values():
@@ -355,7 +353,7 @@ def test_the_config_checks_model_is_the_real_ones_shapes():
 
 def test_a_validation_split_larger_than_the_training_set_is_named_as_such():
     """It was reported under pullback.probe_images, with a training split of -80 images."""
-    from intertwine.config import check_config
+    from intertwine.workflow.config import check_config
 
     errors = check_config(tiny_config(lambda c: c["data"].update(val_size=400)))
     assert errors == [
@@ -366,7 +364,7 @@ def test_a_validation_split_larger_than_the_training_set_is_named_as_such():
 
 
 def test_a_shapes_data_set_too_large_to_hold_is_named_before_it_is_generated():
-    from intertwine.config import check_config
+    from intertwine.workflow.config import check_config
 
     errors = check_config(tiny_config(lambda c: c["data"]["shapes"].update(train_size=10**9)))
     assert errors == [

@@ -528,7 +528,7 @@ def test_similarity_pair_of_a_model_with_its_grelu_transform(tmp_path, tiny_shap
     from intertwine.workflow.job import Job
     from intertwine.workflow.stages.similarity.job import similarity_pair
     from intertwine.symmetry import act_on_weights, random_elements
-    from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
+    from intertwine.workflow.zoo import CHECKPOINT_FORMAT, save_checkpoint
 
     torch.manual_seed(0)
     spec = {"arch": "myrtle", "width_multiplier": 0.125}
@@ -593,7 +593,7 @@ def test_similarity_pair_names_the_member_and_site_of_a_constant_representation(
     from intertwine import models
     from intertwine.workflow.job import Job
     from intertwine.workflow.stages.similarity.job import similarity_pair
-    from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
+    from intertwine.workflow.zoo import CHECKPOINT_FORMAT, save_checkpoint
 
     torch.manual_seed(0)
     spec = {"arch": "myrtle", "width_multiplier": 0.125}
@@ -731,7 +731,7 @@ def test_summary_and_figure_carry_the_papers_tables_with_their_printed_pm():
     import pandas as pd
 
     from intertwine.models import normalize_spec
-    from intertwine.paper import reported_procrustes
+    from intertwine.workflow.paper import reported_procrustes
     from intertwine.workflow.stages.similarity.figures import similarity_procrustes, similarity_summary
 
     specs = {"myrtle": {"arch": "myrtle"}, "myrtle_cw": {"arch": "myrtle", "constant_width": 512}}

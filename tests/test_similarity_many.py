@@ -144,13 +144,14 @@ def test_compare_models_streams_and_matches_pairwise():
         acts_a = [a.act1(a.conv(x)), a(x)]
         acts_b = [b.act1(b.conv(x)), b(x)]
     for measure in ("linear_cka", "grelu_cka", "svcca"):
-        assert list(result[measure].index) == sites and list(result[measure].columns) == sites
-        np.testing.assert_allclose(result[measure].to_numpy(), pairwise(measure, acts_a, acts_b), atol=1e-10)
-    procrustes = result["orthogonal_procrustes"].to_numpy()
+        assert result[measure].rows == sites and result[measure].columns == sites
+        np.testing.assert_allclose(result[measure].values, pairwise(measure, acts_a, acts_b), atol=1e-10)
+    assert result["linear_cka"]["act1", "act2"] == result["linear_cka"].values[0, 1]
+    procrustes = result["orthogonal_procrustes"].values
     # act1 (4 channels, 16 positions) and act2 (6, 1) are paired only with their own shape
     assert np.isnan(procrustes[0, 1]) and np.isnan(procrustes[1, 0])
     assert procrustes[0, 0] == pytest.approx(measures.orthogonal_procrustes(acts_a[0], acts_b[0]), abs=1e-7)
-    assert result["grelu_procrustes"].to_numpy()[1, 1] == pytest.approx(
+    assert result["grelu_procrustes"].values[1, 1] == pytest.approx(
         measures.grelu_procrustes(acts_a[1], acts_b[1]), abs=1e-7
     )
     # a DataLoader and a plain tensor of inputs give the same numbers; linear CKA by collection too

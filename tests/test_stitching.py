@@ -29,7 +29,7 @@ from intertwine.stitching import (
     stitch_site,
 )
 from intertwine.symmetry import act_on_weights, random_elements
-from intertwine.settings import StitchConfig, TrainConfig, l1_method, parse_method
+from intertwine.workflow.settings import StitchConfig, TrainConfig, l1_method, parse_method
 from intertwine.training import evaluate, train
 
 
@@ -114,7 +114,7 @@ def test_mirror_update_leaves_p_out_of_the_optimiser():
 
 
 def test_batch_norm_refresh_follows_the_setting():
-    from intertwine.settings import StitchConfig
+    from intertwine.workflow.settings import StitchConfig
     from intertwine.stitching import refreshes_batch_norm
 
     paper = StitchConfig(batch_norm_refresh="grelu")
@@ -196,6 +196,7 @@ def trained_pair(tmp_path_factory):
     """A small trained Myrtle f (about 70 % on 16-pixel shapes) and g = f acted on by random
     G_ReLU elements at every site: the same function, with permuted and rescaled channels."""
     from intertwine.data import build_dataset, write_dataset
+    from intertwine.workflow.settings import checked_block
 
     root = tmp_path_factory.mktemp("data") / "shapes"
     block = {
@@ -203,7 +204,7 @@ def trained_pair(tmp_path_factory):
         "val_size": 100,
         "shapes": {"train_size": 1100, "test_size": 300, "image_size": 16},
     }
-    write_dataset(root, *build_dataset(block, seed=0))
+    write_dataset(root, *build_dataset(checked_block(block, "data"), seed=0))
     meta = load_meta(root)
     mean, std = torch.tensor(meta["mean"]), torch.tensor(meta["std"])
     splits = {s: load_split(root, s) for s in ("train", "val", "test")}

@@ -81,7 +81,7 @@ def test_stitch_pair_records_the_rank_the_layer_has(tmp_path, tiny_shapes_dir):
     """rank64 at a site of 8 channels runs as rank 8 (a full layer): the table said 64."""
     from intertwine.workflow.job import Job
     from intertwine.workflow.stages.stitching.job import stitch_pair
-    from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
+    from intertwine.workflow.zoo import CHECKPOINT_FORMAT, save_checkpoint
 
     paths = []
     for seed in range(2):
@@ -111,7 +111,7 @@ def test_stitch_pair_records_the_rank_the_layer_has(tmp_path, tiny_shapes_dir):
 
 
 def _checkpoint(path, seed, weights_seed=None):
-    from intertwine.zoo import CHECKPOINT_FORMAT, save_checkpoint
+    from intertwine.workflow.zoo import CHECKPOINT_FORMAT, save_checkpoint
 
     torch.manual_seed(seed if weights_seed is None else weights_seed)
     save_checkpoint(

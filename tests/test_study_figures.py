@@ -14,7 +14,7 @@ import pytest
 from matplotlib.collections import PathCollection
 from matplotlib.container import BarContainer, ErrorbarContainer
 
-from intertwine.settings import G_RELU_METHODS
+from intertwine.workflow.settings import G_RELU_METHODS
 from intertwine.workflow.stages.stitching.figures import (
     _l1_lambda,
     _method_order,

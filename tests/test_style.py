@@ -1,5 +1,5 @@
 """The code's one format: ruff format for Python, snakefmt for the workflow (settings in
-pyproject.toml). Run `ruff format src tests benchmarks` and `snakefmt Snakefile workflow/rules`."""
+pyproject.toml). Run `ruff format src tests benchmarks` and `snakefmt workflow/Snakefile workflow/rules`."""
 
 import subprocess
 import sys
@@ -19,4 +19,4 @@ def test_python_is_formatted():
 
 
 def test_workflow_is_formatted():
-    _check("snakefmt", "--check", "Snakefile", "workflow/rules")
+    _check("snakefmt", "--check", "workflow/Snakefile", "workflow/rules")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from intertwine import tables
+from intertwine.workflow import tables
 from intertwine.workflow.stages.similarity.tables import SIMILARITY
 from intertwine.workflow.stages.stitching.tables import STITCHING
 
@@ -101,13 +101,11 @@ def test_write_refuses_a_frame_that_does_not_match(tmp_path):
         _write(tmp_path / "x.parquet", [{k: v for k, v in _row().items() if k != "n_samples"}])
 
 
-def test_old_schema_names_warn_and_find_the_stages_schemas():
-    """Issue 35: the schemas moved to their stages' folders; ``intertwine.tables.ROTATION`` and the
-    like still work for one release, with a DeprecationWarning."""
-    with pytest.warns(DeprecationWarning, match=r"tables.schema\('rotation'\)"):
-        assert tables.ROTATION is tables.schema("rotation")
-    with pytest.warns(DeprecationWarning, match="stages.pullback.tables.at_stage_temperature"):
-        assert callable(tables.at_stage_temperature)
+def test_a_schema_is_found_by_its_tables_name_only():
+    """The schemas live in their stages' folders, reached by ``tables.schema(name)``; the old module
+    attributes (``tables.ROTATION``) are gone."""
+    assert tables.schema("rotation") is tables.stage_tables()["rotation"]
+    assert not hasattr(tables, "ROTATION") and not hasattr(tables, "at_stage_temperature")
     with pytest.raises(ValueError, match=r"no table 'rotatoin' \(did you mean 'rotation'\?\)"):
         tables.schema("rotatoin")
     with pytest.raises(AttributeError):

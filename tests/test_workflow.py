@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from intertwine.claims import VERDICTS
+from intertwine.workflow.claims import VERDICTS
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "configs" / "tiny.yaml"
@@ -51,7 +51,7 @@ def snakemake(workdir, *args, config=TINY, check=True, as_non_root=False, source
         sys.executable,
         *entry,
         "-s",
-        str(REPO / "Snakefile"),
+        str(REPO / "workflow" / "Snakefile"),
         "-d",
         str(workdir),
         "--configfile",
@@ -226,8 +226,8 @@ def test_tiny_run_outputs(tiny_run):
 
 def test_cluster_requests_cover_what_the_jobs_used(tiny_run):
     """Every job's measured peak (its benchmark file) is below the smallest memory and time a torch
-    job asks a cluster for (intertwine.cluster), before the margin."""
-    from intertwine.cluster import TORCH_MB, TORCH_MINUTES
+    job asks a cluster for (intertwine.workflow.cluster), before the margin."""
+    from intertwine.workflow.cluster import TORCH_MB, TORCH_MINUTES
 
     measured = [
         pd.read_csv(path, sep="\t").iloc[0] for path in (tiny_run / "results/benchmarks").rglob("*.tsv")
@@ -462,7 +462,7 @@ def test_dissection_tables_and_figures(tiny_run):
 def test_gated_tables_and_figures(tiny_run):
     """The gated-networks stage: the study's table, the kernels with their exact invariance, the
     findings, the figures; an FL member's feature network is its source member's, frozen."""
-    from intertwine.zoo import read_checkpoint
+    from intertwine.workflow.zoo import read_checkpoint
 
     table = pd.read_parquet(tiny_run / "results/tables/gated.parquet")
     assert len(table) == 9 and set(table["family"]) == {"dnn", "dgn", "dlgn"}
@@ -1208,7 +1208,7 @@ def test_runs_from_an_environment_that_is_not_activated(tmp_path):
     command = [
         str(Path(sys.executable).parent / "snakemake"),
         "-s",
-        str(REPO / "Snakefile"),
+        str(REPO / "workflow" / "Snakefile"),
         "-d",
         str(tmp_path),
         "--configfile",

@@ -10,12 +10,12 @@ import torch
 
 from intertwine import models
 from intertwine.data import load_split
-from intertwine.settings import TrainConfig
+from intertwine.workflow.settings import TrainConfig
 from intertwine.training import DivergedError, _loss, lr_factor, make_optimizer, train
 from intertwine.workflow.job import Job
 from intertwine.workflow.stages.zoo.job import train_member
 from intertwine.workflow.stages.zoo.study import zoo_table
-from intertwine.zoo import load_model, load_weights, save_checkpoint
+from intertwine.workflow.zoo import load_model, load_weights, save_checkpoint
 
 SPEC = {"arch": "myrtle", "width_multiplier": 0.125}
 TRAINING = {"epochs": 2, "batch_size": 32}
@@ -232,7 +232,7 @@ def test_atomic_writes_leave_nothing_on_failure_and_use_the_umask(tmp_path):
 
 
 def test_recorded_test_acc_only_when_evaluated_in_float32():
-    from intertwine.zoo import recorded_test_acc
+    from intertwine.workflow.zoo import recorded_test_acc
 
     assert recorded_test_acc({"test_acc": 0.9, "test_dtype": "float32"}) == 0.9
     assert recorded_test_acc({"test_acc": 0.9, "test_dtype": "bfloat16"}) is None
@@ -243,7 +243,7 @@ def test_recorded_test_acc_only_when_evaluated_in_float32():
 
 
 def a_checkpoint(path):
-    from intertwine.zoo import CHECKPOINT_FORMAT
+    from intertwine.workflow.zoo import CHECKPOINT_FORMAT
 
     spec = models.normalize_spec(SPEC)
     torch.save(
@@ -263,7 +263,7 @@ def a_checkpoint(path):
 def test_truncated_checkpoint_names_the_file_and_the_fix(tmp_path, keep):
     """A copy cut short: torch said `[Errno 22] Invalid argument`, `PytorchStreamReader failed ...`
     or nothing (EOFError), without the file."""
-    from intertwine.zoo import CheckpointError
+    from intertwine.workflow.zoo import CheckpointError
 
     path = a_checkpoint(tmp_path / "seed0.pt")
     data = path.read_bytes()
@@ -281,7 +281,7 @@ def test_a_file_that_is_not_a_checkpoint_is_refused_without_unsafe_advice(tmp_pa
     """torch's own message advises weights_only=False, which would run the file's code."""
     import pathlib
 
-    from intertwine.zoo import CheckpointError, read_checkpoint
+    from intertwine.workflow.zoo import CheckpointError, read_checkpoint
 
     path = tmp_path / "objects.pt"
     torch.save({"format": "x", "where": pathlib.PurePosixPath("a")}, path)  # any object but data
@@ -298,7 +298,7 @@ def test_a_file_that_is_not_a_checkpoint_is_refused_without_unsafe_advice(tmp_pa
     torch.save({"state_dict": {}}, tmp_path / "plain.pt")
     with pytest.raises(CheckpointError, match=r"plain\.pt is not an intertwine checkpoint"):
         read_checkpoint(tmp_path / "plain.pt")
-    from intertwine.zoo import CHECKPOINT_FORMAT
+    from intertwine.workflow.zoo import CHECKPOINT_FORMAT
 
     torch.save({"format": CHECKPOINT_FORMAT, "spec": SPEC}, tmp_path / "partial.pt")
     with pytest.raises(
@@ -312,7 +312,7 @@ def test_a_file_that_is_not_a_checkpoint_is_refused_without_unsafe_advice(tmp_pa
 
 
 def test_checkpoint_whose_weights_do_not_fit_its_spec(tmp_path):
-    from intertwine.zoo import CheckpointError
+    from intertwine.workflow.zoo import CheckpointError
 
     path = a_checkpoint(tmp_path / "seed0.pt")
     checkpoint = torch.load(path, weights_only=True)
@@ -394,6 +394,7 @@ def test_job_takes_an_incomplete_training_block_and_eval_batch_size_apart(tiny_s
 
 def _other_cache(tmp_path, change):
     from intertwine.data import build_dataset, write_dataset
+    from intertwine.workflow.settings import checked_block
 
     block = {
         "dataset": "shapes",
@@ -401,7 +402,7 @@ def _other_cache(tmp_path, change):
         "shapes": {"train_size": 160, "test_size": 64, "image_size": 16},
     }
     seed = change(block) or 0
-    splits, meta = build_dataset(block, seed=seed)
+    splits, meta = build_dataset(checked_block(block, "data"), seed=seed)
     write_dataset(tmp_path / "other", splits, meta)
     return tmp_path / "other"
 
@@ -425,7 +426,7 @@ def _other_cache(tmp_path, change):
     ids=["image size", "split size", "other seed"],
 )
 def test_jobs_refuse_a_checkpoint_trained_on_other_data(tiny_shapes_dir, tmp_path, change, differs):
-    from intertwine.zoo import data_fingerprint, read_checkpoint
+    from intertwine.workflow.zoo import data_fingerprint, read_checkpoint
 
     spec = {"arch": "c4gap", "width_multiplier": 0.0625}
     checkpoint, _ = train_member(Job("cpu", tiny_shapes_dir), "m", 0, spec, {"epochs": 1})

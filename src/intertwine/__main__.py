@@ -1,3 +1,3 @@
-from intertwine.cli import main
+from intertwine.workflow.cli import main
 
 main()

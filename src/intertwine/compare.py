@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import torch
 from torch import Tensor
 
@@ -19,7 +18,26 @@ from intertwine.measures.layerwise import pairwise
 from intertwine.measures.procrustes import ProcrustesAccumulator
 from intertwine.measures.registry import MEASURES
 
-__all__ = ["compare_models", "site_procrustes", "site_cka", "site_cka_intervals"]
+__all__ = ["SiteMatrix", "compare_models", "site_procrustes", "site_cka", "site_cka_intervals"]
+
+
+@dataclass(frozen=True)
+class SiteMatrix:
+    """One measure between every site of model a (``rows``) and every site of model b
+    (``columns``): ``values[i, j]`` is the measure between ``rows[i]`` and ``columns[j]`` (NaN where
+    it is undefined). ``numpy.asarray`` gives ``values``; ``matrix["layer1", "layer2"]`` one cell.
+    (A labelled table: ``pandas.DataFrame(m.values, index=m.rows, columns=m.columns)``.)"""
+
+    values: np.ndarray
+    rows: list[str]
+    columns: list[str]
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return self.values if dtype is None else self.values.astype(dtype)
+
+    def __getitem__(self, sites: tuple[str, str]) -> float:
+        row, column = sites
+        return float(self.values[self.rows.index(row), self.columns.index(column)])
 
 
 def _batches(data, batch_size: int) -> tuple[Iterable, int | None]:
@@ -56,9 +74,9 @@ def compare_models(
     progress: bool = True,
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_accumulator_bytes: int = 2**30,
-) -> dict[str, pd.DataFrame]:
+) -> dict[str, SiteMatrix]:
     """Each of ``measures`` between every site of model a and every site of model b on the same
-    inputs: {measure: DataFrame (sites_a x sites_b)}.
+    inputs: {measure: SiteMatrix (sites_a x sites_b)}.
 
     ``sites_a``/``sites_b`` are module names (default: the zoo model's sites, ``models.sites``);
     forward hooks read them, so any ``nn.Module`` works. ``data`` is a tensor of model inputs, a
@@ -88,7 +106,7 @@ def compare_models(
 
     Returns
     -------
-    {measure: DataFrame}, rows model a's sites, columns model b's.
+    {measure: SiteMatrix}, rows model a's sites, columns model b's.
     """
     from tqdm.auto import tqdm
 
@@ -199,8 +217,8 @@ def _measure_frame(
     full: list[list[Tensor] | None],
     names: list[list[str]],
     max_bytes: int,
-) -> pd.DataFrame:
-    """One measure's DataFrame in ``compare_models``; a constant representation is named by its
+) -> SiteMatrix:
+    """One measure's SiteMatrix in ``compare_models``; a constant representation is named by its
     model and site."""
     try:
         matrix = _streamed_matrix(
@@ -212,7 +230,7 @@ def _measure_frame(
         raise ConstantRepresentationError(
             f"{measure}: model {model} at site {site}: {err}", model, site
         ) from None
-    return pd.DataFrame(matrix, index=names[0], columns=names[1])
+    return SiteMatrix(np.asarray(matrix), list(names[0]), list(names[1]))
 
 
 def _streamed_matrix(

@@ -17,7 +17,6 @@ import math
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
-import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -29,7 +28,6 @@ __all__ = [
     "path_correlations",
     "pattern_agreement",
     "settling_rows",
-    "settling_verdict_values",
 ]
 
 _GATE_MODULES = (nn.ReLU, nn.LeakyReLU)
@@ -273,80 +271,3 @@ def settling_rows(patterns: Sequence[tuple[int, dict[str, Tensor]]]) -> list[dic
                 | paths
             )
     return rows
-
-
-def settling_verdict_values(table: pd.DataFrame) -> pd.DataFrame:
-    """Per member (variant, seed), one independent unit of Hypothesis 1 for the claims scorecard.
-
-    The paper's criterion: the correlation of the gating tensor fields of the *early* epoch (the
-    first recorded epoch after initialisation: the earliest time the record can show) and of every
-    later one with the final field, ``path_rho_low`` at its lowest over the epochs from the early
-    one to the last before the end (the hypothesis' "for every t > t_gamma"); with the early
-    epoch's ``path_rho_positive`` and ``path_rho_mean``. Beside it, our stricter reading: the
-    agreement of the gates with the final pattern at the middle of training (the first recorded
-    epoch at or after half of the final epoch), averaged over ReLU call sites, with the same at
-    initialisation (epoch 0) and by chance.
-
-    Parameters
-    ----------
-    table : pandas.DataFrame
-        ``settling_rows``' rows of every member, with ``variant`` and ``seed`` columns (a table
-        recorded before the ``path_rho_*`` columns existed gives NaN there).
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per member, in order of first appearance: ``variant``, ``seed``, ``final_epoch``,
-        ``early_epoch`` (NaN when no epoch lies strictly between initialisation and the end),
-        ``path_rho_low``, ``path_rho_positive``, ``path_rho_mean``, ``epoch`` (the middle one;
-        the final epoch when no recorded epoch qualifies), ``agreement``, ``chance`` and
-        ``initial`` (NaN without an epoch-0 record).
-    """
-    rows = []
-    for (variant, seed), member in table.groupby(["variant", "seed"], sort=False):
-        final = int(member["final_epoch"].iloc[0])
-        recorded = sorted(set(member["epoch"]))
-        epochs = [e for e in recorded if 2 * e >= final and e > 0]
-        middle = epochs[0] if epochs else final
-        at = member[member["epoch"] == middle]
-        start = member[member["epoch"] == 0]
-        between = [e for e in recorded if 0 < e < final]
-        early = member[member["epoch"] == between[0]] if between else member.iloc[:0]
-        later = member[member["epoch"].isin(between)]
-
-        rows.append(
-            {
-                "variant": variant,
-                "seed": int(seed),
-                "final_epoch": final,
-                "early_epoch": between[0] if between else math.nan,
-                "path_rho_low": _reduced(later, "path_rho_low", lambda c: c.min(skipna=False)),
-                "path_rho_positive": _reduced(early, "path_rho_positive", lambda c: c.iloc[0]),
-                "path_rho_mean": _reduced(early, "path_rho_mean", lambda c: c.iloc[0]),
-                "epoch": middle,
-                "agreement": at["agreement"].mean(),
-                "chance": at["chance"].mean(),
-                "initial": start["agreement"].mean() if len(start) else math.nan,
-            }
-        )
-    return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
-
-
-def _reduced(part: pd.DataFrame, name: str, reduce) -> float:
-    """``reduce(part[name])``; NaN for no rows or a table recorded without the column."""
-    return float(reduce(part[name])) if name in part and len(part) else math.nan
-
-
-VERDICT_COLUMNS = [
-    "variant",
-    "seed",
-    "final_epoch",
-    "early_epoch",
-    "path_rho_low",
-    "path_rho_positive",
-    "path_rho_mean",
-    "epoch",
-    "agreement",
-    "chance",
-    "initial",
-]

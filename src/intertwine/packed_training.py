@@ -28,7 +28,7 @@ from intertwine.training_steps import (
 from intertwine.utils import DivergedError
 
 if TYPE_CHECKING:
-    from intertwine.settings import TrainConfig
+    from intertwine.training_config import TrainConfig
 
 
 def _batch_norm_in_float32(layer: nn.Module, inputs: tuple) -> tuple | None:

@@ -24,7 +24,7 @@ from intertwine.data import Split
 from intertwine.training import evaluate, train
 
 if TYPE_CHECKING:
-    from intertwine.settings import TrainConfig
+    from intertwine.training_config import TrainConfig
 
 
 class ChannelTransform(nn.Module):

@@ -1,6 +1,6 @@
 """Stitching method names, the one grammar of the plan, the stitching module and the figures:
 ``full``, ``rank<r>``, ``l1_<lambda>``, and the layers P D with P a permutation (``G_RELU_METHODS``).
-Library code (no workflow); :mod:`intertwine.settings` re-exports these names."""
+Library code (no workflow); :mod:`intertwine.workflow.settings` re-exports these names."""
 
 from __future__ import annotations
 

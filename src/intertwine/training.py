@@ -30,7 +30,7 @@ from intertwine.training_steps import (
 )
 
 if TYPE_CHECKING:
-    from intertwine.settings import TrainConfig
+    from intertwine.training_config import TrainConfig
 
 
 from intertwine.utils import DivergedError  # noqa: E402  (re-exported: raised by train)

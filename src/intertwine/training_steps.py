@@ -19,7 +19,7 @@ from intertwine.data.augment import augment, mix, normalize
 from intertwine.utils import DivergedError
 
 if TYPE_CHECKING:
-    from intertwine.settings import TrainConfig
+    from intertwine.training_config import TrainConfig
 
 
 @dataclass

@@ -18,7 +18,7 @@
 # script shortens MinJobAge after the run and waits until slurmctld forgot every job.
 #
 # Needs root (apt-get, daemons). Debian/Ubuntu only. Environment overrides:
-#   CLUSTER_SNAKEFILE   workflow to run            (default: <repo>/Snakefile)
+#   CLUSTER_SNAKEFILE   workflow to run            (default: <repo>/workflow/Snakefile)
 #   CLUSTER_CONFIG      config file for the run    (default: <repo>/tests/configs/tiny.yaml)
 #   CLUSTER_PROFILE     profile directory          (default: <repo>/profiles/slurm)
 #   CLUSTER_GPU_RULE    a rule that must run with a GPU request (default: train_member;
@@ -35,7 +35,7 @@ die() { printf 'cluster: FAILED: %s\n' "$*" >&2; exit 1; }
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE="$REPO/tests/cluster"
-SNAKEFILE=$(realpath -m "${CLUSTER_SNAKEFILE:-$REPO/Snakefile}")
+SNAKEFILE=$(realpath -m "${CLUSTER_SNAKEFILE:-$REPO/workflow/Snakefile}")
 CONFIG=$(realpath -m "${CLUSTER_CONFIG:-$REPO/tests/configs/tiny.yaml}")
 PROFILE=$(realpath -m "${CLUSTER_PROFILE:-$REPO/profiles/slurm}")
 GPU_RULE=${CLUSTER_GPU_RULE-train_member}

@@ -1,4 +1,4 @@
-# The claims scorecard: which of the papers' findings this run reproduces (intertwine.claims), from
+# The claims scorecard: which of the papers' findings this run reproduces (intertwine.workflow.claims), from
 # the tables of the stages the config runs; the report opens with it (workflow/report/workflow.rst).
 rule claims:
     input:

@@ -1,5 +1,5 @@
 # Validation, constants and input functions. Which jobs each stage runs, and what each job is
-# given, is the plan (intertwine.plan): plain Python, unit-tested, the same for every caller.
+# given, is the plan (intertwine.workflow.plan): plain Python, unit-tested, the same for every caller.
 import os
 import re
 import shutil
@@ -7,12 +7,12 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
-from intertwine.cli import commands
-from intertwine.cluster import JobNeeds, request, submission
-from intertwine.code_identity import code_identities
-from intertwine.config import check_config, read_config_file
+from intertwine.workflow.cli import commands
+from intertwine.workflow.cluster import JobNeeds, request, submission
+from intertwine.workflow.code_identity import code_identities
+from intertwine.workflow.config import check_config, read_config_file
+from intertwine.workflow.plan import Plan, as_json
 from intertwine.data.contents import check_contents, damaged_cache_message
-from intertwine.plan import Plan, as_json
 from intertwine.workflow import stages
 from intertwine.workflow.run_lock import unlock_refusal
 
@@ -110,7 +110,7 @@ THREADS = config["zoo"]["training"]["threads"]  # the rules' threads directive (
 
 # Cluster resources. A rule says whether its jobs need a GPU (on_gpu) or not (on_cpu), and what
 # they need (a JobNeeds method of its wildcards); where that is (config block `cluster`) and how
-# much to ask for (intertwine.cluster) follow. A profile's set-resources still win over these.
+# much to ask for (intertwine.workflow.cluster) follow. A profile's set-resources still win over these.
 NEEDS = JobNeeds(PLAN)
 
 
@@ -135,7 +135,7 @@ def _submitted(need, gpu):
 
 # Where each stage's code starts: its job functions (a module: all of it). A stage's code identity
 # is the code those reach, followed through the package's imports and names, without comments or
-# docstrings (intertwine.code_identity): editing what a job runs reruns it and what reads it;
+# docstrings (intertwine.workflow.code_identity): editing what a job runs reruns it and what reads it;
 # editing anything else reruns nothing. Each stage's jobs and figures are found in its folder
 # through the stage registry (intertwine.workflow.stages).
 def job(stage, function):
@@ -150,10 +150,10 @@ TABLE_COMPUTES = {
     "gated": [
         stages.module_name("gated", "study") + ":study_table",
         stages.module_name("gated", "study") + ":findings",
-        "intertwine.paper",
+        "intertwine.workflow.paper",
     ],
     "pullback": [stages.module_name("pullback", "study") + ":summarize"],
-    "deqntk": ["intertwine.paper"],  # the table holds the paper's accuracies beside ours
+    "deqntk": ["intertwine.workflow.paper"],  # the table holds the paper's accuracies beside ours
 }
 
 STAGE_ENTRIES = {
@@ -162,7 +162,7 @@ STAGE_ENTRIES = {
     **{stage: [stages.module_name(stage, "job")] for stage in stages.with_part("job")},
     # "zoo_figures", ...: the stage's figures module, and the papers' numbers some draw beside ours
     **{
-        f"{stage}_figures": [stages.module_name(stage, "figures"), "intertwine.paper"]
+        f"{stage}_figures": [stages.module_name(stage, "figures"), "intertwine.workflow.paper"]
         for stage in stages.with_part("figures")
     },
     # jobs that run one function of their stage's job module
@@ -179,7 +179,7 @@ STAGE_ENTRIES = {
     # "zoo_table", ...: the schemas in the stage's folder, and what the job computes beyond collecting
     **{
         f"{stage}_table": [
-            "intertwine.tables",
+            "intertwine.workflow.tables",
             stages.module_name(stage, "tables"),
             *TABLE_COMPUTES.get(stage, []),
         ]
@@ -187,7 +187,7 @@ STAGE_ENTRIES = {
     },
     # the scorecard: its rule, every stage's claims and the tables it reads
     "claims": [
-        "intertwine.claims",
+        "intertwine.workflow.claims",
         *(stages.module_name(stage, "claims") for stage in stages.with_part("claims")),
         *(stages.module_name(stage, "tables") for stage in stages.with_part("tables")),
     ],

@@ -37,8 +37,8 @@ class Split:
 
 def build_dataset(block: dict, seed: int) -> tuple[dict[str, dict[str, np.ndarray]], dict]:
     """Generate or read the configured data set; return its splits as arrays and its metadata.
-    ``block`` is the config's ``data`` block: keys it lacks take the schema's defaults, and a key
-    or value the schema does not allow is an error naming it.
+    ``block`` is the config's whole ``data`` block, every key given (the workflow fills and checks
+    it against its schema: ``intertwine.workflow.settings.checked_block(block, "data")``).
 
     Parameters
     ----------
@@ -58,9 +58,6 @@ def build_dataset(block: dict, seed: int) -> tuple[dict[str, dict[str, np.ndarra
         ``image_size`` [H, W], the split ``sizes`` and the block's ``config_hash`` (shapes adds
         ``concepts``).
     """
-    from intertwine.settings import checked_block
-
-    block = checked_block(block, "data")
     name = block["dataset"]
     meta = {"dataset": name}
     if name == "shapes":

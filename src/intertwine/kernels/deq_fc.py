@@ -11,7 +11,7 @@ gives the model, the conventions and the numerics), and what the other kernels o
 
 The Grams of the accuracy study's jobs are this module's code and its input checks' alone. A job's
 code identity follows definitions by name, not the modules they live in
-(:mod:`intertwine.code_identity`), so moving definitions between these modules reruns nothing.
+(:mod:`intertwine.workflow.code_identity`), so moving definitions between these modules reruns nothing.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from intertwine.training import evaluate
 from intertwine.utils import derive_seed
 
 if TYPE_CHECKING:
-    from intertwine.settings import StitchConfig
+    from intertwine.training_config import StitchConfig
 
 
 def cv_split(n: int, held_out: float, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

@@ -81,8 +81,6 @@ its transform through the exact element, ``stitch_through_element``, ``ElementBr
 ``intertwine.symmetry``.
 """
 
-import warnings
-
 # Every name the one module defined stays importable from here: ``__all__``'s, and the others,
 # public and private (tests and other modules import some), as ``name as name`` re-exports.
 from .action import (
@@ -130,23 +128,3 @@ __all__ = [
     "stitch_through_element",
     "stitched_changes",
 ]
-
-
-# The workflow's self-check moved to the symmetry stage's folder; its names stay importable from
-# here for one release. (Imported by name when asked for: the study imports this module, and neither
-# the import graph nor a stage's code identity should see the deprecated way back.)
-_MOVED = ("check_symmetry", "checked_group", "summarize")
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import importlib
-
-        warnings.warn(
-            f"intertwine.symmetry.{name} is deprecated and will be removed in the next release: "
-            "import it from intertwine.workflow.stages.symmetry.study",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(importlib.import_module("intertwine.workflow.stages.symmetry.study"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -91,7 +91,7 @@ def device(text: str) -> str:
 
 
 def method(text: str) -> str:
-    from intertwine.settings import parse_method
+    from intertwine.workflow.settings import parse_method
 
     try:
         parse_method(text)
@@ -102,7 +102,7 @@ def method(text: str) -> str:
 
 def variances(text: str) -> tuple[float, float, float]:
     """A DEQ-NTK variance setting by its name, e.g. w0.25_u0.25_b0.5."""
-    from intertwine.settings import parse_variances
+    from intertwine.workflow.settings import parse_variances
 
     try:
         return parse_variances(text)
@@ -112,7 +112,7 @@ def variances(text: str) -> tuple[float, float, float]:
 
 def schema_enum(*path: str) -> list[str]:
     """The values the config schema allows at ``path`` (an enum), so the CLI takes the same."""
-    from intertwine.settings import schema
+    from intertwine.workflow.settings import schema
 
     node = schema()
     for part in path:

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 import intertwine
 from intertwine.data import Split, channel_stats, load_meta, load_split
 from intertwine.utils import config_hash, derive_seed, resolve_device
-from intertwine.zoo import check_data, load_model
+from intertwine.workflow.zoo import check_data, load_model
 
 
 @dataclass

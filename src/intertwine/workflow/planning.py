@@ -73,7 +73,7 @@ class ConfigCheck:
         """Per-variant or per-method overrides: known keys, each valid as in ``block``."""
         import jsonschema
 
-        from intertwine.settings import schema_block
+        from intertwine.workflow.settings import schema_block
 
         properties = schema_block(block)["properties"]
         if self.subset(key, override, properties, f"the settings of {block}"):

@@ -1,7 +1,7 @@
 """The registry of the workflow's stages: one folder each, ``intertwine.workflow.stages.<stage>``.
 
 A folder holds its stage's parts as modules of fixed names: ``plan`` (its part of
-:class:`intertwine.plan.Plan`, named ``<Stage>Plan``), ``job`` (its jobs, one function per torch
+:class:`intertwine.workflow.plan.Plan`, named ``<Stage>Plan``), ``job`` (its jobs, one function per torch
 rule), ``commands`` (its subcommands, added by ``add_commands``), ``tables`` (its tables' schemas,
 ``TABLES``), ``figures``, ``claims`` (its claims, ``CLAIMS``, with the columns of evidence and the
 mode texts they read) and ``study`` (what its table job computes beyond collecting rows). The plan,
@@ -55,5 +55,5 @@ def part(stage: str, name: str) -> ModuleType:
 
 def plan_parts() -> tuple[type, ...]:
     """Each stage's part of the plan, ``<Stage>Plan`` of its folder's ``plan`` module (e.g.
-    ``StitchingPlan``), in report order: :class:`intertwine.plan.Plan` is all of them and the core."""
+    ``StitchingPlan``), in report order: :class:`intertwine.workflow.plan.Plan` is all of them and the core."""
     return tuple(getattr(part(stage, "plan"), f"{stage.capitalize()}Plan") for stage in with_part("plan"))

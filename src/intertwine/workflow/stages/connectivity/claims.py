@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from intertwine.claims import (
+from intertwine.workflow.claims import (
     OURS,
     Claim,
     Comparison,

@@ -11,7 +11,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_connectivity_pair(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.connectivity.job import connectivity_pair
     from intertwine.workflow.stages.connectivity.tables import CONNECTIVITY
 
@@ -21,7 +21,7 @@ def cmd_connectivity_pair(args) -> None:
 
 
 def cmd_connectivity_figure(args) -> None:
-    from intertwine.tables import read_parquet, write_csv
+    from intertwine.workflow.tables import read_parquet, write_csv
     from intertwine.workflow.stages.connectivity.figures import (
         connectivity_barriers,
         connectivity_curves,

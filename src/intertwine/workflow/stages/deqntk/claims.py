@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from intertwine.claims import DEQ, Claim, Result, not_run
-from intertwine.verdicts import Estimate, describe, judge, within
+from intertwine.workflow.claims import DEQ, Claim, Result, not_run
+from intertwine.workflow.verdicts import Estimate, describe, judge, within
 
 #: Our equivalence margin for D1 (the paper reports single regressions, no spread).
 DEQ_MARGIN = 0.03

@@ -24,7 +24,7 @@ def cmd_deqntk_gram(args) -> None:
 
 
 def cmd_deqntk_regression(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.deqntk.job import deqntk_regression
     from intertwine.workflow.stages.deqntk.tables import DEQNTK
 
@@ -33,7 +33,7 @@ def cmd_deqntk_regression(args) -> None:
 
 
 def cmd_deqntk_depth(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.deqntk.job import deqntk_depth
     from intertwine.workflow.stages.deqntk.tables import DEQNTK
 
@@ -41,7 +41,7 @@ def cmd_deqntk_depth(args) -> None:
 
 
 def cmd_deqntk_conv(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.deqntk.job import deqntk_conv
     from intertwine.workflow.stages.deqntk.tables import DEQNTK
 
@@ -49,7 +49,7 @@ def cmd_deqntk_conv(args) -> None:
 
 
 def cmd_kernel_reference_member(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.deqntk.job import kernel_reference_member
     from intertwine.workflow.stages.deqntk.tables import KERNEL_REFERENCE
 
@@ -59,8 +59,8 @@ def cmd_kernel_reference_member(args) -> None:
 
 
 def cmd_deqntk_table(args) -> None:
-    from intertwine.paper import reported_deqntk
-    from intertwine.tables import read_parquet, write_parquet
+    from intertwine.workflow.paper import reported_deqntk
+    from intertwine.workflow.tables import read_parquet, write_parquet
     from intertwine.workflow.stages.deqntk.tables import DEQNTK
 
     table = read_parquet(args.parts, DEQNTK)
@@ -76,8 +76,8 @@ def cmd_deqntk_table(args) -> None:
 
 
 def cmd_deqntk_figure(args) -> None:
-    from intertwine.paper import DEQNTK_ACCURACY
-    from intertwine.tables import read_parquet
+    from intertwine.workflow.paper import DEQNTK_ACCURACY
+    from intertwine.workflow.tables import read_parquet
     from intertwine.workflow.stages.deqntk.figures import deqntk_accuracy, deqntk_depth, deqntk_reference
     from intertwine.workflow.stages.deqntk.tables import DEQNTK, KERNEL_REFERENCE
     from intertwine.workflow.stages.zoo.tables import ZOO

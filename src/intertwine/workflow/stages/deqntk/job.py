@@ -31,9 +31,9 @@ from intertwine.workflow.job import Job
 from intertwine.kernels import deq, deq_regression
 from intertwine.kernels.deq_regression import Block
 from intertwine.workflow.stages.deqntk.settings import DeqntkConfig
-from intertwine.settings import variances_name
+from intertwine.workflow.settings import variances_name
 from intertwine.utils import atomic_path
-from intertwine.zoo import data_fingerprint, fingerprint_text
+from intertwine.workflow.zoo import data_fingerprint, fingerprint_text
 
 # --- the Gram's blocks as files ------------------------------------------------------------------
 

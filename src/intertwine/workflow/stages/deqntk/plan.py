@@ -1,7 +1,7 @@
 """The DEQ-NTK's plan: the Gram cut into blocks, the regressions, the depth sweep, the kernel
 reference, and the config's cross-checks of the stage.
 
-A part of :class:`intertwine.plan.Plan`, which is every stage's part (found through the stage
+A part of :class:`intertwine.workflow.plan.Plan`, which is every stage's part (found through the stage
 registry) and the core: a method here can use the core's and other stages' (``self.spec``,
 ``self.zoo_seeds``)."""
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 from intertwine.workflow.stages.deqntk.settings import DeqntkConfig
-from intertwine.settings import variances_name
+from intertwine.workflow.settings import variances_name
 from intertwine.workflow.planning import ConfigCheck, ConfigError
 
 

@@ -1,11 +1,11 @@
 """The ``deqntk`` block's settings as a dataclass: what the stage's jobs read, each field one config
-key with the schema's default (:mod:`intertwine.settings`)."""
+key with the schema's default (:mod:`intertwine.workflow.settings`)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from intertwine.settings import Settings, setting
+from intertwine.workflow.settings import Settings, setting
 
 
 @dataclasses.dataclass(frozen=True)

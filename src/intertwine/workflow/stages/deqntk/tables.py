@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from intertwine.tables import PROVENANCE
+from intertwine.workflow.tables import PROVENANCE
 
 # The DEQ neural tangent kernel stage: one row per kernel regression. study "accuracy" (the
 # configured training-set sizes, one fixed test set, draw 0), "depth" (the depth sweep's draws) or

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from intertwine.claims import (
+from intertwine.workflow.claims import (
     GODFREY,
     Claim,
     Comparison,

@@ -14,7 +14,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_dissect_member(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.dissection.job import dissect_member
     from intertwine.workflow.stages.dissection.tables import DISSECTION, DISSECTION_UNITS
 
@@ -24,7 +24,7 @@ def cmd_dissect_member(args) -> None:
 
 
 def cmd_dissect_external(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.dissection.job import dissect_external
     from intertwine.workflow.stages.dissection.tables import DISSECTION, DISSECTION_UNITS
 
@@ -36,7 +36,7 @@ def cmd_dissect_external(args) -> None:
 
 
 def cmd_dissection_masks(args) -> None:
-    from intertwine.tables import read_parquet
+    from intertwine.workflow.tables import read_parquet
     from intertwine.workflow.stages.dissection.figures import dissection_masks as draw_masks
     from intertwine.workflow.stages.dissection.job import dissection_masks
     from intertwine.workflow.stages.dissection.tables import DISSECTION_UNITS
@@ -47,7 +47,7 @@ def cmd_dissection_masks(args) -> None:
 
 
 def cmd_dissection_figure(args) -> None:
-    from intertwine.tables import read_parquet, write_csv
+    from intertwine.workflow.tables import read_parquet, write_csv
     from intertwine.workflow.stages.dissection.figures import (
         dissection_categories,
         dissection_fraction,

@@ -1,6 +1,6 @@
 """Network dissection's plan: the members and external models dissected, their sites, the masks.
 
-A part of :class:`intertwine.plan.Plan`, which is every stage's part (found through the stage
+A part of :class:`intertwine.workflow.plan.Plan`, which is every stage's part (found through the stage
 registry) and the core: a method here can use the core's and other stages' (``self.spec``,
 ``self.zoo_seeds``)."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from intertwine.tables import PROVENANCE
+from intertwine.workflow.tables import PROVENANCE
 
 DISSECTION = pa.schema(
     [

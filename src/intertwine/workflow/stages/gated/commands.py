@@ -13,7 +13,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_gated_ensemble(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.gated.job import gated_ensemble
     from intertwine.workflow.stages.gated.tables import GATED_ENSEMBLE
 
@@ -22,7 +22,7 @@ def cmd_gated_ensemble(args) -> None:
 
 
 def cmd_npk_member(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.gated.job import npk_member
     from intertwine.workflow.stages.gated.tables import NPK
 
@@ -32,7 +32,7 @@ def cmd_npk_member(args) -> None:
 def cmd_gated_table(args) -> None:
     from intertwine.workflow.stages.gated import study as gated
     from intertwine.models import normalize_spec
-    from intertwine.tables import read_parquet, write_csv, write_parquet
+    from intertwine.workflow.tables import read_parquet, write_csv, write_parquet
     from intertwine.workflow.stages.gated.tables import GATED, GATED_ENSEMBLE, NPK
     from intertwine.workflow.stages.zoo.tables import ZOO
 
@@ -50,7 +50,7 @@ def cmd_gated_table(args) -> None:
 
 
 def cmd_gated_figure(args) -> None:
-    from intertwine.tables import read_parquet
+    from intertwine.workflow.tables import read_parquet
     from intertwine.workflow.stages.gated.figures import gated_accuracy, gated_kernels, gated_permutations
     from intertwine.workflow.stages.gated.tables import GATED, NPK
     from intertwine.workflow.stages.similarity.tables import SIMILARITY

@@ -38,7 +38,7 @@ def gated_accuracy(table: pd.DataFrame) -> plt.Figure:
     seeds, members as dots) per base architecture, each beside the paper's number for those members
     where it reports one (grey bar: the table row that matches their data set, base and training
     budget, ``paper.reported_gated``) and, in a second panel, the FL and FR regimes."""
-    from intertwine.paper import gated_label
+    from intertwine.workflow.paper import gated_label
 
     standalone = table[(table["regime"].isna() | (table["regime"] == "standalone")) & ~table["permuted"]]
     regimes = table[table["regime"].isin(["fl", "fr"]) & ~table["permuted"]]
@@ -115,7 +115,7 @@ def gated_permutations(table: pd.DataFrame) -> plt.Figure:
     """Test accuracy per gate-layer permutation (identity first) for each family x value input that
     has permuted members, beside the paper's mean over the 23 permutations where it reports one for
     those members (Table I's permuted row of their data set, ``paper.reported_gated``)."""
-    from intertwine.paper import gated_label
+    from intertwine.workflow.paper import gated_label
 
     rows = table[table["family"] != "dnn"].copy()
     rows["perm"] = rows["gate_perm"].fillna("identity")

@@ -15,7 +15,8 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from intertwine import paper, symmetry
+from intertwine import symmetry
+from intertwine.workflow import paper
 from intertwine.kernels import members as _members
 from intertwine.kernels import npk
 from intertwine.models.gated import GatedNet
@@ -220,7 +221,7 @@ def findings(
     table: pd.DataFrame, epochs: dict[str, int] | None = None, ensembles: pd.DataFrame | None = None
 ) -> pd.DataFrame:
     """Which of the paper's findings the study reproduces, per base network (architecture and width),
-    from its standalone variants, with members as units (``intertwine.claims.judge``: 95 % Welch
+    from its standalone variants, with members as units (``intertwine.workflow.claims.judge``: 95 % Welch
     intervals, Holm within a finding):
 
     - the DLGN recovers more than 83.5 % of the DNN's accuracy (DLGN - 0.835 DNN above 0, each value
@@ -299,7 +300,7 @@ def _recovers(group: pd.DataFrame, plain: pd.DataFrame) -> dict:
     """The finding "the DLGN recovers more than 83.5 %", as ``_finding``'s arguments: one comparison
     per value input the study trains (the DNN from ``group``, the DLGN from the identity-gate
     ``plain``)."""
-    from intertwine.claims import Comparison, Estimate
+    from intertwine.workflow.claims import Comparison, Estimate
 
     dnn = _group(group, family="dnn")
     recovers = []
@@ -328,7 +329,7 @@ def _recovers(group: pd.DataFrame, plain: pd.DataFrame) -> dict:
 def _value_input(plain: pd.DataFrame) -> list[dict]:
     """The findings "the value input barely matters", one per family (DGN, then DLGN), as
     ``_finding``'s arguments."""
-    from intertwine.claims import Estimate, within
+    from intertwine.workflow.claims import Estimate, within
 
     specs = []
     for family in ("dgn", "dlgn"):
@@ -358,7 +359,7 @@ def _value_input(plain: pd.DataFrame) -> list[dict]:
 def _permutation(group: pd.DataFrame, plain: pd.DataFrame) -> dict:
     """The finding "the gate permutation barely matters", as ``_finding``'s arguments: one
     comparison per family and value input with both a permuted and the identity-gate variant."""
-    from intertwine.claims import Comparison, Estimate
+    from intertwine.workflow.claims import Comparison, Estimate
 
     permuted = group[group["permuted"]]
     comparisons = []
@@ -395,7 +396,7 @@ def _ordering(group: pd.DataFrame, plain: pd.DataFrame) -> dict:
     """The finding "DNN > DGN >> DLGN" (Section 3.3), as ``_finding``'s arguments: per value input,
     DNN - DGN above 0 and below ``MINIMAL`` (its "minimal (about 3%)"), and DGN - DLGN above 0 (its
     DLGN - DNN gap "significantly large" beside the DGN's); identity gates only."""
-    from intertwine.claims import Comparison, Estimate
+    from intertwine.workflow.claims import Comparison, Estimate
 
     dnn = _group(group, family="dnn")
     comparisons, counts = [], []
@@ -431,8 +432,8 @@ def _ordering(group: pd.DataFrame, plain: pd.DataFrame) -> dict:
 
 
 def _finding(name, source, sentence, reported, comparisons, units, missing, untested="") -> dict:
-    """One finding's row: its verdict by ``intertwine.claims.judge`` (``not run`` without comparisons)."""
-    from intertwine.claims import describe, judge
+    """One finding's row: its verdict by ``intertwine.workflow.claims.judge`` (``not run`` without comparisons)."""
+    from intertwine.workflow.claims import describe, judge
 
     if not comparisons:
         return {

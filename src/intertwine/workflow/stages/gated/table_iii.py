@@ -65,7 +65,7 @@ def _accuracy(rows: pd.DataFrame) -> np.ndarray:
 
 def _gap(label: str, a: np.ndarray, b: np.ndarray | float, claimed: int, threshold: float):
     """A comparison of mean(a) - b (Welch, or a against the fixed number b) with ``threshold``."""
-    from intertwine.claims import Comparison, Estimate
+    from intertwine.workflow.claims import Comparison, Estimate
 
     estimate = Estimate.difference(a, b) if isinstance(b, np.ndarray) else Estimate.of(a - b)
     side = "above" if claimed > 0 else "below"

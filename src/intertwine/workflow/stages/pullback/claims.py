@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from intertwine.claims import (
+from intertwine.workflow.claims import (
     OURS,
     PULLBACK,
     Claim,
@@ -46,8 +46,9 @@ def early_stable_patterns(tables, settings) -> Result:
     """Hypothesis 1 on the paper's criterion: per member (independent units: different seeds), the
     correlation rho(x) of its gating tensor field from the early epoch on with the final one
     (``gates.path_correlations``), at its lowest ``gates.ALMOST_EVERY`` quantile over the probe
-    images (``gates.settling_verdict_values``), is positive."""
-    from intertwine.gates import ALMOST_EVERY, settling_verdict_values
+    images (``study.settling_verdict_values``), is positive."""
+    from intertwine.gates import ALMOST_EVERY
+    from intertwine.workflow.stages.pullback.study import settling_verdict_values
 
     values = settling_verdict_values(tables["pullback_settling"])
     if values.empty:

@@ -16,7 +16,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_pullback_member(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.pullback.job import pullback_member
     from intertwine.workflow.stages.pullback.tables import PULLBACK_FAITHFULNESS, PULLBACK_SYMMETRY
 
@@ -26,7 +26,7 @@ def cmd_pullback_member(args) -> None:
 
 
 def cmd_pullback_pair(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.pullback.job import pullback_pair
     from intertwine.workflow.stages.pullback.tables import PULLBACK_AGREEMENT, PULLBACK_TRANSFER
 
@@ -46,7 +46,7 @@ def cmd_pullback_images(args) -> None:
 
 def cmd_pullback_table(args) -> None:
     from intertwine.workflow.stages.pullback.study import summarize
-    from intertwine.tables import read_parquet, write_csv, write_parquet
+    from intertwine.workflow.tables import read_parquet, write_csv, write_parquet
     from intertwine.workflow.stages.pullback.tables import (
         PULLBACK_AGREEMENT,
         PULLBACK_FAITHFULNESS,
@@ -67,7 +67,7 @@ def cmd_pullback_table(args) -> None:
 
 
 def cmd_pullback_external(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.pullback.external import pullback_external
     from intertwine.workflow.stages.pullback.figures import pullback_external as figure
     from intertwine.workflow.stages.pullback.tables import PULLBACK_EXTERNAL
@@ -82,7 +82,7 @@ def cmd_pullback_external(args) -> None:
 
 
 def cmd_pullback_settling(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.pullback.figures import pullback_settling as figure
     from intertwine.workflow.stages.pullback.job import pullback_settling
     from intertwine.workflow.stages.pullback.tables import PULLBACK_SETTLING
@@ -93,7 +93,7 @@ def cmd_pullback_settling(args) -> None:
 
 
 def cmd_pullback_figure(args) -> None:
-    from intertwine.tables import read_parquet
+    from intertwine.workflow.tables import read_parquet
     from intertwine.workflow.stages.pullback.figures import (
         pullback_agreement,
         pullback_faithfulness,

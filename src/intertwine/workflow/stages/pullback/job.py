@@ -370,7 +370,7 @@ def pullback_settling(checkpoints: list[str]) -> pd.DataFrame:
     ReLU call site (NaN path_rho_* in a record made before them: H1 reads "not run"). A checkpoint
     without a record is an error naming it and the setting."""
     from intertwine.gates import PATH_COLUMNS
-    from intertwine.zoo import read_checkpoint
+    from intertwine.workflow.zoo import read_checkpoint
 
     parts = []
     for path in checkpoints:

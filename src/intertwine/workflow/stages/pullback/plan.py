@@ -1,7 +1,7 @@
 """Excitation pullbacks' plan: members, pairs, image grids, external models, the settling of gate
 patterns, and which variants the pullbacks cannot soften.
 
-A part of :class:`intertwine.plan.Plan`, which is every stage's part (found through the stage
+A part of :class:`intertwine.workflow.plan.Plan`, which is every stage's part (found through the stage
 registry) and the core: a method here can use the core's and other stages' (``self.spec``,
 ``self.zoo_seeds``)."""
 

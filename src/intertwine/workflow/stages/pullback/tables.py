@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pyarrow as pa
 
-from intertwine.tables import PROVENANCE
+from intertwine.workflow.tables import PROVENANCE
 
 
 # The excitation-pullback stage (intertwine.pullback.measurements). mode: gradient, global, per_neuron.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from intertwine.claims import (
+from intertwine.workflow.claims import (
     GODFREY,
     Claim,
     Comparison,

@@ -12,7 +12,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_rotation_trial(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.rotation.job import rotation_trial
     from intertwine.workflow.stages.rotation.tables import ROTATION
 
@@ -30,7 +30,7 @@ def cmd_rotation_trial(args) -> None:
 
 
 def cmd_rotation_figure(args) -> None:
-    from intertwine.tables import read_parquet
+    from intertwine.workflow.tables import read_parquet
     from intertwine.workflow.stages.rotation.figures import rotation_penalty
     from intertwine.workflow.stages.rotation.tables import ROTATION
 

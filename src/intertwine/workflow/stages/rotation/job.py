@@ -10,8 +10,8 @@ import torch
 from intertwine import models, rotation
 from intertwine.workflow.job import Job
 from intertwine.workflow.stages.rotation.settings import RotationConfig
-from intertwine.settings import TrainConfig
-from intertwine.zoo import recorded_test_acc
+from intertwine.workflow.settings import TrainConfig
+from intertwine.workflow.zoo import recorded_test_acc
 
 
 def rotation_trial(

@@ -1,6 +1,6 @@
 """The rotation penalty's plan: the trials (member, site, group, trial) and their settings.
 
-A part of :class:`intertwine.plan.Plan`, which is every stage's part (found through the stage
+A part of :class:`intertwine.workflow.plan.Plan`, which is every stage's part (found through the stage
 registry) and the core: a method here can use the core's and other stages' (``self.spec``,
 ``self.zoo_seeds``)."""
 

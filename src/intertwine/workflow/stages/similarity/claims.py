@@ -11,7 +11,7 @@ import functools
 import numpy as np
 import pandas as pd
 
-from intertwine.claims import (
+from intertwine.workflow.claims import (
     GODFREY,
     Claim,
     Comparison,
@@ -24,7 +24,7 @@ from intertwine.claims import (
     pair_members,
     units_text,
 )
-from intertwine.paper import TABLE_2_PAIRS, TABLE_2_PROCRUSTES, TABLE_4_PAIRS, TABLE_4_PROCRUSTES
+from intertwine.workflow.paper import TABLE_2_PAIRS, TABLE_2_PROCRUSTES, TABLE_4_PAIRS, TABLE_4_PROCRUSTES
 
 # --- the units: which variant is which architecture, and per pair its values by site ------------
 

@@ -11,7 +11,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_similarity_pair(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.similarity.job import similarity_pair
     from intertwine.workflow.stages.similarity.tables import SIMILARITY
 
@@ -22,8 +22,8 @@ def cmd_similarity_pair(args) -> None:
 
 
 def cmd_similarity_figure(args) -> None:
-    from intertwine.paper import reported_procrustes
-    from intertwine.tables import read_parquet, write_csv
+    from intertwine.workflow.paper import reported_procrustes
+    from intertwine.workflow.tables import read_parquet, write_csv
     from intertwine.workflow.stages.similarity.figures import (
         similarity_cka,
         similarity_procrustes,

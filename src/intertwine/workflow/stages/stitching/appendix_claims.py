@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from intertwine.claims import (
+from intertwine.workflow.claims import (
     GODFREY,
     Claim,
     Comparison,

@@ -12,7 +12,7 @@ import re
 
 import pandas as pd
 
-from intertwine.claims import (
+from intertwine.workflow.claims import (
     GODFREY,
     Claim,
     Comparison,
@@ -27,7 +27,7 @@ from intertwine.claims import (
     units_text,
     within,
 )
-from intertwine.paper import LEAKY_RESNET20_ACCURACY
+from intertwine.workflow.paper import LEAKY_RESNET20_ACCURACY
 
 #: C2.full: how far below the original models' accuracy full stitching may stay and still "nearly
 #: achieve" it (ours: the paper gives no number). Half of the 10 points section 4 grants G_ReLU

@@ -15,7 +15,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_stitch_pair(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.stitching.job import stitch_pair
     from intertwine.workflow.stages.stitching.tables import STITCHING
 
@@ -24,7 +24,7 @@ def cmd_stitch_pair(args) -> None:
 
 
 def cmd_stitching_figure(args) -> None:
-    from intertwine.tables import read_parquet, write_csv
+    from intertwine.workflow.tables import read_parquet, write_csv
     from intertwine.workflow.stages.stitching.figures import (
         stitching_convergence,
         stitching_dimension,
@@ -42,7 +42,7 @@ def cmd_stitching_figure(args) -> None:
 
 def cmd_stitching_studies(args) -> None:
     """The appendix studies' figures, each drawn only when its file is asked for."""
-    from intertwine.tables import read_parquet, write_csv
+    from intertwine.workflow.tables import read_parquet, write_csv
     from intertwine.workflow.stages.stitching import figures
     from intertwine.workflow.stages.zoo.tables import ZOO
 

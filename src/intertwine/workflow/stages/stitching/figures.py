@@ -8,7 +8,7 @@ import matplotlib.ticker
 import numpy as np
 import pandas as pd
 
-from intertwine.settings import G_RELU_METHODS, parse_method
+from intertwine.workflow.settings import G_RELU_METHODS, parse_method
 from intertwine.workflow.plotting import (
     FIGURE_WIDTH,
     SMALL,
@@ -291,7 +291,7 @@ def _slope_label(slope: float) -> str:
 def leaky_relu_accuracy(zoo: pd.DataFrame, slopes: dict[str, float]) -> pd.DataFrame:
     """Zoo test accuracy per LeakyReLU negative slope (``slopes``: variant -> slope, ReLU 0):
     members, mean and 95% CI in %, beside the paper's Table 3 (empty where it has none)."""
-    from intertwine.paper import reported_leaky_accuracy
+    from intertwine.workflow.paper import reported_leaky_accuracy
 
     rows = []
     for variant, slope in sorted(slopes.items(), key=lambda item: item[1]):

@@ -9,9 +9,9 @@ import torch
 
 from intertwine import models, stitching
 from intertwine.workflow.job import Job
-from intertwine.settings import StitchConfig, parse_method
+from intertwine.workflow.settings import StitchConfig, parse_method
 from intertwine.training import evaluate
-from intertwine.zoo import recorded_test_acc
+from intertwine.workflow.zoo import recorded_test_acc
 
 
 def check_two_members(f, meta_a: dict, a: str, g, meta_b: dict, b: str) -> None:

@@ -1,7 +1,7 @@
 """Model stitching's plan: the pairs, methods and sites, each method's settings, the appendix
 studies' figures.
 
-A part of :class:`intertwine.plan.Plan`, which is every stage's part (found through the stage
+A part of :class:`intertwine.workflow.plan.Plan`, which is every stage's part (found through the stage
 registry) and the core: a method here can use the core's and other stages' (``self.spec``,
 ``self.zoo_seeds``)."""
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from intertwine.settings import StitchConfig, expand_methods, method_kind
+from intertwine.workflow.settings import StitchConfig, expand_methods, method_kind
 from intertwine.workflow.planning import ConfigCheck, as_json
 
 

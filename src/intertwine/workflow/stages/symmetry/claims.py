@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from intertwine.claims import GODFREY, Claim, Result, not_run, units_text
+from intertwine.workflow.claims import GODFREY, Claim, Result, not_run, units_text
 
 
 def _tolerance(rows) -> float:
@@ -78,7 +78,7 @@ CLAIMS = (
     Claim(
         "T1",
         f"{GODFREY}, section 3.2, Prop. 3.4",
-        '"In particular, f(x,W\') = f(x,W) for all x ∈ R^{n_0}. Equivalently, we have Φ(W\') = Φ(W) ∈ F." '
+        "\"In particular, f(x,W') = f(x,W) for all x ∈ R^{n_0}. Equivalently, we have Φ(W') = Φ(W) ∈ F.\" "
         "(Prop. 3.4, W' the weights with A_i of the intertwiner group acting on them)",
         "G_ReLU elements act on the weights without changing the function (exact)",
         "exact",

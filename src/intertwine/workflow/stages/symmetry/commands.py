@@ -9,7 +9,7 @@ from intertwine.workflow.commands import (
 
 
 def cmd_symmetry_check(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.symmetry.job import symmetry_check
     from intertwine.workflow.stages.symmetry.tables import SYMMETRY
 
@@ -18,7 +18,7 @@ def cmd_symmetry_check(args) -> None:
 
 def cmd_symmetry_table(args) -> None:
     from intertwine.workflow.stages.symmetry.study import summarize
-    from intertwine.tables import read_parquet, write_csv, write_parquet
+    from intertwine.workflow.tables import read_parquet, write_csv, write_parquet
     from intertwine.workflow.stages.symmetry.tables import SYMMETRY
 
     table = read_parquet(args.parts, SYMMETRY)

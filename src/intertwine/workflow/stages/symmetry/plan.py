@@ -1,6 +1,6 @@
 """The symmetry self-check's plan: which members are checked, with which settings.
 
-A part of :class:`intertwine.plan.Plan`, which is every stage's part (found through the stage
+A part of :class:`intertwine.workflow.plan.Plan`, which is every stage's part (found through the stage
 registry) and the core: a method here can use the core's and other stages' (``self.spec``,
 ``self.zoo_seeds``)."""
 

@@ -19,7 +19,7 @@ import itertools
 
 import pandas as pd
 
-from intertwine.claims import (
+from intertwine.workflow.claims import (
     GODFREY,
     PAPER_EPOCHS,
     Claim,
@@ -32,7 +32,12 @@ from intertwine.claims import (
     units_text,
     within,
 )
-from intertwine.paper import LEAKY_RESNET20_ACCURACY, ZOO_ACCURACY, reported_leaky, reported_zoo_accuracy
+from intertwine.workflow.paper import (
+    LEAKY_RESNET20_ACCURACY,
+    ZOO_ACCURACY,
+    reported_leaky,
+    reported_zoo_accuracy,
+)
 
 #: Our equivalence margin (points of test accuracy) for the zoo's accuracies (the paper gives none).
 ACCURACY_MARGIN = 2.0
@@ -266,6 +271,6 @@ CLAIMS = (
     ),
 )
 
-#: The zoo's table is context for every other claim (``intertwine.claims.CORE_EVIDENCE``): these
+#: The zoo's table is context for every other claim (``intertwine.workflow.claims.CORE_EVIDENCE``): these
 #: claims leave out its NaN accuracies themselves.
 EVIDENCE: dict[str, str] = {}

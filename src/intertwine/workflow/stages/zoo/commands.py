@@ -15,10 +15,10 @@ from intertwine.workflow.commands import (
 
 
 def cmd_train_member(args) -> None:
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.zoo.job import train_member
     from intertwine.workflow.stages.zoo.tables import ZOO_EPOCHS
-    from intertwine.zoo import refuse_overwrite, save_checkpoint
+    from intertwine.workflow.zoo import refuse_overwrite, save_checkpoint
 
     refuse_overwrite(args.out)  # fail before training, not after
     checkpoint, metrics = train_member(
@@ -37,7 +37,7 @@ def cmd_train_member(args) -> None:
 
 def cmd_train_pack(args) -> None:
     from intertwine.workflow.stages.zoo.job import train_pack
-    from intertwine.zoo import write_pack
+    from intertwine.workflow.zoo import write_pack
 
     seeds = args.seeds
     if len(args.checkpoints) != len(seeds):
@@ -58,13 +58,13 @@ def cmd_train_pack(args) -> None:
 
 
 def cmd_unpack_member(args) -> None:
-    from intertwine.zoo import unpack_member
+    from intertwine.workflow.zoo import unpack_member
 
     unpack_member(args.pack, args.seed, args.out, args.metrics)
 
 
 def cmd_zoo_table(args) -> None:
-    from intertwine.tables import read_parquet, write_parquet
+    from intertwine.workflow.tables import read_parquet, write_parquet
     from intertwine.workflow.stages.zoo.tables import ZOO, ZOO_EPOCHS
     from intertwine.workflow.stages.zoo.study import zoo_table
 
@@ -74,8 +74,8 @@ def cmd_zoo_table(args) -> None:
 
 
 def cmd_zoo_figure(args) -> None:
-    from intertwine.paper import reported_accuracy
-    from intertwine.tables import read_parquet, write_csv
+    from intertwine.workflow.paper import reported_accuracy
+    from intertwine.workflow.tables import read_parquet, write_csv
     from intertwine.workflow.stages.zoo.figures import zoo_accuracy, zoo_summary
     from intertwine.workflow.stages.zoo.tables import ZOO
 

@@ -11,10 +11,10 @@ import torch
 
 from intertwine import models
 from intertwine.workflow.job import Job
-from intertwine.settings import TrainConfig
+from intertwine.workflow.settings import TrainConfig
 from intertwine.training import evaluate, train, train_pack as train_models_packed
 from intertwine.utils import DivergedError
-from intertwine.zoo import CHECKPOINT_FORMAT, data_fingerprint, read_checkpoint
+from intertwine.workflow.zoo import CHECKPOINT_FORMAT, data_fingerprint, read_checkpoint
 
 
 def train_member(

@@ -1,7 +1,7 @@
 """The model zoo's plan: each variant's seeds, packs of members trained together, each member's
 training settings and files.
 
-A part of :class:`intertwine.plan.Plan`, which is every stage's part (found through the stage
+A part of :class:`intertwine.workflow.plan.Plan`, which is every stage's part (found through the stage
 registry) and the core: a method here can use the core's and other stages' (``self.spec``,
 ``self.zoo_seeds``)."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from intertwine.settings import TrainConfig
+from intertwine.workflow.settings import TrainConfig
 from intertwine.workflow.planning import ConfigCheck, ZOO_TABLES
 
 

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from intertwine.deviations import paper_value
-from intertwine.paper import PAPER_EPOCHS, PAPER_MEMBERS, PAPER_STITCH_EPOCHS  # noqa: F401  (importable from here, as before)
-from intertwine.verdicts import (  # noqa: F401  (the decision rule, importable from here as before)
+from intertwine.workflow.deviations import paper_value
+from intertwine.workflow.paper import PAPER_EPOCHS, PAPER_MEMBERS, PAPER_STITCH_EPOCHS  # noqa: F401  (importable from here, as before)
+from intertwine.workflow.verdicts import (  # noqa: F401  (the decision rule, importable from here as before)
     LEVEL,
     Comparison,
     Estimate,
@@ -151,7 +151,7 @@ ORDER = (
 
 def paper_or_ours(text: str, settings: dict, *keys: str) -> str:
     """``text`` and whether the run's values of the switches ``keys`` (settings named
-    ``key.replace(".", "_")``) are the paper's (``intertwine.deviations``)."""
+    ``key.replace(".", "_")``) are the paper's (``intertwine.workflow.deviations``)."""
     paper = [paper_value(key) for key in keys]
     ours = [settings[key.replace(".", "_")] for key in keys]
     return (
@@ -373,7 +373,7 @@ def all_claims() -> tuple[Claim, ...]:
     if set(found) != set(ORDER):
         raise RuntimeError(
             f"the stages' claims {sorted(found)} are not the scorecard's ORDER {sorted(ORDER)}: list a "
-            "new claim in intertwine.claims.ORDER"
+            "new claim in intertwine.workflow.claims.ORDER"
         )
     return tuple(found[claim] for claim in ORDER)
 
@@ -393,19 +393,10 @@ def all_modes() -> dict[str, Callable[[dict], str]]:
 def scorecard_tables() -> dict[str, object]:
     """The tables the scorecard reads (``intertwine claims --table NAME=PATH``) with their schemas,
     in report order; ``gated_findings`` (a CSV, ``tables.GATED_FINDINGS_COLUMNS``) has none."""
-    from intertwine.tables import stage_tables
+    from intertwine.workflow.tables import stage_tables
 
     read = {name for claim in all_claims() for name in claim.tables}
     return {**{name: s for name, s in stage_tables().items() if name in read}, "gated_findings": None}
-
-
-def __getattr__(name: str):
-    # The assembled registries under their former names (they are built from the stages' modules,
-    # which import this one, so only on first use).
-    built = {"CLAIMS": all_claims, "EVIDENCE": all_evidence, "MODES": all_modes}
-    if name in built:
-        return built[name]()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _test(claim: Claim, tables: dict[str, pd.DataFrame], settings: dict) -> Result:

@@ -14,8 +14,7 @@ are one), so moving code between modules, or splitting one in two, reruns nothin
 
 Static and conservative: a name counts as a reference wherever it appears in a definition (a
 local variable of the same name over-includes, never under-includes). What it cannot see: code
-reached by a string (``getattr(module, name)``; only ``symmetry``'s deprecated names do that,
-so that the package's own code never goes through them), and
+reached by a string (``getattr(module, name)``: the package's code never does), and
 what importing a module does beyond defining names (a registration as a side
 effect: none in the package; the importing code uses the module's names, which are followed).
 """
@@ -31,7 +30,7 @@ from pathlib import Path
 from intertwine.utils import atomic_path
 
 PACKAGE = "intertwine"
-ROOT = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[1]  # the package: intertwine/
 
 
 @functools.cache
@@ -165,8 +164,9 @@ def _load(module: str) -> _Module:
 
 
 def reached(entries: tuple[str, ...]) -> dict[str, set[str]]:
-    """{module: the top-level definitions reached} from entry points 'intertwine.jobs.zoo' (the
-    whole module) or 'intertwine.jobs.deqntk:deqntk_gram' (one definition and what it uses)."""
+    """{module: the top-level definitions reached} from entry points
+    'intertwine.workflow.stages.zoo.job' (the whole module) or
+    'intertwine.workflow.stages.deqntk.job:deqntk_gram' (one definition and what it uses)."""
     seen: dict[str, set[str]] = {}
     todo: list[tuple[str, str | None]] = []
     for entry in entries:

@@ -110,8 +110,8 @@ def check_config(config: dict) -> list[str]:
     this fills in (``config`` changes in place), then the plan's cross-checks."""
     import jsonschema
 
-    from intertwine.plan import Plan
-    from intertwine.settings import validate_config
+    from intertwine.workflow.plan import Plan
+    from intertwine.workflow.settings import validate_config
 
     try:
         validate_config(config)
@@ -127,7 +127,7 @@ def reference_markdown(schema: dict | None = None) -> str:
 
     Parameters
     ----------
-    schema : the parsed schema; None: the workflow's (``intertwine.settings.schema()``, the core
+    schema : the parsed schema; None: the workflow's (``intertwine.workflow.settings.schema()``, the core
         file and every stage's block).
 
     Returns
@@ -136,7 +136,7 @@ def reference_markdown(schema: dict | None = None) -> str:
     """
     import json
 
-    from intertwine.settings import schema as workflow_schema
+    from intertwine.workflow.settings import schema as workflow_schema
 
     if schema is None:
         schema = workflow_schema()
@@ -166,9 +166,9 @@ def reference_markdown(schema: dict | None = None) -> str:
     out = [
         "# Configuration reference",
         "",
-        "Generated from `src/intertwine/config.schema.yaml` and each stage's block",
-        "(`src/intertwine/workflow/stages/<stage>/schema.yaml`) by `intertwine.config.reference_markdown()`",
-        "(`python -m intertwine.config > docs/config-reference.md`); edit the schema, not this page.",
+        "Generated from `src/intertwine/workflow/config.schema.yaml` and each stage's block",
+        "(`src/intertwine/workflow/stages/<stage>/schema.yaml`) by `intertwine.workflow.config.reference_markdown()`",
+        "(`python -m intertwine.workflow.config > docs/config-reference.md`); edit the schema, not this page.",
         "",
         cell(schema.get("description", "")),
     ]

@@ -221,7 +221,7 @@ def write_pack(pack: str | Path, members: dict[int, tuple[dict, pd.DataFrame] | 
     so a killed job leaves no half pack; an existing pack is never replaced (its members'
     checkpoints are links to its files)."""
     from intertwine.workflow.stages.zoo.tables import ZOO_EPOCHS
-    from intertwine.tables import write_parquet
+    from intertwine.workflow.tables import write_parquet
 
     pack = Path(pack)
     if pack.exists() and any(pack.iterdir()):
@@ -254,7 +254,7 @@ def unpack_member(pack: str | Path, seed: int, checkpoint_out: str | Path, metri
     files are read before they are linked: a damaged one is a ``CheckpointError`` that says to
     delete the pack and its members' links (``repair_pack``), never a link to the damage."""
     from intertwine.workflow.stages.zoo.tables import ZOO_EPOCHS
-    from intertwine.tables import read_parquet
+    from intertwine.workflow.tables import read_parquet
 
     checkpoint_path, metrics_path, diverged_path = pack_files(pack, seed)
     if diverged_path.exists():
@@ -283,20 +283,3 @@ def unpack_member(pack: str | Path, seed: int, checkpoint_out: str | Path, metri
                 os.link(source, tmp)
             except OSError:
                 shutil.copyfile(source, tmp)
-
-
-def __getattr__(name: str):
-    # zoo_table moved to the zoo stage's folder (issue 35); importable from here for one release.
-    if name == "zoo_table":
-        import warnings
-
-        from intertwine.workflow.stages.zoo.study import zoo_table
-
-        warnings.warn(
-            "intertwine.zoo.zoo_table is deprecated and will be removed in the next release: import it "
-            "from intertwine.workflow.stages.zoo.study",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return zoo_table
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,8 +3,8 @@
 The schema is the one source of every config key: its type, its default and its description
 (`config.schema.yaml` beside this file for the shared blocks, each stage's `schema.yaml` in its
 folder for its block; `schema()` joins them). The workflow validates a config against it (filling the defaults),
-and the dataclasses below, which the library's functions take, read their defaults from it, so
-`StitchConfig()` is the schema's `stitching` block. Their `from_block` refuses unknown keys.
+and the dataclasses below, the library's own (`intertwine.training_config`) with the workflow's
+methods, read their defaults from it, so `StitchConfig()` is the schema's `stitching` block. Their `from_block` refuses unknown keys.
 
 A per-job block is built from a dataclass's fields (`job_block`): a setting a job does not read
 is not in its params, so changing it reruns nothing. Settings only some stitching methods read
@@ -22,12 +22,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import math
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from intertwine import training_config
 from intertwine.stitch_methods import G_RELU_METHODS, METHODS, parse_method  # noqa: F401 (re-exported)
 
 #: The core of the schema: the top-level keys, the shared blocks (data, figures, cluster) and the
@@ -37,7 +37,7 @@ CORE_SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
 def stage_schema_path(stage: str) -> Path:
     """The file of ``stage``'s config block: ``intertwine/workflow/stages/<stage>/schema.yaml``."""
-    return Path(__file__).parent / "workflow" / "stages" / stage / "schema.yaml"
+    return Path(__file__).parent / "stages" / stage / "schema.yaml"
 
 
 @functools.cache
@@ -233,85 +233,51 @@ class Settings:
         return cls._fields_from(sources, kind, affects_results=False)
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainConfig(Settings):
-    """How a zoo member trains (config ``zoo.training``; the rotation stage fine-tunes with it)."""
-
-    epochs: int = setting("zoo.training.epochs")
-    steps: int | None = setting("zoo.training.steps")
-    batch_size: int = setting("zoo.training.batch_size")
-    lr: float = setting("zoo.training.lr")
-    weight_decay: float = setting("zoo.training.weight_decay")
-    lr_drops: int = setting("zoo.training.lr_drops")
-    lr_drop_factor: float = setting("zoo.training.lr_drop_factor")
-    lr_milestones: list[float] = setting("zoo.training.lr_milestones")
-    warmup_steps: int = setting("zoo.training.warmup_steps")
-    lr_schedule: str = setting("zoo.training.lr_schedule")
-    lr_min: float = setting("zoo.training.lr_min")
-    optimizer: str = setting("zoo.training.optimizer")
-    label_smoothing: float = setting("zoo.training.label_smoothing")
-    mixup_alpha: float = setting("zoo.training.mixup_alpha")
-    cutmix_alpha: float = setting("zoo.training.cutmix_alpha")
-    mixing_epochs: int | None = setting("zoo.training.mixing_epochs")
-    momentum: float = setting("zoo.training.momentum")
-    translate: int = setting("zoo.training.translate")
-    flip: bool = setting("zoo.training.flip")
-    select_on: str = setting("zoo.training.select_on")
-    bf16: bool = setting("zoo.training.bf16")
-    channels_last: bool = setting("zoo.training.channels_last")
-    # Gate patterns recorded per epoch on this many training images (0: none); the weights are
-    # the same either way (tests/test_zoo.py), only the checkpoint gains the record.
-    gate_probe_images: int = setting("zoo.training.gate_probe_images")
-    # Evaluation runs in eval mode, one image at a time as far as the result goes: the batch size
-    # changes the speed and memory only (checked: bit-identical weights and accuracies).
-    eval_batch_size: int = setting("zoo.training.eval_batch_size", affects_results=False)
-
-    def length(self, n_images: int) -> tuple[int, int, int]:
-        """(epochs, optimiser steps in all, steps per full epoch) of training on ``n_images``:
-        ``steps`` when set (the last epoch cut short), else ``epochs`` full epochs."""
-        per_epoch = math.ceil(n_images / self.batch_size)
-        if self.steps is None:
-            return self.epochs, self.epochs * per_epoch, per_epoch
-        return math.ceil(self.steps / per_epoch), self.steps, per_epoch
+def schema_settings(library: type, block: str, **fields: dict) -> type:
+    """The library's settings dataclass ``library`` (``intertwine.training_config``) with the
+    schema's defaults and the workflow's ``Settings`` methods: each field is config key
+    ``<block>.<field>`` (or ``fields[field]["key"]``), and ``fields[field]`` gives the rest of its
+    ``setting`` (``only_for``, ``affects_results``, ``read_when``)."""
+    specs = []
+    for f in dataclasses.fields(library):
+        options = dict(fields.get(f.name, {}))
+        key = options.pop("key", f"{block}.{f.name}")
+        specs.append((f.name, f.type, setting(key, **options)))
+    cls = dataclasses.make_dataclass(library.__name__, specs, bases=(Settings, library), frozen=True)
+    cls.__module__, cls.__doc__ = __name__, library.__doc__
+    return cls
 
 
-@dataclasses.dataclass(frozen=True)
-class StitchConfig(Settings):
-    """How a stitching layer trains (config ``stitching``, with the zoo's augmentation)."""
+#: How a zoo member trains: ``intertwine.training_config.TrainConfig`` with ``zoo.training``'s
+#: defaults. The evaluation batch changes the speed and memory only, never a result.
+TrainConfig = schema_settings(
+    training_config.TrainConfig, "zoo.training", eval_batch_size={"affects_results": False}
+)
 
-    epochs: int = setting("stitching.epochs")
-    batch_size: int = setting("stitching.batch_size")
-    lr: float = setting("stitching.lr")
-    optimizer: str = setting("stitching.optimizer")
-    momentum: float = setting("stitching.momentum")
-    init: str = setting("stitching.init")
-    match_images: int = setting("stitching.match_images")
-    train_images: int | None = setting("stitching.train_images")
-    # Not affects_results=False, unlike zoo.training's: it is also the batch of the pass that
-    # refreshes g's batch-norm statistics (`refresh_batch_norm`, an average of per-batch
-    # statistics), so it changes the stitched accuracy.
-    eval_batch_size: int = setting("stitching.eval_batch_size")
-    batch_norm_refresh: str = setting("stitching.batch_norm_refresh")
-    translate: int = setting("zoo.training.translate")
-    flip: bool = setting("zoo.training.flip")
-    alpha: float = setting("stitching.alpha", only_for=("grelu", "monomial"))
-    scales_frozen_fraction: float = setting(
-        "stitching.scales_frozen_fraction", only_for=("grelu", "softsort", "monomial")
-    )
-    sinkhorn_iters: int = setting("stitching.sinkhorn_iters", only_for=("grelu", "grelu_cv", "monomial"))
-    permutation_step: float = setting(
-        "stitching.permutation_step", only_for=("grelu", "grelu_cv", "monomial")
-    )
-    permutation_update: str = setting(
-        "stitching.permutation_update", only_for=("grelu", "grelu_cv", "monomial")
-    )
-    softsort_tau: float | None = setting("stitching.softsort_tau", only_for=("softsort",))
-    softsort_hardening: float = setting("stitching.softsort_hardening", only_for=("softsort",))
-    softsort_rounding: str = setting("stitching.softsort_rounding", only_for=("softsort",))
-    grelu_start: str = setting("stitching.grelu_start", only_for=("grelu", "grelu_cv", "monomial"))
-    alpha_grid: list[float] = setting("stitching.alpha_grid", only_for=("grelu_cv",))
-    cv_held_out: float = setting("stitching.cv_held_out", only_for=("grelu_cv",))
-    cv_epochs: int | None = setting("stitching.cv_epochs", only_for=("grelu_cv",))
+_ZOO_AUGMENTATION = {"translate": {"key": "zoo.training.translate"}, "flip": {"key": "zoo.training.flip"}}
+_G_RELU_LAYERS = {"only_for": ("grelu", "grelu_cv", "monomial")}
+
+#: How a stitching layer trains: ``intertwine.training_config.StitchConfig`` with ``stitching``'s
+#: defaults (and the zoo's augmentation); the settings only some methods read are marked so.
+#: Its ``eval_batch_size`` is not ``affects_results=False``, unlike ``zoo.training``'s: it is also
+#: the batch of the pass that refreshes g's batch-norm statistics.
+StitchConfig = schema_settings(
+    training_config.StitchConfig,
+    "stitching",
+    **_ZOO_AUGMENTATION,
+    alpha={"only_for": ("grelu", "monomial")},
+    scales_frozen_fraction={"only_for": ("grelu", "softsort", "monomial")},
+    sinkhorn_iters=_G_RELU_LAYERS,
+    permutation_step=_G_RELU_LAYERS,
+    permutation_update=_G_RELU_LAYERS,
+    softsort_tau={"only_for": ("softsort",)},
+    softsort_hardening={"only_for": ("softsort",)},
+    softsort_rounding={"only_for": ("softsort",)},
+    grelu_start=_G_RELU_LAYERS,
+    alpha_grid={"only_for": ("grelu_cv",)},
+    cv_held_out={"only_for": ("grelu_cv",)},
+    cv_epochs={"only_for": ("grelu_cv",)},
+)
 
 
 # --- Stitching method names (their grammar: intertwine.stitch_methods).
@@ -362,64 +328,3 @@ def parse_variances(name: str) -> tuple[float, float, float]:
         raise ValueError(
             f"not a variance setting's name w<sigma_w2>_u<sigma_u2>_b<sigma_b2> (e.g. w0.25_u0.25_b0.5): {name!r}"
         ) from None
-
-
-#: Each stage's settings dataclass moved to its folder (issue 35); importable from here for one
-#: release. (``TrainConfig`` and ``StitchConfig`` stay: the library's training and stitching take
-#: them, and the library does not import the workflow's stages.)
-_MOVED = {
-    "RotationConfig": "rotation",
-    "SymmetryConfig": "symmetry",
-    "SimilarityConfig": "similarity",
-    "ConnectivityConfig": "connectivity",
-    "DissectionConfig": "dissection",
-    "GatedConfig": "gated",
-    "PullbackConfig": "pullback",
-    "DeqntkConfig": "deqntk",
-}
-
-
-def _joined_schema_file() -> Path:
-    """The joined schema as one YAML file (in the temporary directory, named by its content), for
-    the deprecated ``SCHEMA_PATH``."""
-    import hashlib
-    import tempfile
-
-    from intertwine.utils import atomic_path
-
-    text = yaml.safe_dump(schema(), sort_keys=False)
-    path = (
-        Path(tempfile.gettempdir())
-        / f"intertwine-schema-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
-    )
-    if not path.is_file():
-        with atomic_path(path) as tmp:
-            Path(tmp).write_text(text)
-    return path
-
-
-def __getattr__(name: str):
-    if name == "SCHEMA_PATH":
-        import warnings
-
-        warnings.warn(
-            "intertwine.settings.SCHEMA_PATH is deprecated and will be removed in the next release: the "
-            "schema is now the core file (CORE_SCHEMA_PATH) and each stage's block in its folder; "
-            "validate with intertwine.settings.validate_config(config), read it with schema()",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return _joined_schema_file()
-    if name in _MOVED:
-        import importlib
-        import warnings
-
-        where = f"intertwine.workflow.stages.{_MOVED[name]}.settings"
-        warnings.warn(
-            f"intertwine.settings.{name} is deprecated and will be removed in the next release: "
-            f"import it from {where}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(importlib.import_module(where), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

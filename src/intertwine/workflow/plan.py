@@ -209,7 +209,7 @@ class Plan(*stages.plan_parts()):
     @property
     def claims_scale(self) -> dict:
         """The run's budget beside the paper's (Godfrey et al., appendix D), per stage, in words."""
-        from intertwine.paper import PAPER_EPOCHS, PAPER_MEMBERS, PAPER_STITCH_EPOCHS
+        from intertwine.workflow.paper import PAPER_EPOCHS, PAPER_MEMBERS, PAPER_STITCH_EPOCHS
 
         n_train, n_test = self.dataset_sizes()
         n_train -= self.config["data"]["val_size"]

@@ -147,31 +147,3 @@ def read_parquet(paths, schema: pa.Schema | None = None) -> pd.DataFrame:
                 "(the same job's output given twice, or two jobs writing one key)"
             )
     return df
-
-
-def __getattr__(name: str):
-    # The schemas moved to their stages' folders (issue 35): ``intertwine.tables.ROTATION`` is
-    # ``schema("rotation")``, kept for one release.
-    if name.isupper() and name.lower() in stage_tables():
-        import warnings
-
-        warnings.warn(
-            f"intertwine.tables.{name} is deprecated: use intertwine.tables.schema({name.lower()!r}) "
-            "(the schema lives in its stage's folder, intertwine.workflow.stages.<stage>.tables)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return stage_tables()[name.lower()]
-    if name in ("ENSEMBLE_COLUMNS", "at_stage_temperature"):
-        import warnings
-
-        from intertwine.workflow.stages import part
-
-        owner = "gated" if name == "ENSEMBLE_COLUMNS" else "pullback"
-        warnings.warn(
-            f"intertwine.tables.{name} is deprecated: it is intertwine.workflow.stages.{owner}.tables.{name}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(part(owner, "tables"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

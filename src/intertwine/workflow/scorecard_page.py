@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from intertwine.claims import VERDICTS, units_text
+from intertwine.workflow.claims import VERDICTS, units_text
 
 DECISION_RULE = (
     "Each claim reduces its rows to independent units (a pair of zoo members with no member in another "
@@ -71,8 +71,7 @@ def split_summary(table: pd.DataFrame) -> list[str]:
             if (rows["verdict"] == verdict).any()
         ]
         lines.append(
-            f"{claim}: reproduced for {len(held)} of {units_text(unit, len(run))} run "
-            f"({'; '.join(parts)})"
+            f"{claim}: reproduced for {len(held)} of {units_text(unit, len(run))} run ({'; '.join(parts)})"
         )
     return lines
 
@@ -137,7 +136,8 @@ def as_rst(table: pd.DataFrame, figures: set[str]) -> str:
     lines = (
         glance(table[table["kind"] == "paper"])
         + (
-            ["", "**Claims split into rows (by architecture or by clause).**", ""] + [f"- {cell(line)}" for line in split]
+            ["", "**Claims split into rows (by architecture or by clause).**", ""]
+            + [f"- {cell(line)}" for line in split]
             if split
             else []
         )
@@ -186,7 +186,7 @@ def refresh_docs(page: str, root: Path) -> str:
 
 
 if __name__ == "__main__":
-    # python -m intertwine.scorecard_page docs/scorecard.md docs/results.md: the docs' scorecard
+    # python -m intertwine.workflow.scorecard_page docs/scorecard.md docs/results.md: the docs' scorecard
     # tables rewritten from the runs' claims.csv files their markers name.
     import sys
 

@@ -1,7 +1,7 @@
 """The decision rule of the claims scorecard, numbers in and verdicts out: a mean over independent
 units with its Student-t interval (``Estimate``), comparisons of it with a claimed side
 (``Comparison``, ``within``), Holm's correction (``holm``) and the verdict they give (``judge``).
-:mod:`intertwine.claims` says which units each claim rests on (its docstring states the rule)."""
+:mod:`intertwine.workflow.claims` says which units each claim rests on (its docstring states the rule)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from intertwine.workflow.commands import BY_RULE, WHEN_GIVEN, Command, Commands,
 
 def claims_table(text: str) -> tuple[str, str]:
     """A claims table as NAME=PATH: (name, path), the name one the scorecard reads."""
-    from intertwine.claims import scorecard_tables
+    from intertwine.workflow.claims import scorecard_tables
 
     known = scorecard_tables()
     name, equals, path = text.partition("=")
@@ -45,8 +45,8 @@ def claims_table(text: str) -> tuple[str, str]:
 
 
 def table_schema(name: str):
-    """A stage's table by name: its schema (``intertwine.tables.schema``)."""
-    from intertwine.tables import schema
+    """A stage's table by name: its schema (``intertwine.workflow.tables.schema``)."""
+    from intertwine.workflow.tables import schema
 
     try:
         return schema(name)
@@ -55,7 +55,7 @@ def table_schema(name: str):
 
 
 def cmd_check_config(args) -> None:
-    from intertwine.config import check_config, load_config
+    from intertwine.workflow.config import check_config, load_config
 
     config = load_config(args.files)
     errors = check_config(config)
@@ -67,8 +67,9 @@ def cmd_check_config(args) -> None:
 def cmd_prepare_data(args) -> None:
     from intertwine.data import build_dataset, write_dataset
     from intertwine.data.contents import record_contents
+    from intertwine.workflow.settings import checked_block
 
-    splits, meta = build_dataset(args.config, args.global_seed)
+    splits, meta = build_dataset(checked_block(args.config, "data"), args.global_seed)
     write_dataset(args.out, splits, meta)
     record_contents(args.out)  # what the workflow checks the cache against before every run
     log(
@@ -81,9 +82,9 @@ def cmd_prepare_data(args) -> None:
 def cmd_claims(args) -> None:
     import pandas as pd
 
-    from intertwine.claims import scorecard, scorecard_tables
-    from intertwine.scorecard_page import as_rst
-    from intertwine.tables import GATED_FINDINGS_COLUMNS, read_parquet, write_csv
+    from intertwine.workflow.claims import scorecard, scorecard_tables
+    from intertwine.workflow.scorecard_page import as_rst
+    from intertwine.workflow.tables import GATED_FINDINGS_COLUMNS, read_parquet, write_csv
     from intertwine.utils import atomic_path
 
     names = [name for name, _ in args.table]
@@ -116,7 +117,7 @@ def cmd_claims(args) -> None:
 
 
 def cmd_table(args) -> None:
-    from intertwine.tables import read_parquet, write_parquet
+    from intertwine.workflow.tables import read_parquet, write_parquet
 
     write_parquet(read_parquet(args.parts, args.schema), args.out, args.schema)
 
