@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import math
 from pathlib import Path
 from typing import Any
 
