@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -153,8 +154,20 @@ def check_contents(data_dir: str | os.PathLike) -> list[str]:
                 f"{str(entry.get('identity'))[:12]}, in {data_dir / CONTENTS})"
             )
         else:  # the content written, only its time changed: a touch reruns nothing
-            os.utime(path, ns=(stat.st_atime_ns, int(entry["mtime_ns"])))
+            _restore_time(path, stat, int(entry["mtime_ns"]))
     return problems
+
+
+def _restore_time(path: Path, stat: os.stat_result, mtime_ns: int) -> None:
+    try:
+        os.utime(path, ns=(stat.st_atime_ns, mtime_ns))
+    except PermissionError:  # another user's file: its time stays, what reads it may rerun
+        warnings.warn(
+            f"{path} holds the data the data stage wrote, but its modification time changed and this "
+            f"user may not set it back (the file belongs to uid {stat.st_uid}), so the jobs that read it "
+            "may rerun; run as the file's owner once, or regenerate the cache as this user",
+            stacklevel=3,
+        )
 
 
 def _first_record(data_dir: Path) -> list[str]:
