@@ -7,12 +7,12 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
+from intertwine.data.contents import check_contents, damaged_cache_message
 from intertwine.workflow.cli import commands
 from intertwine.workflow.cluster import JobNeeds, request, submission
 from intertwine.workflow.code_identity import code_identities
 from intertwine.workflow.config import check_config, read_config_file
 from intertwine.workflow.plan import Plan, as_json
-from intertwine.data.contents import check_contents, damaged_cache_message
 from intertwine.workflow import stages
 from intertwine.workflow.run_lock import unlock_refusal
 
@@ -105,6 +105,7 @@ def DATA_FILES(wildcards):
     if DATA_PROBLEMS:
         raise WorkflowError(damaged_cache_message(DATA_DIR, DATA_PROBLEMS))
     return DATA_OUTPUTS
+
 
 THREADS = config["zoo"]["training"]["threads"]  # the rules' threads directive (no rerun trigger)
 
