@@ -282,7 +282,8 @@ def test_jobs_write_the_tables_rows(tmp_path, tiny_shapes_dir):
     paths = []
     for part, start, stop in gram_layout(40, 16, 24):
         paths.append(tmp_path / f"{part}{start}.npz")
-        deqntk_jobs.save_block(deqntk_gram(job, SETTING, 40, part, start, stop, block), paths[-1])
+        gram = deqntk_gram(job, SETTING, 40, part, start, stop, block)
+        deqntk_jobs.save_block(gram, paths[-1], deqntk_jobs.gram_provenance(job))
     rows = pd.concat(
         deqntk_regression(job, SETTING, n, [str(p) for p in paths], {"n_test": 16, "ridge": 0.0})
         for n in (24, 40)
@@ -487,7 +488,7 @@ def gram_job(tmp_path, tiny_shapes_dir):
             paths.append(tmp_path / where / f"{part}{start}.npz")
             config = {"n_test": n_test, "preprocessing": preprocessing}
             block = deqntk_gram(job, variances, n_train, part, start, stop, config)
-            deqntk_jobs.save_block(block, paths[-1])
+            deqntk_jobs.save_block(block, paths[-1], deqntk_jobs.gram_provenance(job))
         return [str(p) for p in paths]
 
     return job, blocks
@@ -539,6 +540,47 @@ def test_regression_refuses_a_gram_too_small_and_variances_that_do_not_sum_to_on
         deqntk_regression(job, (0.6, 0.5, 0.0), 40, paths, {"n_test": 16})
     with pytest.raises(ValueError, match="a variance setting is three numbers"):
         deqntk_regression(job, (None, 0.4, 0.0), 40, paths, {"n_test": 16})
+
+
+@pytest.mark.parametrize("other", ["global seed", "data cache"])
+def test_regression_refuses_blocks_of_another_seed_or_data_cache(gram_job, tmp_path, other):
+    """Before: blocks of another --global-seed, or of another data cache of the same size, gave a
+    wrong accuracy with rc 0 (the blocks recorded neither)."""
+    from intertwine.data import build_dataset, write_dataset
+    from intertwine.workflow.job import Job
+    from intertwine.workflow.stages.deqntk.job import deqntk_regression
+
+    job, blocks = gram_job
+    paths = blocks(SETTING)
+    assert deqntk_regression(job, SETTING, 40, paths, {"n_test": 16})["test_acc"].between(0, 1).all()
+    if other == "global seed":
+        reader = Job("cpu", job.data_dir, 1, lambda message: None)
+        message = r"train0.npz is a block of another Gram than this job's: its global seed is 0, this job's --global-seed 1\. "
+    else:  # the same sizes, drawn from another seed
+        block = {
+            "dataset": "shapes",
+            "val_size": 32,
+            "shapes": {"train_size": 160, "test_size": 64, "image_size": 16},
+        }
+        write_dataset(tmp_path / "other", *build_dataset(block, seed=1))
+        reader = Job("cpu", tmp_path / "other", 0, lambda message: None)
+        message = r"train0.npz is a block of another Gram than this job's: it was computed on shapes at 16x16 .*, but this job's data cache .*other holds shapes at 16x16 .*"
+    with pytest.raises(ValueError, match=message + r".*rerun their deqntk_gram jobs with --global-seed"):
+        deqntk_regression(reader, SETTING, 40, paths, {"n_test": 16})
+
+
+def test_a_block_without_seed_or_data_is_used_with_a_warning(gram_job, tmp_path):
+    from intertwine.workflow.stages.deqntk.job import deqntk_gram, deqntk_regression
+
+    job, _ = gram_job
+    logged = []
+    job.log = logged.append
+    paths = []
+    for part, start, stop in gram_layout(40, 16, 24):
+        paths.append(str(tmp_path / f"old{part}{start}.npz"))
+        deqntk_jobs.save_block(deqntk_gram(job, SETTING, 40, part, start, stop, {"n_test": 16}), paths[-1])
+    deqntk_regression(job, SETTING, 40, paths, {"n_test": 16})
+    assert sum("records no global seed or data cache" in line for line in logged) == len(paths)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "old format", "empty"])

@@ -108,3 +108,41 @@ def test_stitch_pair_records_the_rank_the_layer_has(tmp_path, tiny_shapes_dir):
     assert list(rows["method"]) == ["rank64", "rank64"]  # the job's name
     assert list(rows["channels"]) == [8, 16] and list(rows["rank"]) == [8, 16]
     assert list(rows["stitch_params"]) == [64, 256]
+
+
+def _checkpoint(path, seed, weights_seed=None):
+    from intertwine.workflow.zoo import CHECKPOINT_FORMAT, save_checkpoint
+
+    torch.manual_seed(seed if weights_seed is None else weights_seed)
+    save_checkpoint(
+        {
+            "format": CHECKPOINT_FORMAT,
+            "state_dict": models.build(SPEC).state_dict(),
+            "spec": models.normalize_spec(SPEC),
+            "variant": "myrtle",
+            "seed": seed,
+        },
+        path,
+    )
+    return path
+
+
+@pytest.mark.parametrize("case", ["copied to the wrong path", "same weights"])
+def test_stitch_pair_refuses_one_member_twice(tmp_path, tiny_shapes_dir, case):
+    """A checkpoint at the wrong path was stitched with itself, both seeds recorded as 1."""
+    from intertwine.workflow.job import Job
+    from intertwine.workflow.stages.stitching.job import stitch_pair
+
+    b = _checkpoint(tmp_path / "seed1.pt", 1)
+    if case == "copied to the wrong path":
+        a = tmp_path / "seed0.pt"
+        a.write_bytes(b.read_bytes())
+        message = (
+            rf"cannot stitch {a} into {b}: they are one member \(both record myrtle seed 1\).*"
+            rf"{a} records seed 1, so a checkpoint is at the wrong path"
+        )
+    else:
+        a = _checkpoint(tmp_path / "seed0.pt", 0, weights_seed=1)
+        message = rf"cannot stitch {a} into {b}: they are one member \(they hold the same weights"
+    with pytest.raises(ValueError, match=message + ".*Give two members' checkpoints"):
+        stitch_pair(Job("cpu", tiny_shapes_dir, log=lambda _: None), str(a), str(b), "full", 0, {}, ["act1"])

@@ -7,12 +7,14 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
+from intertwine.data.contents import check_contents, damaged_cache_message
 from intertwine.workflow.cli import commands
 from intertwine.workflow.cluster import JobNeeds, request, submission
 from intertwine.workflow.code_identity import code_identities
 from intertwine.workflow.config import check_config, read_config_file
 from intertwine.workflow.plan import Plan, as_json
 from intertwine.workflow import stages
+from intertwine.workflow.run_lock import unlock_refusal
 
 # Snakemake reads each config file itself, keeping the last of a key written twice and running a
 # file that sets __use_yte__ as a YTE template (before this file is read): each file is read again
@@ -27,6 +29,13 @@ for _file in workflow.configfiles:
             else ""
         )
         raise WorkflowError(f"{_err}{_yte}") from None
+# Snakemake's lock error advises --unlock "if you are sure that no other instances of snakemake are
+# running on this directory"; unlocking under a run still active runs its jobs twice, so --unlock
+# first looks for that run (intertwine.workflow.run_lock) and refuses, naming it.
+if "--unlock" in sys.argv:
+    _refusal = unlock_refusal(os.getcwd())
+    if _refusal:
+        raise WorkflowError(_refusal)
 _errors = check_config(config)  # the schema (filling in its defaults), then the plan's cross-checks
 if _errors:
     _files = ", ".join(map(str, workflow.configfiles)) or "the config"
@@ -81,7 +90,23 @@ CONDA_ENV = "../../environment.yml"
 
 DATASET = config["data"]["dataset"]
 DATA_DIR = f"results/data/{DATASET}"
-DATA_FILES = multiext(f"{DATA_DIR}/", "train.npz", "val.npz", "test.npz", "meta.json")
+DATA_OUTPUTS = multiext(f"{DATA_DIR}/", "train.npz", "val.npz", "test.npz", "meta.json")
+# A damaged data cache is newer than what was trained on it, so Snakemake would schedule the zoo
+# over finished work (as root deleting the protected checkpoints first): the cache is checked
+# against the content identity the data job recorded before any job is scheduled, here (which
+# also gives a touched but unchanged file its recorded time back: content, not time, reruns), and
+# every job that reads it refuses to be scheduled while it is damaged (intertwine.data.contents).
+# The data job itself is not refused: regenerating the cache is the repair.
+DATA_PROBLEMS = check_contents(DATA_DIR)
+
+
+def DATA_FILES(wildcards):
+    """Input function: the data cache, once it is whole."""
+    if DATA_PROBLEMS:
+        raise WorkflowError(damaged_cache_message(DATA_DIR, DATA_PROBLEMS))
+    return DATA_OUTPUTS
+
+
 THREADS = config["zoo"]["training"]["threads"]  # the rules' threads directive (no rerun trigger)
 
 # Cluster resources. A rule says whether its jobs need a GPU (on_gpu) or not (on_cpu), and what

@@ -1,6 +1,6 @@
 rule prepare_data:
     output:
-        DATA_FILES,
+        DATA_OUTPUTS,
     log:
         f"results/logs/data/{DATASET}.log",
     benchmark:

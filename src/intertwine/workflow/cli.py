@@ -66,10 +66,12 @@ def cmd_check_config(args) -> None:
 
 def cmd_prepare_data(args) -> None:
     from intertwine.data import build_dataset, write_dataset
+    from intertwine.data.contents import record_contents
     from intertwine.workflow.settings import checked_block
 
     splits, meta = build_dataset(checked_block(args.config, "data"), args.global_seed)
     write_dataset(args.out, splits, meta)
+    record_contents(args.out)  # what the workflow checks the cache against before every run
     log(
         f"{meta['dataset']}: "
         + ", ".join(f"{k} {v}" for k, v in meta["sizes"].items())

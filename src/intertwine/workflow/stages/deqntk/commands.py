@@ -14,14 +14,13 @@ from intertwine.workflow.commands import (
 
 
 def cmd_deqntk_gram(args) -> None:
-    from intertwine.workflow.stages.deqntk.job import deqntk_gram, save_block
+    from intertwine.workflow.stages.deqntk.job import deqntk_gram, gram_provenance, save_block
 
     if args.stop <= args.start:
         raise ValueError(f"--stop ({args.stop}) must be greater than --start ({args.start})")
-    block = deqntk_gram(
-        job_context(args), args.variances, args.n_train, args.part, args.start, args.stop, args.config
-    )
-    save_block(block, args.out)
+    job = job_context(args)
+    block = deqntk_gram(job, args.variances, args.n_train, args.part, args.start, args.stop, args.config)
+    save_block(block, args.out, gram_provenance(job))
 
 
 def cmd_deqntk_regression(args) -> None:

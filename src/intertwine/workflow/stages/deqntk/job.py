@@ -33,13 +33,16 @@ from intertwine.kernels.deq_regression import Block
 from intertwine.workflow.stages.deqntk.settings import DeqntkConfig
 from intertwine.workflow.settings import variances_name
 from intertwine.utils import atomic_path
+from intertwine.workflow.zoo import data_fingerprint, fingerprint_text
 
 # --- the Gram's blocks as files ------------------------------------------------------------------
 
 
-def save_block(block: Block, path: str | Path) -> None:
-    """Write a block as .npz (the Gram in float64 and where it sits), atomically."""
+def save_block(block: Block, path: str | Path, provenance: dict | None = None) -> None:
+    """Write a block as .npz (the Gram in float64 and where it sits), atomically; with
+    ``provenance`` (``gram_provenance``), the global seed and data cache its rows were computed from."""
     buffer = io.BytesIO()
+    recorded = {key: np.array(value) for key, value in (provenance or {}).items()}
     np.savez(
         buffer,
         gram=block.gram.detach().cpu().numpy(),
@@ -51,6 +54,7 @@ def save_block(block: Block, path: str | Path) -> None:
         variances=np.array(block.variances, dtype=np.float64),
         sizes=np.array([block.n_train, block.n_test]),
         preprocessing=np.array(block.preprocessing),
+        **recorded,
     )
     with atomic_path(path) as tmp:
         Path(tmp).write_bytes(buffer.getvalue())
@@ -152,6 +156,47 @@ def check_blocks(
         )
 
 
+def gram_provenance(job: Job) -> dict:
+    """What a Gram's rows are computed from beyond the block's own settings: the global seed (it
+    draws the permutation of the training pool whose first n_train images are the Gram's columns)
+    and the data cache (its images), as the hash of ``zoo.data_fingerprint`` and its description."""
+    fingerprint = data_fingerprint(job.meta())
+    return {"seed": job.global_seed, "data": fingerprint["hash"], "data_text": fingerprint_text(fingerprint)}
+
+
+def check_provenance(paths: list[str], job: Job) -> None:
+    """ValueError naming the first block file written from another global seed or data cache than
+    ``job``'s: its rows are other images, so the regression would give a wrong accuracy. A block
+    written before blocks recorded them is used unchecked, with a warning in the job's log."""
+    ours = gram_provenance(job)
+    for path in paths:
+        with np.load(path) as f:
+            recorded = {key: f[key].item() for key in ("seed", "data", "data_text") if key in f.files}
+        if not {"seed", "data"} <= set(recorded):
+            job.log(
+                f"warning: {path} records no global seed or data cache (written before Gram blocks "
+                "recorded them), so whether it belongs to this job's is not checked"
+            )
+            continue
+        differences = []
+        if int(recorded["seed"]) != ours["seed"]:
+            differences.append(
+                f"its global seed is {recorded['seed']}, this job's --global-seed {ours['seed']}"
+            )
+        if recorded["data"] != ours["data"]:
+            differences.append(
+                f"it was computed on {recorded.get('data_text', recorded['data'])}, but this job's data "
+                f"cache {job.data_dir} holds {ours['data_text']}"
+            )
+        if differences:
+            raise ValueError(
+                f"{path} is a block of another Gram than this job's: {'; and '.join(differences)}. The "
+                "seed draws the training images and the cache holds them, so its rows are other images "
+                "and the accuracy would be wrong. Give the blocks made with this seed and data cache, or "
+                f"rerun their deqntk_gram jobs with --global-seed {ours['seed']} --data {job.data_dir}"
+            )
+
+
 # --- the jobs -------------------------------------------------------------------------------------
 
 
@@ -234,6 +279,7 @@ def deqntk_regression(job: Job, variances, n_train: int, blocks: list[str], bloc
     check_blocks(
         parts, [str(path) for path in blocks], variances, n_train, settings.n_test, settings.preprocessing
     )
+    check_provenance([str(path) for path in blocks], job)
     K, K_test = deq_regression.assemble(parts, n_train)
     used = [p for p in parts if p.part == "test" or p.start < n_train]
     y_train = _pool(job).labels[_training_order(job, n_train)]

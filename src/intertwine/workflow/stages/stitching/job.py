@@ -2,13 +2,48 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
+import torch
 
 from intertwine import models, stitching
 from intertwine.workflow.job import Job
 from intertwine.workflow.settings import StitchConfig, parse_method
 from intertwine.training import evaluate
 from intertwine.workflow.zoo import recorded_test_acc
+
+
+def check_two_members(f, meta_a: dict, a: str, g, meta_b: dict, b: str) -> None:
+    """ValueError naming both checkpoints when they are one member: the same variant and seed, or
+    the same weights (a checkpoint copied to the wrong path), which would stitch a network with
+    itself and report it as a pair of two."""
+    same_member = (meta_a.get("variant"), meta_a.get("seed")) == (meta_b.get("variant"), meta_b.get("seed"))
+    state_a, state_b = f.state_dict(), g.state_dict()
+    same_weights = state_a.keys() == state_b.keys() and all(
+        state_a[name].shape == state_b[name].shape and torch.equal(state_a[name], state_b[name])
+        for name in state_a
+    )
+    if not (same_member or same_weights):
+        return
+    why = (
+        f"both record {meta_a.get('variant')} seed {meta_a.get('seed')}"
+        if same_member
+        else f"they hold the same weights (recorded as {meta_a.get('variant')} seed {meta_a.get('seed')} "
+        f"and {meta_b.get('variant')} seed {meta_b.get('seed')})"
+    )
+    misplaced = [
+        f"{path} records seed {meta.get('seed')}"
+        for path, meta in ((a, meta_a), (b, meta_b))
+        if Path(path).name.startswith("seed") and Path(path).stem != f"seed{meta.get('seed')}"
+    ]
+    raise ValueError(
+        f"cannot stitch {a} into {b}: they are one member ({why}), so the pair would stitch a network "
+        "with itself"
+        + (f"; {', '.join(misplaced)}, so a checkpoint is at the wrong path" if misplaced else "")
+        + ". Give two members' checkpoints; a checkpoint copied to the wrong path: delete it and rerun "
+        "its training job (snakemake remakes it)"
+    )
 
 
 def stitch_pair(
@@ -18,6 +53,7 @@ def stitch_pair(
     ``method``. ``block`` holds the ``StitchConfig`` settings the method reads."""
     f, meta_a = job.model(a)
     g, meta_b = job.model(b)
+    check_two_members(f, meta_a, a, g, meta_b, b)
     if meta_a["spec"] != meta_b["spec"]:
         raise ValueError(
             f"cannot stitch {a} into {b}: different model specs ({meta_a['spec']} vs {meta_b['spec']})"
