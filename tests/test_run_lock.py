@@ -3,6 +3,8 @@ Snakemake's lock advice then ran a job twice)."""
 
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from test_workflow import snakemake
@@ -21,6 +23,12 @@ def other_run(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(120)", "snakemake", "--cores", "1"], cwd=workdir
     )
+    # Popen returns once the child is forked, maybe before it has executed its command line: wait
+    # until /proc shows it (a loaded machine took longer than the first assertion).
+    cmdline = Path(f"/proc/{process.pid}/cmdline")
+    deadline = time.monotonic() + 30
+    while b"snakemake" not in cmdline.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.05)
     yield workdir, process
     process.kill()
     process.wait()
