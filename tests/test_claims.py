@@ -29,7 +29,7 @@ from intertwine.workflow.claims import (
 from intertwine.models import normalize_spec
 from intertwine.workflow.paper import TABLE_2_PAIRS, TABLE_2_PROCRUSTES, TABLE_4_PAIRS, TABLE_4_PROCRUSTES
 from intertwine.workflow.plan import Plan, draw_pairs
-from intertwine.workflow.scorecard_page import DECISION_RULE, as_rst, headline
+from intertwine.workflow.scorecard_page import DECISION_RULE, as_rst, glance_rows, headline
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_plan import load
@@ -1554,12 +1554,27 @@ def test_headline_is_the_comparison_that_decides():
 
 
 def test_report_opens_with_every_papers_verdict_at_a_glance():
+    """Every claim of the papers is on the opening table: a tested one as its row (a claim split
+    into rows as one row naming each), the untested ones listed in one last row; ours apart."""
     card = scorecard({}, SETTINGS, None)
-    rst = as_rst(card, set())
-    glance, details = rst.split("**The decision rule.**")
-    for claim in card.loc[card["kind"] == "paper", "claim"]:
-        assert f"   * - {claim}\n" in glance
+    glance, details = as_rst(card, set()).split("**The decision rule.**")
     assert "P1" not in glance and "P1" in details
+    # Nothing tested: one row lists every claim of the papers as not run.
+    assert glance.count("   * - ") == 2  # the header and that row
+    for claim in card.loc[card["kind"] == "paper", "claim"]:
+        assert re.search(rf"[ ,]{re.escape(claim)}[,\n]", glance), claim
+    # Tested: Table 2 gives C4.myrtle a row of its family, C4, that says how each of its rows reads.
+    card = card_of({"similarity": procrustes("myrtle", TABLE2, TABLE_2_PAIRS)}).reset_index()
+    rows = {row["claim"]: row for row in glance_rows(card[card["kind"] == "paper"])}
+    assert rows["C4"]["statement"].startswith("by architecture: myrtle (not run: resnet20")
+    assert rows["C4"]["ours"].startswith("myrtle: ") and rows["C4"]["verdict"] == "reproduced"
+    assert "C5.myrtle" in rows["not run"]["statement"] and list(rows)[-1] == "not run"
+    # A split claim whose rows read differently counts them.
+    mixed = card.copy()
+    mixed.loc[mixed["claim"] == "C4.myrtle", ["verdict", "reading"]] = "inconclusive"
+    mixed.loc[mixed["claim"] == "C4.resnet20", ["verdict", "reading"]] = "reproduced"
+    rows = {row["claim"]: row for row in glance_rows(mixed[mixed["kind"] == "paper"])}
+    assert rows["C4"]["verdict"] == "1 reproduced, 1 inconclusive"
 
 
 def test_each_claim_lives_in_its_stages_folder_in_the_scorecards_order():

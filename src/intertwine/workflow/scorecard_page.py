@@ -76,6 +76,72 @@ def split_summary(table: pd.DataFrame) -> list[str]:
     return lines
 
 
+def _family_verdict(run: pd.DataFrame) -> str:
+    """How the tested rows of a split claim read, in one cell: their common reading, or each
+    reading's count ("2 reproduced, 1 inconclusive at 4 of 50 epochs")."""
+    readings = list(dict.fromkeys(run["reading"]))
+    if len(readings) == 1:
+        return readings[0]
+    counts = run["verdict"].value_counts()
+    budget = {
+        reading.removeprefix(verdict).strip() for reading, verdict in zip(run["reading"], run["verdict"])
+    }
+    return ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v in counts) + (
+        f" {budget.pop()}" if len(budget) == 1 and "" not in budget else ""
+    )
+
+
+def glance_rows(table: pd.DataFrame) -> list[dict[str, str]]:
+    """The rows of the report's opening table: one per claim the run tested, a claim split into
+    rows (``C2.full``, ``C4.myrtle``, ...) as one row that says how each of its rows reads, and the
+    claims the run did not test (``not run``) together in a last row, so that the table stays a
+    glance as claims are added (the full table below has every row)."""
+    rows, not_run = [], []
+    for claim, group in table.groupby(table["claim"].str.partition(".")[0], sort=False):
+        run = group[group["verdict"] != "not run"]
+        if run.empty:
+            not_run += list(group["claim"])
+            continue
+        if len(group) == 1:
+            row = group.iloc[0]
+            ours, statement, verdict = headline(row["ours"], row["verdict"]), row["statement"], row["reading"]
+        else:
+            parts = run["claim"].str.partition(".")[2]
+            unit = (
+                "architecture"
+                if set(group["claim"].str.partition(".")[2]) <= ARCHITECTURE_SUFFIXES
+                else "clause"
+            )
+            ours = "; ".join(
+                f"{part}: {headline(o, v)}" for part, o, v in zip(parts, run["ours"], run["verdict"])
+            )
+            untested = [c for c in group["claim"] if c not in set(run["claim"])]
+            statement = f"by {unit}: {', '.join(parts)}" + (
+                f" (not run: {', '.join(c.partition('.')[2] for c in untested)})" if untested else ""
+            )
+            verdict = _family_verdict(run)
+        rows.append(
+            {
+                "claim": claim,
+                "statement": statement,
+                "ours": ours,
+                "paper": run.iloc[0]["paper"],
+                "verdict": verdict,
+            }
+        )
+    if not_run:
+        rows.append(
+            {
+                "claim": "not run",
+                "statement": ", ".join(not_run),
+                "ours": "",
+                "paper": "",
+                "verdict": "not run",
+            }
+        )
+    return rows
+
+
 def as_rst(table: pd.DataFrame, figures: set[str]) -> str:
     """The scorecard as RST list tables for the report's opening page, the papers' claims and
     ours apart; a claim's figure is a link when the report has it (``figures``: its file names)."""
@@ -122,13 +188,13 @@ def as_rst(table: pd.DataFrame, figures: set[str]) -> str:
             "     - paper",
             "     - verdict",
         ]
-        for row in rows.itertuples():
+        for row in glance_rows(rows):
             lines += [
-                f"   * - {row.claim}",
-                f"     - {cell(row.statement)}",
-                f"     - {cell(headline(row.ours, row.verdict)) or '-'}",
-                f"     - {cell(row.paper)}",
-                f"     - **{cell(row.reading)}**",
+                f"   * - {row['claim']}",
+                f"     - {cell(row['statement'])}",
+                f"     - {cell(row['ours']) or '-'}",
+                f"     - {cell(row['paper'])}",
+                f"     - **{cell(row['verdict'])}**",
             ]
         return lines
 

@@ -143,9 +143,9 @@ def means_text(frames: dict[str, pd.DataFrame], label: dict[str, str]) -> str:
     """The mean over pairs at each site, per measure: "G_ReLU 0.62/0.51 (act1/act2)"."""
     parts = []
     for measure, frame in frames.items():
-        values = "/".join(f"{v:.3f}" for v in frame.mean())
+        values = " / ".join(f"{v:.3f}" for v in frame.mean())
         parts.append(f"{label.get(measure, measure)} {values}")
-    sites = "/".join(next(iter(frames.values())).columns)
+    sites = " / ".join(next(iter(frames.values())).columns)
     return f"{' vs '.join(parts)} ({sites})"
 
 
@@ -421,7 +421,7 @@ def _printed(values: dict, pairs: int, table: str) -> str:
     def row(measure):
         return ", ".join(f"{m:.4f} ± {sd:.3f}" for m, sd in values[measure].values())
 
-    sites = "/".join(values["grelu_procrustes"])
+    sites = " / ".join(values["grelu_procrustes"])
     return f"{table} ({pairs} pairs), {sites}: G_ReLU {row('grelu_procrustes')}; orthogonal {row('orthogonal_procrustes')}"
 
 
