@@ -320,7 +320,7 @@ def cka_decay(key: str, tables, settings) -> Result:
         pairs = _cka_variant(variant, frames, settings, comparisons, extras)
         units.append(f"{variant} {units_text('pair', pairs)}")
         used.append(variant)
-        decays.append(f"{variant} sites {'/'.join(frames['grelu_cka'].columns)}")
+        decays.append(f"{variant} sites {' / '.join(frames['grelu_cka'].columns)}")
     if not comparisons:
         return not_run(_needs(key, "grelu_cka and linear_cka (similarity.cka_measures) at 2 or more sites"))
     judgement = judge(comparisons)
