@@ -91,6 +91,20 @@ def _family_verdict(run: pd.DataFrame) -> str:
     )
 
 
+#: The longest text (characters) a cell of the opening table shows: the report's content column is
+#: about 900 px wide, and a row of three such cells stays within three or four lines.
+GLANCE_CHARACTERS = 100
+
+
+def _glance_text(text: str) -> str:
+    """``text`` cut at a word before ``GLANCE_CHARACTERS``, marked with an ellipsis (the full text is
+    in the table below)."""
+    text = " ".join(str(text).split())
+    if len(text) <= GLANCE_CHARACTERS:
+        return text
+    return text[:GLANCE_CHARACTERS].rsplit(" ", 1)[0].rstrip(",;:") + " …"
+
+
 def glance_rows(table: pd.DataFrame) -> list[dict[str, str]]:
     """The rows of the report's opening table: one per claim the run tested, a claim split into
     rows (``C2.full``, ``C4.myrtle``, ...) as one row that says how each of its rows reads, and the
@@ -112,9 +126,7 @@ def glance_rows(table: pd.DataFrame) -> list[dict[str, str]]:
                 if set(group["claim"].str.partition(".")[2]) <= ARCHITECTURE_SUFFIXES
                 else "clause"
             )
-            ours = "; ".join(
-                f"{part}: {headline(o, v)}" for part, o, v in zip(parts, run["ours"], run["verdict"])
-            )
+            ours = "; ".join(f"{part}: {verdict}" for part, verdict in zip(parts, run["verdict"]))
             untested = [c for c in group["claim"] if c not in set(run["claim"])]
             statement = f"by {unit}: {', '.join(parts)}" + (
                 f" (not run: {', '.join(c.partition('.')[2] for c in untested)})" if untested else ""
@@ -123,9 +135,9 @@ def glance_rows(table: pd.DataFrame) -> list[dict[str, str]]:
         rows.append(
             {
                 "claim": claim,
-                "statement": statement,
-                "ours": ours,
-                "paper": run.iloc[0]["paper"],
+                "statement": _glance_text(statement),
+                "ours": _glance_text(ours),
+                "paper": _glance_text(run.iloc[0]["paper"]),
                 "verdict": verdict,
             }
         )
