@@ -91,7 +91,9 @@ def test_scorecard_tables_are_the_runs():
 
 
 def test_the_scorecard_block_check_sees_a_typed_number(tmp_path):
-    page = "<!-- scorecard: docs/results/godfrey_cifar10_claims.csv -->\n| C1 | typed |\n<!-- /scorecard -->\n"
+    page = (
+        "<!-- scorecard: docs/results/godfrey_cifar10_claims.csv -->\n| C1 | typed |\n<!-- /scorecard -->\n"
+    )
     assert refresh_docs(page, REPO) != page
 
 
