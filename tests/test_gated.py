@@ -133,7 +133,7 @@ def test_value_network_fed_ones_reads_the_image_through_the_gates_only():
     torch.testing.assert_close(ones._head(z, None), ones(x.detach()))
 
 
-# --- symmetries (SEEDS.md A, identity 5) --------------------------------------------------------
+# --- symmetries: signed monomials on the value network ---------------------------------------------
 
 
 @pytest.mark.parametrize("regime", ["standalone", "fr"])
