@@ -11,6 +11,7 @@ from urllib.parse import unquote, urljoin, urlparse
 import chromium
 import pytest
 
+from intertwine.workflow import doc_numbers
 from intertwine.workflow.config import reference_markdown
 from intertwine.workflow.scorecard_page import SCORECARD_BLOCK, refresh_docs
 
@@ -95,6 +96,29 @@ def test_the_scorecard_block_check_sees_a_typed_number(tmp_path):
         "<!-- scorecard: docs/results/godfrey_cifar10_claims.csv -->\n| C1 | typed |\n<!-- /scorecard -->\n"
     )
     assert refresh_docs(page, REPO) != page
+
+
+def test_numbers_about_the_configs_are_the_configs():
+    """Variants, members, seeds and epochs the docs state are computed from the config they name
+    (the job counts are checked against the dry runs of tests/test_workflow.py)."""
+    stated = doc_numbers.stated(PAGES)
+    assert {"paper.members", "paper.variants", "config.seeds", "paper.jobs"} <= set(stated)
+    for name, texts in stated.items():
+        if not name.endswith(".jobs"):
+            assert texts == {doc_numbers.value(name)}, (
+                f"{name} is stated as {sorted(texts)} but is {doc_numbers.value(name)}: regenerate with "
+                "python -m intertwine.workflow.doc_numbers README.md docs/*.md"
+            )
+
+
+def test_the_number_check_sees_a_typed_number():
+    page = "(<!-- number: paper.members -->1,800<!-- /number --> members)"
+    refreshed = doc_numbers.refresh(page, {"paper.members": doc_numbers.value("paper.members")})
+    assert refreshed != page and doc_numbers.names(refreshed) == ["paper.members"]
+    with pytest.raises(ValueError, match="config 'nonesuch'"):
+        doc_numbers.value("nonesuch.members")
+    with pytest.raises(ValueError, match="<config>.<quantity>"):
+        doc_numbers.value("paper.width")
 
 
 def test_readme_is_short():
