@@ -212,3 +212,19 @@ def test_site_in_chromium(site):
             elif anchor and target in seen and unquote(anchor) not in seen[target]["ids"]:
                 broken.append((str(name), link))
     assert not broken, broken
+
+
+def test_no_file_points_outside_the_repository():
+    """Every file the project tracks names only what a clone holds: no folder beside the clone, and
+    none of the summaries the project was first specified from (the pattern is assembled so that
+    this file does not match itself)."""
+    outside = re.compile(r"\.\./" + "shared" + r"|\b(?:PAPER|SEEDS)" + r"\.md\b")
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True)
+    found = []
+    for name in tracked.stdout.split():
+        path = REPO / name
+        if path.suffix in {".png", ".pdf", ".svg", ".pt", ".parquet", ".npz"} or not path.is_file():
+            continue
+        text = path.read_text(errors="replace")
+        found += [f"{name}: {m[0]}" for m in outside.finditer(text)]
+    assert not found, "files naming what is outside the repository:\n" + "\n".join(found)
