@@ -53,7 +53,8 @@ def part(stage: str, name: str) -> ModuleType:
     return importlib.import_module(module_name(stage, name))
 
 
-def plan_parts() -> tuple[type, ...]:
+def plan_parts() -> dict[str, type]:
     """Each stage's part of the plan, ``<Stage>Plan`` of its folder's ``plan`` module (e.g.
-    ``StitchingPlan``), in report order: :class:`intertwine.workflow.plan.Plan` is all of them and the core."""
-    return tuple(getattr(part(stage, "plan"), f"{stage.capitalize()}Plan") for stage in with_part("plan"))
+    ``StitchingPlan``), by stage in report order: :class:`intertwine.workflow.plan.Plan` composes
+    them, one object each, with its core."""
+    return {stage: getattr(part(stage, "plan"), f"{stage.capitalize()}Plan") for stage in with_part("plan")}
