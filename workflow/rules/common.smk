@@ -110,8 +110,9 @@ def DATA_FILES(wildcards):
 THREADS = config["zoo"]["training"]["threads"]  # the rules' threads directive (no rerun trigger)
 
 # Cluster resources. A rule says whether its jobs need a GPU (on_gpu) or not (on_cpu), and what
-# they need (a JobNeeds method of its wildcards); where that is (config block `cluster`) and how
-# much to ask for (intertwine.workflow.cluster) follow. A profile's set-resources still win over these.
+# they need (a function of its wildcards: NEEDS.light, or the rule's own, NEEDS.<rule>, declared in
+# its stage's resources.py); where that is (config block `cluster`) and how much to ask for
+# (intertwine.workflow.cluster) follow. A profile's set-resources still win over these.
 NEEDS = JobNeeds(PLAN)
 
 

@@ -12,9 +12,10 @@ How a setting flows, e.g. `stitching.lr`:
   4. the job builds `StitchConfig.from_block(...)`, and `stitching.fit` makes its optimiser.
 
 `Plan` is the core (here: what every stage uses, the scorecard's inputs, the config's
-cross-checks) and each stage's part, ``<Stage>Plan`` in its folder's ``plan.py``
-(``intertwine.workflow.stages.stitching.plan.StitchingPlan``), found through the stage registry;
-a stage's part names its outputs ``<stage>_outputs``. Cross-checks of the config that the schema
+cross-checks), which names no stage, composing each stage's part, ``<Stage>Plan`` in its folder's
+``plan.py`` (``intertwine.workflow.stages.stitching.plan.StitchingPlan``), found through the stage
+registry: one object per stage holding the plan (``planning.StagePlan``, which lists what the core
+asks of a part: ``<stage>_outputs``, ``<stage>_errors``, ``<stage>_claims_settings``, ...). Cross-checks of the config that the schema
 cannot express are in `Plan.errors()`: each names the config key and the fix. Methods that build
 models cache them (`variant_sites`).
 """
