@@ -35,13 +35,14 @@ COPIED = (
 def renamed(text: str) -> str:
     """``text`` of the connectivity stage with the new stage's names: its module paths, plan
     methods, config keys, commands, rules, tables, files and figures (every spelling of the
-    stage's name), and its claims' ids (L1, L2, L3 become M1, M2, M3: ids are the scorecard's)."""
+    stage's name), and its claims' ids (L1, L2, L3 become M1, M2, M3: ids are the scorecard's).
+    The library's module the stage calls, ``intertwine.mode_connectivity``, keeps its name."""
     for old, new in (
         (ORIGINAL, NEW),
         (ORIGINAL.capitalize(), NEW.capitalize()),
         (ORIGINAL.upper(), NEW.upper()),
     ):
-        text = text.replace(old, new)
+        text = re.sub(rf"(?<!mode_){old}", new, text)
     return re.sub(r'(Claim\(\s*)"L(\d)"', r'\1"M\2"', text)
 
 

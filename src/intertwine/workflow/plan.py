@@ -15,9 +15,9 @@ How a setting flows, e.g. `stitching.lr`:
 cross-checks), which names no stage, composing each stage's part, ``<Stage>Plan`` in its folder's
 ``plan.py`` (``intertwine.workflow.stages.stitching.plan.StitchingPlan``), found through the stage
 registry: one object per stage holding the plan (``planning.StagePlan``, which lists what the core
-asks of a part: ``<stage>_outputs``, ``<stage>_errors``, ``<stage>_claims_settings``, ...). Cross-checks of the config that the schema
-cannot express are in `Plan.errors()`: each names the config key and the fix. Methods that build
-models cache them (`variant_sites`).
+asks of a part: ``<stage>_outputs``, ``<stage>_errors``, ``<stage>_claims_settings``, ...).
+Cross-checks of the config that the schema cannot express are in `Plan.errors()`: each names the
+config key and the fix. Methods that build models cache them (`variant_sites`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,11 @@ job, so editing it reruns nothing but what its entries change."""
 from __future__ import annotations
 
 #: What its table job computes beyond collecting its jobs' rows (the papers' numbers beside ours).
-TABLE_COMPUTES = [f"{__package__}.study:study_table", f"{__package__}.study:findings", "intertwine.workflow.paper"]
+TABLE_COMPUTES = [
+    f"{__package__}.study:study_table",
+    f"{__package__}.study:findings",
+    "intertwine.workflow.paper",
+]
 
 #: Jobs that run one function of its job module, by the name its rules give ``code_hash``.
 ENTRIES = {"gated_ensemble": [f"{__package__}.job:gated_ensemble"]}
