@@ -190,8 +190,11 @@ def test_the_stage_runs_in_rule_all_and_its_claims_are_scored(project, small):
     assert log.startswith(f"intertwine {NEW}-pair ")
     card = pd.read_csv(root / "run/results/tables/claims.csv").set_index("claim")
     assert {"M1", "M2", "M3", "L1", "L2", "L3"} <= set(card.index)
-    assert all(card.loc[claim, "verdict"] != "not run" for claim in ("M1", "M2", "M3"))
-    assert all(card.loc[claim, "verdict"] == "not run" for claim in ("L1", "L2", "L3"))  # not configured
+    # its claims read its table (M2 needs two widths of one architecture, and says so)
+    assert all(card.loc[claim, "verdict"] != "not run" for claim in ("M1", "M3"))
+    assert "needs lmc variants of one architecture at two or more widths" in card.loc["M2", "evidence"]
+    for claim in ("L1", "L2", "L3"):  # the original's: not configured
+        assert card.loc[claim, "evidence"] == "its stage is not in the config (needs connectivity)"
     ids = list(card.index)
     assert ids.index("L1") < ids.index("M1")  # the registry's order: the new stage is last
 
@@ -214,7 +217,7 @@ def test_the_cluster_asks_for_what_the_stages_resources_say(project, small):
         "print(*request(new, config['cluster'], 1))\n",
     )
     mem_mb, runtime = map(int, need.split())
-    dry = run(project, "-n", "--forceall", "--allowed-rules", f"{NEW}_pair", config=small).stdout
+    dry = run(project, "-n", "--force", f"results/{NEW}/myrtle/pair0.parquet", config=small).stdout
     assert f"mem_mb={mem_mb}" in dry and f"runtime={runtime}" in dry
 
 
