@@ -174,7 +174,7 @@ CASES = {
     # the scorecard without the run's settings: was a KeyError of one of them
     "scorecard settings": (
         lambda: scorecard({}, {"select_on": "val"}, None),
-        r"the scorecard's settings lack \['myrtle_variants', .*Plan.claims_settings",
+        r"the scorecard's settings lack \[.*'myrtle_variants'.*Plan.claims_settings",
     ),
 }
 

@@ -1578,25 +1578,41 @@ def test_report_opens_with_every_papers_verdict_at_a_glance():
 
 
 def test_each_claim_lives_in_its_stages_folder_in_the_scorecards_order():
-    """Issue 35: a stage's claims are in its folder (``claims.CLAIMS``); the scorecard keeps its
-    own order of rows (``ORDER``), which is not the stages' order, and a stage's claim missing
-    from it is an error that says where to list it."""
-    from intertwine.workflow import claims
-    from intertwine.workflow import stages
+    """Issue 35: a stage's claims are in its folder (``claims.CLAIMS``). Issue 52: the scorecard's
+    order is the stages' own (the registry's, each stage's claims in its ``CLAIMS`` order), so a
+    new stage's claims need no edit outside its folder; an id two stages use is an error naming
+    both; the settings the claims read are each stage's ``SETTINGS``, all given by the plan."""
+    import yaml
+
+    from intertwine.workflow import claims, stages
+    from intertwine.workflow.config import check_config
+    from intertwine.workflow.plan import Plan
 
     owners = {
         claim.claim: stage
         for stage in stages.with_part("claims")
         for claim in stages.part(stage, "claims").CLAIMS
     }
-    assert [claim.claim for claim in claims.all_claims()] == list(claims.ORDER)
+    ids = [claim.claim for claim in claims.all_claims()]
+    assert ids == list(owners) and len(set(ids)) == len(ids)
+    assert [owners[claim] for claim in ids] == sorted(
+        (owners[claim] for claim in ids), key=stages.STAGES.index
+    )
     assert owners["C1"] == "rotation" and owners["D1"] == "deqntk" and owners["L3"] == "connectivity"
     assert set(claims.all_evidence()) == set(claims.scorecard_tables()) - {"gated_findings"}
+    config = yaml.safe_load(open("tests/configs/tiny.yaml"))
+    assert not check_config(config)
+    settings = Plan(config).claims_settings
+    assert set(claims.all_settings_keys()) <= set(settings)
+    assert "connectivity_barrier" in stages.part("connectivity", "claims").SETTINGS
     claims.all_claims.cache_clear()
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(claims, "ORDER", claims.ORDER[:-1])
-            with pytest.raises(RuntimeError, match="list a new claim in intertwine.workflow.claims.ORDER"):
+            rotation = stages.part("rotation", "claims")
+            patch.setattr(rotation, "CLAIMS", rotation.CLAIMS + stages.part("deqntk", "claims").CLAIMS)
+            with pytest.raises(
+                RuntimeError, match="claim id 'D1' is used by the stages 'rotation' and 'deqntk'"
+            ):
                 claims.all_claims()
     finally:
         claims.all_claims.cache_clear()

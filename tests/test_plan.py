@@ -768,3 +768,47 @@ def test_logit_ensembles_are_of_the_studys_variants_and_trained_members(tiny):
         "config key gated.ensembles.c4gap_dgn: 4 seeds of 'c4gap_dgn' asked for, but the zoo trains 3" in e
         for e in errors
     )
+
+
+def test_the_plans_core_the_cluster_and_the_rules_common_part_name_no_stage():
+    """Issue 52: a stage is its folder, its rule file and its name in the registry. The plan's core,
+    the cluster's needs and common.smk find every stage's parts through the registry: no other
+    stage's name is in their code (identifiers, attributes, strings; comments and docstrings
+    aside). The zoo's variants, which every stage's models are built from, are read by name."""
+    import ast
+    from pathlib import Path
+
+    from intertwine.workflow import stages
+
+    root = Path(__file__).resolve().parents[1]
+    for path in (
+        "src/intertwine/workflow/plan.py",
+        "src/intertwine/workflow/cluster.py",
+        "workflow/rules/common.smk",
+    ):
+        tree = ast.parse((root / path).read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        words = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                words.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                words.add(node.attr)
+            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                words.add(node.name)
+            elif (
+                isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+            ):
+                words.add(node.value)
+        words.discard("gated")  # a model spec's key (zoo.variants.*.gated: a gated network), not the stage
+        for stage in stages.STAGES:
+            if stage != "zoo":
+                named = sorted(word for word in words if stage in word.lower())
+                assert not named, f"{path} names the {stage} stage: {named}"

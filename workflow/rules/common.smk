@@ -110,8 +110,9 @@ def DATA_FILES(wildcards):
 THREADS = config["zoo"]["training"]["threads"]  # the rules' threads directive (no rerun trigger)
 
 # Cluster resources. A rule says whether its jobs need a GPU (on_gpu) or not (on_cpu), and what
-# they need (a JobNeeds method of its wildcards); where that is (config block `cluster`) and how
-# much to ask for (intertwine.workflow.cluster) follow. A profile's set-resources still win over these.
+# they need (a function of its wildcards: NEEDS.light, or the rule's own, NEEDS.<rule>, declared in
+# its stage's resources.py); where that is (config block `cluster`) and how much to ask for
+# (intertwine.workflow.cluster) follow. A profile's set-resources still win over these.
 NEEDS = JobNeeds(PLAN)
 
 
@@ -137,25 +138,16 @@ def _submitted(need, gpu):
 # Where each stage's code starts: its job functions (a module: all of it). A stage's code identity
 # is the code those reach, followed through the package's imports and names, without comments or
 # docstrings (intertwine.workflow.code_identity): editing what a job runs reruns it and what reads it;
-# editing anything else reruns nothing. Each stage's jobs and figures are found in its folder
-# through the stage registry (intertwine.workflow.stages).
-def job(stage, function):
-    """The entry point of one job function of a stage's job module."""
-    return f"{stages.module_name(stage, 'job')}:{function}"
+# editing anything else reruns nothing. Each stage's jobs, figures and tables are found in its folder
+# through the stage registry (intertwine.workflow.stages), and what else its jobs start from in its
+# `identity` module: ENTRIES (jobs that run one function) and TABLE_COMPUTES (what its table job
+# computes beyond collecting rows).
+def identity_part(stage, name, empty):
+    """``name`` of the stage's ``identity`` module, or ``empty`` when it declares none."""
+    if stage not in stages.with_part("identity"):
+        return empty
+    return getattr(stages.part(stage, "identity"), name, empty)
 
-
-# What a stage's table job computes beyond collecting its jobs' rows.
-TABLE_COMPUTES = {
-    "zoo": [stages.module_name("zoo", "study") + ":zoo_table"],
-    "symmetry": [stages.module_name("symmetry", "study") + ":summarize"],
-    "gated": [
-        stages.module_name("gated", "study") + ":study_table",
-        stages.module_name("gated", "study") + ":findings",
-        "intertwine.workflow.paper",
-    ],
-    "pullback": [stages.module_name("pullback", "study") + ":summarize"],
-    "deqntk": ["intertwine.workflow.paper"],  # the table holds the paper's accuracies beside ours
-}
 
 STAGE_ENTRIES = {
     "data": ["intertwine.data:build_dataset", "intertwine.data:write_dataset"],
@@ -166,23 +158,18 @@ STAGE_ENTRIES = {
         f"{stage}_figures": [stages.module_name(stage, "figures"), "intertwine.workflow.paper"]
         for stage in stages.with_part("figures")
     },
-    # jobs that run one function of their stage's job module
-    "gated_ensemble": [job("gated", "gated_ensemble")],
-    "deqntk_gram": [job("deqntk", "deqntk_gram")],
-    "deqntk_regression": [job("deqntk", "deqntk_regression")],
-    "deqntk_depth": [job("deqntk", "deqntk_depth")],
-    "deqntk_conv": [job("deqntk", "deqntk_conv")],
-    "kernel_reference": [job("deqntk", "kernel_reference_member")],
-    "pullback_settling": [
-        job("pullback", "pullback_settling"),
-        stages.module_name("pullback", "figures") + ":pullback_settling",
-    ],
+    # "deqntk_gram", ...: jobs that run one function of their stage's job module
+    **{
+        name: entries
+        for stage in stages.STAGES
+        for name, entries in identity_part(stage, "ENTRIES", {}).items()
+    },
     # "zoo_table", ...: the schemas in the stage's folder, and what the job computes beyond collecting
     **{
         f"{stage}_table": [
             "intertwine.workflow.tables",
             stages.module_name(stage, "tables"),
-            *TABLE_COMPUTES.get(stage, []),
+            *identity_part(stage, "TABLE_COMPUTES", []),
         ]
         for stage in stages.with_part("tables")
     },

@@ -105,50 +105,6 @@ def units_text(label: str, n: int) -> str:
     return f"{n} {label}{'' if n == 1 else 's'}"
 
 
-#: The scorecard's rows in order (the gated findings, G1, G2, ..., follow H1): each claim is defined in
-#: its stage's folder (``intertwine.workflow.stages.<stage>.claims``, ``CLAIMS``).
-ORDER = (
-    "C1",
-    "C2.full",
-    "C2.grelu",
-    "C2.rank",
-    "C2.depth",
-    "C3.resnet20",
-    "C3.resnet18",
-    "C4.myrtle",
-    "C4.resnet20",
-    "C4.resnet18",
-    "C4.myrtle512",
-    "C5.myrtle",
-    "C5.resnet20",
-    "C5.resnet18",
-    "C5.myrtle512",
-    "C6",
-    "C7",
-    "C8",
-    "C9",
-    "C10",
-    "C11",
-    "C12",
-    "C13",
-    "C14",
-    "C15",
-    "C15b",
-    "C16.myrtle",
-    "C16.resnet20",
-    "C16.resnet18",
-    "C17",
-    "L1",
-    "L2",
-    "T1",
-    "T2",
-    "D1",
-    "H1",
-    "L3",
-    "P1",
-)
-
-
 def paper_or_ours(text: str, settings: dict, *keys: str) -> str:
     """``text`` and whether the run's values of the switches ``keys`` (settings named
     ``key.replace(".", "_")``) are the paper's (``intertwine.workflow.deviations``)."""
@@ -159,17 +115,6 @@ def paper_or_ours(text: str, settings: dict, *keys: str) -> str:
         + ("the paper" if ours == paper else "ours; the paper: " + ", ".join(map(str, paper)))
         + ")"
     )
-
-
-#: What the mode column says of each setting a claim depends on (``Claim.settings``): the
-#: core's here, each stage's in its ``claims`` module (``MODES``).
-CORE_MODES = {
-    "select_on": lambda s: (
-        f"kept weights selected on {s['select_on']} ("
-        + ("the released code" if s["select_on"] == "test" else "corrected; the released code: test")
-        + ")"
-    ),
-}
 
 
 def scale_text(stages: tuple[str, ...], settings: dict) -> str:
@@ -219,7 +164,7 @@ def scorecard(
         The configured stages' tables by name (``all_evidence`` names those it knows).
     settings:
         The run's settings the verdicts, the scale and the mode columns read
-        (``claims_settings`` in the plan; every key of ``SETTINGS_KEYS``).
+        (``claims_settings`` in the plan; every key of ``all_settings_keys()``).
     gated_findings:
         The gated-networks stage's findings, one claim each; None when the stage is not
         configured.
@@ -244,7 +189,7 @@ def scorecard(
 def _check_inputs(tables: dict[str, pd.DataFrame], settings: dict) -> None:
     """Fail before any verdict on settings the claims would lack, or a table no claim reads (a
     misnamed table would otherwise read as a stage not in the config)."""
-    missing = [key for key in SETTINGS_KEYS if key not in settings]
+    missing = [key for key in all_settings_keys() if key not in settings]
     if missing:
         raise ValueError(
             f"the scorecard's settings lack {missing}: give the run's settings as the plan makes them "
@@ -333,61 +278,50 @@ def _gated_rows(gated_findings: pd.DataFrame | None) -> list[dict]:
     return rows
 
 
-#: The run's settings the claims and the mode column read (``Plan.claims_settings`` holds more).
-SETTINGS_KEYS = (
-    "myrtle_variants",
-    "relu_similarity_variants",
-    "similarity_inside_residual",
-    "residual_activation",
-    "leaky_slopes",
-    "batch_norm",
-    "rotation_variants",
-    "rotation_activation",
-    "select_on",
-    "stitching_init",
-    "stitching_optimizer",
-    "stitching_momentum",
-    "stitching_permutation_update",
-    "stitching_batch_norm_refresh",
-    "connectivity_barrier",
-    "connectivity_families",
-    "variant_specs",
-)
-
-#: Per table the scorecard reads, its column of evidence: a row whose value there is NaN is no
-#: evidence (a failed measurement), left out before any claim counts units or reaches a verdict.
-CORE_EVIDENCE = {"zoo": None}
-
-
-def _stage_parts(name: str) -> list:
-    """``name`` (``CLAIMS``, ``EVIDENCE``, ``MODES``) of every stage's ``claims`` module."""
+def _stage_parts(name: str, empty=()) -> dict[str, object]:
+    """``name`` of every stage's ``claims`` module (``empty`` where it has none), by stage in
+    report order: ``CLAIMS`` (its claims, in its own order), ``EVIDENCE`` (per table its claims
+    read, the column of evidence; None: the table is context), ``MODES`` (per setting, what the
+    mode column says of it) and ``SETTINGS`` (the run's settings its claims and modes read, which
+    its part of the plan gives, ``<stage>_claims_settings``)."""
     from intertwine.workflow import stages
 
-    return [getattr(stages.part(stage, "claims"), name, {}) for stage in stages.with_part("claims")]
+    return {stage: getattr(stages.part(stage, "claims"), name, empty) for stage in stages.with_part("claims")}
 
 
 @functools.cache
 def all_claims() -> tuple[Claim, ...]:
-    """Every stage's claims, in the scorecard's order (``ORDER``)."""
-    found = {claim.claim: claim for claims in _stage_parts("CLAIMS") for claim in claims}
-    if set(found) != set(ORDER):
-        raise RuntimeError(
-            f"the stages' claims {sorted(found)} are not the scorecard's ORDER {sorted(ORDER)}: list a "
-            "new claim in intertwine.workflow.claims.ORDER"
-        )
-    return tuple(found[claim] for claim in ORDER)
+    """Every stage's claims, in the scorecard's order: stage by stage in report order (the stage
+    registry's), each stage's in the order of its ``CLAIMS``. A claim id two stages use is an error
+    naming both: the scorecard, its figures and its tests tell claims apart by id."""
+    owner: dict[str, str] = {}
+    for stage, claims in _stage_parts("CLAIMS").items():
+        for claim in claims:
+            if claim.claim in owner:
+                raise RuntimeError(
+                    f"claim id {claim.claim!r} is used by the stages {owner[claim.claim]!r} and {stage!r} "
+                    f"(intertwine.workflow.stages.<stage>.claims): give the claim of {stage!r} an id of its own"
+                )
+            owner[claim.claim] = stage
+    return tuple(claim for claims in _stage_parts("CLAIMS").values() for claim in claims)
 
 
 @functools.cache
 def all_evidence() -> dict[str, str | None]:
     """Per table the scorecard reads, its column of evidence (None: the table is context)."""
-    return {**CORE_EVIDENCE, **{k: v for part in _stage_parts("EVIDENCE") for k, v in part.items()}}
+    return {k: v for part in _stage_parts("EVIDENCE", {}).values() for k, v in part.items()}
 
 
 @functools.cache
 def all_modes() -> dict[str, Callable[[dict], str]]:
     """Per setting a claim depends on, what the mode column says of it."""
-    return {**CORE_MODES, **{k: v for part in _stage_parts("MODES") for k, v in part.items()}}
+    return {k: v for part in _stage_parts("MODES", {}).values() for k, v in part.items()}
+
+
+@functools.cache
+def all_settings_keys() -> tuple[str, ...]:
+    """The run's settings the claims and the mode column read (``Plan.claims_settings`` holds more)."""
+    return tuple(dict.fromkeys(key for keys in _stage_parts("SETTINGS").values() for key in keys))
 
 
 def scorecard_tables() -> dict[str, object]:

@@ -14,6 +14,7 @@ measured to use (at most 1.2 GB resident and 20 s each on a 2-core CPU).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 # The smallest request of any job: Python, torch and the data cache of a small config (the default
@@ -83,10 +84,14 @@ def request(need: Need, cluster: dict, attempt: int) -> tuple[int, int]:
 
 
 class JobNeeds:
-    """The need of each kind of job of a plan, from what the job does. One method per rule that
-    does heavy work, taking the rule's wildcards; every other rule is ``light``."""
+    """The need of each kind of job of a plan, from what the job does: ``light``, ``prepare_data``
+    and ``heavy`` here, and one function per rule that does heavy work in its stage's folder
+    (``intertwine.workflow.stages.<stage>.resources``, ``NEEDS``), which this object answers for
+    (``JobNeeds(plan).stitch_pair``), each taking the rule's wildcards; every other rule is ``light``."""
 
     def __init__(self, plan):
+        from intertwine.workflow import stages
+
         self.plan = plan
         config = plan.config
         n_train, n_test = plan.dataset_sizes()
@@ -96,6 +101,25 @@ class JobNeeds:
         # The data cache as a job holds it: every split, as float32 on the host.
         self.data_mb = (n_train + n_test) * 3 * size * size * 4 / 1e6
         self.gpu_base = Need(TORCH_MB + CUDA_MB + self.data_mb, TORCH_MINUTES)
+        self.rules: dict = {}
+        for stage in stages.with_part("resources"):
+            for rule, need in stages.part(stage, "resources").NEEDS.items():
+                if rule in self.rules or hasattr(type(self), rule):
+                    raise RuntimeError(
+                        f"the need of rule {rule!r} is declared twice (stage {stage!r}'s resources and another): "
+                        "a rule's need is declared once, in its stage's folder"
+                    )
+                self.rules[rule] = need
+
+    def __getattr__(self, rule: str):
+        # Called only for a name JobNeeds lacks: a stage's rule, its need bound to these needs.
+        rules = self.__dict__.get("rules")
+        if rules is None or rule not in rules:
+            raise AttributeError(
+                f"no need is declared for rule {rule!r}: declare it in its stage's resources module "
+                "(NEEDS), or ask for NEEDS.light"
+            )
+        return functools.partial(rules[rule], self)
 
     @staticmethod
     def light(**_) -> Need:
@@ -105,97 +129,11 @@ class JobNeeds:
     def prepare_data(self, **_) -> Need:
         return Need(TORCH_MB + 2 * self.data_mb, TORCH_MINUTES)
 
-    def _training(self, variant: str, members: int, images_per_member: float) -> Need:
+    def training(self, variant: str, members: int, images_per_member: float) -> Need:
+        """The time ``members`` members of the variant take to train on ``images_per_member`` each."""
         spec = self.plan.spec(variant)
         rate = images_per_second(spec["arch"], members, bool(spec.get("constant_width")))
         return Need(0, members * images_per_member / rate / 60)
-
-    def _member_images(self, variant: str) -> float:
-        return self.plan.member_epochs(variant) * self.train_images
-
-    def train_member(self, variant: str, **_) -> Need:
-        return self.gpu_base + self._training(variant, 1, self._member_images(variant))
-
-    def train_pack(self, variant: str, first: str, last: str, **_) -> Need:
-        members = int(last) - int(first) + 1
-        # Each member's weights, gradients and optimiser state stay small beside the data; the
-        # activations of K members grow with K: a measured 32-ResNet18 pack peaked near 10 GB.
-        return (
-            self.gpu_base
-            + Need(300 * members, 0)
-            + self._training(variant, members, self._member_images(variant))
-        )
-
-    def rotation_trial(self, variant: str, **_) -> Need:
-        epochs = self.plan.rotation["epochs"]
-        return self.gpu_base + self._training(variant, 1, epochs * self.train_images)
-
-    def stitch_pair(self, variant: str, method: str, **_) -> Need:
-        block = self.plan.stitch_block(method)
-        images = block["train_images"] or self.train_images
-        sites = len(self.plan.config["stitching"]["sites"].get(variant) or self.plan.cut_site_names(variant))
-        fits = 1 + (
-            len(block["alpha_grid"]) * block["cv_epochs"] / max(block["epochs"], 1)
-            if method == "grelu_cv"
-            else 0
-        )
-        return self.gpu_base + self._training(variant, 1, sites * fits * block["epochs"] * images)
-
-    def connectivity_pair(self, variant: str, **_) -> Need:
-        # Per method and lambda: the batch-norm statistics on the training images, then both
-        # splits scored; a forward pass costs about a third of a training step. Weight matching
-        # runs on the CPU, seconds for a ResNet20.
-        block = self.plan.connectivity
-        test = block["test_images"] or self.test_images
-        passes = len(block["methods"]) * block["lambdas"] * (2 * block["train_images"] + test)
-        return self.gpu_base + Need(0, 2) + self._training(variant, 1, passes / 3)
-
-    def similarity_pair(self, **_) -> Need:
-        # N x N float64 kernels for each measure and site of both members.
-        samples = self.plan.similarity["samples"] or self.test_images  # null: the whole test set
-        return self.gpu_base + Need(20 * samples * samples * 8 / 1e6, 60)
-
-    def deqntk_gram(self, variances: str, part: str, start: str, **_) -> Need:
-        rows = self.plan.deqntk_stop(part, int(start)) - int(start)
-        cols = self.plan.deqntk_train_rows
-        # The block and the fixed point's kernels of the same shape, float64, and the input rows.
-        gram_mb = 8 * rows * cols * 8 / 1e6 + (rows + cols) * 3 * 32 * 32 * 8 / 1e6
-        return self.gpu_base + Need(gram_mb, 30)
-
-    def deqntk_regression(self, variances: str, n_train: str, **_) -> Need:
-        n, t = int(n_train), self.plan.deqntk["n_test"]
-        # float64: the blocks as read (K_train's upper triangle and K_test), K_train and K_test
-        # assembled from them, and the solve's factorisation of K_train.
-        gram_mb = (2.5 * n * n + 2 * t * n) * 8 / 1e6
-        return self.gpu_base + Need(gram_mb, 30 + n**3 / 1e12)
-
-    def deqntk_depth(self, **_) -> Need:
-        depth = self.plan.deqntk["depth"]
-        n = depth["n_train"] + depth["n_test"]
-        return self.gpu_base + Need(4 * len(depth["depths"]) * n * n * 8 / 1e6, 30)
-
-    def deqntk_conv(self, **_) -> Need:
-        conv = self.plan.deqntk["conv"]
-        n, m = conv["n_train"], conv["n_test"]
-        side = self.image_side
-        # A block of pairs (256 MiB by default) and the two Grams; about 3 s per image pair at
-        # 32 x 32 on one CPU thread (ours), taken as 0.05 s on a GPU, per variance setting.
-        pairs = n * (n + 1) / 2 + m * n
-        seconds = 0.05 * pairs * (side / 32) ** 4 * len(conv["settings"])
-        return self.gpu_base + Need(300 + (n + m) * n * 8 / 1e6, 30 + seconds / 60)
-
-    def kernel_reference_member(self, **_) -> Need:
-        return self.similarity_pair()
-
-    def pullback_external(self, name: str, **_) -> Need:
-        """The paper's PGD grids on a 224 px ImageNet model: every (image, target) pair in one
-        batch through forward and backward passes, three modes of ``steps`` steps."""
-        entry = self.plan.pullback["external"][name]
-        classes = entry.get("classes", 5)
-        pairs = classes * entry.get("per_class", 1) * (classes + entry.get("extra_targets", 1))
-        # ResNet50 and DenseNet121 keep about 100 MB of activations per 224 px image for a backward pass.
-        activations_mb = pairs * 100 * (entry.get("size", 224) / 224) ** 2
-        return self.gpu_base + Need(600 + 2 * activations_mb, 30)
 
     def heavy(self, **_) -> Need:
         """Forward passes over a few thousand images (symmetry, dissection, gated, pullbacks)."""

@@ -12,11 +12,12 @@ How a setting flows, e.g. `stitching.lr`:
   4. the job builds `StitchConfig.from_block(...)`, and `stitching.fit` makes its optimiser.
 
 `Plan` is the core (here: what every stage uses, the scorecard's inputs, the config's
-cross-checks) and each stage's part, ``<Stage>Plan`` in its folder's ``plan.py``
-(``intertwine.workflow.stages.stitching.plan.StitchingPlan``), found through the stage registry;
-a stage's part names its outputs ``<stage>_outputs``. Cross-checks of the config that the schema
-cannot express are in `Plan.errors()`: each names the config key and the fix. Methods that build
-models cache them (`variant_sites`).
+cross-checks), which names no stage, composing each stage's part, ``<Stage>Plan`` in its folder's
+``plan.py`` (``intertwine.workflow.stages.stitching.plan.StitchingPlan``), found through the stage
+registry: one object per stage holding the plan (``planning.StagePlan``, which lists what the core
+asks of a part: ``<stage>_outputs``, ``<stage>_errors``, ``<stage>_claims_settings``, ...).
+Cross-checks of the config that the schema cannot express are in `Plan.errors()`: each names the
+config key and the fix. Methods that build models cache them (`variant_sites`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from intertwine.workflow.planning import (  # noqa: F401  (importable from here,
     ZOO_TABLES,
     ConfigCheck,
     ConfigError,
+    ImageCount,
+    StagePlan,
     as_json,
     distinct_pairs,
     draw_pairs,
@@ -42,40 +45,64 @@ from intertwine.workflow.planning import (  # noqa: F401  (importable from here,
 MAX_SHAPES_BYTES = 16 * 2**30
 
 
-class Plan(*stages.plan_parts()):
-    """The jobs and outputs of every stage for one validated config (schema defaults filled)."""
+class Plan:
+    """The jobs and outputs of every stage for one validated config (schema defaults filled): the
+    core (what every stage uses, the scorecard's inputs, the config's cross-checks) composing each
+    stage's part, ``<Stage>Plan`` of its folder's ``plan.py``, one object per stage holding this
+    plan. The plan answers for each part (``Plan(config).stitch_jobs`` is the stitching part's):
+    a name the core lacks is the first part's (in registry order) that defines it."""
 
     def __init__(self, config: dict):
         self.config = config
-        self.zoo = config["zoo"]
-        self.rotation = config["rotation"]
-        self.symmetry = config["symmetry"]
-        self.stitching = config["stitching"]
-        self.similarity = config["similarity"]
-        self.connectivity = config["connectivity"]
-        self.dissection = config["dissection"]
-        self.gated = config["gated"]
-        self.deqntk = config["deqntk"]
-        self.pullback = config["pullback"]
-        self.variants = list(self.zoo["variants"])
+        self.variants = list(config["zoo"]["variants"])
+        # Each stage's config block under its name (``self.stitching``), which its part reads
+        # through the plan as ``self.<stage>``.
+        for stage in stages.with_part("plan"):
+            setattr(self, stage, config[stage])
+        self.parts = {stage: part(self) for stage, part in stages.plan_parts().items()}
+        self._part_of = {}
+        for stage_part in self.parts.values():
+            for name in set(dir(type(stage_part))) - set(dir(StagePlan)):
+                self._part_of.setdefault(name, stage_part)
+
+    def __getattr__(self, name: str):
+        # Called only for a name the core lacks: a stage part's method, property or constant.
+        part_of = self.__dict__.get("_part_of")
+        if part_of is None or name not in part_of:
+            raise AttributeError(
+                f"the plan has no {name!r}: neither its core nor a stage's part "
+                "(intertwine.workflow.stages.<stage>.plan) defines it"
+            )
+        return getattr(part_of[name], name)
+
+    def _each_part(self, hook: str):
+        """(stage, bound ``<stage>_<hook>``) of every part that defines it, in registry order."""
+        for stage, stage_part in self.parts.items():
+            if hasattr(type(stage_part), f"{stage}_{hook}"):
+                yield stage, getattr(stage_part, f"{stage}_{hook}")
 
     # --- shared -------------------------------------------------------------------------------
 
     def spec(self, variant: str) -> dict:
         from intertwine.models import normalize_spec
 
-        return normalize_spec(self.zoo["variants"][variant])
+        return normalize_spec(self.config["zoo"]["variants"][variant])
 
     def variant_sites(self, variant: str) -> list:
         """The variant's sites (name, channels, inside_residual), in forward order."""
-        return list(spec_sites(as_json(self.zoo["variants"][variant])))
+        return list(spec_sites(as_json(self.config["zoo"]["variants"][variant])))
 
     def site_names(self, variant: str) -> list[str]:
         return [site.name for site in self.variant_sites(variant)]
 
     def cut_site_names(self, variant: str) -> list[str]:
         """The sites stitching and the rotation penalty can cut the variant at (``models.cut_sites``)."""
-        return list(spec_cut_sites(as_json(self.zoo["variants"][variant])))
+        return list(spec_cut_sites(as_json(self.config["zoo"]["variants"][variant])))
+
+    def plain_relu(self, variant: str) -> bool:
+        """Whether the variant is a plain ReLU network (not gated)."""
+        spec = self.spec(variant)
+        return spec["activation"] == "relu" and not spec.get("gated")
 
     def other_formats(self, pngs: list[str]) -> list[str]:
         """The figures' files besides their .png (which the report shows), one per configured format."""
@@ -90,33 +117,6 @@ class Plan(*stages.plan_parts()):
         """The .png files and their other formats."""
         return pngs + self.other_formats(pngs)
 
-    # --- zoo ----------------------------------------------------------------------------------
-
-    def members(self, key: str, variant: str, count: int) -> range:
-        """Seeds 0 .. count-1 of a variant, which the zoo must have trained."""
-        if count > len(self.zoo_seeds(variant)):
-            raise ConfigError(
-                f"config key {key}: {count} seeds of {variant!r} asked for, but the "
-                f"zoo trains {len(self.zoo_seeds(variant))}"
-            )
-        return range(count)
-
-    # --- symmetry -----------------------------------------------------------------------------
-
-    # --- rotation -----------------------------------------------------------------------------
-
-    # --- stitching ----------------------------------------------------------------------------
-
-    # --- similarity ---------------------------------------------------------------------------
-
-    # --- linear mode connectivity ---------------------------------------------------------------
-
-    # --- dissection ---------------------------------------------------------------------------
-
-    # --- gated networks -----------------------------------------------------------------------
-
-    # --- DEQ neural tangent kernel ----------------------------------------------------------
-
     def dataset_sizes(self) -> tuple[int, int]:
         """(training images, validation split included; test images) of the configured data set."""
         data = self.config["data"]
@@ -126,31 +126,26 @@ class Plan(*stages.plan_parts()):
             return 60_000, 10_000
         return 50_000, 10_000  # CIFAR-10 and CIFAR-100
 
-    # --- excitation pullbacks ------------------------------------------------------------------
+    def split_sizes(self) -> tuple[int, int]:
+        """(training images once the validation split is held out, test images)."""
+        n_train, n_test = self.dataset_sizes()
+        return n_train - self.config["data"]["val_size"], n_test
 
     # --- the claims scorecard -----------------------------------------------------------------
 
-    CLAIMS_TABLES = {
-        "zoo": "results/tables/zoo.parquet",
-        "symmetry": "results/tables/symmetry.parquet",
-        "rotation": "results/tables/rotation.parquet",
-        "stitching": "results/tables/stitching.parquet",
-        "similarity": "results/tables/similarity.parquet",
-        "connectivity": "results/tables/connectivity.parquet",
-        "dissection": "results/tables/dissection.parquet",
-        "gated_findings": "results/tables/gated_findings.csv",
-        "pullback_symmetry": "results/tables/pullback_symmetry.parquet",
-        "pullback_settling": "results/tables/pullback_settling.parquet",
-        "deqntk": "results/tables/deqntk.parquet",
-    }
     CLAIMS_OUTPUTS = ["results/tables/claims.csv", "results/tables/claims.rst"]
 
     @property
     def claims_tables(self) -> dict[str, str]:
-        """The tables the claims job reads: those the configured stages write (a claim whose
-        table is missing reads `not run`)."""
+        """The tables the claims job reads (each stage's ``<stage>_claims_tables``): those the
+        configured stages write (a claim whose table is missing reads `not run`)."""
         made = set(self.stage_outputs)
-        return {name: path for name, path in self.CLAIMS_TABLES.items() if path in made}
+        return {
+            name: path
+            for _, tables in self._each_part("claims_tables")
+            for name, path in tables.items()
+            if path in made
+        }
 
     @property
     def claims_figures(self) -> list[str]:
@@ -161,84 +156,33 @@ class Plan(*stages.plan_parts()):
 
     @property
     def claims_settings(self) -> dict:
-        """What the verdicts read of the config: which variants each claim tests, the settings whose
-        paper and corrected modes the scorecard names, and the run's scale beside the paper's."""
-
-        def plain_relu(variant):
-            spec = self.spec(variant)
-            return spec["activation"] == "relu" and not spec.get("gated")
-
-        stitched = self.stitching["variants"]
-        return {
-            "myrtle_variants": [
-                v
-                for v in stitched
-                if self.spec(v)["arch"] == "myrtle"
-                and plain_relu(v)
-                and not self.spec(v).get("constant_width")
-            ],
-            "relu_similarity_variants": [v for v in self.similarity["variants"] if plain_relu(v)],
-            "site_order": {v: self.site_names(v) for v in self.similarity["variants"]},
-            # the sites inside residual blocks, in forward order (C4.resnet18 leaves out the paper's
-            # "layer 70", the penultimate of them)
-            "similarity_inside_residual": {
-                v: [site.name for site in self.variant_sites(v) if site.inside_residual]
-                for v in self.similarity["variants"]
-            },
-            "residual_activation": {
-                v: self.spec(v)["residual_activation"]
-                for v in self.dissection["variants"]
-                if "residual_activation" in self.spec(v)
-            },
-            "leaky_slopes": self.leaky_slopes,
-            "batch_norm": {v: self.spec(v).get("batch_norm", True) for v in self.variants},
-            "rotation_variants": list(self.rotation["variants"]),
-            "rotation_activation": {v: self.spec(v)["activation"] for v in self.rotation["variants"]},
-            "select_on": self.train_block()["select_on"],
-            "stitching_init": self.stitching["init"],
-            "stitching_optimizer": self.stitching["optimizer"],
-            "stitching_momentum": self.stitching["momentum"],
-            "stitching_permutation_update": self.stitching["permutation_update"],
-            "stitching_batch_norm_refresh": self.stitching["batch_norm_refresh"],
-            "connectivity_barrier": self.connectivity["barrier"],
-            "connectivity_families": {v: self.architecture_family(v) for v in self.connectivity["variants"]},
-            "variant_specs": {v: self.spec(v) for v in self.variants},
-            "scale": self.claims_scale,
-        }
+        """What the verdicts read of the config (each stage's ``<stage>_claims_settings``: which
+        variants each claim tests, the settings whose paper and corrected modes the scorecard
+        names) and the run's scale beside the paper's."""
+        settings = {}
+        for _, stage_settings in self._each_part("claims_settings"):
+            settings |= stage_settings
+        return settings | {"scale": self.claims_scale}
 
     @property
     def claims_scale(self) -> dict:
-        """The run's budget beside the paper's (Godfrey et al., appendix D), per stage, in words."""
-        from intertwine.workflow.paper import PAPER_EPOCHS, PAPER_MEMBERS, PAPER_STITCH_EPOCHS
-
-        n_train, n_test = self.dataset_sizes()
-        n_train -= self.config["data"]["val_size"]
-        epochs = self.zoo["training"]["epochs"]
-        members = sorted({len(self.zoo_seeds(v)) for v in self.variants}) or [0]
-        span = f"{members[0]}" if len(members) == 1 else f"{members[0]}-{members[-1]}"
-        stitch_images = self.stitching["train_images"] or n_train
-        samples = self.similarity["samples"] or n_test
-        return {
-            "zoo_epochs": epochs,
-            "zoo_dataset": self.config["data"]["dataset"],
-            "zoo": f"zoo: {epochs} of the paper's {PAPER_EPOCHS} epochs, {span} of its {PAPER_MEMBERS} members "
-            f"per variant, {self.config['data']['dataset']}",
-            "rotation": f"rotation: {self.rotation['trials']} of the paper's 10 trials, {self.rotation['epochs']} "
-            "of its 50 fine-tuning epochs",
-            "stitching": f"stitching: {self.stitching['epochs']} of the paper's {PAPER_STITCH_EPOCHS} epochs on "
-            f"{stitch_images:,} training images",
-            "similarity": f"similarity: {samples:,} of {n_test:,} test images (the paper: the whole test set)",
-            "dissection": "dissection: generated probe images (the paper: Broden, ImageNet models)",
-            "connectivity": f"connectivity: {self.connectivity['lambdas']} points along the line (Ainsworth et "
-            f"al.: 25), {self.connectivity['test_images'] or n_test:,} test images",
-        }
+        """The run's budget beside the paper's (Godfrey et al., appendix D), per stage, in words
+        (each stage's ``<stage>_claims_scale``)."""
+        scale = {}
+        for _, stage_scale in self._each_part("claims_scale"):
+            scale |= stage_scale
+        return scale
 
     # --- everything ---------------------------------------------------------------------------
 
     @property
     def stage_outputs(self) -> list[str]:
         """Every stage's outputs (``<stage>_outputs``), in report order."""
-        return [path for stage in stages.with_part("plan") for path in getattr(self, f"{stage}_outputs")]
+        return [
+            path
+            for stage, stage_part in self.parts.items()
+            for path in getattr(stage_part, f"{stage}_outputs")
+        ]
 
     @property
     def all_outputs(self) -> list[str]:
@@ -262,7 +206,7 @@ class Plan(*stages.plan_parts()):
         from intertwine.models import normalize_spec
 
         check = ConfigCheck(self)
-        for name, spec in self.zoo["variants"].items():
+        for name, spec in self.config["zoo"]["variants"].items():
             try:
                 normalize_spec(spec)
             except ValueError as err:
@@ -271,16 +215,14 @@ class Plan(*stages.plan_parts()):
             self._model_size_errors(check)
         if check.errors:
             return check.errors
-        for stage in stages.with_part("plan"):
-            stage_errors = getattr(self, f"{stage}_errors", None)
-            if stage_errors is not None:
-                stage_errors(check)
+        for _, stage_errors in self._each_part("errors"):
+            stage_errors(check)
         return check.errors
 
     def _model_size_errors(self, check: ConfigCheck) -> None:
         """Each variant's parameter count, from its shapes (built on the meta device), at most
         ``MAX_PARAMETERS``: a model too large to train is named here, not by the allocator."""
-        for name, spec in self.zoo["variants"].items():
+        for name, spec in self.config["zoo"]["variants"].items():
             try:
                 parameters = spec_parameters(as_json(spec))
             except ValueError:
@@ -293,8 +235,9 @@ class Plan(*stages.plan_parts()):
                 )
 
     def _image_count_errors(self) -> list[str]:
-        """Image counts the data set's splits must hold, each under the key the user set: a job
-        takes the first n images of a split and would otherwise take fewer without a word."""
+        """Image counts the data set's splits must hold (each stage's ``<stage>_image_counts``), each
+        under the key the user set: a job takes the first n images of a split and would otherwise
+        take fewer without a word."""
         train_size, test_size = self.dataset_sizes()
         val_size = self.config["data"]["val_size"]
         train_split = train_size - val_size
@@ -317,21 +260,13 @@ class Plan(*stages.plan_parts()):
                 f"set data.val_size to at most {train_size - 1}{larger}"
             )
             return [message]
-        checks = []
-        if self.symmetry["seeds"]:
-            checks.append(("symmetry.images", self.symmetry["images"], test_size, "test"))
-        if self.similarity["variants"]:
-            checks.append(("similarity.samples", self.similarity["samples"], test_size, "test"))
-        if self.gated["variants"]:
-            checks.append(("gated.probe_images", self.gated["probe_images"], test_size, "test"))
-        if self.pullback["variants"]:
-            checks.append(("pullback.images", self.pullback["images"], test_size, "test"))
-            checks.append(("pullback.probe_images", self.pullback["probe_images"], train_split, "training"))
+        available = {"test": test_size, "training": train_split}
         return [
-            f"config key {key}: {n} {what} images asked for, but the {what} split of {dataset} has "
-            f"{available}; ask for at most {available}"
-            + (" (or null for the whole split)" if key == "similarity.samples" else "")
-            + (" (data.val_size of the training images are held out)" if what == "training" else "")
-            for key, n, available, what in checks
-            if n is not None and n > available
+            f"config key {count.key}: {count.asked} {count.split} images asked for, but the {count.split} "
+            f"split of {dataset} has {available[count.split]}; ask for at most {available[count.split]}"
+            + count.hint
+            + (" (data.val_size of the training images are held out)" if count.split == "training" else "")
+            for _, image_counts in self._each_part("image_counts")
+            for count in image_counts()
+            if count.asked is not None and count.asked > available[count.split]
         ]

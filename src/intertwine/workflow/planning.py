@@ -3,6 +3,7 @@ spec's sites, pairs of zoo members drawn reproducibly, and the error a plan rais
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 
@@ -11,6 +12,46 @@ ZOO_TABLES = ["results/tables/zoo.parquet", "results/tables/zoo_epochs.parquet"]
 
 # The architectures that have a gated form (spec key `gated`).
 GATED_ARCHS = ("myrtle", "c4gap", "c1gap", "vgg16_avg", "resnet110")
+
+
+class StagePlan:
+    """A stage's part of the plan (``<Stage>Plan`` in its folder's ``plan.py``): it holds the whole
+    plan (``self.plan``) and reads through it what it does not define itself (``self.spec``,
+    ``self.zoo_seeds``, its config block ``self.<stage>``), so a method here reads like one of the
+    plan's. The plan (:class:`intertwine.workflow.plan.Plan`) composes the parts and answers for
+    each (``Plan(config).stitch_jobs``).
+
+    What the plan's core asks of every part, each named after the stage (``connectivity_...``) and
+    each optional but ``<stage>_outputs``: ``<stage>_outputs`` (what the stage writes, for ``rule
+    all``), ``<stage>_errors(check)`` (the config's cross-checks the schema cannot express),
+    ``<stage>_image_counts(train_split, test_size)`` (the image counts the data set's splits must
+    hold), ``<stage>_claims_tables`` (the tables its claims read, by name), ``<stage>_claims_settings``
+    (the run's settings its claims read, ``SETTINGS`` of its ``claims`` module) and
+    ``<stage>_claims_scale`` (its budget beside the paper's, in words)."""
+
+    def __init__(self, plan) -> None:
+        self.plan = plan
+
+    def __getattr__(self, name: str):
+        # Called only for a name this part lacks (or whose property raised AttributeError, which
+        # must not be asked of the plan: the plan would ask this part again).
+        if name.startswith("__") or "plan" not in self.__dict__:
+            raise AttributeError(name)
+        if hasattr(type(self), name):
+            raise AttributeError(f"{type(self).__name__}.{name} raised an AttributeError")
+        return getattr(self.plan, name)
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageCount:
+    """A count of images a stage takes from a split of the data set (``<stage>_image_counts``): the
+    config key that sets it, the count asked for (None: the whole split), the split ("test" or
+    "training"), and what else the key may say to take fewer (``hint``)."""
+
+    key: str
+    asked: int | None
+    split: str
+    hint: str = ""
 
 
 class ConfigError(ValueError):

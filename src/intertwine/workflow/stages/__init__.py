@@ -1,12 +1,16 @@
 """The registry of the workflow's stages: one folder each, ``intertwine.workflow.stages.<stage>``.
 
 A folder holds its stage's parts as modules of fixed names: ``plan`` (its part of
-:class:`intertwine.workflow.plan.Plan`, named ``<Stage>Plan``), ``job`` (its jobs, one function per torch
-rule), ``commands`` (its subcommands, added by ``add_commands``), ``tables`` (its tables' schemas,
-``TABLES``), ``figures``, ``claims`` (its claims, ``CLAIMS``, with the columns of evidence and the
-mode texts they read) and ``study`` (what its table job computes beyond collecting rows). The plan,
-the command line, the tables, the scorecard, the code identities of the jobs and the tests find a
-stage's parts through this registry (``part``, ``with_part``), never through a list of their own.
+:class:`intertwine.workflow.plan.Plan`, named ``<Stage>Plan``: its jobs and outputs, its config
+cross-checks and image counts, and the tables and settings its claims read), ``job`` (its jobs, one
+function per torch rule), ``commands`` (its subcommands, added by ``add_commands``), ``tables``
+(its tables' schemas, ``TABLES``), ``figures``, ``claims`` (its claims, ``CLAIMS``, with the columns
+of evidence, the settings and the mode texts they read), ``study`` (what its table job computes
+beyond collecting rows), ``resources`` (what its heavy rules ask a cluster for, ``NEEDS``) and
+``identity`` (where its jobs' code identities start beyond its job, figures and tables modules).
+The plan, the command line, the tables, the scorecard, the cluster's needs, the code identities of
+the jobs and the tests find a stage's parts through this registry (``part``, ``with_part``), never
+through a list of their own: a stage is its folder, its rule file and its name here.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ STAGES = (
 
 def module_name(stage: str, name: str) -> str:
     """The dotted name of ``stage``'s part ``name`` (``plan``, ``job``, ``commands``, ``tables``,
-    ``figures``, ``claims``, ``study``)."""
+    ``figures``, ``claims``, ``study``, ``resources``, ``identity``)."""
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}: the stages are {', '.join(STAGES)}")
     return f"{__name__}.{stage}.{name}"
@@ -53,7 +57,8 @@ def part(stage: str, name: str) -> ModuleType:
     return importlib.import_module(module_name(stage, name))
 
 
-def plan_parts() -> tuple[type, ...]:
+def plan_parts() -> dict[str, type]:
     """Each stage's part of the plan, ``<Stage>Plan`` of its folder's ``plan`` module (e.g.
-    ``StitchingPlan``), in report order: :class:`intertwine.workflow.plan.Plan` is all of them and the core."""
-    return tuple(getattr(part(stage, "plan"), f"{stage.capitalize()}Plan") for stage in with_part("plan"))
+    ``StitchingPlan``), by stage in report order: :class:`intertwine.workflow.plan.Plan` composes
+    them, one object each, with its core."""
+    return {stage: getattr(part(stage, "plan"), f"{stage.capitalize()}Plan") for stage in with_part("plan")}

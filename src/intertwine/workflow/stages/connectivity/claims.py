@@ -167,3 +167,6 @@ CLAIMS = (
 
 #: Per table, its column of evidence (a NaN there is a failed measurement, no evidence).
 EVIDENCE = {"connectivity": "loss"}
+
+#: The run's settings its claims and modes read (``ConnectivityPlan.connectivity_claims_settings``).
+SETTINGS = ("connectivity_barrier", "connectivity_families")

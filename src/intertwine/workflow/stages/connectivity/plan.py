@@ -1,17 +1,16 @@
 """Linear mode connectivity's plan: the aligned pairs, and each variant's architecture family.
 
-A part of :class:`intertwine.workflow.plan.Plan`, which is every stage's part (found through the stage
-registry) and the core: a method here can use the core's and other stages' (``self.spec``,
-``self.zoo_seeds``)."""
+A part of :class:`intertwine.workflow.plan.Plan`, which composes every stage's part (found through
+the stage registry) with its core: a part holds the plan and reads through it what it does not
+define (``self.spec``, ``self.zoo_seeds``; :class:`intertwine.workflow.planning.StagePlan`)."""
 
 from __future__ import annotations
 
+from intertwine.workflow.planning import ConfigCheck, StagePlan
 from intertwine.workflow.stages.connectivity.settings import ConnectivityConfig
 
-from intertwine.workflow.planning import ConfigCheck
 
-
-class ConnectivityPlan:
+class ConnectivityPlan(StagePlan):
     """The connectivity stage's part of the plan."""
 
     def architecture_family(self, variant: str) -> str:
@@ -58,6 +57,23 @@ class ConnectivityPlan:
             "results/tables/connectivity.parquet",
             "results/tables/connectivity_summary.csv",
         ] + self.figure_files(self.CONNECTIVITY_FIGURES)
+
+    connectivity_claims_tables = {"connectivity": "results/tables/connectivity.parquet"}
+
+    @property
+    def connectivity_claims_settings(self) -> dict:
+        return {
+            "connectivity_barrier": self.connectivity["barrier"],
+            "connectivity_families": {v: self.architecture_family(v) for v in self.connectivity["variants"]},
+        }
+
+    @property
+    def connectivity_claims_scale(self) -> dict:
+        test_images = self.connectivity["test_images"] or self.split_sizes()[1]
+        return {
+            "connectivity": f"connectivity: {self.connectivity['lambdas']} points along the line (Ainsworth et "
+            f"al.: 25), {test_images:,} test images"
+        }
 
     def connectivity_errors(self, check: ConfigCheck) -> None:
         """The connectivity stage's cross-checks of the config (``Plan.errors``)."""

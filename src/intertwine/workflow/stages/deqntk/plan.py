@@ -1,17 +1,17 @@
 """The DEQ-NTK's plan: the Gram cut into blocks, the regressions, the depth sweep, the kernel
 reference, and the config's cross-checks of the stage.
 
-A part of :class:`intertwine.workflow.plan.Plan`, which is every stage's part (found through the stage
-registry) and the core: a method here can use the core's and other stages' (``self.spec``,
-``self.zoo_seeds``)."""
+A part of :class:`intertwine.workflow.plan.Plan`, which composes every stage's part (found through
+the stage registry) with its core: a part holds the plan and reads through it what it does not
+define (``self.spec``, ``self.zoo_seeds``; :class:`intertwine.workflow.planning.StagePlan`)."""
 
 from __future__ import annotations
 
 import functools
 
-from intertwine.workflow.stages.deqntk.settings import DeqntkConfig
+from intertwine.workflow.planning import ConfigCheck, ConfigError, StagePlan
 from intertwine.workflow.settings import variances_name
-from intertwine.workflow.planning import ConfigCheck, ConfigError
+from intertwine.workflow.stages.deqntk.settings import DeqntkConfig
 
 
 def gram_layout(n_train: int, n_test: int, block_rows: int) -> list[tuple[str, int, int]]:
@@ -91,7 +91,7 @@ def _conv_errors(checks: _DeqntkChecks, conv: dict) -> None:
     checks.images("deqntk.conv.n_test", conv["n_test"], checks.test_size, "test")
 
 
-class DeqntkPlan:
+class DeqntkPlan(StagePlan):
     """The deqntk stage's part of the plan."""
 
     @property
@@ -256,6 +256,8 @@ class DeqntkPlan:
             samples = reference["samples"]
             if samples is not None:
                 checks.images("deqntk.reference.samples", samples, checks.test_size, "test")
+
+    deqntk_claims_tables = {"deqntk": "results/tables/deqntk.parquet"}
 
     def deqntk_errors(self, check: ConfigCheck) -> None:
         """The DEQ-NTK stage's cross-checks of the config (``Plan.errors``)."""

@@ -253,3 +253,6 @@ CLAIMS = (
 
 #: Per table, its column of evidence (a NaN there is a failed measurement, no evidence).
 EVIDENCE = {"dissection": "fraction_interpretable"}
+
+#: The run's settings its claims and modes read (``DissectionPlan.dissection_claims_settings``).
+SETTINGS = ("residual_activation",)

@@ -1,19 +1,18 @@
 """Network dissection's plan: the members and external models dissected, their sites, the masks.
 
-A part of :class:`intertwine.workflow.plan.Plan`, which is every stage's part (found through the stage
-registry) and the core: a method here can use the core's and other stages' (``self.spec``,
-``self.zoo_seeds``)."""
+A part of :class:`intertwine.workflow.plan.Plan`, which composes every stage's part (found through
+the stage registry) with its core: a part holds the plan and reads through it what it does not
+define (``self.spec``, ``self.zoo_seeds``; :class:`intertwine.workflow.planning.StagePlan`)."""
 
 from __future__ import annotations
 
 import functools
 
+from intertwine.workflow.planning import ConfigCheck, StagePlan
 from intertwine.workflow.stages.dissection.settings import DissectionConfig
 
-from intertwine.workflow.planning import ConfigCheck
 
-
-class DissectionPlan:
+class DissectionPlan(StagePlan):
     """The dissection stage's part of the plan."""
 
     def dissection_sites(self, variant: str) -> list[str]:
@@ -87,6 +86,22 @@ class DissectionPlan:
             "results/tables/dissection_units.parquet",
             "results/tables/dissection_summary.csv",
         ] + self.figure_files(self.DISSECTION_FIGURES + self.dissection_masks)
+
+    dissection_claims_tables = {"dissection": "results/tables/dissection.parquet"}
+
+    @property
+    def dissection_claims_settings(self) -> dict:
+        return {
+            "residual_activation": {
+                v: self.spec(v)["residual_activation"]
+                for v in self.dissection["variants"]
+                if "residual_activation" in self.spec(v)
+            },
+        }
+
+    @property
+    def dissection_claims_scale(self) -> dict:
+        return {"dissection": "dissection: generated probe images (the paper: Broden, ImageNet models)"}
 
     def dissection_errors(self, check: ConfigCheck) -> None:
         """The dissection stage's cross-checks of the config (``Plan.errors``)."""

@@ -1,19 +1,18 @@
 """The gated networks' plan: each member's kernels, the logit ensembles, the study's figures.
 
-A part of :class:`intertwine.workflow.plan.Plan`, which is every stage's part (found through the stage
-registry) and the core: a method here can use the core's and other stages' (``self.spec``,
-``self.zoo_seeds``)."""
+A part of :class:`intertwine.workflow.plan.Plan`, which composes every stage's part (found through
+the stage registry) with its core: a part holds the plan and reads through it what it does not
+define (``self.spec``, ``self.zoo_seeds``; :class:`intertwine.workflow.planning.StagePlan`)."""
 
 from __future__ import annotations
 
 import functools
 
+from intertwine.workflow.planning import GATED_ARCHS, ConfigCheck, ImageCount, StagePlan
 from intertwine.workflow.stages.gated.settings import GatedConfig
 
-from intertwine.workflow.planning import GATED_ARCHS, ConfigCheck
 
-
-class GatedPlan:
+class GatedPlan(StagePlan):
     """The gated stage's part of the plan."""
 
     @functools.cached_property
@@ -79,6 +78,15 @@ class GatedPlan:
             "results/tables/gated_findings.csv",
             "results/tables/gated_ensembles.csv",
         ] + self.figure_files(self.gated_figures)
+
+    gated_claims_tables = {"gated_findings": "results/tables/gated_findings.csv"}
+
+    def gated_image_counts(self) -> list[ImageCount]:
+        return (
+            [ImageCount("gated.probe_images", self.gated["probe_images"], "test")]
+            if self.gated["variants"]
+            else []
+        )
 
     def gated_errors(self, check: ConfigCheck) -> None:
         """The gated stage's cross-checks of the config (``Plan.errors``)."""

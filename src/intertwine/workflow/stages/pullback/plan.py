@@ -1,20 +1,19 @@
 """Excitation pullbacks' plan: members, pairs, image grids, external models, the settling of gate
 patterns, and which variants the pullbacks cannot soften.
 
-A part of :class:`intertwine.workflow.plan.Plan`, which is every stage's part (found through the stage
-registry) and the core: a method here can use the core's and other stages' (``self.spec``,
-``self.zoo_seeds``)."""
+A part of :class:`intertwine.workflow.plan.Plan`, which composes every stage's part (found through
+the stage registry) with its core: a part holds the plan and reads through it what it does not
+define (``self.spec``, ``self.zoo_seeds``; :class:`intertwine.workflow.planning.StagePlan`)."""
 
 from __future__ import annotations
 
 import functools
 
+from intertwine.workflow.planning import ConfigCheck, ImageCount, StagePlan
 from intertwine.workflow.stages.pullback.settings import PullbackConfig
 
-from intertwine.workflow.planning import ConfigCheck
 
-
-class PullbackPlan:
+class PullbackPlan(StagePlan):
     """The pullback stage's part of the plan."""
 
     def pullback_seeds(self, variant: str) -> range:
@@ -165,6 +164,19 @@ class PullbackPlan:
                 "gates only (use the plain gradient elsewhere)"
             )
         return None
+
+    pullback_claims_tables = {
+        "pullback_symmetry": "results/tables/pullback_symmetry.parquet",
+        "pullback_settling": "results/tables/pullback_settling.parquet",
+    }
+
+    def pullback_image_counts(self) -> list[ImageCount]:
+        if not self.pullback["variants"]:
+            return []
+        return [
+            ImageCount("pullback.images", self.pullback["images"], "test"),
+            ImageCount("pullback.probe_images", self.pullback["probe_images"], "training"),
+        ]
 
     def pullback_errors(self, check: ConfigCheck) -> None:
         """The pullback stage's cross-checks of the config (``Plan.errors``)."""

@@ -100,3 +100,6 @@ MODES = {
         )
     ),
 }
+
+#: The run's settings its claims and modes read (``RotationPlan.rotation_claims_settings``).
+SETTINGS = ("rotation_variants", "rotation_activation")

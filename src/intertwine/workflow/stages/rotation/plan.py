@@ -1,19 +1,18 @@
 """The rotation penalty's plan: the trials (member, site, group, trial) and their settings.
 
-A part of :class:`intertwine.workflow.plan.Plan`, which is every stage's part (found through the stage
-registry) and the core: a method here can use the core's and other stages' (``self.spec``,
-``self.zoo_seeds``)."""
+A part of :class:`intertwine.workflow.plan.Plan`, which composes every stage's part (found through
+the stage registry) with its core: a part holds the plan and reads through it what it does not
+define (``self.spec``, ``self.zoo_seeds``; :class:`intertwine.workflow.planning.StagePlan`)."""
 
 from __future__ import annotations
 
 import functools
 
+from intertwine.workflow.planning import ConfigCheck, StagePlan
 from intertwine.workflow.stages.rotation.settings import RotationConfig
 
-from intertwine.workflow.planning import ConfigCheck
 
-
-class RotationPlan:
+class RotationPlan(StagePlan):
     """The rotation stage's part of the plan."""
 
     def rotation_sites(self, variant: str) -> list[str]:
@@ -41,6 +40,22 @@ class RotationPlan:
         return ["results/tables/rotation.parquet"] + self.figure_files(
             ["results/figures/rotation_penalty.png"]
         )
+
+    rotation_claims_tables = {"rotation": "results/tables/rotation.parquet"}
+
+    @property
+    def rotation_claims_settings(self) -> dict:
+        return {
+            "rotation_variants": list(self.rotation["variants"]),
+            "rotation_activation": {v: self.spec(v)["activation"] for v in self.rotation["variants"]},
+        }
+
+    @property
+    def rotation_claims_scale(self) -> dict:
+        return {
+            "rotation": f"rotation: {self.rotation['trials']} of the paper's 10 trials, {self.rotation['epochs']} "
+            "of its 50 fine-tuning epochs"
+        }
 
     def rotation_errors(self, check: ConfigCheck) -> None:
         """The rotation stage's cross-checks of the config (``Plan.errors``)."""

@@ -549,3 +549,6 @@ CLAIMS = (
 
 #: Per table, its column of evidence (a NaN there is a failed measurement, no evidence).
 EVIDENCE = {"similarity": "value"}
+
+#: The run's settings its claims and modes read (``SimilarityPlan.similarity_claims_settings``).
+SETTINGS = ("relu_similarity_variants", "similarity_inside_residual")

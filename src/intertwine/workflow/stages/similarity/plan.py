@@ -1,19 +1,18 @@
 """Representation similarity's plan: the pairs of members and the parts each pair's job writes.
 
-A part of :class:`intertwine.workflow.plan.Plan`, which is every stage's part (found through the stage
-registry) and the core: a method here can use the core's and other stages' (``self.spec``,
-``self.zoo_seeds``)."""
+A part of :class:`intertwine.workflow.plan.Plan`, which composes every stage's part (found through
+the stage registry) with its core: a part holds the plan and reads through it what it does not
+define (``self.spec``, ``self.zoo_seeds``; :class:`intertwine.workflow.planning.StagePlan`)."""
 
 from __future__ import annotations
 
 import functools
 
+from intertwine.workflow.planning import ConfigCheck, ImageCount, StagePlan
 from intertwine.workflow.stages.similarity.settings import SimilarityConfig
 
-from intertwine.workflow.planning import ConfigCheck
 
-
-class SimilarityPlan:
+class SimilarityPlan(StagePlan):
     """The similarity stage's part of the plan."""
 
     def similarity_pair_count(self, variant: str) -> int:
@@ -60,6 +59,38 @@ class SimilarityPlan:
             "results/tables/similarity.parquet",
             "results/tables/similarity_summary.csv",
         ] + self.figure_files(self.similarity_figures)
+
+    similarity_claims_tables = {"similarity": "results/tables/similarity.parquet"}
+
+    @property
+    def similarity_claims_settings(self) -> dict:
+        variants = self.similarity["variants"]
+        return {
+            "relu_similarity_variants": [v for v in variants if self.plain_relu(v)],
+            "site_order": {v: self.site_names(v) for v in variants},
+            # the sites inside residual blocks, in forward order (C4.resnet18 leaves out the paper's
+            # "layer 70", the penultimate of them)
+            "similarity_inside_residual": {
+                v: [site.name for site in self.variant_sites(v) if site.inside_residual] for v in variants
+            },
+        }
+
+    @property
+    def similarity_claims_scale(self) -> dict:
+        n_test = self.split_sizes()[1]
+        samples = self.similarity["samples"] or n_test
+        return {
+            "similarity": f"similarity: {samples:,} of {n_test:,} test images (the paper: the whole test set)"
+        }
+
+    def similarity_image_counts(self) -> list[ImageCount]:
+        if not self.similarity["variants"]:
+            return []
+        return [
+            ImageCount(
+                "similarity.samples", self.similarity["samples"], "test", " (or null for the whole split)"
+            )
+        ]
 
     def similarity_errors(self, check: ConfigCheck) -> None:
         """The similarity stage's cross-checks of the config (``Plan.errors``)."""

@@ -487,3 +487,14 @@ MODES = {
 from intertwine.workflow.stages.stitching.appendix_claims import CLAIMS as APPENDIX_CLAIMS
 
 CLAIMS += APPENDIX_CLAIMS
+
+#: The run's settings its claims and modes read (``StitchingPlan.stitching_claims_settings``).
+SETTINGS = (
+    "myrtle_variants",
+    "leaky_slopes",
+    "stitching_init",
+    "stitching_optimizer",
+    "stitching_momentum",
+    "stitching_permutation_update",
+    "stitching_batch_norm_refresh",
+)

@@ -1,20 +1,20 @@
 """Model stitching's plan: the pairs, methods and sites, each method's settings, the appendix
 studies' figures.
 
-A part of :class:`intertwine.workflow.plan.Plan`, which is every stage's part (found through the stage
-registry) and the core: a method here can use the core's and other stages' (``self.spec``,
-``self.zoo_seeds``)."""
+A part of :class:`intertwine.workflow.plan.Plan`, which composes every stage's part (found through
+the stage registry) with its core: a part holds the plan and reads through it what it does not
+define (``self.spec``, ``self.zoo_seeds``; :class:`intertwine.workflow.planning.StagePlan`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 
+from intertwine.workflow.planning import ConfigCheck, StagePlan, as_json
 from intertwine.workflow.settings import StitchConfig, expand_methods, method_kind
-from intertwine.workflow.planning import ConfigCheck, as_json
 
 
-class StitchingPlan:
+class StitchingPlan(StagePlan):
     """The stitching stage's part of the plan."""
 
     def stitch_methods(self, variant: str) -> list[str]:
@@ -110,6 +110,36 @@ class StitchingPlan:
             + self.figure_files(list(self.study_figures.values()))
             + self.study_tables
         )
+
+    stitching_claims_tables = {"stitching": "results/tables/stitching.parquet"}
+
+    @property
+    def stitching_claims_settings(self) -> dict:
+        return {
+            "myrtle_variants": [
+                v
+                for v in self.stitching["variants"]
+                if self.spec(v)["arch"] == "myrtle"
+                and self.plain_relu(v)
+                and not self.spec(v).get("constant_width")
+            ],
+            "leaky_slopes": self.leaky_slopes,
+            "stitching_init": self.stitching["init"],
+            "stitching_optimizer": self.stitching["optimizer"],
+            "stitching_momentum": self.stitching["momentum"],
+            "stitching_permutation_update": self.stitching["permutation_update"],
+            "stitching_batch_norm_refresh": self.stitching["batch_norm_refresh"],
+        }
+
+    @property
+    def stitching_claims_scale(self) -> dict:
+        from intertwine.workflow.paper import PAPER_STITCH_EPOCHS
+
+        images = self.stitching["train_images"] or self.split_sizes()[0]
+        return {
+            "stitching": f"stitching: {self.stitching['epochs']} of the paper's {PAPER_STITCH_EPOCHS} epochs on "
+            f"{images:,} training images"
+        }
 
     def stitching_errors(self, check: ConfigCheck) -> None:
         """The stitching stage's cross-checks of the config (``Plan.errors``)."""

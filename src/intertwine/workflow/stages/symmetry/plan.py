@@ -1,17 +1,18 @@
 """The symmetry self-check's plan: which members are checked, with which settings.
 
-A part of :class:`intertwine.workflow.plan.Plan`, which is every stage's part (found through the stage
-registry) and the core: a method here can use the core's and other stages' (``self.spec``,
-``self.zoo_seeds``)."""
+A part of :class:`intertwine.workflow.plan.Plan`, which composes every stage's part (found through
+the stage registry) with its core: a part holds the plan and reads through it what it does not
+define (``self.spec``, ``self.zoo_seeds``; :class:`intertwine.workflow.planning.StagePlan`)."""
 
 from __future__ import annotations
 
 import functools
 
+from intertwine.workflow.planning import ImageCount, StagePlan
 from intertwine.workflow.stages.symmetry.settings import SymmetryConfig
 
 
-class SymmetryPlan:
+class SymmetryPlan(StagePlan):
     """The symmetry stage's part of the plan."""
 
     @functools.cached_property
@@ -34,3 +35,10 @@ class SymmetryPlan:
         if not self.symmetry_checks:
             return []
         return ["results/tables/symmetry.parquet", "results/tables/symmetry_summary.csv"]
+
+    symmetry_claims_tables = {"symmetry": "results/tables/symmetry.parquet"}
+
+    def symmetry_image_counts(self) -> list[ImageCount]:
+        return (
+            [ImageCount("symmetry.images", self.symmetry["images"], "test")] if self.symmetry["seeds"] else []
+        )

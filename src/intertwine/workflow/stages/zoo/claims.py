@@ -271,6 +271,18 @@ CLAIMS = (
     ),
 )
 
-#: The zoo's table is context for every other claim (``intertwine.workflow.claims.CORE_EVIDENCE``): these
+#: The zoo's table is context for every other claim (never required, no column of evidence): these
 #: claims leave out its NaN accuracies themselves.
-EVIDENCE: dict[str, str] = {}
+EVIDENCE: dict[str, str | None] = {"zoo": None}
+
+#: The run's settings the zoo's claims, and every claim on trained members, read (``ZooPlan.zoo_claims_settings``).
+SETTINGS = ("select_on", "variant_specs", "batch_norm")
+
+#: What the mode column says of the split the kept weights were selected on.
+MODES = {
+    "select_on": lambda s: (
+        f"kept weights selected on {s['select_on']} ("
+        + ("the released code" if s["select_on"] == "test" else "corrected; the released code: test")
+        + ")"
+    ),
+}

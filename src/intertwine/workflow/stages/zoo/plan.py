@@ -1,19 +1,19 @@
 """The model zoo's plan: each variant's seeds, packs of members trained together, each member's
 training settings and files.
 
-A part of :class:`intertwine.workflow.plan.Plan`, which is every stage's part (found through the stage
-registry) and the core: a method here can use the core's and other stages' (``self.spec``,
-``self.zoo_seeds``)."""
+A part of :class:`intertwine.workflow.plan.Plan`, which composes every stage's part (found through
+the stage registry) with its core: a part holds the plan and reads through it what it does not
+define (``self.spec``, ``self.zoo_seeds``; :class:`intertwine.workflow.planning.StagePlan`)."""
 
 from __future__ import annotations
 
 import re
 
+from intertwine.workflow.planning import ZOO_TABLES, ConfigCheck, ConfigError, StagePlan
 from intertwine.workflow.settings import TrainConfig
-from intertwine.workflow.planning import ConfigCheck, ZOO_TABLES
 
 
-class ZooPlan:
+class ZooPlan(StagePlan):
     """The zoo stage's part of the plan."""
 
     def zoo_seeds(self, variant: str) -> range:
@@ -85,6 +85,41 @@ class ZooPlan:
         if gated is None or gated["regime"] != "fl":
             return []
         return [f"results/zoo/{gated['features_from']}/seed{seed}.pt"]
+
+    def members(self, key: str, variant: str, count: int) -> range:
+        """Seeds 0 .. count-1 of a variant, which the zoo must have trained."""
+        if count > len(self.zoo_seeds(variant)):
+            raise ConfigError(
+                f"config key {key}: {count} seeds of {variant!r} asked for, but the "
+                f"zoo trains {len(self.zoo_seeds(variant))}"
+            )
+        return range(count)
+
+    zoo_claims_tables = {"zoo": "results/tables/zoo.parquet"}
+
+    @property
+    def zoo_claims_settings(self) -> dict:
+        """The zoo's settings the claims read (``claims.SETTINGS``): every variant's spec, and the
+        split the kept weights were selected on."""
+        return {
+            "batch_norm": {v: self.spec(v).get("batch_norm", True) for v in self.variants},
+            "select_on": self.train_block()["select_on"],
+            "variant_specs": {v: self.spec(v) for v in self.variants},
+        }
+
+    @property
+    def zoo_claims_scale(self) -> dict:
+        from intertwine.workflow.paper import PAPER_EPOCHS, PAPER_MEMBERS
+
+        epochs = self.zoo["training"]["epochs"]
+        members = sorted({len(self.zoo_seeds(v)) for v in self.variants}) or [0]
+        span = f"{members[0]}" if len(members) == 1 else f"{members[0]}-{members[-1]}"
+        return {
+            "zoo_epochs": epochs,
+            "zoo_dataset": self.config["data"]["dataset"],
+            "zoo": f"zoo: {epochs} of the paper's {PAPER_EPOCHS} epochs, {span} of its {PAPER_MEMBERS} members "
+            f"per variant, {self.config['data']['dataset']}",
+        }
 
     def zoo_errors(self, check: ConfigCheck) -> None:
         """The zoo stage's cross-checks of the config (``Plan.errors``)."""

@@ -1,0 +1,16 @@
+"""Where the code identities of the gated stage's jobs start beyond its job, figures and tables
+modules (which every stage's jobs start from, through the registry): a rerun decision
+(``code_hash`` in its rules; :mod:`intertwine.workflow.code_identity`). Not itself reached by any
+job, so editing it reruns nothing but what its entries change."""
+
+from __future__ import annotations
+
+#: What its table job computes beyond collecting its jobs' rows (the papers' numbers beside ours).
+TABLE_COMPUTES = [
+    f"{__package__}.study:study_table",
+    f"{__package__}.study:findings",
+    "intertwine.workflow.paper",
+]
+
+#: Jobs that run one function of its job module, by the name its rules give ``code_hash``.
+ENTRIES = {"gated_ensemble": [f"{__package__}.job:gated_ensemble"]}
