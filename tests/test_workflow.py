@@ -968,13 +968,16 @@ def planned_after_edit(workdir, source, module: str, function: str) -> dict[str,
 
 def edited_function(source, module: str, function: str, statement: str = "_edited_by_a_test = 1"):
     """(path, original bytes, edited text): ``statement`` put first in the body of a top-level
-    function of a module of the package copy in ``source``, after its docstring."""
+    function (or a method, ``"Class.method"``) of a module of the package copy in ``source``, after
+    its docstring."""
     import ast
 
     path = source / "intertwine" / module
     original = path.read_bytes()
     lines = original.decode().splitlines(keepends=True)
-    node = next(n for n in ast.parse(original).body if getattr(n, "name", None) == function)
+    node = ast.parse(original)
+    for name in function.split("."):
+        node = next(n for n in node.body if getattr(n, "name", None) == name)
     first = node.body[1] if ast.get_docstring(node) else node.body[0]
     indent = " " * first.col_offset
     lines.insert(first.lineno - 1, f"{indent}{statement}\n")
@@ -1024,6 +1027,52 @@ def test_editing_a_read_only_model_helper_retrains_nothing(tiny_run, source_copy
     jobs = planned_after_edit(tiny_run, source_copy, "models/__init__.py", "site_activations")
     assert jobs.get("similarity_pair") == 4
     assert not {"train_member", "train_pack", "unpack_member", "zoo_table"} & set(jobs)
+
+
+def planned_variants_after_edit(workdir, source, module: str, function: str) -> dict[str, set[str]]:
+    """{rule: the zoo variants of its planned jobs} (an empty set for a rule without a ``variant``
+    wildcard) of a dry run with one function or method of the package copy edited."""
+    path, original, edited = edited_function(source, module, function)
+    try:
+        path.write_text(edited)
+        result = snakemake(workdir, "-n", source=source)
+    finally:
+        path.write_bytes(original)
+    planned: dict[str, set[str]] = {}
+    output = result.stdout + result.stderr
+    for job in re.finditer(r"^(?:local)?rule (\w+):\n((?:[ \t]+.*\n?)*)", output, re.M):
+        variant = re.search(r"^\s+wildcards:.*\bvariant=([\w-]+)", job[2], re.M)
+        planned.setdefault(job[1], set()).update({variant[1]} if variant else set())
+    return planned
+
+
+# The variants of each architecture in tests/configs/tiny.yaml, and the jobs of no one variant that
+# read what a variant's jobs write (tables, figures, the scorecard).
+MYRTLE_VARIANTS = {"myrtle", "myrtle_leaky"}
+RESNET_VARIANTS = {"resnet20"}
+DEQNTK_KERNEL_JOBS = {"deqntk_gram", "deqntk_regression", "deqntk_depth", "deqntk_conv"}
+
+
+@pytest.mark.parametrize(
+    "module, method, variants, members",
+    [
+        ("models/myrtle.py", "Myrtle.forward", MYRTLE_VARIANTS, 5),  # myrtle's 3 seeds, myrtle_leaky's 2
+        ("models/resnet.py", "BasicBlock.forward", RESNET_VARIANTS, 2),
+    ],
+    ids=["Myrtle", "ResNet"],
+)
+def test_editing_one_model_reruns_its_members_and_their_consumers_only(
+    tiny_run, source_copy, module, method, variants, members
+):
+    """A behaviour-preserving edit of one architecture's forward pass: that architecture's members
+    retrain and the jobs reading them rerun, with the tables and figures that collect them; no
+    other variant's job, and no DEQ-NTK kernel job (those build no model)."""
+    planned = planned_variants_after_edit(tiny_run, source_copy, module, method)
+    assert set().union(*planned.values()) == variants
+    assert planned["train_member"] == variants
+    assert not DEQNTK_KERNEL_JOBS & set(planned)
+    assert not {"train_pack", "unpack_member", "npk_member", "gated_ensemble"} & set(planned)  # c4gap's
+    assert planned_after_edit(tiny_run, source_copy, module, method)["train_member"] == members
 
 
 def test_editing_the_training_loop_reruns_the_zoo_and_stops_at_its_checkpoints(tiny_run, source_copy):
