@@ -365,11 +365,14 @@ def reached(entries: tuple[str, ...], architectures: frozenset[str] | None = Non
             wanted = set()
         names |= wanted
         for definition in wanted:
-            for node in source.followed(definition, architectures):
+            followed = source.followed(definition, architectures)
+            for node in followed:
                 follow(source, node)
+            # a class body names its methods plainly (``count = property(_count)``)
+            in_body = set().union(*(source.names(node) for node in followed))
             for method in source.methods.get(definition, ()):
                 member = (module, f"{definition}.{method}")
-                if _special(method) or method in attributes:
+                if _special(method) or method in attributes or method in in_body:
                     todo.append(member)
                 else:
                     waiting.setdefault(method, []).append(member)
