@@ -22,8 +22,9 @@ Two narrowings make a rerun as wide as the change, not as wide as the module:
 
 - Methods. A class without bases (a plain class, a dataclass such as ``workflow.job.Job``) counts
   with its special methods (``__init__``, ...) and those of its methods whose name the code reached
-  uses, as an attribute (``job.model(...)``) or a string (``getattr(job, "model")``); the rest are
-  left out until something reached names them. A job that never asks its ``Job`` for a model
+  uses, as an attribute (``job.model(...)``) or a string (``getattr(job, "model")``), or its own
+  body names (``count = property(_count)``); the rest are left out until something reached names
+  them. A job that never asks its ``Job`` for a model
   does not run ``Job.model``, nor the model registry behind it. A class with bases keeps all its
   methods: its base (``nn.Module``: ``forward``) may call any of them by name.
 - Architectures. ``code_identity(entries, architectures)`` is the identity of a job that builds
