@@ -972,13 +972,16 @@ def planned_after_edit(workdir, source, module: str, function: str) -> dict[str,
 
 def edited_function(source, module: str, function: str, statement: str = "_edited_by_a_test = 1"):
     """(path, original bytes, edited text): ``statement`` put first in the body of a top-level
-    function of a module of the package copy in ``source``, after its docstring."""
+    function (or a method, ``"Class.method"``) of a module of the package copy in ``source``, after
+    its docstring."""
     import ast
 
     path = source / "intertwine" / module
     original = path.read_bytes()
     lines = original.decode().splitlines(keepends=True)
-    node = next(n for n in ast.parse(original).body if getattr(n, "name", None) == function)
+    node = ast.parse(original)
+    for name in function.split("."):
+        node = next(n for n in node.body if getattr(n, "name", None) == name)
     first = node.body[1] if ast.get_docstring(node) else node.body[0]
     indent = " " * first.col_offset
     lines.insert(first.lineno - 1, f"{indent}{statement}\n")
@@ -1028,6 +1031,105 @@ def test_editing_a_read_only_model_helper_retrains_nothing(tiny_run, source_copy
     jobs = planned_after_edit(tiny_run, source_copy, "models/__init__.py", "site_activations")
     assert jobs.get("similarity_pair") == 4
     assert not {"train_member", "train_pack", "unpack_member", "zoo_table"} & set(jobs)
+
+
+def planned_variants_after_edit(workdir, source, module: str, function: str) -> dict[str, list[str]]:
+    """{rule: the zoo variant of each of its planned jobs} (``""`` for a job without a ``variant``
+    wildcard) of a dry run with one function or method of the package copy edited."""
+    path, original, edited = edited_function(source, module, function)
+    try:
+        path.write_text(edited)
+        result = snakemake(workdir, "-n", source=source)
+    finally:
+        path.write_bytes(original)
+    planned: dict[str, list[str]] = {}
+    output = result.stdout + result.stderr
+    for job in re.finditer(r"^(?:local)?rule (\w+):\n((?:[ \t]+.*\n?)*)", output, re.M):
+        variant = re.search(r"^\s+wildcards:.*\bvariant=([\w-]+)", job[2], re.M)
+        planned.setdefault(job[1], []).append(variant[1] if variant else "")
+    return planned
+
+
+# What reads a variant's members in tests/configs/tiny.yaml beyond its own jobs: the tables, figures
+# and scorecard that collect every variant's rows, and each dissection masks figure, drawn after
+# the dissection table.
+COLLECTING = {
+    "zoo_table": 1,
+    "zoo_figure": 1,
+    "symmetry_table": 1,
+    "stitching_table": 1,
+    "stitching_figure": 1,
+    "stitching_studies_figure": 1,
+    "gated_table": 1,  # it reads the zoo table
+    "gated_figure": 1,
+    "deqntk_figure": 1,  # the zoo's accuracies beside the kernel's
+    "claims": 1,
+    "all": 1,
+}
+
+
+@pytest.mark.parametrize(
+    "module, method, variants, reruns",
+    [
+        (
+            "models/myrtle.py",
+            "Myrtle.forward",
+            {"myrtle", "myrtle_leaky"},
+            {
+                "train_member": 5,  # myrtle's 3 seeds, myrtle_leaky's 2
+                "symmetry_check": 2,
+                "stitch_pair": 7,
+                "similarity_pair": 2,
+                "rotation_trial": 2,
+                "pullback_member": 1,
+                "pullback_pair": 1,
+                "pullback_images": 1,
+                "kernel_reference_member": 1,
+                "kernel_reference_table": 1,
+                "similarity_table": 1,
+                "similarity_figure": 1,
+                "rotation_table": 1,
+                "rotation_figure": 1,
+                "pullback_table": 1,
+                "pullback_figure": 1,
+                **COLLECTING,
+            },
+        ),
+        (
+            "models/resnet.py",
+            "BasicBlock.forward",
+            {"resnet20"},
+            {
+                "train_member": 2,
+                "symmetry_check": 1,
+                "stitch_pair": 3,
+                "connectivity_pair": 1,
+                "dissect_member": 1,
+                "dissection_masks": 2,  # convnext's too: drawn after the dissection table
+                "connectivity_table": 1,
+                "connectivity_figure": 1,
+                "dissection_table": 1,
+                "dissection_figure": 1,
+                **COLLECTING,
+            },
+        ),
+    ],
+    ids=["Myrtle", "ResNet"],
+)
+def test_editing_one_model_reruns_its_members_and_their_consumers_only(
+    tiny_run, source_copy, module, method, variants, reruns
+):
+    """A behaviour-preserving edit of one architecture's forward pass: that architecture's members
+    retrain and the jobs reading them rerun, with what collects their rows; no other variant's
+    member, and no DEQ-NTK kernel job (those build no model)."""
+    planned = planned_variants_after_edit(tiny_run, source_copy, module, method)
+    assert {rule: len(jobs) for rule, jobs in planned.items()} == reruns
+    assert set(planned["train_member"]) == variants
+    per_variant = {
+        variant for rule, jobs in planned.items() if rule != "dissection_masks" for variant in jobs
+    }
+    assert per_variant - {""} == variants
+    assert not {"deqntk_gram", "deqntk_regression", "deqntk_depth"} & set(planned)
 
 
 def test_editing_the_training_loop_reruns_the_zoo_and_stops_at_its_checkpoints(tiny_run, source_copy):

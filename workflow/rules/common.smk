@@ -10,7 +10,7 @@ from snakemake.exceptions import WorkflowError
 from intertwine.data.contents import check_contents, damaged_cache_message
 from intertwine.workflow.cli import commands
 from intertwine.workflow.cluster import JobNeeds, request, submission
-from intertwine.workflow.code_identity import code_identities
+from intertwine.workflow.code_identity import architecture_key, code_identities, variant_architectures
 from intertwine.workflow.config import check_config, read_config_file
 from intertwine.workflow.plan import Plan, as_json
 from intertwine.workflow import stages
@@ -184,11 +184,22 @@ STAGE_ENTRIES = {
 
 # Kept in .snakemake/intertwine/ while the package's sources stay the same: every dry run and every
 # cluster job parses this file.
-CODE_IDENTITIES = code_identities(STAGE_ENTRIES, os.path.join(".snakemake", "intertwine"))
+# A job on one zoo variant (a {variant} wildcard) has its stage's identity for that variant's
+# architectures (variant_code_hash): an edit to one architecture reruns its variants' jobs only.
+CODE_IDENTITIES = code_identities(
+    STAGE_ENTRIES,
+    os.path.join(".snakemake", "intertwine"),
+    [variant_architectures(config["zoo"]["variants"], v) for v in config["zoo"]["variants"]],
+)
 
 
 def code_hash(stage):
     return CODE_IDENTITIES[stage]
+
+
+def variant_code_hash(stage, variant):
+    """The code identity of a job of ``stage`` that builds the models of zoo variant ``variant``."""
+    return CODE_IDENTITIES[architecture_key(stage, variant_architectures(config["zoo"]["variants"], variant))]
 
 
 def member(pairs, which):

@@ -18,7 +18,7 @@ rule connectivity_pair:
         block=as_json(PLAN.connectivity_block),
         seed=config["seed"],
         device=config["device"],
-        code=code_hash("connectivity"),
+        code=lambda wc: variant_code_hash("connectivity", wc.variant),
         data=data_dir,
     shell:
         CLI["connectivity-pair"].shell()

@@ -130,7 +130,7 @@ rule kernel_reference_member:
         block=as_json(PLAN.deqntk_block("reference")),
         seed=config["seed"],
         device=config["device"],
-        code=code_hash("kernel_reference"),
+        code=lambda wc: variant_code_hash("kernel_reference", wc.variant),
         data=data_dir,
     shell:
         CLI["kernel-reference-member"].shell()

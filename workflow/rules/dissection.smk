@@ -19,7 +19,7 @@ rule dissect_member:
         sites=lambda wc: as_json(PLAN.dissection_sites(wc.variant)),
         seed=config["seed"],
         device=config["device"],
-        code=code_hash("dissection"),
+        code=lambda wc: variant_code_hash("dissection", wc.variant),
         data=data_dir,
     shell:
         CLI["dissect-member"].shell()
@@ -136,7 +136,7 @@ rule dissection_masks:
         figures=as_json(config["figures"]),
         seed=config["seed"],
         device=config["device"],
-        code=[code_hash("dissection"), code_hash("dissection_figures")],
+        code=lambda wc: [variant_code_hash("dissection", wc.variant), code_hash("dissection_figures")],
         data=data_dir,
     shell:
         CLI["dissection-masks"].shell()

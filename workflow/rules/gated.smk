@@ -22,7 +22,7 @@ rule npk_member:
         block=as_json(PLAN.gated_block),
         seed=config["seed"],
         device=config["device"],
-        code=code_hash("gated"),
+        code=lambda wc: variant_code_hash("gated", wc.variant),
         data=data_dir,
     shell:
         CLI["npk-member"].shell()
@@ -47,7 +47,7 @@ rule gated_ensemble:
     params:
         seed=config["seed"],
         device=config["device"],
-        code=code_hash("gated_ensemble"),
+        code=lambda wc: variant_code_hash("gated_ensemble", wc.variant),
         data=data_dir,
     shell:
         CLI["gated-ensemble"].shell()

@@ -23,7 +23,7 @@ rule pullback_member:
         block=as_json(PLAN.pullback_block("member")),
         seed=config["seed"],
         device=config["device"],
-        code=code_hash("pullback"),
+        code=lambda wc: variant_code_hash("pullback", wc.variant),
         data=data_dir,
     shell:
         CLI["pullback-member"].shell()
@@ -51,7 +51,7 @@ rule pullback_pair:
         sites=lambda wc: as_json(PLAN.pullback_sites(wc.variant)),
         seed=config["seed"],
         device=config["device"],
-        code=code_hash("pullback"),
+        code=lambda wc: variant_code_hash("pullback", wc.variant),
         data=data_dir,
     shell:
         CLI["pullback-pair"].shell()
@@ -92,7 +92,7 @@ rule pullback_images:
         figures=as_json(config["figures"]),
         seed=config["seed"],
         device=config["device"],
-        code=[code_hash("pullback"), code_hash("pullback_figures")],
+        code=lambda wc: [variant_code_hash("pullback", wc.variant), code_hash("pullback_figures")],
         data=data_dir,
     shell:
         CLI["pullback-images"].shell()

@@ -19,7 +19,7 @@ rule rotation_trial:
         training=as_json(PLAN.train_block()),
         seed=config["seed"],
         device=config["device"],
-        code=code_hash("rotation"),
+        code=lambda wc: variant_code_hash("rotation", wc.variant),
         data=data_dir,
     shell:
         CLI["rotation-trial"].shell()

@@ -22,7 +22,7 @@ rule similarity_pair:
         block=as_json(PLAN.similarity_block),
         seed=config["seed"],
         device=config["device"],
-        code=code_hash("similarity"),
+        code=lambda wc: variant_code_hash("similarity", wc.variant),
         data=data_dir,
     shell:
         CLI["similarity-pair"].shell()

@@ -19,7 +19,7 @@ rule stitch_pair:
         sites=lambda wc: as_json(config["stitching"]["sites"].get(wc.variant)),
         seed=config["seed"],
         device=config["device"],
-        code=code_hash("stitching"),
+        code=lambda wc: variant_code_hash("stitching", wc.variant),
         data=data_dir,
     shell:
         CLI["stitch-pair"].shell()

@@ -14,7 +14,7 @@ rule symmetry_check:
         block=as_json(PLAN.symmetry_block),
         seed=config["seed"],
         device=config["device"],
-        code=code_hash("symmetry"),
+        code=lambda wc: variant_code_hash("symmetry", wc.variant),
         data=data_dir,
     shell:
         CLI["symmetry-check"].shell()

@@ -17,20 +17,43 @@ local variable of the same name over-includes, never under-includes). What it ca
 reached by a string (``getattr(module, name)``: the package's code never does), and
 what importing a module does beyond defining names (a registration as a side
 effect: none in the package; the importing code uses the module's names, which are followed).
+
+Two narrowings make a rerun as wide as the change, not as wide as the module:
+
+- Methods. A class without bases (a plain class, a dataclass such as ``workflow.job.Job``) counts
+  with its special methods (``__init__``, ...) and those of its methods whose name the code reached
+  uses, as an attribute (``job.model(...)``) or a string (``getattr(job, "model")``), or its own
+  body names (``count = property(_count)``); the rest are left out until something reached names
+  them. A job that never asks its ``Job`` for a model
+  does not run ``Job.model``, nor the model registry behind it. A class with bases keeps all its
+  methods: its base (``nn.Module``: ``forward``) may call any of them by name.
+- Architectures. ``code_identity(entries, architectures)`` is the identity of a job that builds
+  zoo models of those architectures only (keys of ``REGISTRY``, the model registry): the
+  registry's other entries are left out, and so is every definition in another architecture's
+  module (``architecture_modules()``: the module of an entry's builder) that code outside those
+  modules refers to (``kernels.members`` dispatching on ``Myrtle``), so editing Myrtle reruns the
+  Myrtle members and what reads them, not a ResNet's jobs. An architecture's own code is followed
+  wherever it leads (the CCT's ``_scaled`` helper lives in the ResNet module: the CCT has it).
+  With ``architectures=None`` (a job not tied to one variant) every architecture counts.
 """
 
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import hashlib
 import json
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
 from intertwine.utils import atomic_path
 
 PACKAGE = "intertwine"
 ROOT = Path(__file__).resolve().parents[1]  # the package: intertwine/
+# The model registry (module, name): a mapping from an architecture's name (a spec's ``arch``) to
+# its builder; the one place that names every architecture.
+REGISTRY = ("intertwine.models", "ARCHITECTURES")
 
 
 @functools.cache
@@ -75,6 +98,50 @@ def _bound_names(node: ast.AST) -> list[str]:
     return []
 
 
+def _is_method(node: ast.AST) -> bool:
+    return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+
+
+def _special(name: str) -> bool:
+    """A special method (``__init__``, ``__post_init__``, ...): Python calls it, not a name in the code."""
+    return name.startswith("__") and name.endswith("__")
+
+
+def _class_with_methods(node: ast.ClassDef, methods: frozenset[str]) -> ast.ClassDef:
+    """A copy of a class keeping of its methods those named ``methods``."""
+    narrowed = copy.copy(node)
+    narrowed.body = [sub for sub in node.body if not _is_method(sub) or sub.name in methods] or [ast.Pass()]
+    return narrowed
+
+
+def _registry_dict(node: ast.AST) -> ast.Dict:
+    """The registry's mapping literal: the first dict in its definition whose keys are all strings."""
+    for sub in ast.walk(node):
+        if (
+            isinstance(sub, ast.Dict)
+            and sub.keys
+            and all(isinstance(key, ast.Constant) and isinstance(key.value, str) for key in sub.keys)
+        ):
+            return sub
+    module, name = REGISTRY
+    raise ValueError(f"code identity: {module}.{name} holds no mapping literal from architecture names")
+
+
+def _registry_entries(node: ast.AST) -> dict[str, ast.AST]:
+    """{architecture name: its entry's value} of the registry's definition."""
+    mapping = _registry_dict(node)
+    return {key.value: value for key, value in zip(mapping.keys, mapping.values)}
+
+
+def _registry_with_entries(node: ast.AST, architectures: frozenset[str]) -> ast.AST:
+    """A copy of the registry's definition keeping the entries of ``architectures``."""
+    narrowed = copy.deepcopy(node)
+    mapping = _registry_dict(narrowed)
+    kept = [(key, value) for key, value in zip(mapping.keys, mapping.values) if key.value in architectures]
+    mapping.keys, mapping.values = [key for key, _ in kept], [value for _, value in kept]
+    return narrowed
+
+
 class _Module:
     """One module of the package: its top-level definitions, other statements and imports."""
 
@@ -92,6 +159,16 @@ class _Module:
                 node, ast.Pass
             ):  # what a docstring-only module keeps
                 self.statements.append(node)
+        # class name -> its methods, for a top-level class without bases bound once (see the
+        # module's docstring: its methods count as the code reached names them)
+        self.methods: dict[str, dict[str, ast.AST]] = {
+            node.name: {sub.name: sub for sub in node.body if _is_method(sub)}
+            for node in tree.body
+            if isinstance(node, ast.ClassDef)
+            and not node.bases
+            and not node.keywords
+            and len(self.definitions[node.name]) == 1
+        }
         # local name -> (module, attribute or None for the module itself), from every import
         self.imports: dict[str, tuple[str, str | None]] = {}
         for node in ast.walk(tree):
@@ -112,6 +189,10 @@ class _Module:
         self._dumps: dict[int, str] = {}
         self._names: dict[int, set[str]] = {}
         self._references: dict[int, set[tuple[str, str | None]]] = {}
+        self._attributes: dict[int, set[str]] = {}
+        # narrowed copies of definitions (a class with some methods, the registry with some
+        # entries), kept so that the caches above, keyed by id, stay valid for them
+        self._views: dict[tuple[str, frozenset[str]], ast.AST] = {}
 
     def dump(self, node: ast.AST) -> str:
         """A statement's hashed form (its syntax tree, the package paths of its imports blanked)."""
@@ -124,6 +205,52 @@ class _Module:
         if id(node) not in self._names:
             self._names[id(node)] = {sub.id for sub in ast.walk(node) if isinstance(sub, ast.Name)}
         return self._names[id(node)]
+
+    def attributes(self, node: ast.AST) -> set[str]:
+        """The attribute names a statement uses (``x.name``) and the strings it holds that could
+        be one (``getattr(x, "name")``): the methods it may call."""
+        if id(node) not in self._attributes:
+            self._attributes[id(node)] = {
+                sub.attr for sub in ast.walk(node) if isinstance(sub, ast.Attribute)
+            } | {
+                sub.value
+                for sub in ast.walk(node)
+                if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value.isidentifier()
+            }
+        return self._attributes[id(node)]
+
+    def followed(self, name: str, architectures: frozenset[str] | None) -> list[ast.AST]:
+        """What is followed when ``name`` is reached: a method (``"Class.method"``) of a class whose
+        methods count one by one; such a class's decorators and statements other than methods;
+        the registry's entries for ``architectures`` (None: all of it); else its definitions."""
+        owner, _, method = name.partition(".")
+        if method:
+            return [self.methods[owner][method]]
+        if name in self.methods:
+            (node,) = self.definitions[name]
+            return [*node.decorator_list, *(sub for sub in node.body if not _is_method(sub))]
+        return self.hashed(name, (), architectures)
+
+    def hashed(
+        self, name: str, reached: Collection[str], architectures: frozenset[str] | None
+    ) -> list[ast.AST]:
+        """What is hashed of a definition: a class whose methods count one by one with the methods
+        ``reached`` names (``"Class.method"``), the registry with the entries of ``architectures``
+        (None: all), any other definition whole."""
+        if name in self.methods:
+            kept = frozenset(method for method in self.methods[name] if f"{name}.{method}" in reached)
+            if kept == set(self.methods[name]):
+                return self.definitions[name]
+            return [self._view(name, kept, _class_with_methods)]
+        if (self.name, name) == REGISTRY and architectures is not None:
+            return [self._view(name, architectures, _registry_with_entries)]
+        return self.definitions[name]
+
+    def _view(self, name: str, kept: frozenset[str], narrow) -> ast.AST:
+        if (name, kept) not in self._views:
+            (node,) = self.definitions[name]
+            self._views[(name, kept)] = narrow(node, kept)
+        return self._views[(name, kept)]
 
     def _absolute(self, node: ast.ImportFrom) -> str:
         if not node.level:
@@ -163,10 +290,26 @@ def _load(module: str) -> _Module:
     return _Module(module, _module_file(module))
 
 
-def reached(entries: tuple[str, ...]) -> dict[str, set[str]]:
+def architecture_modules() -> dict[str, frozenset[str]]:
+    """{architecture: the modules of the package its registry entry's builder comes from} (from the
+    registry's source: ``"myrtle": Architecture(myrtle, ...)`` with ``from .myrtle import myrtle``
+    gives ``intertwine.models.myrtle``)."""
+    module, name = REGISTRY
+    source = _load(module)
+    (node,) = source.definitions[name]
+    return {
+        architecture: frozenset(found for found, _ in source.references(value) if found != module)
+        for architecture, value in _registry_entries(node).items()
+    }
+
+
+def reached(entries: tuple[str, ...], architectures: frozenset[str] | None = None) -> dict[str, set[str]]:
     """{module: the top-level definitions reached} from entry points
     'intertwine.workflow.stages.zoo.job' (the whole module) or
-    'intertwine.workflow.stages.deqntk.job:deqntk_gram' (one definition and what it uses)."""
+    'intertwine.workflow.stages.deqntk.job:deqntk_gram' (one definition and what it uses).
+    A method of a class whose methods count one by one is named ``"Class.method"``. With
+    ``architectures`` (registry keys), the code of a job building those architectures only (see
+    the module's docstring)."""
     seen: dict[str, set[str]] = {}
     todo: list[tuple[str, str | None]] = []
     for entry in entries:
@@ -174,6 +317,31 @@ def reached(entries: tuple[str, ...]) -> dict[str, set[str]]:
         if _module_file(module) is None:
             raise ValueError(f"code identity: {entry!r} names no module of the {PACKAGE} package")
         todo.append((module, name or None))
+    left_out: frozenset[str] = frozenset()  # modules of the other architectures
+    own: frozenset[str] = frozenset()  # modules of every architecture: their references all count
+    if architectures is not None:
+        modules = architecture_modules()
+        unknown = sorted(set(architectures) - set(modules))
+        if unknown:
+            raise ValueError(
+                f"code identity: architecture(s) {unknown} are not in {'.'.join(REGISTRY)} "
+                f"(known: {', '.join(modules)}); a zoo variant's arch must be one of them"
+            )
+        own = frozenset().union(*modules.values())
+        left_out = own - frozenset().union(*(modules[name] for name in architectures))
+    attributes: set[str] = set()  # the attribute names the code reached uses
+    waiting: dict[str, list[tuple[str, str]]] = {}  # attribute -> methods not reached until it is used
+
+    def follow(source: _Module, node: ast.AST) -> None:
+        references = source.references(node)
+        if left_out and source.name not in own:
+            references = {(module, name) for module, name in references if module not in left_out}
+        todo.extend(references)
+        new = source.attributes(node) - attributes
+        attributes.update(new)
+        for attribute in new:
+            todo.extend(waiting.pop(attribute, []))
+
     while todo:
         module, name = todo.pop()
         source = _load(module)
@@ -185,10 +353,11 @@ def reached(entries: tuple[str, ...]) -> dict[str, set[str]]:
             if parent:
                 todo.append((parent, ""))
             for statement in source.statements:
-                todo.extend(source.references(statement))
+                follow(source, statement)
+        owner, _, method = (name or "").partition(".")
         if name is None:
             wanted = set(source.definitions) - names
-        elif name in source.definitions:
+        elif name in source.definitions or (method and method in source.methods.get(owner, {})):
             wanted = {name} - names
         elif name in source.imports:  # a name the module re-exports
             todo.append(source.imports[name])
@@ -197,8 +366,17 @@ def reached(entries: tuple[str, ...]) -> dict[str, set[str]]:
             wanted = set()
         names |= wanted
         for definition in wanted:
-            for node in source.definitions[definition]:
-                todo.extend(source.references(node))
+            followed = source.followed(definition, architectures)
+            for node in followed:
+                follow(source, node)
+            # a class body names its methods plainly (``count = property(_count)``)
+            in_body = set().union(*(source.names(node) for node in followed))
+            for method in source.methods.get(definition, ()):
+                member = (module, f"{definition}.{method}")
+                if _special(method) or method in attributes or method in in_body:
+                    todo.append(member)
+                else:
+                    waiting.setdefault(method, []).append(member)
     return seen
 
 
@@ -234,19 +412,28 @@ def _blank_package_paths(tree: ast.AST) -> None:
                     alias.name = ""
 
 
-def code_identity(entries: list[str] | tuple[str, ...]) -> str:
-    """A 12-digit hash of the code the entry points run (see the module's docstring).
+def code_identity(
+    entries: list[str] | tuple[str, ...], architectures: list[str] | frozenset[str] | None = None
+) -> str:
+    """A 12-digit hash of the code the entry points run (see the module's docstring); with
+    ``architectures``, of a job that builds models of those architectures only.
 
     The code, not where it lives: what is hashed is the (sorted) syntax trees reached, without the
     modules' names or the package paths their imports name, so moving a definition to another
     module (its callers importing it from there under the same name) changes no identity, and a
     reorganisation of the package reruns nothing."""
+    architectures = None if architectures is None else frozenset(architectures)
     pieces = []
-    for module, names in reached(tuple(entries)).items():
+    for module, names in reached(tuple(entries), architectures).items():
         source = _load(module)
         imports = [s for s in source.statements if isinstance(s, (ast.Import, ast.ImportFrom))]
         code = [s for s in source.statements if s not in imports]
-        code += [node for name in names for node in source.definitions[name]]
+        code += [
+            node
+            for name in names
+            if "." not in name  # a method: hashed within its class
+            for node in source.hashed(name, names, architectures)
+        ]
         used = set().union(*(source.names(node) for node in code))
         # A third-party import counts, name by name, where the code reached uses the name it binds
         # (a registry's importlib, an unused helper's are not this code; ``from typing import A, B``
@@ -267,15 +454,47 @@ def code_identity(entries: list[str] | tuple[str, ...]) -> str:
     return digest.hexdigest()[:12]
 
 
+def variant_architectures(variants: Mapping[str, Mapping], variant: str) -> frozenset[str]:
+    """The architectures a job on zoo variant ``variant`` (a key of ``zoo.variants``) builds: its
+    spec's ``arch``, and those of the variant its gated feature network comes from
+    (``gated.features_from``)."""
+    spec = variants[variant]
+    gated = spec.get("gated") or {}
+    source = gated.get("features_from")
+    return frozenset({spec["arch"]}) | (variant_architectures(variants, source) if source else frozenset())
+
+
+def architecture_key(stage: str, architectures: frozenset[str]) -> str:
+    """The key of a stage's identity for jobs building ``architectures`` in ``code_identities``."""
+    return f"{stage}[{'+'.join(sorted(architectures))}]"
+
+
+def _builds_models(entries: list[str]) -> bool:
+    """Whether the code of ``entries`` reaches the registry or an architecture's module: else its
+    identity is the same for every architecture."""
+    modules = set().union(*architecture_modules().values())
+    found = reached(tuple(entries))
+    return bool(modules & set(found)) or REGISTRY[1] in found.get(REGISTRY[0], ())
+
+
 KEPT_SOURCE_STATES = 4
 
 
-def code_identities(entries: dict[str, list[str]], cache: str | Path) -> dict[str, str]:
-    """``code_identity`` of each stage's entries, kept in the folder ``cache``: a file named by the
-    hash of the package's sources and of ``entries``, so it is read back only while neither has
+def code_identities(
+    entries: dict[str, list[str]],
+    cache: str | Path,
+    architecture_sets: Iterable[frozenset[str]] = (),
+) -> dict[str, str]:
+    """``code_identity`` of each stage's entries, and of each stage's jobs building each set of
+    ``architecture_sets`` (``architecture_key(stage, architectures)``; for a stage whose code builds
+    no model, its identity), kept in the folder ``cache``: a file named by the hash of the
+    package's sources, of ``entries`` and of the sets, so it is read back only while none has
     changed. Snakemake parses the workflow for every dry run and every cluster job, and following
     the package's source for every stage took a few seconds each time."""
-    key = hashlib.sha256(json.dumps(entries, sort_keys=True).encode())
+    architecture_sets = sorted({frozenset(architectures) for architectures in architecture_sets}, key=sorted)
+    key = hashlib.sha256(
+        json.dumps([entries, [sorted(a) for a in architecture_sets]], sort_keys=True).encode()
+    )
     for path in sorted(ROOT.rglob("*.py")):
         key.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
     cache = Path(cache)
@@ -285,6 +504,12 @@ def code_identities(entries: dict[str, list[str]], cache: str | Path) -> dict[st
     except (OSError, ValueError):
         pass
     identities = {stage: code_identity(stage_entries) for stage, stage_entries in entries.items()}
+    for stage, stage_entries in entries.items():
+        builds_models = bool(architecture_sets) and _builds_models(stage_entries)
+        for architectures in architecture_sets:
+            identities[architecture_key(stage, architectures)] = (
+                code_identity(stage_entries, architectures) if builds_models else identities[stage]
+            )
     try:
         cache.mkdir(parents=True, exist_ok=True)
         kept = sorted(cache.glob("code-identity-*.json"), key=lambda f: f.stat().st_mtime, reverse=True)
