@@ -20,9 +20,6 @@ FORBIDDEN = ("pandas", "pyarrow", "matplotlib", "snakemake", WORKFLOW)
 ENTRY_POINTS = {"intertwine.__main__": (WORKFLOW,)}
 #: Third-party packages an optional adapter's own dependencies bring (Captum imports matplotlib).
 ALLOWED = {"intertwine.attribution": ("matplotlib",)}
-#: The library module that still builds pandas tables (issue 52: its mathematics stays, its tables
-#: move to the workflow). Only pandas is allowed it, and only until then.
-TABLES_NOT_YET_MOVED = {"intertwine.dissection": ("pandas",)}
 
 
 def _modules() -> dict[str, Path]:
@@ -137,7 +134,7 @@ def forbidden_imports(package: Path = PACKAGE) -> dict[str, list[str]]:
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         if name == WORKFLOW or name.startswith(WORKFLOW + "."):
             continue
-        allowed = (*ALLOWED.get(name, ()), *TABLES_NOT_YET_MOVED.get(name, ()), *ENTRY_POINTS.get(name, ()))
+        allowed = (*ALLOWED.get(name, ()), *ENTRY_POINTS.get(name, ()))
         bad = sorted(
             module
             for module in every_import(path, package)
