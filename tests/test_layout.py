@@ -178,6 +178,62 @@ def test_the_import_walk_sees_every_kind_of_import(tmp_path):
     }
 
 
+def private_imports(package_dir: Path = PACKAGE) -> list[str]:
+    """Every import, at any depth, of a private name or module (one whose name starts with an
+    underscore) from outside what owns it: "importer: what it imports". A private module belongs to
+    the package it lies in, subpackages included (``measures._base`` is for ``intertwine.measures``);
+    a private name to the module that defines it (``training_steps._loss`` is for no other module)."""
+    modules = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = path.relative_to(package_dir.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    charged = []
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for target in sorted(every_import(path, package_dir)):
+            pieces = target.split(".")
+            for k, piece in enumerate(pieces):
+                if k == 0 or not piece.startswith("_") or piece.startswith("__"):
+                    continue
+                owner = ".".join(pieces[:k])
+                if target in modules or k < len(pieces) - 1:  # a private module: its package's
+                    allowed = name == owner or name.startswith(owner + ".") or package == owner
+                else:  # a private name: its module's own
+                    allowed = name == owner
+                if not allowed and target.startswith(package_dir.name + "."):
+                    charged.append(f"{name}: {target}")
+                    break
+    return sorted(set(charged))
+
+
+def test_modules_meet_at_public_names():
+    """Issue 52: modules split by concept meet at public names. No module imports another's private
+    name, nor a private module of a package it is not in (``measures._base`` is for ``measures``)."""
+    charged = private_imports()
+    assert not charged, "private names or modules imported from outside:\n" + "\n".join(charged)
+
+
+def test_the_private_import_walk_sees_each_kind(tmp_path):
+    # The check above would pass on imports it cannot read: it must charge each planted one.
+    fake = tmp_path / "intertwine"
+    (fake / "measures").mkdir(parents=True)
+    for init in (fake / "__init__.py", fake / "measures" / "__init__.py"):
+        init.write_text("")
+    (fake / "measures" / "_base.py").write_text("def helper():\n    return 1\n_SECRET = 2\n")
+    (fake / "measures" / "cka.py").write_text("from intertwine.measures._base import helper\n")  # allowed
+    (fake / "measures" / "cca.py").write_text("from ._base import _SECRET\n")  # another module's private
+    (fake / "steps.py").write_text("def _loss():\n    return 0\n")
+    (fake / "training.py").write_text("def f():\n    from intertwine.steps import _loss\n")
+    (fake / "compare.py").write_text("from intertwine.measures import _base\n")
+    (fake / "plain.py").write_text("import intertwine.measures._base\n")
+    assert private_imports(fake) == [
+        "intertwine.compare: intertwine.measures._base",
+        "intertwine.measures.cca: intertwine.measures._base._SECRET",
+        "intertwine.plain: intertwine.measures._base",
+        "intertwine.training: intertwine.steps._loss",
+    ]
+
+
 def sizes(text: str) -> tuple[int, dict[str, int]]:
     """A module's lines and each function's (by qualified line), every line counted: docstrings
     too, so a public function's Parameters/Returns sections stay short."""

@@ -15,18 +15,18 @@ from torch import nn
 
 from intertwine.data import Split
 from intertwine.data.augment import normalize
-from intertwine.packed_training import _check_pack, _train_stacked, pack_problem
+from intertwine.packed_training import check_pack, pack_problem, train_stacked
 from intertwine.training_steps import (
     TrainResult,
-    _autocast,
-    _batch,
-    _end_epoch,
-    _epoch_steps,
-    _loss,
-    _schedule,
-    _train_loss,
+    bf16_autocast,
+    checked_train_loss,
+    end_epoch,
+    epoch_steps,
     lr_factor,
+    lr_scheduler,
     make_optimizer,
+    mixed_loss,
+    training_batch,
 )
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def evaluate(
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     for start in range(0, len(split), batch_size):
         x = normalize(split.images[start : start + batch_size], mean, std)
-        with _autocast(x.device, bf16):
+        with bf16_autocast(x.device, bf16):
             logits = model(x.contiguous(memory_format=memory_format))
         correct += (logits.argmax(1) == split.labels[start : start + batch_size]).sum().item()
     model.train(was_training)
@@ -144,7 +144,7 @@ def train(
     model.to(memory_format=memory_format)
     optimizer = make_optimizer(model.parameters(), config)
     epochs, total_steps, steps_per_epoch = config.length(len(train_split))
-    schedule = _schedule(optimizer, config, total_steps)
+    schedule = lr_scheduler(optimizer, config, total_steps)
 
     result = TrainResult(state_dict={}, best_epoch=-1, val_acc=-1.0)
     if each_epoch is not None:
@@ -156,12 +156,12 @@ def train(
         order = torch.randperm(len(train_split), device=device, generator=generator)
         loss_sum = torch.zeros((), device=device)
         correct = torch.zeros((), device=device, dtype=torch.long)
-        steps, seen = _epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
+        steps, seen = epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
         for step in range(steps):
-            x, y, lam = _batch(train_split, order, step, config, generator, mean, std, epoch)
-            with _autocast(device, config.bf16):
+            x, y, lam = training_batch(train_split, order, step, config, generator, mean, std, epoch)
+            with bf16_autocast(device, config.bf16):
                 logits = model(x.contiguous(memory_format=memory_format))
-                loss = _loss(logits.float(), y, lam, config.label_smoothing).mean()
+                loss = mixed_loss(logits.float(), y, lam, config.label_smoothing).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -169,7 +169,7 @@ def train(
             # Accumulated on the device: one host sync per epoch, not per step.
             loss_sum += loss.detach() * len(y)
             correct += (logits.argmax(1) == y).sum()
-        train_loss = _train_loss(loss_sum.item(), seen, label, epoch)
+        train_loss = checked_train_loss(loss_sum.item(), seen, label, epoch)
         val_acc = evaluate(
             model, val_split, mean, std, config.eval_batch_size, config.bf16, config.channels_last
         )
@@ -181,7 +181,7 @@ def train(
             "val_acc": val_acc,
             "epoch_seconds": time.perf_counter() - start_time,
         }
-        _end_epoch(result, row, model.state_dict, label, epochs, log)
+        end_epoch(result, row, model.state_dict, label, epochs, log)
         if each_epoch is not None:
             each_epoch(epoch, model)
     return result
@@ -225,7 +225,7 @@ def train_pack(
     -------
     Per member, its ``TrainResult`` or the ``DivergedError`` that stopped it.
     """
-    _check_pack(models, generators, labels)
+    check_pack(models, generators, labels)
     _check_splits(train_split, val_split, labels[0])
     if len(models) == 1:
         return [
@@ -240,7 +240,7 @@ def train_pack(
             _train_or_diverge(model, train_split, val_split, config, g, mean, std, label, log)
             for model, g, label in zip(models, generators, labels)
         ]
-    return _train_stacked(models, train_split, val_split, config, generators, mean, std, labels, log)
+    return train_stacked(models, train_split, val_split, config, generators, mean, std, labels, log)
 
 
 def _train_or_diverge(model, train_split, val_split, config, generator, mean, std, label, log):
