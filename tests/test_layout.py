@@ -234,21 +234,40 @@ def test_the_private_import_walk_sees_each_kind(tmp_path):
     ]
 
 
+def docstring_lines(tree: ast.AST) -> set[int]:
+    """The line numbers the docstrings of a module, its classes and functions take."""
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                if isinstance(first.value.value, str):
+                    lines |= set(range(first.lineno, first.end_lineno + 1))
+    return lines
+
+
 def sizes(text: str) -> tuple[int, dict[str, int]]:
-    """A module's lines and each function's (by qualified line), every line counted: docstrings
-    too, so a public function's Parameters/Returns sections stay short."""
+    """A module's lines of code and each function's (by qualified line): every line but those of
+    docstrings. Documentation is held to its own test (tests/test_docstrings.py: a public function
+    has Parameters and Returns sections); counted here, it was what got cut to fit (issue 52: three
+    docstrings cramped to exactly 80 lines, a Parameters section folded into one line per name)."""
+    tree = ast.parse(text)
+    documentation = docstring_lines(tree)
     functions = {
-        f"{node.name} (line {node.lineno})": node.end_lineno - node.lineno + 1
-        for node in ast.walk(ast.parse(text))
+        f"{node.name} (line {node.lineno})": sum(
+            1 for line in range(node.lineno, node.end_lineno + 1) if line not in documentation
+        )
+        for node in ast.walk(tree)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
-    return len(text.splitlines()), functions
+    return len(text.splitlines()) - len(documentation), functions
 
 
 def test_no_module_over_600_lines_nor_function_over_80():
-    """Issue 35: every module of the package (library and workflow) is at most 600 lines and every
-    function at most 80, docstrings counted. (stitching, pullback and symmetry were modules of
-    832, 824 and 671 lines, claims.py 1,358, Plan.errors 279, generate_shapes 205.)"""
+    """Issue 35: every module of the package (library and workflow) has at most 600 lines of code
+    and every function at most 80, docstrings not counted (``sizes``). (stitching, pullback and
+    symmetry were modules of 832, 824 and 671 lines, claims.py 1,358, Plan.errors 279,
+    generate_shapes 205.)"""
     long_modules, long_functions = {}, {}
     for path in PACKAGE.rglob("*.py"):
         name = path.relative_to(PACKAGE).as_posix()
@@ -260,10 +279,13 @@ def test_no_module_over_600_lines_nor_function_over_80():
     assert not long_functions, long_functions
 
 
-def test_sizes_count_every_line():
+def test_sizes_count_code_not_docstrings():
     text = 'def f():\n    """One.\n\n    Two.\n    """\n    return 1\n'
-    assert sizes(text) == (6, {"f (line 1)": 6})
+    assert sizes(text) == (2, {"f (line 1)": 2})
+    assert sizes('"""Module."""\n\n' + text)[0] == 3  # the blank line between counts
     assert sizes("def g():\n" + "    x = 1\n" * 81)[1] == {"g (line 1)": 82}
+    # a string that is not a docstring is code
+    assert sizes('def h():\n    x = 1\n    """not a docstring"""\n')[1] == {"h (line 1)": 3}
 
 
 def test_every_stage_folder_is_registered_and_its_figures_stay_small():

@@ -117,26 +117,46 @@ def train(
     log: Callable[[str], None] = print,
     each_epoch: Callable[[int, nn.Module], None] | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place (it ends with the last epoch's weights) and return its best-validation
-    weights. The splits, ``mean``/``std`` and ``generator`` live on the model's device. An empty split
-    is a ValueError; an epoch whose mean training loss is NaN or infinite raises ``DivergedError``.
+    """Train ``model`` in place and return its best-validation weights.
+
+    Splits, ``mean``/``std`` and ``generator`` must live on the model's device; every random
+    choice (order, translations, flips, mixing) comes from ``generator``. ``each_epoch(epoch,
+    model)``, when given, is called before the first epoch (epoch 0) and after each epoch; it must
+    leave the model, its modes and the generator as they were (the gate recording of
+    ``intertwine.gates.gate_patterns`` does: the weights come out bit-identical).
 
     Parameters
     ----------
-    model : the network (``nn.Module``), put in ``config.channels_last``'s memory format.
-    train_split, val_split : the images trained on, and those whose accuracy picks the epoch kept.
-    config : the recipe (``zoo.training``): length, optimiser, schedule, augmentation, mixing, bf16, ...
-    generator : the source of every random draw (order, translations, flips, mixing).
-    mean, std : the per-channel input normalisation (0..1 units).
-    label : what the log's lines and a ``DivergedError``'s message start with.
-    log : where one line per epoch goes.
-    each_epoch : when given, called with (epoch, model) before the first epoch (as 0) and after each;
-        it must leave the model, its modes and the generator as they were.
+    model : nn.Module
+        The network, trained in place (put in ``config.channels_last``'s memory format); it ends
+        with the last epoch's weights.
+    train_split, val_split : Split
+        The training images, and the validation images that choose the epoch kept; neither empty
+        (a ValueError).
+    config : TrainConfig
+        The recipe (``zoo.training``): length, optimiser, schedule, augmentation, mixing, bf16, ...
+    generator : torch.Generator
+        The source of every random draw.
+    mean, std : Tensor
+        The per-channel input normalisation (0..1 units).
+    label : str, default "model"
+        What the log's lines (and a ``DivergedError``'s message) start with.
+    log : Callable[[str], None], default print
+        Where one line per epoch goes.
+    each_epoch : Callable[[int, nn.Module], None] or None, default None
+        Called with (epoch, model) before the first epoch and after each one (see above).
 
     Returns
     -------
-    ``TrainResult``: the best-validation ``state_dict`` (on the CPU), its ``best_epoch`` and ``val_acc``,
-    and the ``history``: one dict per epoch (epoch, lr, train_loss, train_acc, val_acc, epoch_seconds).
+    TrainResult
+        ``state_dict``, the best-validation weights (on the CPU), their ``best_epoch`` and
+        ``val_acc``, and the ``history``: one dict per epoch (``epoch``, ``lr``, ``train_loss``,
+        ``train_acc``, ``val_acc``, ``epoch_seconds``).
+
+    Raises
+    ------
+    DivergedError
+        When an epoch's mean training loss is NaN or infinite.
     """
     _check_splits(train_split, val_split, label)
     device = train_split.images.device
