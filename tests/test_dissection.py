@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -72,16 +73,69 @@ def test_a_unit_equal_to_a_concept_mask_has_iou_one(rng):
     # 16,000 pixels, so the 0.5 % threshold falls between the mask and the rest.
     activations = torch.cat([10 * masks + noise, noise[:, :1] * 0.5], dim=1)
     units = dissect_activations(activations, _concept_data(labels), quantile=0.005)
-    assert units["concept"].tolist()[:2] == ["c0", "c1"]
-    np.testing.assert_allclose(units["iou"][:2], 1.0)
-    assert units["detector"].tolist() == [True, True, False]
-    assert units["iou"][2] < 0.04
-    assert summarize_units(units) == {
+    assert units.concept[:2] == ["c0", "c1"] and len(units) == 3
+    np.testing.assert_allclose(units.iou[:2], 1.0)
+    assert units.detector.tolist() == [True, True, False]
+    assert units.iou[2] < 0.04
+    assert summarize_units(units.detector, units.concept) == {
         "n_units": 3,
         "n_interpretable": 2,
         "fraction_interpretable": 2 / 3,
         "n_unique_concepts": 2,
     }
+
+
+def test_counts_over_units_take_each_detected_concept_once():
+    detector = np.array([True, False, True, True])
+    assert summarize_units(detector, ["dog", "dog", "red", "dog"]) == {
+        "n_units": 4,
+        "n_interpretable": 3,
+        "fraction_interpretable": 0.75,
+        "n_unique_concepts": 2,
+    }
+    assert summarize_units(np.zeros(0, dtype=bool), [])["fraction_interpretable"] == 0
+
+
+def test_units_table_reads_back_into_the_labels_it_was_built_from():
+    """The stage writes UnitLabels as rows and the masks figure reads them back, in any row order."""
+    from intertwine.dissection import UnitLabels
+    from intertwine.workflow.stages.dissection.rows import unit_labels, units_frame
+
+    units = UnitLabels(
+        concept=["dog", "red", "sky"],
+        category=["object", "color", "object"],
+        iou=np.array([0.1, 0.02, 0.3]),
+        detector=np.array([True, False, True]),
+        threshold=np.array([1.5, 0.5, 2.0]),
+    )
+    frame = units_frame(units)
+    assert list(frame.columns) == ["unit", "concept", "category", "iou", "detector", "threshold"]
+    assert frame["unit"].tolist() == [0, 1, 2] and frame["detector"].dtype == bool
+    back = unit_labels(frame.iloc[[2, 0, 1]])
+    for field in dataclasses.fields(units):
+        np.testing.assert_array_equal(getattr(back, field.name), getattr(units, field.name))
+    with pytest.raises(ValueError, match=r"numbered 0..1, got \[0, 2\]"):
+        unit_labels(frame.iloc[[0, 2]])
+
+
+def test_top_examples_rank_units_by_iou_and_mask_above_the_threshold():
+    from intertwine.dissection import UnitLabels, top_examples
+
+    # Unit k is k on image k's one bright pixel, 0 elsewhere; IoUs tie between units 1 and 2.
+    activations = torch.zeros(3, 3, 2, 2)
+    for k in range(3):
+        activations[k, k, 0, 0] = 1.0 + k
+    units = UnitLabels(
+        concept=["a", "b", "c"],
+        category=["object"] * 3,
+        iou=np.array([0.1, 0.5, 0.5]),
+        detector=np.array([True, True, True]),
+        threshold=np.array([0.5, 0.5, 0.5]),
+    )
+    panels = top_examples(activations, units, None, (2, 2), n_units=2, n_images=1)
+    assert [(p["unit"], p["concept"], p["iou"]) for p in panels] == [(1, "b", 0.5), (2, "c", 0.5)]
+    image, mask = panels[0]["examples"][0]
+    assert image == 1 and mask.dtype == bool and mask.any() and not mask.all()
 
 
 def test_rotating_concept_units_together_lowers_their_ious(rng):
@@ -90,22 +144,22 @@ def test_rotating_concept_units_together_lowers_their_ious(rng):
     activations = 10 * masks + torch.from_numpy(rng.uniform(0, 1, masks.shape).astype(np.float32))
     data = _concept_data(labels)
     before = dissect_activations(activations, data, quantile=0.0025)
-    np.testing.assert_allclose(before["iou"], 1.0)
+    np.testing.assert_allclose(before.iou, 1.0)
     # Each row of this orthogonal matrix reads at least two concepts with equal positive weight.
     hadamard = torch.tensor([[1, 1, 1, 1], [1, 1, -1, -1], [1, -1, 1, -1], [1, -1, -1, 1]]) / 2.0
     after = dissect_activations(activations, data, hadamard, quantile=0.0025)
-    assert (after["iou"] < 0.6).all()
+    assert (after.iou < 0.6).all()
     # Two units turned by 45 degrees: the sum reads both concepts and drops to about 1/3, while
     # the difference still has one concept on top (only the top of each unit is thresholded).
     angle = math.pi / 4
     turn = torch.eye(4)
     turn[:2, :2] = torch.tensor([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]])
-    turned = dissect_activations(activations, data, turn, quantile=0.0025)["iou"].to_numpy()
+    turned = dissect_activations(activations, data, turn, quantile=0.0025).iou
     np.testing.assert_allclose(turned[[0, 2, 3]], 1.0)
     assert turned[1] < 0.5
     # The identity end of the geodesic changes nothing.
     same = dissect_activations(activations, data, rotation_basis(4, 0.0, torch.Generator()), quantile=0.0025)
-    np.testing.assert_allclose(same["iou"], 1.0)
+    np.testing.assert_allclose(same.iou, 1.0)
 
 
 def test_upsampled_block_unit_finds_its_concept(rng):
@@ -120,7 +174,7 @@ def test_upsampled_block_unit_finds_its_concept(rng):
     iou = unit_iou(activations, torch.from_numpy(labels), 2, torch.tensor([2.5]))
     assert iou[0, 0] > 0.6 and iou[0, 1] < 0.1
     units = dissect_activations(activations, _concept_data(labels), quantile=0.01)
-    assert units["concept"][0] == "c0"
+    assert units.concept[0] == "c0"
 
 
 def test_iou_equals_brute_force_over_layers(rng):
@@ -221,12 +275,13 @@ def test_dissect_a_model_equals_dissecting_its_activations(tiny_shapes_dir):
     probe = shapes_concepts(load_split(tiny_shapes_dir, "test"))
     mean, std = channel_stats(tiny_shapes_dir)
     units = dissect(model, "layer2.2.act2", probe, mean=mean, std=std, batch_size=20)
-    assert list(units["unit"]) == list(range(8))
+    assert len(units) == 8
     activations = site_activations(model, probe.images, ["layer2.2.act2"], mean, std)["layer2.2.act2"]
     assert activations.shape == (len(probe), 8, 8, 8)
-    pd_testing = pytest.importorskip("pandas").testing
-    pd_testing.assert_frame_equal(units, dissect_activations(activations, probe))
-    assert set(units["category"]) <= set(probe.categories)
+    direct = dissect_activations(activations, probe)
+    for field in dataclasses.fields(units):
+        np.testing.assert_array_equal(getattr(units, field.name), getattr(direct, field.name))
+    assert set(units.category) <= set(probe.categories)
 
 
 def test_rotations_are_reproducible_and_alpha_zero_is_shared(rng):
@@ -238,11 +293,12 @@ def test_rotations_are_reproducible_and_alpha_zero_is_shared(rng):
     data = _concept_data(labels)
     first = dissect_rotations(activations, data, [0.0, 1.0], 2, ("key",), quantile=0.0025)
     again = dissect_rotations(activations, data, [0.0, 1.0], 2, ("key",), quantile=0.0025)
-    assert first.equals(again)
-    at = lambda alpha, draw: first[(first["alpha"] == alpha) & (first["rotation_seed"] == draw)]  # noqa: E731
-    assert at(0.0, 0)["iou"].tolist() == at(0.0, 1)["iou"].tolist() == [1.0, 1.0, 1.0]
-    assert at(1.0, 0)["iou"].tolist() != at(1.0, 1)["iou"].tolist()
-    assert at(1.0, 0)["iou"].mean() < 1.0
+    assert [(alpha, draw) for alpha, draw, _ in first] == [(0.0, 0), (1.0, 0), (0.0, 1), (1.0, 1)]
+    assert [units.iou.tolist() for *_, units in first] == [units.iou.tolist() for *_, units in again]
+    at = {(alpha, draw): units for alpha, draw, units in first}
+    assert at[0.0, 0].iou.tolist() == at[0.0, 1].iou.tolist() == [1.0, 1.0, 1.0]
+    assert at[1.0, 0].iou.tolist() != at[1.0, 1].iou.tolist()
+    assert at[1.0, 0].iou.mean() < 1.0
 
 
 def test_a_module_run_twice_per_forward_is_refused():

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from intertwine import models, packed_training
+from intertwine.training import mixed_loss, pack_problem
+from intertwine.utils import DivergedError
 from intertwine.workflow.job import Job
 from intertwine.workflow.stages.zoo.job import train_member, train_pack
-from intertwine.training import _loss, pack_problem
-from intertwine.utils import DivergedError
 
 TRAINING = {"epochs": 3, "batch_size": 32}
 
@@ -114,18 +114,20 @@ def test_an_unmixed_pack_skips_the_partner_loss_and_its_loss_is_unchanged(tiny_s
     monkeypatch.setattr(
         torch.nn.functional, "cross_entropy", lambda *a, **k: calls.append(1) or cross_entropy(*a, **k)
     )
-    weighed = _loss(logits, y, torch.ones(3), 0.1)  # the partner's cross-entropy, weighed by 0
+    weighed = mixed_loss(logits, y, torch.ones(3), 0.1)  # the partner's cross-entropy, weighed by 0
     (weighed_grad,) = torch.autograd.grad(weighed.mean(1).sum(), logits)
     assert len(calls) == 2
-    skipped = _loss(logits, y, 1.0, 0.1)
+    skipped = mixed_loss(logits, y, 1.0, 0.1)
     (skipped_grad,) = torch.autograd.grad(skipped.mean(1).sum(), logits)
     assert len(calls) == 3  # one cross-entropy
     assert torch.equal(skipped, weighed) and torch.equal(skipped_grad, weighed_grad)
     # train_pack passes 1 once no member is mixed (after mixing_epochs), one lam per member before
     monkeypatch.setattr(torch.nn.functional, "cross_entropy", cross_entropy)
     lams = []
-    monkeypatch.setattr(  # the module whose step (_stacked_step) calls _loss
-        packed_training, "_loss", lambda logits, y, lam, s: lams.append(lam) or _loss(logits, y, lam, s)
+    monkeypatch.setattr(  # the module whose step (_stacked_step) calls mixed_loss
+        packed_training,
+        "mixed_loss",
+        lambda logits, y, lam, s: lams.append(lam) or mixed_loss(logits, y, lam, s),
     )
     torch.set_num_threads(1)
     recipe = {"epochs": 2, "batch_size": 64, "mixup_alpha": 0.8, "mixing_epochs": 1}
@@ -143,9 +145,9 @@ def test_an_unmixed_pack_skips_the_partner_loss_and_its_loss_is_unchanged(tiny_s
 
 
 def test_a_diverged_member_leaves_the_rest_of_its_pack(tiny_shapes_dir, tmp_path):
-    from intertwine.workflow.stages.zoo.job import _member  # noqa: PLC2701 - the members' initial models
-    from intertwine.workflow.settings import TrainConfig
     from intertwine.training import train_pack as train_models_packed
+    from intertwine.workflow.settings import TrainConfig
+    from intertwine.workflow.stages.zoo.job import _member  # noqa: PLC2701 - the members' initial models
 
     torch.set_num_threads(1)
     job = Job("cpu", tiny_shapes_dir)

@@ -10,6 +10,7 @@ import torch
 from intertwine import models
 from intertwine import gates
 from intertwine.pullback import measurements as study
+from intertwine.pullback import pgd
 from intertwine.workflow.stages.pullback import study as stage_study
 from intertwine.pullback import pullback
 from intertwine.symmetry import act_on_weights, random_elements
@@ -127,12 +128,12 @@ def test_deletion_and_insertion_curves():
 def test_pgd_stays_in_the_ball_and_the_image_range():
     model, x = build(MYRTLE), images(4, size=8)
     mean, std = torch.tensor([0.5, 0.4, 0.3]).double(), torch.tensor([0.2, 0.25, 0.3]).double()
-    x = study.from_unit_range(study.to_unit_range(x, mean, std).clamp(-1, 1), mean, std)
-    torch.testing.assert_close(study.from_unit_range(study.to_unit_range(x, mean, std), mean, std), x)
-    targets = study.random_targets(torch.tensor([0, 1, 2, 3]), 10, torch.Generator().manual_seed(0))
+    x = pgd.from_unit_range(pgd.to_unit_range(x, mean, std).clamp(-1, 1), mean, std)
+    torch.testing.assert_close(pgd.from_unit_range(pgd.to_unit_range(x, mean, std), mean, std), x)
+    targets = pgd.random_targets(torch.tensor([0, 1, 2, 3]), 10, torch.Generator().manual_seed(0))
     assert (targets != torch.tensor([0, 1, 2, 3])).all()
     seen = []
-    moved = study.pgd_toward(
+    moved = pgd.pgd_toward(
         lambda z, t: pullback(model, z, t),
         x,
         targets,
@@ -144,14 +145,42 @@ def test_pgd_stays_in_the_ball_and_the_image_range():
         each_step=seen.append,
     )
     assert len(seen) == 3 and torch.equal(seen[-1], moved)
-    u0, u = study.to_unit_range(x, mean, std), study.to_unit_range(moved, mean, std)
+    u0, u = pgd.to_unit_range(x, mean, std), pgd.to_unit_range(moved, mean, std)
     assert ((u - u0).flatten(1).norm(dim=1) <= 2.0 + 1e-9).all()
     assert (u.abs() <= 1 + 1e-12).all()
     with torch.no_grad():  # the ascent raised the target's logit
         before, after = model(x), model(moved)
     rows = torch.arange(4)
     assert (after[rows, targets] - after.mean(1) > before[rows, targets] - before.mean(1)).all()
-    assert study.scaled_to_image(100, 32 * 32 * 3) == pytest.approx(14.2857, abs=1e-4)
+    assert pgd.scaled_to_image(100, 32 * 32 * 3) == pytest.approx(14.2857, abs=1e-4)
+
+
+def test_success_and_target_probability_after_each_pgd_step():
+    """The per-step records are what the reader predicts on the images of each step: the last
+    is the moved images', for the steering model and for another (the transfer's reader)."""
+    torch.manual_seed(0)
+    model, other, x = build(MYRTLE), build(MYRTLE), images(5, size=8)
+    mean, std = torch.tensor([0.5, 0.4, 0.3]).double(), torch.tensor([0.2, 0.25, 0.3]).double()
+    targets = pgd.random_targets(torch.arange(5), 10, torch.Generator().manual_seed(1))
+    direction = lambda z, t: pullback(model, z, t)  # noqa: E731
+    budget = {"steps": 3, "epsilon": 2.0, "step_size": 0.8}
+    seen = []
+    plain = pgd.pgd_toward(direction, x, targets, mean, std, **budget, each_step=seen.append)
+    for reader in (model, other):
+        moved, by_step = pgd.pgd_success_by_step(reader, direction, x, targets, mean, std, **budget)
+        torch.testing.assert_close(moved, plain, rtol=0, atol=0)
+        with torch.no_grad():
+            assert by_step == [pgd.success_rate(reader(z), targets) for z in seen]
+    moved, probs = pgd.pgd_target_prob_by_step(model, direction, x, targets, mean, std, **budget)
+    assert probs.shape == (5, 3) and probs.device.type == "cpu"
+    with torch.no_grad():
+        final = model(moved).softmax(1)[torch.arange(5), targets]
+    torch.testing.assert_close(probs[:, -1], final, rtol=0, atol=0)
+    scores = torch.tensor([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]])
+    assert pgd.success_rate(scores, torch.tensor([1, 1, 1])) == 2 / 3
+    shown = pgd.to_zero_one(plain, mean, std)
+    assert shown.min() >= 0 and shown.max() <= 1
+    torch.testing.assert_close(shown, (pgd.to_unit_range(plain, mean, std) + 1) / 2, atol=1e-12, rtol=0)
 
 
 def test_summary_has_a_column_per_mode():
@@ -327,7 +356,7 @@ def test_transfer_measures_on_known_logits():
     source_after = torch.tensor([[0.0, 5.0, 0.0], [5.0, 0.0, 0.0]])
     other_before = torch.tensor([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
     other_after = torch.tensor([[0.0, 3.0, 1.0], [1.0, 2.0, 0.0]])
-    got = study.transfer_measures(source_after, other_before, other_after, targets)
+    got = pgd.transfer_measures(source_after, other_before, other_after, targets)
     assert got["images"] == 2 and got["source_success"] == 1.0
     assert got["transfer_success"] == 0.5 and got["transfer_already"] == 0.0
     before = [other_before[0].softmax(0)[1], other_before[1].softmax(0)[0]]
@@ -337,13 +366,13 @@ def test_transfer_measures_on_known_logits():
     # margins: image 0 from -2 to 2 (+4), image 1 from -2 to -1 (+1)
     assert got["transfer_margin_gain"] == pytest.approx(2.5)
     with pytest.raises(ValueError, match="expected three"):
-        study.transfer_measures(source_after, other_before[:1], other_after, targets)
+        pgd.transfer_measures(source_after, other_before[:1], other_after, targets)
     with pytest.raises(ValueError, match="1 targets for 2 images"):
-        study.transfer_measures(source_after, other_before, other_after, targets[:1])
+        pgd.transfer_measures(source_after, other_before, other_after, targets[:1])
 
 
 def test_transfer_curve_first_step_and_area():
-    got = study.transfer_curve([0.25, 0.5, 1.0, 1.0])
+    got = pgd.transfer_curve([0.25, 0.5, 1.0, 1.0])
     assert got == {
         "transfer_success_by_step": [0.25, 0.5, 1.0, 1.0],
         "transfer_success_first_step": 0.25,
@@ -351,11 +380,11 @@ def test_transfer_curve_first_step_and_area():
     }
     # two modes that both saturate at the end are told apart by the curve
     assert (
-        study.transfer_curve([0.1, 1.0])["transfer_success_area"]
-        < study.transfer_curve([0.6, 1.0])["transfer_success_area"]
+        pgd.transfer_curve([0.1, 1.0])["transfer_success_area"]
+        < pgd.transfer_curve([0.6, 1.0])["transfer_success_area"]
     )
     with pytest.raises(ValueError, match="no step"):
-        study.transfer_curve([])
+        pgd.transfer_curve([])
 
 
 def test_the_summary_reports_transfer_per_mode():

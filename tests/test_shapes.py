@@ -204,7 +204,7 @@ def test_knobs_change_the_data():
 
 def test_shape_area_table_is_current():
     # the per-class size factors equalise areas; the table must match the predicates
-    np.testing.assert_allclose(shapes._shape_areas(401), shapes._AREAS, rtol=0.02)
+    np.testing.assert_allclose(shapes.shape_areas(401), shapes.AREAS, rtol=0.02)
 
 
 def test_empty_and_bad_options():

@@ -933,7 +933,7 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
             },
         ),
         (
-            "dissection.py",
+            "workflow/stages/dissection/rows.py",
             "dissect_sites",
             {
                 "dissect_member": 2,

@@ -10,9 +10,9 @@ import torch
 
 from intertwine import models
 from intertwine.data import load_split
-from intertwine.workflow.settings import TrainConfig
-from intertwine.training import DivergedError, _loss, lr_factor, make_optimizer, train
+from intertwine.training import DivergedError, lr_factor, make_optimizer, mixed_loss, train
 from intertwine.workflow.job import Job
+from intertwine.workflow.settings import TrainConfig
 from intertwine.workflow.stages.zoo.job import train_member
 from intertwine.workflow.stages.zoo.study import zoo_table
 from intertwine.workflow.zoo import load_model, load_weights, save_checkpoint
@@ -61,17 +61,21 @@ def test_mixed_loss_is_the_cross_entropy_of_the_mixed_smoothed_targets():
     torch.manual_seed(0)
     logits, y = torch.randn(6, 10, dtype=torch.float64), torch.randint(0, 10, (6,))
     assert torch.allclose(
-        _loss(logits, y, 1.0, 0.0), torch.nn.functional.cross_entropy(logits, y, reduction="none")
+        mixed_loss(logits, y, 1.0, 0.0), torch.nn.functional.cross_entropy(logits, y, reduction="none")
     )
     smoothing, lam = 0.1, 0.3
     one_hot = torch.nn.functional.one_hot(y, 10).double()
     smoothed = one_hot * (1 - smoothing) + smoothing / 10
     targets = lam * smoothed + (1 - lam) * smoothed.flip(0)
     expected = -(targets * logits.log_softmax(-1)).sum(-1)
-    assert torch.allclose(_loss(logits, y, lam, smoothing), expected)
+    assert torch.allclose(mixed_loss(logits, y, lam, smoothing), expected)
     # a pack: one lambda per member, each member's batch reversed on its own
-    packed = _loss(torch.stack([logits, logits]), torch.stack([y, y]), torch.tensor([lam, 1.0]), smoothing)
-    assert torch.allclose(packed[0], expected) and torch.allclose(packed[1], _loss(logits, y, 1.0, smoothing))
+    packed = mixed_loss(
+        torch.stack([logits, logits]), torch.stack([y, y]), torch.tensor([lam, 1.0]), smoothing
+    )
+    assert torch.allclose(packed[0], expected) and torch.allclose(
+        packed[1], mixed_loss(logits, y, 1.0, smoothing)
+    )
 
 
 @pytest.mark.parametrize("images, epochs", [(45_000, 182), (49_000, 168)])

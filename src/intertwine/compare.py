@@ -11,10 +11,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from intertwine.measures._base import DEFAULT_MAX_BYTES, ConstantRepresentationError, _constant_message
+from intertwine.measures import DEFAULT_MAX_BYTES, ConstantRepresentationError, constant_message
 from intertwine.measures.cka import LinearCKAAccumulator
-from intertwine.measures.names import PROCRUSTES_MEASURES
 from intertwine.measures.layerwise import pairwise
+from intertwine.measures.names import PROCRUSTES_MEASURES
 from intertwine.measures.procrustes import ProcrustesAccumulator
 from intertwine.measures.registry import MEASURES
 
@@ -312,7 +312,7 @@ def site_procrustes(
             model = {"X": "a", "Y": "b"}[which]
             raise ConstantRepresentationError(
                 f"model {model} at site {site}: "
-                + _constant_message("its representation", acc.n_samples, "every Procrustes measure"),
+                + constant_message("its representation", acc.n_samples, "every Procrustes measure"),
                 model,
                 site,
             )
@@ -427,7 +427,7 @@ def _naming_the_site(measure: str, sites: list[str], n_images: int):
     except ConstantRepresentationError as err:
         name, site = {"xs": "a", "ys": "b"}[err.which], sites[err.index]
         raise ConstantRepresentationError(
-            f"model {name} at site {site}: " + _constant_message("its representation", n_images, measure),
+            f"model {name} at site {site}: " + constant_message("its representation", n_images, measure),
             name,
             site,
         ) from None

@@ -15,14 +15,16 @@ SO(n), along the geodesic from I (alpha = 0) to Q (alpha = 1): ``dissect_rotatio
 
 The thresholds (exact quantiles, streamed in bounded memory) and the IoUs come from
 ``intertwine.dissection_iou``; its names (``DEFAULT_QUANTILE``, ``unit_thresholds``, ``unit_iou``)
-are importable from here too.
+are importable from here too. Tensors in, labels and counts out (``UnitLabels``, arrays): the
+dissection stage builds its tables from them.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-import pandas as pd
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -35,16 +37,15 @@ from intertwine.utils import derive_seed
 __all__ = [
     "DEFAULT_IOU_THRESHOLD",
     "DEFAULT_QUANTILE",
+    "UnitLabels",
     "default_sites",
     "dissect",
     "dissect_activations",
     "dissect_rotations",
     "draw_rotation",
-    "dissect_sites",
     "label_units",
     "probe_concepts",
     "rotated_bases",
-    "summarize",
     "summarize_units",
     "top_examples",
     "unit_iou",
@@ -54,16 +55,60 @@ __all__ = [
 DEFAULT_IOU_THRESHOLD = 0.04
 
 
+@dataclass(frozen=True)
+class UnitLabels:
+    """One dissection's units, a column per field (unit i at position i).
+
+    Attributes
+    ----------
+    concept : list[str]
+        Each unit's best concept (the one of highest IoU).
+    category : list[str]
+        That concept's category (``object``, ``color``, ...).
+    iou : numpy.ndarray
+        (C,) float64: the IoU of each unit with its best concept.
+    detector : numpy.ndarray
+        (C,) bool: whether that IoU exceeds the IoU threshold.
+    threshold : numpy.ndarray
+        (C,) float64: each unit's activation threshold (``unit_thresholds``).
+    """
+
+    concept: list[str]
+    category: list[str]
+    iou: np.ndarray
+    detector: np.ndarray
+    threshold: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.concept)
+
+    def columns(self) -> dict:
+        """The units as named columns (``unit``: 0 .. C-1, then the fields in table order)."""
+        return {
+            "unit": range(len(self)),
+            "concept": self.concept,
+            "category": self.category,
+            "iou": self.iou,
+            "detector": self.detector,
+            "threshold": self.threshold,
+        }
+
+
 def label_units(
-    iou: Tensor, concept_data: ConceptData, iou_threshold: float = DEFAULT_IOU_THRESHOLD
-) -> pd.DataFrame:
-    """One row per unit: its best concept, that concept's category and IoU, and whether the unit
-    is a detector (best IoU > ``iou_threshold``).
+    iou: Tensor,
+    thresholds: Tensor,
+    concept_data: ConceptData,
+    iou_threshold: float = DEFAULT_IOU_THRESHOLD,
+) -> UnitLabels:
+    """Each unit's best concept, that concept's category and IoU, and whether the unit is a
+    detector (best IoU > ``iou_threshold``).
 
     Parameters
     ----------
     iou : Tensor
         (C, n_concepts) IoU of each unit with each concept (``unit_iou``).
+    thresholds : Tensor
+        (C,) each unit's activation threshold (``unit_thresholds``), kept beside its label.
     concept_data : ConceptData
         The probe set, for its concept names and categories.
     iou_threshold : float, default DEFAULT_IOU_THRESHOLD (0.04)
@@ -71,18 +116,16 @@ def label_units(
 
     Returns
     -------
-    pandas.DataFrame
-        C rows: ``unit``, ``concept``, ``category``, ``iou`` (float64) and ``detector`` (bool).
+    UnitLabels
+        The C units' labels.
     """
     best_iou, best = iou.max(dim=1)
-    return pd.DataFrame(
-        {
-            "unit": range(len(best)),
-            "concept": [concept_data.concepts[i] for i in best.tolist()],
-            "category": [concept_data.categories[i] for i in best.tolist()],
-            "iou": best_iou.double().numpy(),
-            "detector": (best_iou > iou_threshold).numpy(),
-        }
+    return UnitLabels(
+        concept=[concept_data.concepts[i] for i in best.tolist()],
+        category=[concept_data.categories[i] for i in best.tolist()],
+        iou=best_iou.double().numpy(),
+        detector=(best_iou > iou_threshold).numpy(),
+        threshold=thresholds.double().numpy(),
     )
 
 
@@ -93,11 +136,12 @@ def dissect_activations(
     *,
     quantile: float = DEFAULT_QUANTILE,
     iou_threshold: float = DEFAULT_IOU_THRESHOLD,
-) -> pd.DataFrame:
-    """Dissect precomputed activations (N, C, h, w) of the probe set's N images: ``label_units``
-    plus each unit's threshold. ``basis``: a (C, C) matrix mixing the channels first.
-    Activations must be (N, C, h, w) with N, C >= 1 and finite: NaN thresholds would make no unit
-    fire, silently.
+) -> UnitLabels:
+    """Dissect precomputed activations (N, C, h, w) of the probe set's N images: each unit's
+    threshold, its IoU with every concept, and its label (``label_units``).
+
+    ``basis``, a (C, C) matrix, mixes the channels first. Activations must be (N, C, h, w) with
+    N, C >= 1 and finite: NaN thresholds would make no unit fire, silently.
 
     Parameters
     ----------
@@ -114,8 +158,8 @@ def dissect_activations(
 
     Returns
     -------
-    pandas.DataFrame
-        One row per unit: ``label_units``' columns plus its ``threshold`` (float64).
+    UnitLabels
+        The C units' labels and thresholds.
     """
     if activations.ndim != 4 or activations.shape[0] < 1 or activations.shape[1] < 1:
         raise ValueError(
@@ -137,9 +181,7 @@ def dissect_activations(
         )
     thresholds = unit_thresholds(activations, quantile, basis)
     iou = unit_iou(activations, concept_data.labels, len(concept_data.concepts), thresholds, basis)
-    units = label_units(iou, concept_data, iou_threshold)
-    units["threshold"] = thresholds.double().numpy()
-    return units
+    return label_units(iou, thresholds, concept_data, iou_threshold)
 
 
 def dissect(
@@ -153,10 +195,10 @@ def dissect(
     quantile: float = DEFAULT_QUANTILE,
     iou_threshold: float = DEFAULT_IOU_THRESHOLD,
     batch_size: int = 250,
-) -> pd.DataFrame:
+) -> UnitLabels:
     """Dissect ``model`` at ``site`` (a module name, read by a forward hook) over ``concept_data``.
 
-    ``mean``/``std``: the model's input normalisation (0..1 units). Returns one row per unit
+    ``mean``/``std``: the model's input normalisation (0..1 units). Returns the units' labels
     (see ``label_units``), in the rotated basis when ``basis`` is given.
 
     Parameters
@@ -180,8 +222,8 @@ def dissect(
 
     Returns
     -------
-    pandas.DataFrame
-        One row per unit, as ``dissect_activations`` gives it.
+    UnitLabels
+        The site's units, as ``dissect_activations`` gives them.
     """
     activations = models.site_activations(model, concept_data.images, [site], mean, std, batch_size)[site]
     if activations.ndim != 4:
@@ -193,13 +235,15 @@ def dissect(
     )
 
 
-def summarize_units(units: pd.DataFrame) -> dict:
+def summarize_units(detector: np.ndarray, concept: Sequence[str]) -> dict:
     """Counts over one dissection: units, detectors, their fraction, distinct detected concepts.
 
     Parameters
     ----------
-    units : pandas.DataFrame
-        One dissection's units (``label_units``' rows: ``detector`` and ``concept`` are read).
+    detector : numpy.ndarray
+        (C,) bool: which units are detectors (``UnitLabels.detector``).
+    concept : sequence of str
+        The C units' best concepts (``UnitLabels.concept``).
 
     Returns
     -------
@@ -207,12 +251,13 @@ def summarize_units(units: pd.DataFrame) -> dict:
         ``n_units``, ``n_interpretable`` (the detectors), ``fraction_interpretable`` (0 for no units)
         and ``n_unique_concepts`` (distinct concepts among the detectors).
     """
-    detectors = units[units["detector"]]
+    detector = np.asarray(detector, dtype=bool)
+    n_units, n_interpretable = len(detector), int(detector.sum())
     return {
-        "n_units": len(units),
-        "n_interpretable": len(detectors),
-        "fraction_interpretable": len(detectors) / max(1, len(units)),
-        "n_unique_concepts": detectors["concept"].nunique(),
+        "n_units": n_units,
+        "n_interpretable": n_interpretable,
+        "fraction_interpretable": n_interpretable / max(1, n_units),
+        "n_unique_concepts": len({c for c, fires in zip(concept, detector) if fires}),
     }
 
 
@@ -303,10 +348,6 @@ def draw_rotation(n: int, key: tuple, draw: int) -> Tensor:
     return groups.random_rotation(n, generator, dtype=torch.float64)
 
 
-def rotation_key(global_seed: int, variant: str, seed: int, site: str) -> tuple:
-    return (global_seed, "dissection", variant, seed, site)
-
-
 def rotated_bases(n: int, key: tuple, draw: int, alphas) -> dict[float, Tensor | None]:
     """The float32 basis ``Q^alpha`` for each of ``alphas`` (None for alpha 0: the units as they
     are), Q the ``draw``-th Haar draw for ``key``: the bases ``dissect_rotations`` dissects in.
@@ -340,10 +381,10 @@ def dissect_rotations(
     key: tuple,
     quantile: float = DEFAULT_QUANTILE,
     iou_threshold: float = DEFAULT_IOU_THRESHOLD,
-) -> pd.DataFrame:
+) -> list[tuple[float, int, UnitLabels]]:
     """``dissect_activations`` in the basis ``Q^alpha`` for each alpha and each of ``rotations``
-    Haar draws of Q (draw k seeded by ``key + (k,)``): one row per (alpha, draw, unit), with
-    columns ``alpha`` and ``rotation_seed`` (k). Alpha 0 is dissected once and shared by the draws.
+    Haar draws of Q (draw k seeded by ``key + (k,)``). Alpha 0 is dissected once and shared by
+    the draws.
 
     Parameters
     ----------
@@ -364,10 +405,11 @@ def dissect_rotations(
 
     Returns
     -------
-    pandas.DataFrame
-        ``dissect_activations``' columns plus ``alpha`` (float) and ``rotation_seed`` (the draw k).
+    list[tuple[float, int, UnitLabels]]
+        One ``(alpha, k, units)`` per basis dissected, draw by draw and within a draw in the order
+        of ``alphas``: the units in the basis ``Q_k^alpha``.
     """
-    tables = []
+    dissected = []
     unrotated = None
     for draw in range(rotations):
         bases = rotated_bases(activations.shape[1], key, draw, alphas)
@@ -377,123 +419,18 @@ def dissect_rotations(
                     unrotated = dissect_activations(
                         activations, concept_data, quantile=quantile, iou_threshold=iou_threshold
                     )
-                units = unrotated.copy()
+                units = unrotated
             else:
                 units = dissect_activations(
                     activations, concept_data, bases[alpha], quantile=quantile, iou_threshold=iou_threshold
                 )
-            tables.append(units.assign(alpha=float(alpha), rotation_seed=draw))
-    return pd.concat(tables, ignore_index=True)
-
-
-def summarize(units: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """``summarize_units`` for each group of ``keys`` (e.g. variant, seed, site, alpha, draw).
-
-    Parameters
-    ----------
-    units : pandas.DataFrame
-        Dissected units with the ``keys`` columns (e.g. ``dissect_rotations``' rows).
-    keys : list[str]
-        The columns to group by.
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per group, in order of first appearance: the ``keys`` columns, then
-        ``summarize_units``' counts.
-    """
-    rows = [
-        {**dict(zip(keys, values)), **summarize_units(group)}
-        for values, group in units.groupby(keys, sort=False)
-    ]
-    return pd.DataFrame(rows)
-
-
-def dissect_sites(
-    read_site: Callable[[str], Tensor],
-    sites: list[str],
-    inside: dict[str, bool],
-    probe: ConceptData,
-    block: dict,
-    variant: str,
-    seed: int,
-    global_seed: int,
-    log: Callable[[str], None] = print,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``dissect_rotations`` at each site (activations from ``read_site``) as the config's
-    ``dissection`` block says: (summary, units), one row per (site, alpha, draw) and one per unit
-    of each (the stage's tables but for their provenance).
-
-    Parameters
-    ----------
-    read_site : Callable[[str], Tensor]
-        Site name -> its (N, C, h, w) activations on the probe images.
-    sites : list[str]
-        The sites to dissect, in order.
-    inside : dict[str, bool]
-        Site name -> whether it lies inside a residual block (the summary's ``inside_residual``).
-    probe : ConceptData
-        The probe set.
-    block : dict
-        The config's ``dissection`` block: ``alphas``, ``rotations``, ``quantile``,
-        ``iou_threshold`` and ``probe``.
-    variant : str
-        The model's variant (a column, and part of the rotations' seed key).
-    seed : int
-        The model's seed (likewise).
-    global_seed : int
-        The global seed (part of the rotations' seed key).
-    log : Callable[[str], None], default print
-        Where one line per site goes.
-
-    Returns
-    -------
-    summary : pandas.DataFrame
-        One row per (site, alpha, draw): ``variant``, ``seed``, ``site``, ``inside_residual``,
-        ``alpha``, ``rotation_seed``, ``summarize_units``' counts, ``n_images``, ``probe`` (the
-        probe's source), ``quantile`` and ``iou_threshold``.
-    units : pandas.DataFrame
-        One row per unit of each: ``variant``, ``seed``, ``site``, ``alpha``, ``rotation_seed``,
-        ``unit``, ``concept``, ``category``, ``iou``, ``threshold`` and ``detector``.
-    """
-    import time
-
-    tables = []
-    for site in sites:
-        started = time.perf_counter()
-        activations = read_site(site)
-        units = dissect_rotations(
-            activations,
-            probe,
-            block["alphas"],
-            block["rotations"],
-            rotation_key(global_seed, variant, seed, site),
-            block["quantile"],
-            block["iou_threshold"],
-        )
-        tables.append(units.assign(site=site))
-        fractions = units.groupby("alpha")["detector"].mean()
-        log(
-            f"{variant} seed {seed} {site}: {activations.shape[1]} units, interpretable fraction "
-            f"{fractions.iloc[0]:.3f} at alpha {fractions.index[0]:g}, {fractions.iloc[-1]:.3f} at "
-            f"alpha {fractions.index[-1]:g} ({time.perf_counter() - started:.1f}s)"
-        )
-    units = pd.concat(tables, ignore_index=True).assign(variant=variant, seed=seed)
-    keys = ["variant", "seed", "site", "alpha", "rotation_seed"]
-    summary = summarize(units, keys)
-    summary.insert(3, "inside_residual", summary["site"].map(inside))
-    summary = summary.assign(
-        n_images=len(probe),
-        probe=block["probe"]["source"],
-        quantile=block["quantile"],
-        iou_threshold=block["iou_threshold"],
-    )
-    return summary, units[keys + ["unit", "concept", "category", "iou", "threshold", "detector"]]
+            dissected.append((float(alpha), draw, units))
+    return dissected
 
 
 def top_examples(
     activations: Tensor,
-    units: pd.DataFrame,
+    units: UnitLabels,
     basis: Tensor | None,
     size: tuple[int, int],
     n_units: int = 4,
@@ -506,9 +443,8 @@ def top_examples(
     ----------
     activations : Tensor
         (N, C, h, w) activations of the probe images at the site.
-    units : pandas.DataFrame
-        The site's units dissected in ``basis`` (``dissect_activations``: ``unit``, ``concept``,
-        ``category``, ``iou`` and ``threshold`` are read).
+    units : UnitLabels
+        The site's C units dissected in ``basis`` (``dissect_activations``).
     basis : Tensor or None
         The (C, C) basis they were dissected in (None: the units as they are).
     size : tuple[int, int]
@@ -521,22 +457,23 @@ def top_examples(
     Returns
     -------
     list[dict]
-        One dict per unit, highest IoU first: ``unit``, ``concept``, ``category``, ``iou`` and
-        ``examples``, a list of (image index, bool (H, W) numpy mask), highest peak first.
+        One dict per unit, highest IoU first (ties: the lower unit first): ``unit``, ``concept``,
+        ``category``, ``iou`` and ``examples``, a list of (image index, bool (H, W) numpy mask),
+        highest peak first.
     """
     panels = []
-    for row in units.sort_values("iou", ascending=False).head(n_units).itertuples():
-        weights = torch.eye(activations.shape[1])[row.unit] if basis is None else basis[row.unit]
+    for unit in np.argsort(-units.iou, kind="stable")[:n_units].tolist():
+        weights = torch.eye(activations.shape[1])[unit] if basis is None else basis[unit]
         maps = torch.einsum("j,njhw->nhw", weights.to(torch.float32), activations.float())
         best = maps.amax(dim=(1, 2)).topk(min(n_images, len(maps))).indices
         upsampled = F.interpolate(maps[best].unsqueeze(1), size=size, mode="bilinear", align_corners=False)
-        masks = (upsampled.squeeze(1) > row.threshold).numpy()
+        masks = (upsampled.squeeze(1) > units.threshold[unit]).numpy()
         panels.append(
             {
-                "unit": row.unit,
-                "concept": row.concept,
-                "category": row.category,
-                "iou": row.iou,
+                "unit": unit,
+                "concept": units.concept[unit],
+                "category": units.category[unit],
+                "iou": float(units.iou[unit]),
                 "examples": list(zip(best.tolist(), masks)),
             }
         )

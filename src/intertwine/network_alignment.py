@@ -33,8 +33,8 @@ Arrays in, elements out: no file I/O here (the stage's job is ``intertwine.workf
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import torch
 from scipy.optimize import linear_sum_assignment
@@ -42,8 +42,8 @@ from torch import Tensor, nn
 
 from . import models
 from .models.gated import GateActivation
-from .symmetry import _wiring as wiring  # package-private: the sites, their producers, consumers and ties
 from .symmetry import act_on_weights
+from .symmetry import model_wiring as wiring  # the sites, their producers, consumers and ties
 
 __all__ = [
     "ALIGNMENT_GROUPS",

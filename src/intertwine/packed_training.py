@@ -16,19 +16,24 @@ from intertwine.data import Split
 from intertwine.data.augment import normalize
 from intertwine.training_steps import (
     TrainResult,
-    _autocast,
-    _batch,
-    _end_epoch,
-    _epoch_steps,
-    _loss,
-    _schedule,
-    _train_loss,
+    bf16_autocast,
+    checked_train_loss,
+    end_epoch,
+    epoch_steps,
+    lr_scheduler,
     make_optimizer,
+    mixed_loss,
+    training_batch,
 )
 from intertwine.utils import DivergedError
 
 if TYPE_CHECKING:
     from intertwine.training_config import TrainConfig
+
+
+#: The API (re-exported by ``intertwine.training``); ``check_pack`` and ``train_stacked`` are the
+#: seams ``training.train_pack`` calls.
+__all__ = ["pack_problem"]
 
 
 def _batch_norm_in_float32(layer: nn.Module, inputs: tuple) -> tuple | None:
@@ -123,14 +128,14 @@ def _evaluate_stack(stack: _Stack, split: Split, mean, std, batch_size: int, bf1
     )
     for start in range(0, len(split), batch_size):
         x = normalize(split.images[start : start + batch_size], mean, std)
-        with _autocast(x.device, bf16):
+        with bf16_autocast(x.device, bf16):
             logits = stack(x, shared_input=True)
         correct += (logits.argmax(-1) == split.labels[start : start + batch_size]).sum(1)
     stack.module.train(was_training)
     return (correct.double() / len(split)).tolist()
 
 
-def _check_pack(models: list[nn.Module], generators: list[torch.Generator], labels: list[str]) -> None:
+def check_pack(models: list[nn.Module], generators: list[torch.Generator], labels: list[str]) -> None:
     """ValueError unless there is one generator (each its own) and one label per member and the
     members share one architecture (their parameters and buffers, by name and shape)."""
     if not models:
@@ -159,7 +164,7 @@ def _check_pack(models: list[nn.Module], generators: list[torch.Generator], labe
             )
 
 
-def _train_stacked(
+def train_stacked(
     models: list[nn.Module],
     train_split: Split,
     val_split: Split,
@@ -179,14 +184,14 @@ def _train_stacked(
     stack = _Stack(models)
     optimizer = make_optimizer(stack.trainable(), config)
     epochs, total_steps, steps_per_epoch = config.length(len(train_split))
-    schedule = _schedule(optimizer, config, total_steps)
+    schedule = lr_scheduler(optimizer, config, total_steps)
     results: list[TrainResult | DivergedError] = [TrainResult({}, -1, -1.0) for _ in models]
 
     for epoch in range(1, epochs + 1):
         start_time = time.perf_counter()
         stack.module.train()
         lr = optimizer.param_groups[0]["lr"]
-        steps, seen = _epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
+        steps, seen = epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
         loss_sums, correct = _stacked_epoch(
             stack, optimizer, schedule, train_split, config, generators, mean, std, epoch, steps
         )
@@ -219,7 +224,8 @@ def _stacked_epoch(
     correct = torch.zeros(len(generators), device=device, dtype=torch.long)
     for step in range(steps):
         batches = [
-            _batch(split, order, step, config, g, mean, std, epoch) for order, g in zip(orders, generators)
+            training_batch(split, order, step, config, g, mean, std, epoch)
+            for order, g in zip(orders, generators)
         ]
         losses, logits, y = _stacked_step(stack, optimizer, schedule, batches, config, device)
         loss_sums += losses.detach() * y.shape[1]
@@ -235,7 +241,7 @@ def _stacked_step(
     config: TrainConfig,
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One optimiser step of every member on its batch ``(x, y, lam)`` of ``_batch``. Returns (each
+    """One optimiser step of every member on its batch ``(x, y, lam)`` of ``training_batch``. Returns (each
     member's mean loss, the logits (K, B, C), the labels (K, B))."""
     x = torch.stack([x for x, _, _ in batches], dim=1)
     y = torch.stack([y for _, y, _ in batches])
@@ -243,10 +249,10 @@ def _stacked_step(
     # Unmixed (every lam 1, as after mixing_epochs or without mixup and CutMix): no
     # partner loss to weigh in, decided here without reading back from the device.
     lam = torch.tensor(lams, device=device) if min(lams) < 1.0 else 1.0
-    with _autocast(device, config.bf16):
+    with bf16_autocast(device, config.bf16):
         logits = stack(x).float()
     # Summed over members: each member's parameters get the gradient of its own mean loss.
-    losses = _loss(logits, y, lam, config.label_smoothing).mean(1)
+    losses = mixed_loss(logits, y, lam, config.label_smoothing).mean(1)
     optimizer.zero_grad(set_to_none=True)
     losses.sum().backward()
     optimizer.step()
@@ -275,7 +281,7 @@ def _end_stacked_epoch(
         if isinstance(result, DivergedError):
             continue
         try:
-            train_loss = _train_loss(loss_sums[k].item(), seen, label, epoch)
+            train_loss = checked_train_loss(loss_sums[k].item(), seen, label, epoch)
         except DivergedError as err:
             log(str(err))
             results[k] = err
@@ -288,4 +294,4 @@ def _end_stacked_epoch(
             "val_acc": val_accs[k],
             "epoch_seconds": seconds / len(results),  # its share of the pack's epoch
         }
-        _end_epoch(result, row, lambda k=k: stack.state_dict(k), label, epochs, log)
+        end_epoch(result, row, lambda k=k: stack.state_dict(k), label, epochs, log)

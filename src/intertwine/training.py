@@ -15,18 +15,18 @@ from torch import nn
 
 from intertwine.data import Split
 from intertwine.data.augment import normalize
-from intertwine.packed_training import _check_pack, _train_stacked, pack_problem
+from intertwine.packed_training import check_pack, pack_problem, train_stacked
 from intertwine.training_steps import (
     TrainResult,
-    _autocast,
-    _batch,
-    _end_epoch,
-    _epoch_steps,
-    _loss,
-    _schedule,
-    _train_loss,
+    bf16_autocast,
+    checked_train_loss,
+    end_epoch,
+    epoch_steps,
     lr_factor,
+    lr_scheduler,
     make_optimizer,
+    mixed_loss,
+    training_batch,
 )
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def evaluate(
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     for start in range(0, len(split), batch_size):
         x = normalize(split.images[start : start + batch_size], mean, std)
-        with _autocast(x.device, bf16):
+        with bf16_autocast(x.device, bf16):
             logits = model(x.contiguous(memory_format=memory_format))
         correct += (logits.argmax(1) == split.labels[start : start + batch_size]).sum().item()
     model.train(was_training)
@@ -117,26 +117,46 @@ def train(
     log: Callable[[str], None] = print,
     each_epoch: Callable[[int, nn.Module], None] | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place (it ends with the last epoch's weights) and return its best-validation
-    weights. The splits, ``mean``/``std`` and ``generator`` live on the model's device. An empty split
-    is a ValueError; an epoch whose mean training loss is NaN or infinite raises ``DivergedError``.
+    """Train ``model`` in place and return its best-validation weights.
+
+    Splits, ``mean``/``std`` and ``generator`` must live on the model's device; every random
+    choice (order, translations, flips, mixing) comes from ``generator``. ``each_epoch(epoch,
+    model)``, when given, is called before the first epoch (epoch 0) and after each epoch; it must
+    leave the model, its modes and the generator as they were (the gate recording of
+    ``intertwine.gates.gate_patterns`` does: the weights come out bit-identical).
 
     Parameters
     ----------
-    model : the network (``nn.Module``), put in ``config.channels_last``'s memory format.
-    train_split, val_split : the images trained on, and those whose accuracy picks the epoch kept.
-    config : the recipe (``zoo.training``): length, optimiser, schedule, augmentation, mixing, bf16, ...
-    generator : the source of every random draw (order, translations, flips, mixing).
-    mean, std : the per-channel input normalisation (0..1 units).
-    label : what the log's lines and a ``DivergedError``'s message start with.
-    log : where one line per epoch goes.
-    each_epoch : when given, called with (epoch, model) before the first epoch (as 0) and after each;
-        it must leave the model, its modes and the generator as they were.
+    model : nn.Module
+        The network, trained in place (put in ``config.channels_last``'s memory format); it ends
+        with the last epoch's weights.
+    train_split, val_split : Split
+        The training images, and the validation images that choose the epoch kept; neither empty
+        (a ValueError).
+    config : TrainConfig
+        The recipe (``zoo.training``): length, optimiser, schedule, augmentation, mixing, bf16, ...
+    generator : torch.Generator
+        The source of every random draw.
+    mean, std : Tensor
+        The per-channel input normalisation (0..1 units).
+    label : str, default "model"
+        What the log's lines (and a ``DivergedError``'s message) start with.
+    log : Callable[[str], None], default print
+        Where one line per epoch goes.
+    each_epoch : Callable[[int, nn.Module], None] or None, default None
+        Called with (epoch, model) before the first epoch and after each one (see above).
 
     Returns
     -------
-    ``TrainResult``: the best-validation ``state_dict`` (on the CPU), its ``best_epoch`` and ``val_acc``,
-    and the ``history``: one dict per epoch (epoch, lr, train_loss, train_acc, val_acc, epoch_seconds).
+    TrainResult
+        ``state_dict``, the best-validation weights (on the CPU), their ``best_epoch`` and
+        ``val_acc``, and the ``history``: one dict per epoch (``epoch``, ``lr``, ``train_loss``,
+        ``train_acc``, ``val_acc``, ``epoch_seconds``).
+
+    Raises
+    ------
+    DivergedError
+        When an epoch's mean training loss is NaN or infinite.
     """
     _check_splits(train_split, val_split, label)
     device = train_split.images.device
@@ -144,7 +164,7 @@ def train(
     model.to(memory_format=memory_format)
     optimizer = make_optimizer(model.parameters(), config)
     epochs, total_steps, steps_per_epoch = config.length(len(train_split))
-    schedule = _schedule(optimizer, config, total_steps)
+    schedule = lr_scheduler(optimizer, config, total_steps)
 
     result = TrainResult(state_dict={}, best_epoch=-1, val_acc=-1.0)
     if each_epoch is not None:
@@ -156,12 +176,12 @@ def train(
         order = torch.randperm(len(train_split), device=device, generator=generator)
         loss_sum = torch.zeros((), device=device)
         correct = torch.zeros((), device=device, dtype=torch.long)
-        steps, seen = _epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
+        steps, seen = epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
         for step in range(steps):
-            x, y, lam = _batch(train_split, order, step, config, generator, mean, std, epoch)
-            with _autocast(device, config.bf16):
+            x, y, lam = training_batch(train_split, order, step, config, generator, mean, std, epoch)
+            with bf16_autocast(device, config.bf16):
                 logits = model(x.contiguous(memory_format=memory_format))
-                loss = _loss(logits.float(), y, lam, config.label_smoothing).mean()
+                loss = mixed_loss(logits.float(), y, lam, config.label_smoothing).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -169,7 +189,7 @@ def train(
             # Accumulated on the device: one host sync per epoch, not per step.
             loss_sum += loss.detach() * len(y)
             correct += (logits.argmax(1) == y).sum()
-        train_loss = _train_loss(loss_sum.item(), seen, label, epoch)
+        train_loss = checked_train_loss(loss_sum.item(), seen, label, epoch)
         val_acc = evaluate(
             model, val_split, mean, std, config.eval_batch_size, config.bf16, config.channels_last
         )
@@ -181,7 +201,7 @@ def train(
             "val_acc": val_acc,
             "epoch_seconds": time.perf_counter() - start_time,
         }
-        _end_epoch(result, row, model.state_dict, label, epochs, log)
+        end_epoch(result, row, model.state_dict, label, epochs, log)
         if each_epoch is not None:
             each_epoch(epoch, model)
     return result
@@ -225,7 +245,7 @@ def train_pack(
     -------
     Per member, its ``TrainResult`` or the ``DivergedError`` that stopped it.
     """
-    _check_pack(models, generators, labels)
+    check_pack(models, generators, labels)
     _check_splits(train_split, val_split, labels[0])
     if len(models) == 1:
         return [
@@ -240,7 +260,7 @@ def train_pack(
             _train_or_diverge(model, train_split, val_split, config, g, mean, std, label, log)
             for model, g, label in zip(models, generators, labels)
         ]
-    return _train_stacked(models, train_split, val_split, config, generators, mean, std, labels, log)
+    return train_stacked(models, train_split, val_split, config, generators, mean, std, labels, log)
 
 
 def _train_or_diverge(model, train_split, val_split, config, generator, mean, std, label, log):

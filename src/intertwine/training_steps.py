@@ -2,7 +2,7 @@
 and packed training (``intertwine.packed_training``): the learning-rate schedule, the optimiser,
 bfloat16 autocast, an augmented and mixed batch, the loss, and an epoch's bookkeeping (its steps, its
 NaN check, the best-validation weights kept in a ``TrainResult``). ``intertwine.training`` re-exports
-the public names."""
+the public names (``__all__``); the others are the seams the two loops share."""
 
 from __future__ import annotations
 
@@ -20,6 +20,11 @@ from intertwine.utils import DivergedError
 
 if TYPE_CHECKING:
     from intertwine.training_config import TrainConfig
+
+
+#: The API (documented, re-exported by ``intertwine.training``); the loops' shared steps below are
+#: public names too, the seams between ``training`` and ``packed_training``.
+__all__ = ["TrainResult", "lr_factor", "make_optimizer"]
 
 
 @dataclass
@@ -85,7 +90,7 @@ def lr_factor(
     return factor ** min(drops, (drops + 1) * step // total_steps)
 
 
-def _epoch_steps(epoch: int, total_steps: int, per_epoch: int, config: TrainConfig, n_images: int):
+def epoch_steps(epoch: int, total_steps: int, per_epoch: int, config: TrainConfig, n_images: int):
     """(steps, images) of the (1-based) ``epoch``: a full epoch, or what is left of ``total_steps``."""
     steps = min(per_epoch, total_steps - (epoch - 1) * per_epoch)
     return steps, min(steps * config.batch_size, n_images)
@@ -116,13 +121,15 @@ def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
 
 
-def _autocast(device: torch.device, bf16: bool):
+def bf16_autocast(device: torch.device, bf16: bool):
+    """bfloat16 autocast on a GPU when ``bf16`` (``zoo.training.bf16``); no change otherwise."""
     if bf16 and device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
-def _schedule(optimizer: torch.optim.Optimizer, config: TrainConfig, total_steps: int):
+def lr_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig, total_steps: int):
+    """The optimiser's learning rate step by step: ``config.lr`` times :func:`lr_factor`."""
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer,
         lambda step: lr_factor(
@@ -138,7 +145,7 @@ def _schedule(optimizer: torch.optim.Optimizer, config: TrainConfig, total_steps
     )
 
 
-def _batch(
+def training_batch(
     split: Split, order: torch.Tensor, step: int, config: TrainConfig, generator, mean, std, epoch: int
 ):
     """The ``step``-th batch of an epoch's ``order``: normalised, augmented with ``generator``,
@@ -153,7 +160,7 @@ def _batch(
     return x, split.labels[idx], lam
 
 
-def _loss(logits: torch.Tensor, y: torch.Tensor, lam, smoothing: float) -> torch.Tensor:
+def mixed_loss(logits: torch.Tensor, y: torch.Tensor, lam, smoothing: float) -> torch.Tensor:
     """Per-sample cross-entropy with label smoothing, of a batch mixed with weight ``lam`` (a
     number, or one per member of a pack: ``logits`` (K, B, C), ``y`` (K, B)) with its reverse. A
     number 1 (no member mixed) skips the reverse's cross-entropy, which would be weighed by 0."""
@@ -170,7 +177,7 @@ def _loss(logits: torch.Tensor, y: torch.Tensor, lam, smoothing: float) -> torch
     return loss
 
 
-def _train_loss(loss_sum: float, n: int, label: str, epoch: int) -> float:
+def checked_train_loss(loss_sum: float, n: int, label: str, epoch: int) -> float:
     """The epoch's mean training loss; NaN or infinite is a ``DivergedError``."""
     train_loss = loss_sum / n
     if not math.isfinite(train_loss):
@@ -181,7 +188,7 @@ def _train_loss(loss_sum: float, n: int, label: str, epoch: int) -> float:
     return train_loss
 
 
-def _end_epoch(
+def end_epoch(
     result: TrainResult, row: dict, state: Callable[[], dict], label: str, epochs: int, log
 ) -> None:
     """Record an epoch in ``result`` and keep the weights (``state()``) when validation improved."""

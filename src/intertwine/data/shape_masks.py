@@ -46,9 +46,9 @@ CONCEPTS: dict[str, list[str]] = {
     "part": ["boundary", "interior"],
 }
 
-_CLUTTER = len(CLASSES) + 1  # value of "clutter" in the object category
+CLUTTER = len(CLASSES) + 1  # value of "clutter" in the object category
 
-_RGB = np.array(list(COLORS.values()), dtype=np.float32)
+COLOR_VALUES = np.array(list(COLORS.values()), dtype=np.float32)
 
 # Per-class size factors (object radius multiplier) that give every shape an area of about
 # pi * 0.85**2 (measured numerically on a fine grid).
@@ -121,7 +121,7 @@ def _arrow(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     return shaft | head
 
 
-_SHAPES = [
+SHAPES = [
     _circle,
     _square,
     _triangle,
@@ -135,23 +135,23 @@ _SHAPES = [
 ]
 
 
-def _shape_areas(resolution: int = 801) -> np.ndarray:
+def shape_areas(resolution: int = 801) -> np.ndarray:
     """Areas of the unit shapes, by counting samples on a fine grid over [-1.5, 1.5]^2."""
     t = np.linspace(-1.5, 1.5, resolution, dtype=np.float32)
     v, u = np.meshgrid(t, t, indexing="ij")
     cell = (t[1] - t[0]) ** 2
-    return np.array([f(u, v).sum() * cell for f in _SHAPES], dtype=np.float64)
+    return np.array([f(u, v).sum() * cell for f in SHAPES], dtype=np.float64)
 
 
-# Hard-coded (so import is free) and checked against _shape_areas() in the tests.
-_AREAS = np.array([3.1416, 2.4415, 1.3013, 1.3225, 1.8573, 2.0850, 1.2402, 2.5987, 1.4636, 1.1699])
-_SIZE = np.sqrt(_TARGET_AREA / _AREAS).astype(np.float32)
+# Hard-coded (so import is free) and checked against shape_areas() in the tests.
+AREAS = np.array([3.1416, 2.4415, 1.3013, 1.3225, 1.8573, 2.0850, 1.2402, 2.5987, 1.4636, 1.1699])
+SIZE = np.sqrt(_TARGET_AREA / AREAS).astype(np.float32)
 
 
 # --------------------------------------------------------------------------- textures
 
 
-def _texture(kind: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def texture_mask(kind: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Texture "shade" indicator (B, H, W) for texture indices `kind` (B,), pattern
     coordinates `a`, `b` (B, H, W) in cycles."""
     out = np.zeros(a.shape, dtype=bool)
@@ -173,7 +173,7 @@ def _texture(kind: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def _shade(rgb: np.ndarray, contrast: float) -> np.ndarray:
+def second_tone(rgb: np.ndarray, contrast: float) -> np.ndarray:
     """The second tone of a texture: darker for light colours, lighter for dark ones."""
     luma = rgb @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
     target = np.where(luma > 0.4, 0.0, 1.0).astype(np.float32)[:, None]

@@ -14,15 +14,15 @@ import numpy as np
 
 from intertwine.data.shape_masks import (
     CLASSES,
+    CLUTTER,
+    COLOR_VALUES,
     COLORS,
     CONCEPTS,
+    SHAPES,
+    SIZE,
     TEXTURES,
-    _CLUTTER,
-    _RGB,
-    _SHAPES,
-    _SIZE,
-    _shade,
-    _texture,
+    second_tone,
+    texture_mask,
 )
 
 # Images rendered per block: bounds memory and keeps the working set in cache.  Part of the
@@ -83,7 +83,7 @@ class _Marks:
     active: np.ndarray  # (n_marks, n) bool: slot k < count
 
 
-def _draw_objects(
+def draw_objects(
     rng: np.random.Generator,
     n: int,
     size: int,
@@ -111,8 +111,8 @@ def _draw_objects(
     obj_tex = rng.integers(0, n_textures, size=n)
     bg_tex = rng.integers(0, n_textures, size=n)
     jitter = rng.uniform(-color_jitter, color_jitter, size=(2, n, 3))
-    obj_rgb = np.clip(_RGB[obj_color] + jitter[0], 0, 1).astype(np.float32)
-    bg_rgb = np.clip(_RGB[bg_color] + jitter[1], 0, 1).astype(np.float32)
+    obj_rgb = np.clip(COLOR_VALUES[obj_color] + jitter[0], 0, 1).astype(np.float32)
+    bg_rgb = np.clip(COLOR_VALUES[bg_color] + jitter[1], 0, 1).astype(np.float32)
     period = size * rng.uniform(*texture_period, size=(2, n))
     bg_angle = rng.uniform(0.0, np.pi, size=n)
     phase = rng.uniform(size=(2, 2, n))
@@ -128,21 +128,21 @@ def _draw_objects(
         bg_tex=bg_tex,
         obj_rgb=obj_rgb,
         bg_rgb=bg_rgb,
-        obj_shade=_shade(obj_rgb, texture_contrast),
-        bg_shade=_shade(bg_rgb, texture_contrast),
+        obj_shade=second_tone(obj_rgb, texture_contrast),
+        bg_shade=second_tone(bg_rgb, texture_contrast),
         period=period,
         bg_angle=bg_angle,
         phase=phase,
     )
 
 
-def _draw_marks(
+def draw_marks(
     rng: np.random.Generator, n: int, size: int, n_marks: int, obj: _Objects, color_jitter: float
 ) -> _Marks:
     """Draw the distractor marks of all images, after the object factors (same stream).
 
     Marks are capsules: dots when the half-length is 0, strokes otherwise.  As in
-    `_draw_objects`, the order of the draws defines the data set.
+    `draw_objects`, the order of the draws defines the data set.
     """
     n_colors = len(COLORS)
     count = rng.integers(0, n_marks + 1, size=n)
@@ -158,7 +158,7 @@ def _draw_marks(
     color += color >= lo
     color += color >= hi
     jitter = rng.uniform(-color_jitter, color_jitter, size=(n_marks, n, 3))
-    rgb = np.clip(_RGB[color] + jitter, 0, 1).astype(np.float32)
+    rgb = np.clip(COLOR_VALUES[color] + jitter, 0, 1).astype(np.float32)
     active = np.arange(n_marks)[:, None] < count[None, :]
     return _Marks(
         count=count,
@@ -191,11 +191,11 @@ def _object_coverage(
     dx, dy = sub[None, None, :] - cx, sub[None, :, None] - cy  # (b, 1, W), (b, H, 1)
     ou, ov = cos * dx + sin * dy, cos * dy - sin * dx  # object frame, pixels
     inside = np.zeros(ou.shape, dtype=bool)
-    for c, shape in enumerate(_SHAPES):
+    for c, shape in enumerate(SHAPES):
         idx = np.flatnonzero(lab == c)
         if idx.size == 0:
             continue
-        r = obj.radius[sl][idx] * _SIZE[c]
+        r = obj.radius[sl][idx] * SIZE[c]
         su = (1.0 / (r * obj.aspect[sl][idx])).astype(np.float32)[:, None, None]
         sv = (obj.aspect[sl][idx] / r).astype(np.float32)[:, None, None]
         inside[idx] = shape(ou[idx] * su, ov[idx] * sv)
@@ -211,13 +211,17 @@ def _texture_tones(
     dx, dy = pix[None, None, :] - cx, pix[None, :, None] - cy
     p = (1.0 / obj.period[0, sl]).astype(np.float32)[:, None, None]
     ph = obj.phase[0, :, sl].astype(np.float32)[:, :, None, None]
-    obj_on = _texture(obj.obj_tex[sl], (cos * dx + sin * dy) * p + ph[0], (cos * dy - sin * dx) * p + ph[1])
+    obj_on = texture_mask(
+        obj.obj_tex[sl], (cos * dx + sin * dy) * p + ph[0], (cos * dy - sin * dx) * p + ph[1]
+    )
     bcos = np.cos(obj.bg_angle[sl]).astype(np.float32)[:, None, None]
     bsin = np.sin(obj.bg_angle[sl]).astype(np.float32)[:, None, None]
     gx, gy = pix[None, None, :], pix[None, :, None]
     p = (1.0 / obj.period[1, sl]).astype(np.float32)[:, None, None]
     ph = obj.phase[1, :, sl].astype(np.float32)[:, :, None, None]
-    bg_on = _texture(obj.bg_tex[sl], (bcos * gx + bsin * gy) * p + ph[0], (bcos * gy - bsin * gx) * p + ph[1])
+    bg_on = texture_mask(
+        obj.bg_tex[sl], (bcos * gx + bsin * gy) * p + ph[0], (bcos * gy - bsin * gx) * p + ph[1]
+    )
     return obj_on, bg_on
 
 
@@ -286,7 +290,7 @@ def _concept_maps(
     top = np.argmax(np.stack([cov_obj, *mark_vis, cov_bg]), axis=0)  # layer index, object = 0
     is_obj = top == 0
     is_bg = top == n_marks + 1
-    obj_map = np.where(is_obj, obj.labels[sl][:, None, None] + 1, np.where(is_bg, 0, _CLUTTER))
+    obj_map = np.where(is_obj, obj.labels[sl][:, None, None] + 1, np.where(is_bg, 0, CLUTTER))
     color_map = np.where(is_obj, obj.obj_color[sl, None, None], obj.bg_color[sl, None, None])
     for j in range(n_marks):
         k = n_marks - 1 - j  # mark_vis runs from the top slot down
@@ -326,7 +330,7 @@ def _render_block(
     return images
 
 
-def _render(
+def render_images(
     rng: np.random.Generator, obj: _Objects, marks: _Marks, size: int, f: int, noise_std: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Render all images and their concept maps, block by block (see `_BLOCK`)."""
@@ -341,7 +345,7 @@ def _render(
     return images, concepts
 
 
-def _factors(obj: _Objects, marks: _Marks) -> dict[str, np.ndarray]:
+def generating_factors(obj: _Objects, marks: _Marks) -> dict[str, np.ndarray]:
     """The generating factors that ``return_factors=True`` returns."""
     return {
         "object_color": obj.obj_color.astype(np.int64),

@@ -71,17 +71,22 @@ from typing import Any
 
 import numpy as np
 
+from intertwine.data.shape_masks import (
+    AREAS as AREAS,
+)
+
 # The vocabulary and the masks, and the rendering, are two modules of their own (issue 35: module
-# size); the names stay importable from here, the tests check _AREAS against _shape_areas.
+# size); the names stay importable from here, the tests check AREAS against shape_areas.
 from intertwine.data.shape_masks import (
     CLASSES,
     COLORS,
     CONCEPTS,
     TEXTURES,
-    _AREAS as _AREAS,
-    _shape_areas as _shape_areas,
 )
-from intertwine.data.shape_render import _draw_marks, _draw_objects, _factors, _render
+from intertwine.data.shape_masks import (
+    shape_areas as shape_areas,
+)
+from intertwine.data.shape_render import draw_marks, draw_objects, generating_factors, render_images
 
 __all__ = [
     "CLASSES",
@@ -183,12 +188,12 @@ def generate_shapes(
     n, size, f, n_marks = int(n), int(image_size), int(supersample), int(clutter)
     rng = np.random.default_rng(seed)
     # every factor is drawn up front, in this order; the blocks then draw only their noise
-    obj = _draw_objects(
+    obj = draw_objects(
         rng, n, size, scale_range, max_rotation, stretch, color_jitter, texture_contrast, texture_period
     )
-    marks = _draw_marks(rng, n, size, n_marks, obj, color_jitter)
-    images, concepts = _render(rng, obj, marks, size, f, noise_std)
+    marks = draw_marks(rng, n, size, n_marks, obj, color_jitter)
+    images, concepts = render_images(rng, obj, marks, size, f, noise_std)
     split: dict[str, Any] = {"images": images, "labels": obj.labels, "concepts": concepts}
     if return_factors:
-        split["factors"] = _factors(obj, marks)
+        split["factors"] = generating_factors(obj, marks)
     return split

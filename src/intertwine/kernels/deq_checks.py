@@ -22,7 +22,7 @@ ArrayLike = Tensor | np.ndarray
 VARIANCE_SUM_TOL = 1e-9
 
 
-def _as_tensor(X: ArrayLike, name: str) -> Tensor:
+def as_tensor(X: ArrayLike, name: str) -> Tensor:
     """Detached real floating tensor in ``X``'s floating dtype; integer input becomes float64, half
     precision float32."""
     X = (X if isinstance(X, Tensor) else torch.as_tensor(np.asarray(X))).detach()
@@ -40,12 +40,12 @@ def _as_tensor(X: ArrayLike, name: str) -> Tensor:
     return X
 
 
-def _unit_tol(dtype: torch.dtype) -> float:
+def unit_tol(dtype: torch.dtype) -> float:
     # Normalising in float32 leaves |x| off 1 by up to ~sqrt(d) * 6e-8 (1e-5 at d = 3072).
     return 1e-6 if dtype == torch.float64 else 1e-4
 
 
-def _unit_rows(X: Tensor, name: str, normalize: bool, what: str = "row") -> Tensor:
+def unit_rows(X: Tensor, name: str, normalize: bool, what: str = "row") -> Tensor:
     """X whose vectors along dim 1 (rows of a matrix, pixels of images) have unit norm: checked,
     or made so with ``normalize``."""
     norms = torch.linalg.vector_norm(X, dim=1, keepdim=True)
@@ -54,7 +54,7 @@ def _unit_rows(X: Tensor, name: str, normalize: bool, what: str = "row") -> Tens
             raise ValueError(f"{name} has a {what} of zero norm, which cannot be normalised")
         return X / norms
     worst = float((norms - 1).abs().max())
-    if worst > _unit_tol(X.dtype):
+    if worst > unit_tol(X.dtype):
         raise ValueError(
             f"the {what}s of {name} must have unit norm (the kernels are defined for ||x|| = 1), "
             f"but one is off by {worst:.3g}: pass normalize=True, or normalise them yourself"
@@ -62,10 +62,10 @@ def _unit_rows(X: Tensor, name: str, normalize: bool, what: str = "row") -> Tens
     return X
 
 
-def _check_matrices(X: ArrayLike, Y: ArrayLike | None, normalize: bool) -> tuple[Tensor, Tensor | None]:
+def check_matrices(X: ArrayLike, Y: ArrayLike | None, normalize: bool) -> tuple[Tensor, Tensor | None]:
     """(n, d) and (m, d) tensors with unit rows, one dtype and device (Y None stays None)."""
-    X = _as_tensor(X, "X")
-    Y = None if Y is None else _as_tensor(Y, "Y")
+    X = as_tensor(X, "X")
+    Y = None if Y is None else as_tensor(Y, "Y")
     for name, Z in (("X", X), ("Y", Y)):
         if Z is None:
             continue
@@ -74,16 +74,16 @@ def _check_matrices(X: ArrayLike, Y: ArrayLike | None, normalize: bool) -> tuple
         if Z.shape[0] == 0 or Z.shape[1] == 0:
             raise ValueError(f"{name} must be non-empty, got shape {tuple(Z.shape)}")
     if Y is not None:
-        X, Y = _same_dtype_device(X, Y)
+        X, Y = same_dtype_device(X, Y)
         if X.shape[1] != Y.shape[1]:
             raise ValueError(
                 f"X and Y must have the same number of features, got {X.shape[1]} and {Y.shape[1]}"
             )
-        Y = _unit_rows(Y, "Y", normalize)
-    return _unit_rows(X, "X", normalize), Y
+        Y = unit_rows(Y, "Y", normalize)
+    return unit_rows(X, "X", normalize), Y
 
 
-def _same_dtype_device(X: Tensor, Y: Tensor) -> tuple[Tensor, Tensor]:
+def same_dtype_device(X: Tensor, Y: Tensor) -> tuple[Tensor, Tensor]:
     if X.device != Y.device:
         raise ValueError(f"X and Y must be on the same device, got {X.device} and {Y.device}")
     dtype = torch.promote_types(X.dtype, Y.dtype)
@@ -127,27 +127,27 @@ def check_variances(sigma_w2: float, sigma_u2: float, sigma_b2: float, *, equili
         )
 
 
-def _check_iteration(tol: float, max_iter: int) -> None:
+def check_iteration(tol: float, max_iter: int) -> None:
     if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating)) or not tol > 0:
         raise ValueError(f"tol must be a number > 0, got {tol!r}")
-    _check_count(max_iter, "max_iter")
+    check_count(max_iter, "max_iter")
 
 
-def _check_count(value, name: str) -> int:
+def check_count(value, name: str) -> int:
     """An integer >= 1 (numpy integers too); a float, bool or None is a ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     return int(value)
 
 
-def _effective_tol(tol: float, dtype: torch.dtype) -> float:
+def effective_tol(tol: float, dtype: torch.dtype) -> float:
     # Steps cannot shrink below the rounding of values in [0, 2]: in float32 a requested 1e-10
     # would never be met, so the tolerance is floored at 16 eps (1.9e-6 in float32, 3.6e-15 in float64).
     return max(tol, 16 * torch.finfo(dtype).eps)
 
 
-def _warn_unconverged(residual: float, tol: float, max_iter: int, dtype: torch.dtype) -> None:
-    if residual > _effective_tol(tol, dtype):
+def warn_unconverged(residual: float, tol: float, max_iter: int, dtype: torch.dtype) -> None:
+    if residual > effective_tol(tol, dtype):
         warnings.warn(
             f"fixed-point iteration stopped at max_iter = {max_iter} with a last step of {residual:.3g} > "
             f"tol = {tol:g}; raise max_iter",

@@ -24,18 +24,18 @@ from intertwine.kernels.deq_fc import (
     ArrayLike,
     ConvPooling,
     KernelResult,
-    _angle,
-    _as_tensor,
-    _check_count,
-    _check_iteration,
-    _delta,
-    _effective_tol,
-    _one_minus_kappa1,
-    _refine_close_,
-    _same_dtype_device,
-    _unit_rows,
-    _warn_unconverged,
+    arccos_one_minus,
+    as_tensor,
+    check_count,
+    check_iteration,
     check_variances,
+    effective_tol,
+    one_minus_inner,
+    one_minus_kappa1,
+    refine_close_,
+    same_dtype_device,
+    unit_rows,
+    warn_unconverged,
 )
 
 __all__ = ["conv_deq_ntk"]
@@ -89,28 +89,28 @@ class _Window:
 
 def _check_images(X: ArrayLike, Y: ArrayLike | None, normalize: bool) -> tuple[Tensor, Tensor | None]:
     """(n, C, H, W) and (m, C, H, W) tensors whose pixels (channel vectors) are unit vectors."""
-    X = _as_tensor(X, "X")
-    Y = None if Y is None else _as_tensor(Y, "Y")
+    X = as_tensor(X, "X")
+    Y = None if Y is None else as_tensor(Y, "Y")
     for name, Z in (("X", X), ("Y", Y)):
         if Z is not None and (Z.ndim != 4 or 0 in Z.shape):
             raise ValueError(
                 f"{name} must be a non-empty (images, channels, H, W) array, got {tuple(Z.shape)}"
             )
     if Y is not None:
-        X, Y = _same_dtype_device(X, Y)
+        X, Y = same_dtype_device(X, Y)
         if X.shape[1:] != Y.shape[1:]:
             raise ValueError(
                 f"X and Y images must have the same shape, got {tuple(X.shape[1:])} and {tuple(Y.shape[1:])}"
             )
-        Y = _unit_rows(Y, "Y", normalize, what="pixel")
-    return _unit_rows(X, "X", normalize, what="pixel"), Y
+        Y = unit_rows(Y, "Y", normalize, what="pixel")
+    return unit_rows(X, "X", normalize, what="pixel"), Y
 
 
 def _pair_iterate(step_fn, start: Tensor, tol: float, max_iter: int):
     """Iterate ``start -> step_fn(current)`` on (B, ...) pairs, each pair frozen at its own first
     step of sup-norm size <= tol (so a pair's result does not depend on its block).
     Returns (result, iterations, residual)."""
-    tol = _effective_tol(tol, start.dtype)
+    tol = effective_tol(tol, start.dtype)
     current = start
     active = torch.ones(start.shape[0], dtype=torch.bool, device=start.device)
     last = torch.zeros(start.shape[0], dtype=start.dtype, device=start.device)
@@ -178,7 +178,7 @@ def conv_deq_ntk(
         The largest last step.
     """
     check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
-    _check_iteration(tol, max_iter)
+    check_iteration(tol, max_iter)
     if pooling not in ("gap", "flatten", "trace", "none"):
         raise ValueError(f"pooling must be 'gap', 'flatten', 'trace' or 'none', got {pooling!r}")
     X, Y = _check_images(X, Y, normalize)
@@ -200,7 +200,7 @@ def conv_deq_ntk(
         if symmetric:
             # Theta(p, p'; x, y) = Theta(p', p; y, x).
             gram[cols, rows] = theta if pooling != "none" else theta.permute(0, 3, 4, 1, 2)
-    _warn_unconverged(residual, tol, max_iter, X.dtype)
+    warn_unconverged(residual, tol, max_iter, X.dtype)
     return KernelResult(gram, iterations, residual)
 
 
@@ -213,7 +213,7 @@ def _image_pairs(n: int, m: int, symmetric: bool) -> Tensor:
 def _pairs_per_block(block_pairs: int | None, height: int, width: int, element_size: int) -> int:
     """``block_pairs`` checked, or by default as many pairs as fit ``DEFAULT_CONV_BLOCK_BYTES``."""
     if block_pairs is not None:
-        return _check_count(block_pairs, "block_pairs")
+        return check_count(block_pairs, "block_pairs")
     pair_bytes = 16 * ((height + 2) * (width + 2)) ** 2 * element_size
     return max(1, DEFAULT_CONV_BLOCK_BYTES // pair_bytes)
 
@@ -242,17 +242,18 @@ def _conv_pairs(x, y, window, sigma_w2, sigma_u2, tol, max_iter, pooling="none")
     """The readout ``pooling`` (``_read_out``) of Theta (B, H, W, H, W) of B image pairs (x[i], y[i])."""
     batch, _, height, width = x.shape
     left, right = x.flatten(2).transpose(1, 2), y.flatten(2).transpose(1, 2)
-    delta_pixels = _refine_close_(_delta(left @ right.transpose(1, 2)), left, right)
+    delta_pixels = refine_close_(one_minus_inner(left @ right.transpose(1, 2)), left, right)
     delta_pixels = delta_pixels.view(batch, height, width, height, width)
     delta_input = window.one_minus(delta_pixels).clamp_(0.0, 2.0)
 
     def sigma_step(delta):
         return (
-            sigma_w2 * window.one_minus(_one_minus_kappa1(delta, _angle(delta))) + sigma_u2 * delta_input
+            sigma_w2 * window.one_minus(one_minus_kappa1(delta, arccos_one_minus(delta)))
+            + sigma_u2 * delta_input
         ).clamp_(0.0, 2.0)
 
     delta_star, its_sigma, res_sigma = _pair_iterate(sigma_step, delta_pixels, tol, max_iter)
-    gate = sigma_w2 * (1.0 - _angle(delta_star) / math.pi)
+    gate = sigma_w2 * (1.0 - arccos_one_minus(delta_star) / math.pi)
     sigma_star = 1.0 - delta_star
 
     def theta_step(theta):
@@ -263,7 +264,9 @@ def _conv_pairs(x, y, window, sigma_w2, sigma_u2, tol, max_iter, pooling="none")
     def post(theta):
         # Kdot* . Theta + K*: K* = 1 - (sigma_w2 (1 - kappa1) + sigma_u2 (1 - x_p.y_p')), as the
         # variances sum to 1 (sigma_b2's part of 1 - K* is 0).
-        one_minus_k = sigma_w2 * _one_minus_kappa1(delta_star, _angle(delta_star)) + sigma_u2 * delta_pixels
+        one_minus_k = (
+            sigma_w2 * one_minus_kappa1(delta_star, arccos_one_minus(delta_star)) + sigma_u2 * delta_pixels
+        )
         return gate * theta + (1.0 - one_minus_k)
 
     return _read_out(theta, pooling, post), its_sigma + its_theta, max(res_sigma, res_theta)

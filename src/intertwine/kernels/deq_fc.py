@@ -25,16 +25,16 @@ from torch import Tensor
 from intertwine.kernels.deq_checks import (  # noqa: F401
     VARIANCE_SUM_TOL,
     ArrayLike,
-    _as_tensor,
-    _check_count,
-    _check_iteration,
-    _check_matrices,
-    _effective_tol,
-    _same_dtype_device,
-    _unit_rows,
-    _unit_tol,
-    _warn_unconverged,
+    as_tensor,
+    check_count,
+    check_iteration,
+    check_matrices,
     check_variances,
+    effective_tol,
+    same_dtype_device,
+    unit_rows,
+    unit_tol,
+    warn_unconverged,
 )
 
 __all__ = [
@@ -77,17 +77,17 @@ class KernelResult(NamedTuple):
 # ---------------------------------------------------------------------------
 
 
-def _angle(delta: Tensor) -> Tensor:
+def arccos_one_minus(delta: Tensor) -> Tensor:
     """arccos(1 - delta) for delta in [0, 2], accurate near delta = 0 where arccos is not."""
     return 2.0 * torch.asin(torch.sqrt(0.5 * delta))
 
 
-def _one_minus_kappa1(delta: Tensor, angle: Tensor) -> Tensor:
+def one_minus_kappa1(delta: Tensor, angle: Tensor) -> Tensor:
     """1 - kappa1(1 - delta), given angle = arccos(1 - delta); exactly 0 at delta = 0."""
     return delta + ((1.0 - delta) * angle - torch.sqrt(delta * (2.0 - delta))) / math.pi
 
 
-def _delta(inner: Tensor) -> Tensor:
+def one_minus_inner(inner: Tensor) -> Tensor:
     """1 - x.y clipped into [0, 2] (see the module docstring)."""
     return (1.0 - inner).clamp_(0.0, 2.0)
 
@@ -98,7 +98,7 @@ def _close_threshold(dtype: torch.dtype) -> float:
     return math.sqrt(torch.finfo(dtype).eps)
 
 
-def _refine_close_(delta: Tensor, left: Tensor, right: Tensor) -> Tensor:
+def refine_close_(delta: Tensor, left: Tensor, right: Tensor) -> Tensor:
     """In place: entries of delta (B, a, b) = 1 - left[k, i].right[k, j] that are nearly 0 are
     recomputed as |left[k, i] - right[k, j]|^2 / 2 (equal for unit vectors), which is exact for
     equal vectors and accurate for near-duplicates. left (B, a, d), right (B, b, d).
@@ -129,8 +129,8 @@ def kappa1(rho: ArrayLike) -> Tensor:
     Tensor
         ``kappa1(rho)`` elementwise, of the shape of ``rho``; values in [0, 1].
     """
-    delta = _delta(_as_tensor(rho, "rho"))
-    return 1.0 - _one_minus_kappa1(delta, _angle(delta))
+    delta = one_minus_inner(as_tensor(rho, "rho"))
+    return 1.0 - one_minus_kappa1(delta, arccos_one_minus(delta))
 
 
 def kappa0(rho: ArrayLike) -> Tensor:
@@ -150,7 +150,7 @@ def kappa0(rho: ArrayLike) -> Tensor:
     Tensor
         ``kappa0(rho)`` elementwise, of the shape of ``rho``; values in [0, 1].
     """
-    return 1.0 - _angle(_delta(_as_tensor(rho, "rho"))) / math.pi
+    return 1.0 - arccos_one_minus(one_minus_inner(as_tensor(rho, "rho"))) / math.pi
 
 
 # ---------------------------------------------------------------------------
@@ -166,7 +166,7 @@ def _equilibrium_delta(delta_x: Tensor, sigma_w2: float, sigma_u2: float, tol: f
     dropped from the working set, which shrinks the later, slower steps.
     Returns (delta*, iterations, residual).
     """
-    tol = _effective_tol(tol, delta_x.dtype)
+    tol = effective_tol(tol, delta_x.dtype)
     out = torch.empty_like(delta_x)
     flat_out, flat_x = out.view(-1), delta_x.reshape(-1)
     index = torch.arange(flat_x.numel(), device=delta_x.device)
@@ -190,7 +190,7 @@ def _equilibrium_delta(delta_x: Tensor, sigma_w2: float, sigma_u2: float, tol: f
 
 
 def _equilibrium_step(delta: Tensor, fixed: Tensor, sigma_w2: float) -> Tensor:
-    """sigma_w2 (1 - kappa1(1 - delta)) + fixed, clipped into [0, 2]: ``_one_minus_kappa1`` with
+    """sigma_w2 (1 - kappa1(1 - delta)) + fixed, clipped into [0, 2]: ``one_minus_kappa1`` with
     its passes done in place (the iteration is bound by memory traffic, not arithmetic)."""
     half_angle = torch.mul(delta, 0.5).sqrt_().asin_()
     sine = torch.sub(2.0, delta).mul_(delta).sqrt_()
@@ -202,7 +202,7 @@ def _equilibrium_ntk(delta_star: Tensor, sigma_w2: float) -> Tensor:
     """Theta* = rho* / (1 - sigma_w2 kappa0(rho*)) from delta* = 1 - rho*."""
     # 1 - sigma_w2 kappa0 written as (1 - sigma_w2) + sigma_w2 angle / pi: no cancellation near
     # rho* = 1, where it is smallest.
-    return (1.0 - delta_star) / ((1.0 - sigma_w2) + sigma_w2 * _angle(delta_star) / math.pi)
+    return (1.0 - delta_star) / ((1.0 - sigma_w2) + sigma_w2 * arccos_one_minus(delta_star) / math.pi)
 
 
 def deq_ntk_from_inner(
@@ -242,10 +242,10 @@ def deq_ntk_from_inner(
         The largest last step of any entry.
     """
     check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
-    _check_iteration(tol, max_iter)
-    delta_x = _delta(_as_tensor(inner, "inner"))
+    check_iteration(tol, max_iter)
+    delta_x = one_minus_inner(as_tensor(inner, "inner"))
     delta_star, iterations, residual = _equilibrium_delta(delta_x, sigma_w2, sigma_u2, tol, max_iter)
-    _warn_unconverged(residual, tol, max_iter, delta_x.dtype)
+    warn_unconverged(residual, tol, max_iter, delta_x.dtype)
     return KernelResult(_equilibrium_ntk(delta_star, sigma_w2), iterations, residual)
 
 
@@ -253,10 +253,10 @@ def _depth_kernels(delta_x: Tensor, depth: int, sigma_w2: float, sigma_u2: float
     """(Sigma^(L), Theta^(L)) of each entry of delta_x = 1 - x.y."""
     delta, theta = delta_x, 1.0 - delta_x
     for _ in range(depth):
-        angle = _angle(delta)
+        angle = arccos_one_minus(delta)
         # dSigma^(h) uses Sigma^(h-1): update Theta before delta moves on.
         theta = sigma_w2 * (1.0 - angle / math.pi) * theta
-        delta = (sigma_w2 * _one_minus_kappa1(delta, angle) + sigma_u2 * delta_x).clamp_(0.0, 2.0)
+        delta = (sigma_w2 * one_minus_kappa1(delta, angle) + sigma_u2 * delta_x).clamp_(0.0, 2.0)
         theta = theta + (1.0 - delta)
     return 1.0 - delta, theta
 
@@ -273,7 +273,7 @@ def _blocked_gram(
 
     ``entrywise`` maps a block of delta_x to (block of the kernel, iterations, residual). With Y
     None only the blocks on and right of the diagonal are computed; the rest is their mirror image.
-    Near-duplicate pairs get 1 - x.y from |x - y|^2 / 2 (``_refine_close_``), so equal rows give
+    Near-duplicate pairs get 1 - x.y from |x - y|^2 / 2 (``refine_close_``), so equal rows give
     exactly rho = 1 wherever they meet, in one Gram or across X and Y.
     """
     symmetric = Y is None
@@ -282,14 +282,14 @@ def _blocked_gram(
     if block_rows is None:
         block_rows = max(1, DEFAULT_BLOCK_ENTRIES // m)
     else:
-        block_rows = _check_count(block_rows, "block_rows")
+        block_rows = check_count(block_rows, "block_rows")
     gram = torch.empty((n, m), dtype=X.dtype, device=X.device)
     iterations, residual = 0, 0.0
     for start in range(0, n, block_rows):
         stop = min(n, start + block_rows)
         first = start if symmetric else 0
-        delta_x = _delta(X[start:stop] @ Y[first:].T)
-        _refine_close_(delta_x[None], X[None, start:stop], Y[None, first:])
+        delta_x = one_minus_inner(X[start:stop] @ Y[first:].T)
+        refine_close_(delta_x[None], X[None, start:stop], Y[None, first:])
         block, its, res = entrywise(delta_x)
         iterations, residual = max(iterations, its), max(residual, res)
         if symmetric:
@@ -307,8 +307,8 @@ def _blocked_gram(
 
 def _equilibrium_gram(X, Y, sigma_w2, sigma_u2, sigma_b2, normalize, tol, max_iter, block_rows, ntk: bool):
     check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
-    _check_iteration(tol, max_iter)
-    X, Y = _check_matrices(X, Y, normalize)
+    check_iteration(tol, max_iter)
+    X, Y = check_matrices(X, Y, normalize)
 
     def entrywise(delta_x):
         delta_star, its, res = _equilibrium_delta(delta_x, sigma_w2, sigma_u2, tol, max_iter)
@@ -316,7 +316,7 @@ def _equilibrium_gram(X, Y, sigma_w2, sigma_u2, sigma_b2, normalize, tol, max_it
         return kernel, its, res
 
     gram, iterations, residual = _blocked_gram(X, Y, block_rows, entrywise)
-    _warn_unconverged(residual, tol, max_iter, X.dtype)
+    warn_unconverged(residual, tol, max_iter, X.dtype)
     return KernelResult(gram, iterations, residual)
 
 
@@ -418,7 +418,7 @@ def _depth_gram(X, Y, depth, sigma_w2, sigma_u2, sigma_b2, normalize, block_rows
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"depth must be an integer >= 1 (the number of hidden layers), got {depth!r}")
     check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=False)
-    X, Y = _check_matrices(X, Y, normalize)
+    X, Y = check_matrices(X, Y, normalize)
 
     def entrywise(delta_x):
         return _depth_kernels(delta_x, depth, sigma_w2, sigma_u2)[which], depth, 0.0

@@ -12,12 +12,12 @@ import torch
 from intertwine.kernels.deq_fc import (
     ArrayLike,
     KernelResult,
-    _check_count,
-    _check_iteration,
-    _check_matrices,
-    _effective_tol,
-    _warn_unconverged,
+    check_count,
+    check_iteration,
+    check_matrices,
     check_variances,
+    effective_tol,
+    warn_unconverged,
 )
 
 __all__ = ["finite_deq_ntk"]
@@ -72,9 +72,9 @@ def finite_deq_ntk(
         Its last step, ``max |f_(k+1) - f_k|``.
     """
     check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
-    _check_iteration(tol, max_iter)
-    width = _check_count(width, "width")
-    X, _ = _check_matrices(X, None, normalize)
+    check_iteration(tol, max_iter)
+    width = check_count(width, "width")
+    X, _ = check_matrices(X, None, normalize)
     dtype, device, n = X.dtype, X.device, X.shape[0]
 
     def normal(*shape):
@@ -85,11 +85,11 @@ def finite_deq_ntk(
     injected = math.sqrt(sigma_u2) * X @ U.T + math.sqrt(sigma_b2) * b
     f = torch.zeros_like(injected)
     iterations, residual = 0, math.inf
-    while iterations < max_iter and residual > _effective_tol(tol, dtype):
+    while iterations < max_iter and residual > effective_tol(tol, dtype):
         new = scale * (math.sqrt(2.0) * torch.relu(f)) @ W.T + injected
         residual = float((new - f).abs().max())
         f, iterations = new, iterations + 1
-    _warn_unconverged(residual, tol, max_iter, dtype)
+    warn_unconverged(residual, tol, max_iter, dtype)
     activity = math.sqrt(2.0) * torch.relu(f)
     slopes = math.sqrt(2.0) * (f > 0).to(dtype)
     eye = torch.eye(width, dtype=dtype, device=device)

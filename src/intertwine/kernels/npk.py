@@ -73,14 +73,14 @@ from torch import Tensor, nn
 
 from intertwine._memory import DEFAULT_MAX_BYTES
 from intertwine.kernels.npk_checks import (
-    _F64,
+    F64,
     ArrayLike,
-    _as_batch,
-    _as_gate_list,
-    _as_tensor,
-    _check_same_layers,
-    _check_value_input,
-    _second_batch,
+    as_batch,
+    as_gate_list,
+    as_tensor,
+    check_same_layers,
+    check_value_input,
+    second_batch,
 )
 from intertwine.kernels.npk_conv import npk_conv_gap
 from intertwine.kernels.npk_resnet import npk_resnet_conv_gap, resnet_subnetworks
@@ -106,10 +106,10 @@ def _gram(a: Tensor, b: Tensor, max_bytes: int) -> Tensor:
     copies of wide (e.g. 0/1 or float32) inputs stay within ``max_bytes``."""
     n, m, d = a.shape[0], b.shape[0], a.shape[1]
     cols = max(1, max_bytes // (8 * (n + m)))
-    out = torch.zeros((n, m), dtype=_F64, device=a.device)
+    out = torch.zeros((n, m), dtype=F64, device=a.device)
     for start in range(0, d, cols):
         stop = min(d, start + cols)
-        out += a[:, start:stop].to(_F64) @ b[:, start:stop].to(_F64).T
+        out += a[:, start:stop].to(F64) @ b[:, start:stop].to(F64).T
     return out
 
 
@@ -129,9 +129,9 @@ def gates_from_preactivations(preactivations: ArrayLike, *, beta: float | None =
     Tensor
         The gates, float64, of the shape of ``preactivations`` and on its device.
     """
-    q = _as_tensor(preactivations, "preactivations").to(_F64)
+    q = as_tensor(preactivations, "preactivations").to(F64)
     if beta is None:
-        return (q > 0).to(_F64)
+        return (q > 0).to(F64)
     if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
         raise ValueError(f"beta must be a positive finite number (the soft gate's slope), got {beta!r}")
     return torch.sigmoid(beta * q)
@@ -159,7 +159,7 @@ def gate_kernel(activations: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -
     Tensor, shape (N, N)
         The gate kernel, float64, on the device of ``activations``; entries in [0, 1].
     """
-    a = _as_batch(activations, "activations")
+    a = as_batch(activations, "activations")
     g = (a > 0).reshape(a.shape[0], -1)
     return _gram(g, g, max_bytes) / g.shape[1]
 
@@ -207,25 +207,25 @@ def npk_fc(
     Tensor, shape (N, N) or (N, N')
         The neural path kernel, float64, on the device of ``x``.
     """
-    _check_value_input(value_input)
-    xs = _as_batch(x, "x")
+    check_value_input(value_input)
+    xs = as_batch(x, "x")
     xs = xs.reshape(xs.shape[0], -1)
-    gx = [g.reshape(g.shape[0], -1) for g in _as_gate_list(gates, "gates", xs.shape[0], None, xs.device)]
-    if _second_batch(y, gates_y):
-        ys = _as_batch(y, "y", device=xs.device)
+    gx = [g.reshape(g.shape[0], -1) for g in as_gate_list(gates, "gates", xs.shape[0], None, xs.device)]
+    if second_batch(y, gates_y):
+        ys = as_batch(y, "y", device=xs.device)
         ys = ys.reshape(ys.shape[0], -1)
         if ys.shape[1] != xs.shape[1]:
             raise ValueError(f"x has {xs.shape[1]} features but y has {ys.shape[1]}: they must match")
         gy = [
-            g.reshape(g.shape[0], -1) for g in _as_gate_list(gates_y, "gates_y", ys.shape[0], None, xs.device)
+            g.reshape(g.shape[0], -1) for g in as_gate_list(gates_y, "gates_y", ys.shape[0], None, xs.device)
         ]
-        _check_same_layers(gx, gy)
+        check_same_layers(gx, gy)
     else:
         ys, gy = xs, gx
     if value_input == "x":
         kernel = _gram(xs, ys, max_bytes)
     else:
-        kernel = torch.full((xs.shape[0], ys.shape[0]), float(xs.shape[1]), dtype=_F64, device=xs.device)
+        kernel = torch.full((xs.shape[0], ys.shape[0]), float(xs.shape[1]), dtype=F64, device=xs.device)
     for a, b in zip(gx, gy):
         kernel *= _gram(a, b, max_bytes)
     return kernel
@@ -295,7 +295,7 @@ def empirical_ntk(
     names = _ntk_parameters(model, params)
     first = next(iter(model.parameters()))
     # Integer inputs (token ids, class labels) are passed on as they are.
-    xs = _as_batch(x, "x", device=first.device, promote=False)
+    xs = as_batch(x, "x", device=first.device, promote=False)
     if xs.is_floating_point() and first.is_floating_point():
         xs = xs.to(first.dtype)
     named = dict(model.named_parameters())
@@ -320,9 +320,9 @@ def empirical_ntk(
 
         def block(start: int) -> list[Tensor]:
             jac = jacobian(theta, xs[start : start + rows])
-            return [j.reshape(j.shape[0], -1).to(_F64) for j in jac.values()]
+            return [j.reshape(j.shape[0], -1).to(F64) for j in jac.values()]
 
-        kernel = torch.empty((n, n), dtype=_F64, device=xs.device)
+        kernel = torch.empty((n, n), dtype=F64, device=xs.device)
         for i in starts:
             ji = block(i)
             for j in starts[starts.index(i) :]:

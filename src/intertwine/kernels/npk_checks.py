@@ -10,11 +10,11 @@ import torch
 from torch import Tensor
 
 ArrayLike = Tensor | np.ndarray
-_F64 = torch.float64
+F64 = torch.float64
 _VALUE_INPUTS = ("x", "ones")
 
 
-def _as_tensor(a: ArrayLike, name: str, promote: bool = True) -> Tensor:
+def as_tensor(a: ArrayLike, name: str, promote: bool = True) -> Tensor:
     """A detached real tensor (numpy arrays and lists converted), bool and integer promoted to
     float64 unless ``promote`` is false."""
     t = (a if isinstance(a, Tensor) else torch.as_tensor(np.asarray(a))).detach()
@@ -23,13 +23,13 @@ def _as_tensor(a: ArrayLike, name: str, promote: bool = True) -> Tensor:
     if t.is_complex():
         raise ValueError(f"{name} must be real, got {t.dtype}")
     if promote and not t.is_floating_point():
-        t = t.to(_F64)
+        t = t.to(F64)
     return t
 
 
-def _as_batch(a: ArrayLike, name: str, ndim: int | None = None, device=None, promote: bool = True) -> Tensor:
+def as_batch(a: ArrayLike, name: str, ndim: int | None = None, device=None, promote: bool = True) -> Tensor:
     """(N, ...) tensor with N >= 1 and finite entries; exactly ``ndim`` axes when given."""
-    t = _as_tensor(a, name, promote)
+    t = as_tensor(a, name, promote)
     if device is not None:
         t = t.to(device)
     if ndim is not None and t.ndim != ndim:
@@ -47,7 +47,7 @@ def _as_batch(a: ArrayLike, name: str, ndim: int | None = None, device=None, pro
     return t
 
 
-def _check_value_input(value_input: str) -> None:
+def check_value_input(value_input: str) -> None:
     if value_input not in _VALUE_INPUTS:
         raise ValueError(
             f"value_input must be one of {_VALUE_INPUTS} (what the value network is fed: the input "
@@ -55,7 +55,7 @@ def _check_value_input(value_input: str) -> None:
         )
 
 
-def _as_gate_list(gates, name: str, n: int, ndim: int | None, device) -> list[Tensor]:
+def as_gate_list(gates, name: str, n: int, ndim: int | None, device) -> list[Tensor]:
     if isinstance(gates, (Tensor, np.ndarray)):
         raise TypeError(f"{name} must be a list with one gate tensor per layer, got a single array")
     gates = list(gates)
@@ -64,7 +64,7 @@ def _as_gate_list(gates, name: str, n: int, ndim: int | None, device) -> list[Te
             f"{name} is empty: pass one gate tensor per gated layer (a network without gates is "
             "linear and its kernel is <x, x'>)"
         )
-    out = [_as_batch(g, f"{name}[{l}]", ndim, device) for l, g in enumerate(gates)]
+    out = [as_batch(g, f"{name}[{l}]", ndim, device) for l, g in enumerate(gates)]
     for l, g in enumerate(out):
         if g.shape[0] != n:
             raise ValueError(
@@ -74,7 +74,7 @@ def _as_gate_list(gates, name: str, n: int, ndim: int | None, device) -> list[Te
     return out
 
 
-def _second_batch(y, gates_y) -> bool:
+def second_batch(y, gates_y) -> bool:
     """Whether a second batch is given; both of y and gates_y or neither."""
     if (y is None) != (gates_y is None):
         given, missing = ("y", "gates_y") if gates_y is None else ("gates_y", "y")
@@ -82,7 +82,7 @@ def _second_batch(y, gates_y) -> bool:
     return y is not None
 
 
-def _check_same_layers(gx: list[Tensor], gy: list[Tensor]) -> None:
+def check_same_layers(gx: list[Tensor], gy: list[Tensor]) -> None:
     if len(gx) != len(gy):
         raise ValueError(
             f"gates has {len(gx)} layers but gates_y has {len(gy)}: both batches go through the same "

@@ -16,19 +16,19 @@ from torch import Tensor
 
 from intertwine._memory import DEFAULT_MAX_BYTES
 from intertwine.kernels.npk_checks import (
-    _F64,
+    F64,
     ArrayLike,
-    _as_batch,
-    _as_gate_list,
-    _as_tensor,
-    _check_same_layers,
-    _check_value_input,
-    _second_batch,
+    as_batch,
+    as_gate_list,
+    as_tensor,
+    check_same_layers,
+    check_value_input,
+    second_batch,
 )
 
 __all__ = ["npk_conv_gap"]
 
-_PADDINGS = ("zeros", "circular")
+PADDINGS = ("zeros", "circular")
 
 # T for a block of bn x bm pairs is held as (bn, H, W, bm, H, W): the gate gram is then one matmul
 # with no transposed copy, and the shifts of L act on axes (1, 2) and (4, 5) together.
@@ -65,7 +65,7 @@ def _derive_pools(
 
 def _as_index(a, name: str, device) -> Tensor:
     """An int64 index tensor on ``device``; booleans and floats are refused."""
-    t = _as_tensor(a, name, promote=False)
+    t = as_tensor(a, name, promote=False)
     if t.dtype == torch.bool or t.is_floating_point():
         raise ValueError(
             f"{name} must hold integer indices (as max_pool2d(..., return_indices=True) returns them), "
@@ -179,8 +179,8 @@ def _position_gram(a: Tensor, b: Tensor) -> Tensor:
     """(bn, C, H, W), (bm, C, H, W) -> (bn, H, W, bm, H, W): sum_c a[n, c, i] b[m, c, i'], float64."""
     bn, c, h, w = a.shape
     bm = b.shape[0]
-    left = a.to(_F64).permute(0, 2, 3, 1).reshape(bn * h * w, c)
-    right = b.to(_F64).transpose(0, 1).reshape(c, bm * h * w)
+    left = a.to(F64).permute(0, 2, 3, 1).reshape(bn * h * w, c)
+    right = b.to(F64).transpose(0, 1).reshape(c, bm * h * w)
     return (left @ right).view(bn, h, w, bm, h, w)
 
 
@@ -193,12 +193,12 @@ def _selection_pool(u: Tensor, a: Tensor, b: Tensor, sa: Tensor, sb: Tensor, siz
     p = h * w
     c, p_out = sa.shape[1:]
     flat = u.reshape(-1)
-    ga = a.reshape(bn, c, p).to(_F64).gather(2, sa)
-    gb = b.reshape(bm, c, p).to(_F64).gather(2, sb).transpose(0, 1)
+    ga = a.reshape(bn, c, p).to(F64).gather(2, sa)
+    gb = b.reshape(bm, c, p).to(F64).gather(2, sb).transpose(0, 1)
     # Flat offsets into u viewed as (bn, P, bm, P): rows (n, i) and columns (m, i').
     rows = sa * (bm * p) + torch.arange(bn, device=u.device)[:, None, None] * (p * bm * p)
     cols = (sb + torch.arange(bm, device=u.device)[:, None, None] * p).transpose(0, 1)
-    out = torch.zeros((bn, p_out, bm, p_out), dtype=_F64, device=u.device)
+    out = torch.zeros((bn, p_out, bm, p_out), dtype=F64, device=u.device)
     step = max(1, min(c, p * p // (2 * p_out * p_out)))
     for start in range(0, c, step):
         k = slice(start, start + step)
@@ -265,7 +265,7 @@ def _conv_block(
     bn, c0, h, w = x.shape
     bm = y.shape[0]
     if ones:
-        t = torch.full((bn, h, w, bm, h, w), float(c0), dtype=_F64, device=x.device)
+        t = torch.full((bn, h, w, bm, h, w), float(c0), dtype=F64, device=x.device)
     else:
         t = _position_gram(x, y)
     starts, stops = {start: stop for start, stop in skips}, {stop: start for start, stop in skips}
@@ -346,28 +346,28 @@ def npk_conv_gap(
     Tensor, shape (N, N) or (N, N')
         The neural path kernel, float64, on the device of ``x``.
     """
-    _check_value_input(value_input)
-    if padding not in _PADDINGS:
-        raise ValueError(f"padding must be one of {_PADDINGS}, got {padding!r}")
-    xs = _as_batch(x, "x", 4)
-    gx = _as_gate_list(gates, "gates", xs.shape[0], 4, xs.device)
+    check_value_input(value_input)
+    if padding not in PADDINGS:
+        raise ValueError(f"padding must be one of {PADDINGS}, got {padding!r}")
+    xs = as_batch(x, "x", 4)
+    gx = as_gate_list(gates, "gates", xs.shape[0], 4, xs.device)
     sx, sizes = _as_selections(selections, "selections", gx, xs.device)
-    bx = by = _Batch(xs, gx, sx)
-    symmetric = not _second_batch(y, gates_y)
+    bx = by = Batch(xs, gx, sx)
+    symmetric = not second_batch(y, gates_y)
     if symmetric:
         _check_no_second_selections(selections_y, global_selection_y)
     else:
-        by, sizes_y = _as_y_batch(bx, sizes, y, gates_y, selections_y, global_selection, global_selection_y)
+        by, sizes_y = as_y_batch(bx, sizes, y, gates_y, selections_y, global_selection, global_selection_y)
     pools = _derive_pools(tuple(xs.shape), gx, sizes)
     if global_selection is not None:
         _add_global_selection(global_selection, "global_selection", gx, sx, sizes, xs.device)
         if not symmetric:  # sy and sizes_y are separate lists, still without the global selection
             gy, sy = by.gates, by.selections
             _add_global_selection(global_selection_y, "global_selection_y", gy, sy, sizes_y, xs.device)
-    return _blocked_npk(bx, by, symmetric, sizes, pools, padding, value_input, max_bytes)
+    return blocked_npk(bx, by, symmetric, sizes, pools, padding, value_input, max_bytes)
 
 
-class _Batch(NamedTuple):
+class Batch(NamedTuple):
     """A batch as the value network sees it: images (N, C_0, H, W), the gates of each layer and the
     flat source indices of the selection pool after each layer (None where there is none)."""
 
@@ -375,9 +375,9 @@ class _Batch(NamedTuple):
     gates: list[Tensor]
     selections: list[Tensor | None]
 
-    def rows(self, part: slice) -> _Batch:
+    def rows(self, part: slice) -> Batch:
         """The samples ``part`` of the batch."""
-        return _Batch(
+        return Batch(
             self.images[part],
             [g[part] for g in self.gates],
             [None if s is None else s[part] for s in self.selections],
@@ -393,27 +393,27 @@ def _check_no_second_selections(selections_y, global_selection_y) -> None:
             )
 
 
-def _as_y_batch(
-    bx: _Batch, sizes: list, y, gates_y, selections_y, global_selection, global_selection_y
-) -> tuple[_Batch, list]:
+def as_y_batch(
+    bx: Batch, sizes: list, y, gates_y, selections_y, global_selection, global_selection_y
+) -> tuple[Batch, list]:
     """The second batch ``y`` with its gates and selections, on the device of ``bx``, checked to go
     through the same network as ``bx`` (whose selection pools' sizes are ``sizes``); and the sizes
     of its own selection pools."""
     device = bx.images.device
-    ys = _as_batch(y, "y", 4, device)
+    ys = as_batch(y, "y", 4, device)
     if ys.shape[1:] != bx.images.shape[1:]:
         raise ValueError(
             f"x has samples of shape {tuple(bx.images.shape[1:])} but y {tuple(ys.shape[1:])}: both "
             "batches go into the same network"
         )
-    gy = _as_gate_list(gates_y, "gates_y", ys.shape[0], 4, device)
-    _check_same_layers(bx.gates, gy)
+    gy = as_gate_list(gates_y, "gates_y", ys.shape[0], 4, device)
+    check_same_layers(bx.gates, gy)
     sy, sizes_y = _as_selections(selections_y, "selections_y", gy, device)
     _check_same_selections(bx.selections, sy, sizes, sizes_y, global_selection, global_selection_y)
-    return _Batch(ys, gy, sy), sizes_y
+    return Batch(ys, gy, sy), sizes_y
 
 
-def _block_shape(bx: _Batch, m: int, symmetric: bool, max_bytes: int) -> tuple[int, int]:
+def _block_shape(bx: Batch, m: int, symmetric: bool, max_bytes: int) -> tuple[int, int]:
     """(rows, columns) of a block of pairs between ``bx`` and m samples whose arrays T stay within
     ``max_bytes`` (at least one pair); square blocks for a symmetric kernel."""
     n = bx.images.shape[0]
@@ -427,9 +427,9 @@ def _block_shape(bx: _Batch, m: int, symmetric: bool, max_bytes: int) -> tuple[i
     return rows, rows if symmetric else cols
 
 
-def _blocked_npk(
-    bx: _Batch,
-    by: _Batch,
+def blocked_npk(
+    bx: Batch,
+    by: Batch,
     symmetric: bool,
     sizes: list,
     pools: list[bool],
@@ -443,7 +443,7 @@ def _blocked_npk(
     diagonal, mirrored."""
     n, m = bx.images.shape[0], by.images.shape[0]
     rows, cols = _block_shape(bx, m, symmetric, max_bytes)
-    kernel = torch.empty((n, m), dtype=_F64, device=bx.images.device)
+    kernel = torch.empty((n, m), dtype=F64, device=bx.images.device)
     ones, circular = value_input == "ones", padding == "circular"
     for i in range(0, n, rows):
         ri = slice(i, min(n, i + rows))

@@ -36,12 +36,12 @@ from torch import Tensor
 from intertwine._memory import DEFAULT_MAX_BYTES
 from intertwine.kernels.npk_checks import (
     ArrayLike,
-    _as_batch,
-    _as_gate_list,
-    _check_value_input,
-    _second_batch,
+    as_batch,
+    as_gate_list,
+    check_value_input,
+    second_batch,
 )
-from intertwine.kernels.npk_conv import _PADDINGS, _as_y_batch, _Batch, _blocked_npk
+from intertwine.kernels.npk_conv import PADDINGS, Batch, as_y_batch, blocked_npk
 
 __all__ = ["npk_resnet_conv_gap", "resnet_subnetworks"]
 
@@ -142,11 +142,11 @@ def npk_resnet_conv_gap(
     Tensor, shape (N, N) or (N, N')
         The neural path kernel, float64, on the device of ``x``.
     """
-    _check_value_input(value_input)
-    if padding not in _PADDINGS:
-        raise ValueError(f"padding must be one of {_PADDINGS}, got {padding!r}")
-    xs = _as_batch(x, "x", 4)
-    gx = _as_gate_list(gates, "gates", xs.shape[0], 4, xs.device)
+    check_value_input(value_input)
+    if padding not in PADDINGS:
+        raise ValueError(f"padding must be one of {PADDINGS}, got {padding!r}")
+    xs = as_batch(x, "x", 4)
+    gx = as_gate_list(gates, "gates", xs.shape[0], 4, xs.device)
     pairs = _check_skips(skips, len(gx))
     for l, g in enumerate(gx):
         if g.shape[2:] != xs.shape[2:]:
@@ -161,9 +161,9 @@ def npk_resnet_conv_gap(
                 f"skip ({start}, {stop}) adds {before} channels to layer {stop - 1}'s {gx[stop - 1].shape[1]}: "
                 "an identity skip needs the same channels at both ends"
             )
-    bx = by = _Batch(xs, gx, [None] * len(gx))
-    symmetric = not _second_batch(y, gates_y)
+    bx = by = Batch(xs, gx, [None] * len(gx))
+    symmetric = not second_batch(y, gates_y)
     if not symmetric:
-        by, _ = _as_y_batch(bx, [None] * len(gx), y, gates_y, None, None, None)
+        by, _ = as_y_batch(bx, [None] * len(gx), y, gates_y, None, None, None)
     sizes, pools = [None] * len(gx), [False] * len(gx)
-    return _blocked_npk(bx, by, symmetric, sizes, pools, padding, value_input, max_bytes, pairs)
+    return blocked_npk(bx, by, symmetric, sizes, pools, padding, value_input, max_bytes, pairs)

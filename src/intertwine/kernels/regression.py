@@ -26,9 +26,9 @@ from torch import Tensor
 from intertwine.kernels.deq_fc import (
     DEFAULT_BLOCK_ENTRIES,
     ArrayLike,
-    _as_tensor,
-    _check_count,
-    _same_dtype_device,
+    as_tensor,
+    check_count,
+    same_dtype_device,
 )
 
 __all__ = [
@@ -89,7 +89,7 @@ def _labels(labels: ArrayLike, num_classes: int) -> Tensor:
         raise ValueError(
             f"labels must be a 1-D integer array, got {labels.dtype} of shape {tuple(labels.shape)}"
         )
-    _check_count(num_classes, "num_classes")
+    check_count(num_classes, "num_classes")
     if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
         raise ValueError(
             f"labels must lie in [0, {num_classes}), got values in [{int(labels.min())}, {int(labels.max())}]"
@@ -148,8 +148,8 @@ def kernel_regression(
     RegressionResult
         predictions (m,) int64, argmax of scores (m, num_classes; the kernels' float dtype); solver; residual.
     """
-    K_train, K_test_train = _as_tensor(K_train, "K_train"), _as_tensor(K_test_train, "K_test_train")
-    K_train, K_test_train = _same_dtype_device(K_train, K_test_train)
+    K_train, K_test_train = as_tensor(K_train, "K_train"), as_tensor(K_test_train, "K_test_train")
+    K_train, K_test_train = same_dtype_device(K_train, K_test_train)
     n = K_train.shape[0] if K_train.ndim else 0
     if K_train.ndim != 2 or K_train.shape != (n, n) or n == 0:
         raise ValueError(f"K_train must be a non-empty square matrix, got shape {tuple(K_train.shape)}")

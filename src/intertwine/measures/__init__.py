@@ -68,7 +68,7 @@ Memory: no N x N x C tensor is ever formed. Kernel matrices (N x N) are held; ev
 intermediate is blocked so that it stays within ``max_bytes`` (64 MiB by default).
 """
 
-from intertwine.measures._base import DEFAULT_MAX_BYTES, ConstantRepresentationError
+from intertwine.measures._base import DEFAULT_MAX_BYTES, ConstantRepresentationError, constant_message
 from intertwine.measures.cca import pwcca, svcca
 from intertwine.measures.cka import (
     LinearCKAAccumulator,
@@ -121,6 +121,7 @@ __all__ = [
     "PermutationTest",
     "JackknifeInterval",
     "ConstantRepresentationError",
+    "constant_message",
     "LinearCKAAccumulator",
     "ProcrustesAccumulator",
     "ProcrustesAlignment",

@@ -13,7 +13,7 @@ from intertwine._memory import DEFAULT_MAX_BYTES  # noqa: F401  (the measures im
 from intertwine.measures.names import too_few_samples
 
 ArrayLike = Tensor | np.ndarray
-_F64 = torch.float64
+F64 = torch.float64
 
 
 # ---------------------------------------------------------------------------
@@ -21,17 +21,17 @@ _F64 = torch.float64
 # ---------------------------------------------------------------------------
 
 
-def _tracks_graph(*arrays: ArrayLike) -> bool:
+def tracks_graph(*arrays: ArrayLike) -> bool:
     """Whether a differentiable measure should return a tensor carrying the autograd graph."""
     return torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in arrays)
 
 
-def _result(value: Tensor, graph: bool) -> Tensor | float:
+def as_result(value: Tensor, graph: bool) -> Tensor | float:
     """A 0-d tensor on the graph for a differentiable call, a float otherwise."""
     return value if graph else float(value)
 
 
-def _as_features(X: ArrayLike, name: str, graph: bool = False) -> Tensor:
+def as_features(X: ArrayLike, name: str, graph: bool = False) -> Tensor:
     """Floating tensor of shape (N, C, P), P the number of spatial positions (1 if none); detached
     unless ``graph``."""
     X = X if isinstance(X, Tensor) else torch.as_tensor(np.asarray(X))
@@ -45,7 +45,7 @@ def _as_features(X: ArrayLike, name: str, graph: bool = False) -> Tensor:
     if X.is_complex():
         raise ValueError(f"{name} must be real, got {X.dtype}")
     if not X.is_floating_point():
-        X = X.to(_F64)
+        X = X.to(F64)
     elif X.dtype in (torch.float16, torch.bfloat16):
         # Half precision cannot hold kernel sums over thousands of terms.
         X = X.to(torch.float32)
@@ -67,7 +67,24 @@ class ConstantRepresentationError(ValueError):
         self.which, self.site, self.index = which, site, index
 
 
-def _constant_message(which: str, n: int, measure: str) -> str:
+def constant_message(which: str, n: int, measure: str) -> str:
+    """Why ``measure`` is undefined for a representation the same for each of its samples: the
+    text of a ``ConstantRepresentationError``.
+
+    Parameters
+    ----------
+    which : str
+        What is constant (e.g. "its representation", "X").
+    n : int
+        How many samples it has.
+    measure : str
+        The measure that is undefined.
+
+    Returns
+    -------
+    str
+        The sentence, naming both.
+    """
     return (
         f"{which} is the same for each of its {n} samples (zero variance over the inputs, e.g. "
         f"a layer whose units are all dead on them), so {measure} is undefined: a similarity "
@@ -83,13 +100,13 @@ def _is_constant(lowest: Tensor, highest: Tensor, n: int) -> bool:
     return not bool(highest.any())
 
 
-def _require_variation(X: Tensor, which: str, measure: str) -> None:
+def require_variation(X: Tensor, which: str, measure: str) -> None:
     """``ConstantRepresentationError`` if (N, C, P) features ``X`` are constant (see the module)."""
     if _is_constant(X.amin(0), X.amax(0), X.shape[0]):
-        raise ConstantRepresentationError(_constant_message(which, X.shape[0], measure), which)
+        raise ConstantRepresentationError(constant_message(which, X.shape[0], measure), which)
 
 
-def _pow2_scale(top: float) -> float:
+def pow2_scale(top: float) -> float:
     """A power of two near ``top`` (> 0): dividing by it is exact."""
     return 2.0 ** math.floor(math.log2(top)) if top >= 2.0**-1000 else 2.0**-1000
 
@@ -100,7 +117,7 @@ def _safe_bound(dtype: torch.dtype, degree: int) -> float:
     return 2.0 ** (math.ceil(math.log2(torch.finfo(dtype).max)) // (2 * degree))
 
 
-def _rescaled(X: Tensor, degree: int = 2) -> Tensor:
+def rescaled_exactly(X: Tensor, degree: int = 2) -> Tensor:
     """X divided by a power of two near its largest |entry| when that lies outside the range
     where products of ``degree`` entries neither overflow nor underflow (beyond about 1e+-77 for
     squares in float64, 1e+-9 in float32); X itself otherwise. Exact (a power of two), so a
@@ -110,18 +127,18 @@ def _rescaled(X: Tensor, degree: int = 2) -> Tensor:
     bound = _safe_bound(X.dtype, degree)
     if top == 0 or not math.isfinite(top) or 1 / bound <= top <= bound:
         return X
-    scale = _pow2_scale(top)
+    scale = pow2_scale(top)
     return X * (1 / math.sqrt(scale)) * (1 / math.sqrt(scale)) if scale < 2.0**-1000 else X / scale
 
 
-def _check_pair(
+def check_pair(
     X: ArrayLike, Y: ArrayLike, min_samples: int, measure: str, graph: bool = False, rescale: bool = True
 ) -> tuple[Tensor, Tensor]:
     """X and Y as (N, C, P) features of one dtype and device, checked: the same N, at least
     ``MIN_SAMPLES[measure]`` of them (unchecked with ``min_samples`` 1: an accumulator's batch); each rescaled by a power of two when its entries
-    would overflow or underflow once squared (``_rescaled``; not with ``rescale=False``, for
+    would overflow or underflow once squared (``rescaled_exactly``; not with ``rescale=False``, for
     accumulators, which keep one scale over their batches)."""
-    X, Y = _as_features(X, "X", graph), _as_features(Y, "Y", graph)
+    X, Y = as_features(X, "X", graph), as_features(Y, "Y", graph)
     if X.shape[0] != Y.shape[0]:
         raise ValueError(
             f"X and Y must hold the same samples (first axis), got N = {X.shape[0]} and N = {Y.shape[0]}"
@@ -133,11 +150,11 @@ def _check_pair(
     dtype = torch.promote_types(X.dtype, Y.dtype)
     X, Y = X.to(dtype), Y.to(dtype)
     if rescale:
-        X, Y = _rescaled(X), _rescaled(Y)
+        X, Y = rescaled_exactly(X), rescaled_exactly(Y)
     return X, Y
 
 
-def _normalize_channels_(X: Tensor, center: bool, channel_axis: int = 1) -> Tensor:
+def normalize_channels_(X: Tensor, center: bool, channel_axis: int = 1) -> Tensor:
     """In place on X, (N, C, P) or, with channel_axis=0, (C, N, P): each channel optionally
     centred, then scaled to unit norm over samples and positions.
 
@@ -151,35 +168,35 @@ def _normalize_channels_(X: Tensor, center: bool, channel_axis: int = 1) -> Tens
     # reduction along the strided sample axis accumulates naively and loses ~N*eps (1e-4 relative
     # at N = 1000, enough to move CKA by 1e-5). No float64 copy of X is made.
     if center:
-        mean = X.sum(2).to(_F64).sum(sample_axis) / count
+        mean = X.sum(2).to(F64).sum(sample_axis) / count
         X.sub_(mean.to(X.dtype).view(shape))
-    norms = torch.linalg.vector_norm(X, dim=2).to(_F64).square().sum(sample_axis).sqrt()
+    norms = torch.linalg.vector_norm(X, dim=2).to(F64).square().sum(sample_axis).sqrt()
     norms = torch.where(norms > 0, norms, torch.ones_like(norms))
     return X.div_(norms.to(X.dtype).view(shape))
 
 
-def _channel_normalize(X: Tensor, center: bool) -> Tensor:
-    """(N, C, P) -> a normalised copy (see ``_normalize_channels_``)."""
-    return _normalize_channels_(X.clone(), center)
+def channel_normalize(X: Tensor, center: bool) -> Tensor:
+    """(N, C, P) -> a normalised copy (see ``normalize_channels_``)."""
+    return normalize_channels_(X.clone(), center)
 
 
-def _channel_major(X: Tensor) -> Tensor:
+def channel_major(X: Tensor) -> Tensor:
     """(N, C, P) -> a new contiguous (C, N, P) tensor (never a view of X, so safe to modify)."""
     out = torch.empty((X.shape[1], X.shape[0], X.shape[2]), dtype=X.dtype, device=X.device)
     return out.copy_(X.transpose(0, 1))
 
 
-def _flatten_centered(X: Tensor) -> Tensor:
+def flatten_centered(X: Tensor) -> Tensor:
     """(N, C, P) -> (N, C*P) with every feature centred over the samples.
 
     Only for smaller sums: the unbiased HSIC ignores translations, so the float32 mean's rounding
-    (unlike in ``_channel_normalize``) does not reach the result.
+    (unlike in ``channel_normalize``) does not reach the result.
     """
     X = X.reshape(X.shape[0], -1)
     return X - X.mean(dim=0, keepdim=True)
 
 
-def _merged_ranges(ranges: list[Tensor] | None, x: Tensor, y: Tensor) -> list[Tensor]:
+def merged_ranges(ranges: list[Tensor] | None, x: Tensor, y: Tensor) -> list[Tensor]:
     """Per-entry (min x, max x, min y, max y) over the samples so far, ``ranges``, and this batch."""
     new = [r.detach() for r in (x.amin(0), x.amax(0), y.amin(0), y.amax(0))]
     if not ranges:
@@ -190,7 +207,7 @@ def _merged_ranges(ranges: list[Tensor] | None, x: Tensor, y: Tensor) -> list[Te
     ]
 
 
-def _constant_side(ranges: list[Tensor], n: int) -> str | None:
+def constant_side(ranges: list[Tensor], n: int) -> str | None:
     """Which representation, "X" or "Y" (X first), is constant over its n samples, or None."""
     low_x, high_x, low_y, high_y = ranges
     if _is_constant(low_x, high_x, n):
@@ -198,12 +215,12 @@ def _constant_side(ranges: list[Tensor], n: int) -> str | None:
     return "Y" if _is_constant(low_y, high_y, n) else None
 
 
-def _check_max_bytes(max_bytes) -> int:
+def check_max_bytes(max_bytes) -> int:
     """``max_bytes``, a memory budget: an integer >= 1 (a ValueError otherwise)."""
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, (int, np.integer)) or max_bytes < 1:
         raise ValueError(f"max_bytes must be an integer number of bytes >= 1, got {max_bytes!r}")
     return int(max_bytes)
 
 
-def _rows_per_block(n_cols: int, bytes_per_entry: int, max_bytes: int) -> int:
-    return max(1, _check_max_bytes(max_bytes) // max(1, n_cols * bytes_per_entry))
+def rows_per_block(n_cols: int, bytes_per_entry: int, max_bytes: int) -> int:
+    return max(1, check_max_bytes(max_bytes) // max(1, n_cols * bytes_per_entry))

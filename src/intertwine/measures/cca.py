@@ -35,12 +35,12 @@ import torch
 from torch import Tensor
 
 from intertwine.measures._base import (
-    _F64,
+    F64,
     ArrayLike,
     ConstantRepresentationError,
-    _as_features,
-    _pow2_scale,
-    _rescaled,
+    as_features,
+    pow2_scale,
+    rescaled_exactly,
 )
 
 # ---------------------------------------------------------------------------
@@ -54,7 +54,7 @@ from intertwine.measures._base import (
 CCA_MIN_SAMPLES = 3
 
 
-def _centred_svd(
+def centred_svd(
     X: ArrayLike, which: str, measure: str, svd: bool = True
 ) -> tuple[Tensor, Tensor, Tensor, int, float]:
     """Thin SVD of the centred (N, D) features, numerically zero singular values dropped (with
@@ -65,7 +65,7 @@ def _centred_svd(
     (numpy's ``matrix_rank`` tolerance s_max * max(N, D) * eps). ``unit`` is 1, or a power of two
     the features were divided by where their squares would overflow or underflow (beyond about
     1e+-77 in float64): rescaled before squaring, exactly."""
-    F = _as_features(X, which)
+    F = as_features(X, which)
     n = F.shape[0]
     if n < CCA_MIN_SAMPLES:
         raise ValueError(
@@ -73,9 +73,9 @@ def _centred_svd(
             f"samples span N - 1 directions, so below {CCA_MIN_SAMPLES} it is the same for any data (see "
             "intertwine.measures.MIN_SAMPLES); compare the representations of more inputs"
         )
-    F = F.reshape(n, -1).to(_F64)
-    rescaled = _rescaled(F)
-    unit = 1.0 if rescaled is F else _pow2_scale(float(F.abs().max()))
+    F = F.reshape(n, -1).to(F64)
+    rescaled = rescaled_exactly(F)
+    unit = 1.0 if rescaled is F else pow2_scale(float(F.abs().max()))
     F = rescaled
     constant = ConstantRepresentationError(
         f"{which} is the same for each of its {n} samples (zero variance after centring), so "
@@ -88,7 +88,7 @@ def _centred_svd(
     if not svd:
         return Fc, None, None, Fc.shape[1], unit
     U, s, Vh = torch.linalg.svd(Fc, full_matrices=False)
-    tol = s[0] * max(Fc.shape) * torch.finfo(_F64).eps
+    tol = s[0] * max(Fc.shape) * torch.finfo(F64).eps
     r = int((s > tol).sum())
     if r == 0:
         raise constant
@@ -110,7 +110,7 @@ def _warn_saturation(measure: str, which: str, n: int, width: int, kept: int) ->
         )
 
 
-def _check_same_n(px, py, measure: str) -> None:
+def check_same_n(px, py, measure: str) -> None:
     nx, ny = px.basis.shape[0], py.basis.shape[0]
     if nx != ny:
         raise ValueError(
@@ -121,7 +121,7 @@ def _check_same_n(px, py, measure: str) -> None:
         raise ValueError(f"X and Y must be on the same device, got {px.basis.device} and {py.basis.device}")
 
 
-def _check_pair_n(X: ArrayLike, Y: ArrayLike) -> None:
+def check_pair_n(X: ArrayLike, Y: ArrayLike) -> None:
     """ValueError naming X and Y if their first axes (the samples) differ in length."""
     sx, sy = tuple(np.shape(X)), tuple(np.shape(Y))
     nx, ny = (sx or (None,))[0], (sy or (None,))[0]
@@ -174,7 +174,7 @@ def prepare_svcca(X: ArrayLike, variance: float = 0.99, *, name: str = "X") -> P
     real = isinstance(variance, (int, float, np.integer, np.floating)) and not isinstance(variance, bool)
     if not real or not 0.0 < variance <= 1.0:
         raise ValueError(f"variance must be a number in (0, 1], got {variance!r}")
-    U, s, _, width, _ = _centred_svd(X, name, "SVCCA")
+    U, s, _, width, _ = centred_svd(X, name, "SVCCA")
     power = s.square()
     ratio = power.cumsum(0) / power.sum()
     k = min(int(torch.searchsorted(ratio, ratio.new_tensor(variance - 1e-12))) + 1, len(s))
@@ -184,7 +184,7 @@ def prepare_svcca(X: ArrayLike, variance: float = 0.99, *, name: str = "X") -> P
 
 def compare_svcca(px: PreparedSVCCA, py: PreparedSVCCA) -> float:
     """Mean canonical correlation between two prepared representations (see ``svcca``)."""
-    _check_same_n(px, py, "SVCCA")
+    check_same_n(px, py, "SVCCA")
     _, rho, _ = _canonical(px, py)
     return float(rho.mean())
 
@@ -218,7 +218,7 @@ def svcca(X: ArrayLike, Y: ArrayLike, *, variance: float = 0.99) -> float:
     spaces, the same numbers as Google's ``cca_core`` computes from covariance inverse square
     roots.
     """
-    _check_pair_n(X, Y)
+    check_pair_n(X, Y)
     return compare_svcca(prepare_svcca(X, variance), prepare_svcca(Y, variance, name="Y"))
 
 
@@ -240,7 +240,7 @@ class PreparedPWCCA:
 def prepare_pwcca(X: ArrayLike, *, name: str = "X") -> PreparedPWCCA:
     """Per-representation part of ``pwcca``: centre, reduce to the numerical rank (an SVD).
     ``name`` ("X" or "Y") is how errors name the argument."""
-    U, s, Vh, width, _ = _centred_svd(X, name, "PWCCA")
+    U, s, Vh, width, _ = centred_svd(X, name, "PWCCA")
     _warn_saturation("PWCCA", name, U.shape[0], width, len(s))
     return PreparedPWCCA(U, s[:, None] * Vh)
 
@@ -248,7 +248,7 @@ def prepare_pwcca(X: ArrayLike, *, name: str = "X") -> PreparedPWCCA:
 def compare_pwcca(px: PreparedPWCCA, py: PreparedPWCCA) -> float:
     """Projection-weighted mean canonical correlation of two prepared representations (see
     ``pwcca``; the weights come from ``px`` unless ``py`` has the smaller rank)."""
-    _check_same_n(px, py, "PWCCA")
+    check_same_n(px, py, "PWCCA")
     A, rho, B = _canonical(px, py)
     if px.basis.shape[1] <= py.basis.shape[1]:
         # Unit canonical variates of X are Ux A; <h_i, x_j> = (A^T Ux^T Xc)_ij.
@@ -296,7 +296,7 @@ def pwcca(X: ArrayLike, Y: ArrayLike) -> float:
     orthogonal) canonical variates and the x_j centred, the paper's definition; the two coincide
     when the weighting side's centred features are orthonormal (the tests check this).
     """
-    _check_pair_n(X, Y)
+    check_pair_n(X, Y)
     return compare_pwcca(prepare_pwcca(X), prepare_pwcca(Y, name="Y"))
 
 

@@ -13,28 +13,28 @@ import torch
 from torch import Tensor
 
 from intertwine.measures._base import (
-    _F64,
     DEFAULT_MAX_BYTES,
+    F64,
     ArrayLike,
     ConstantRepresentationError,
-    _as_features,
-    _channel_major,
-    _channel_normalize,
-    _check_pair,
-    _constant_message,
-    _constant_side,
-    _flatten_centered,
-    _merged_ranges,
-    _normalize_channels_,
-    _pow2_scale,
-    _require_variation,
-    _rescaled,
-    _result,
-    _rows_per_block,
-    _tracks_graph,
+    as_features,
+    as_result,
+    channel_major,
+    channel_normalize,
+    check_pair,
+    constant_message,
+    constant_side,
+    flatten_centered,
+    merged_ranges,
+    normalize_channels_,
+    pow2_scale,
+    require_variation,
+    rescaled_exactly,
+    rows_per_block,
+    tracks_graph,
 )
-from intertwine.measures.hsic import _as_kernel, _cka, _cka_from_hsic, check_estimator
-from intertwine.measures.kernels import _laplace_kernel, _linear_gram, _max_kernel_of, _rbf_kernel
+from intertwine.measures.hsic import as_kernel, check_estimator, cka, cka_from_hsic
+from intertwine.measures.kernels import laplace_kernel, linear_gram, max_kernel_of, rbf_kernel
 from intertwine.measures.names import CKA_MEASURES, too_few_samples
 
 # ---------------------------------------------------------------------------
@@ -74,46 +74,46 @@ def grelu_cka(
     float
         The CKA, at most 1 (slightly negative possible with the unbiased estimator).
     """
-    X, Y = _check_pair(X, Y, 4, "grelu_cka")
-    _require_variation(X, "X", "grelu_cka"), _require_variation(Y, "Y", "grelu_cka")
+    X, Y = check_pair(X, Y, 4, "grelu_cka")
+    require_variation(X, "X", "grelu_cka"), require_variation(Y, "Y", "grelu_cka")
     kernels = []
     for Z in (X, Y):
         # Normalised in place on the channel-major copy the blocked products need: one copy of Z.
-        Zc = _normalize_channels_(_channel_major(Z), center=True, channel_axis=0)
-        kernels.append(_max_kernel_of(Zc, "auto", max_bytes))
+        Zc = normalize_channels_(channel_major(Z), center=True, channel_axis=0)
+        kernels.append(max_kernel_of(Zc, "auto", max_bytes))
         del Zc
-    return float(_cka(*kernels, max_bytes, estimator))
+    return float(cka(*kernels, max_bytes, estimator))
 
 
 def _feature_cross(A: Tensor, B: Tensor, max_bytes: int) -> Tensor:
     """||A'B||_F^2 in float64, summed over column blocks of A."""
-    cols = _rows_per_block(B.shape[1], 8 + B.element_size(), max_bytes)
+    cols = rows_per_block(B.shape[1], 8 + B.element_size(), max_bytes)
     return sum(
-        (A[:, start : start + cols].T @ B).to(_F64).square().sum() for start in range(0, A.shape[1], cols)
+        (A[:, start : start + cols].T @ B).to(F64).square().sum() for start in range(0, A.shape[1], cols)
     )
 
 
-def _linear_hsic_features(A: Tensor, B: Tensor, max_bytes: int) -> Tensor:
+def linear_hsic_features(A: Tensor, B: Tensor, max_bytes: int) -> Tensor:
     """HSIC1(A A', B B') without forming the N x N Gram matrices: O(N D D') instead of O(N^2 D).
 
     tr(K~ L~) = ||A'B||_F^2 - sum_i K_ii L_ii and K~ 1 = A (A' 1) - diag K, so every term of the
     unbiased estimator is a feature-space product; ||A'B||_F^2 is summed over column blocks of A.
     """
     n = A.shape[0]
-    dk = torch.linalg.vector_norm(A, dim=1).to(_F64).square()
-    dl = torch.linalg.vector_norm(B, dim=1).to(_F64).square()
-    cols = _rows_per_block(B.shape[1], 8 + B.element_size(), max_bytes)
+    dk = torch.linalg.vector_norm(A, dim=1).to(F64).square()
+    dl = torch.linalg.vector_norm(B, dim=1).to(F64).square()
+    cols = rows_per_block(B.shape[1], 8 + B.element_size(), max_bytes)
     cross = sum(
-        (A[:, start : start + cols].T @ B).to(_F64).square().sum() for start in range(0, A.shape[1], cols)
+        (A[:, start : start + cols].T @ B).to(F64).square().sum() for start in range(0, A.shape[1], cols)
     )
-    rk = (A @ A.sum(0)).to(_F64) - dk
-    rl = (B @ B.sum(0)).to(_F64) - dl
+    rk = (A @ A.sum(0)).to(F64) - dk
+    rl = (B @ B.sum(0)).to(F64) - dl
     trace = cross - torch.dot(dk, dl)
     value = trace + rk.sum() * rl.sum() / ((n - 1) * (n - 2)) - 2.0 / (n - 2) * torch.dot(rk, rl)
     return value / (n * (n - 3))
 
 
-def _gates(X: Tensor) -> Tensor:
+def gate_indicators(X: Tensor) -> Tensor:
     return (X > 0).to(X.dtype if X.is_floating_point() else torch.float64)
 
 
@@ -141,9 +141,9 @@ def gate_cka(
     float
         The CKA of the gate patterns, at most 1.
     """
-    X, Y = _check_pair(X, Y, 4, "gate_cka")
-    GX, GY = _gates(X), _gates(Y)
-    _require_variation(GX, "X", "gate_cka"), _require_variation(GY, "Y", "gate_cka")
+    X, Y = check_pair(X, Y, 4, "gate_cka")
+    GX, GY = gate_indicators(X), gate_indicators(Y)
+    require_variation(GX, "X", "gate_cka"), require_variation(GY, "Y", "gate_cka")
     return float(_linear_cka(GX, GY, "auto", max_bytes, estimator))
 
 
@@ -151,14 +151,14 @@ def _linear_cka(X: Tensor, Y: Tensor, method: str, max_bytes: int, estimator: st
     # Linear CKA with the unbiased HSIC is translation-invariant; centring the features first only
     # keeps the float sums small. The biased HSIC of centred features is ||A'B||_F^2 / (n - 1)^2.
     check_estimator(estimator)
-    A, B = _flatten_centered(X), _flatten_centered(Y)
+    A, B = flatten_centered(X), flatten_centered(Y)
     n, d, e = A.shape[0], A.shape[1], B.shape[1]
     if method == "auto":
         method = "features" if n * (d * d + e * e + d * e) <= n * n * (d + e) else "gram"
     if method == "gram":
-        return _cka(_linear_gram(A), _linear_gram(B), max_bytes, estimator)
+        return cka(linear_gram(A), linear_gram(B), max_bytes, estimator)
     if method == "features" and estimator == "biased":
-        return _cka_from_hsic(
+        return cka_from_hsic(
             _feature_cross(A, B, max_bytes),
             _feature_cross(A, A, max_bytes),
             _feature_cross(B, B, max_bytes),
@@ -167,10 +167,10 @@ def _linear_cka(X: Tensor, Y: Tensor, method: str, max_bytes: int, estimator: st
         )
     if method == "features":
         # max_i ||a_i||^2 bounds every entry of the Gram matrix A A' (Cauchy-Schwarz).
-        return _cka_from_hsic(
-            _linear_hsic_features(A, B, max_bytes),
-            _linear_hsic_features(A, A, max_bytes),
-            _linear_hsic_features(B, B, max_bytes),
+        return cka_from_hsic(
+            linear_hsic_features(A, B, max_bytes),
+            linear_hsic_features(A, A, max_bytes),
+            linear_hsic_features(B, B, max_bytes),
             float(torch.linalg.vector_norm(A.detach(), dim=1).max()) ** 2,
             float(torch.linalg.vector_norm(B.detach(), dim=1).max()) ** 2,
         )
@@ -213,10 +213,10 @@ def linear_cka(
     float or Tensor
         The CKA, at most 1; a float64 0-d tensor on the graph when an input requires grad.
     """
-    graph = _tracks_graph(X, Y)
-    X, Y = _check_pair(X, Y, 4, "linear_cka", graph)
-    _require_variation(X, "X", "linear_cka"), _require_variation(Y, "Y", "linear_cka")
-    return _result(_linear_cka(X, Y, method, max_bytes, estimator), graph)
+    graph = tracks_graph(X, Y)
+    X, Y = check_pair(X, Y, 4, "linear_cka", graph)
+    require_variation(X, "X", "linear_cka"), require_variation(Y, "Y", "linear_cka")
+    return as_result(_linear_cka(X, Y, method, max_bytes, estimator), graph)
 
 
 def channel_normalized_linear_cka(
@@ -249,10 +249,10 @@ def channel_normalized_linear_cka(
     float
         The CKA, at most 1.
     """
-    X, Y = _check_pair(X, Y, 4, "channel_normalized_linear_cka")
+    X, Y = check_pair(X, Y, 4, "channel_normalized_linear_cka")
     for Z, which in ((X, "X"), (Y, "Y")):
-        _require_variation(Z, which, "channel_normalized_linear_cka")
-    X, Y = _channel_normalize(X, True), _channel_normalize(Y, True)
+        require_variation(Z, which, "channel_normalized_linear_cka")
+    X, Y = channel_normalize(X, True), channel_normalize(Y, True)
     return float(_linear_cka(X, Y, method, max_bytes, estimator))
 
 
@@ -292,12 +292,12 @@ def laplace_cka(
     float
         The CKA, at most 1.
     """
-    X, Y = _check_pair(X, Y, 4, "laplace_cka")
-    _require_variation(X, "X", "laplace_cka"), _require_variation(Y, "Y", "laplace_cka")
+    X, Y = check_pair(X, Y, 4, "laplace_cka")
+    require_variation(X, "X", "laplace_cka"), require_variation(Y, "Y", "laplace_cka")
     bx, by = bandwidth if isinstance(bandwidth, tuple) else (bandwidth, bandwidth)
-    K = _laplace_kernel(_channel_normalize(X, True).reshape(X.shape[0], -1), bx, max_bytes)
-    L = _laplace_kernel(_channel_normalize(Y, True).reshape(Y.shape[0], -1), by, max_bytes)
-    return float(_cka(K, L, max_bytes, estimator))
+    K = laplace_kernel(channel_normalize(X, True).reshape(X.shape[0], -1), bx, max_bytes)
+    L = laplace_kernel(channel_normalize(Y, True).reshape(Y.shape[0], -1), by, max_bytes)
+    return float(cka(K, L, max_bytes, estimator))
 
 
 # Kornblith et al.'s example fraction of the median distance; also cka_kernel's for rbf_cka.
@@ -343,12 +343,12 @@ def rbf_cka(
     float or Tensor
         The CKA, at most 1; a float64 0-d tensor on the graph when an input requires grad.
     """
-    graph = _tracks_graph(X, Y)
-    X, Y = _check_pair(X, Y, 4, "rbf_cka", graph)
-    _require_variation(X, "X", "rbf_cka"), _require_variation(Y, "Y", "rbf_cka")
-    K = _rbf_kernel(X.reshape(X.shape[0], -1), bandwidth_fraction)
-    L = _rbf_kernel(Y.reshape(Y.shape[0], -1), bandwidth_fraction)
-    return _result(_cka(K, L, max_bytes, estimator), graph)
+    graph = tracks_graph(X, Y)
+    X, Y = check_pair(X, Y, 4, "rbf_cka", graph)
+    require_variation(X, "X", "rbf_cka"), require_variation(Y, "Y", "rbf_cka")
+    K = rbf_kernel(X.reshape(X.shape[0], -1), bandwidth_fraction)
+    L = rbf_kernel(Y.reshape(Y.shape[0], -1), bandwidth_fraction)
+    return as_result(cka(K, L, max_bytes, estimator), graph)
 
 
 def cka_kernel(measure: str, X: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Tensor:
@@ -373,27 +373,27 @@ def cka_kernel(measure: str, X: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BYTES
     Tensor, shape (N, N)
         The kernel, in X's floating dtype (float64 for integer input), on its device.
     """
-    X = _rescaled(_as_features(X, "X"))
+    X = rescaled_exactly(as_features(X, "X"))
     if measure not in CKA_MEASURES:
         raise ValueError(f"unknown CKA measure {measure!r}; expected one of {CKA_MEASURES}")
     if too_few_samples(measure, X.shape[0]):
         raise ValueError(too_few_samples(measure, X.shape[0]))
-    _require_variation(X, "X", measure)
+    require_variation(X, "X", measure)
     if measure == "grelu_cka":
-        Xc = _normalize_channels_(_channel_major(X), center=True, channel_axis=0)
-        return _max_kernel_of(Xc, "auto", max_bytes)
+        Xc = normalize_channels_(channel_major(X), center=True, channel_axis=0)
+        return max_kernel_of(Xc, "auto", max_bytes)
     if measure == "linear_cka":
-        return _linear_gram(_flatten_centered(X))
+        return linear_gram(flatten_centered(X))
     if measure == "channel_normalized_linear_cka":
-        return _linear_gram(_flatten_centered(_channel_normalize(X, True)))
+        return linear_gram(flatten_centered(channel_normalize(X, True)))
     if measure == "gate_cka":
-        G = _gates(X)
-        _require_variation(G, "X", measure)
-        return _linear_gram(_flatten_centered(G))
+        G = gate_indicators(X)
+        require_variation(G, "X", measure)
+        return linear_gram(flatten_centered(G))
     if measure == "laplace_cka":
-        return _laplace_kernel(_channel_normalize(X, True).reshape(X.shape[0], -1), None, max_bytes)
+        return laplace_kernel(channel_normalize(X, True).reshape(X.shape[0], -1), None, max_bytes)
     if measure == "rbf_cka":
-        return _rbf_kernel(X.reshape(X.shape[0], -1), _RBF_BANDWIDTH_FRACTION)
+        return rbf_kernel(X.reshape(X.shape[0], -1), _RBF_BANDWIDTH_FRACTION)
     raise ValueError(f"unknown CKA measure {measure!r}; expected one of {CKA_MEASURES}")
 
 
@@ -419,9 +419,9 @@ def kernel_cka(
     float or Tensor
         The CKA, at most 1; a float64 0-d tensor on the graph when a kernel requires grad.
     """
-    graph = _tracks_graph(K, L)
-    K, L = _as_kernel(K, "K", graph), _as_kernel(L, "L", graph)
-    return _result(_cka(K, L.to(K.device), max_bytes, estimator), graph)
+    graph = tracks_graph(K, L)
+    K, L = as_kernel(K, "K", graph), as_kernel(L, "L", graph)
+    return as_result(cka(K, L.to(K.device), max_bytes, estimator), graph)
 
 
 # ---------------------------------------------------------------------------
@@ -449,13 +449,13 @@ class LinearCKAAccumulator:
         self._scales: tuple[float, float] | None = None  # each side's divisor, set by the first batch
 
     def update(self, x: ArrayLike, y: ArrayLike) -> LinearCKAAccumulator:
-        x, y = _check_pair(x, y, 1, "linear_cka", rescale=False)
-        A, B = x.reshape(len(x), -1).to(_F64), y.reshape(len(y), -1).to(_F64)
+        x, y = check_pair(x, y, 1, "linear_cka", rescale=False)
+        A, B = x.reshape(len(x), -1).to(F64), y.reshape(len(y), -1).to(F64)
         # Rescale before squaring: the sums hold fourth powers, so each side is divided by one
         # power of two for every batch (the first batch's, where those would overflow or underflow).
         if self._scales is None:
             self._scales = tuple(
-                1.0 if _rescaled(z, 4) is z else _pow2_scale(float(z.abs().max())) for z in (A, B)
+                1.0 if rescaled_exactly(z, 4) is z else pow2_scale(float(z.abs().max())) for z in (A, B)
             )
         A, B = A / self._scales[0], B / self._scales[1]
         if self._shift is None:
@@ -474,7 +474,7 @@ class LinearCKAAccumulator:
         }  # fmt: skip
         for key, value in terms.items():
             self._sums[key] = self._sums[key] + value if key in self._sums else value
-        self._ranges = _merged_ranges(self._ranges, x, y)
+        self._ranges = merged_ranges(self._ranges, x, y)
         self._largest = [max(self._largest[0], float(da.max())), max(self._largest[1], float(db.max()))]
         self.n_samples += len(x)
         return self
@@ -490,10 +490,10 @@ class LinearCKAAccumulator:
         """The linear CKA of everything accumulated; see ``linear_cka``."""
         if too_few_samples("linear_cka", self.n_samples):
             raise ValueError(too_few_samples("linear_cka", self.n_samples))
-        which = _constant_side(self._ranges, self.n_samples)
+        which = constant_side(self._ranges, self.n_samples)
         if which:
-            raise ConstantRepresentationError(_constant_message(which, self.n_samples, "linear_cka"), which)
+            raise ConstantRepresentationError(constant_message(which, self.n_samples, "linear_cka"), which)
         kl = self._hsic("ab", "a", "b", "a_db", "b_da", "da", "db", "da_db")
         kk = self._hsic("aa", "a", "a", "a_da", "a_da", "da", "da", "da_da")
         ll = self._hsic("bb", "b", "b", "b_db", "b_db", "db", "db", "db_db")
-        return float(_cka_from_hsic(kl, kk, ll, *self._largest))
+        return float(cka_from_hsic(kl, kk, ll, *self._largest))

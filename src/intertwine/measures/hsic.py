@@ -8,11 +8,11 @@ import torch
 from torch import Tensor
 
 from intertwine.measures._base import (
-    _F64,
     DEFAULT_MAX_BYTES,
+    F64,
     ArrayLike,
     ConstantRepresentationError,
-    _rows_per_block,
+    rows_per_block,
 )
 
 # ---------------------------------------------------------------------------
@@ -20,12 +20,12 @@ from intertwine.measures._base import (
 # ---------------------------------------------------------------------------
 
 
-def _offdiagonal_row_sums(K: Tensor, rows: int) -> Tensor:
-    sums = torch.cat([K[start : start + rows].to(_F64).sum(1) for start in range(0, K.shape[0], rows)])
-    return sums - torch.diagonal(K).to(_F64)
+def offdiagonal_row_sums(K: Tensor, rows: int) -> Tensor:
+    sums = torch.cat([K[start : start + rows].to(F64).sum(1) for start in range(0, K.shape[0], rows)])
+    return sums - torch.diagonal(K).to(F64)
 
 
-def _u_centered_rows(K: Tensor, start: int, stop: int, row_sums: Tensor, total: Tensor) -> Tensor:
+def u_centered_rows(K: Tensor, start: int, stop: int, row_sums: Tensor, total: Tensor) -> Tensor:
     """Rows start:stop of the U-centred K (Szekely & Rizzo 2014), in float64.
 
     U_ij = K_ij - r_i/(n-2) - r_j/(n-2) + s/((n-1)(n-2)) off the diagonal, 0 on it, with r and s
@@ -34,7 +34,7 @@ def _u_centered_rows(K: Tensor, start: int, stop: int, row_sums: Tensor, total: 
     three large terms of the textbook formula.
     """
     n = K.shape[0]
-    block = K[start:stop].to(_F64, copy=True)
+    block = K[start:stop].to(F64, copy=True)
     block -= (row_sums[start:stop, None] + row_sums[None, :]) / (n - 2)
     block += total / ((n - 1) * (n - 2))
     idx = torch.arange(start, stop, device=K.device)
@@ -47,26 +47,26 @@ def _hsic_triple(K: Tensor, L: Tensor, max_bytes: int) -> tuple[Tensor, Tensor, 
     both kernels (differentiable: the graph of K and L is kept)."""
     n = K.shape[0]
     # Two float64 row blocks plus temporaries of the same size.
-    rows = _rows_per_block(n, 4 * 8, max_bytes)
-    rk, rl = _offdiagonal_row_sums(K, rows), _offdiagonal_row_sums(L, rows)
+    rows = rows_per_block(n, 4 * 8, max_bytes)
+    rk, rl = offdiagonal_row_sums(K, rows), offdiagonal_row_sums(L, rows)
     sk, sl = rk.sum(), rl.sum()
-    kl = kk = ll = torch.zeros((), dtype=_F64, device=K.device)
+    kl = kk = ll = torch.zeros((), dtype=F64, device=K.device)
     for start in range(0, n, rows):
         stop = min(n, start + rows)
-        uk = _u_centered_rows(K, start, stop, rk, sk).view(-1)
-        ul = _u_centered_rows(L, start, stop, rl, sl).view(-1)
+        uk = u_centered_rows(K, start, stop, rk, sk).view(-1)
+        ul = u_centered_rows(L, start, stop, rl, sl).view(-1)
         kl, kk, ll = kl + torch.dot(uk, ul), kk + torch.dot(uk, uk), ll + torch.dot(ul, ul)
     scale = n * (n - 3)
     return kl / scale, kk / scale, ll / scale
 
 
-def _as_kernel(K: ArrayLike, name: str, graph: bool = False) -> Tensor:
+def as_kernel(K: ArrayLike, name: str, graph: bool = False) -> Tensor:
     K = K if isinstance(K, Tensor) else torch.as_tensor(np.asarray(K))
     if K.is_meta:
         raise ValueError(f"{name} is a meta tensor (a shape without data); pass the actual kernel")
     K = K if graph else K.detach()
     if not K.is_floating_point():
-        K = K.to(_F64)
+        K = K.to(F64)
     if not bool(torch.isfinite(K).all()):
         raise ValueError(f"{name} contains NaN or infinite values")
     return K
@@ -104,7 +104,7 @@ def unbiased_hsic(K: ArrayLike, L: ArrayLike, *, max_bytes: int = DEFAULT_MAX_BY
     float
         HSIC_1, which can be slightly negative.
     """
-    K, L = _as_kernel(K, "K"), _as_kernel(L, "L")
+    K, L = as_kernel(K, "K"), as_kernel(L, "L")
     _check_kernels(K, L)
     return float(_hsic_triple(K, L.to(K.device), max_bytes)[0])
 
@@ -121,13 +121,13 @@ def check_estimator(estimator: str) -> None:
 
 def _double_centred(K: Tensor) -> Tensor:
     """H K H in float64, H = I - 11'/n: K's row and column means removed."""
-    K = K.to(_F64)
+    K = K.to(F64)
     return K - K.mean(0, keepdim=True) - K.mean(1, keepdim=True) + K.mean()
 
 
-def _cka(K: Tensor, L: Tensor, max_bytes: int, estimator: str = "unbiased") -> Tensor:
+def cka(K: Tensor, L: Tensor, max_bytes: int, estimator: str = "unbiased") -> Tensor:
     """HSIC(K, L) / sqrt(HSIC(K, K) HSIC(L, L)) with the ``estimator``'s HSIC; an error when a
-    kernel is constant up to centring (``_cka_from_hsic``). The biased one holds both kernels
+    kernel is constant up to centring (``cka_from_hsic``). The biased one holds both kernels
     double-centred in float64 (two more N x N matrices)."""
     check_estimator(estimator)
     _check_kernels(K, L)
@@ -136,7 +136,7 @@ def _cka(K: Tensor, L: Tensor, max_bytes: int, estimator: str = "unbiased") -> T
         kl, kk, ll = (KC * LC).sum(), (KC * KC).sum(), (LC * LC).sum()
     else:
         kl, kk, ll = _hsic_triple(K, L, max_bytes)
-    return _cka_from_hsic(kl, kk, ll, float(K.detach().abs().max()), float(L.detach().abs().max()))
+    return cka_from_hsic(kl, kk, ll, float(K.detach().abs().max()), float(L.detach().abs().max()))
 
 
 # HSIC1(K, K) below (this * max |K_ij|)^2 is rounding: U-centring a constant kernel in float64
@@ -144,7 +144,7 @@ def _cka(K: Tensor, L: Tensor, max_bytes: int, estimator: str = "unbiased") -> T
 _CONSTANT_KERNEL = 1e-10
 
 
-def _cka_from_hsic(kl: Tensor, kk: Tensor, ll: Tensor, scale_k: float, scale_l: float) -> Tensor:
+def cka_from_hsic(kl: Tensor, kk: Tensor, ll: Tensor, scale_k: float, scale_l: float) -> Tensor:
     """CKA from the three HSICs; ``scale_k``, ``scale_l`` bound the kernels' entries (max |K_ij|),
     against which a zero HSIC1(K, K), i.e. a kernel constant up to centring, is recognised."""
     # HSIC1(K, K) is a sum of squares of the U-centred K, so never negative.

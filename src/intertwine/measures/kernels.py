@@ -10,10 +10,10 @@ from torch import Tensor
 from intertwine.measures._base import (
     DEFAULT_MAX_BYTES,
     ArrayLike,
-    _as_features,
-    _channel_major,
-    _check_max_bytes,
-    _rows_per_block,
+    as_features,
+    channel_major,
+    check_max_bytes,
+    rows_per_block,
 )
 
 # ---------------------------------------------------------------------------
@@ -23,7 +23,7 @@ from intertwine.measures._base import (
 
 def _max_kernel_blocks(n: int, c: int, itemsize: int, max_bytes: int) -> tuple[int, int]:
     """(rows, channels) per block so that a (channels, rows, n) block fits in max_bytes."""
-    max_bytes = _check_max_bytes(max_bytes)
+    max_bytes = check_max_bytes(max_bytes)
     per_row = c * n * itemsize
     if per_row <= max_bytes:
         return min(n, max_bytes // per_row), c
@@ -61,7 +61,7 @@ def _max_kernel_per_channel(Xc: Tensor, max_bytes: int) -> Tensor:
     _, n, p = Xc.shape
     K = torch.empty(n, n, dtype=Xc.dtype, device=Xc.device)
     # Two (rows, N) buffers: K's block and one channel's product.
-    rows = max(1, min(_PER_CHANNEL_ROWS, _rows_per_block(n, 2 * Xc.element_size(), max_bytes)))
+    rows = max(1, min(_PER_CHANNEL_ROWS, rows_per_block(n, 2 * Xc.element_size(), max_bytes)))
     if p == 1:
         x = Xc[:, :, 0]
         product = torch.empty(min(rows, n), n, dtype=Xc.dtype, device=Xc.device)
@@ -92,7 +92,7 @@ def _mirror_rows(K: Tensor, block: Tensor, start: int, stop: int) -> None:
     K[stop:, start:stop] = block[:, b:].T
 
 
-def _max_kernel_of(
+def max_kernel_of(
     Xc: Tensor, method: str, max_bytes: int, block_rows: int | None = None, block_channels: int | None = None
 ) -> Tensor:
     """The max kernel of channel-major features by ``method`` (see ``max_kernel``)."""
@@ -147,17 +147,17 @@ def max_kernel(
     """
     if block_rows or block_channels:
         method = "blocked"
-    return _max_kernel_of(_channel_major(_as_features(X, "X")), method, max_bytes, block_rows, block_channels)
+    return max_kernel_of(channel_major(as_features(X, "X")), method, max_bytes, block_rows, block_channels)
 
 
-def _linear_gram(X: Tensor) -> Tensor:
+def linear_gram(X: Tensor) -> Tensor:
     return X @ X.T
 
 
 def _l1_distances(X: Tensor, max_bytes: int) -> Tensor:
     """(N, D) -> (N, N) pairwise L1 distances, computed by row blocks on the upper triangle."""
     n = X.shape[0]
-    rows = _rows_per_block(n, X.element_size(), max_bytes)
+    rows = rows_per_block(n, X.element_size(), max_bytes)
     D = torch.empty(n, n, dtype=X.dtype, device=X.device)
     for start in range(0, n, rows):
         stop = min(n, start + rows)
@@ -191,7 +191,7 @@ def _squared_distances(X: Tensor) -> Tensor:
     return (norms[:, None] + norms[None, :] - 2.0 * gram).clamp_min(0.0)
 
 
-def _rbf_kernel(X: Tensor, bandwidth_fraction: float) -> Tensor:
+def rbf_kernel(X: Tensor, bandwidth_fraction: float) -> Tensor:
     """exp(-||x_i - x_j||^2 / (2 sigma^2)), sigma^2 = bandwidth_fraction^2 * the median squared
     distance over i < j."""
     if not bandwidth_fraction > 0:
@@ -206,7 +206,7 @@ def _rbf_kernel(X: Tensor, bandwidth_fraction: float) -> Tensor:
     return torch.exp(-squared / (2.0 * bandwidth_fraction**2 * median))
 
 
-def _laplace_kernel(X: Tensor, bandwidth: float | None, max_bytes: int) -> Tensor:
+def laplace_kernel(X: Tensor, bandwidth: float | None, max_bytes: int) -> Tensor:
     D = _l1_distances(X, max_bytes)
     if bandwidth is None:
         bandwidth = float(_median_offdiagonal(D))

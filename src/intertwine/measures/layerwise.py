@@ -11,21 +11,21 @@ import torch
 from torch import Tensor
 
 from intertwine.measures._base import (
-    _F64,
     DEFAULT_MAX_BYTES,
+    F64,
     ArrayLike,
     ConstantRepresentationError,
-    _as_features,
-    _channel_normalize,
-    _flatten_centered,
-    _require_variation,
-    _rescaled,
-    _rows_per_block,
+    as_features,
+    channel_normalize,
+    flatten_centered,
+    require_variation,
+    rescaled_exactly,
+    rows_per_block,
 )
 from intertwine.measures.cca import compare_pwcca, compare_svcca, prepare_pwcca, prepare_svcca
-from intertwine.measures.cka import _gates, _linear_hsic_features, cka_kernel
-from intertwine.measures.hsic import _cka_from_hsic, _offdiagonal_row_sums, _u_centered_rows
-from intertwine.measures.kernels import _linear_gram
+from intertwine.measures.cka import cka_kernel, gate_indicators, linear_hsic_features
+from intertwine.measures.hsic import cka_from_hsic, offdiagonal_row_sums, u_centered_rows
+from intertwine.measures.kernels import linear_gram
 from intertwine.measures.names import CKA_MEASURES, too_few_samples
 from intertwine.measures.registry import MEASURES
 from intertwine.measures.shape import compare_shape_metric, prepare_shape_metric
@@ -38,8 +38,8 @@ from intertwine.measures.shape import compare_shape_metric, prepare_shape_metric
 # centred features (N, D) when D is at most N, its Gram matrix otherwise.
 _LINEAR_TRANSFORMS: dict[str, Callable[[Tensor], Tensor]] = {
     "linear_cka": lambda X: X,
-    "channel_normalized_linear_cka": lambda X: _channel_normalize(X, True),
-    "gate_cka": _gates,
+    "channel_normalized_linear_cka": lambda X: channel_normalize(X, True),
+    "gate_cka": gate_indicators,
 }
 # pwcca takes its weights from one side; every other measure is symmetric in its arguments.
 _ASYMMETRIC = ("pwcca",)
@@ -47,13 +47,13 @@ _ASYMMETRIC = ("pwcca",)
 
 class _CKALayer:
     """One representation's share of every CKA it takes part in: its centred features A (N, D),
-    or its U-centred N x N kernel (``_u_centered_rows``, stored in the kernel's dtype, in place of
-    the kernel); and HSIC1 with itself and a bound of the kernel's entries (``_cka_from_hsic``)."""
+    or its U-centred N x N kernel (``u_centered_rows``, stored in the kernel's dtype, in place of
+    the kernel); and HSIC1 with itself and a bound of the kernel's entries (``cka_from_hsic``)."""
 
     def __init__(self, features: Tensor | None, kernel: Tensor | None, max_bytes: int) -> None:
         self.features, self.centered = features, None
         if kernel is None:
-            self.self_hsic = _linear_hsic_features(features, features, max_bytes)
+            self.self_hsic = linear_hsic_features(features, features, max_bytes)
             self.scale = float(torch.linalg.vector_norm(features, dim=1).max()) ** 2
         else:
             self.scale = float(kernel.abs().max())
@@ -63,11 +63,11 @@ class _CKALayer:
         """U-centre ``kernel`` in place, row block by row block (a block needs only its own rows
         and the row sums), and sum HSIC1(K, K) from the float64 blocks."""
         n = len(kernel)
-        rows = _rows_per_block(n, 4 * 8, max_bytes)
-        row_sums = _offdiagonal_row_sums(kernel, rows)
-        total, squares = row_sums.sum(), torch.zeros((), dtype=_F64, device=kernel.device)
+        rows = rows_per_block(n, 4 * 8, max_bytes)
+        row_sums = offdiagonal_row_sums(kernel, rows)
+        total, squares = row_sums.sum(), torch.zeros((), dtype=F64, device=kernel.device)
         for start in range(0, n, rows):
-            block = _u_centered_rows(kernel, start, min(n, start + rows), row_sums, total)
+            block = u_centered_rows(kernel, start, min(n, start + rows), row_sums, total)
             squares = squares + block.square().sum()
             kernel[start : start + rows] = block
         self.centered, self.self_hsic = kernel, squares / (n * (n - 3))
@@ -79,44 +79,43 @@ class _CKALayer:
 
     def use_gram(self, max_bytes: int) -> None:
         """Keep the U-centred Gram matrix of A instead of A (HSIC1 with itself is unchanged)."""
-        self._center(_linear_gram(self.features), max_bytes)
+        self._center(linear_gram(self.features), max_bytes)
         self.features = None
 
 
 def _u_dot(a: _CKALayer, b: _CKALayer, max_bytes: int) -> Tensor:
     """sum_ij U(K)_ij U(L)_ij of two kernel layers, in float64 over row blocks."""
     n = len(a.centered)
-    rows = _rows_per_block(n, 3 * 8, max_bytes)
+    rows = rows_per_block(n, 3 * 8, max_bytes)
     blocks = (
-        (a.centered[start : start + rows].to(_F64) * b.centered[start : start + rows].to(_F64)).sum()
+        (a.centered[start : start + rows].to(F64) * b.centered[start : start + rows].to(F64)).sum()
         for start in range(0, n, rows)
     )
-    return sum(blocks, torch.zeros((), dtype=_F64, device=a.centered.device))
+    return sum(blocks, torch.zeros((), dtype=F64, device=a.centered.device))
 
 
 def _u_dot_features(features: _CKALayer, kernel: _CKALayer, max_bytes: int) -> Tensor:
     """sum_ij U(A A')_ij U(L)_ij = tr(A' U(L) A): U(L) has zero row sums and diagonal, so the
     U-centring of A A' adds nothing to the product (Szekely & Rizzo 2014). O(N^2 D) for A (N, D)."""
-    A, L = features.features.to(_F64), kernel.centered
+    A, L = features.features.to(F64), kernel.centered
     n = len(L)
-    rows = _rows_per_block(n, 2 * 8, max_bytes)
+    rows = rows_per_block(n, 2 * 8, max_bytes)
     blocks = (
-        ((L[start : start + rows].to(_F64) @ A) * A[start : start + rows]).sum()
-        for start in range(0, n, rows)
+        ((L[start : start + rows].to(F64) @ A) * A[start : start + rows]).sum() for start in range(0, n, rows)
     )
-    return sum(blocks, torch.zeros((), dtype=_F64, device=L.device))
+    return sum(blocks, torch.zeros((), dtype=F64, device=L.device))
 
 
 def _cka_of_layers(a: _CKALayer, b: _CKALayer, max_bytes: int) -> float:
     n = len(a.features if a.centered is None else a.centered)
     if a.centered is None and b.centered is None:
-        cross = _linear_hsic_features(a.features, b.features, max_bytes)
+        cross = linear_hsic_features(a.features, b.features, max_bytes)
     elif a.centered is not None and b.centered is not None:
         cross = _u_dot(a, b, max_bytes) / (n * (n - 3))
     else:
         features, kernel = (a, b) if a.centered is None else (b, a)
         cross = _u_dot_features(features, kernel, max_bytes) / (n * (n - 3))
-    return float(_cka_from_hsic(cross, a.self_hsic, b.self_hsic, a.scale, b.scale))
+    return float(cka_from_hsic(cross, a.self_hsic, b.self_hsic, a.scale, b.scale))
 
 
 def _pair_cost(n: int, a: int | None, b: int | None) -> int:
@@ -155,12 +154,12 @@ def _choose_grams(layers: list[_CKALayer], partners: list[list[_CKALayer]], n: i
 
 def _prepare_cka(measure: str, X: Tensor, max_bytes: int) -> _CKALayer:
     if measure in _LINEAR_TRANSFORMS:
-        Z = _LINEAR_TRANSFORMS[measure](_rescaled(X))
-        _require_variation(Z, "X", measure)
-        A = _flatten_centered(Z)
+        Z = _LINEAR_TRANSFORMS[measure](rescaled_exactly(X))
+        require_variation(Z, "X", measure)
+        A = flatten_centered(Z)
         if A.shape[1] <= A.shape[0]:
             return _CKALayer(A, None, max_bytes)
-        return _CKALayer(None, _linear_gram(A), max_bytes)
+        return _CKALayer(None, linear_gram(A), max_bytes)
     return _CKALayer(None, cka_kernel(measure, X, max_bytes=max_bytes), max_bytes)
 
 
@@ -223,7 +222,7 @@ def pairwise(
     for side, layers in ({"xs": xs} if ys is None else {"xs": xs, "ys": ys}).items():
         prepared[side] = []
         for i, layer in enumerate(layers):
-            X = _as_features(layer, f"{side}[{i}]")
+            X = as_features(layer, f"{side}[{i}]")
             samples.add(len(X))
             if len(samples) > 1:
                 raise ValueError(

@@ -11,19 +11,19 @@ from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
 from intertwine.measures._base import (
-    _F64,
     DEFAULT_MAX_BYTES,
+    F64,
     ArrayLike,
     ConstantRepresentationError,
-    _check_max_bytes,
-    _check_pair,
-    _constant_message,
-    _constant_side,
-    _merged_ranges,
-    _pow2_scale,
-    _rescaled,
-    _result,
-    _tracks_graph,
+    as_result,
+    check_max_bytes,
+    check_pair,
+    constant_message,
+    constant_side,
+    merged_ranges,
+    pow2_scale,
+    rescaled_exactly,
+    tracks_graph,
 )
 from intertwine.measures.names import too_few_samples
 
@@ -105,14 +105,14 @@ class ProcrustesAccumulator:
         self._scales: tuple[float, float] | None = None  # each side's divisor, set by the first batch
 
     def _batch(self, x: ArrayLike, y: ArrayLike) -> tuple[Tensor, Tensor, bool]:
-        graph = _tracks_graph(x, y)
-        x, y = _check_pair(x, y, 1, "Procrustes", graph, rescale=False)
+        graph = tracks_graph(x, y)
+        x, y = check_pair(x, y, 1, "Procrustes", graph, rescale=False)
         # Rescale before squaring: both measures are invariant to the scale of either side, so
         # each side is divided by one power of two for every batch (the first batch's, where its
         # entries would overflow or underflow once squared; exact).
         if self._scales is None:
             self._scales = tuple(
-                1.0 if _rescaled(z) is z else _pow2_scale(float(z.detach().abs().max())) for z in (x, y)
+                1.0 if rescaled_exactly(z) is z else pow2_scale(float(z.detach().abs().max())) for z in (x, y)
             )
         if self._scales != (1.0, 1.0):
             x, y = x / self._scales[0], y / self._scales[1]
@@ -142,7 +142,7 @@ class ProcrustesAccumulator:
             torch.linalg.vector_norm(xm, dim=1).square(),
             torch.linalg.vector_norm(ym, dim=1).square(),
         )
-        self._ranges = _merged_ranges(self._ranges, x, y)
+        self._ranges = merged_ranges(self._ranges, x, y)
         if self.cross is None:
             self.cross, self.x_sq, self.y_sq, self._positions = cross, x_sq, y_sq, x.shape[2]
         else:
@@ -156,7 +156,7 @@ class ProcrustesAccumulator:
     def constant(self) -> str | None:
         """Which of the accumulated representations is constant over the samples ("X" or "Y",
         X first), or None: the measures are undefined then (see the module docstring)."""
-        return None if self.cross is None else _constant_side(self._ranges, self.n_samples)
+        return None if self.cross is None else constant_side(self._ranges, self.n_samples)
 
     def _state(self, measure: str) -> tuple[Tensor, Tensor, Tensor]:
         if self.cross is None:
@@ -165,7 +165,7 @@ class ProcrustesAccumulator:
             raise ValueError(too_few_samples(measure, self.n_samples, self._positions))
         which = self.constant()
         if which:
-            raise ConstantRepresentationError(_constant_message(which, self.n_samples, measure), which)
+            raise ConstantRepresentationError(constant_message(which, self.n_samples, measure), which)
         if 0 < self._refined < self.n_samples:
             raise ValueError(
                 f"refine() has seen {self._refined} of the {self.n_samples} samples: give it every "
@@ -240,7 +240,7 @@ class ProcrustesAccumulator:
         return delta_sq, 1
 
     def _similarity(self, delta_sq: Tensor, c: int) -> Tensor | float:
-        return _result((1.0 - delta_sq.sqrt() / (2.0 * math.sqrt(c))).clamp(0.0, 1.0), self._graph)
+        return as_result((1.0 - delta_sq.sqrt() / (2.0 * math.sqrt(c))).clamp(0.0, 1.0), self._graph)
 
     def grelu(self) -> Tensor | float:
         """G_ReLU Procrustes similarity 1 - delta / (2 sqrt(C)); see ``grelu_procrustes``."""
@@ -260,8 +260,8 @@ _REFINE_BELOW = 1e-6
 def _channel_rows(x: Tensor) -> Tensor:
     """(B, C, P) -> (C, B*P) in float64, one copy (the transpose and the conversion together)."""
     if x.requires_grad:
-        return x.transpose(0, 1).reshape(x.shape[1], -1).to(_F64)
-    rows = torch.empty((x.shape[1], x.shape[0], x.shape[2]), dtype=_F64, device=x.device)
+        return x.transpose(0, 1).reshape(x.shape[1], -1).to(F64)
+    rows = torch.empty((x.shape[1], x.shape[0], x.shape[2]), dtype=F64, device=x.device)
     return rows.copy_(x.transpose(0, 1)).view(x.shape[1], -1)
 
 
@@ -275,7 +275,7 @@ def _procrustes(X: Tensor, Y: Tensor, max_bytes: int, measure: str) -> Tensor | 
     """``measure`` of X and Y accumulated over sample batches whose float64 copies stay within
     max_bytes; a second pass where the distance is small enough for the closed form to lose digits."""
     per_sample = (X[0].numel() + Y[0].numel()) * 8
-    batch = max(1, _check_max_bytes(max_bytes) // per_sample)
+    batch = max(1, check_max_bytes(max_bytes) // per_sample)
     starts = range(0, X.shape[0], batch)
     acc = ProcrustesAccumulator()
     for start in starts:
@@ -318,8 +318,8 @@ def grelu_procrustes(X: ArrayLike, Y: ArrayLike, *, max_bytes: int = DEFAULT_MAX
     float or Tensor
         The similarity in [0, 1]; a float64 0-d tensor on the graph when an input requires grad.
     """
-    graph = _tracks_graph(X, Y)
-    X, Y = _check_pair(X, Y, 2, "grelu_procrustes", graph)
+    graph = tracks_graph(X, Y)
+    X, Y = check_pair(X, Y, 2, "grelu_procrustes", graph)
     if X.shape[1] != Y.shape[1]:
         raise ValueError(
             f"grelu_procrustes matches channels one to one, so X and Y need the same "
@@ -360,8 +360,8 @@ def orthogonal_procrustes(
     float or Tensor
         The similarity in [0, 1]; a float64 0-d tensor on the graph when an input requires grad.
     """
-    graph = _tracks_graph(X, Y)
-    X, Y = _check_pair(X, Y, 2, "orthogonal_procrustes", graph)
+    graph = tracks_graph(X, Y)
+    X, Y = check_pair(X, Y, 2, "orthogonal_procrustes", graph)
     return _procrustes(X, Y, max_bytes, "orthogonal_procrustes")
 
 
@@ -382,7 +382,7 @@ class ProcrustesAlignment:
         self._fitted: ProcrustesAccumulator | None = None
 
     def fit(self, X: ArrayLike, Y: ArrayLike) -> ProcrustesAlignment:
-        X, Y = _check_pair(X, Y, 2, "orthogonal_procrustes")
+        X, Y = check_pair(X, Y, 2, "orthogonal_procrustes")
         self._fitted = ProcrustesAccumulator().update(X, Y)
         self._rotation = self._fitted._rotation()
         square = self._fitted.cross.shape[0] == self._fitted.cross.shape[1]
@@ -394,7 +394,7 @@ class ProcrustesAlignment:
         fitted alignment, in [0, 1]."""
         if self._fitted is None:
             raise ValueError("ProcrustesAlignment.score before fit: fit(X, Y) on the fitting split first")
-        X, Y = _check_pair(X, Y, 2, "orthogonal_procrustes")
+        X, Y = check_pair(X, Y, 2, "orthogonal_procrustes")
         xr, yr = _channel_rows(X.reshape(*X.shape[:2], -1)).T, _channel_rows(Y.reshape(*Y.shape[:2], -1)).T
         if (xr.shape[1], yr.shape[1]) != tuple(self._fitted.cross.shape):
             raise ValueError(

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from intertwine.measures._base import ArrayLike, _pow2_scale, _rescaled
-from intertwine.measures.cca import _centred_svd, _check_pair_n, _check_same_n
+from intertwine.measures._base import ArrayLike, pow2_scale, rescaled_exactly
+from intertwine.measures.cca import centred_svd, check_pair_n, check_same_n
 
 # netrep.utils.whiten: eigenvalues of X^T X are clipped to this value, and alpha > 1 - tol means
 # no whitening at all.
@@ -72,14 +72,14 @@ def prepare_shape_metric(X: ArrayLike, alpha: float = 1.0, *, name: str = "X") -
     if alpha > 1 - _NETREP_EIGVAL_TOL:
         # No whitening: any factor G with G G' = Xc Xc' serves; the centred features themselves
         # where they are no wider than tall (no SVD), else U diag(s), N x r.
-        Fc, _, _, width, unit = _centred_svd(X, name, "the shape metric", svd=False)
+        Fc, _, _, width, unit = centred_svd(X, name, "the shape metric", svd=False)
         if width <= Fc.shape[0]:
             return PreparedShape(
                 Fc, torch.ones_like(Fc[0]), float(Fc.square().sum()), 1.0, width, alpha, False, unit
             )
-        U, s, _, width, more = _centred_svd(Fc, name, "the shape metric")
+        U, s, _, width, more = centred_svd(Fc, name, "the shape metric")
         return PreparedShape(U, s, float(s.square().sum()), 1.0, width, alpha, False, unit * more)
-    U, s, _, width, unit = _centred_svd(X, name, "the shape metric")
+    U, s, _, width, unit = centred_svd(X, name, "the shape metric")
     # Eigenvalues of Xc^T Xc: s_i^2 for the r kept directions, 0 for the other D - r.
     zero_lam, zero_var = _zero_eig_terms(alpha)
     nulls = width - len(s)
@@ -121,7 +121,7 @@ def compare_shape_metric(
     """Shape distance between two prepared representations (see ``shape_metric``)."""
     if score not in _SCORES:
         raise ValueError(f"score must be 'angular' or 'euclidean', got {score!r}")
-    _check_same_n(px, py, "shape metric")
+    check_same_n(px, py, "shape metric")
     if px.alpha != py.alpha:
         raise ValueError(f"X and Y were prepared with different alpha: {px.alpha} and {py.alpha}")
     width = max(px.width, py.width)
@@ -129,8 +129,8 @@ def compare_shape_metric(
     for p in (px, py):
         # G in units of p.unit, rescaled once more where its products would over- or underflow.
         G = _whitened_gram_factor(p, width)
-        rescaled = _rescaled(G)
-        factors.append((rescaled, p.unit * (1.0 if rescaled is G else _pow2_scale(float(G.abs().max())))))
+        rescaled = rescaled_exactly(G)
+        factors.append((rescaled, p.unit * (1.0 if rescaled is G else pow2_scale(float(G.abs().max())))))
     (Gx, ux), (Gy, uy) = factors
     if score == "angular":  # invariant to the scale of either side
         return _aligned_angle(*_aligned(Gx, Gy))
@@ -212,7 +212,7 @@ def shape_metric(
     if score not in _SCORES:
         raise ValueError(f"score must be 'angular' or 'euclidean', got {score!r}")
     alpha = _check_alpha(alpha)
-    _check_pair_n(X, Y)
+    check_pair_n(X, Y)
     return compare_shape_metric(
         prepare_shape_metric(X, alpha), prepare_shape_metric(Y, alpha, name="Y"), score=score
     )
@@ -306,7 +306,7 @@ class ShapeAlignment:
         return (V * d) @ V.T
 
     def _padded(self, X: ArrayLike, Y: ArrayLike, width: int | None = None) -> tuple[Tensor, Tensor]:
-        _check_pair_n(X, Y)
+        check_pair_n(X, Y)
         X, Y = self._flat(X, "X"), self._flat(Y, "Y")
         wide = max(X.shape[1], Y.shape[1])
         if width is not None and wide != width:

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from scipy import stats
 
-from intertwine.measures._base import _F64, ArrayLike, _as_features
+from intertwine.measures._base import F64, ArrayLike, as_features
 from intertwine.measures.cka import cka_kernel
-from intertwine.measures.hsic import _offdiagonal_row_sums, _u_centered_rows
+from intertwine.measures.hsic import offdiagonal_row_sums, u_centered_rows
 from intertwine.measures.names import CKA_MEASURES, DISTANCES
 from intertwine.measures.registry import MEASURES
 
@@ -161,8 +161,8 @@ def pairwise_jackknife(
 
     if not 0 < level < 1:
         raise ValueError(f"pairwise_jackknife: level must lie in (0, 1), got {level}")
-    xs = [_as_features(x, f"xs[{i}]") for i, x in enumerate(xs)]
-    ys = xs if ys is None else [_as_features(y, f"ys[{i}]") for i, y in enumerate(ys)]
+    xs = [as_features(x, f"xs[{i}]") for i, x in enumerate(xs)]
+    ys = xs if ys is None else [as_features(y, f"ys[{i}]") for i, y in enumerate(ys)]
     n = xs[0].shape[0]
     value = pairwise(measure, xs, ys)
     left_out = []
@@ -184,7 +184,7 @@ def _resolve(measure: str | Callable) -> tuple[str | None, Callable]:
 
 
 def _pair(X: ArrayLike, Y: ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
-    X, Y = _as_features(X, "X"), _as_features(Y, "Y")
+    X, Y = as_features(X, "X"), as_features(Y, "Y")
     if X.shape[0] != Y.shape[0]:
         raise ValueError(f"X and Y must hold the same inputs: {X.shape[0]} and {Y.shape[0]} rows")
     return X, Y
@@ -233,16 +233,16 @@ def permutation_test(
 
 def _u_centred(K: torch.Tensor) -> torch.Tensor:
     n = K.shape[0]
-    sums = _offdiagonal_row_sums(K, n)
-    return _u_centered_rows(K, 0, n, sums, sums.sum())
+    sums = offdiagonal_row_sums(K, n)
+    return u_centered_rows(K, 0, n, sums, sums.sum())
 
 
 def _shuffled_cka(name: str, X, Y, orders) -> tuple[float, np.ndarray]:
     """The CKA of X and Y, and of X and each reordering of Y, from the two U-centred kernels: the
     unbiased HSIC_1 is the Frobenius product of U-centred kernels over n (n - 3), and U-centring
     commutes with reordering the inputs."""
-    UK = _u_centred(cka_kernel(name, X).to(_F64))
-    UL = _u_centred(cka_kernel(name, Y).to(_F64).to(UK.device))
+    UK = _u_centred(cka_kernel(name, X).to(F64))
+    UL = _u_centred(cka_kernel(name, Y).to(F64).to(UK.device))
     scale = torch.sqrt((UK * UK).sum() * (UL * UL).sum())
     value = float((UK * UL).sum() / scale)
     null = np.array([float((UK * UL[order][:, order]).sum() / scale) for order in orders])

@@ -493,12 +493,16 @@ def site_activations(
     std: torch.Tensor | None = None,
     batch_size: int = 250,
 ) -> dict[str, torch.Tensor]:
-    """The outputs of the modules ``names`` for ``images``, in batches, in eval mode without autograd.
+    """The outputs of the modules ``names`` (sites, or any module names; every site by default)
+    for uint8 ``images`` normalised with ``mean``/``std`` (or, without them, for ``images`` as
+    they are: inputs already normalised), in batches, in eval mode without autograd.
 
-    Read by forward hooks, so any ``nn.Module`` works (torchvision's too). For the zoo's models
-    (sites run once per pass) a pass stops once every module read has run; for others it runs to the
-    end, so that a module run twice (its output ambiguous) is a ValueError, as are no images and a
-    module that did not run. Outputs are copied (a later in-place activation must not change them).
+    Read by forward hooks, so any ``nn.Module`` works (torchvision's too). For the zoo's models,
+    whose sites run once per pass by construction, the pass stops once the last of them has run;
+    for others it runs to the end, so that a module run twice is caught (its output would be
+    ambiguous: a ValueError, as are no images and a module that did not run). Each output is
+    copied (a later in-place activation must not change it) and concatenated over batches on the
+    model's device.
 
     Parameters
     ----------

@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .resnet import _scaled
+from .resnet import scaled_widths
 
 __all__ = ["CCT", "POSITIONAL", "CCTBlock", "SelfAttention", "TokenizerLayer", "cct", "sinusoidal_encoding"]
 
@@ -256,8 +256,8 @@ def cct(
     `tokenizer_norm`, which trains the default zoo's 4 epochs in 40-44 s on one CPU thread to
     59-73 % on shapes; 4,002,443 at width 2 and depth 7, about CCT-7/3x2's 3.85M)."""
     heads = 2
-    (tokenizer_width,) = _scaled((64,), width_multiplier)
-    dim = heads * _scaled((128 // heads,), width_multiplier)[0]  # the head dimension scales
+    (tokenizer_width,) = scaled_widths((64,), width_multiplier)
+    dim = heads * scaled_widths((128 // heads,), width_multiplier)[0]  # the head dimension scales
     return CCT(
         depth,
         dim,

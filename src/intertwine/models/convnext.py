@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .resnet import _scaled
+from .resnet import scaled_widths
 
 __all__ = ["ConvNeXt", "ConvNeXtBlock", "LayerNorm2d", "convnext"]
 
@@ -186,5 +186,9 @@ def convnext(
     zoo's 4 epochs in about 40 s on one CPU thread to about 45 % on shapes; 413,418 at 0.5, 78 s,
     48 %)."""
     return ConvNeXt(
-        (2, 2, 2), _scaled((64, 128, 256), width_multiplier), num_classes, activation_layer, layer_scale=1e-6
+        (2, 2, 2),
+        scaled_widths((64, 128, 256), width_multiplier),
+        num_classes,
+        activation_layer,
+        layer_scale=1e-6,
     )

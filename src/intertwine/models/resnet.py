@@ -174,7 +174,7 @@ class ResNet(nn.Module):
         return layout
 
 
-def _scaled(widths: Sequence[int], multiplier: float) -> list[int]:
+def scaled_widths(widths: Sequence[int], multiplier: float) -> list[int]:
     return [max(1, round(w * multiplier)) for w in widths]
 
 
@@ -191,7 +191,7 @@ def cifar_resnet(
     n BasicBlocks at 16/32/64 planes, option-A shortcuts, kaiming-normal initialisation."""
     return ResNet(
         (n, n, n),
-        _scaled((16, 32, 64), width_multiplier),
+        scaled_widths((16, 32, 64), width_multiplier),
         "A",
         num_classes,
         activation_layer,
@@ -225,7 +225,7 @@ def resnet18(
     """CIFAR-adapted ResNet18 (11,173,962 parameters with the defaults)."""
     return ResNet(
         (2, 2, 2, 2),
-        _scaled((64, 128, 256, 512), width_multiplier),
+        scaled_widths((64, 128, 256, 512), width_multiplier),
         "B",
         num_classes,
         activation_layer,

@@ -92,62 +92,18 @@ The package
 -----------
 ``soft`` (the soft forwards, ``SOFT_FORWARDS``, ``register_soft_forward``, ``options``),
 ``call_sites`` (``CallSites``, ``soft_backward``, ``swapped_modules``) and ``excitation``
-(``pullback``, ``per_neuron_temperatures``). Every name is importable from ``intertwine.pullback``.
+(``pullback``, ``per_neuron_temperatures``). Every public name is importable from ``intertwine.pullback``.
 """
 
-# Every name the one module defined stays importable from here: ``__all__``'s, and the others,
-# public and private (tests and other modules import some), as ``name as name`` re-exports.
-from intertwine.pullback.call_sites import (
-    _NOT_GATES as _NOT_GATES,
-    CallSites,
-    _check_temperatures as _check_temperatures,
-    _Intercept as _Intercept,
-    _refuse_unsupported as _refuse_unsupported,
-    _restart as _restart,
-    soft_backward,
-    swapped_modules,
-)
-from intertwine.pullback.excitation import (
-    _MISSED as _MISSED,
-    MODES,
-    _check_range as _check_range,
-    _first_parameter as _first_parameter,
-    _frozen_eval as _frozen_eval,
-    _indices as _indices,
-    _missed_nonlinearities as _missed_nonlinearities,
-    _refuse_non_finite as _refuse_non_finite,
-    _refuse_plain_gradient as _refuse_plain_gradient,
-    _site_output as _site_output,
-    _SiteReached as _SiteReached,
-    per_neuron_temperatures,
-    pullback,
-)
+# The package's public names; each module's private helpers stay in it (the modules import each
+# other's public names only).
+from intertwine.pullback.call_sites import CallSites, soft_backward, swapped_modules
+from intertwine.pullback.excitation import MODES, per_neuron_temperatures, pullback
 from intertwine.pullback.soft import (
-    _FUNCTIONAL as _FUNCTIONAL,
-    _FUNCTIONS as _FUNCTIONS,
-    _POOL_PADDING as _POOL_PADDING,
     FUNCTIONAL,
     POOL_PADDING,
     SOFT_FORWARDS,
-    Temperature as Temperature,
-    _check_choice as _check_choice,
-    _functional_adaptive_max_pool2d as _functional_adaptive_max_pool2d,
-    _functional_leaky_relu as _functional_leaky_relu,
-    _functional_max_pool2d as _functional_max_pool2d,
-    _functional_relu as _functional_relu,
-    _gated as _gated,
-    _hard_value as _hard_value,
-    _held_gate as _held_gate,
-    _pair as _pair,
-    _returns_indices as _returns_indices,
-    _soft_adaptive_max_pool as _soft_adaptive_max_pool,
-    _soft_leaky_relu as _soft_leaky_relu,
-    _soft_leaky_relu_of as _soft_leaky_relu_of,
-    _soft_max_pool as _soft_max_pool,
-    _soft_relu as _soft_relu,
-    _soft_relu_of as _soft_relu_of,
-    _soft_step as _soft_step,
-    _softmax_pool as _softmax_pool,
+    Temperature,
     channel_view,
     options,
     register_soft_forward,
@@ -155,13 +111,13 @@ from intertwine.pullback.soft import (
     soft_max_pool2d,
 )
 
-
 __all__ = [
     "FUNCTIONAL",
     "MODES",
     "POOL_PADDING",
     "SOFT_FORWARDS",
     "CallSites",
+    "Temperature",
     "channel_view",
     "options",
     "per_neuron_temperatures",

@@ -1,5 +1,5 @@
 """Finding and swapping the call sites of a forward pass: the module and function interception
-(``_Intercept``), ``soft_backward`` and the checks of what it swaps. "The module docstring" below
+(``Intercept``), ``soft_backward`` and the checks of what it swaps. "The module docstring" below
 is the package's, :mod:`intertwine.pullback`."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 from intertwine.pullback.soft import (
-    _FUNCTIONAL,
-    _FUNCTIONS,
-    _POOL_PADDING,
     FUNCTIONAL,
+    FUNCTIONAL_OPTION,
     POOL_PADDING,
+    POOL_PADDING_OPTION,
     SOFT_FORWARDS,
-    _check_choice,
-    _returns_indices,
+    SWAPPED_FUNCTIONS,
+    check_choice,
+    returns_indices,
 )
 
 
@@ -36,9 +36,9 @@ class CallSites:
         self.hard_nodes: set = set()  # autograd nodes of the calls left hard
 
 
-class _Intercept(TorchFunctionMode):
+class Intercept(TorchFunctionMode):
     """Runs ``on_call(site, soft, hard, first_input, functional)`` for every call of a swapped module and every
-    functional call of :data:`_FUNCTIONS` in ``model``'s forward passes: ``soft(temperature)``
+    functional call of :data:`SWAPPED_FUNCTIONS` in ``model``'s forward passes: ``soft(temperature)``
     computes the soft version, ``hard()`` the original. Call sites are named as in the module
     docstring; the count restarts at each forward pass of the root module."""
 
@@ -70,8 +70,8 @@ class _Intercept(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        entry = _FUNCTIONS.get(func)
-        if entry is None or self.inside or not args or _returns_indices(func, args, kwargs):
+        entry = SWAPPED_FUNCTIONS.get(func)
+        if entry is None or self.inside or not args or returns_indices(func, args, kwargs):
             return func(*args, **kwargs)
         label, soft = entry
         owner = self.running[-1] if self.running else ""
@@ -140,7 +140,7 @@ def swapped_modules(model: nn.Module) -> list[str]:
 _NOT_GATES = (nn.Softmax, nn.Softmax2d, nn.LogSoftmax, nn.Softmin, nn.MultiheadAttention, nn.Identity)
 
 
-def _refuse_unsupported(model: nn.Module) -> None:
+def refuse_unsupported(model: nn.Module) -> None:
     """ValueError naming every activation or max-pool module without a soft counterpart."""
     bad = []
     for name, module in model.named_modules():
@@ -247,8 +247,8 @@ def soft_backward(
         A context manager: ``with soft_backward(...) as sites`` binds the :class:`CallSites` that
         each forward pass in the block fills anew.
     """
-    functional = _check_choice(functional or _FUNCTIONAL.get(), FUNCTIONAL, "functional")
-    pool_padding = _check_choice(pool_padding or _POOL_PADDING.get(), POOL_PADDING, "pool_padding")
+    functional = check_choice(functional or FUNCTIONAL_OPTION.get(), FUNCTIONAL, "functional")
+    pool_padding = check_choice(pool_padding or POOL_PADDING_OPTION.get(), POOL_PADDING, "pool_padding")
     _check_temperatures(temperature)
     sites = CallSites()
 
@@ -273,15 +273,15 @@ def soft_backward(
         sites.soft.append(site)
         return soft(t)
 
-    intercept = _Intercept(model, on_call)
+    intercept = Intercept(model, on_call)
     # A new forward pass starts new lists: the root's pre-hook clears the call counts.
     model_hook = model.register_forward_pre_hook(lambda *_: _restart(sites))
-    token = _POOL_PADDING.set(pool_padding)
+    token = POOL_PADDING_OPTION.set(pool_padding)
     try:
         with intercept.installed():
             yield sites
     finally:
-        _POOL_PADDING.reset(token)
+        POOL_PADDING_OPTION.reset(token)
         model_hook.remove()
 
 

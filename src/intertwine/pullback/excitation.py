@@ -14,12 +14,11 @@ from torch import Tensor, nn
 
 from intertwine.pullback.call_sites import (
     CallSites,
-    _Intercept,
-    _refuse_unsupported,
+    Intercept,
     global_temperature,
+    refuse_unsupported,
     soft_backward,
 )
-
 
 MODES = ("global", "per_neuron", "gradient")
 
@@ -188,7 +187,7 @@ def pullback(
     what = "classes" if site is None else "units"
     index = _indices(classes if site is None else units, len(x), what, x.device)
     if mode != "gradient":
-        _refuse_unsupported(model)
+        refuse_unsupported(model)
     swap = {
         "global": lambda: soft_backward(model, temperature, functional, pool_padding),
         "per_neuron": lambda: soft_backward(model, temperatures, functional, pool_padding),
@@ -268,7 +267,7 @@ def per_neuron_temperatures(
         counts[site] = counts.get(site, 0) + squares.shape[1]
         return hard()
 
-    with _frozen_eval(model), _Intercept(model, record).installed():
+    with _frozen_eval(model), Intercept(model, record).installed():
         for start in range(0, len(probe_images), batch_size):
             model(probe_images[start : start + batch_size].to(parameter.device, parameter.dtype))
     return {site: temperature * (sums[site] / counts[site]).sqrt() for site in sums}

@@ -16,7 +16,6 @@ from torch import Tensor, nn
 
 from intertwine.models.gated import GateActivation
 
-
 #: How functional ReLU and max-pool calls are treated: swapped ("soft"), or left hard as the paper's
 #: released code leaves them ("hard").
 FUNCTIONAL = ("soft", "hard")
@@ -27,11 +26,11 @@ POOL_PADDING = ("zeros", "excluded")
 Temperature = float | Tensor
 
 # The defaults of pullback's ``functional`` and ``pool_padding`` (see :func:`options`).
-_FUNCTIONAL = contextvars.ContextVar("functional", default="soft")
-_POOL_PADDING = contextvars.ContextVar("pool_padding", default="zeros")
+FUNCTIONAL_OPTION = contextvars.ContextVar("functional", default="soft")
+POOL_PADDING_OPTION = contextvars.ContextVar("pool_padding", default="zeros")
 
 
-def _check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
+def check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
     if value not in choices:
         raise ValueError(f"pullback: {what} must be one of {choices}, got {value!r}")
     return value
@@ -59,10 +58,15 @@ def options(functional: str | None = None, pool_padding: str | None = None) -> I
     tokens = []
     try:
         if functional is not None:
-            tokens.append((_FUNCTIONAL, _FUNCTIONAL.set(_check_choice(functional, FUNCTIONAL, "functional"))))
+            tokens.append(
+                (FUNCTIONAL_OPTION, FUNCTIONAL_OPTION.set(check_choice(functional, FUNCTIONAL, "functional")))
+            )
         if pool_padding is not None:
             tokens.append(
-                (_POOL_PADDING, _POOL_PADDING.set(_check_choice(pool_padding, POOL_PADDING, "pool_padding")))
+                (
+                    POOL_PADDING_OPTION,
+                    POOL_PADDING_OPTION.set(check_choice(pool_padding, POOL_PADDING, "pool_padding")),
+                )
             )
         yield
     finally:
@@ -177,7 +181,7 @@ def soft_max_pool2d(
     -------
     The pooled tensor, equal to ``F.max_pool2d``'s output.
     """
-    _check_choice(pool_padding, POOL_PADDING, "pool_padding")
+    check_choice(pool_padding, POOL_PADDING, "pool_padding")
     if x.dim() == 3:
         args = (kernel_size, stride, padding, dilation, ceil_mode, pool_padding)
         return soft_max_pool2d(x[None], temperature, *args)[0]
@@ -242,7 +246,7 @@ def _soft_max_pool(module: nn.MaxPool2d, temperature: Temperature, x: Tensor) ->
     if module.return_indices:
         raise ValueError("pullback: a MaxPool2d with return_indices=True has no soft counterpart")
     m = module
-    args = (m.kernel_size, m.stride, m.padding, m.dilation, m.ceil_mode, _POOL_PADDING.get())
+    args = (m.kernel_size, m.stride, m.padding, m.dilation, m.ceil_mode, POOL_PADDING_OPTION.get())
     return soft_max_pool2d(x, temperature, *args)
 
 
@@ -282,7 +286,7 @@ def _functional_leaky_relu(temperature, input, negative_slope=0.01, inplace=Fals
 def _functional_max_pool2d(
     temperature, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
 ):
-    args = (kernel_size, stride, padding, dilation, ceil_mode, _POOL_PADDING.get())
+    args = (kernel_size, stride, padding, dilation, ceil_mode, POOL_PADDING_OPTION.get())
     return soft_max_pool2d(input, temperature, *args)
 
 
@@ -291,7 +295,7 @@ def _functional_adaptive_max_pool2d(temperature, input, output_size, return_indi
 
 
 # function -> (the name of its call sites, its soft version ``f(temperature, *args, **kwargs)``)
-_FUNCTIONS: dict[Callable, tuple[str, Callable[..., Tensor]]] = {
+SWAPPED_FUNCTIONS: dict[Callable, tuple[str, Callable[..., Tensor]]] = {
     **{f: ("relu", _functional_relu) for f in (F.relu, torch.relu, Tensor.relu)},
     **{f: ("relu", _functional_relu) for f in (F.relu_, torch.relu_, Tensor.relu_)},
     **{f: ("leaky_relu", _functional_leaky_relu) for f in (F.leaky_relu, F.leaky_relu_)},
@@ -300,7 +304,7 @@ _FUNCTIONS: dict[Callable, tuple[str, Callable[..., Tensor]]] = {
 }
 
 
-def _returns_indices(func: Callable, args: tuple, kwargs: dict) -> bool:
+def returns_indices(func: Callable, args: tuple, kwargs: dict) -> bool:
     """Whether a max-pool call asks for indices (``return_indices``, by keyword or position)."""
     if kwargs.get("return_indices"):
         return True

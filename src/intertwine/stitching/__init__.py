@@ -43,46 +43,49 @@ every method so that no method is measured with statistics that lag behind its l
 The package: ``layers`` (the layer classes, ``build_layer``, ``method_dimension``, ``sparsity``),
 ``matching`` (the ``init: match`` starts: ``least_squares_map``, ``match_grelu``,
 ``match_monomial``) and ``fitting`` (``stitch``, ``fit``, ``select_alpha``,
-``refresh_batch_norm``, ``stitch_site``). Every name is importable from ``intertwine.stitching``.
+``refresh_batch_norm``, ``stitch_site``). Every public name is importable from ``intertwine.stitching``.
 """
 
-# Every name the one module defined stays importable from here: ``__all__``'s, and the others,
-# public and private (tests and other modules import some), as ``name as name`` re-exports.
+# The package's public names; each module's private helpers stay in it (the modules import each
+# other's public names only).
 from intertwine.stitching.fitting import (
     Fit as Fit,
-    _optimizer as _optimizer,
+)
+from intertwine.stitching.fitting import (
     cv_split,
     fit,
     refresh_batch_norm,
-    refreshes_batch_norm as refreshes_batch_norm,
     select_alpha,
     stitch,
     stitch_site,
 )
+from intertwine.stitching.fitting import (
+    refreshes_batch_norm as refreshes_batch_norm,
+)
 from intertwine.stitching.layers import (
     MATCH_OFF_MASS as MATCH_OFF_MASS,
+)
+from intertwine.stitching.layers import (
     PERMUTATION_UPDATES as PERMUTATION_UPDATES,
+)
+from intertwine.stitching.layers import (
     FullStitch,
     GReLULayer,
     GReLUStitch,
     MonomialStitch,
     RankStitch,
     SoftSortStitch,
-    _channel_map as _channel_map,
-    _check_channels as _check_channels,
-    _off_permutation_mass as _off_permutation_mass,
     build_layer,
     method_dimension,
     sparsity,
 )
 from intertwine.stitching.matching import (
-    _channels_by_positions as _channels_by_positions,
-    _check_activations as _check_activations,
     least_squares_map as least_squares_map,
+)
+from intertwine.stitching.matching import (
     match_grelu,
     match_monomial,
 )
-
 
 __all__ = [
     "FullStitch",

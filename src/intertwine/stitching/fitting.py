@@ -109,10 +109,12 @@ def fit(
     label: str = "stitch",
     log: Callable[[str], None] = print,
 ) -> Fit:
-    """Train the stitching layer (only it) on cross-entropy plus its regularizer (G_ReLU: ``-alpha
-    ||P||_F``; L1: ``lambda sum |W|``). A G_ReLU layer is projected back onto its constraint set after
-    each step (P as ``stitching.permutation_update`` says), its scales kept at their start (1, or
-    matched) for the first ``scales_frozen_fraction`` of the epochs.
+    """Train the stitching layer (only it) with cross-entropy plus the layer's regularizer (G_ReLU:
+    ``-alpha ||P||_F``; L1: ``lambda sum |W|``).
+
+    A G_ReLU layer is projected back onto its constraint set after every step (the Birkhoff
+    layer's P as ``stitching.permutation_update`` says), and its scales stay at their initial
+    values (1, or matched) for the first ``scales_frozen_fraction`` of the epochs.
 
     Parameters
     ----------
@@ -121,13 +123,16 @@ def fit(
     train_split : Split
         The training images and labels, on the network's and ``generator``'s device.
     config : StitchConfig
-        ``epochs``, ``batch_size``, ``optimizer`` ("sgd" or "adam"), ``lr``, ``momentum``, the
-        augmentation (``translate``, ``flip``) and ``scales_frozen_fraction``.
-    generator, mean, std : torch.Generator, Tensor, Tensor
-        The source of every random draw (the batch orders and the augmentations); the per-channel
-        input normalisation (0..1 units).
-    label, log : str, default "stitch"; Callable[[str], None], default print
-        What the log's lines (and the ValueError of a NaN or infinite loss) start with; where they go.
+        The recipe: ``epochs``, ``batch_size``, ``optimizer`` ("sgd" or "adam"), ``lr``,
+        ``momentum``, the augmentation (``translate``, ``flip``) and ``scales_frozen_fraction``.
+    generator : torch.Generator
+        The source of every random draw: the batch orders and the augmentations.
+    mean, std : Tensor
+        The per-channel input normalisation (0..1 units).
+    label : str, default "stitch"
+        What the log's lines (and the ValueError of a NaN or infinite loss) start with.
+    log : Callable[[str], None], default print
+        Where one line per epoch goes.
 
     Returns
     -------

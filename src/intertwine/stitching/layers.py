@@ -12,7 +12,7 @@ from torch import nn
 from intertwine import groups
 from intertwine.stitch_methods import G_RELU_METHODS, parse_method
 from intertwine.stitching.matching import (
-    _channels_by_positions,
+    channels_by_positions,
     least_squares_map,
     match_grelu,
     match_monomial,
@@ -72,7 +72,7 @@ class RankStitch(nn.Module):
         """Start from the reduced-rank regression of y on x: the least-squares map projected onto
         the top principal directions of its fitted values."""
         W = least_squares_map(x, y)
-        fitted = W @ _channels_by_positions(x)
+        fitted = W @ channels_by_positions(x)
         directions = torch.linalg.eigh(fitted @ fitted.T).eigenvectors[:, -self.down.shape[0] :]
         self.up.copy_(directions)
         self.down.copy_(directions.T @ W)

@@ -8,7 +8,7 @@ import torch
 from intertwine import groups
 
 
-def _channels_by_positions(x: torch.Tensor) -> torch.Tensor:
+def channels_by_positions(x: torch.Tensor) -> torch.Tensor:
     """(N, C, ...) activations as a (C, N * positions) float64 matrix."""
     return x.transpose(0, 1).reshape(x.shape[1], -1).double()
 
@@ -16,7 +16,7 @@ def _channels_by_positions(x: torch.Tensor) -> torch.Tensor:
 def least_squares_map(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The C x C matrix W minimising ||W x - y||^2 over every sample and position (a tiny ridge,
     1e-6 of the mean channel energy, keeps dead channels from making it singular)."""
-    X, Y = _channels_by_positions(x), _channels_by_positions(y)
+    X, Y = channels_by_positions(x), channels_by_positions(y)
     gram = X @ X.T
     ridge = 1e-6 * gram.trace() / len(gram) + 1e-12
     return torch.linalg.solve(

@@ -77,54 +77,33 @@ The package
 architectures' wiring, ``ARCHS``, ``acts_on``, ``site_groups``), ``action`` (the checks and
 ``act_on_weights``), ``draws`` (``random_elements``) and ``stitched`` (Thm. 4.2: f stitched into
 its transform through the exact element, ``stitch_through_element``, ``ElementBridge``,
-``stitched_changes``). Every name is importable from
-``intertwine.symmetry``.
+``stitched_changes``). Every public name is importable from ``intertwine.symmetry``.
 """
 
-# Every name the one module defined stays importable from here: ``__all__``'s, and the others,
-# public and private (tests and other modules import some), as ``name as name`` re-exports.
-from .action import (
-    _LINK_TOL as _LINK_TOL,
-    _act_on_inputs as _act_on_inputs,
-    _act_on_outputs as _act_on_outputs,
-    _channel_view as _channel_view,
-    _check_activation as _check_activation,
-    _check_gate as _check_gate,
-    _check_link as _check_link,
-    _f64 as _f64,
-    _is_bn as _is_bn,
-    _validate as _validate,
-    act_on_weights,
-)
-from .draws import GROUPS, _extend_zeropad as _extend_zeropad, _tie_gates as _tie_gates, random_elements
-from .elements import (
-    _POSITIVELY_HOMOGENEOUS as _POSITIVELY_HOMOGENEOUS,
-    _Element as _Element,
-    _from_parts as _from_parts,
-    _parse as _parse,
-    act_on_representation,
-    element_matrix,
-)
+# The package's public names; each module's private helpers stay in it (the modules import each
+# other's public names only).
+from .action import act_on_weights
+from .draws import GROUPS, random_elements
+from .elements import POSITIVELY_HOMOGENEOUS as POSITIVELY_HOMOGENEOUS
+from .elements import act_on_representation, element_matrix
 from .stitched import ElementBridge, stitch_through_element, stitched_changes
-from .wiring import (
-    ARCHS as ARCHS,
-    _chain_wiring as _chain_wiring,
-    _Link as _Link,
-    _Wiring as _Wiring,
-    _wiring as _wiring,
-    acts_on as acts_on,
-    site_groups,
-)
+from .wiring import ARCHS as ARCHS
+from .wiring import Link as Link
+from .wiring import Wiring as Wiring
+from .wiring import acts_on as acts_on
+from .wiring import model_wiring as model_wiring
+from .wiring import site_groups
 
-
+#: The documented API. ``ARCHS``, ``acts_on``, ``POSITIVELY_HOMOGENEOUS``, ``model_wiring``,
+#: ``Wiring`` and ``Link`` are importable too: what the workflow's checks and weight matching read.
 __all__ = [
     "GROUPS",
+    "ElementBridge",
     "act_on_representation",
     "act_on_weights",
     "element_matrix",
     "random_elements",
     "site_groups",
-    "ElementBridge",
     "stitch_through_element",
     "stitched_changes",
 ]

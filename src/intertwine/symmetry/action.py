@@ -11,9 +11,8 @@ import torch
 from torch import Tensor, nn
 
 from ..models.gated import GateActivation, GatedNet
-from .elements import _POSITIVELY_HOMOGENEOUS, _Element, _from_parts, _parse
-from .wiring import _Link, _Wiring, _wiring
-
+from .elements import POSITIVELY_HOMOGENEOUS, Element, element_from_parts, parse_element
+from .wiring import Link, Wiring, model_wiring
 
 _LINK_TOL = 1e-6  # relative tolerance when comparing elements tied by a skip connection
 
@@ -21,8 +20,8 @@ _LINK_TOL = 1e-6  # relative tolerance when comparing elements tied by a skip co
 # --- validation -------------------------------------------------------------------------------
 
 
-def _check_activation(name: str, act: nn.Module, el: _Element) -> None:
-    if not el.monomial or isinstance(act, (*_POSITIVELY_HOMOGENEOUS, GateActivation)):
+def _check_activation(name: str, act: nn.Module, el: Element) -> None:
+    if not el.monomial or isinstance(act, (*POSITIVELY_HOMOGENEOUS, GateActivation)):
         return  # general matrices are the deliberate contrast; not checked against sigma
     if bool((el.scales == 1).all()):
         return  # permutations commute with every elementwise activation
@@ -36,7 +35,7 @@ def _check_activation(name: str, act: nn.Module, el: _Element) -> None:
     )
 
 
-def _check_link(name: str, link: _Link, out: _Element, src: _Element) -> None:
+def _check_link(name: str, link: Link, out: Element, src: Element) -> None:
     a_out, a_in = out.matrix, src.matrix
     n_out, n_in = a_out.shape[0], a_in.shape[0]
     if link.kind == "identity":
@@ -64,11 +63,11 @@ def _check_link(name: str, link: _Link, out: _Element, src: _Element) -> None:
     )
 
 
-def _check_gate(model: GatedNet, value_site: str, feature_site: str, parsed: dict[str, _Element]) -> None:
+def _check_gate(model: GatedNet, value_site: str, feature_site: str, parsed: dict[str, Element]) -> None:
     """A value site and the feature site gating it carry the same permutation; the feature site's
     scales are positive (hard gates) or 1 (soft gates). General matrices are contrasts, unchecked."""
     n = model.get_submodule(value_site.replace(".act", ".conv")).out_channels
-    identity = _from_parts(torch.arange(n), torch.ones(n, dtype=torch.float64))
+    identity = element_from_parts(torch.arange(n), torch.ones(n, dtype=torch.float64))
     value, feature = parsed.get(value_site, identity), parsed.get(feature_site, identity)
     if not (value.monomial and feature.monomial):
         return
@@ -85,7 +84,7 @@ def _check_gate(model: GatedNet, value_site: str, feature_site: str, parsed: dic
         )
 
 
-def _validate(model: nn.Module, wiring: _Wiring, elements: Mapping[str, Any]) -> dict[str, _Element]:
+def _validate(model: nn.Module, wiring: Wiring, elements: Mapping[str, Any]) -> dict[str, Element]:
     if not isinstance(elements, Mapping):
         raise TypeError(f"elements must map site names to elements, got {type(elements).__name__}")
     by_name = {s.name: s for s in wiring.sites}
@@ -95,7 +94,7 @@ def _validate(model: nn.Module, wiring: _Wiring, elements: Mapping[str, Any]) ->
     parsed = {}
     for site in wiring.sites:
         if site.name in elements:
-            el = _parse(
+            el = parse_element(
                 elements[site.name], site.channels, f"site {site.name!r}", site.name in wiring.gated_by
             )
             _check_activation(site.name, model.get_submodule(site.name), el)
@@ -106,11 +105,11 @@ def _validate(model: nn.Module, wiring: _Wiring, elements: Mapping[str, Any]) ->
         link = wiring.links.get(site.name)
         if link is None:
             continue
-        identity_out = _from_parts(
+        identity_out = element_from_parts(
             torch.arange(site.channels), torch.ones(site.channels, dtype=torch.float64)
         )
         n_in = by_name[link.source].channels
-        identity_in = _from_parts(torch.arange(n_in), torch.ones(n_in, dtype=torch.float64))
+        identity_in = element_from_parts(torch.arange(n_in), torch.ones(n_in, dtype=torch.float64))
         _check_link(
             site.name, link, parsed.get(site.name, identity_out), parsed.get(link.source, identity_in)
         )
@@ -134,7 +133,7 @@ def _channel_view(v: Tensor, ndim: int, dim: int) -> Tensor:
     return v.view(shape)
 
 
-def _act_on_outputs(conv: nn.Module, norm: nn.Module, el: _Element, where: str) -> None:
+def _act_on_outputs(conv: nn.Module, norm: nn.Module, el: Element, where: str) -> None:
     """Make the pre-activation ``norm(conv(x))`` become ``A`` times the old one."""
     bn = norm if _is_bn(norm) else None
     if not isinstance(norm, nn.Identity) and bn is None:
@@ -195,7 +194,7 @@ def _act_on_outputs(conv: nn.Module, norm: nn.Module, el: _Element, where: str) 
         raise AssertionError(f"{where}: nonzero bias without a bias parameter")
 
 
-def _act_on_inputs(module: nn.Module, el: _Element, where: str) -> None:
+def _act_on_inputs(module: nn.Module, el: Element, where: str) -> None:
     """Make ``module`` (conv or linear) read ``A x`` where it read ``x``: W -> W A^-1."""
     if not isinstance(module, (nn.Conv2d, nn.Linear)) or getattr(module, "groups", 1) != 1:
         raise TypeError(f"{where}: cannot act on the inputs of {type(module).__name__}")
@@ -231,7 +230,7 @@ def act_on_weights(model: nn.Module, elements: Mapping[str, Any]) -> nn.Module:
     nn.Module
         The transformed copy.
     """
-    wiring = _wiring(model)
+    wiring = model_wiring(model)
     parsed = {k: v for k, v in _validate(model, wiring, elements).items() if not v.is_identity}
     folds = [k for k, v in parsed.items() if not v.monomial]
     if folds and model.training:

@@ -10,9 +10,8 @@ from torch import nn
 
 from ..groups import random_grelu, random_orthogonal, random_permutation
 from ..models.gated import GateActivation
-from .elements import _POSITIVELY_HOMOGENEOUS
-from .wiring import _Wiring, _wiring
-
+from .elements import POSITIVELY_HOMOGENEOUS
+from .wiring import Wiring, model_wiring
 
 #: Groups :func:`random_elements` can draw from ("monomial": signed scales at a gated network's
 #: value sites, G_ReLU elsewhere).
@@ -86,7 +85,7 @@ def random_elements(
     """
     if group not in GROUPS:
         raise ValueError(f"unknown group {group!r}; expected one of {GROUPS}")
-    wiring = _wiring(model)
+    wiring = model_wiring(model)
     if group == "monomial" and not wiring.gated_by:
         raise ValueError(
             "signed monomials are symmetries of a gated network's value units only; this "
@@ -95,7 +94,7 @@ def random_elements(
     if group in ("grelu", "monomial"):
         for site in wiring.sites:
             act = model.get_submodule(site.name)
-            if not isinstance(act, (*_POSITIVELY_HOMOGENEOUS, GateActivation)):
+            if not isinstance(act, (*POSITIVELY_HOMOGENEOUS, GateActivation)):
                 raise ValueError(
                     f"site {site.name!r}: {type(act).__name__} is not positively homogeneous, so "
                     "G_ReLU scalings are not symmetries of it; use group 'permutation'"
@@ -124,7 +123,7 @@ def random_elements(
     return out
 
 
-def _tie_gates(model: nn.Module, wiring: _Wiring, out: dict, group: str, generator: torch.Generator) -> None:
+def _tie_gates(model: nn.Module, wiring: Wiring, out: dict, group: str, generator: torch.Generator) -> None:
     """Make a gated network's drawn elements valid: each value site takes the permutation of the
     feature site gating it (random signs on its scales for "monomial"); soft gates keep only the
     feature sites' permutations."""

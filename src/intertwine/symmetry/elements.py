@@ -9,13 +9,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-
 # Activations with sigma(d x) = d sigma(x) for d > 0, hence G_ReLU-equivariant with phi(A) = A.
-_POSITIVELY_HOMOGENEOUS = (nn.ReLU, nn.LeakyReLU, nn.Identity)
+POSITIVELY_HOMOGENEOUS = (nn.ReLU, nn.LeakyReLU, nn.Identity)
 
 
 @dataclass(frozen=True)
-class _Element:
+class Element:
     """An element in canonical form: always the dense float64 matrix, plus the parts if G_ReLU."""
 
     matrix: Tensor  # (n, n) float64, CPU
@@ -32,14 +31,14 @@ class _Element:
         return self.monomial and bool((self.perm == torch.arange(n)).all()) and bool((self.scales == 1).all())
 
 
-def _from_parts(perm: Tensor, scales: Tensor) -> _Element:
+def element_from_parts(perm: Tensor, scales: Tensor) -> Element:
     n = perm.numel()
     matrix = torch.zeros(n, n, dtype=torch.float64)
     matrix[torch.arange(n), perm] = scales
-    return _Element(matrix, perm, scales)
+    return Element(matrix, perm, scales)
 
 
-def _parse(element: Any, n: int, where: str, signed: bool = False) -> _Element:
+def parse_element(element: Any, n: int, where: str, signed: bool = False) -> Element:
     """Validate `element` for a site of width n and bring it to canonical form; ``signed`` admits
     monomials with negative scales (a gated network's value sites)."""
     if isinstance(element, tuple):
@@ -67,7 +66,7 @@ def _parse(element: Any, n: int, where: str, signed: bool = False) -> _Element:
                 f"{where}: G_ReLU scales must be finite and positive (pass a matrix for other elements; "
                 "negative scales are symmetries only of a gated network's value units)"
             )
-        return _from_parts(perm, scales)
+        return element_from_parts(perm, scales)
 
     matrix = torch.as_tensor(element).detach().cpu()
     if matrix.is_complex():
@@ -86,8 +85,8 @@ def _parse(element: Any, n: int, where: str, signed: bool = False) -> _Element:
     nonzero = matrix != 0
     if (nonzero.sum(1) == 1).all() and (nonzero.sum(0) == 1).all() and (signed or (matrix >= 0).all()):
         perm = nonzero.to(torch.int8).argmax(1)
-        return _Element(matrix, perm, matrix[torch.arange(n), perm])
-    return _Element(matrix)
+        return Element(matrix, perm, matrix[torch.arange(n), perm])
+    return Element(matrix)
 
 
 def element_matrix(element: Any, n: int | None = None) -> Tensor:
@@ -108,7 +107,7 @@ def element_matrix(element: Any, n: int | None = None) -> Tensor:
     """
     if n is None:
         n = torch.as_tensor(element[0]).numel() if isinstance(element, tuple) else len(element)
-    return _parse(element, n, "element", signed=True).matrix.clone()
+    return parse_element(element, n, "element", signed=True).matrix.clone()
 
 
 def act_on_representation(x: Tensor, element: Any, dim: int = 1) -> Tensor:
@@ -128,7 +127,7 @@ def act_on_representation(x: Tensor, element: Any, dim: int = 1) -> Tensor:
     Tensor
         ``A x`` on that dimension, of ``x``'s shape, on ``x``'s device and in its dtype.
     """
-    el = _parse(element, x.shape[dim], "element", signed=True)
+    el = parse_element(element, x.shape[dim], "element", signed=True)
     if el.monomial:
         perm = el.perm.to(x.device)
         shape = [1] * x.dim()

@@ -14,7 +14,6 @@ from ..models.myrtle import Myrtle
 from ..models.plain import ConvStack
 from ..models.resnet import ResNet, ZeroPadShortcut
 
-
 # The architectures whose wiring act_on_weights knows. (ConvNeXt has LayerNorm, whose intertwiner
 # group is smaller, and no symmetry check here.)
 ARCHS = ("myrtle", "resnet20", "resnet18", "resnet110", "c4gap", "c1gap", "vgg16_avg")
@@ -28,7 +27,7 @@ def acts_on(spec: dict) -> bool:
 
 
 @dataclass(frozen=True)
-class _Link:
+class Link:
     """Site `site` is tied to the earlier site `source` by a parameter-free shortcut."""
 
     source: str
@@ -38,11 +37,11 @@ class _Link:
 
 
 @dataclass(frozen=True)
-class _Wiring:
+class Wiring:
     sites: list[models.Site]
     producers: dict[str, list[tuple[str, str]]]  # site -> (conv, norm) pairs summed before it
     consumers: dict[str, list[str]]  # site -> modules (conv / linear) reading its output
-    links: dict[str, _Link]
+    links: dict[str, Link]
     gated_by: dict[str, str] = None  # a gated network's value site -> the feature site gating it
 
 
@@ -55,10 +54,12 @@ def _chain_wiring(layers, prefix: str, producers: dict, consumers: dict, head: s
             consumers[prefix + act].append(following)
 
 
-def _wiring(model: nn.Module) -> _Wiring:
+def model_wiring(model: nn.Module) -> Wiring:
+    """The sites of a model of ``ARCHS``, what produces and reads each, and the ties between them
+    (shortcuts, gates): what :func:`act_on_weights` acts on."""
     producers: dict[str, list[tuple[str, str]]] = {}
     consumers: dict[str, list[str]] = defaultdict(list)
-    links: dict[str, _Link] = {}
+    links: dict[str, Link] = {}
     gated_by: dict[str, str] = {}
     if isinstance(model, (Myrtle, ConvStack)):
         _chain_wiring(model.layer_names(), "", producers, consumers, "fc")
@@ -84,9 +85,9 @@ def _wiring(model: nn.Module) -> _Wiring:
                 consumers[f"{p}.act1"].append(f"{p}.conv2")
                 shortcut = block.shortcut
                 if isinstance(shortcut, nn.Identity):
-                    links[f"{p}.act2"] = _Link(prev, "identity", f"{p}.shortcut")
+                    links[f"{p}.act2"] = Link(prev, "identity", f"{p}.shortcut")
                 elif isinstance(shortcut, ZeroPadShortcut):
-                    links[f"{p}.act2"] = _Link(prev, "zeropad", f"{p}.shortcut", shortcut.pad_before)
+                    links[f"{p}.act2"] = Link(prev, "zeropad", f"{p}.shortcut", shortcut.pad_before)
                 elif (
                     isinstance(shortcut, nn.Sequential)
                     and len(shortcut) == 2
@@ -106,7 +107,7 @@ def _wiring(model: nn.Module) -> _Wiring:
     site_list = models.sites(model)
     if [s.name for s in site_list] != list(producers):  # the architectures changed under us
         raise AssertionError(f"wiring of {type(model).__name__} out of date with its site_layout")
-    return _Wiring(site_list, producers, dict(consumers), links, gated_by)
+    return Wiring(site_list, producers, dict(consumers), links, gated_by)
 
 
 def site_groups(model: nn.Module) -> list[list[str]]:
@@ -127,7 +128,7 @@ def site_groups(model: nn.Module) -> list[list[str]]:
     list[list[str]]
         The groups of site names, each in forward order, ordered by their first site.
     """
-    wiring = _wiring(model)
+    wiring = model_wiring(model)
     root: dict[str, str] = {}
     groups: dict[str, list[str]] = {}
     for site in wiring.sites:

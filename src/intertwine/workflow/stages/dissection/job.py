@@ -9,6 +9,7 @@ from torch import Tensor
 
 from intertwine import dissection, models
 from intertwine.workflow.job import Job
+from intertwine.workflow.stages.dissection import rows
 from intertwine.workflow.stages.dissection.settings import DissectionConfig
 
 
@@ -37,7 +38,7 @@ def dissect_member(
             site
         ].cpu()
 
-    summary, units = dissection.dissect_sites(
+    summary, units = rows.dissect_sites(
         read_site, sites, inside, probe, settings, meta["variant"], meta["seed"], job.global_seed, job.log
     )
     return summary.assign(**job.provenance({"dissection": block}, device=False)), units
@@ -68,7 +69,7 @@ def dissect_external(
             site
         ].cpu()
 
-    summary, units = dissection.dissect_sites(
+    summary, units = rows.dissect_sites(
         read_site, sites, inside, probe, settings, name, 0, job.global_seed, job.log
     )
     return summary.assign(**job.provenance({"dissection": block}, device=False)), units
@@ -93,7 +94,7 @@ def dissection_masks(
     activations = models.site_activations(model, probe.images, [site], *job.stats(), settings["batch_size"])[
         site
     ].cpu()
-    key = dissection.rotation_key(job.global_seed, meta["variant"], meta["seed"], site)
+    key = rows.rotation_key(job.global_seed, meta["variant"], meta["seed"], site)
     bases = dissection.rotated_bases(activations.shape[1], key, 0, settings["alphas"])
     panels = []
     for alpha in masks["alphas"]:
@@ -112,7 +113,7 @@ def dissection_masks(
             )
         for panel in dissection.top_examples(
             activations,
-            labelled.reset_index(drop=True),
+            rows.unit_labels(labelled),
             bases[alpha],
             tuple(probe.labels.shape[-2:]),
             masks["units"],

@@ -9,6 +9,7 @@ import inspect
 import numpy as np
 
 from intertwine.pullback import measurements, options
+from intertwine.pullback.pgd import scaled_to_image
 from intertwine.workflow.stages.pullback.settings import PullbackConfig
 
 
@@ -32,8 +33,8 @@ def pgd_settings(settings: PullbackConfig, image_shape) -> dict:
     pgd = settings.pgd
     return {
         "steps": pgd["steps"],
-        "epsilon": measurements.scaled_to_image(pgd["epsilon"], dims),
-        "step_size": measurements.scaled_to_image(pgd["step_size"], dims),
+        "epsilon": scaled_to_image(pgd["epsilon"], dims),
+        "step_size": scaled_to_image(pgd["step_size"], dims),
     }
 
 

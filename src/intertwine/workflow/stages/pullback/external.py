@@ -9,6 +9,7 @@ import torch
 
 from intertwine.data.augment import normalize
 from intertwine.pullback import measurements, per_neuron_temperatures
+from intertwine.pullback.pgd import pgd_target_prob_by_step, to_zero_one
 from intertwine.workflow.job import Job
 from intertwine.workflow.stages.pullback.directions import (
     ascent_direction,
@@ -68,20 +69,6 @@ def _external_images(job: Job, name: str, entry: dict):
     return raw, labels, files, classes + others[: entry.get("extra_targets", 1)]
 
 
-def _target_pgd(model, direction, batch, goal, mean, std, pgd: dict):
-    """PGD of every (image, target) row toward its target: the moved rows, and each row's target
-    probability after each step (rows by steps, on the CPU)."""
-    rows = torch.arange(len(batch))
-    by_step = []
-
-    def record(z):
-        with torch.no_grad():
-            by_step.append(model(z).softmax(1)[rows, goal].cpu())
-
-    moved = measurements.pgd_toward(direction, batch, goal, mean, std, **pgd, each_step=record)
-    return moved, torch.stack(by_step, 1)
-
-
 def _external_rows(
     name: str, arch: str, mode: str, files, labels, targets, before, steps, predicted
 ) -> list[dict]:
@@ -127,10 +114,10 @@ def _external_modes(
         direction = ascent_direction(model, mode, temperature, temperatures)
         # the paper's Figure 2: each (image, target)'s raw pullback (gradient) at the clean image
         pullbacks[mode] = direction(batch, goal).detach().cpu().numpy()
-        moved, steps = _target_pgd(model, direction, batch, goal, mean, std, pgd)
+        moved, steps = pgd_target_prob_by_step(model, direction, batch, goal, mean, std, **pgd)
         with torch.no_grad():
             predicted = model(moved).argmax(1).cpu()
-        perturbed[mode] = ((measurements.to_unit_range(moved, mean, std) + 1) / 2).clamp(0, 1).cpu().numpy()
+        perturbed[mode] = to_zero_one(moved, mean, std).cpu().numpy()
         rows += _external_rows(name, arch, mode, files, labels, targets, before, steps, predicted)
         job.log(
             f"{name} ({arch}) {mode}: PGD toward {t} targets from {n} images, success "

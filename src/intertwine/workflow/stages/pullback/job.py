@@ -1,5 +1,6 @@
 """The excitation-pullback stage's jobs: a member's symmetry and faithfulness, a pair's agreement,
-a variant's image grids (the mathematics is in ``intertwine.pullback.measurements``)."""
+a variant's image grids (the mathematics is in ``intertwine.pullback.measurements`` and
+``intertwine.pullback.pgd``: here, the rows)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pandas as pd
 import torch
 
 from intertwine.data.augment import normalize
-from intertwine.pullback import measurements, per_neuron_temperatures
+from intertwine.pullback import measurements, per_neuron_temperatures, pgd
 from intertwine.workflow.job import Job
 from intertwine.workflow.stages.pullback.directions import (
     ascent_direction,
@@ -63,19 +64,6 @@ def _symmetry_rows(
     return pd.concat(parts, ignore_index=True)
 
 
-def _pgd_success(model, direction, x, targets, mean, std, pgd: dict):
-    """PGD toward ``targets`` along ``direction``: the moved images, and after each step the
-    fraction of images the model puts in their target class."""
-    by_step = []
-
-    def record(z):
-        with torch.no_grad():
-            by_step.append((model(z).argmax(1) == targets).double().mean().item())
-
-    moved = measurements.pgd_toward(direction, x, targets, mean, std, **pgd, each_step=record)
-    return moved, by_step
-
-
 def _faithfulness_row(
     model,
     settings: PullbackConfig,
@@ -84,7 +72,7 @@ def _faithfulness_row(
     probe,
     targets,
     stats,
-    pgd: dict,
+    budget: dict,
     temperature: float,
     mode: str,
 ) -> dict:
@@ -96,7 +84,7 @@ def _faithfulness_row(
         model, x, labels, attribution, settings.deletion_steps
     )
     direction = ascent_direction(model, mode, temperature, temperatures)
-    moved, by_step = _pgd_success(model, direction, x, targets, *stats, pgd)
+    moved, by_step = pgd.pgd_success_by_step(model, direction, x, targets, *stats, **budget)
     with torch.no_grad():
         probabilities = model(moved).softmax(1)
     return {
@@ -109,12 +97,12 @@ def _faithfulness_row(
         "deletion_curve": deletion.mean(0).tolist(),
         "insertion_curve": insertion.mean(0).tolist(),
         "mean_image_prob": deletion[:, -1].mean().item(),
-        "pgd_success": (probabilities.argmax(1) == targets).double().mean().item(),
+        "pgd_success": pgd.success_rate(probabilities, targets),
         "pgd_target_prob": probabilities[torch.arange(len(x)), targets].mean().item(),
         "pgd_success_by_step": by_step,
-        "pgd_steps": pgd["steps"],
-        "pgd_epsilon": pgd["epsilon"],
-        "pgd_step_size": pgd["step_size"],
+        "pgd_steps": budget["steps"],
+        "pgd_epsilon": budget["epsilon"],
+        "pgd_step_size": budget["step_size"],
     }
 
 
@@ -125,8 +113,8 @@ def _faithfulness_rows(
     targets are one draw per member, the same for every mode, so the modes are compared on the
     same images and targets."""
     variant, seed = member
-    pgd = pgd_settings(settings, x.shape[1:])
-    targets = measurements.random_targets(
+    budget = pgd_settings(settings, x.shape[1:])
+    targets = pgd.random_targets(
         labels,
         len(job.meta()["classes"]),
         torch.Generator().manual_seed(job.seed("pullback", variant, seed, "pgd")),
@@ -134,7 +122,7 @@ def _faithfulness_rows(
     stats = job.stats()
     rows = []
     for temperature, mode in [(t, mode) for t, modes in _temperatures(settings) for mode in modes]:
-        row = _faithfulness_row(model, settings, x, labels, probe, targets, stats, pgd, temperature, mode)
+        row = _faithfulness_row(model, settings, x, labels, probe, targets, stats, budget, temperature, mode)
         rows.append(row)
         job.log(
             f"{variant} seed {seed} {mode} (T {temperature:g}): deletion area {row['deletion_auc']:.3f}, insertion "
@@ -194,16 +182,16 @@ def _transfer_rows(
 ) -> pd.DataFrame:
     """PGD transfer across seeds (ours): per direction (a's pullback moving images that b reads, and
     b's read by a), temperature and mode, the paper's PGD toward a random other class along the
-    source's direction and what it does to the other's logits (``measurements.transfer_measures``),
-    and the other's success after each step (``measurements.transfer_curve``: at the paper's full
+    source's direction and what it does to the other's logits (``pgd.transfer_measures``),
+    and the other's success after each step (``pgd.transfer_curve``: at the paper's full
     budget every mode saturates). One draw of targets per pair, shared by every mode and direction:
     the same images and budget."""
-    targets = measurements.random_targets(
+    targets = pgd.random_targets(
         labels,
         len(job.meta()["classes"]),
         torch.Generator().manual_seed(job.seed("pullback", variant, "pair", pair, "transfer")),
     ).to(x.device)
-    pgd = pgd_settings(settings, x.shape[1:])
+    budget = pgd_settings(settings, x.shape[1:])
     mean, std = job.stats()
     with torch.no_grad():
         clean = {k: model.eval()(x) for k, model in models.items()}
@@ -216,17 +204,14 @@ def _transfer_rows(
         for source, other in (("a", "b"), ("b", "a")):
             for mode in modes:
                 direction = ascent_direction(models[source], mode, temperature, temperatures[source])
-                by_step = []  # the other member's success after each step: the budget grows
-
-                def record(z, reader=models[other], into=by_step):
-                    with torch.no_grad():
-                        into.append((reader(z).argmax(1) == targets).double().mean().item())
-
-                moved = measurements.pgd_toward(direction, x, targets, mean, std, **pgd, each_step=record)
+                # the other member's success after each step: the budget grows
+                moved, by_step = pgd.pgd_success_by_step(
+                    models[other], direction, x, targets, mean, std, **budget
+                )
                 with torch.no_grad():
                     source_after, other_after = models[source](moved), models[other](moved)
-                measures = measurements.transfer_measures(source_after, clean[other], other_after, targets)
-                measures |= measurements.transfer_curve(by_step)
+                measures = pgd.transfer_measures(source_after, clean[other], other_after, targets)
+                measures |= pgd.transfer_curve(by_step)
                 rows.append(
                     {
                         "seed_source": metas[source]["seed"],
@@ -235,9 +220,9 @@ def _transfer_rows(
                         "temperature": temperature,
                         "sweep": temperature != settings.temperature,
                         **measures,
-                        "pgd_steps": pgd["steps"],
-                        "pgd_epsilon": pgd["epsilon"],
-                        "pgd_step_size": pgd["step_size"],
+                        "pgd_steps": budget["steps"],
+                        "pgd_epsilon": budget["epsilon"],
+                        "pgd_step_size": budget["step_size"],
                     }
                 )
     table = pd.DataFrame(rows)
@@ -339,16 +324,16 @@ def pullback_images(job: Job, checkpoint: str, block: dict) -> dict:
     # PGD: the first pick of each class
     first = [i for i, label in enumerate(labels.tolist()) if i == 0 or labels[i - 1] != label]
     generator = torch.Generator().manual_seed(job.seed("pullback", meta["variant"], meta["seed"], "pgd-grid"))
-    targets = measurements.random_targets(labels[first], len(classes), generator).to(x.device)
-    pgd = pgd_settings(settings, x.shape[1:])
+    targets = pgd.random_targets(labels[first], len(classes), generator).to(x.device)
+    budget = pgd_settings(settings, x.shape[1:])
     mean, std = stats
     moved, predicted = {}, {}
     for mode in measurements.MODES:
         direction = ascent_direction(model, mode, settings.temperature, temperatures)
-        final = measurements.pgd_toward(direction, x[first], targets, mean, std, **pgd)
+        final = pgd.pgd_toward(direction, x[first], targets, mean, std, **budget)
         with torch.no_grad():
             predicted[mode] = model(final).argmax(1).cpu().numpy()
-        moved[mode] = ((measurements.to_unit_range(final, mean, std) + 1) / 2).clamp(0, 1).cpu().numpy()
+        moved[mode] = pgd.to_zero_one(final, mean, std).cpu().numpy()
     job.log(f"{meta['variant']} seed {meta['seed']}: grids of {len(picks)} and {len(first)} images")
     return {
         "title": f"{meta['variant']} seed {meta['seed']}",

@@ -65,7 +65,7 @@ PULLBACK_AGREEMENT = pa.schema(
 
 # Per pair of members (ours), direction, mode and temperature: the paper's PGD toward a random
 # other class along the source member's direction (seed_source), read by the other member
-# (seed_other) on the same perturbed images (intertwine.pullback.measurements.transfer_measures):
+# (seed_other) on the same perturbed images (intertwine.pullback.pgd.transfer_measures):
 # fractions of images predicted as the target, the other member's target probability and the
 # change of its target-minus-best-other logit margin, means over images.
 PULLBACK_TRANSFER = pa.schema(
@@ -86,7 +86,7 @@ PULLBACK_TRANSFER = pa.schema(
         pa.field("transfer_prob_gain", pa.float64()),
         pa.field("transfer_margin_gain", pa.float64()),  # logits: target minus best other
         # the other member's success after each PGD step, its first and its mean over the steps
-        # (measurements.transfer_curve: the full budget saturates, the curve separates the modes)
+        # (pgd.transfer_curve: the full budget saturates, the curve separates the modes)
         pa.field("transfer_success_by_step", pa.list_(pa.float64())),
         pa.field("transfer_success_first_step", pa.float64()),
         pa.field("transfer_success_area", pa.float64()),

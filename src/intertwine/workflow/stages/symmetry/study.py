@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from intertwine import models
 from intertwine.models.gated import GateActivation, GatedNet
 from intertwine.symmetry import (
-    _POSITIVELY_HOMOGENEOUS,
+    POSITIVELY_HOMOGENEOUS,
     act_on_representation,
     act_on_weights,
     random_elements,
@@ -80,7 +80,7 @@ def checked_group(model: nn.Module, group: str) -> str:
     G_ReLU when an activation is not positively homogeneous (the scalings are no symmetry of,
     e.g., a sigmoid network)."""
     homogeneous = all(
-        isinstance(model.get_submodule(site.name), (*_POSITIVELY_HOMOGENEOUS, GateActivation))
+        isinstance(model.get_submodule(site.name), (*POSITIVELY_HOMOGENEOUS, GateActivation))
         for site in models.sites(model)
     )
     if group == "monomial" and not isinstance(model, GatedNet):
