@@ -518,6 +518,24 @@ def test_singular_k_train_says_to_set_a_ridge_or_remove_duplicates(ridge):
     assert torch.isfinite(fit.scores).all()
 
 
+def test_the_ridge_suggested_for_an_all_zero_k_train_is_positive_and_works():
+    """An all-zero K_train has no scale (its mean diagonal is 0, once suggested as the ridge "0"):
+    the error suggests ridge 1, says why, and that ridge solves it."""
+    _, y = _clusters(4, seed=9)
+    K = torch.zeros(len(y), len(y), dtype=torch.float64)
+    with pytest.raises(
+        deq.SingularKernelError, match=r"pass ridge > 0 \(e\.g\. 1: K_train is zero everywhere"
+    ):
+        deq.kernel_regression(K, y, K, num_classes=3)
+    fit = deq.kernel_regression(K, y, K, num_classes=3, ridge=1.0)
+    assert torch.isfinite(fit.scores).all() and fit.solver == "cholesky"
+    # A scale where the diagonal has none: the largest entry's.
+    from intertwine.kernels.regression import _suggested_ridge
+
+    K = torch.tensor([[0.0, 4.0], [4.0, 0.0]], dtype=torch.float64)
+    assert "1e-6 times the largest entry (the diagonal is 0), 4e-06" in _suggested_ridge(K)
+
+
 @pytest.mark.parametrize(
     "value, message",
     [(None, "sigma_w2 must be a number"), ("0.6", "sigma_w2 must be a number"), (True, "must be a number")],
