@@ -773,7 +773,8 @@ def test_npk_cka_of_a_model_without_a_path_kernel_is_a_row_saying_so():
     from intertwine.workflow.tables import to_table
 
     class Log:
-        lines: list[str] = []
+        def __init__(self):
+            self.lines = []
 
         def log(self, line):
             self.lines.append(line)
@@ -782,10 +783,11 @@ def test_npk_cka_of_a_model_without_a_path_kernel_is_a_row_saying_so():
     base = {"variant": "cct", "pair": 0, "seed_a": 1, "seed_b": 2}
     images = torch.zeros(4, 3, 32, 32, dtype=torch.uint8)
     reads = (cct, cct, images, [], torch.zeros(3), torch.ones(3), 4)
-    (row,) = _npk_rows(Log(), base, None, reads)
+    log = Log()
+    (row,) = _npk_rows(log, base, None, reads)
     assert row["measure"] == "npk_cka" and np.isnan(row["value"]) and row["n_samples"] == 0
     assert row["note"].startswith("does not apply: a CCT has no neural path kernel")
-    assert "npk_cka does not apply: a CCT" in Log.lines[-1]
+    assert "npk_cka does not apply: a CCT" in log.lines[-1]
     other = {
         **base,
         "site_a": "act1",

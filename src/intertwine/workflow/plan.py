@@ -21,6 +21,7 @@ models cache them (`variant_sites`).
 
 from __future__ import annotations
 
+from intertwine.data.folder_checks import image_folder_errors
 from intertwine.workflow import stages
 from intertwine.workflow.planning import (  # noqa: F401  (importable from here, as before)
     GATED_ARCHS,
@@ -327,6 +328,10 @@ class Plan(*stages.plan_parts()):
         if self.pullback["variants"]:
             checks.append(("pullback.images", self.pullback["images"], test_size, "test"))
             checks.append(("pullback.probe_images", self.pullback["probe_images"], train_split, "training"))
+        # An image-folder copy holds what was copied, not the data set's full splits.
+        folder_errors = image_folder_errors(self.config["data"], [(k, n, what) for k, n, _, what in checks])
+        if folder_errors:
+            return folder_errors
         return [
             f"config key {key}: {n} {what} images asked for, but the {what} split of {dataset} has "
             f"{available}; ask for at most {available}"
