@@ -206,8 +206,8 @@ def test_damaged_cache_names_the_file_and_the_fix(tiny_shapes_dir):
         with pytest.raises(
             ValueError,
             match=rf"^{re.escape(str(path))} is unreadable \(.+\): the data cache is "
-            rf"damaged.*Delete {re.escape(str(tiny_shapes_dir))} and rerun the "
-            "data stage",
+            rf"damaged.*Regenerate the cache alone.*snakemake --cores 1 --force "
+            rf"{re.escape(str(tiny_shapes_dir))}/meta\.json .*do not delete the trained members",
         ):
             load_split(tiny_shapes_dir, "train")
     np.savez(path, pixels=np.zeros(3))
@@ -217,7 +217,7 @@ def test_damaged_cache_names_the_file_and_the_fix(tiny_shapes_dir):
         load_split(tiny_shapes_dir, "train")
     meta = tiny_shapes_dir / "meta.json"
     meta.write_text(meta.read_text()[:40])
-    with pytest.raises(ValueError, match=r"meta\.json is not valid JSON .*Delete"):
+    with pytest.raises(ValueError, match=r"meta\.json is not valid JSON .*--force .*meta\.json"):
         load_meta(tiny_shapes_dir)
 
 

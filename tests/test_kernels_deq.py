@@ -78,6 +78,66 @@ def test_closed_form_equals_200_step_iteration(setting):
     torch.testing.assert_close(default, reference, rtol=0, atol=3e-8)
 
 
+def _mpmath_theta(delta_x, setting) -> float:
+    """Theta* at 50 digits for 1 - x.y = delta_x (given exactly): delta* the root of
+    sigma_w2 (1 - kappa1(1 - delta)) + sigma_u2 delta_x - delta in [0, sigma_u2 delta_x / (1 - sigma_w2)]
+    (bisection, 200 halvings), then rho* / (1 - sigma_w2 kappa0(rho*))."""
+    import mpmath  # a dev dependency (pyproject.toml)
+
+    with mpmath.workdps(50):
+        w, u = (mpmath.mpf(v) for v in setting[:2])
+        delta_x = mpmath.mpf(delta_x)
+
+        def one_minus_kappa1(d):
+            rho = 1 - d
+            return 1 - (mpmath.sqrt(max(0, 1 - rho**2)) + (mpmath.pi - mpmath.acos(rho)) * rho) / mpmath.pi
+
+        low, high = mpmath.mpf(0), u * delta_x / (1 - w)  # h(low) >= 0 >= h(high)
+        for _ in range(200):
+            middle = (low + high) / 2
+            if w * one_minus_kappa1(middle) + u * delta_x - middle > 0:
+                low = middle
+            else:
+                high = middle
+        delta = (low + high) / 2
+        return float((1 - delta) / (1 - w * (mpmath.pi - mpmath.acos(1 - delta)) / mpmath.pi))
+
+
+@pytest.mark.parametrize("setting", [*SETTINGS, (0.8, 0.0, 0.2), (0.9, 0.05, 0.05), (0.99, 0.01, 0.0)])
+def test_fixed_point_is_exact_against_mpmath_where_one_minus_rho_is_small(setting):
+    """Where 1 - rho* is small Theta* depends on sqrt(1 - rho*): a fixed-point iteration stopped at a
+    step of tol left Theta* off by about sqrt(tol) (3.4e-5 relative at (0.8, 0, 0.2), whose rho* is
+    1 for every pair; 2e-4 at (0.99, 0.01, 0)). Against a 50-digit reference: 1e-12 relative at
+    the default tol, for inner products from -1 to 1 - 1e-12."""
+    one = torch.tensor(1.0, dtype=F64)
+    near_one = [1.0 - 2.0**-k for k in (10, 20, 30, 40, 45)]
+    inner = torch.tensor([-1.0, -0.5, 0.0, 0.5, 0.9, 0.99, *near_one, 1.0], dtype=F64)
+    theta = deq.deq_ntk_from_inner(inner, **_variances(setting)).gram
+    expected = torch.tensor([_mpmath_theta(float(one - c), setting) for c in inner], dtype=F64)
+    torch.testing.assert_close(theta, expected, rtol=1e-12, atol=1e-15)
+
+
+def test_near_duplicate_inputs_are_exact_against_mpmath():
+    """Near-duplicate images at (0.9, 0.05, 0.05) (2.3e-5 relative before): the Gram's entries
+    against the 50-digit reference on the same 1 - x.y (|x - y|^2 / 2 for near-duplicates, as the
+    Gram computes it, the float64 rows taken exactly)."""
+    import mpmath
+
+    setting = (0.9, 0.05, 0.05)
+    g = torch.Generator().manual_seed(3)
+    base, noise = torch.randn(2, 40, generator=g, dtype=F64)
+    X = torch.stack([base + scale * noise for scale in (0.0, 1e-9, 1e-7, 1e-5, 1e-3, 1e-1)])
+    X = X / X.norm(dim=1, keepdim=True)
+    gram = deq.deq_ntk(X, **_variances(setting)).gram
+    with mpmath.workdps(50):
+        rows = [[mpmath.mpf(float(v)) for v in x] for x in X]
+        for i, j in [(i, j) for i in range(len(X)) for j in range(len(X))]:
+            inner = mpmath.fsum(a * b for a, b in zip(rows[i], rows[j]))
+            close = 1 - inner < 1.4901161193847656e-08  # the Gram's sqrt(eps) threshold
+            delta_x = mpmath.fsum((a - b) ** 2 for a, b in zip(rows[i], rows[j])) / 2 if close else 1 - inner
+            assert float(gram[i, j]) == pytest.approx(_mpmath_theta(delta_x, setting), rel=1e-12), (i, j)
+
+
 def test_paper_value_is_the_060_040_0_setting():
     # x.y = 0.5 gives 1.064349 at (0.6, 0.4, 0) only; (0.25, 0.25, 0.5) gives 1.055466 and
     # (0.8, 0.2, 0) 1.739652.
@@ -377,12 +437,13 @@ def test_kernel_regression_interpolates_and_classifies():
 
 
 @pytest.mark.parametrize(
-    ("setting", "low", "high"), [(SETTINGS[0], 13, 16), (SETTINGS[1], 26, 31), (SETTINGS[2], 51, 57)]
+    ("setting", "low", "high"), [(SETTINGS[0], 2, 4), (SETTINGS[1], 3, 5), (SETTINGS[2], 4, 6)]
 )
 def test_iteration_counts(setting, low, high):
     # Ours, not the paper's (it uses the modified Powell hybrid method and reports no count for the
-    # fully connected kernel): 14 / 28 / 54 steps to 1e-10. The count here includes the last step, the
-    # first of size <= tol; correlations of 0.73-0.93 as in raw images give 15 / 29 / 54.
+    # fully connected kernel): Newton's steps to 1e-10 relative, the last (the first of at most tol)
+    # included, on correlations of 0.73-0.93 as in raw images: 3 / 4 / 5 (the fixed-point iteration
+    # it replaced needed 15 / 29 / 54 to an absolute 1e-10).
     result = deq.deq_ntk(_cifar_like(150, 300, seed=11), **_variances(setting), tol=1e-10)
     assert low <= result.iterations <= high
     assert result.residual <= 1e-10
@@ -409,8 +470,11 @@ def test_conv_on_one_pixel_images_is_the_fc_kernel(pooling):
     X = _unit_rows(7, 5, seed=12)
     for setting in SETTINGS:
         conv = deq.conv_deq_ntk(X[:, :, None, None], **_variances(setting), pooling=pooling, tol=1e-13).gram
+        # The convolutional kernel iterates to a step of 1e-13, within 1e-13 sigma_w2 / (1 - sigma_w2)
+        # of the fixed point, and Theta* moves by up to about 40 times that near rho = 1 (the module's
+        # docstring); the fully connected one is exact (Newton).
         torch.testing.assert_close(
-            conv, deq.deq_ntk(X, **_variances(setting), tol=1e-13).gram, rtol=0, atol=1e-12
+            conv, deq.deq_ntk(X, **_variances(setting), tol=1e-13).gram, rtol=0, atol=2e-11
         )
 
 
@@ -516,6 +580,24 @@ def test_singular_k_train_says_to_set_a_ridge_or_remove_duplicates(ridge):
     # and the ridge it suggests solves it
     fit = deq.kernel_regression(K, y, K, num_classes=3, ridge=1e-6)
     assert torch.isfinite(fit.scores).all()
+
+
+def test_the_ridge_suggested_for_an_all_zero_k_train_is_positive_and_works():
+    """An all-zero K_train has no scale (its mean diagonal is 0, once suggested as the ridge "0"):
+    the error suggests ridge 1, says why, and that ridge solves it."""
+    _, y = _clusters(4, seed=9)
+    K = torch.zeros(len(y), len(y), dtype=torch.float64)
+    with pytest.raises(
+        deq.SingularKernelError, match=r"pass ridge > 0 \(e\.g\. 1: K_train is zero everywhere"
+    ):
+        deq.kernel_regression(K, y, K, num_classes=3)
+    fit = deq.kernel_regression(K, y, K, num_classes=3, ridge=1.0)
+    assert torch.isfinite(fit.scores).all() and fit.solver == "cholesky"
+    # A scale where the diagonal has none: the largest entry's.
+    from intertwine.kernels.regression import _suggested_ridge
+
+    K = torch.tensor([[0.0, 4.0], [4.0, 0.0]], dtype=torch.float64)
+    assert "1e-6 times the largest entry (the diagonal is 0), 4e-06" in _suggested_ridge(K)
 
 
 @pytest.mark.parametrize(

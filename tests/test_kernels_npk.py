@@ -459,6 +459,14 @@ def test_invalid_inputs_raise_clear_errors():
         npk_fc(x, gates, torch.ones(3, 2), gates)
     with pytest.raises(ValueError, match="NaN or infinite"):
         npk_fc(x, [torch.full((3, 5), float("nan"))])
+    # Gates are in [0, 1]: negative ones (pre-activations passed as gates) are refused, naming the
+    # argument and its layer; the second batch's too, and the convolutional kernels' too.
+    with pytest.raises(ValueError, match=r"gates\[0\] has values in \[-1, 1\], but a gate is in \[0, 1\]"):
+        npk_fc(x, [torch.ones(3, 5).index_fill(1, torch.tensor([0]), -1.0)])
+    with pytest.raises(ValueError, match=r"gates_y\[0\] has values in \[2, 2\]"):
+        npk_fc(x, gates, x, [2 * torch.ones(3, 5)])
+    with pytest.raises(ValueError, match=r"gates\[0\] has values in \[-0.5, 1\].*gates_from_preactivations"):
+        npk_conv_gap(images, [torch.ones(3, 2, 4, 4).index_fill(0, torch.tensor([1]), -0.5)])
     with pytest.raises(ValueError, match=r"x must have shape \(N, C, H, W\)"):
         npk_conv_gap(x, conv_gates)
     with pytest.raises(ValueError, match=r"gates\[1\] is 3x3 but gates\[0\] is 4x4"):

@@ -330,3 +330,59 @@ def test_checkpoint_of_its_own_keeps_the_plain_advice(tiny_shapes_dir, tmp_path)
     with pytest.raises(CheckpointError, match=r"Delete it \(rm -f .*seed0.pt.*retrains that member") as error:
         read_checkpoint(path)
     assert "pack" not in str(error.value)
+
+
+def _full_disk(message):
+    """A writer that fails as it does on a full disk: torch.save's C++ stream error, or ENOSPC."""
+    import errno
+
+    def write(*args, **kwargs):
+        raise RuntimeError(message) if message else OSError(errno.ENOSPC, "No space left on device")
+
+    return write
+
+
+@pytest.mark.parametrize(
+    "failing, message",
+    [
+        ("torch.save", "[enforce fail at inline_container.cc:626] . basic_ios::clear: iostream error"),
+        ("torch.save", None),
+        ("parquet", None),
+    ],
+)
+def test_a_full_disk_says_so_and_leaves_no_file(tiny_shapes_dir, tmp_path, monkeypatch, failing, message):
+    """A full disk while a member's files are written: the error says the disk is full, names the
+    file and the space left, and neither the checkpoint nor its metrics table is left behind (the
+    metrics used to be written first and stay); a pack leaves no directory."""
+    import argparse
+
+    import pyarrow.parquet as pq
+
+    from intertwine.workflow.stages.zoo import commands, job
+    from intertwine.workflow.zoo import write_pack
+
+    spec = {"arch": "c4gap", "width_multiplier": 0.0625}
+    trained = train_member(Job("cpu", tiny_shapes_dir), "m", 0, spec, {"epochs": 1})
+    monkeypatch.setattr(job, "train_member", lambda *args, **kwargs: trained)
+    if failing == "torch.save":
+        monkeypatch.setattr(torch, "save", _full_disk(message))
+    else:
+        monkeypatch.setattr(pq, "write_table", _full_disk(message))
+    out = tmp_path / "zoo" / "m" / "seed0.pt"
+    args = argparse.Namespace(
+        device="cpu", data=str(tiny_shapes_dir), global_seed=0, variant="m", seed=0, spec=spec,
+        training={"epochs": 1}, out=str(out), metrics=str(out.with_suffix(".metrics.parquet")),
+        eval_batch_size=64, features=None,
+    )  # fmt: skip
+    failed = out.with_suffix(".metrics.parquet") if failing == "parquet" else out
+    pattern = rf"could not write {re.escape(str(failed))}: the (disk is full|write failed as it does on a full disk).*GiB free"
+    with pytest.raises(OSError, match=pattern) as raised:
+        commands.cmd_train_member(args)
+    assert "iostream error" in str(raised.value) if message else "No space left" in str(raised.value)
+    assert list(out.parent.iterdir()) == []  # no checkpoint, no metrics, no temporary
+    pack = tmp_path / "packs" / "seeds0-0"
+    with pytest.raises(
+        OSError, match=rf"could not write {re.escape(str(pack))}/seed0\.(pt|metrics\.parquet)"
+    ):
+        write_pack(pack, {0: trained})
+    assert list(pack.parent.iterdir()) == []

@@ -812,3 +812,71 @@ def test_the_plans_core_the_cluster_and_the_rules_common_part_name_no_stage():
             if stage != "zoo":
                 named = sorted(word for word in words if stage in word.lower())
                 assert not named, f"{path} names the {stage} stage: {named}"
+
+
+def _cifar_folders(root: Path, per_class: dict[str, int], classes) -> Path:
+    """A CIFAR-10 copy in image folders: per split, that many 4x4 PNGs of each class."""
+    import numpy as np
+    from PIL import Image
+
+    for split, n in per_class.items():
+        for name in classes:
+            (root / split / name).mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray(np.full((4, 4, 3), i, dtype=np.uint8)).save(root / split / name / f"{i}.png")
+    return root
+
+
+def _on_folders(root: Path):
+    def change(config):
+        config["data"].update(dataset="cifar10", cifar10={"root": str(root)})
+
+    return change
+
+
+def test_a_cifar_folder_with_fewer_test_images_than_asked_is_refused_at_plan_time(tmp_path):
+    """similarity.samples 64 on a folder of 40 test images: the similarity job used to take 40
+    without a word; the plan names the key, the folder and its count."""
+    from intertwine.data.cifar10 import CLASSES
+
+    root = _cifar_folders(tmp_path / "cifar", {"train": 10, "test": 4}, CLASSES)
+    errors = Plan(load("tests/configs/tiny.yaml", _on_folders(root))).errors()
+    expected = f"config key similarity.samples: 64 test images asked for, but {root / 'test'} holds 40"
+    assert any(expected in error for error in errors), errors
+    assert not any("symmetry.images" in error for error in errors)  # its 16 of the 40 fit
+
+    # the training split after data.val_size (64 of 100 held out): pullback.probe_images 16 fits, 40 does not
+    def more(config):
+        _on_folders(root)(config)
+        config["pullback"]["probe_images"] = 40
+
+    errors = Plan(load("tests/configs/tiny.yaml", more)).errors()
+    assert any(
+        f"config key pullback.probe_images: 40 training images asked for, but {root / 'train'} holds 36" in e
+        for e in errors
+    ), errors
+
+
+def test_a_cifar_folder_missing_a_class_is_refused_at_plan_time(tmp_path):
+    """A class missing from both splits used to make a 9-class data set; a class in one split
+    only is named too."""
+    from intertwine.data.cifar10 import CLASSES
+
+    root = _cifar_folders(tmp_path / "cifar", {"train": 10, "test": 8}, CLASSES[:-1])
+    errors = Plan(load("tests/configs/tiny.yaml", _on_folders(root))).errors()
+    expected = f"config key data.cifar10.root: {root} has 9 class folders with images in train/ and test/, but CIFAR-10 has 10 (missing: truck)"
+    assert any(expected in error for error in errors), errors
+    (root / "train" / "truck").mkdir()
+    from PIL import Image
+
+    Image.new("RGB", (4, 4)).save(root / "train" / "truck" / "0.png")
+    errors = Plan(load("tests/configs/tiny.yaml", _on_folders(root))).errors()
+    assert any(
+        f"{root / 'test'} has no images of class truck, which {root}/train has" in e for e in errors
+    ), errors
+    # A complete copy with enough images plans without a folder error.
+    (root / "test" / "truck").mkdir()
+    for i in range(8):
+        Image.new("RGB", (4, 4)).save(root / "test" / "truck" / f"{i}.png")
+    errors = Plan(load("tests/configs/tiny.yaml", _on_folders(root))).errors()
+    assert not any(str(root) in error for error in errors), errors

@@ -759,3 +759,47 @@ def test_summary_and_figure_carry_the_papers_tables_with_their_printed_pm():
     assert sorted(y for line in crosses for y in line.get_ydata()) == sorted(
         [0.6208, 0.4432, 0.7724, 0.5087, 0.5691, 0.5409]
     )
+
+
+def test_npk_cka_of_a_model_without_a_path_kernel_is_a_row_saying_so():
+    """npk_cka asked of a CCT (no neural path kernel) is not left out silently: the pair's job writes
+    a row without a value whose note says why, and the summary keeps it, without a mean."""
+    import pandas as pd
+
+    from intertwine.models import build
+    from intertwine.workflow.stages.similarity.figures import similarity_summary
+    from intertwine.workflow.stages.similarity.job import _npk_rows
+    from intertwine.workflow.stages.similarity.tables import SIMILARITY
+    from intertwine.workflow.tables import to_table
+
+    class Log:
+        def __init__(self):
+            self.lines = []
+
+        def log(self, line):
+            self.lines.append(line)
+
+    cct = build({"arch": "cct", "width_multiplier": 0.125})
+    base = {"variant": "cct", "pair": 0, "seed_a": 1, "seed_b": 2}
+    images = torch.zeros(4, 3, 32, 32, dtype=torch.uint8)
+    reads = (cct, cct, images, [], torch.zeros(3), torch.ones(3), 4)
+    log = Log()
+    (row,) = _npk_rows(log, base, None, reads)
+    assert row["measure"] == "npk_cka" and np.isnan(row["value"]) and row["n_samples"] == 0
+    assert row["note"].startswith("does not apply: a CCT has no neural path kernel")
+    assert "npk_cka does not apply: a CCT" in log.lines[-1]
+    other = {
+        **base,
+        "site_a": "act1",
+        "site_b": "act1",
+        "measure": "linear_cka",
+        "value": 0.9,
+        "n_samples": 4,
+        "note": None,
+    }
+    table = pd.DataFrame([row, other]).assign(low=np.nan, high=np.nan, config_hash="h", version="v")
+    assert to_table(table, SIMILARITY).num_rows == 2  # the table's schema has the note
+    summary = similarity_summary(table, {}).set_index("measure")
+    assert pd.isna(summary.loc["npk_cka", "mean"]) and summary.loc["npk_cka", "pairs"] == 0
+    assert summary.loc["npk_cka", "note"] == row["note"]
+    assert summary.loc["linear_cka", "mean"] == 0.9 and pd.isna(summary.loc["linear_cka", "note"])

@@ -264,6 +264,25 @@ def test_refine_pass_rules():
         acc.refine(X, Y)
 
 
+def test_refine_refuses_other_samples():
+    """A second pass over other samples than the first (as many of them) would sum residuals at an
+    optimum that is not theirs, a silently wrong distance: it is refused; the same batches in
+    another order are accepted."""
+    X, Y = layers(n=20, shapes=((4, 3), (4, 3)))
+    X2, Y2 = layers(n=20, seed=1, shapes=((4, 3), (4, 3)))
+    acc = ProcrustesAccumulator().update(X[:10], Y[:10]).update(X[10:], Y[10:])
+    closed = acc.orthogonal()
+    acc.refine(X[10:], Y[10:]).refine(X[:10], Y[:10])
+    assert acc.orthogonal() == pytest.approx(closed, abs=1e-7)
+    acc = ProcrustesAccumulator().update(X, Y)
+    with pytest.raises(ValueError, match="other samples than update.*X's channel norms"):
+        acc.refine(X2, Y2)
+    # One side right, the other another data set's: still refused, naming the side.
+    acc = ProcrustesAccumulator().update(X, Y)
+    with pytest.raises(ValueError, match="Y's channel norms"):
+        acc.refine(X, Y2)
+
+
 # ---------------------------------------------------------------------------
 # Max kernel and RBF CKA
 # ---------------------------------------------------------------------------

@@ -23,6 +23,7 @@ def _row(**change) -> dict:
         "low": None,
         "high": None,
         "n_samples": 64,
+        "note": None,
         "config_hash": "abc",
         "version": "0",
     }
@@ -58,6 +59,21 @@ def test_duplicate_key_rows_are_refused(tmp_path):
     b = _write(tmp_path / "b.parquet", [_row(value=0.5)])
     with pytest.raises(ValueError, match="two rows for the same key .*'measure': 'linear_cka'"):
         tables.read_parquet([a, b], SIMILARITY)
+
+
+def test_a_file_holding_another_jobs_rows_is_named(tmp_path):
+    """pair1.parquet holding pair 0's row (a copy under another job's name): the error names both
+    files holding the key, not only the key; a key twice in one file names that file."""
+    pair0 = _write(tmp_path / "pair0.parquet", [_row(), _row(site_b="act2")])
+    pair1 = _write(tmp_path / "pair1.parquet", [_row(pair=1), _row(value=0.5)])
+    pair2 = _write(tmp_path / "pair2.parquet", [_row(pair=2)])
+    with pytest.raises(
+        ValueError, match=r"'pair': 0.* in \S*pair0.parquet and in \S*pair1.parquet; .*delete the file"
+    ):
+        tables.read_parquet([pair2, pair0, pair1], SIMILARITY)
+    twice = _write(tmp_path / "twice.parquet", [_row(pair=3), _row(pair=3, value=0.1)])
+    with pytest.raises(ValueError, match=r"'pair': 3.* in \S*twice.parquet, twice"):
+        tables.read_parquet([pair2, twice], SIMILARITY)
 
 
 def test_missing_or_mistyped_columns_name_the_file(tmp_path):

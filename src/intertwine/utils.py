@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -85,6 +87,55 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+# torch.save's C++ writer reports a failed write, a full disk among them, without an errno.
+_TORCH_WRITE_FAILURES = ("iostream error", "PytorchStreamWriter failed", "unexpected pos")
+
+
+@contextlib.contextmanager
+def named_write_failures(path: str | os.PathLike) -> Iterator[None]:
+    """Errors of writing ``path`` in the block that say what happened: a full disk or quota
+    (``ENOSPC``, ``EDQUOT``, or torch.save's bare "basic_ios::clear: iostream error") becomes an
+    OSError naming the file, the space left on its file system and the fix. Other errors pass.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file the block writes (its final name, not a temporary one).
+
+    Returns
+    -------
+    contextlib.AbstractContextManager[None]
+        A context manager that translates the block's write failures.
+    """
+    try:
+        yield
+    except OSError as err:
+        # pyarrow's errors carry the system's message but not always its errno
+        full = [os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT)]
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT) and not any(text in str(err) for text in full):
+            raise
+        code = err.errno or errno.ENOSPC
+        raise OSError(code, _disk_full_message(path, "the disk is full (or over quota)", err)) from None
+    except RuntimeError as err:
+        if not any(text in str(err) for text in _TORCH_WRITE_FAILURES):
+            raise
+        cause = "the write failed as it does on a full disk (torch.save's message for a failed write)"
+        raise OSError(errno.ENOSPC, _disk_full_message(path, cause, err)) from None
+
+
+def _disk_full_message(path: str | os.PathLike, cause: str, err: Exception) -> str:
+    folder = Path(path).absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    said = (str(err).splitlines() or [""])[0][:160]
+    return (
+        f"could not write {path}: {cause}; {free / 2**30:.2f} GiB free on the file system of "
+        f"{folder} ({type(err).__name__}: {said}). No partial file is left: free space there (or "
+        "run where there is room) and rerun the job"
+    )
 
 
 def current_umask() -> int:

@@ -139,8 +139,9 @@ def write_dataset(out_dir: str | Path, splits: dict, meta: dict) -> None:
 def _damaged(path: Path, what: str) -> ValueError:
     return ValueError(
         f"{path} is {what}: the data cache is damaged (e.g. a full disk or an interrupted "
-        f"copy). Delete {path.parent} and rerun the data stage (snakemake reruns "
-        "prepare_data and everything after it; the data are decoded again from the source)"
+        f"copy). Regenerate the cache alone, with this run's options (--configfile, --profile): "
+        f"snakemake --cores 1 --force {path.parent}/meta.json (the data come out the same from the "
+        "config and seed, so what read the cache does not rerun; do not delete the trained members)"
     )
 
 

@@ -89,15 +89,23 @@ functions: by Cauchy-Schwarz and because the map sends [-1, 1] into itself the e
 there, and the clip only removes rounding (``x.y`` of unit vectors can come out as
 ``1 + 2e-16``, or ``1 + 1e-7`` in float32) that would otherwise give NaN.
 
-Steps and accuracy of ``deq_ntk``: its ``iterations`` counts every step, the last (the first of
-size <= tol) included: to 1e-10, data with correlations 0.73-0.93 like raw images need 15 / 29 /
-54 at sigma_w2 = 0.25 / 0.6 / 0.8 (our counts, on uncentred images; the paper solves the fixed
-point with the modified Powell hybrid method and reports no count for this kernel; for the
-convolutional one it runs 20 iterations and observes "they typically converge to 10 -6 accuracy in
-ℓ ∞ within 15 iterations"). float32 input iterates to at least 1.9e-6. ``rho*`` is
-within ``tol sigma_w2 / (1 - sigma_w2)`` of the fixed point, and the closed form multiplies that by
-its slope, up to about 40 near rho = 1 at sigma_w2 = 0.8 (Theta* off by 1e-8 at the default tol);
-tol=1e-13 costs about 25 more steps there.
+Steps and accuracy of ``deq_ntk``: each entry's ``delta* = 1 - rho*`` is the root of ``h(delta) =
+sigma_w2 (1 - kappa1(1 - delta)) + sigma_u2 (1 - x.y) - delta``, found by Newton's method from
+``sigma_u2 (1 - x.y) / (1 - sigma_w2)``, an upper bound from which the steps decrease
+monotonically to the root (``h`` is concave and decreasing) and converge quadratically, relative
+to ``delta*`` too. That matters where ``1 - rho*`` is small: ``Theta*`` depends on ``sqrt(delta*)``
+there, and the fixed-point iteration this replaced, stopped at an absolute step of ``tol``, left
+``Theta*`` off by about ``sqrt(tol)`` (3.6e-5 relative at (0.8, 0, 0.2), whose ``rho*`` is 1 for every
+pair; 2e-4 at (0.99, 0.01, 0)). Against a 50-digit reference ``Theta*`` is now exact to 7e-14
+relative or better for x.y from -1 to 1 - 2^-45 (tests/test_kernels_deq.py). ``iterations``
+counts every Newton step, the last (the first of at most ``tol`` relative to ``delta``) included:
+3 / 4 / 5 at sigma_w2 = 0.25 / 0.6 / 0.8 on correlations 0.73-0.93 like raw images (ours; the
+fixed-point iteration needed 15 / 29 / 54; the paper solves the fixed point with the modified
+Powell hybrid method and reports no count for this kernel; for the convolutional one it runs 20
+iterations and observes "they typically converge to 10 -6 accuracy in ℓ ∞ within 15
+iterations"). float32 input stops at 1.9e-6 relative. ``conv_deq_ntk`` still iterates to an
+absolute step of ``tol``: its ``rho*`` is within ``tol sigma_w2 / (1 - sigma_w2)`` of the fixed
+point, and its ``Theta*`` up to about 40 times that near rho = 1 at sigma_w2 = 0.8.
 
 Arrays in, tensors out: numpy arrays and torch tensors keep their floating dtype (float32 is
 allowed, e.g. on a GPU; integer input becomes float64, half precision float32), tensors their device, and

@@ -6,7 +6,7 @@ gives the model, the conventions and the numerics), and what the other kernels o
   back here; the result type ``KernelResult``.
 * The arc-cosine kernels ``kappa0``, ``kappa1`` on ``delta = 1 - rho``, and the Gram of any
   entrywise kernel of ``1 - x.y`` in blocks of rows (near-duplicate rows refined).
-* The equilibrium: the fixed point ``rho*`` of each entry and ``Theta*`` from it
+* The equilibrium: the fixed point ``rho*`` of each entry (Newton's method) and ``Theta*`` from it
   (``deq_ntk_from_inner``, ``deq_ntk``, ``deq_nngp``); the finite-depth ``ntk`` and ``nngp``.
 
 The Grams of the accuracy study's jobs are this module's code and its input checks' alone. A job's
@@ -59,12 +59,14 @@ DEFAULT_BLOCK_ENTRIES = 2**21
 
 
 class KernelResult(NamedTuple):
-    """A kernel matrix and how its fixed-point iteration ended (a tuple: ``K, it, res = ...``).
+    """A kernel matrix and how its equilibrium's iteration ended (a tuple: ``K, it, res = ...``).
 
     ``iterations`` is the largest number of steps any entry (image pair for ``conv_deq_ntk``)
-    needed; ``residual`` the largest size of its last step, ``max |rho_k+1 - rho_k|`` (below
-    ``tol`` once converged; the distance to the fixed point is then at most
-    ``residual * sigma_w2 / (1 - sigma_w2)``).
+    needed; ``residual`` the largest size of its last step, below ``tol`` once converged: for the
+    fully connected kernels a Newton step relative to the entry's ``1 - rho*`` (which is then exact
+    to rounding: the steps converge quadratically), for ``conv_deq_ntk`` a fixed-point step
+    ``max |rho_k+1 - rho_k|`` (the distance to the fixed point is then at most ``residual *
+    sigma_w2 / (1 - sigma_w2)``).
     """
 
     gram: Tensor
@@ -159,29 +161,41 @@ def kappa0(rho: ArrayLike) -> Tensor:
 
 
 def _equilibrium_delta(delta_x: Tensor, sigma_w2: float, sigma_u2: float, tol: float, max_iter: int):
-    """delta* = 1 - rho* for each entry of delta_x = 1 - x.y, by iterating from delta_x.
+    """delta* = 1 - rho* for each entry of delta_x = 1 - x.y: the root of h(delta) = g(delta) -
+    delta, g(delta) = sigma_w2 (1 - kappa1(1 - delta)) + sigma_u2 delta_x the layer map, by
+    Newton's method.
 
-    Each entry stops at its own first step of size <= tol, so a value never depends on which
-    other entries share its block (blocked and unblocked Grams agree). Converged entries are
-    dropped from the working set, which shrinks the later, slower steps.
-    Returns (delta*, iterations, residual).
+    Why Newton: where delta* is small, Theta* depends on sqrt(delta*) (kappa0's square-root
+    singularity), so delta* must be exact relative to itself; the fixed-point iteration, stopped
+    at a step of tol, left it off by about tol and Theta* by about sqrt(tol) (3e-5 relative at
+    (0.8, 0, 0.2), whose delta* is 0). h is concave and decreasing (h' = sigma_w2 kappa0(1 - delta)
+    - 1 <= sigma_w2 - 1 < 0), so from a point at or right of its root Newton's steps decrease
+    monotonically to the root, quadratically, relative to delta* too. The start, sigma_u2 delta_x
+    / (1 - sigma_w2), is such a point (g(delta) <= sigma_w2 delta + sigma_u2 delta_x, as kappa1(rho)
+    >= rho) and is the root itself where sigma_u2 delta_x = 0.
+
+    Each entry stops at its own first step of at most ``tol`` relative to its delta, so a value
+    never depends on which other entries share its block (blocked and unblocked Grams agree).
+    Converged entries are dropped from the working set. Returns (delta*, iterations, residual:
+    the largest last step relative to its delta).
     """
     tol = effective_tol(tol, delta_x.dtype)
     out = torch.empty_like(delta_x)
     flat_out, flat_x = out.view(-1), delta_x.reshape(-1)
     index = torch.arange(flat_x.numel(), device=delta_x.device)
-    current, fixed = flat_x, sigma_u2 * flat_x
+    fixed = sigma_u2 * flat_x
+    current = (fixed / (1.0 - sigma_w2)).clamp_(0.0, 2.0)
     iterations, residual = 0, 0.0
     while index.numel() and iterations < max_iter:
         iterations += 1
-        new = _equilibrium_step(current, fixed, sigma_w2)
-        step = (new - current).abs_()
-        done = step <= tol
+        new = _newton_step(current, fixed, sigma_w2)
+        relative = (new - current).abs_().div_(new.clamp(min=torch.finfo(new.dtype).tiny))
+        done = relative <= tol
         if iterations == max_iter:
             done = torch.ones_like(done)
         if bool(done.any()):
             flat_out[index[done]] = new[done]
-            residual = max(residual, float(step[done].max()))
+            residual = max(residual, float(relative[done].max()))
             keep = ~done
             index, current, fixed = index[keep], new[keep], fixed[keep]
         else:
@@ -189,13 +203,16 @@ def _equilibrium_delta(delta_x: Tensor, sigma_w2: float, sigma_u2: float, tol: f
     return out, iterations, residual
 
 
-def _equilibrium_step(delta: Tensor, fixed: Tensor, sigma_w2: float) -> Tensor:
-    """sigma_w2 (1 - kappa1(1 - delta)) + fixed, clipped into [0, 2]: ``one_minus_kappa1`` with
-    its passes done in place (the iteration is bound by memory traffic, not arithmetic)."""
-    half_angle = torch.mul(delta, 0.5).sqrt_().asin_()
-    sine = torch.sub(2.0, delta).mul_(delta).sqrt_()
-    new = torch.sub(1.0, delta).mul_(half_angle).mul_(2.0).sub_(sine).mul_(sigma_w2 / math.pi)
-    return new.add_(delta, alpha=sigma_w2).add_(fixed).clamp_(0.0, 2.0)
+def _newton_step(delta: Tensor, fixed: Tensor, sigma_w2: float) -> Tensor:
+    """delta - h(delta) / h'(delta) for h(delta) = sigma_w2 (1 - kappa1(1 - delta)) + fixed - delta,
+    clipped into [0, 2]. With 1 - kappa1 = delta + c(delta) (``one_minus_kappa1``), h = fixed -
+    (1 - sigma_w2) delta + sigma_w2 c(delta), and -h' = 1 - sigma_w2 kappa0 = (1 - sigma_w2) +
+    sigma_w2 angle / pi, a sum of nonnegative terms (no cancellation near delta = 0)."""
+    angle = arccos_one_minus(delta)
+    correction = ((1.0 - delta) * angle - torch.sqrt(delta * (2.0 - delta))) / math.pi
+    h = fixed - (1.0 - sigma_w2) * delta + sigma_w2 * correction
+    slope = (1.0 - sigma_w2) + sigma_w2 * angle / math.pi
+    return (delta + h / slope).clamp_(0.0, 2.0)
 
 
 def _equilibrium_ntk(delta_star: Tensor, sigma_w2: float) -> Tensor:
@@ -226,8 +243,8 @@ def deq_ntk_from_inner(
     sigma_w2, sigma_u2, sigma_b2 : float
         The layer map's variances: each >= 0, summing to 1, with sigma_w2 < 1.
     tol : float
-        Each entry's fixed-point iteration stops at its first step of at most ``tol`` (floored at 16
-        machine epsilons of the dtype).
+        Each entry's Newton iteration stops at its first step of at most ``tol`` relative to its
+        ``1 - rho`` (floored at 16 machine epsilons of the dtype).
     max_iter : int
         The most steps; an entry still moving then gives a RuntimeWarning.
 
@@ -239,7 +256,7 @@ def deq_ntk_from_inner(
     iterations : int
         The most steps any entry needed.
     residual : float
-        The largest last step of any entry.
+        The largest last step of any entry, relative to its ``1 - rho``.
     """
     check_variances(sigma_w2, sigma_u2, sigma_b2, equilibrium=True)
     check_iteration(tol, max_iter)
@@ -334,10 +351,10 @@ def deq_ntk(
 ) -> KernelResult:
     """The DEQ-NTK ``Theta*`` between the rows of X (n, d) and of Y (m, d; default X).
 
-    Each entry's correlation ``rho*`` is iterated from ``x.y``, then ``Theta* = rho* / (1 - sigma_w2
-    kappa0(rho*))``; the diagonal is ``1 / (1 - sigma_w2)``. ``rho*`` ends within ``tol sigma_w2 /
-    (1 - sigma_w2)`` of the fixed point; step counts and the accuracy of ``Theta*`` are in
-    :mod:`intertwine.kernels.deq`. ``block_rows`` changes the result only by rounding in ``X @ Y.T``.
+    Each entry's correlation ``rho*`` is solved from ``x.y`` (Newton's method on ``1 - rho*``), then
+    ``Theta* = rho* / (1 - sigma_w2 kappa0(rho*))``; the diagonal is ``1 / (1 - sigma_w2)``.
+    ``1 - rho*`` ends exact to rounding relative to itself; step counts and the accuracy of
+    ``Theta*`` are in :mod:`intertwine.kernels.deq`. ``block_rows`` changes the result only by rounding in ``X @ Y.T``.
 
     Parameters
     ----------
@@ -350,8 +367,8 @@ def deq_ntk(
     normalize : bool
         Divide each row by its norm instead of requiring unit rows.
     tol : float
-        Each entry's fixed-point iteration stops at its first step of at most ``tol`` (floored at 16
-        machine epsilons of the dtype: 1.9e-6 in float32).
+        Each entry's Newton iteration stops at its first step of at most ``tol`` relative to its
+        ``1 - rho`` (floored at 16 machine epsilons of the dtype: 1.9e-6 in float32).
     max_iter : int
         The most steps per entry; a RuntimeWarning if some entry still moves then.
     block_rows : int, optional
@@ -365,7 +382,7 @@ def deq_ntk(
     iterations : int
         The most steps any entry needed (the last, the first of size <= tol, counted).
     residual : float
-        The largest last step of any entry.
+        The largest last step of any entry, relative to its ``1 - rho``.
     """
     return _equilibrium_gram(X, Y, sigma_w2, sigma_u2, sigma_b2, normalize, tol, max_iter, block_rows, True)
 
@@ -395,7 +412,8 @@ def deq_nngp(
     normalize : bool
         Divide each row by its norm instead of requiring unit rows.
     tol : float
-        Each entry's fixed-point iteration stops at its first step of at most ``tol``.
+        Each entry's Newton iteration stops at its first step of at most ``tol`` relative to its
+        ``1 - rho``.
     max_iter : int
         The most steps per entry.
     block_rows : int, optional
@@ -409,7 +427,7 @@ def deq_nngp(
     iterations : int
         The most steps any entry needed.
     residual : float
-        The largest last step of any entry.
+        The largest last step of any entry, relative to its ``1 - rho``.
     """
     return _equilibrium_gram(X, Y, sigma_w2, sigma_u2, sigma_b2, normalize, tol, max_iter, block_rows, False)
 

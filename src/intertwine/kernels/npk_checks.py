@@ -71,7 +71,20 @@ def as_gate_list(gates, name: str, n: int, ndim: int | None, device) -> list[Ten
                 f"{name}[{l}] has {g.shape[0]} samples but its input has {n}: the gates must be those "
                 "of the same inputs, in the same order"
             )
+        _check_gate_range(g, f"{name}[{l}]")
     return out
+
+
+def _check_gate_range(g: Tensor, name: str) -> None:
+    """Gates are on/off values or their soft forms, in [0, 1]: a negative gate or one above 1
+    (pre-activations or activations passed in their place) makes a kernel of no network, silently."""
+    low, high = float(g.min()), float(g.max())
+    if low < 0.0 or high > 1.0:
+        raise ValueError(
+            f"{name} has values in [{low:.4g}, {high:.4g}], but a gate is in [0, 1] (1{{q > 0}} or "
+            "sigmoid(beta q) of the pre-activation q); pass gates, not pre-activations or "
+            "activations: intertwine.kernels.gates_from_preactivations(q) makes them"
+        )
 
 
 def second_batch(y, gates_y) -> bool:

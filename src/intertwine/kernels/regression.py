@@ -120,6 +120,23 @@ def symmetry_error(K: Tensor) -> float:
     return gap / scale if scale > 0 else 0.0
 
 
+def _suggested_ridge(K_train: Tensor) -> str:
+    """A ridge that makes a singular K_train solvable while changing its fit little, and why: 1e-6
+    of the kernel's scale (its mean diagonal, else its largest entry). A Gram that is zero
+    everywhere has no scale: any ridge > 0 gives the same predictions there, so 1."""
+    for scale, what in (
+        (float(K_train.diagonal().mean()), "the mean diagonal"),
+        (float(K_train.abs().max()), "the largest entry (the diagonal is 0)"),
+    ):
+        if scale > 0:
+            return f"e.g. 1e-6 times {what}, {1e-6 * scale:.3g}"
+    return (
+        "e.g. 1: K_train is zero everywhere, so it has no scale to set a ridge by, and any ridge > 0 "
+        "gives the same predictions; a zero Gram means the kernel sees nothing of the training "
+        "inputs (all zero?): check them"
+    )
+
+
 def kernel_regression(
     K_train: ArrayLike,
     y_train: ArrayLike,
@@ -193,8 +210,7 @@ def kernel_regression(
             raise SingularKernelError(
                 f"K_train ({n} x {n}{f', ridge {ridge:g}' if ridge else ''}) is singular, so the regression "
                 f"has no unique solution{repeated} (duplicate training images give equal rows). Remove "
-                "duplicate training images, or pass ridge > 0 "
-                f"(e.g. 1e-6 times the mean diagonal, {1e-6 * float(K_train.diagonal().mean()):.3g})"
+                f"duplicate training images, or pass ridge > 0 ({_suggested_ridge(K_train)})"
             ) from None
     del factor  # an n x n copy: free it before the residual's product
     residual = float(torch.linalg.matrix_norm(system @ weights - targets) / torch.linalg.matrix_norm(targets))

@@ -102,6 +102,7 @@ class ProcrustesAccumulator:
         self._optimum: dict | None = None  # the minimisers, fixed by the first refine()
         self._residuals: dict[str, Tensor] = {}
         self._refined = 0
+        self._refined_sq: tuple[Tensor, Tensor] | None = None  # the second pass's channel norms
         self._scales: tuple[float, float] | None = None  # each side's divisor, set by the first batch
 
     def _batch(self, x: ArrayLike, y: ArrayLike) -> tuple[Tensor, Tensor, bool]:
@@ -206,6 +207,7 @@ class ProcrustesAccumulator:
         if self._refined > self.n_samples:
             raise ValueError(f"refine() has seen more samples than update()'s {self.n_samples}")
         xr, yr = _channel_rows(x).T, _channel_rows(y).T  # (B*P, C): samples and positions as rows
+        self._check_same_samples(xr, yr)
         width = max(xr.shape[1], yr.shape[1])
         pad = torch.nn.functional.pad
         scale_x, scale_y = self.x_sq.sum().sqrt(), self.y_sq.sum().sqrt()
@@ -217,6 +219,29 @@ class ProcrustesAccumulator:
             residual = (xr / nx)[:, rows] - (yr / ny)[:, cols]
             self._residuals["matching"] = self._residuals["matching"] + residual.square().sum()
         return self
+
+    def _check_same_samples(self, xr: Tensor, yr: Tensor) -> None:
+        """Sum this batch's squared channel norms into the second pass's and, once it has seen as
+        many samples as the first, compare them with the first pass's: residuals of other samples at
+        the first pass's optimum would be a silently wrong distance. The norms are summed in another
+        order, so they agree to rounding (rtol 1e-9), not bit for bit."""
+        batch_sq = tuple(z.detach().square().sum(0) for z in (xr, yr))
+        if self._refined_sq is None:
+            self._refined_sq = batch_sq
+        else:
+            self._refined_sq = tuple(a + b.to(a.device) for a, b in zip(self._refined_sq, batch_sq))
+        if self._refined < self.n_samples:
+            return
+        for side, first, second in zip("XY", (self.x_sq, self.y_sq), self._refined_sq):
+            first = first.detach().to(second.device)
+            if not torch.allclose(second, first, rtol=1e-9, atol=0.0):
+                worst = float(((second - first).abs() / first.abs().clamp_min(1e-300)).max())
+                raise ValueError(
+                    f"refine() was given other samples than update(): {side}'s channel norms over "
+                    f"its {self._refined} samples differ from the first pass's (relative "
+                    f"{worst:.1e}); give refine() exactly the batches given to update(), each once "
+                    "(in any order)"
+                )
 
     def _refined_residual(self, key: str) -> Tensor | None:
         return self._residuals[key] if self._refined and self._refined == self.n_samples else None

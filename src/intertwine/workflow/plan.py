@@ -22,6 +22,7 @@ config key and the fix. Methods that build models cache them (`variant_sites`).
 
 from __future__ import annotations
 
+from intertwine.data.folder_checks import image_folder_errors
 from intertwine.workflow import stages
 from intertwine.workflow.planning import (  # noqa: F401  (importable from here, as before)
     GATED_ARCHS,
@@ -261,12 +262,16 @@ class Plan:
             )
             return [message]
         available = {"test": test_size, "training": train_split}
+        counts = [count for _, image_counts in self._each_part("image_counts") for count in image_counts()]
+        # An image-folder copy holds what was copied, not the data set's full splits.
+        folder_errors = image_folder_errors(self.config["data"], [(c.key, c.asked, c.split) for c in counts])
+        if folder_errors:
+            return folder_errors
         return [
             f"config key {count.key}: {count.asked} {count.split} images asked for, but the {count.split} "
             f"split of {dataset} has {available[count.split]}; ask for at most {available[count.split]}"
             + count.hint
             + (" (data.val_size of the training images are held out)" if count.split == "training" else "")
-            for _, image_counts in self._each_part("image_counts")
-            for count in image_counts()
+            for count in counts
             if count.asked is not None and count.asked > available[count.split]
         ]

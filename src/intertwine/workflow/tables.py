@@ -142,8 +142,15 @@ def read_parquet(paths, schema: pa.Schema | None = None) -> pd.DataFrame:
         twice = df[df.duplicated(keys(schema), keep=False)]
         if len(twice):
             row = twice.iloc[0][keys(schema)].to_dict()
+            # The files holding that key, in order: a copied or misnamed file holds another job's rows.
+            sources = [path for path, table in zip(paths, tables) for _ in range(table.num_rows)]
+            same = (twice[keys(schema)] == twice.iloc[0][keys(schema)]).all(axis=1)
+            holding = list(dict.fromkeys(sources[i] for i in twice.index[same]))
+            where = f"in {holding[0]}, twice" if len(holding) == 1 else "in " + " and in ".join(holding)
             raise ValueError(
-                f"two rows for the same key {row} in {len(paths)} file(s); each key once "
-                "(the same job's output given twice, or two jobs writing one key)"
+                f"two rows for the same key {row} {where}; each key once (the same job's output "
+                "given twice, a file holding another job's rows, or two jobs writing one key): "
+                "delete the file whose rows are not its job's and rerun that job (Snakemake reruns "
+                "a missing output)"
             )
     return df

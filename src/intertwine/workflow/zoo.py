@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 
 from intertwine import models
-from intertwine.utils import DivergedError, atomic_path, current_umask
+from intertwine.utils import DivergedError, atomic_path, current_umask, named_write_failures
 
 CHECKPOINT_FORMAT = "intertwine-checkpoint/1"
 
@@ -29,10 +29,25 @@ def refuse_overwrite(path: str | Path) -> None:
 
 
 def save_checkpoint(checkpoint: dict, path: str | Path) -> None:
-    """Write atomically; an existing checkpoint is never overwritten (delete it to retrain)."""
+    """Write atomically; an existing checkpoint is never overwritten (delete it to retrain); a full
+    disk is an error that says so."""
     refuse_overwrite(path)
-    with atomic_path(path) as tmp:
+    with atomic_path(path) as tmp, named_write_failures(path):
         torch.save(checkpoint, tmp)
+
+
+def save_member(checkpoint: dict, metrics: pd.DataFrame, path: str | Path, metrics_path: str | Path) -> None:
+    """A member's checkpoint and its metrics table, written together: both files or neither (a
+    write that fails, on a full disk say, leaves no metrics without their checkpoint)."""
+    from intertwine.workflow.stages.zoo.tables import ZOO_EPOCHS
+    from intertwine.workflow.tables import write_parquet
+
+    refuse_overwrite(path)
+    with atomic_path(metrics_path) as metrics_tmp, atomic_path(path) as tmp:
+        with named_write_failures(metrics_path):
+            write_parquet(metrics, metrics_tmp, ZOO_EPOCHS)
+        with named_write_failures(path):
+            torch.save(checkpoint, tmp)
 
 
 def data_fingerprint(meta: dict) -> dict:
@@ -238,8 +253,11 @@ def write_pack(pack: str | Path, members: dict[int, tuple[dict, pd.DataFrame] | 
                 diverged_path.write_text(f"{member}\n")
                 continue
             checkpoint, metrics = member
-            torch.save(checkpoint, checkpoint_path)
-            write_parquet(metrics, metrics_path, ZOO_EPOCHS)
+            # errors name the pack's file (the hidden directory is removed below)
+            with named_write_failures(pack_files(pack, seed)[0]):
+                torch.save(checkpoint, checkpoint_path)
+            with named_write_failures(pack_files(pack, seed)[1]):
+                write_parquet(metrics, metrics_path, ZOO_EPOCHS)
         building.chmod(0o777 & ~current_umask())  # mkdtemp makes 0700 directories
         if pack.exists():  # an empty directory, e.g. made by the workflow manager
             pack.rmdir()

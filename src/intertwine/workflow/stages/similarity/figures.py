@@ -24,22 +24,27 @@ def similarity_summary(
 ) -> pd.DataFrame:
     """Procrustes per variant, site and measure (mean, 95% CI over pairs) beside the paper's value
     and its printed ± (``paper.reported_procrustes``), and the CKA of each site with the same site
-    of the other model (the heatmaps' diagonal)."""
+    of the other model (the heatmaps' diagonal). A measure that does not apply to a variant (rows
+    without a value) keeps its row, without a mean, and its ``note`` says why."""
     same = table[table["site_a"] == table["site_b"]]
+    notes = same["note"] if "note" in same else pd.Series(None, index=same.index, dtype=object)
     rows = []
     for (variant, site, measure), group in same.groupby(["variant", "site_a", "measure"], sort=False):
-        mean, half = mean_ci(group["value"])
+        values = group["value"].dropna()
+        mean, half = mean_ci(values) if len(values) else (None, None)
         reported = paper.get(variant, {}).get(measure, {}).get(site)
+        note = notes[group.index].dropna()
         rows.append(
             {
                 "variant": variant,
                 "site": site,
                 "measure": measure,
-                "pairs": len(group),
-                "mean": round(mean, 4),
-                "ci95": round(half, 4),
+                "pairs": len(values),
+                "mean": None if mean is None else round(mean, 4),
+                "ci95": None if half is None else round(half, 4),
                 "paper": reported[0] if reported else None,
                 "paper_pm": reported[1] if reported else None,
+                "note": note.iloc[0] if len(note) else None,
             }
         )
     return pd.DataFrame(rows)

@@ -41,6 +41,7 @@ def similarity_pair(
     # Procrustes and npk_cka rows have no interval, nor any row without similarity.intervals
     table = pd.DataFrame(rows)
     table = table.assign(**{column: table.get(column, np.nan) for column in ("low", "high")})
+    table = table.assign(note=table.get("note", pd.Series(None, index=table.index, dtype=object)))
     # npk_cka rows carry their own (smaller) image count
     samples = table["n_samples"] if "n_samples" in table else pd.Series(len(images), index=table.index)
     return table.assign(
@@ -81,14 +82,32 @@ def _rows(
 
 def _npk_rows(job: Job, base: dict, settings: SimilarityConfig, reads: tuple) -> list[dict]:
     """CKA of the two members' neural path kernels on the first ``npk_images`` images (site
-    "model"), for models that have one (``kernels.has_npk``)."""
+    "model"), for models that have one (``kernels.has_npk``); for others one row without a value
+    whose ``note`` says why."""
     from intertwine import kernels
     from intertwine.data.augment import normalize
 
     model_a, model_b, images, _, mean, std, _ = reads
-    if not (kernels.has_npk(model_a) and kernels.has_npk(model_b)):
-        job.log(f"{base['variant']}: no neural path kernel for a {type(model_a).__name__}; npk_cka skipped")
-        return []
+    without = next((model for model in (model_a, model_b) if not kernels.has_npk(model)), None)
+    if without is not None:
+        # A row that says so: a measure asked of a variant and missing from the table would read as
+        # a job that did not run.
+        note = (
+            f"does not apply: a {type(without).__name__} has no neural path kernel (only "
+            "C4GAP/C1GAP/VGG and gated networks have one, intertwine.kernels.has_npk)"
+        )
+        job.log(f"{base['variant']} pair {base['pair']}: npk_cka {note}")
+        return [
+            {
+                **base,
+                "site_a": "model",
+                "site_b": "model",
+                "measure": "npk_cka",
+                "value": np.nan,
+                "n_samples": 0,
+                "note": note,
+            }
+        ]
     x = normalize(images[: settings.npk_images], mean, std).double()
     npks = [kernels.member_npk(copy.deepcopy(model).double(), x) for model in (model_a, model_b)]
     value = measures.kernel_cka(*npks)

@@ -20,6 +20,8 @@ SIMILARITY = pa.schema(
         pa.field("low", pa.float64()),
         pa.field("high", pa.float64()),
         pa.field("n_samples", pa.int64()),
+        # why a row has no value (a measure that does not apply to the variant); null otherwise
+        pa.field("note", pa.string()),
         *PROVENANCE,
     ],
     metadata={"keys": "variant pair site_a site_b measure"},

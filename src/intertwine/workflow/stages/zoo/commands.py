@@ -15,10 +15,8 @@ from intertwine.workflow.commands import (
 
 
 def cmd_train_member(args) -> None:
-    from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.zoo.job import train_member
-    from intertwine.workflow.stages.zoo.tables import ZOO_EPOCHS
-    from intertwine.workflow.zoo import refuse_overwrite, save_checkpoint
+    from intertwine.workflow.zoo import refuse_overwrite, save_member
 
     refuse_overwrite(args.out)  # fail before training, not after
     checkpoint, metrics = train_member(
@@ -31,8 +29,7 @@ def cmd_train_member(args) -> None:
         eval_batch_size=args.eval_batch_size,
         features=args.features,
     )
-    write_parquet(metrics, args.metrics, ZOO_EPOCHS)
-    save_checkpoint(checkpoint, args.out)
+    save_member(checkpoint, metrics, args.out, args.metrics)
 
 
 def cmd_train_pack(args) -> None:
