@@ -272,7 +272,23 @@ def _add_claims_and_table_commands(cli: Commands) -> None:
     )
 
 
+#: The packages of the workflow extra (`pip install 'intertwine[workflow]'`) the commands import.
+WORKFLOW_PACKAGES = ("snakemake", "pandas", "pyarrow", "matplotlib", "yaml", "jsonschema")
+
+
 def main(argv: list[str] | None = None) -> None:
+    try:
+        _run(argv)
+    except ModuleNotFoundError as err:  # the library installed without the workflow
+        if (err.name or "").split(".")[0] not in WORKFLOW_PACKAGES:
+            raise
+        sys.exit(
+            f"intertwine: {err}: the workflow's commands need its packages; install them with "
+            "pip install 'intertwine[workflow]' (the library itself needs none of them)"
+        )
+
+
+def _run(argv: list[str] | None) -> None:
     from intertwine.utils import DivergedError
 
     argv = sys.argv[1:] if argv is None else list(argv)
