@@ -39,7 +39,9 @@ JOBS = {
 
 def intertwine(*args, cwd=REPO):
     """The command line, run from the repository root (as snakemake is) unless ``cwd`` says."""
-    return subprocess.run([sys.executable, "-m", "intertwine", *args], capture_output=True, text=True, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "intertwine", *args], capture_output=True, text=True, cwd=cwd
+    )
 
 
 def subcommands():
@@ -671,7 +673,9 @@ def test_check_config_checks_an_override_only_file_merged_onto_the_default(tmp_p
     elsewhere = intertwine("check-config", str(overrides), cwd=tmp_path)  # no config/config.yaml there
     assert elsewhere.returncode != 0 and "the default config is not there" in elsewhere.stderr
     assert "Run from the repository root, as snakemake is run, or give --default PATH" in elsewhere.stderr
-    given = intertwine("check-config", str(overrides), "--default", str(REPO / "config" / "config.yaml"), cwd=tmp_path)
+    given = intertwine(
+        "check-config", str(overrides), "--default", str(REPO / "config" / "config.yaml"), cwd=tmp_path
+    )
     assert given.returncode == 0, given.stderr
 
 
@@ -683,7 +687,10 @@ def test_check_config_names_a_missing_data_folder_and_its_key(tmp_path):
     config.write_text(f"data:\n  dataset: cifar10\n  cifar10: {{root: {root}}}\n")
     result = intertwine("check-config", str(config))
     assert result.returncode != 0
-    assert f"config key data.cifar10.root ({root}): {root} is not a directory; expected CIFAR-10" in result.stderr
+    assert (
+        f"config key data.cifar10.root ({root}): {root} is not a directory; expected CIFAR-10"
+        in result.stderr
+    )
     (root / "train").mkdir(parents=True)
     result = intertwine("check-config", str(config))
     assert f"no CIFAR-10 found in {root}; expected CIFAR-10 under {root}" in result.stderr

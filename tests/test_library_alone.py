@@ -93,7 +93,10 @@ def test_every_library_module_imports_without_the_workflow_packages():
     assert "workflow refused: " in result.stdout
     # the command line says what to install instead of a traceback
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert "the workflow's commands need its packages; install them with pip install 'intertwine[workflow]'" in result.stderr
+    assert (
+        "the workflow's commands need its packages; install them with pip install 'intertwine[workflow]'"
+        in result.stderr
+    )
 
 
 def test_every_imported_package_is_declared_where_its_module_is_installed():
@@ -119,7 +122,9 @@ def test_every_imported_package_is_declared_where_its_module_is_installed():
     assert undeclared == {}
     assert "jsonschema" in extras["workflow"] and "snakemake" in extras["workflow"]
     assert extras["workflow"] <= declared(project["optional-dependencies"]["workflow"])
-    assert any(r.startswith("intertwine[") and "workflow" in r for r in project["optional-dependencies"]["dev"])
+    assert any(
+        r.startswith("intertwine[") and "workflow" in r for r in project["optional-dependencies"]["dev"]
+    )
 
 
 def test_the_environments_install_the_workflow():

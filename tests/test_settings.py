@@ -381,7 +381,9 @@ def test_run_config_merges_the_files_onto_the_default_mappings_by_key_lists_repl
     from intertwine.workflow.config import run_config
 
     default = tmp_path / "default.yaml"
-    default.write_text("zoo:\n  seeds: 3\n  training: {epochs: 4, lr: 0.002}\nsymmetry:\n  groups: [grelu, monomial]\n")
+    default.write_text(
+        "zoo:\n  seeds: 3\n  training: {epochs: 4, lr: 0.002}\nsymmetry:\n  groups: [grelu, monomial]\n"
+    )
     first = tmp_path / "first.yaml"
     first.write_text("zoo:\n  training: {epochs: 2}\nsymmetry:\n  groups: [orthogonal]\n")
     second = tmp_path / "second.yaml"

@@ -1238,7 +1238,9 @@ def test_a_file_of_overrides_plans_the_default_run_with_its_change(tmp_path):
         result = snakemake(tmp_path / "run", "-n", "-p", config=config)
         text = result.stdout + result.stderr
         counts = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", text, re.M) if m[1] != "count"}
-        training = sorted(set(re.findall(r"^Shell command: (intertwine train-(?:member|pack) .*)$", text, re.M)))
+        training = sorted(
+            set(re.findall(r"^Shell command: (intertwine train-(?:member|pack) .*)$", text, re.M))
+        )
         return counts, training
 
     counts, training = dry_run(default)

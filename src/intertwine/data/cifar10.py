@@ -107,7 +107,9 @@ def detect_layout(root: Path, cifar: Cifar) -> str | None:
     return None
 
 
-def folder_problem(dataset: str, root: str | Path, layout: str = "auto", download: bool = False) -> str | None:
+def folder_problem(
+    dataset: str, root: str | Path, layout: str = "auto", download: bool = False
+) -> str | None:
     """What is wrong with ``root`` as the folder of ``dataset`` (a key of ``CIFARS``), from its
     directories alone (no image is read): None when ``load_cifar`` would find the data set there in
     ``layout``, or torchvision may download it there. For a check before anything runs."""

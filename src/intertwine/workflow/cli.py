@@ -68,7 +68,11 @@ def cmd_check_config(args) -> None:
 
     config = run_config(args.files, args.default)
     files = ", ".join(args.files)
-    base = "replacing the default" if replaces_default(load_config(args.files)) else f"merged onto {args.default}"
+    base = (
+        "replacing the default"
+        if replaces_default(load_config(args.files))
+        else f"merged onto {args.default}"
+    )
     errors = check_config(config) or data_folder_errors(config)
     if args.show:  # what the run would use: the merge, with the schema's defaults filled in
         print(yaml.safe_dump(config, sort_keys=False), end="")
