@@ -312,26 +312,34 @@ def bootstrap_interval(
             what = f"draw {which} of {resamples}" if which < resamples else "a jackknife sample of BCa"
             raise ValueError(f"bootstrap_interval: {what}: {err}") from err
 
-    with warnings.catch_warnings():  # a BCa interval scipy cannot compute is the error below
+    low, high, draws = _scipy_interval(on_rows, X.shape[0], value, resamples, level, seed, bootstrap_method)
+    return BootstrapInterval(value, low, high, level, draws)
+
+
+def _scipy_interval(
+    on_rows: Callable, n: int, value: float, resamples: int, level: float, seed: int, method: str
+) -> tuple[float, float, np.ndarray]:
+    """``scipy.stats.bootstrap`` of ``on_rows`` (the measure on the rows a draw picks) over the N
+    inputs' indices: the interval's ends and the draws; an interval scipy cannot compute (BCa with
+    every draw on one side of the value) is an error saying why."""
+    with warnings.catch_warnings():  # the error below says more than scipy's warnings
         warnings.simplefilter("ignore", (RuntimeWarning, stats.DegenerateDataWarning))
         result = stats.bootstrap(
-            (np.arange(X.shape[0]),),  # the inputs' indices: the same rows of X and Y in every draw
+            (np.arange(n),),  # the inputs' indices: the same rows of X and Y in every draw
             on_rows,
             n_resamples=resamples,
             vectorized=False,
             confidence_level=level,
-            method=bootstrap_method,
+            method=method,
             rng=np.random.default_rng(seed),
         )
-    interval = result.confidence_interval
+    interval, draws = result.confidence_interval, np.asarray(result.bootstrap_distribution)
     if not (np.isfinite(interval.low) and np.isfinite(interval.high)):
-        above = float(np.mean(result.bootstrap_distribution > value))
+        above = float(np.mean(draws > value))
         raise ValueError(
-            f"bootstrap_interval: the {bootstrap_method} interval is undefined here ({above:.0%} of the "
+            f"bootstrap_interval: the {method} interval is undefined here ({above:.0%} of the "
             f"{resamples} draws lie above the value {value:.4g}: BCa's bias correction needs draws on both "
             "sides); a bootstrap this biased (repeated inputs inflate kernel measures) is better "
             "replaced by jackknife_interval, or use bootstrap_method='percentile'"
         )
-    return BootstrapInterval(
-        value, float(interval.low), float(interval.high), level, np.asarray(result.bootstrap_distribution)
-    )
+    return float(interval.low), float(interval.high), draws
