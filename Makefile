@@ -14,7 +14,7 @@ export PATH := $(BIN):$(PATH)
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[workflow,dev]'
 	touch $@
 
 run: .venv

@@ -271,12 +271,12 @@ def test_zoo_needs_num_classes_100(tmp_path, rng, no_md5):
 def test_workflow_data_rule_writes_results_data_cifar100(tmp_path, rng):
     write_image_folders(tmp_path / "c100", rng, sizes=(("train", 4), ("test", 2)))
     config = tmp_path / "config.yaml"
-    # Only what the data rule reads; every other block takes the schema's defaults.
+    # Only what the data rule reads; every other block takes the schema's defaults (a whole
+    # config: not merged onto config/config.yaml, whose variants have 10 classes).
     data = {"dataset": "cifar100", "val_size": 4, "cifar100": {"root": str(tmp_path / "c100")}}
     myrtle = {"arch": "myrtle", "width_multiplier": 0.125, "num_classes": 100}
-    config.write_text(
-        yaml.safe_dump({"device": "cpu", "data": data, "zoo": {"variants": {"myrtle": myrtle}}})
-    )
+    whole = {"replaces_default": True, "device": "cpu", "data": data, "zoo": {"variants": {"myrtle": myrtle}}}
+    config.write_text(yaml.safe_dump(whole))
     env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(
         [

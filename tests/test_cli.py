@@ -37,8 +37,11 @@ JOBS = {
 }
 
 
-def intertwine(*args):
-    return subprocess.run([sys.executable, "-m", "intertwine", *args], capture_output=True, text=True)
+def intertwine(*args, cwd=REPO):
+    """The command line, run from the repository root (as snakemake is) unless ``cwd`` says."""
+    return subprocess.run(
+        [sys.executable, "-m", "intertwine", *args], capture_output=True, text=True, cwd=cwd
+    )
 
 
 def subcommands():
@@ -631,7 +634,7 @@ def test_check_config_gives_the_workflows_messages_naming_the_files(tmp_path):
     wrong.write_text("similarity:\n  variants: [resnet56]\n")
     result = intertwine("check-config", str(default), str(wrong))
     assert result.returncode != 0
-    assert f"{default}, {wrong}:" in result.stderr
+    assert f"{default}, {wrong} (merged onto config/config.yaml):" in result.stderr
     assert "config key similarity.variants: ['resnet56'] must be among zoo.variants: [" in result.stderr
     broken = tmp_path / "broken.yaml"
     broken.write_text("zoo:\n  seeds: 3\n   bad: 1\n")
@@ -641,3 +644,65 @@ def test_check_config_gives_the_workflows_messages_naming_the_files(tmp_path):
     misspelt.write_text("zoo:\n  seedz: 3\n")
     result = intertwine("check-config", str(default), str(misspelt))
     assert "config key zoo.seedz: unknown key (misspelt?)" in result.stderr
+
+
+def test_check_config_checks_an_override_only_file_merged_onto_the_default(tmp_path):
+    """A file holding only a change is checked as the run uses it: on config/config.yaml, its
+    mappings merged key by key (before, against the schema's defaults alone, a file of overrides
+    failed: `symmetry.images: 256 test images asked for, but the test split of shapes has 128`)."""
+    import yaml
+
+    from intertwine.workflow.settings import validate_config
+
+    overrides = tmp_path / "epochs.yaml"
+    overrides.write_text("zoo:\n  training: {epochs: 2}\n")
+    default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    result = intertwine("check-config", str(overrides), "--show")
+    assert result.returncode == 0, result.stderr
+    shown, _, verdict = result.stdout.rpartition(f"{overrides} (merged onto config/config.yaml): valid")
+    expected = default
+    expected["zoo"]["training"]["epochs"] = 2  # the change; batch_size, lr, ... stay the default's
+    validate_config(expected)
+    assert yaml.safe_load(shown) == expected
+    assert verdict.startswith(f" ({len(default['zoo']['variants'])} zoo variants: myrtle, resnet20,")
+    whole = tmp_path / "whole.yaml"  # the one way to leave the default out
+    whole.write_text("replaces_default: true\nzoo:\n  training: {epochs: 2}\n")
+    result = intertwine("check-config", str(whole), "--show")
+    assert result.returncode == 0, result.stderr
+    assert "replacing the default): valid (1 zoo variants: myrtle)" in result.stdout
+    elsewhere = intertwine("check-config", str(overrides), cwd=tmp_path)  # no config/config.yaml there
+    assert elsewhere.returncode != 0 and "the default config is not there" in elsewhere.stderr
+    assert "Run from the repository root, as snakemake is run, or give --default PATH" in elsewhere.stderr
+    given = intertwine(
+        "check-config", str(overrides), "--default", str(REPO / "config" / "config.yaml"), cwd=tmp_path
+    )
+    assert given.returncode == 0, given.stderr
+
+
+def test_check_config_names_a_missing_data_folder_and_its_key(tmp_path):
+    """The data folder is checked before any job: a wrong data.cifar10.root was found only when the
+    data job ran."""
+    config = tmp_path / "cifar.yaml"
+    root = tmp_path / "cifar10"
+    config.write_text(f"data:\n  dataset: cifar10\n  cifar10: {{root: {root}}}\n")
+    result = intertwine("check-config", str(config))
+    assert result.returncode != 0
+    assert (
+        f"config key data.cifar10.root ({root}): {root} is not a directory; expected CIFAR-10"
+        in result.stderr
+    )
+    (root / "train").mkdir(parents=True)
+    result = intertwine("check-config", str(config))
+    assert f"no CIFAR-10 found in {root}; expected CIFAR-10 under {root}" in result.stderr
+    (root / "test").mkdir()
+    result = intertwine("check-config", str(config))
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("typed, meant", [("stich-pair", "stitch-pair"), ("check_config", "check-config")])
+def test_a_mistyped_command_says_which_was_meant(typed, meant):
+    result = intertwine(typed, "--help")
+    assert result.returncode == 2
+    assert f"unknown command {typed!r}; did you mean {meant!r}" in result.stderr
+    nothing_close = intertwine("zzzz")
+    assert "unknown command 'zzzz' (`intertwine --help` lists the commands)" in nothing_close.stderr

@@ -76,7 +76,7 @@ def check_commands(page: Path) -> int:
     """Assert that the `intertwine` commands of the page's shell blocks parse and the `make`
     targets, scripts, configs and profiles they name exist; the number of things checked."""
     parser = cli.build_parser()
-    targets = set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), re.M))
+    targets = set(re.findall(r"^([\w.-]+):", (REPO / "Makefile").read_text(), re.M))
     checked = 0
     for words in commands(page):
         program = {".venv/bin/intertwine": "intertwine"}.get(words[0], words[0])

@@ -70,6 +70,46 @@ def test_the_percentile_interval_covers_the_population_value():
     assert abs(covered / trials - 0.95) < 3 * standard_error
 
 
+def test_the_percentile_interval_is_the_quantiles_of_draws_of_the_inputs():
+    """scipy.stats.bootstrap's percentile interval is the hand-written one it replaced, number for
+    number: draws of N row indices from numpy's generator at the seed, the measure on each, and
+    the (1 -/+ level) / 2 quantiles of the draws."""
+    rng = np.random.default_rng(7)
+    X = gaussian(rng, 30, 4)
+    Y = X + gaussian(rng, 30, 4)
+    interval = bootstrap_interval("linear_cka", X, Y, resamples=50, level=0.9, seed=11)
+    draws = np.random.default_rng(11)
+    samples = []
+    for _ in range(50):
+        rows = torch.as_tensor(draws.integers(0, 30, 30))
+        samples.append(float(MEASURES["linear_cka"](X[rows], Y[rows])))
+    np.testing.assert_array_equal(interval.samples, samples)
+    assert (interval.low, interval.high) == tuple(np.quantile(samples, [0.05, 0.95]))
+    assert interval.value == pytest.approx(float(MEASURES["linear_cka"](X, Y)), abs=0)
+
+
+def test_the_bca_interval_covers_the_population_value():
+    # As the percentile interval's test: the squared correlation 1 / 2, here by BCa.
+    rng = np.random.default_rng(4)
+    trials, covered = 100, 0
+    for trial in range(trials):
+        X = gaussian(rng, 60, 1)
+        Y = X + gaussian(rng, 60, 1)
+        interval = bootstrap_interval("linear_cka", X, Y, resamples=100, seed=trial, bootstrap_method="BCa")
+        covered += interval.low <= 0.5 <= interval.high
+    standard_error = np.sqrt(0.95 * 0.05 / trials)
+    assert abs(covered / trials - 0.95) < 3 * standard_error
+
+
+def test_a_bca_interval_of_a_one_sided_bootstrap_is_an_error_naming_why():
+    # RBF-CKA's median bandwidth shrinks with repeated inputs: every draw lies above the value.
+    rng = np.random.default_rng(0)
+    X = gaussian(rng, 30, 5)
+    Y = X + gaussian(rng, 30, 5)
+    with pytest.raises(ValueError, match=r"BCa interval is undefined here \(100% of the 20 draws lie above"):
+        bootstrap_interval("rbf_cka", X, Y, resamples=20, seed=3, bootstrap_method="BCa")
+
+
 def _wide_pair(rng, n, A, B, noise=2.0):
     """Y and X share k Gaussian factors through A (k x D) and B, each with isotropic noise."""
     Z = rng.standard_normal((n, A.shape[0]))
@@ -134,6 +174,12 @@ def test_statistics_name_their_problem():
         bootstrap_interval("linear_cka", X, X[:7])
     with pytest.raises(ValueError, match="level must lie in"):
         bootstrap_interval("linear_cka", X, X, level=95)
+    with pytest.raises(ValueError, match=r"bootstrap_method must be one of \('percentile', 'basic', 'BCa'\)"):
+        bootstrap_interval("linear_cka", X, X, bootstrap_method="bca")
+    constant = torch.zeros(8, 3)
+    constant[0] = 1.0  # a draw without row 0 is constant: CKA is undefined there
+    with pytest.raises(ValueError, match=r"bootstrap_interval: draw \d+ of 50: "):
+        bootstrap_interval("linear_cka", constant, X, resamples=50)
     with pytest.raises(ValueError, match="between 2 and N = 8 groups, got 1"):
         jackknife_interval("linear_cka", X, X, groups=1)
     with pytest.raises(ValueError, match="between 2 and N = 8 groups, got 9"):

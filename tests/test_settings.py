@@ -223,6 +223,7 @@ def test_each_stage_keeps_its_config_block_and_settings_in_its_folder():
         *stages.STAGES,
         "figures",
         "cluster",
+        "replaces_default",
     ]
     for stage in stages.STAGES:
         assert whole["properties"][stage] == yaml.safe_load(settings.stage_schema_path(stage).read_text())
@@ -371,3 +372,45 @@ def test_a_shapes_data_set_too_large_to_hold_is_named_before_it_is_generated():
         "config key data.shapes: 1000000000 + 128 images of 16 x 16 pixels are 715 GiB, more than the "
         "16 GiB the data set may take; lower data.shapes.train_size, test_size or image_size"
     ]
+
+
+def test_run_config_merges_the_files_onto_the_default_mappings_by_key_lists_replaced(tmp_path):
+    """What `--configfile` files give a run (the Snakefile's `configfile:` and Snakemake's merge):
+    the default with each file on top in order, a mapping merged key by key, a list replaced whole;
+    or, when the files' merge says ``replaces_default: true``, the files alone."""
+    from intertwine.workflow.config import run_config
+
+    default = tmp_path / "default.yaml"
+    default.write_text(
+        "zoo:\n  seeds: 3\n  training: {epochs: 4, lr: 0.002}\nsymmetry:\n  groups: [grelu, monomial]\n"
+    )
+    first = tmp_path / "first.yaml"
+    first.write_text("zoo:\n  training: {epochs: 2}\nsymmetry:\n  groups: [orthogonal]\n")
+    second = tmp_path / "second.yaml"
+    second.write_text("zoo:\n  training: {lr: 0.01}\n")
+    assert run_config([first, second], default) == {
+        "zoo": {"seeds": 3, "training": {"epochs": 2, "lr": 0.01}},
+        "symmetry": {"groups": ["orthogonal"]},
+    }
+    whole = tmp_path / "whole.yaml"
+    whole.write_text("replaces_default: true\nzoo:\n  seeds: 2\n")
+    assert run_config([whole, first], default) == {
+        "replaces_default": True,
+        "zoo": {"seeds": 2, "training": {"epochs": 2}},
+        "symmetry": {"groups": ["orthogonal"]},
+    }
+    with pytest.raises(ValueError, match=rf"{tmp_path / 'missing.yaml'}: the default config is not there"):
+        run_config([first], tmp_path / "missing.yaml")
+
+
+def test_the_shipped_whole_configs_replace_the_default():
+    """config/config.yaml's variants merged into paper.yaml's would add zoos the paper never
+    trained: every shipped config but the default says it is whole."""
+    from pathlib import Path
+
+    from intertwine.workflow.config import load_config, replaces_default
+
+    root = Path(__file__).resolve().parents[1]
+    whole = sorted(p.name for p in (root / "config").glob("*.yaml") if replaces_default(load_config([p])))
+    assert whole == sorted(p.name for p in (root / "config").glob("*.yaml") if p.name != "config.yaml")
+    assert replaces_default(load_config([root / "tests" / "configs" / "tiny.yaml"]))

@@ -1330,3 +1330,40 @@ def test_runs_from_an_environment_that_is_not_activated(tmp_path):
     log = tmp_path / "results/logs/data/shapes.log"
     assert result.returncode == 0, result.stderr[-2000:] + (log.read_text() if log.exists() else "")
     assert (tmp_path / "results/data/shapes/meta.json").exists()
+
+
+def test_a_file_of_overrides_plans_the_default_run_with_its_change(tmp_path):
+    """`--configfile my.yaml` holding only `zoo: {training: {epochs: 2}}` plans every job of the
+    default run (before: the schema's one-variant zoo, 12 jobs), each training job with 2 epochs
+    and the rest of the default's recipe (batch 32, its learning rates)."""
+    default = REPO / "config" / "config.yaml"
+    overrides = tmp_path / "epochs.yaml"
+    overrides.write_text("zoo:\n  training: {epochs: 2}\n")
+
+    def dry_run(config):
+        result = snakemake(tmp_path / "run", "-n", "-p", config=config)
+        text = result.stdout + result.stderr
+        counts = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", text, re.M) if m[1] != "count"}
+        training = sorted(
+            set(re.findall(r"^Shell command: (intertwine train-(?:member|pack) .*)$", text, re.M))
+        )
+        return counts, training
+
+    counts, training = dry_run(default)
+    assert counts["total"] > 100 and counts["train_member"] > 10 and training
+    assert all('"epochs": 4' in line and '"batch_size": 32' in line for line in training)
+    changed_counts, changed_training = dry_run(overrides)
+    assert changed_counts == counts
+    assert changed_training == [line.replace('"epochs": 4', '"epochs": 2') for line in training]
+
+
+def test_a_missing_data_folder_stops_the_run_before_its_first_job(tmp_path):
+    config = changed_config(
+        tmp_path, "cifar.yaml", lambda c: c["data"].update(dataset="cifar10", cifar10={"root": "nowhere"})
+    )
+    result = snakemake(tmp_path / "run", "--until", "prepare_data", config=config, check=False)
+    assert result.returncode != 0
+    root = tmp_path / "run" / "nowhere"
+    assert f"config key data.cifar10.root (nowhere): {root} is not a directory" in result.stderr
+    assert not (tmp_path / "run" / "results" / "logs").exists()  # no job ran
+    assert snakemake(tmp_path / "run", "--until", "prepare_data", "-n", config=config).returncode == 0

@@ -11,7 +11,7 @@ from intertwine.data.contents import check_contents, damaged_cache_message
 from intertwine.workflow.cli import commands
 from intertwine.workflow.cluster import JobNeeds, request, submission
 from intertwine.workflow.code_identity import architecture_key, code_identities, variant_architectures
-from intertwine.workflow.config import check_config, read_config_file
+from intertwine.workflow.config import check_config, data_folder_errors, read_config_file
 from intertwine.workflow.plan import Plan, as_json
 from intertwine.workflow import stages
 from intertwine.workflow.run_lock import unlock_refusal
@@ -64,6 +64,14 @@ def check_device():
             "CPU) or device: cpu in the config (or --config device=cpu), or run where the GPU is "
             "(e.g. through the cluster profile: --workflow-profile profiles/slurm)"
         )
+
+
+# A data set read from a folder (data.<dataset>.root) is checked before the first job, not when the
+# data job reaches it; like the device, at `onstart` (dry runs and the jobs themselves skip it).
+def check_data_folder():
+    problems = data_folder_errors(config, os.getcwd())
+    if problems:
+        raise WorkflowError("\n".join(problems))
 
 
 # Rules call the `intertwine` command of the environment that runs Snakemake, also when that

@@ -107,6 +107,31 @@ def detect_layout(root: Path, cifar: Cifar) -> str | None:
     return None
 
 
+def folder_problem(
+    dataset: str, root: str | Path, layout: str = "auto", download: bool = False
+) -> str | None:
+    """What is wrong with ``root`` as the folder of ``dataset`` (a key of ``CIFARS``), from its
+    directories alone (no image is read): None when ``load_cifar`` would find the data set there in
+    ``layout``, or torchvision may download it there. For a check before anything runs."""
+    cifar = CIFARS[dataset]
+    root = Path(root).expanduser()
+    may_download = download and layout in ("auto", "torchvision")
+    if may_download and not root.is_file():
+        return None
+    if not root.is_dir():
+        return f"{root} is not a directory; {_expected(root, cifar)}"
+    found = detect_layout(root, cifar)
+    if layout == "auto" and found is None:
+        return f"no {cifar.title} found in {root}; {_expected(root, cifar)}"
+    if layout == "torchvision" and not (root / cifar.folder).is_dir():
+        return f"{root / cifar.folder} does not exist (layout: torchvision); {_expected(root, cifar)}"
+    if layout == "imagefolder":
+        for split in ("train", "test"):
+            if not (root / split).is_dir():
+                return f"{root / split} does not exist (layout: imagefolder); {_expected(root, cifar)}"
+    return None
+
+
 def load_cifar(dataset: str, root: str | Path, layout: str = "auto", download: bool = False) -> dict:
     """Read ``dataset`` (a key of ``CIFARS``: ``cifar10``, ``cifar100`` or ``mnist``) from ``root``; return
     ``{"train": (images, labels), "test": (images, labels), "classes": [...]}``.

@@ -1,7 +1,7 @@
 """Statistics of a measure on one pair of representations: a permutation null (is the similarity
 above what unrelated inputs give?) and an interval over the inputs (how much does it move with the
 sample?): the delete-a-group jackknife, for every measure and for a whole matrix of layers
-(``pairwise_jackknife``), or the percentile bootstrap.
+(``pairwise_jackknife``), or the bootstrap (``scipy.stats.bootstrap``: percentile, basic or BCa).
 
 For CKA and HSIC on wide representations prefer the jackknife: a bootstrap draw repeats inputs, and
 a repeated input's kernel entry is its self-similarity, far above a typical entry between two inputs
@@ -17,6 +17,7 @@ any function ``(X, Y) -> float``; keyword options go to it. Arrays in, numbers o
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -54,7 +55,7 @@ class PermutationTest:
 
 @dataclass(frozen=True)
 class BootstrapInterval:
-    """The measure's ``value`` on the data, the percentile interval ``(low, high)`` at ``level``
+    """The measure's ``value`` on the data, the bootstrap interval ``(low, high)`` at ``level``
     and the bootstrap ``samples``."""
 
     value: float
@@ -249,6 +250,10 @@ def _shuffled_cka(name: str, X, Y, orders) -> tuple[float, np.ndarray]:
     return value, null
 
 
+#: The intervals ``bootstrap_interval`` computes (``scipy.stats.bootstrap``'s methods).
+BOOTSTRAP_METHODS = ("percentile", "basic", "BCa")
+
+
 def bootstrap_interval(
     measure: str | Callable,
     X: ArrayLike,
@@ -257,12 +262,13 @@ def bootstrap_interval(
     resamples: int = 1000,
     level: float = 0.95,
     seed: int = 0,
+    bootstrap_method: str = "percentile",
     **options,
 ) -> BootstrapInterval:
-    """A percentile bootstrap interval of a measure over its inputs: N inputs drawn with
-    replacement, the same rows of X and Y, the measure recomputed on each draw (a measure whose
-    normalisation or bandwidth depends on the sample, as G_ReLU-CKA's channel statistics or the
-    RBF's median distance do, recomputes it too).
+    """A bootstrap interval of a measure over its inputs, by ``scipy.stats.bootstrap``: N inputs
+    drawn with replacement, the same rows of X and Y, the measure recomputed on each draw (a measure
+    whose normalisation or bandwidth depends on the sample, as G_ReLU-CKA's channel statistics or
+    the RBF's median distance do, recomputes it too).
 
     Parameters
     ----------
@@ -270,28 +276,70 @@ def bootstrap_interval(
     X, Y : (N, ...) representations of the same N inputs.
     resamples : bootstrap draws (numpy's generator at ``seed``).
     level : the interval's coverage, in (0, 1).
+    bootstrap_method : ``percentile`` (the default: Efron's percentile interval, the ``(1 - level)
+        / 2`` and ``(1 + level) / 2`` quantiles of the draws), ``basic`` (the reverse percentile)
+        or ``BCa`` (bias-corrected and accelerated: second-order accurate, at the cost of N more
+        evaluations, the jackknife of its acceleration). Named so, not ``method``, because
+        measures take a ``method`` option of their own (``linear_cka``'s).
     options : keyword arguments of the measure.
 
     Returns
     -------
-    :class:`BootstrapInterval`: the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the
-    draws (Efron's percentile interval). A draw on which the measure is undefined (a resample
-    whose representation is constant) is an error naming the draw.
+    :class:`BootstrapInterval`: the interval and the draws. A draw on which the measure is
+    undefined (a resample whose representation is constant) is an error naming the draw.
     """
     if not 0 < level < 1:
         raise ValueError(f"bootstrap_interval: level must lie in (0, 1), got {level}")
     if resamples < 2:
         raise ValueError(f"bootstrap_interval: resamples must be at least 2, got {resamples}")
+    if bootstrap_method not in BOOTSTRAP_METHODS:
+        raise ValueError(
+            f"bootstrap_interval: bootstrap_method must be one of {BOOTSTRAP_METHODS}, got {bootstrap_method!r}"
+        )
     _, function = _resolve(measure)
     X, Y = _pair(X, Y)
-    rng = np.random.default_rng(seed)
     value = float(function(X, Y, **options))
-    samples = np.empty(resamples)
-    for k in range(resamples):
-        rows = torch.as_tensor(rng.integers(0, X.shape[0], X.shape[0]), device=X.device)
+    evaluations = 0  # scipy evaluates the draws first, then (BCa) the full sample and its jackknife
+
+    def on_rows(rows: np.ndarray) -> float:
+        nonlocal evaluations
+        which = evaluations
+        evaluations += 1
+        index = torch.as_tensor(rows, device=X.device)
         try:
-            samples[k] = float(function(X[rows], Y[rows.to(Y.device)], **options))
+            return float(function(X[index], Y[index.to(Y.device)], **options))
         except ValueError as err:
-            raise ValueError(f"bootstrap_interval: draw {k} of {resamples}: {err}") from err
-    low, high = np.quantile(samples, [(1 - level) / 2, (1 + level) / 2])
-    return BootstrapInterval(value, float(low), float(high), level, samples)
+            what = f"draw {which} of {resamples}" if which < resamples else "a jackknife sample of BCa"
+            raise ValueError(f"bootstrap_interval: {what}: {err}") from err
+
+    low, high, draws = _scipy_interval(on_rows, X.shape[0], value, resamples, level, seed, bootstrap_method)
+    return BootstrapInterval(value, low, high, level, draws)
+
+
+def _scipy_interval(
+    on_rows: Callable, n: int, value: float, resamples: int, level: float, seed: int, method: str
+) -> tuple[float, float, np.ndarray]:
+    """``scipy.stats.bootstrap`` of ``on_rows`` (the measure on the rows a draw picks) over the N
+    inputs' indices: the interval's ends and the draws; an interval scipy cannot compute (BCa with
+    every draw on one side of the value) is an error saying why."""
+    with warnings.catch_warnings():  # the error below says more than scipy's warnings
+        warnings.simplefilter("ignore", (RuntimeWarning, stats.DegenerateDataWarning))
+        result = stats.bootstrap(
+            (np.arange(n),),  # the inputs' indices: the same rows of X and Y in every draw
+            on_rows,
+            n_resamples=resamples,
+            vectorized=False,
+            confidence_level=level,
+            method=method,
+            rng=np.random.default_rng(seed),
+        )
+    interval, draws = result.confidence_interval, np.asarray(result.bootstrap_distribution)
+    if not (np.isfinite(interval.low) and np.isfinite(interval.high)):
+        above = float(np.mean(draws > value))
+        raise ValueError(
+            f"bootstrap_interval: the {method} interval is undefined here ({above:.0%} of the "
+            f"{resamples} draws lie above the value {value:.4g}: BCa's bias correction needs draws on both "
+            "sides); a bootstrap this biased (repeated inputs inflate kernel measures) is better "
+            "replaced by jackknife_interval, or use bootstrap_method='percentile'"
+        )
+    return float(interval.low), float(interval.high), draws

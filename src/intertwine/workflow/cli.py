@@ -22,6 +22,7 @@ import sys
 
 from intertwine.workflow import stages
 from intertwine.workflow.commands import BY_RULE, WHEN_GIVEN, Command, Commands, json_object, log
+from intertwine.workflow.config import default_config_path
 
 
 def claims_table(text: str) -> tuple[str, str]:
@@ -55,13 +56,30 @@ def table_schema(name: str):
 
 
 def cmd_check_config(args) -> None:
-    from intertwine.workflow.config import check_config, load_config
+    import yaml
 
-    config = load_config(args.files)
-    errors = check_config(config)
+    from intertwine.workflow.config import (
+        check_config,
+        data_folder_errors,
+        load_config,
+        replaces_default,
+        run_config,
+    )
+
+    config = run_config(args.files, args.default)
+    files = ", ".join(args.files)
+    base = (
+        "replacing the default"
+        if replaces_default(load_config(args.files))
+        else f"merged onto {args.default}"
+    )
+    errors = check_config(config) or data_folder_errors(config)
+    if args.show:  # what the run would use: the merge, with the schema's defaults filled in
+        print(yaml.safe_dump(config, sort_keys=False), end="")
     if errors:
-        raise ValueError(f"{', '.join(args.files)}:\n" + "\n".join(errors))
-    print(f"{', '.join(args.files)}: valid ({len(config['zoo']['variants'])} zoo variants)")
+        raise ValueError(f"{files} ({base}):\n" + "\n".join(errors))
+    variants = config["zoo"]["variants"]
+    print(f"{files} ({base}): valid ({len(variants)} zoo variants: {', '.join(variants)})")
 
 
 def cmd_prepare_data(args) -> None:
@@ -122,6 +140,23 @@ def cmd_table(args) -> None:
     write_parquet(read_parquet(args.parts, args.schema), args.out, args.schema)
 
 
+class _CommandLine(argparse.ArgumentParser):
+    """The top-level parser: a command it does not know is an error naming the closest ones."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        words = sys.argv[1:] if args is None else list(args)
+        named = [action for action in self._actions if isinstance(action, argparse._SubParsersAction)]
+        command = next((word for word in words if not word.startswith("-")), None)
+        if named and command is not None and command not in named[0].choices:
+            close = difflib.get_close_matches(command, list(named[0].choices), n=3, cutoff=0.6)
+            self.error(
+                f"unknown command {command!r}"
+                + (f"; did you mean {' or '.join(map(repr, close))}?" if close else "")
+                + " (`intertwine --help` lists the commands)"
+            )
+        return super().parse_known_args(args, namespace)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line."""
     return _built()[0]
@@ -137,7 +172,7 @@ def commands() -> dict[str, Command]:
 def _built() -> tuple[argparse.ArgumentParser, Commands]:
     from intertwine import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _CommandLine(
         prog="intertwine",
         description=(
             "intertwine: model zoos and the symmetries of their internal representations. These "
@@ -148,7 +183,7 @@ def _built() -> tuple[argparse.ArgumentParser, Commands]:
         epilog="Every job's log starts with the command that reruns it; `intertwine <command> --help` says more.",
     )
     parser.add_argument("--version", action="version", version=f"intertwine {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=argparse.ArgumentParser)
 
     cli = Commands(sub)
     p = cli.add(
@@ -159,7 +194,20 @@ def _built() -> tuple[argparse.ArgumentParser, Commands]:
     p.add_argument(
         "files",
         nargs="+",
-        help="config files, merged in order as by snakemake --configfile (later over earlier)",
+        help="config files, merged in order onto the default config as by snakemake --configfile "
+        "(later over earlier; none under them when they set replaces_default: true)",
+    )
+    p.add_argument(
+        "--default",
+        default=str(default_config_path(".")),
+        metavar="PATH",
+        help="the default config the files are merged onto (default: %(default)s, as snakemake run "
+        "from the repository root reads it)",
+    )
+    p.add_argument(
+        "--show",
+        action="store_true",
+        help="print the config the run would use: the merge, with the schema's defaults filled in",
     )
 
     p = cli.add(
@@ -228,7 +276,23 @@ def _add_claims_and_table_commands(cli: Commands) -> None:
     )
 
 
+#: The packages of the workflow extra (`pip install 'intertwine[workflow]'`) the commands import.
+WORKFLOW_PACKAGES = ("snakemake", "pandas", "pyarrow", "matplotlib", "yaml", "jsonschema")
+
+
 def main(argv: list[str] | None = None) -> None:
+    try:
+        _run(argv)
+    except ModuleNotFoundError as err:  # the library installed without the workflow
+        if (err.name or "").split(".")[0] not in WORKFLOW_PACKAGES:
+            raise
+        sys.exit(
+            f"intertwine: {err}: the workflow's commands need its packages; install them with "
+            "pip install 'intertwine[workflow]' (the library itself needs none of them)"
+        )
+
+
+def _run(argv: list[str] | None) -> None:
     from intertwine.utils import DivergedError
 
     argv = sys.argv[1:] if argv is None else list(argv)

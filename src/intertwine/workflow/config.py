@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def key_path(path) -> str:
     return ".".join(str(part) for part in path) or "(top level)"
@@ -103,6 +105,64 @@ def load_config(paths) -> dict:
     for path in paths:
         update_config(config, read_config_file(path))
     return config
+
+
+#: The top-level key with which config files say they are a whole config: ``replaces_default: true``
+#: (in the files' merge) runs them alone, on the schema's defaults, without config/config.yaml under them.
+REPLACES_DEFAULT = "replaces_default"
+
+
+def default_config_path(root) -> Path:
+    """The embedded default config of the checkout at ``root`` (the directory above workflow/)."""
+    return Path(root) / "config" / "config.yaml"
+
+
+def replaces_default(overrides: dict) -> bool:
+    """Whether the merged ``--configfile`` files say they replace the default rather than overlay it."""
+    return overrides.get(REPLACES_DEFAULT) is True
+
+
+def run_config(paths, default) -> dict:
+    """The config a run with ``--configfile paths...`` uses: the default config (``default``, the
+    checkout's config/config.yaml) with the files merged onto it in order, mappings key by key and
+    every other value (a list included) replaced, as Snakemake merges them; or, when the files'
+    merge sets ``replaces_default: true``, the files alone. The Snakefile loads the same default
+    under the same condition, and Snakemake merges the files onto it with the same function
+    (``snakemake.utils.update_config``)."""
+    from snakemake.utils import update_config
+
+    overrides = load_config(paths)
+    if replaces_default(overrides):
+        return overrides
+    if not Path(default).is_file():
+        raise ValueError(
+            f"{default}: the default config is not there; the files given are merged onto it (none "
+            f"of them sets {REPLACES_DEFAULT}: true). Run from the repository root, as snakemake is "
+            "run, or give --default PATH"
+        )
+    config = read_config_file(default)
+    update_config(config, overrides)
+    return config
+
+
+def data_folder_errors(config: dict, workdir=".") -> list[str]:
+    """The data folder of a validated config, checked before any job (as a message; none: fine):
+    for cifar10, cifar100 and mnist, ``data.<dataset>.root`` (relative to ``workdir``, where the
+    jobs run) must hold the data set in its layout, unless the data cache under
+    ``workdir/results/data/<dataset>`` is already there (then the data job, the folder's only
+    reader, does not run)."""
+    from intertwine.data.cifar10 import CIFARS, folder_problem
+
+    dataset = config["data"]["dataset"]
+    if dataset not in CIFARS:
+        return []
+    cache = Path(workdir) / "results" / "data" / dataset
+    if (cache / "meta.json").exists():
+        return []
+    block = config["data"][dataset]
+    root = (Path(workdir) / Path(block["root"]).expanduser()).absolute()
+    problem = folder_problem(dataset, root, block["layout"], block["download"])
+    return [f"config key data.{dataset}.root ({block['root']}): {problem}"] if problem else []
 
 
 def check_config(config: dict) -> list[str]:
