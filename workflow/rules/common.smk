@@ -173,6 +173,7 @@ STAGE_ENTRIES = {
     "deqntk_depth": [job("deqntk", "deqntk_depth")],
     "deqntk_conv": [job("deqntk", "deqntk_conv")],
     "kernel_reference": [job("deqntk", "kernel_reference_member")],
+    "similarity_zoo": [stages.module_name("similarity", "zoo_view")],
     "pullback_settling": [
         job("pullback", "pullback_settling"),
         stages.module_name("pullback", "figures") + ":pullback_settling",

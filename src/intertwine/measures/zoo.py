@@ -29,7 +29,7 @@ Arrays in, numbers out, as in the rest of ``intertwine.measures``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -230,13 +230,13 @@ class _Space:
     points: list[Tensor]
     align: Callable[[Tensor, Tensor], Tensor]
     distance: Callable[[Tensor, Tensor], float]
-    average: Callable[[list[Tensor], Tensor, Callable[[Tensor], float]], Tensor | None]
+    average: Callable[[Iterable[Tensor], Tensor, Callable[[Tensor], float]], Tensor | None]
     shaped: Callable[[Tensor], Tensor]
 
 
 def _padded(points: list[Tensor]) -> list[Tensor]:
     width = max(p.shape[1] for p in points)
-    return [torch.nn.functional.pad(p, (0, width - p.shape[1])) for p in points]
+    return [p if p.shape[1] == width else torch.nn.functional.pad(p, (0, width - p.shape[1])) for p in points]
 
 
 def _rotated(x: Tensor, m: Tensor) -> Tensor:
@@ -272,22 +272,22 @@ def _unit_channels(m: Tensor) -> Tensor:
     return m / torch.where(norms > 0, norms, torch.ones_like(norms))
 
 
-def _karcher_step(aligned: list[Tensor], m: Tensor, objective: Callable[[Tensor], float]) -> Tensor | None:
+def _karcher_step(aligned: Iterable[Tensor], m: Tensor, objective: Callable[[Tensor], float]) -> Tensor | None:
     """One step of the intrinsic (Karcher) mean on the unit sphere: m moved along the geodesic
     towards the mean of the members' logarithms at m, the step halved until the sum of squared
     angles falls (None when no step of at least 2^-20 does)."""
-    logs = []
+    v, current, count = torch.zeros_like(m), 0.0, 0
     for x in aligned:
-        cos = float(torch.clamp((x * m).sum(), -1.0, 1.0))
-        theta = math.acos(cos)
-        tangent = x - cos * m
+        theta = _angle(x, m)
+        tangent = x - float((x * m).sum()) * m
         norm = float(torch.linalg.vector_norm(tangent))
-        logs.append(tangent * (theta / norm) if norm > 0 else torch.zeros_like(m))
-    v = torch.stack(logs).mean(0)
+        if norm > 0:
+            v += tangent * (theta / norm)
+        current, count = current + theta**2, count + 1
+    v /= count
     length = float(torch.linalg.vector_norm(v))
     if length == 0:
         return None
-    current = sum(_angle(x, m) ** 2 for x in aligned)
     step = 1.0
     while step >= 2.0**-20:
         candidate = _unit(math.cos(step * length) * m + math.sin(step * length) * v / length)
@@ -302,41 +302,50 @@ def _procrustes_rows(X: Tensor) -> Tensor:
     return X.transpose(1, 2).reshape(-1, X.shape[1])
 
 
-def _space(representations: Sequence[ArrayLike], measure: str) -> _Space:
-    features = [_as_features(X, f"representations[{i}]").to(_F64) for i, X in enumerate(representations)]
-    if len({X.shape[0] for X in features}) > 1:
+def _checked(representations: Sequence[ArrayLike], measure: str) -> list[tuple[int, ...]]:
+    """The representations' shapes, checked: the same N, enough of them for ``measure``, none
+    constant (``ConstantRepresentationError`` naming its index)."""
+    shapes = []
+    for i, X in enumerate(representations):
+        F = _as_features(X, f"representations[{i}]")
+        if _is_constant(F.amin(0), F.amax(0), F.shape[0]):
+            raise ConstantRepresentationError(
+                _constant_message(f"representations[{i}]", F.shape[0], measure), "representations", index=i
+            )
+        shapes.append(tuple(F.shape))
+    if len({shape[0] for shape in shapes}) > 1:
         raise ValueError(
-            f"every representation must hold the same samples, got N = {sorted({X.shape[0] for X in features})}"
+            f"every representation must hold the same samples, got N = {sorted({shape[0] for shape in shapes})}"
         )
-    n, positions = features[0].shape[0], features[0].shape[2]
-    problem = too_few_samples(measure, n, positions)
+    problem = too_few_samples(measure, shapes[0][0], shapes[0][2])
     if problem:
         raise ValueError(problem)
-    for i, X in enumerate(features):
-        if _is_constant(X.amin(0), X.amax(0), n):
-            raise ConstantRepresentationError(
-                _constant_message(f"representations[{i}]", n, measure), "representations", index=i
-            )
-    first = representations[0]
-    spatial = tuple(first.shape[2:])
+    return shapes
+
+
+def _space(representations: Sequence[ArrayLike], measure: str) -> _Space:
+    """The representations as ``measure`` sees them, one float64 copy each (made one at a time)."""
+    shapes = _checked(representations, measure)
+    n, positions = shapes[0][0], shapes[0][2]
+    spatial = tuple(representations[0].shape[2:])
 
     def to_shape(m: Tensor) -> Tensor:  # (N * P, C) -> (N, C, *spatial)
         return m.reshape(n, positions, m.shape[1]).transpose(1, 2).reshape(n, m.shape[1], *spatial)
 
+    def rows(i: int) -> Tensor:
+        return _procrustes_rows(_as_features(representations[i], f"representations[{i}]").to(_F64))
+
     if measure in ("orthogonal_procrustes", "grelu_procrustes"):
-        if len({X.shape[2] for X in features}) > 1:
+        if len({shape[2] for shape in shapes}) > 1:
             raise ValueError(f"{measure} compares the same spatial positions: every representation needs as many")
-        rows = [_procrustes_rows(X) for X in features]
         if measure == "orthogonal_procrustes":
-            points = _padded([_unit(r) for r in rows])
-            return _Space(points, _rotated, _chord(1.0), lambda xs, m, f: _unit(torch.stack(xs).sum(0)), to_shape)
-        if len({r.shape[1] for r in rows}) > 1:
+            points = _padded([_unit(rows(i)) for i in range(len(shapes))])
+            return _Space(points, _rotated, _chord(1.0), lambda xs, m, f: _unit(sum(xs)), to_shape)
+        if len({shape[1] for shape in shapes}) > 1:
             raise ValueError("grelu_procrustes matches channels one to one: every representation needs as many")
-        points = [_unit_channels(r) for r in rows]
-        scale = math.sqrt(points[0].shape[1])
-        return _Space(
-            points, _permuted, _chord(scale), lambda xs, m, f: _unit_channels(torch.stack(xs).sum(0)), to_shape
-        )
+        points = [_unit_channels(rows(i)) for i in range(len(shapes))]
+        scale = math.sqrt(shapes[0][1])
+        return _Space(points, _permuted, _chord(scale), lambda xs, m, f: _unit_channels(sum(xs)), to_shape)
     # The shape metrics see a representation only through its centred Gram matrix Xc Xc^T, so each
     # is replaced by a factor G (N x r, r <= N) with G G^T = Xc Xc^T: alignments are r x r.
     factors = []
@@ -345,7 +354,7 @@ def _space(representations: Sequence[ArrayLike], measure: str) -> _Space:
         factors.append(p.basis.to(_F64) * p.scales.to(_F64) * p.unit)
     factors = _padded(factors)
     if measure == "shape_euclidean":
-        return _Space(factors, _rotated, _chord(1.0), lambda xs, m, f: torch.stack(xs).mean(0), lambda m: m)
+        return _Space(factors, _rotated, _chord(1.0), lambda xs, m, f: sum(xs) / len(factors), lambda m: m)
     return _Space([_unit(G) for G in factors], _rotated, _angle, _karcher_step, lambda m: m)
 
 
@@ -403,8 +412,9 @@ def procrustes_mean(
         raise ValueError(f"tol must be a number >= 0, got {tol!r}")
     space = _space(representations, measure)
 
-    def aligned_to(m: Tensor) -> list[Tensor]:
-        return [space.align(x, m) for x in space.points]
+    def aligned_to(m: Tensor) -> Iterator[Tensor]:
+        # one aligned member at a time: a float64 copy of the zoo is enough
+        return (space.align(x, m) for x in space.points)
 
     def objective(m: Tensor) -> float:
         return sum(space.distance(x, m) ** 2 for x in aligned_to(m))
