@@ -14,7 +14,9 @@ Every measure becomes a distance (0 for a representation with itself; ``DISTANCE
   1 - delta / (2 sqrt(C)) (``grelu_procrustes``): 2 (1 - s), the Procrustes distance delta between
   the normalised representations (over sqrt(C) for G_ReLU), in [0, 2];
 * the CKAs: arccos(CKA), in [0, pi]: the unbiased HSIC_1 is the Frobenius inner product of the
-  U-centred kernels (Szekely & Rizzo 2014), so CKA is the cosine of the angle between them;
+  U-centred kernels (Szekely & Rizzo 2014), so CKA is the cosine of the angle between them (near
+  0 the angle is sqrt(2 e) for a CKA of 1 - e: float32 activations' rounding of 1e-8 in CKA is an
+  angle of 1e-4);
 * SVCCA: 1 - SVCCA; PWCCA (weighted by one side): 1 - the mean of both directions;
 * the shape distances (``shape_angular``, ``shape_euclidean``): themselves.
 
@@ -131,6 +133,7 @@ def pairwise_distances(
     _check_measure(measure)
     if len(representations) < 2:
         raise ValueError(f"a zoo's distance matrix needs at least 2 representations, got {len(representations)}")
+    _checked(representations, measure)  # a constant representation named by its index
     distances = as_distance(pairwise(measure, representations, max_bytes=max_bytes), measure)
     # A representation is at distance 0 from itself by definition; its computed value carries
     # rounding (1e-8 for arccos of a CKA of 1 - 1e-16).
@@ -363,7 +366,7 @@ def procrustes_mean(
     measure: str = "orthogonal_procrustes",
     *,
     max_iterations: int = 100,
-    tol: float = 1e-10,
+    tol: float = 1e-6,
 ) -> ProcrustesMean:
     """The Procrustes mean of K representations of the same inputs under ``measure``: the
     representation M minimising sum_i d(M, X_i)^2, d the measure's distance (``as_distance``).

@@ -122,8 +122,7 @@ class SimilarityPlan:
         zoo = self.similarity["zoo"]
         if not check.subset("similarity.zoo.variants", zoo["variants"], self.variants, "zoo.variants"):
             return
-        if not check.subset("similarity.zoo.sites", zoo["sites"], zoo["variants"], "similarity.zoo.variants"):
-            return
+        check.subset("similarity.zoo.sites", zoo["sites"], zoo["variants"], "similarity.zoo.variants")
         check.members("similarity.zoo.members", zoo["variants"], zoo["members"] or 0)
         for variant in zoo["variants"]:
             seeds = len(self.zoo_seeds(variant))
