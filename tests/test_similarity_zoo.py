@@ -54,7 +54,11 @@ def zoo_table(tmp_path_factory, shapes_dir):
     twin = act_on_weights(first, random_elements(first, "permutation", torch.Generator().manual_seed(1)))
     tmp_path = tmp_path_factory.mktemp("members")
     paths = save_members(tmp_path, (first, other, twin))
-    block = {"samples": 40, "batch_size": 16, "measures": ["orthogonal_procrustes", "grelu_procrustes", "linear_cka"]}
+    block = {
+        "samples": 40,
+        "batch_size": 16,
+        "measures": ["orthogonal_procrustes", "grelu_procrustes", "linear_cka"],
+    }
     table = job(Job("cpu", shapes_dir, log=lambda _: None), "myrtle", paths, ["act1", "act3"], block)
     path = tmp_path / "zoo.parquet"
     tables.write_parquet(table, path, SIMILARITY_ZOO)  # the schema holds it, null seed_b included
@@ -150,7 +154,10 @@ def test_the_plan_has_one_zoo_job_per_variant(tiny):
 @pytest.mark.parametrize(
     "change, message",
     [
-        (lambda z: z.update(variants=["nope"]), "config key similarity.zoo.variants: ['nope'] must be among zoo.variants"),
+        (
+            lambda z: z.update(variants=["nope"]),
+            "config key similarity.zoo.variants: ['nope'] must be among zoo.variants",
+        ),
         (lambda z: z.update(members=4), "config key similarity.zoo.members: 4 seeds of 'myrtle' asked for"),
         (lambda z: z.update(sites={"myrtle": ["act9"]}), "config key similarity.zoo.sites.myrtle: ['act9']"),
         (lambda z: z.update(sites={"resnet20": ["act"]}), "config key similarity.zoo.sites: ['resnet20']"),

@@ -103,7 +103,9 @@ def as_distance(values: ArrayLike, measure: str) -> np.ndarray:
         return 1.0 - v
     if measure == "pwcca":
         if v.ndim != 2 or v.shape[0] != v.shape[1]:
-            raise ValueError(f"pwcca's distance averages both directions: give a square matrix, got {v.shape}")
+            raise ValueError(
+                f"pwcca's distance averages both directions: give a square matrix, got {v.shape}"
+            )
         return 1.0 - (v + v.T) / 2.0
     return v.copy()
 
@@ -132,7 +134,9 @@ def pairwise_distances(
     """
     _check_measure(measure)
     if len(representations) < 2:
-        raise ValueError(f"a zoo's distance matrix needs at least 2 representations, got {len(representations)}")
+        raise ValueError(
+            f"a zoo's distance matrix needs at least 2 representations, got {len(representations)}"
+        )
     _checked(representations, measure)  # a constant representation named by its index
     distances = as_distance(pairwise(measure, representations, max_bytes=max_bytes), measure)
     # A representation is at distance 0 from itself by definition; its computed value carries
@@ -275,7 +279,9 @@ def _unit_channels(m: Tensor) -> Tensor:
     return m / torch.where(norms > 0, norms, torch.ones_like(norms))
 
 
-def _karcher_step(aligned: Iterable[Tensor], m: Tensor, objective: Callable[[Tensor], float]) -> Tensor | None:
+def _karcher_step(
+    aligned: Iterable[Tensor], m: Tensor, objective: Callable[[Tensor], float]
+) -> Tensor | None:
     """One step of the intrinsic (Karcher) mean on the unit sphere: m moved along the geodesic
     towards the mean of the members' logarithms at m, the step halved until the sum of squared
     angles falls (None when no step of at least 2^-20 does)."""
@@ -340,12 +346,16 @@ def _space(representations: Sequence[ArrayLike], measure: str) -> _Space:
 
     if measure in ("orthogonal_procrustes", "grelu_procrustes"):
         if len({shape[2] for shape in shapes}) > 1:
-            raise ValueError(f"{measure} compares the same spatial positions: every representation needs as many")
+            raise ValueError(
+                f"{measure} compares the same spatial positions: every representation needs as many"
+            )
         if measure == "orthogonal_procrustes":
             points = _padded([_unit(rows(i)) for i in range(len(shapes))])
             return _Space(points, _rotated, _chord(1.0), lambda xs, m, f: _unit(sum(xs)), to_shape)
         if len({shape[1] for shape in shapes}) > 1:
-            raise ValueError("grelu_procrustes matches channels one to one: every representation needs as many")
+            raise ValueError(
+                "grelu_procrustes matches channels one to one: every representation needs as many"
+            )
         points = [_unit_channels(rows(i)) for i in range(len(shapes))]
         scale = math.sqrt(shapes[0][1])
         return _Space(points, _permuted, _chord(scale), lambda xs, m, f: _unit_channels(sum(xs)), to_shape)

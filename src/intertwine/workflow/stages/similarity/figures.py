@@ -234,9 +234,11 @@ def similarity_zoo_summary(table: pd.DataFrame) -> pd.DataFrame:
                 "distance_max": round(float(off.max()), 4),
                 "plane_explained": round(classical_mds(matrix, min(2, len(seeds))).explained, 4),
                 "to_mean": None if to_mean is None else round(float(to_mean.mean()), 4),
-                "mean_vs_best_member": None
-                if to_mean is None
-                else round(float((to_mean**2).sum() / (matrix**2).sum(1).min()), 4),
+                "mean_vs_best_member": (
+                    None
+                    if to_mean is None
+                    else round(float((to_mean**2).sum() / (matrix**2).sum(1).min()), 4)
+                ),
             }
         )
     return pd.DataFrame(rows)
@@ -251,18 +253,23 @@ def similarity_zoo(table: pd.DataFrame) -> plt.Figure:
     from intertwine.measures.zoo import classical_mds
 
     groups = list(table.groupby(["variant", "measure"], sort=False))
-    columns = max(
-        min(ZOO_FIGURE_SITES, part["site"].nunique()) for _, part in groups
-    )
+    columns = max(min(ZOO_FIGURE_SITES, part["site"].nunique()) for _, part in groups)
     side = FIGURE_WIDTH / columns
     fig, axes = plt.subplots(
-        len(groups), columns, squeeze=False, layout="constrained", figsize=(FIGURE_WIDTH, len(groups) * (side + 0.3))
+        len(groups),
+        columns,
+        squeeze=False,
+        layout="constrained",
+        figsize=(FIGURE_WIDTH, len(groups) * (side + 0.3)),
     )
     for ax in axes.flat:
         ax.set_visible(False)
     for row, ((variant, measure), part) in enumerate(groups):
         sites = list(dict.fromkeys(part["site"]))
-        shown = [sites[i] for i in sorted(set(np.linspace(0, len(sites) - 1, min(columns, len(sites))).round().astype(int)))]
+        shown = [
+            sites[i]
+            for i in sorted(set(np.linspace(0, len(sites) - 1, min(columns, len(sites))).round().astype(int)))
+        ]
         for ax, site in zip(axes[row], shown):
             ax.set_visible(True)
             matrix, seeds, to_mean = _zoo_matrix(part[part["site"] == site])
@@ -271,7 +278,7 @@ def similarity_zoo(table: pd.DataFrame) -> plt.Figure:
             xy = np.pad(embedding.coordinates, ((0, 0), (0, 2 - embedding.coordinates.shape[1])))
             ax.scatter(xy[: len(seeds), 0], xy[: len(seeds), 1], s=18, color="C0")
             for (x, y), seed in zip(xy, seeds):
-                ax.annotate(str(seed), (x, y), fontsize=SMALL - 1, xytext=(2, 2), textcoords="offset points")
+                ax.annotate(str(seed), (x, y), fontsize=SMALL, xytext=(2, 2), textcoords="offset points")
             if to_mean is not None:
                 ax.scatter(*xy[-1], marker="*", s=90, color="black", label="Procrustes mean")
             ax.set_aspect("equal", adjustable="datalim")

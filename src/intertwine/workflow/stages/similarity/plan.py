@@ -79,7 +79,9 @@ class SimilarityPlan:
 
     @property
     def similarity_zoo_block(self) -> dict:
-        return SimilarityZooConfig.job_block({"similarity": self.similarity, "similarity.zoo": self.similarity["zoo"]})
+        return SimilarityZooConfig.job_block(
+            {"similarity": self.similarity, "similarity.zoo": self.similarity["zoo"]}
+        )
 
     @property
     def similarity_zoo_jobs(self) -> list[str]:
@@ -108,9 +110,11 @@ class SimilarityPlan:
             check.pairable(
                 "similarity.variants",
                 self.similarity["variants"],
-                "similarity.procrustes_pairs"
-                if self.similarity["procrustes_pairs"] >= self.similarity["cka_pairs"]
-                else "similarity.cka_pairs",
+                (
+                    "similarity.procrustes_pairs"
+                    if self.similarity["procrustes_pairs"] >= self.similarity["cka_pairs"]
+                    else "similarity.cka_pairs"
+                ),
                 self.similarity_pair_count,
                 symmetric=True,
             )
@@ -134,7 +138,9 @@ class SimilarityPlan:
                 )
             if variant in zoo["sites"]:
                 check.subset(
-                    f"similarity.zoo.sites.{variant}", zoo["sites"][variant], self.site_names(variant),
+                    f"similarity.zoo.sites.{variant}",
+                    zoo["sites"][variant],
+                    self.site_names(variant),
                     f"the sites of {variant}",
                 )
         test_images = self.dataset_sizes()[1]

@@ -13,7 +13,9 @@ from intertwine.workflow.job import Job
 from intertwine.workflow.stages.similarity.settings import SimilarityZooConfig
 
 
-def similarity_zoo(job: Job, variant: str, checkpoints: list[str], sites: list[str], block: dict) -> pd.DataFrame:
+def similarity_zoo(
+    job: Job, variant: str, checkpoints: list[str], sites: list[str], block: dict
+) -> pd.DataFrame:
     """One row per (site, measure, seed_a, seed_b) of the K members ``checkpoints`` of ``variant``
     on the first ``block["samples"]`` test images: the measure's distance
     (``measures.pairwise_distances``, the whole K x K matrix, diagonal included), and for the
@@ -51,7 +53,13 @@ def similarity_zoo(job: Job, variant: str, checkpoints: list[str], sites: list[s
 
 
 def _site_rows(
-    job: Job, variant: str, site: str, measure: str, reps: list, seeds: list[int], settings: SimilarityZooConfig
+    job: Job,
+    variant: str,
+    site: str,
+    measure: str,
+    reps: list,
+    seeds: list[int],
+    settings: SimilarityZooConfig,
 ) -> list[dict]:
     base = {"variant": variant, "site": site, "measure": measure}
     distances = measures.pairwise_distances(reps, measure)
