@@ -40,7 +40,11 @@ from intertwine.workflow.stages.pullback.figures import (
     pullback_transfer,
 )
 from intertwine.workflow.stages.rotation.figures import rotation_penalty
-from intertwine.workflow.stages.similarity.figures import similarity_cka, similarity_procrustes
+from intertwine.workflow.stages.similarity.figures import (
+    similarity_cka,
+    similarity_procrustes,
+    similarity_zoo,
+)
 from intertwine.workflow.stages.stitching.figures import (
     alpha_selection,
     l1_sparsity,
@@ -145,6 +149,34 @@ def similarity_table(
             for a, b in pairs
         ]
     return pd.DataFrame(rows)
+
+
+def similarity_zoo_table(variants, sites=SITES, members=12, measures=("orthogonal_procrustes", "linear_cka")):
+    """The zoo view's table: members as random points (their euclidean distances), the mean as
+    their centroid where the measure has one."""
+    rows = []
+    for v, site, measure in itertools.product(variants, sites, measures):
+        points = RNG.standard_normal((members, 3))
+        distances = np.linalg.norm(points[:, None] - points[None], axis=2)
+        rows += [
+            {
+                "variant": v,
+                "site": site,
+                "measure": measure,
+                "seed_a": a,
+                "seed_b": b,
+                "distance": distances[a, b],
+            }
+            for a in range(members)
+            for b in range(members)
+        ]
+        if measure.endswith("procrustes"):
+            centre = np.linalg.norm(points - points.mean(0), axis=1)
+            rows += [
+                {"variant": v, "site": site, "measure": measure, "seed_a": a, "seed_b": None, "distance": d}
+                for a, d in enumerate(centre)
+            ]
+    return pd.DataFrame(rows).astype({"seed_b": "Int64"})
 
 
 def dissection_table(variants, sites=SITES):
@@ -459,6 +491,7 @@ def every_figure(n: int, sites: tuple[str, ...]):
         **study_figures(tuple(variants), sites),
         "similarity_procrustes": lambda: similarity_procrustes(similarity, {}),
         "similarity_cka": lambda: similarity_cka(similarity),
+        "similarity_zoo": lambda: similarity_zoo(similarity_zoo_table(variants, sites)),
         "dissection_fraction": lambda: dissection_fraction(dissection_table(variants, sites)),
         "dissection_categories": lambda: dissection_categories(
             units_table(variants), {v: "act4" for v in variants}

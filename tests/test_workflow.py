@@ -148,6 +148,7 @@ def test_paper_config_dag(tmp_path):
     assert jobs["stitch_pair"] == 32 * 13 + (16 + 16) * 8 + 7 * 16 + 5 * 2
     assert jobs["stitching_studies_figure"] == 1
     assert jobs["similarity_pair"] == 4 * 32  # Myrtle, constant-width Myrtle, ResNet20, ResNet18
+    assert jobs["similarity_zoo"] == 2  # Myrtle and ResNet20 as a whole
     assert jobs["dissect_member"] == 3 * 10 and jobs["dissection_masks"] == 3
     assert jobs["connectivity_pair"] == 7 * 32  # Myrtle and ResNet20 at three widths, Myrtle without BN
     assert sum(jobs.values()) < 12_000
@@ -382,6 +383,24 @@ def test_similarity_table_and_figures(tiny_run):
     assert summary["paper"].isna().all()  # the paper's numbers are CIFAR-10 only
     for figure in ["similarity_procrustes.png", "similarity_cka.png"]:
         assert (tiny_run / "results/figures" / figure).stat().st_size > 1000
+
+
+def test_similarity_zoo_table_and_figure(tiny_run):
+    """The zoo as a whole: Myrtle's 3 members at act1 and act4, each measure's 3 x 3 matrix, and
+    the distances to the Procrustes mean of the measures that have one."""
+    table = pd.read_parquet(tiny_run / "results/tables/similarity_zoo.parquet")
+    measures = {"orthogonal_procrustes", "grelu_procrustes", "linear_cka", "shape_angular"}
+    assert set(table["variant"]) == {"myrtle"} and set(table["site"]) == {"act1", "act4"}
+    assert set(table["measure"]) == measures and (table["n_samples"] == 32).all()
+    pairs = table[table["seed_b"].notna()]
+    assert len(pairs) == 2 * 4 * 9
+    assert (pairs.loc[pairs["seed_a"] == pairs["seed_b"], "distance"] == 0).all()
+    to_mean = table[table["seed_b"].isna()]
+    assert set(to_mean["measure"]) == measures - {"linear_cka"} and len(to_mean) == 2 * 3 * 3
+    summary = pd.read_csv(tiny_run / "results/tables/similarity_zoo_summary.csv")
+    assert len(summary) == 2 * 4 and (summary["members"] == 3).all()
+    assert (summary["mean_vs_best_member"].dropna() < 1).all()
+    assert (tiny_run / "results/figures/similarity_zoo.png").stat().st_size > 1000
 
 
 def test_connectivity_table_and_figures(tiny_run):
@@ -645,6 +664,8 @@ def test_report(tiny_run, report):
         "stitching_summary.csv",
         "similarity_cka.png",
         "similarity_summary.csv",
+        "similarity_zoo.png",
+        "similarity_zoo_summary.csv",
         "dissection_fraction.png",
         "dissection_categories.png",
         "dissection_masks_resnet20.png",
@@ -741,6 +762,9 @@ def test_zoo_change_reruns_zoo_and_downstream(tiny_run, tmp_path):
         "similarity_pair": 4,
         "similarity_table": 1,
         "similarity_figure": 1,
+        "similarity_zoo": 1,
+        "similarity_zoo_table": 1,
+        "similarity_zoo_figure": 1,
         "connectivity_pair": 2,
         "connectivity_table": 1,
         "connectivity_figure": 1,
@@ -768,6 +792,7 @@ def test_figure_change_reruns_figures_only(tiny_run, tmp_path):
         "stitching_figure": 1,
         "stitching_studies_figure": 1,
         "similarity_figure": 1,
+        "similarity_zoo_figure": 1,
         "connectivity_figure": 1,
         "dissection_figure": 1,
         "dissection_masks": 2,
@@ -868,6 +893,7 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
                 "stitching_figure": 1,
                 "stitching_studies_figure": 1,
                 "similarity_figure": 1,
+                "similarity_zoo_figure": 1,  # the stage's figures module is its entry
                 "connectivity_figure": 1,
                 "dissection_figure": 1,
                 "dissection_masks": 2,
@@ -903,11 +929,14 @@ def test_method_setting_reruns_that_methods_jobs_only(tiny_run, tmp_path, change
         (
             "measures/cka.py",
             "linear_cka",
-            # the gated figure reads the similarity table too
+            # the gated figure reads the similarity table too; the zoo view computes linear CKA
             {
                 "similarity_pair": 4,
                 "similarity_table": 1,
                 "similarity_figure": 1,
+                "similarity_zoo": 1,
+                "similarity_zoo_table": 1,
+                "similarity_zoo_figure": 1,
                 "gated_figure": 1,
                 "claims": 1,
                 "all": 1,

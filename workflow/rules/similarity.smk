@@ -77,3 +77,76 @@ rule similarity_figure:
         code=code_hash("similarity_figures"),
     shell:
         CLI["similarity-figure"].shell()
+
+
+# The zoo as a whole (similarity.zoo): per variant, one job over its first K members, the table
+# of every measure's distance matrices and distances to the Procrustes mean, and the embedding.
+rule similarity_zoo:
+    input:
+        DATA_FILES,
+        members=lambda wc: [
+            f"results/zoo/{wc.variant}/seed{seed}.pt" for seed in PLAN.similarity_zoo_members(wc.variant)
+        ],
+    output:
+        "results/similarity/{variant}/zoo.parquet",
+    log:
+        "results/logs/similarity/{variant}/zoo.log",
+    benchmark:
+        "results/benchmarks/similarity/{variant}/zoo.tsv"
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        **on_gpu(NEEDS.similarity_zoo),
+    params:
+        sites=lambda wc: " ".join(PLAN.similarity_zoo_sites(wc.variant)),
+        block=as_json(PLAN.similarity_zoo_block),
+        seed=config["seed"],
+        device=config["device"],
+        code=lambda wc: variant_code_hash("similarity_zoo", wc.variant),
+        data=data_dir,
+    shell:
+        CLI["similarity-zoo"].shell()
+
+
+rule similarity_zoo_table:
+    input:
+        PLAN.similarity_zoo_jobs,
+    output:
+        "results/tables/similarity_zoo.parquet",
+    log:
+        "results/logs/tables/similarity_zoo.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **on_cpu(),
+    params:
+        code=code_hash("similarity_table"),
+    shell:
+        CLI["table"].shell(schema="similarity_zoo")
+
+
+rule similarity_zoo_figure:
+    input:
+        "results/tables/similarity_zoo.parquet",
+    output:
+        figure=report(
+            PLAN.SIMILARITY_ZOO_FIGURE, caption="../report/similarity_zoo.rst", category="Similarity"
+        ),
+        summary=report(
+            "results/tables/similarity_zoo_summary.csv",
+            caption="../report/similarity_zoo_summary.rst",
+            category="Similarity",
+        ),
+        other_formats=PLAN.other_formats([PLAN.SIMILARITY_ZOO_FIGURE]),
+    log:
+        "results/logs/figures/similarity_zoo.log",
+    conda:
+        CONDA_ENV
+    resources:
+        **on_cpu(),
+    params:
+        figures=as_json(config["figures"]),
+        code=code_hash("similarity_figures"),
+    shell:
+        CLI["similarity-zoo-figure"].shell()

@@ -25,14 +25,17 @@ converted; tensors stay on their device.
   (``measures.shape``): SVCCA, PWCCA and netrep's shape metrics; the shape metrics are distances.
 
 Beyond one pair: ``pairwise`` computes the matrix of a measure between two lists of layers, each
-layer's work done once; ``intertwine.compare.compare_models`` reads sites of two models by forward
+layer's work done once; ``zoo`` sees K representations as a whole (netrep's generalized shape
+metrics, Williams et al. 2021): ``pairwise_distances`` (the K x K distance matrix of any measure),
+``classical_mds`` (an embedding of the zoo) and ``procrustes_mean`` (the mean of the Procrustes
+and shape measures); ``intertwine.compare.compare_models`` reads sites of two models by forward
 hooks over a data set, streaming the Procrustes measures and linear CKA through exact accumulators
 (``ProcrustesAccumulator``, ``LinearCKAAccumulator``).
 
 The package: ``names`` (the measures' names and ``MIN_SAMPLES``, torch-free), ``_base`` (input
 checks, scale guard, memory blocking), ``hsic``, ``kernels``, ``cka``, ``procrustes``, ``cca``,
 ``shape``, ``registry`` (``MEASURES``: every measure by name), ``layerwise`` (``pairwise``),
-``statistics`` (``permutation_test``, ``jackknife_interval``, ``pairwise_jackknife``,
+``zoo`` (``pairwise_distances``, ``classical_mds``, ``procrustes_mean``), ``statistics`` (``permutation_test``, ``jackknife_interval``, ``pairwise_jackknife``,
 ``bootstrap_interval``: a measure's null and its spread over inputs).
 Arrays in, numbers out: nothing here reads files, configs or tables.
 
@@ -109,8 +112,28 @@ from intertwine.measures.statistics import (
 )
 from intertwine.measures.registry import MEASURES
 from intertwine.measures.shape import ShapeAlignment, shape_angular, shape_euclidean, shape_metric
+from intertwine.measures.zoo import (
+    DISTANCE_FORMS,
+    MEAN_MEASURES,
+    METRICS,
+    Embedding,
+    ProcrustesMean,
+    as_distance,
+    classical_mds,
+    pairwise_distances,
+    procrustes_mean,
+)
 
 __all__ = [
+    "procrustes_mean",
+    "pairwise_distances",
+    "classical_mds",
+    "as_distance",
+    "ProcrustesMean",
+    "Embedding",
+    "METRICS",
+    "MEAN_MEASURES",
+    "DISTANCE_FORMS",
     "BootstrapInterval",
     "CKA_MEASURES",
     "DEFAULT_MAX_BYTES",

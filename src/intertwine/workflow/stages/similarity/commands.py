@@ -1,4 +1,5 @@
-"""Representation similarity's commands: the measures between two members, the figures."""
+"""Representation similarity's commands: the measures between two members, the zoo as a whole, the
+figures."""
 
 from __future__ import annotations
 
@@ -46,6 +47,25 @@ def cmd_similarity_figure(args) -> None:
     write_csv(similarity_summary(table, paper), args.summary)
 
 
+def cmd_similarity_zoo(args) -> None:
+    from intertwine.workflow.tables import write_parquet
+    from intertwine.workflow.stages.similarity.tables import SIMILARITY_ZOO
+    from intertwine.workflow.stages.similarity.zoo_view import similarity_zoo
+
+    rows = similarity_zoo(job_context(args), args.variant, args.members, args.sites, args.config)
+    write_parquet(rows, args.out, SIMILARITY_ZOO)
+
+
+def cmd_similarity_zoo_figure(args) -> None:
+    from intertwine.workflow.tables import read_parquet, write_csv
+    from intertwine.workflow.stages.similarity.figures import similarity_zoo, similarity_zoo_summary
+    from intertwine.workflow.stages.similarity.tables import SIMILARITY_ZOO
+
+    table = read_parquet([args.table], SIMILARITY_ZOO)
+    save_figure_files(similarity_zoo(table), args.figure, args.other_formats, args.figures)
+    write_csv(similarity_zoo_summary(table), args.summary)
+
+
 def add_commands(cli: Commands) -> None:
     """Add this stage's subcommands to the command line."""
     p = cli.add(
@@ -72,3 +92,23 @@ def add_commands(cli: Commands) -> None:
     )
     p.add_argument("--procrustes", rule=WHEN_GIVEN, help="Procrustes figure (.png)")
     p.add_argument("--cka", rule=WHEN_GIVEN, help="CKA heatmaps (.png)")
+    p = cli.add(
+        "similarity-zoo",
+        cmd_similarity_zoo,
+        "the zoo as a whole: each measure's distance matrix over a variant's members, their Procrustes mean",
+        [cli.job],
+        out=".parquet, one row per (site, measure, seed_a, seed_b); seed_b empty: the Procrustes mean",
+        config="similarity.zoo",
+    )
+    p.add_argument("--variant", required=True, rule="{wildcards.variant}", help="the zoo variant")
+    p.add_argument("--members", nargs="+", required=True, rule="{input.members}", help="its members (.pt)")
+    p.add_argument("--sites", nargs="+", required=True, rule="{params.sites}", help="the sites to view")
+    p = cli.add(
+        "similarity-zoo-figure",
+        cmd_similarity_zoo_figure,
+        "the zoo embedded in the plane per variant, measure and site, and its summary",
+        [cli.figure],
+        options=["--table", "--summary"],
+        rules={"--table": "{input}"},
+    )
+    p.add_argument("--figure", required=True, rule="{output.figure}", help="the figure (.png)")

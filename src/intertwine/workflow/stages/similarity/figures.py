@@ -1,4 +1,5 @@
-"""Representation similarity's figures: Procrustes dissimilarities and the CKA heatmaps."""
+"""Representation similarity's figures: Procrustes dissimilarities, the CKA heatmaps, and the zoo
+as a whole (its embedding and summary)."""
 
 from __future__ import annotations
 
@@ -187,3 +188,111 @@ def _hatch_like_the_diagonal(ax, part: pd.DataFrame, sites: list[str]) -> bool:
                 )
             )
     return True
+
+
+# ---------------------------------------------------------------------------
+# The zoo as a whole
+# ---------------------------------------------------------------------------
+
+#: The most sites of a variant the zoo figure embeds (evenly spread, first and last included); the
+#: summary has every site.
+ZOO_FIGURE_SITES = 4
+
+
+def _zoo_matrix(part: pd.DataFrame) -> tuple[np.ndarray, list[int], np.ndarray | None]:
+    """(K x K distances, the seeds, each member's distance to the Procrustes mean or None) of one
+    variant, site and measure of the similarity_zoo table."""
+    pairs = part[part["seed_b"].notna()]
+    seeds = sorted(pairs["seed_a"].unique())
+    matrix = pairs.pivot(index="seed_a", columns="seed_b", values="distance").loc[seeds, seeds].to_numpy()
+    to_mean = part[part["seed_b"].isna()].set_index("seed_a")["distance"]
+    return matrix, [int(s) for s in seeds], (to_mean.loc[seeds].to_numpy() if len(to_mean) else None)
+
+
+def _with_mean(matrix: np.ndarray, to_mean: np.ndarray) -> np.ndarray:
+    """The members' distance matrix with the Procrustes mean as one more point (last)."""
+    k = len(matrix)
+    extended = np.zeros((k + 1, k + 1))
+    extended[:k, :k], extended[:k, k], extended[k, :k] = matrix, to_mean, to_mean
+    return extended
+
+
+def similarity_zoo_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per variant, site and measure of the similarity_zoo table: the members K, the mean and
+    largest distance between two of them, the share of the zoo's spread the plane's embedding
+    keeps (classical MDS, ``Embedding.explained``), and for the measures with a Procrustes mean the
+    members' mean distance to it and its summed squared distances over the best member's (below 1:
+    the mean is nearer the zoo than any member)."""
+    from intertwine.measures.zoo import classical_mds
+
+    rows = []
+    for (variant, site, measure), part in table.groupby(["variant", "site", "measure"], sort=False):
+        matrix, seeds, to_mean = _zoo_matrix(part)
+        off = matrix[~np.eye(len(seeds), dtype=bool)]
+        rows.append(
+            {
+                "variant": variant,
+                "site": site,
+                "measure": measure,
+                "members": len(seeds),
+                "distance_mean": round(float(off.mean()), 4),
+                "distance_max": round(float(off.max()), 4),
+                "plane_explained": round(classical_mds(matrix, min(2, len(seeds))).explained, 4),
+                "to_mean": None if to_mean is None else round(float(to_mean.mean()), 4),
+                "mean_vs_best_member": (
+                    None
+                    if to_mean is None
+                    else round(float((to_mean**2).sum() / (matrix**2).sum(1).min()), 4)
+                ),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def similarity_zoo(table: pd.DataFrame) -> plt.Figure:
+    """The zoo embedded in the plane (classical MDS of each measure's distance matrix): one row
+    per variant and measure, one panel per site (at most ``ZOO_FIGURE_SITES``, evenly spread), a
+    dot per member labelled by its seed and, for the measures with one, the Procrustes mean as a
+    star (embedded with the members from its distances to them). The axes are in the measure's
+    distance units, equal in x and y."""
+    from intertwine.measures.zoo import classical_mds
+
+    groups = list(table.groupby(["variant", "measure"], sort=False))
+    columns = max(min(ZOO_FIGURE_SITES, part["site"].nunique()) for _, part in groups)
+    side = FIGURE_WIDTH / columns
+    fig, axes = plt.subplots(
+        len(groups),
+        columns,
+        squeeze=False,
+        layout="constrained",
+        figsize=(FIGURE_WIDTH, len(groups) * (side + 0.3)),
+    )
+    for ax in axes.flat:
+        ax.set_visible(False)
+    for row, ((variant, measure), part) in enumerate(groups):
+        sites = list(dict.fromkeys(part["site"]))
+        shown = [
+            sites[i]
+            for i in sorted(set(np.linspace(0, len(sites) - 1, min(columns, len(sites))).round().astype(int)))
+        ]
+        for ax, site in zip(axes[row], shown):
+            ax.set_visible(True)
+            matrix, seeds, to_mean = _zoo_matrix(part[part["site"] == site])
+            points = matrix if to_mean is None else _with_mean(matrix, to_mean)
+            embedding = classical_mds(points, min(2, len(points)))
+            xy = np.pad(embedding.coordinates, ((0, 0), (0, 2 - embedding.coordinates.shape[1])))
+            ax.scatter(xy[: len(seeds), 0], xy[: len(seeds), 1], s=18, color="C0")
+            for (x, y), seed in zip(xy, seeds):
+                ax.annotate(str(seed), (x, y), fontsize=SMALL, xytext=(2, 2), textcoords="offset points")
+            if to_mean is not None:
+                ax.scatter(*xy[-1], marker="*", s=90, color="black", label="Procrustes mean")
+            ax.set_aspect("equal", adjustable="datalim")
+            ax.tick_params(labelsize=SMALL)
+            ax.set_title(f"{site} ({embedding.explained:.0%} in the plane)", fontsize=SMALL)
+        axes[row][0].set_ylabel(f"{variant}\n{MEASURE_LABELS.get(measure, measure)}", fontsize=SMALL)
+    fig.suptitle(
+        "The zoo embedded by classical MDS of each measure's distance matrix (a dot per member, by seed;"
+        "\nthe star: the Procrustes mean); the title's share: the points' spread the plane keeps",
+        fontsize=SMALL,
+    )
+    return fig

@@ -1,4 +1,5 @@
-"""Representation similarity's plan: the pairs of members and the parts each pair's job writes.
+"""Representation similarity's plan: the pairs of members and the parts each pair's job writes, and
+the zoo-as-a-whole jobs (``similarity.zoo``: one per variant, over its first K members).
 
 A part of :class:`intertwine.workflow.plan.Plan`, which composes every stage's part (found through
 the stage registry) with its core: a part holds the plan and reads through it what it does not
@@ -9,7 +10,7 @@ from __future__ import annotations
 import functools
 
 from intertwine.workflow.planning import ConfigCheck, ImageCount, StagePlan
-from intertwine.workflow.stages.similarity.settings import SimilarityConfig
+from intertwine.workflow.stages.similarity.settings import SimilarityConfig, SimilarityZooConfig
 
 
 class SimilarityPlan(StagePlan):
@@ -53,12 +54,48 @@ class SimilarityPlan(StagePlan):
 
     @property
     def similarity_outputs(self) -> list[str]:
-        if not self.similarity_jobs:
+        pairs = (
+            [
+                "results/tables/similarity.parquet",
+                "results/tables/similarity_summary.csv",
+            ]
+            + self.figure_files(self.similarity_figures)
+            if self.similarity_jobs
+            else []
+        )
+        return pairs + self.similarity_zoo_outputs
+
+    # --- the zoo as a whole -------------------------------------------------------------------
+
+    def similarity_zoo_members(self, variant: str) -> list[int]:
+        """The seeds of the variant's zoo view: its first similarity.zoo.members (null: all)."""
+        count = self.similarity["zoo"]["members"] or len(self.zoo_seeds(variant))
+        return list(self.members("similarity.zoo.members", variant, count))
+
+    def similarity_zoo_sites(self, variant: str) -> list[str]:
+        """The sites of the variant's zoo view: its similarity.zoo.sites entry, else every site."""
+        return list(self.similarity["zoo"]["sites"].get(variant) or self.site_names(variant))
+
+    @property
+    def similarity_zoo_block(self) -> dict:
+        return SimilarityZooConfig.job_block(
+            {"similarity": self.similarity, "similarity.zoo": self.similarity["zoo"]}
+        )
+
+    @property
+    def similarity_zoo_jobs(self) -> list[str]:
+        return [f"results/similarity/{variant}/zoo.parquet" for variant in self.similarity["zoo"]["variants"]]
+
+    SIMILARITY_ZOO_FIGURE = "results/figures/similarity_zoo.png"
+
+    @property
+    def similarity_zoo_outputs(self) -> list[str]:
+        if not self.similarity_zoo_jobs:
             return []
         return [
-            "results/tables/similarity.parquet",
-            "results/tables/similarity_summary.csv",
-        ] + self.figure_files(self.similarity_figures)
+            "results/tables/similarity_zoo.parquet",
+            "results/tables/similarity_zoo_summary.csv",
+        ] + self.figure_files([self.SIMILARITY_ZOO_FIGURE])
 
     similarity_claims_tables = {"similarity": "results/tables/similarity.parquet"}
 
@@ -104,9 +141,42 @@ class SimilarityPlan(StagePlan):
             check.pairable(
                 "similarity.variants",
                 self.similarity["variants"],
-                "similarity.procrustes_pairs"
-                if self.similarity["procrustes_pairs"] >= self.similarity["cka_pairs"]
-                else "similarity.cka_pairs",
+                (
+                    "similarity.procrustes_pairs"
+                    if self.similarity["procrustes_pairs"] >= self.similarity["cka_pairs"]
+                    else "similarity.cka_pairs"
+                ),
                 self.similarity_pair_count,
                 symmetric=True,
+            )
+        self._similarity_zoo_errors(check)
+
+    def _similarity_zoo_errors(self, check: ConfigCheck) -> None:
+        """similarity.zoo's cross-checks: known variants with at least 2 members, known sites, and
+        no more test images than the split holds."""
+        zoo = self.similarity["zoo"]
+        if not check.subset("similarity.zoo.variants", zoo["variants"], self.variants, "zoo.variants"):
+            return
+        check.subset("similarity.zoo.sites", zoo["sites"], zoo["variants"], "similarity.zoo.variants")
+        check.members("similarity.zoo.members", zoo["variants"], zoo["members"] or 0)
+        for variant in zoo["variants"]:
+            seeds = len(self.zoo_seeds(variant))
+            if min(zoo["members"] or seeds, seeds) < 2:
+                check.errors.append(
+                    f"config key similarity.zoo.variants: a zoo view needs at least 2 members, but "
+                    f"the zoo trains {seeds} of {variant!r}; raise zoo.seeds (or zoo.seeds_per_variant) "
+                    "or drop the variant"
+                )
+            if variant in zoo["sites"]:
+                check.subset(
+                    f"similarity.zoo.sites.{variant}",
+                    zoo["sites"][variant],
+                    self.site_names(variant),
+                    f"the sites of {variant}",
+                )
+        test_images = self.dataset_sizes()[1]
+        if zoo["variants"] and zoo["samples"] > test_images:
+            check.errors.append(
+                f"config key similarity.zoo.samples: {zoo['samples']} test images asked for, but the "
+                f"test split of {self.config['data']['dataset']} has {test_images}; ask for at most {test_images}"
             )

@@ -4,7 +4,10 @@ rules ask for them as ``NEEDS.<rule>`` (``NEEDS`` lists them)."""
 
 from __future__ import annotations
 
+import functools
+
 from intertwine.workflow.cluster import JobNeeds, Need
+from intertwine.workflow.planning import as_json, spec_model
 
 
 def similarity_pair(needs: JobNeeds, **_) -> Need:
@@ -13,5 +16,44 @@ def similarity_pair(needs: JobNeeds, **_) -> Need:
     return needs.gpu_base + Need(20 * samples * samples * 8 / 1e6, 60)
 
 
+@functools.cache
+def site_features(spec_json: str, side: int) -> dict[str, int]:
+    """The features (channels x positions) of each site of a model spec on one side x side RGB
+    image, from a forward pass on the meta device (shapes without data: no memory)."""
+    import torch
+
+    from intertwine.models import sites
+
+    model = spec_model(spec_json).eval()
+    modules = dict(model.named_modules())
+    features: dict[str, int] = {}
+
+    def record(name):
+        def hook(module, inputs, output):
+            features[name] = output[0].numel()
+
+        return hook
+
+    handles = [modules[site.name].register_forward_hook(record(site.name)) for site in sites(model)]
+    try:
+        with torch.no_grad():
+            model(torch.empty((1, 3, side, side), device="meta"))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return features
+
+
+def similarity_zoo(needs: JobNeeds, variant: str, **_) -> Need:
+    """K members' activations at the widest viewed site on the zoo view's images, float32 as the
+    models give them, and the Procrustes mean's float64 copy of them (8 bytes an entry more); an
+    hour for the forward passes and the measures, as a heavy job."""
+    plan = needs.plan
+    features = site_features(as_json(plan.zoo["variants"][variant]), needs.image_side)
+    widest = max(features[site] for site in plan.similarity_zoo_sites(variant))
+    entries = len(plan.similarity_zoo_members(variant)) * plan.similarity["zoo"]["samples"] * widest
+    return needs.gpu_base + Need(entries * (4 + 8) / 1e6, 60)
+
+
 #: The need of each of the stage's rules that does heavy work (every other rule's is ``light``).
-NEEDS = {"similarity_pair": similarity_pair}
+NEEDS = {"similarity_pair": similarity_pair, "similarity_zoo": similarity_zoo}

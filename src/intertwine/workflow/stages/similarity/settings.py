@@ -19,3 +19,14 @@ class SimilarityConfig(Settings):
     jackknife_groups: int = setting("similarity.jackknife_groups", read_when="intervals")
     npk_images: int = setting("gated.probe_images")  # npk_cka's images (the exact NPK is costly)
     batch_size: int = setting("similarity.batch_size")
+
+
+@dataclasses.dataclass(frozen=True)
+class SimilarityZooConfig(Settings):
+    """The zoo-as-a-whole job of a variant (config ``similarity.zoo``): which variants, members and
+    sites are the plan's; each job gets these."""
+
+    measures: list[str] = setting("similarity.zoo.measures")
+    samples: int = setting("similarity.zoo.samples")
+    mean_iterations: int = setting("similarity.zoo.mean_iterations")
+    batch_size: int = setting("similarity.batch_size")
