@@ -592,8 +592,9 @@ def test_c5_the_released_baseline_on_fewer_pairs_leaves_the_deciding_units_alone
 
 
 def test_c9_mirrors_figure_1():
-    """Table 2's G_ReLU-Procrustes falls to act3 and rises at act4, the penalties of the
-    specification's reading of Fig. 1 (its values are not in the text) rise to act3 and fall at act4."""
+    """Table 2's G_ReLU-Procrustes falls to act3 and rises at act4; the penalties of ``FIG1`` (our
+    reading of section 4's sentences, as Fig. 1's values are not in the text) rise to act3 and
+    fall at act4."""
     similarity = procrustes("myrtle", TABLE2, TABLE_2_PAIRS)
     assert verdict("C9", {"similarity": similarity, "stitching": stitching(FIG1)}) == "reproduced"
     same_way = FIG1 | {"grelu": [0.12, 0.06, 0.03, 0.10]}  # falling, then up at the last layer
