@@ -1585,7 +1585,10 @@ def test_headline_says_which_side_of_its_threshold_each_site_lies():
     text = "penalties (points): " + describe(grelu, judge(grelu).agreement)
     assert headline(text, "not reproduced").startswith("G_ReLU penalty above 10 points at act2: +27.7 ± ")
     decay = "diagonal decay along depth (myrtle sites act1 / act2 / act3 / act4): myrtle decay: +0.2 (no interval) [undecided]"
-    assert headline(decay, "inconclusive") == "myrtle decay undecided: +0.2 (no interval) (diagonal decay along depth)"
+    assert (
+        headline(decay, "inconclusive")
+        == "myrtle decay undecided: +0.2 (no interval) (diagonal decay along depth)"
+    )
     noted = "correlation +0.77 (no interval: reported, does not decide); myrtle rise to act3: -0.119 ± 0.092 [against]"
     assert headline(noted, "not reproduced") == "myrtle rise to act3 below 0: -0.119 ± 0.092"
 

@@ -109,12 +109,15 @@ def headline(ours: str, verdict: str) -> str:
         sentence = f"{finding}: {chosen[0][1]}"
     else:
         at_sites = [(_at_site(label), value, mark) for label, value, mark in marks]
-        alike = [(v, at) for (other, at), v, mark in at_sites if other == comparison and at and mark == wanted]
+        alike = [
+            (v, at) for (other, at), v, mark in at_sites if other == comparison and at and mark == wanted
+        ]
         measured = sum(1 for (other, at), _, _ in at_sites if other == comparison and at)
         sentence = (
             f"{finding} at {site}: {chosen[0][1]}"
             if measured == 1
-            else f"{finding} at {len(alike)} of {measured} sites: " + ", ".join(f"{v} at {at}" for v, at in alike)
+            else f"{finding} at {len(alike)} of {measured} sites: "
+            + ", ".join(f"{v} at {at}" for v, at in alike)
         )
     # What is measured comes last, so that a cell cut short keeps the finding; a long parenthesis
     # of it (a list of sites) is left out.
