@@ -81,13 +81,14 @@ def _quantity(ours: str, first: re.Match) -> tuple[str, str]:
 
 def headline(ours: str, verdict: str) -> str:
     """The comparison that carries a verdict, read from ``ours`` (``describe``'s text) and written
-    as a sentence a reader can check: for "not reproduced" the first decided against it, for
-    "inconclusive" the first undecided, each with the other sites where the same comparison reads
-    the same ("penalties (points): G_ReLU penalty above 10 points at 3 of 4 sites: +24.6 ± 8.4 at
-    act1, ..."); for "reproduced" the weakest shown (the smallest value over its interval's
-    half-width). The words are made here, when the page is written, so that a run's scorecard
-    kept from before reads the same way. Claims without intervals (identities, accuracies) give
-    the text's first part."""
+    as a sentence a reader can check: which side of its threshold (0 where it names none) the
+    interval lies on, or that it was not shown on the claimed side, at every site where the same
+    comparison reads so, the quantity last: "G_ReLU penalty above 10 points at 3 of 4 sites:
+    +24.6 ± 8.4 at act1, ... (penalties, points)". For "not reproduced" the first comparison decided
+    against the claim, for "inconclusive" the first undecided, for "reproduced" the weakest shown
+    (the smallest value over its interval's half-width). The words are made here, when the page is
+    written, so that a run's scorecard kept from before reads the same way. Claims without
+    intervals (identities, accuracies) give the text's first part."""
     found = list(_MARK.finditer(ours))
     quantity, first = _quantity(ours, found[0]) if found else ("", "")
     marks = [(first if i == 0 else m[1].strip(), m[2], m[3]) for i, m in enumerate(found)]
@@ -101,8 +102,7 @@ def headline(ours: str, verdict: str) -> str:
             value, _, half = mark[1].partition(" ± ")
             return abs(float(value)) / float(half) if half and float(half) > 0 else math.inf
 
-        weakest = min(chosen, key=strength)
-        chosen = [weakest] + [m for m in chosen if m is not weakest]
+        chosen = [min(chosen, key=strength)]
     comparison, site = _at_site(chosen[0][0])
     finding = _finding(comparison, chosen[0][1], chosen[0][2])
     if not site:
