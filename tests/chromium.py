@@ -1,7 +1,8 @@
 """Pages opened in headless Chromium, measured by a script run in the page.
 
-``measure(page, script)`` copies an HTML page, appends ``script`` (a JavaScript function body
-that returns a JSON-able value once the page has rendered), opens the copy in headless Chromium
+``measure(page, script)`` copies an HTML page, appends ``script`` (the body of an async
+JavaScript function that returns a JSON-able value once the page has rendered: it may ``await``,
+say, a click's re-rendering), opens the copy in headless Chromium
 at the given window size and returns the value. Chromium's ``--dump-dom`` prints the page after
 its scripts ran, so the value travels back in the DOM: no driver and no Python package needed.
 
@@ -62,9 +63,9 @@ def measure(page: Path, script: str, window=WINDOW):
     and run once the page's own scripts have drawn it."""
     html = page.read_text()
     probe = (
-        f'<script>window.addEventListener("load", () => setTimeout(() => {{'
+        f'<script>window.addEventListener("load", () => setTimeout(async () => {{'
         f'const out = document.createElement("pre"); out.id = "{_MARK}";'
-        f"out.textContent = JSON.stringify((() => {{ {script} }})());"
+        f"out.textContent = JSON.stringify(await (async () => {{ {script} }})());"
         f"document.body.appendChild(out); }}, 500));</script>"
     )
     end = html.rfind("</body>")

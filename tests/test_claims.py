@@ -592,8 +592,9 @@ def test_c5_the_released_baseline_on_fewer_pairs_leaves_the_deciding_units_alone
 
 
 def test_c9_mirrors_figure_1():
-    """Table 2's G_ReLU-Procrustes falls to act3 and rises at act4, the penalties of the
-    specification's reading of Fig. 1 (its values are not in the text) rise to act3 and fall at act4."""
+    """Table 2's G_ReLU-Procrustes falls to act3 and rises at act4; the penalties of ``FIG1`` (our
+    reading of section 4's sentences, as Fig. 1's values are not in the text) rise to act3 and
+    fall at act4."""
     similarity = procrustes("myrtle", TABLE2, TABLE_2_PAIRS)
     assert verdict("C9", {"similarity": similarity, "stitching": stitching(FIG1)}) == "reproduced"
     same_way = FIG1 | {"grelu": [0.12, 0.06, 0.03, 0.10]}  # falling, then up at the last layer
@@ -1534,23 +1535,62 @@ def test_claims_command_reads_its_tables_through_their_schemas(tmp_path, argv, m
 
 def test_headline_is_the_comparison_that_decides():
     """The scorecard's at-a-glance line: against for not reproduced, undecided for inconclusive,
-    the weakest shown for reproduced."""
+    the weakest shown for reproduced, each written as what the run found."""
     strong, weak = Estimate(5.0, 0.5, 10, 11), Estimate(2.0, 0.8, 10, 11)
     against, open_ = Estimate(-3.0, 0.5, 10, 11), Estimate(0.1, 1.0, 10, 11)
     shown = [Comparison("a", strong, +1), Comparison("b", weak, +1)]
     text = describe(shown, judge(shown).agreement, 1, ".1f")
-    assert judge(shown).verdict == "reproduced" and headline(text, "reproduced") == "b: +2.0 ± 1.8"
+    assert judge(shown).verdict == "reproduced" and headline(text, "reproduced") == "b above 0: +2.0 ± 1.8"
     refuted = [Comparison("a", strong, +1), Comparison("c", against, +1)]
     text = describe(refuted, judge(refuted).agreement, 1, ".1f")
     assert judge(refuted).verdict == "not reproduced" and headline(text, "not reproduced").startswith(
-        "c: -3.0"
+        "c below 0: -3.0"
     )
     undecided = [Comparison("a", strong, +1), Comparison("d", open_, +1)]
     text = describe(undecided, judge(undecided).agreement, 1, ".1f")
-    assert judge(undecided).verdict == "inconclusive" and headline(text, "inconclusive").startswith("d: +0.1")
+    assert judge(undecided).verdict == "inconclusive"
+    assert headline(text, "inconclusive").startswith("d undecided (its interval includes 0): +0.1")
     assert headline("G_ReLU largest relative change 8.7e-16; orthogonal 0.1", "reproduced") == (
         "G_ReLU largest relative change 8.7e-16"
     )
+
+
+def test_headline_says_which_side_of_its_threshold_each_site_lies():
+    """Issue 55: "G_ReLU below 10: +24.6" beside "not reproduced" read as a margin that holds. The
+    headline says what was found, with the sites where the same comparison reads the same, the
+    quantity last; the words are made when the page is written, so a kept scorecard's text (the
+    label "act1 G_ReLU below 10", before the label named the penalty) reads so too."""
+    kept = (
+        "penalties (points): act1 G_ReLU - full: +18.9 ± 7.2 [shown]; act1 G_ReLU below 10: +24.6 ± 8.4 "
+        "[against]; act2 G_ReLU - full: +16.8 ± 4.7 [shown]; act2 G_ReLU below 10: +21.1 ± 4.8 [against]; "
+        "act3 G_ReLU - full: +10.7 ± 3.8 [shown]; act3 G_ReLU below 10: +12.7 ± 3.3 [undecided]; "
+        "act4 G_ReLU - full: +12.4 ± 2.1 [shown]; act4 G_ReLU below 10: +15.7 ± 2.0 [against]"
+    )
+    assert headline(kept, "not reproduced") == (
+        "G_ReLU above 10 at 3 of 4 sites: +24.6 ± 8.4 at act1, +21.1 ± 4.8 at act2, +15.7 ± 2.0 at act4 "
+        "(penalties, points)"
+    )
+    assert headline(kept, "inconclusive") == (
+        "G_ReLU not shown below 10 at 1 of 4 sites: +12.7 ± 3.3 at act3 (penalties, points)"
+    )
+    # Reproduced: the weakest shown comparison's kind, at every site it was shown.
+    assert headline(kept, "reproduced") == (
+        "G_ReLU - full above 0 at 4 of 4 sites: +18.9 ± 7.2 at act1, +16.8 ± 4.7 at act2, "
+        "+10.7 ± 3.8 at act3, +12.4 ± 2.1 at act4 (penalties, points)"
+    )
+    # Today's label names the quantity and its unit; a site list in the quantity is left out; a
+    # colon within parentheses is no quantity's end.
+    site = Estimate.of([0.3, 0.25, 0.28]).shift(0.10)
+    grelu = [Comparison("act2 G_ReLU penalty below 10 points", site, -1, threshold=0.10)]
+    text = "penalties (points): " + describe(grelu, judge(grelu).agreement)
+    assert headline(text, "not reproduced").startswith("G_ReLU penalty above 10 points at act2: +27.7 ± ")
+    decay = "diagonal decay along depth (myrtle sites act1 / act2 / act3 / act4): myrtle decay: +0.2 (no interval) [undecided]"
+    assert (
+        headline(decay, "inconclusive")
+        == "myrtle decay undecided: +0.2 (no interval) (diagonal decay along depth)"
+    )
+    noted = "correlation +0.77 (no interval: reported, does not decide); myrtle rise to act3: -0.119 ± 0.092 [against]"
+    assert headline(noted, "not reproduced") == "myrtle rise to act3 below 0: -0.119 ± 0.092"
 
 
 def test_report_opens_with_every_papers_verdict_at_a_glance():

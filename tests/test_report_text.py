@@ -1,5 +1,6 @@
 """The report's opening (workflow/report/workflow.rst), rendered as Snakemake's report renders it
-(Jinja with ``snakemake.config``, then reStructuredText): it states the zoo's seeds truly."""
+(Jinja with ``snakemake.config``, then reStructuredText): it states the zoo's seeds truly, and
+the scorecard's verdicts are marked for the page's colours."""
 
 from __future__ import annotations
 
@@ -7,9 +8,13 @@ import re
 from pathlib import Path
 
 import jinja2
+import pandas as pd
 import pytest
 import yaml
 from docutils.core import publish_parts
+
+from intertwine.workflow.claims import VERDICTS
+from intertwine.workflow.scorecard_page import VERDICT_ROLES, as_rst
 
 REPO = Path(__file__).resolve().parents[1]
 # Snakemake calls docutils with writer_name=, which docutils 0.22 deprecates; so do we.
@@ -72,3 +77,36 @@ def test_opening_gives_each_variants_seeds(config, sentence):
     text = opening(config)
     assert sentence in text
     assert "seeds for each of the variants" not in text and "5 seeds" not in text
+
+
+def test_verdicts_are_marked_for_colour_and_keep_their_words():
+    """Issue 55: each verdict in the scorecard's tables is a span the opening page colours (one
+    colour per verdict, defined in workflow.rst's style), its words as they were."""
+    rows = [
+        {"claim": "C1", "verdict": "reproduced", "reading": "reproduced at 4 of 50 epochs"},
+        {"claim": "C2.full", "verdict": "not reproduced", "reading": "not reproduced"},
+        {"claim": "C2.grelu", "verdict": "inconclusive", "reading": "inconclusive"},
+        {"claim": "C3", "verdict": "not run", "reading": "not run"},
+    ]
+    texts = ("source", "sentence", "statement", "paper", "ours", "units", "scale", "evidence", "mode")
+    card = pd.DataFrame([row | dict.fromkeys(texts, "x") | {"kind": "paper", "figure": ""} for row in rows])
+    html = publish_parts(as_rst(card, set()), writer_name="html", settings_overrides={"halt_level": 2})[
+        "html_body"
+    ]
+    spans = re.findall(r'<span class="verdict (verdict-[\w-]+)">([^<]*)</span>', html)
+    assert {role: text for role, text in spans} == {VERDICT_ROLES[v]: v for v in VERDICTS}
+    # the opening table's C2 row counts its clauses' verdicts, each word marked
+    assert re.search(
+        r'1 <span class="verdict verdict-not-reproduced">not reproduced</span>, '
+        r'1 <span class="verdict verdict-inconclusive">inconclusive</span>',
+        html,
+    )
+    plain = " ".join(re.sub(r"<[^>]+>", " ", html).split())
+    assert "reproduced at 4 of 50 epochs" in plain and "**" not in plain
+    style = (REPO / "workflow/report/workflow.rst").read_text()
+    colours = {
+        role: re.search(rf"span\.{role} {{ background: (#[0-9a-f]{{6}})", style)
+        for role in VERDICT_ROLES.values()
+    }
+    assert all(colours.values()), colours
+    assert len({found[1] for found in colours.values()}) == len(VERDICTS)

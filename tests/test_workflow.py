@@ -737,6 +737,61 @@ def test_report_opens_on_the_verdicts_in_chromium(tiny_run, report):
         assert 0 <= box["left"] and box["right"] <= width, row
 
 
+# Issue 55, item 6: at 1,400 px nothing scrolls sideways, on the opening page and with each
+# category of results opened in the menu (which widens the menu), and every table's verdict column
+# stays on screen; each verdict is coloured, its words kept.
+_SIDEWAYS = """
+const pause = (ms) => new Promise((done) => setTimeout(done, ms));
+const scrolled = () => [...document.querySelectorAll("*")].filter((el) => {
+    const overflow = getComputedStyle(el).overflowX;
+    const scrolls = overflow == "auto" || overflow == "scroll" || el === document.documentElement;
+    return scrolls && el.scrollWidth > el.clientWidth + 1;
+}).map((el) => `${el.tagName}.${el.className}: ${el.scrollWidth} > ${el.clientWidth}`);
+const verdicts = () => [...document.querySelectorAll("table")].filter((t) => t.querySelector("caption")).map((t) => {
+    const content = t.closest(".overflow-auto").getBoundingClientRect();
+    const column = [...t.rows[0].cells].findIndex((c) => c.textContent.trim() == "verdict");
+    const right = Math.max(...[...t.rows].map((r) => r.cells[column].getBoundingClientRect().right));
+    return {table: t.querySelector("caption").textContent, right: right, visible: content.left + t.closest(".overflow-auto").clientWidth};
+});
+const state = (name) => ({name: name, menu: document.querySelector("nav").getBoundingClientRect().width,
+                          scrolled: scrolled(), verdicts: verdicts()});
+const seen = [state("opening")];
+const names = [...document.querySelectorAll("nav a span")].map((s) => s.textContent);
+for (const name of names.slice(names.indexOf("About") + 1)) {
+    [...document.querySelectorAll("nav a")].find((a) => a.textContent == name).click();
+    await pause(300);
+    seen.push(state(name));
+    app.setView({navbarMode: "menu", content: "rulegraph"});  // back to the menu (Snakemake's global app)
+    await pause(300);
+}
+const colours = {};
+for (const span of document.querySelectorAll("span.verdict")) {
+    colours[span.className] = colours[span.className] || {text: new Set(), background: getComputedStyle(span).backgroundColor};
+    colours[span.className].text.add(span.textContent);
+}
+for (const c of Object.values(colours)) c.text = [...c.text];
+return {window: [innerWidth, innerHeight], states: seen, colours: colours};
+"""
+
+
+def test_report_fits_the_window_with_any_category_open_in_chromium(tiny_run, report):
+    seen = chromium.measure(report, _SIDEWAYS)
+    assert seen["window"][0] == 1400
+    assert len(seen["states"]) > 5  # the opening and each category of results
+    for state in seen["states"]:
+        assert state["scrolled"] == [], state
+        assert len(state["verdicts"]) >= 2, state  # the glance and the full table
+        for table in state["verdicts"]:
+            assert table["right"] <= table["visible"], (state["name"], table)
+    claims = pd.read_csv(tiny_run / "results/tables/claims.csv", keep_default_na=False)
+    colours = seen["colours"]
+    assert {f"verdict verdict-{v.replace(' ', '-')}" for v in claims["verdict"]} <= set(colours)
+    for role, found in colours.items():
+        assert found["text"] == [role.removeprefix("verdict verdict-").replace("-", " ")], role
+    backgrounds = [found["background"] for found in colours.values()]
+    assert len(set(backgrounds)) == len(backgrounds) and "rgba(0, 0, 0, 0)" not in backgrounds
+
+
 def test_rerun_has_nothing_to_do(tiny_run):
     assert planned_jobs(tiny_run) == {}
 

@@ -26,14 +26,72 @@ DECISION_RULE = (
 _MARK = re.compile(
     r"([^;]*?): ([+-]?[\d.]+(?: ± [\d.]+)?(?: \(no interval\))?) \[(shown|against|undecided)\]"
 )
+#: A comparison's label that names its threshold ("act1 G_ReLU penalty below 10 points").
+_THRESHOLD = re.compile(r"(?P<subject>.+?) (?P<relation>below|above) (?P<bound>[+-]?\d[\d.]*)(?P<rest>.*)")
+#: A site of a network (act1, layer2.0.act2, features.act3, stage2.1.out): a label that starts with
+#: one ("act1 G_ReLU - full") or is a variant and a site ("myrtle act3") is that comparison at a site.
+_SITE = re.compile(r"(?:\w+\.)*(?:act\d*|out)")
+_OPPOSITE = {"below": "above", "above": "below"}
+
+
+def _at_site(label: str) -> tuple[str, str]:
+    """(the comparison, its site) of ``label``; the site is "" where the label names none."""
+    words = label.split(" ")
+    if len(words) > 1 and _SITE.fullmatch(words[0]):
+        return " ".join(words[1:]), words[0]
+    if len(words) == 2 and _SITE.fullmatch(words[1]):
+        return words[0], words[1]
+    return label, ""
+
+
+def _finding(comparison: str, value: str, mark: str) -> str:
+    """What the run found for ``comparison`` (a label without its site), in words a reader can check
+    against ``value``: the side of its threshold (0 where the label names none) the interval lies on,
+    or that it was not shown on the claimed side."""
+    threshold = _THRESHOLD.fullmatch(comparison)
+    if threshold:
+        subject, relation, bound, rest = threshold.groups()
+        if mark == "shown":
+            return f"{subject} {relation} {bound}{rest}"
+        if mark == "against":
+            return f"{subject} {_OPPOSITE[relation]} {bound}{rest}"
+        return f"{subject} not shown {relation} {bound}{rest}"
+    if mark == "undecided":
+        return f"{comparison} undecided" + (" (its interval includes 0)" if "±" in value else "")
+    return f"{comparison} {'below' if value.startswith('-') else 'above'} 0"
+
+
+def _quantity(ours: str, first: re.Match) -> tuple[str, str]:
+    """(what ``ours`` measures, the first comparison's label): "penalties (points): act1 G_ReLU -
+    full" gives ("penalties (points)", "act1 G_ReLU - full"). A colon or semicolon within
+    parentheses is part of the text; text before a semicolon is a note, not the quantity."""
+    head = ours[: first.end(1)]
+    depth, masked = 0, []
+    for character in head:
+        depth += character == "("
+        masked.append(character if depth == 0 else "_")
+        depth -= character == ")" and depth > 0
+    masked = "".join(masked)
+    start = masked.rfind("; ") + 2 if "; " in masked else 0
+    colon = masked.rfind(": ")
+    if colon < start:
+        return "", first[1].strip()
+    return head[start:colon].strip(), head[colon + 2 :].strip()
 
 
 def headline(ours: str, verdict: str) -> str:
-    """The one comparison that carries a verdict, read from ``ours`` (``describe``'s text): for
-    "not reproduced" the first decided against it; for "inconclusive" the first undecided; for
-    "reproduced" the weakest shown (the smallest value over its interval's half-width). Claims
-    without intervals (identities, accuracies) give the text's first part."""
-    marks = [(label.strip(), value, mark) for label, value, mark in _MARK.findall(ours)]
+    """The comparison that carries a verdict, read from ``ours`` (``describe``'s text) and written
+    as a sentence a reader can check: which side of its threshold (0 where it names none) the
+    interval lies on, or that it was not shown on the claimed side, at every site where the same
+    comparison reads so, the quantity last: "G_ReLU penalty above 10 points at 3 of 4 sites:
+    +24.6 ± 8.4 at act1, ... (penalties, points)". For "not reproduced" the first comparison decided
+    against the claim, for "inconclusive" the first undecided, for "reproduced" the weakest shown
+    (the smallest value over its interval's half-width). The words are made here, when the page is
+    written, so that a run's scorecard kept from before reads the same way. Claims without
+    intervals (identities, accuracies) give the text's first part."""
+    found = list(_MARK.finditer(ours))
+    quantity, first = _quantity(ours, found[0]) if found else ("", "")
+    marks = [(first if i == 0 else m[1].strip(), m[2], m[3]) for i, m in enumerate(found)]
     wanted = {"not reproduced": "against", "inconclusive": "undecided", "reproduced": "shown"}.get(verdict)
     chosen = [m for m in marks if m[2] == wanted]
     if not chosen:
@@ -45,8 +103,32 @@ def headline(ours: str, verdict: str) -> str:
             return abs(float(value)) / float(half) if half and float(half) > 0 else math.inf
 
         chosen = [min(chosen, key=strength)]
-    label, value, _ = chosen[0]
-    return f"{label}: {value}"
+    comparison, site = _at_site(chosen[0][0])
+    finding = _finding(comparison, chosen[0][1], chosen[0][2])
+    if not site:
+        sentence = f"{finding}: {chosen[0][1]}"
+    else:
+        at_sites = [(_at_site(label), value, mark) for label, value, mark in marks]
+        alike = [
+            (v, at) for (other, at), v, mark in at_sites if other == comparison and at and mark == wanted
+        ]
+        measured = sum(1 for (other, at), _, _ in at_sites if other == comparison and at)
+        sentence = (
+            f"{finding} at {site}: {chosen[0][1]}"
+            if measured == 1
+            else f"{finding} at {len(alike)} of {measured} sites: "
+            + ", ".join(f"{v} at {at}" for v, at in alike)
+        )
+    # What is measured comes last, so that a cell cut short keeps the finding; a long parenthesis
+    # of it (a list of sites) is left out.
+    quantity = re.sub(r" \([^()]{30,}\)", "", quantity)
+    return f"{sentence} ({_flat(quantity)})" if quantity else sentence
+
+
+def _flat(quantity: str) -> str:
+    """``quantity`` without a closing parenthesis, to stand in one: "penalties (points)" gives
+    "penalties, points"."""
+    return re.sub(r" \(([^()]*)\)$", r", \1", quantity)
 
 
 #: The suffixes of a claim split by architecture (``C4.myrtle``); other splits are by clause
@@ -154,6 +236,25 @@ def glance_rows(table: pd.DataFrame) -> list[dict[str, str]]:
     return rows
 
 
+#: Each verdict's RST role: ``:verdict-not-reproduced:`...``` is a span of classes "verdict
+#: verdict-not-reproduced", which the report's opening page (workflow/report/workflow.rst) colours.
+VERDICT_ROLES = {verdict: "verdict-" + verdict.replace(" ", "-") for verdict in VERDICTS}
+_VERDICT_WORDS = re.compile(r"(?<![\w-])(not reproduced|not run|inconclusive|reproduced)(?![\w-])")
+
+
+def verdict_markup(reading: str) -> str:
+    """``reading`` (a verdict cell's text, "not reproduced at 4 of 50 epochs", "2 reproduced, 1
+    inconclusive") with each verdict word marked by its role; the text stays as it was."""
+    return _VERDICT_WORDS.sub(lambda word: f":{VERDICT_ROLES[word[1]]}:`{word[1]}`", reading)
+
+
+def _role_definitions() -> list[str]:
+    lines = []
+    for role in VERDICT_ROLES.values():
+        lines += [f".. role:: {role}", f"   :class: verdict {role}", ""]
+    return lines
+
+
 def as_rst(table: pd.DataFrame, figures: set[str]) -> str:
     """The scorecard as RST list tables for the report's opening page, the papers' claims and
     ours apart; a claim's figure is a link when the report has it (``figures``: its file names)."""
@@ -184,7 +285,7 @@ def as_rst(table: pd.DataFrame, figures: set[str]) -> str:
                 + (f"; {cell(row.scale)}" if row.scale else "")
                 + ")"
                 + (f" [{cell(row.mode)}]" if row.mode else ""),
-                f"     - **{cell(row.reading)}**",
+                f"     - {verdict_markup(cell(row.reading))}",
             ]
         return lines
 
@@ -206,13 +307,14 @@ def as_rst(table: pd.DataFrame, figures: set[str]) -> str:
                 f"     - {cell(row['statement'])}",
                 f"     - {cell(row['ours']) or '-'}",
                 f"     - {cell(row['paper'])}",
-                f"     - **{cell(row['verdict'])}**",
+                f"     - {verdict_markup(cell(row['verdict']))}",
             ]
         return lines
 
     split = split_summary(table)
     lines = (
-        glance(table[table["kind"] == "paper"])
+        _role_definitions()
+        + glance(table[table["kind"] == "paper"])
         + (
             ["", "**Claims split into rows (by architecture or by clause).**", ""]
             + [f"- {cell(line)}" for line in split]

@@ -136,7 +136,8 @@ CLAIMS = (
     Claim(
         "L2",
         f"{REBASIN}, ResNet20 width ablation (their code: widths 1x-32x, CIFAR-10)",
-        "the issue's reading of their width ablation: the loss barrier after weight matching shrinks as the width grows; "
+        "our reading of their width ablation (the abstract names the phenomenon, not its direction or size): "
+        "the loss barrier after weight matching shrinks as the width grows; "
         '"we identify intriguing phenomena relating model width and training time to mode connectivity" '
         "(abstract)",
         "The test-loss barrier after weight matching over permutations is lower at the widest width of an "

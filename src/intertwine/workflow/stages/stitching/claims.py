@@ -130,7 +130,7 @@ def grelu_between(tables, settings) -> Result:
         )
         comparisons.append(
             Comparison(
-                f"{site} G_ReLU below {TEN_POINTS * 100:g}",
+                f"{site} G_ReLU penalty below {TEN_POINTS * 100:g} points",
                 Estimate.of(rows["grelu"], members).shift(TEN_POINTS),
                 -1,
                 group="below ten",
