@@ -24,8 +24,10 @@ run: .venv
 report: .venv
 	$(SNAKEMAKE) --report results/report.html
 
+# Two pytest-xdist workers; the tests that share a module-scoped fixture (the tiny workflow run)
+# stay on one worker (tests/conftest.py). `make test PYTEST_ARGS=-n0` runs in one process.
 test: .venv
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(CORES) --dist loadgroup $(PYTEST_ARGS)
 
 format: .venv
 	$(BIN)/ruff format src tests benchmarks
