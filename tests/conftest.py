@@ -4,25 +4,6 @@ import numpy as np
 import pytest
 import torch
 
-# The fixtures made once for many tests: a test using one of these scopes runs on the pytest-xdist
-# worker (`make test` runs two) that holds the fixture's other tests, so it is made once.
-SHARED_SCOPES = ("module", "package", "session")
-
-
-def pytest_collection_modifyitems(config, items):
-    """Group each test that uses a module- or session-scoped fixture of its own module with that
-    module's other such tests (`--dist loadgroup`); the largest groups (the tiny workflow run's)
-    are scheduled first, beside the many small tests."""
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        shared = [
-            definitions[-1]
-            for definitions in item._fixtureinfo.name2fixturedefs.values()
-            if definitions[-1].scope in SHARED_SCOPES and definitions[-1].baseid == module
-        ]
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(module))
-
 
 @pytest.fixture(autouse=True, scope="session")
 def _one_torch_thread():
