@@ -24,8 +24,11 @@ run: .venv
 report: .venv
 	$(SNAKEMAKE) --report results/report.html
 
+# Two pytest-xdist workers, each test file on one of them (--dist loadfile), so a module-scoped
+# fixture (the tiny workflow run of tests/test_workflow.py) is made once; the files with the most
+# tests start first. `make test PYTEST_ARGS=-n0` runs in one process.
 test: .venv
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(CORES) --dist loadfile $(PYTEST_ARGS)
 
 format: .venv
 	$(BIN)/ruff format src tests benchmarks

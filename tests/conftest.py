@@ -2,6 +2,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    """The tests' tensors are small: intra-op threads only wait on each other, on a shared machine
+    and beside a second worker (a test module took 70 s with two threads, 8 s with one). The
+    workflow's jobs set their own threads (`--threads`)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def _write_shapes(

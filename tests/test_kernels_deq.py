@@ -17,16 +17,6 @@ SETTINGS = [(0.25, 0.25, 0.5), (0.6, 0.4, 0.0), (0.8, 0.2, 0.0)]
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # The tensors here are small: on a shared machine, intra-op threads only wait on each other
-    # (a 0.3 s test took 24 s with 2 threads under load).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _variances(setting):
     return dict(zip(("sigma_w2", "sigma_u2", "sigma_b2"), setting))
 

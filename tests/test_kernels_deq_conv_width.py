@@ -33,14 +33,6 @@ CHANNELS, DRAWS = 128, 96
 NET, STEP = torch.float32, 1e-6
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _images(seed: int) -> torch.Tensor:
     """Three 3-channel 4x4 images with unit pixels, correlated (a shared part) so that the kernel's
     entries between images are not near 0."""

@@ -18,16 +18,6 @@ ARCHS = ("resnet18", "resnet50", "vgg11_bn", "densenet121")
 CLASSES = 10
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small float64 tensors and many Python-side ops: on a busy 2-core machine intra-op threads
-    only wait for each other (the module took 70 s with two threads, 8 s with one)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def calibrated(model: nn.Module, seed: int) -> nn.Module:
     """Batch-norm statistics of random images (so that activations neither vanish nor blow up over
     50 layers) and random affine parameters (so that channels differ in scale), in eval mode."""
