@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 
 from intertwine.workflow.cli import WORKFLOW_PACKAGES
-from test_layout import ALLOWED, ENTRY_POINTS, PACKAGE, TABLES_NOT_YET_MOVED, WORKFLOW, every_import
+from test_layout import ALLOWED, ENTRY_POINTS, PACKAGE, WORKFLOW, every_import
 
 REPO = PACKAGE.parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -50,9 +50,9 @@ def third_party(path: Path) -> set[str]:
 def library_modules() -> list[str]:
     """Every module of the library, less the adapters whose own packages are an extra's:
     ``intertwine.attribution`` ([attribution]: Captum imports matplotlib), the entry point that runs
-    the workflow's command line, and a module whose tables have not yet moved to the workflow."""
+    and the workflow's command line."""
     names = sorted(module_name(path) for path in PACKAGE.rglob("*.py"))
-    excluded = {*ALLOWED, *ENTRY_POINTS, *TABLES_NOT_YET_MOVED}
+    excluded = {*ALLOWED, *ENTRY_POINTS}
     return [name for name in names if not is_workflow(name) and name not in excluded]
 
 
@@ -115,7 +115,7 @@ def test_every_imported_package_is_declared_where_its_module_is_installed():
         elif name in ALLOWED:
             allowed = base | extras["attribution"]
         else:
-            allowed = base | (extras["workflow"] if name in TABLES_NOT_YET_MOVED else set())
+            allowed = base
         missing = third_party(path) - allowed
         if missing:
             undeclared[name] = sorted(missing)
