@@ -92,7 +92,7 @@ def constant_message(which: str, n: int, measure: str) -> str:
     )
 
 
-def _is_constant(lowest: Tensor, highest: Tensor, n: int) -> bool:
+def is_constant(lowest: Tensor, highest: Tensor, n: int) -> bool:
     """Whether features whose per-entry minimum and maximum over the samples are ``lowest`` and
     ``highest`` are constant: the same for every sample, or (one sample) all zero."""
     if n > 1:
@@ -102,7 +102,7 @@ def _is_constant(lowest: Tensor, highest: Tensor, n: int) -> bool:
 
 def require_variation(X: Tensor, which: str, measure: str) -> None:
     """``ConstantRepresentationError`` if (N, C, P) features ``X`` are constant (see the module)."""
-    if _is_constant(X.amin(0), X.amax(0), X.shape[0]):
+    if is_constant(X.amin(0), X.amax(0), X.shape[0]):
         raise ConstantRepresentationError(constant_message(which, X.shape[0], measure), which)
 
 
@@ -210,9 +210,9 @@ def merged_ranges(ranges: list[Tensor] | None, x: Tensor, y: Tensor) -> list[Ten
 def constant_side(ranges: list[Tensor], n: int) -> str | None:
     """Which representation, "X" or "Y" (X first), is constant over its n samples, or None."""
     low_x, high_x, low_y, high_y = ranges
-    if _is_constant(low_x, high_x, n):
+    if is_constant(low_x, high_x, n):
         return "X"
-    return "Y" if _is_constant(low_y, high_y, n) else None
+    return "Y" if is_constant(low_y, high_y, n) else None
 
 
 def check_max_bytes(max_bytes) -> int:

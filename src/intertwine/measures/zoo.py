@@ -39,13 +39,13 @@ import torch
 from torch import Tensor
 
 from intertwine.measures._base import (
-    _F64,
     DEFAULT_MAX_BYTES,
+    F64,
     ArrayLike,
     ConstantRepresentationError,
-    _as_features,
-    _constant_message,
-    _is_constant,
+    as_features,
+    constant_message,
+    is_constant,
 )
 from intertwine.measures.layerwise import pairwise
 from intertwine.measures.names import CKA_MEASURES, too_few_samples
@@ -316,10 +316,10 @@ def _checked(representations: Sequence[ArrayLike], measure: str) -> list[tuple[i
     constant (``ConstantRepresentationError`` naming its index)."""
     shapes = []
     for i, X in enumerate(representations):
-        F = _as_features(X, f"representations[{i}]")
-        if _is_constant(F.amin(0), F.amax(0), F.shape[0]):
+        F = as_features(X, f"representations[{i}]")
+        if is_constant(F.amin(0), F.amax(0), F.shape[0]):
             raise ConstantRepresentationError(
-                _constant_message(f"representations[{i}]", F.shape[0], measure), "representations", index=i
+                constant_message(f"representations[{i}]", F.shape[0], measure), "representations", index=i
             )
         shapes.append(tuple(F.shape))
     if len({shape[0] for shape in shapes}) > 1:
@@ -342,7 +342,7 @@ def _space(representations: Sequence[ArrayLike], measure: str) -> _Space:
         return m.reshape(n, positions, m.shape[1]).transpose(1, 2).reshape(n, m.shape[1], *spatial)
 
     def rows(i: int) -> Tensor:
-        return _procrustes_rows(_as_features(representations[i], f"representations[{i}]").to(_F64))
+        return _procrustes_rows(as_features(representations[i], f"representations[{i}]").to(F64))
 
     if measure in ("orthogonal_procrustes", "grelu_procrustes"):
         if len({shape[2] for shape in shapes}) > 1:
@@ -364,7 +364,7 @@ def _space(representations: Sequence[ArrayLike], measure: str) -> _Space:
     factors = []
     for i, X in enumerate(representations):
         p = prepare_shape_metric(X, 1.0, name=f"representations[{i}]")
-        factors.append(p.basis.to(_F64) * p.scales.to(_F64) * p.unit)
+        factors.append(p.basis.to(F64) * p.scales.to(F64) * p.unit)
     factors = _padded(factors)
     if measure == "shape_euclidean":
         return _Space(factors, _rotated, _chord(1.0), lambda xs, m, f: sum(xs) / len(factors), lambda m: m)
