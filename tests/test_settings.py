@@ -12,7 +12,7 @@ from intertwine.workflow.stages.deqntk.settings import DeqntkConfig
 from intertwine.workflow.stages.dissection.settings import DissectionConfig
 from intertwine.workflow.stages.pullback.settings import PullbackConfig
 from intertwine.workflow.stages.rotation.settings import RotationConfig
-from intertwine.workflow.stages.similarity.settings import SimilarityConfig
+from intertwine.workflow.stages.similarity.settings import SimilarityConfig, SimilarityZooConfig
 from intertwine.workflow.settings import StitchConfig, TrainConfig, expand_methods, method_kind, schema_block
 from intertwine.workflow.stages.symmetry.settings import SymmetryConfig
 
@@ -22,6 +22,7 @@ SETTINGS = [
     RotationConfig,
     SymmetryConfig,
     SimilarityConfig,
+    SimilarityZooConfig,
     DissectionConfig,
     DeqntkConfig,
     PullbackConfig,
@@ -44,7 +45,9 @@ FAN_OUT = {
     },
     "rotation": {"variants", "seeds", "sites", "trials"},
     "symmetry": {"seeds"},
-    "similarity": {"variants", "procrustes_pairs", "cka_pairs", "pairs_per_variant"},
+    # zoo is a sub-block (below)
+    "similarity": {"variants", "procrustes_pairs", "cka_pairs", "pairs_per_variant", "zoo"},
+    "similarity.zoo": {"variants", "members", "sites"},
     "dissection": {"variants", "seeds", "sites", "external"},
     # depth, reference and conv are sub-blocks (below)
     "deqntk": {"n_train", "settings", "block_rows", "depth", "reference", "conv"},

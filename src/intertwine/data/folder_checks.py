@@ -91,11 +91,15 @@ def image_folder_errors(data: dict, asked: list[tuple[str, int | None, str]]) ->
         )
     val_size = data.get("val_size", 0)
     sizes = {"test": sum(counts["test"].values()), "training": sum(counts["train"].values()) - val_size}
+    stored = sizes["training"] + val_size
+    if stored == 0:
+        errors.append(f"config key {key}: {root / 'train'} holds no images; copy the training images there")
+        return errors
     if sizes["training"] < 1:
         errors.append(
             f"config key data.val_size: {val_size} validation images are held out of the "
-            f"{sizes['training'] + val_size} training images in {root / 'train'}, leaving none to train "
-            f"on; set data.val_size to at most {sizes['training'] + val_size - 1}, or copy more images there"
+            f"{stored} training images in {root / 'train'}, leaving none to train "
+            f"on; set data.val_size to at most {stored - 1}, or copy more images there"
         )
         return errors
     for setting, n, split in asked:
