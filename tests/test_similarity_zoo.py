@@ -47,7 +47,7 @@ def zoo_table(tmp_path_factory, shapes_dir):
     G_ReLU element (a permutation of its channels), at two sites."""
     from intertwine.symmetry import act_on_weights, random_elements
     from intertwine.workflow.job import Job
-    from intertwine.workflow.stages.similarity.zoo_view import similarity_zoo as job
+    from intertwine.workflow.stages.similarity.job import similarity_zoo as job
 
     torch.manual_seed(0)
     first, other = models.build(SPEC).eval(), models.build(SPEC).eval()
@@ -113,7 +113,7 @@ def test_the_zoo_summary_and_figure(zoo_table):
 
 def test_the_zoo_job_names_a_dead_member(tmp_path, shapes_dir):
     from intertwine.workflow.job import Job
-    from intertwine.workflow.stages.similarity.zoo_view import similarity_zoo as job
+    from intertwine.workflow.stages.similarity.job import similarity_zoo as job
 
     torch.manual_seed(0)
     alive, dead = models.build(SPEC).eval(), models.build(SPEC).eval()

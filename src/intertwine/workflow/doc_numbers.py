@@ -72,7 +72,9 @@ def value(name: str, root: Path = REPO, jobs=planned_jobs) -> str:
     """The text of documented number ``name`` (``paper.members``)."""
     config, _, quantity = name.rpartition(".")
     if quantity not in QUANTITIES or not config:
-        raise ValueError(f"documented number {name!r}: write <config>.<quantity>, one of {', '.join(QUANTITIES)}")
+        raise ValueError(
+            f"documented number {name!r}: write <config>.<quantity>, one of {', '.join(QUANTITIES)}"
+        )
     path = config_path(config, root)
     if quantity == "jobs":
         return f"{jobs(path):,}"

@@ -50,7 +50,7 @@ def cmd_similarity_figure(args) -> None:
 def cmd_similarity_zoo(args) -> None:
     from intertwine.workflow.tables import write_parquet
     from intertwine.workflow.stages.similarity.tables import SIMILARITY_ZOO
-    from intertwine.workflow.stages.similarity.zoo_view import similarity_zoo
+    from intertwine.workflow.stages.similarity.job import similarity_zoo
 
     rows = similarity_zoo(job_context(args), args.variant, args.members, args.sites, args.config)
     write_parquet(rows, args.out, SIMILARITY_ZOO)

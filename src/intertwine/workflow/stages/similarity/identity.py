@@ -5,5 +5,6 @@ job, so editing it reruns nothing but what its entries change."""
 
 from __future__ import annotations
 
-#: The zoo-as-a-whole job runs the zoo view, by the name its rule gives ``variant_code_hash``.
-ENTRIES = {"similarity_zoo": [f"{__package__}.zoo_view"]}
+#: The zoo-as-a-whole job runs one function of the job module, by the name its rule gives
+#: ``variant_code_hash``.
+ENTRIES = {"similarity_zoo": [f"{__package__}.job:similarity_zoo"]}
