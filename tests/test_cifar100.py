@@ -269,13 +269,22 @@ def test_zoo_needs_num_classes_100(tmp_path, rng, no_md5):
 
 @pytest.mark.workflow
 def test_workflow_data_rule_writes_results_data_cifar100(tmp_path, rng):
-    write_image_folders(tmp_path / "c100", rng, sizes=(("train", 4), ("test", 2)))
+    # every one of CIFAR-100's classes (the plan refuses a copy that lacks one), an image each
+    classes = [f"class{c:03d}" for c in range(100)]
+    write_image_folders(tmp_path / "c100", rng, sizes=(("train", 1), ("test", 1)), classes=classes)
     config = tmp_path / "config.yaml"
     # Only what the data rule reads; every other block takes the schema's defaults (a whole
-    # config: not merged onto config/config.yaml, whose variants have 10 classes).
+    # config: not merged onto config/config.yaml, whose variants have 10 classes), the symmetry
+    # check's images within the copy's 100 test images.
     data = {"dataset": "cifar100", "val_size": 4, "cifar100": {"root": str(tmp_path / "c100")}}
     myrtle = {"arch": "myrtle", "width_multiplier": 0.125, "num_classes": 100}
-    whole = {"replaces_default": True, "device": "cpu", "data": data, "zoo": {"variants": {"myrtle": myrtle}}}
+    whole = {
+        "replaces_default": True,
+        "device": "cpu",
+        "data": data,
+        "zoo": {"variants": {"myrtle": myrtle}},
+        "symmetry": {"images": 64},
+    }
     config.write_text(yaml.safe_dump(whole))
     env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(
@@ -296,6 +305,6 @@ def test_workflow_data_rule_writes_results_data_cifar100(tmp_path, rng):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     meta = load_meta(tmp_path / "run" / "results" / "data" / "cifar100")
-    assert meta["dataset"] == "cifar100" and meta["classes"] == FOLDERS
-    assert meta["sizes"] == {"test": 6, "train": 8, "val": 4}
+    assert meta["dataset"] == "cifar100" and meta["classes"] == classes
+    assert meta["sizes"] == {"test": 100, "train": 96, "val": 4}
     assert (tmp_path / "run" / "results" / "logs" / "data" / "cifar100.log").exists()

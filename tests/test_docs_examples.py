@@ -26,7 +26,11 @@ def blocks(page: Path, languages: tuple[str, ...]) -> list[str]:
     return [code for language, code in FENCE.findall(page.read_text()) if language in languages]
 
 
-PYTHON_PAGES = [page for page in PAGES if blocks(page, ("python",))]
+#: Pages whose Python blocks are excerpts of the project's own files, not programs: the stage guide
+#: shows parts of the connectivity stage, which tests/test_adding_a_stage.py finds word for word in
+#: that stage's files.
+EXCERPTS = {"adding-a-stage.md"}
+PYTHON_PAGES = [page for page in PAGES if blocks(page, ("python",)) and page.name not in EXCERPTS]
 SHELL_PAGES = [page for page in PAGES if blocks(page, ("", "bash", "sh"))]
 
 
