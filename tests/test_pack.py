@@ -1,5 +1,6 @@
 """Packed zoo training: K members in one job end with the weights each gets alone."""
 
+import dataclasses
 import re
 
 import pytest
@@ -147,7 +148,7 @@ def test_an_unmixed_pack_skips_the_partner_loss_and_its_loss_is_unchanged(tiny_s
 def test_a_diverged_member_leaves_the_rest_of_its_pack(tiny_shapes_dir, tmp_path):
     from intertwine.training import train_pack as train_models_packed
     from intertwine.workflow.settings import TrainConfig
-    from intertwine.workflow.stages.zoo.job import _member  # noqa: PLC2701 - the members' initial models
+    from intertwine.workflow.stages.zoo.job import _member
 
     torch.set_num_threads(1)
     job = Job("cpu", tiny_shapes_dir)
@@ -386,3 +387,173 @@ def test_a_full_disk_says_so_and_leaves_no_file(tiny_shapes_dir, tmp_path, monke
     ):
         write_pack(pack, {0: trained})
     assert list(pack.parent.iterdir()) == []
+
+
+# --- the fast path: wide packs, batched batches, CUDA graphs ------------------------------------
+
+
+from intertwine import wide_pack
+from intertwine.data import Split
+from intertwine.data.augment import apply_augmentation, augment, draw_augmentation
+from intertwine.training import train_pack as train_models
+from intertwine.training_steps import EpochDraws, training_batch
+from intertwine.workflow.settings import TrainConfig
+
+WIDENED = {
+    "myrtle": {"arch": "myrtle", "width_multiplier": 0.125},
+    "myrtle_nobn": {"arch": "myrtle", "width_multiplier": 0.125, "batch_norm": False},
+    "resnet20_leaky": {"arch": "resnet20", "width_multiplier": 0.25, "activation": "leaky_relu"},
+    "resnet18": {"arch": "resnet18", "width_multiplier": 0.0625},
+    "c4gap": {"arch": "c4gap", "width_multiplier": 0.0625},
+    "c4gap_dgn": {"arch": "c4gap", "width_multiplier": 0.0625, "gated": {"family": "dgn"}},
+    "c4gap_dlgn_fr": {
+        "arch": "c4gap",
+        "width_multiplier": 0.0625,
+        "gated": {"family": "dlgn", "regime": "fr"},
+    },
+    "myrtle_dlgn_gated_max": {
+        "arch": "myrtle",
+        "width_multiplier": 0.125,
+        "gated": {"family": "dlgn", "pools": "gated_max"},
+    },
+    "vgg16_dgn": {"arch": "vgg16_avg", "width_multiplier": 0.0625, "gated": {"family": "dgn"}},
+}
+
+
+@pytest.mark.parametrize("name", WIDENED)
+def test_zoo_architectures_widen_and_give_each_member_its_own_weights(name):
+    torch.manual_seed(0)
+    members = [models.build(WIDENED[name]) for _ in range(3)]
+    assert wide_pack.widen_problem(members, torch.randn(4, 3, 32, 32)) is None
+    wide = wide_pack.widen(members)
+    for k, member in enumerate(members):
+        state = wide_pack.member_state(wide, k, len(members))
+        assert state.keys() == member.state_dict().keys()
+        assert all(torch.equal(state[key], value) for key, value in member.state_dict().items())
+    # a frozen feature network (the FR regime) stays frozen
+    frozen = {n for n, p in members[0].named_parameters() if not p.requires_grad}
+    assert frozen == {n for n, p in wide.named_parameters() if not p.requires_grad}
+
+
+class _Concatenating(torch.nn.Module):
+    """A forward that concatenates two branches' channels: right alone, wrong on a wide tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Conv2d(3, 2, 1), torch.nn.Conv2d(3, 2, 1)
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(torch.cat([self.a(x), self.b(x)], dim=1).mean((2, 3)))
+
+
+def test_an_architecture_that_does_not_widen_says_why_and_trains_under_vmap():
+    example = torch.randn(2, 3, 32, 32)
+    assert "mixes the members' channels" in wide_pack.widen_problem(
+        [_Concatenating() for _ in range(2)], example
+    )
+    cct = {"arch": "cct", "width_multiplier": 0.125, "depth": 1}
+    assert "CCT holds its own tensors ('pos_embedding')" in wide_pack.widen_problem(
+        [models.build(cct) for _ in range(2)], example
+    )
+    convnext = {"arch": "convnext", "width_multiplier": 0.125}
+    assert "LayerNorm2d" in wide_pack.widen_problem([models.build(convnext) for _ in range(2)], example)
+
+
+def _random_split(n, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return Split(
+        torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=generator),
+        torch.randint(0, 3, (n,), generator=generator),
+    )
+
+
+@pytest.mark.parametrize("mixing", [{}, {"mixup_alpha": 0.4, "cutmix_alpha": 1.0}])
+def test_a_packs_batch_is_each_members_own_batch_exactly(mixing):
+    from intertwine.packed_training import _pack_batch  # the seam under test
+
+    split, config = _random_split(70), TrainConfig(batch_size=16, **mixing)
+    mean, std = torch.full((3,), 0.5), torch.full((3,), 0.25)
+    seeds = [3, 4, 5]
+    packed_generators = [torch.Generator().manual_seed(s) for s in seeds]
+    alone_generators = [torch.Generator().manual_seed(s) for s in seeds]
+    packed_draws = [EpochDraws.draw(len(split), g, config) for g in packed_generators]
+    alone_draws = [EpochDraws.draw(len(split), g, config) for g in alone_generators]
+    for step in range(5):  # the last batch is short (70 = 4 x 16 + 6)
+        x, y, lam = _pack_batch(split, packed_draws, step, config, packed_generators, mean, std, 1)
+        for k, (draws, generator) in enumerate(zip(alone_draws, alone_generators)):
+            x_k, y_k, lam_k = training_batch(split, draws, step, config, generator, mean, std, 1)
+            assert torch.equal(x[:, k], x_k) and torch.equal(y[k], y_k)
+            assert (lam if isinstance(lam, float) else lam[k].item()) == pytest.approx(lam_k, abs=1e-7)
+
+
+def test_augment_is_its_draws_applied():
+    x = torch.randn(6, 3, 8, 8)
+    shifts, flips = draw_augmentation(6, torch.Generator().manual_seed(1), translate=2, flip=True)
+    assert torch.equal(augment(x, torch.Generator().manual_seed(1)), apply_augmentation(x, shifts, flips, 2))
+    assert shifts.shape == (2, 6) and 0 <= shifts.min() and shifts.max() <= 4
+
+
+def _train_pack_of(spec, seeds, config, device, log=lambda _: None):
+    split, val = _random_split(96).to(device), _random_split(64, seed=1).to(device)
+    built = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        built.append(models.build(spec | {"num_classes": 3}).to(device))
+    generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+    mean, std = torch.full((3,), 0.5, device=device), torch.full((3,), 0.25, device=device)
+    return train_models(built, split, val, config, generators, mean, std, [f"m{s}" for s in seeds], log)
+
+
+def test_a_pack_that_does_not_widen_trains_under_vmap_as_its_members_alone():
+    torch.set_num_threads(1)
+    spec, config = {"arch": "convnext", "width_multiplier": 0.125}, TrainConfig(epochs=1, batch_size=32)
+    lines = []
+    packed = _train_pack_of(spec, [0, 1], config, torch.device("cpu"), lines.append)
+    assert any(
+        "the pack runs under torch.func.vmap: it cannot be widened: LayerNorm2d" in line for line in lines
+    )
+    for seed, result in zip([0, 1], packed):
+        (alone,) = _train_pack_of(spec, [seed], config, torch.device("cpu"))
+        assert max_weight_difference(result.state_dict, alone.state_dict) < WEIGHT_TOLERANCE
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and bf16 autocast are a GPU's")
+
+
+@gpu
+@pytest.mark.parametrize("arch", ["myrtle", "resnet20"])
+def test_a_pack_replayed_as_a_cuda_graph_trains_as_its_eager_steps(arch):
+    spec = {"arch": arch, "width_multiplier": 0.25}
+    config = TrainConfig(epochs=3, batch_size=16, channels_last=True)
+    cuda, lines = torch.device("cuda"), []
+    graphed = _train_pack_of(spec, [0, 1, 2], config, cuda, lines.append)
+    assert not [line for line in lines if "CUDA graph" in line or "vmap" in line]  # wide, and captured
+    eager = _train_pack_of(spec, [0, 1, 2], dataclasses.replace(config, cuda_graphs=False), cuda)
+    for a, b in zip(graphed, eager):
+        rest = set(a.state_dict) - cancelled_by_batch_norm(a.state_dict)
+        assert max_weight_difference(a.state_dict, b.state_dict, rest) < WEIGHT_TOLERANCE
+        assert [row["val_acc"] for row in a.history] == pytest.approx(
+            [row["val_acc"] for row in b.history], abs=2 / 64
+        )
+
+
+# bf16 keeps 8 bits of mantissa: the weights of a bf16 pack drift from the float32 pack's by
+# about lr per step wherever a gradient's sign flips, so the accuracies, not the weights, compare.
+BF16_ACCURACY_TOLERANCE = 0.1
+
+
+@gpu
+@pytest.mark.parametrize("arch", ["myrtle", "resnet20"])
+def test_a_bf16_pack_trains_like_a_float32_pack(arch):
+    spec = {"arch": arch, "width_multiplier": 0.25}
+    config = TrainConfig(epochs=3, batch_size=16, channels_last=True)
+    cuda = torch.device("cuda")
+    float32 = _train_pack_of(spec, [0, 1, 2], config, cuda)
+    bf16 = _train_pack_of(spec, [0, 1, 2], dataclasses.replace(config, bf16=True), cuda)
+    for a, b in zip(float32, bf16):
+        assert b.history[-1]["train_loss"] < b.history[0]["train_loss"]
+        assert abs(a.history[-1]["val_acc"] - b.history[-1]["val_acc"]) <= BF16_ACCURACY_TOLERANCE
+        assert all(
+            v.dtype == a.state_dict[k].dtype for k, v in b.state_dict.items()
+        )  # float32 master weights

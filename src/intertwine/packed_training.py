@@ -1,31 +1,42 @@
-"""Packed training: K members of a variant as one network, stacked and run by ``torch.func.vmap``
-(one forward and backward for the K), each member with its own batches, optimiser state, NaN check
-and best epoch. ``training.train_pack`` is the entry point (``intertwine.training`` re-exports
-``pack_problem``); the pieces of a step and an epoch come from ``intertwine.training_steps``."""
+"""Packed training: K members of a variant trained as one network, each member with its own
+batches, augmentation draws, optimiser state, NaN check and best epoch. ``training.train_pack`` is the
+entry point (``intertwine.training`` re-exports ``pack_problem``); the pieces of a step and an epoch
+come from ``intertwine.training_steps``.
+
+The K members run as one wide network of grouped convolutions (``intertwine.wide_pack``) where their
+architecture widens, else stacked under ``torch.func.vmap``. Each epoch every member draws its order
+and augmentations at once, and a step builds the K batches with one gather; on a GPU the step (forward,
+backward, fused optimiser step) is captured once as a CUDA graph and replayed, so that the host
+launches one graph per step instead of hundreds of kernels (``zoo.training.cuda_graphs``).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from intertwine.data import Split
-from intertwine.data.augment import normalize
+from intertwine.data.augment import apply_augmentation, mix, normalize
 from intertwine.training_steps import (
+    EpochDraws,
     TrainResult,
     bf16_autocast,
     checked_train_loss,
     end_epoch,
     epoch_steps,
-    lr_scheduler,
+    lr_factor,
     make_optimizer,
     mixed_loss,
-    training_batch,
+    mixing_epoch,
 )
 from intertwine.utils import DivergedError
+from intertwine.wide_pack import member_state, widen, widen_problem
 
 if TYPE_CHECKING:
     from intertwine.training_config import TrainConfig
@@ -47,8 +58,8 @@ def _batch_norm_in_float32(layer: nn.Module, inputs: tuple) -> tuple | None:
 class _Stack:
     """K models of one architecture as stacked tensors (member k is index k of each), run by
     ``torch.func.vmap`` over ``functional_call`` of the first model: one batched forward and
-    backward for the K members. Each member's parameters, gradients, batch-norm statistics and
-    (elementwise) optimiser state stay its own."""
+    backward for the K members, for architectures that do not widen. Each member's parameters,
+    gradients, batch-norm statistics and (elementwise) optimiser state stay its own."""
 
     def __init__(self, models: list[nn.Module]):
         self.module = copy.deepcopy(models[0])  # its hooks below stay off the caller's model
@@ -65,6 +76,7 @@ class _Stack:
             name: torch.stack([m.get_buffer(name) for m in models]) for name, _ in self.module.named_buffers()
         }
         self.state_keys = list(self.module.state_dict())
+        self.members = len(models)
 
     def trainable(self) -> list[torch.Tensor]:
         return [p for p in self.params.values() if p.requires_grad]
@@ -79,12 +91,36 @@ class _Stack:
         # Batch-major inputs: vmap runs a convolution of K members as one grouped convolution over
         # (B, K * C, H, W), a view of them, not a copy (measured 1.25x at Myrtle width 1, K = 4).
         in_dims = (0, 0, None if shared_input else 1)
-        return torch.func.vmap(member, in_dims=in_dims)(self.params, self.buffers, x)
+        return torch.func.vmap(member, in_dims=in_dims)(self.params, self.buffers, x.contiguous())
 
     def state_dict(self, k: int) -> dict[str, torch.Tensor]:
         """Member k's weights, keyed like ``model.state_dict()``."""
         tensors = self.params | self.buffers
         return {name: tensors[name][k] for name in self.state_keys}
+
+
+class _Wide:
+    """K models of one architecture as one wide network (``wide_pack.widen``): its inputs (B, K,
+    C, H, W) become (B, K C, H, W), in the channels-last memory format when asked."""
+
+    def __init__(self, models: list[nn.Module], channels_last: bool):
+        self.members = len(models)
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.module = widen(models).to(memory_format=self.memory_format)
+
+    def trainable(self) -> list[torch.Tensor]:
+        return [p for p in self.module.parameters() if p.requires_grad]
+
+    def __call__(self, x: torch.Tensor, shared_input: bool = False) -> torch.Tensor:
+        """Logits (K, B, classes) of inputs (B, K, C, H, W), or of one batch (B, C, H, W) every
+        member sees."""
+        if shared_input:
+            x = x.unsqueeze(1).expand(-1, self.members, *x.shape[1:])
+        wide = x.flatten(1, 2).contiguous(memory_format=self.memory_format)
+        return self.module(wide).unflatten(1, (self.members, -1)).transpose(0, 1)
+
+    def state_dict(self, k: int) -> dict[str, torch.Tensor]:
+        return member_state(self.module, k, self.members)
 
 
 def pack_problem(models: list[nn.Module], example: torch.Tensor) -> str | None:
@@ -118,14 +154,26 @@ def pack_problem(models: list[nn.Module], example: torch.Tensor) -> str | None:
     return None
 
 
+def _pack_network(models: list[nn.Module], example: torch.Tensor, config: TrainConfig, log) -> _Wide | _Stack:
+    """The wide network of the members where it computes what they do (``widen_problem``), else
+    their vmap stack (with the reason logged)."""
+    problem = widen_problem(models, example)
+    if problem is None:
+        return _Wide(models, config.channels_last)
+    log(f"the pack runs under torch.func.vmap: {problem}")
+    if config.channels_last:
+        log("the vmap pack runs in the default memory format (zoo.training.channels_last is for wide packs)")
+    return _Stack(models)
+
+
 @torch.no_grad()
-def _evaluate_stack(stack: _Stack, split: Split, mean, std, batch_size: int, bf16: bool) -> list[float]:
+def _evaluate_stack(
+    stack: _Wide | _Stack, split: Split, mean, std, batch_size: int, bf16: bool
+) -> list[float]:
     """Top-1 accuracy of each member, in eval mode: every member sees each batch once."""
     was_training = stack.module.training
     stack.module.eval()
-    correct = torch.zeros(
-        len(next(iter(stack.params.values()))), dtype=torch.long, device=split.images.device
-    )
+    correct = torch.zeros(stack.members, dtype=torch.long, device=split.images.device)
     for start in range(0, len(split), batch_size):
         x = normalize(split.images[start : start + batch_size], mean, std)
         with bf16_autocast(x.device, bf16):
@@ -175,89 +223,216 @@ def train_stacked(
     labels: list[str],
     log: Callable[[str], None],
 ) -> list[TrainResult | DivergedError]:
-    """``train_pack``'s members trained as one stack (``_Stack``): one optimiser over every
-    member's parameters, each member's loss its own."""
-    if config.channels_last:
-        log(
-            "packed training runs in the default memory format (zoo.training.channels_last is for one member)"
-        )
-    stack = _Stack(models)
-    optimizer = make_optimizer(stack.trainable(), config)
+    """``train_pack``'s members trained as one network (``_Wide`` or ``_Stack``): one optimiser
+    over every member's parameters, each member's loss its own."""
+    device = train_split.images.device
+    stack = _pack_network(models, normalize(train_split.images[:2], mean, std), config, log)
+    use_graph = config.cuda_graphs and device.type == "cuda"
+    optimizer = _pack_optimizer(stack.trainable(), config, device, capturable=use_graph)
     epochs, total_steps, steps_per_epoch = config.length(len(train_split))
-    schedule = lr_scheduler(optimizer, config, total_steps)
     results: list[TrainResult | DivergedError] = [TrainResult({}, -1, -1.0) for _ in models]
+    step_runner = _StepRunner(stack, optimizer, config, device, use_graph, log)
 
-    for epoch in range(1, epochs + 1):
-        start_time = time.perf_counter()
-        stack.module.train()
-        lr = optimizer.param_groups[0]["lr"]
-        steps, seen = epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
-        loss_sums, correct = _stacked_epoch(
-            stack, optimizer, schedule, train_split, config, generators, mean, std, epoch, steps
-        )
-        val_accs = _evaluate_stack(stack, val_split, mean, std, config.eval_batch_size, config.bf16)
-        seconds = time.perf_counter() - start_time
-        _end_stacked_epoch(
-            results, stack, labels, epochs, log, epoch, lr, loss_sums, correct, seen, val_accs, seconds
-        )
+    with _cudnn_autotuned(device):
+        for epoch in range(1, epochs + 1):
+            start_time = time.perf_counter()
+            stack.module.train()
+            lr = config.lr * _schedule(config, (epoch - 1) * steps_per_epoch, total_steps)
+            steps, seen = epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
+            draws = [EpochDraws.draw(len(train_split), g, config) for g in generators]
+            step_runner.start_epoch()
+            for step in range(steps):
+                batch = _pack_batch(train_split, draws, step, config, generators, mean, std, epoch)
+                optimizer_step = (epoch - 1) * steps_per_epoch + step
+                step_runner(batch, config.lr * _schedule(config, optimizer_step, total_steps))
+            val_accs = _evaluate_stack(stack, val_split, mean, std, config.eval_batch_size, config.bf16)
+            seconds = time.perf_counter() - start_time
+            _end_stacked_epoch(
+                results,
+                stack,
+                labels,
+                epochs,
+                log,
+                epoch,
+                lr,
+                step_runner.loss_sums,
+                step_runner.correct,
+                seen,
+                val_accs,
+                seconds,
+            )
     return results
 
 
-def _stacked_epoch(
-    stack: _Stack,
-    optimizer: torch.optim.Optimizer,
-    schedule,
+def _schedule(config: TrainConfig, step: int, total_steps: int) -> float:
+    """The learning rate's factor at optimiser ``step``, as ``training.train``'s ``LambdaLR``."""
+    return lr_factor(
+        step,
+        total_steps,
+        config.lr_drops,
+        config.lr_drop_factor,
+        config.lr_milestones,
+        config.warmup_steps,
+        config.lr_schedule,
+        config.lr_min / config.lr,
+    )
+
+
+def _pack_optimizer(
+    params, config: TrainConfig, device: torch.device, capturable: bool
+) -> torch.optim.Optimizer:
+    """``make_optimizer``'s optimiser over the pack; on a GPU one fused step for all its tensors,
+    and for a CUDA graph its learning rate a tensor the graph reads (``_set_lr`` before each step)
+    and Adam's step counts on the device."""
+    if device.type != "cuda":
+        return make_optimizer(params, config)
+    lr = torch.tensor(config.lr, device=device) if capturable else config.lr
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(
+            params, lr=lr, momentum=config.momentum, weight_decay=config.weight_decay, fused=True
+        )
+    optimizer_class = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
+    return optimizer_class(params, lr=lr, weight_decay=config.weight_decay, fused=True, capturable=capturable)
+
+
+def _set_lr(optimizer: torch.optim.Optimizer, value: float) -> None:
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(value)
+        else:
+            group["lr"] = value
+
+
+@contextlib.contextmanager
+def _cudnn_autotuned(device: torch.device):
+    """cuDNN's benchmark mode on a GPU: a pack's grouped convolutions are shapes cuDNN's
+    heuristics choose poorly for, and a training run repeats them thousands of times."""
+    if device.type != "cuda":
+        yield
+        return
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = before
+
+
+def _pack_batch(
     split: Split,
+    draws: list[EpochDraws],
+    step: int,
     config: TrainConfig,
     generators: list[torch.Generator],
     mean: torch.Tensor,
     std: torch.Tensor,
     epoch: int,
-    steps: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One epoch's ``steps`` training steps of the stack. Each member draws its batch order, then
-    each batch's augmentation, from its own generator, in ``train``'s order. Returns per member
-    (the summed training loss, the number of correct predictions)."""
-    device = split.images.device
-    orders = [torch.randperm(len(split), device=device, generator=g) for g in generators]
-    loss_sums = torch.zeros(len(generators), device=device)
-    correct = torch.zeros(len(generators), device=device, dtype=torch.long)
-    for step in range(steps):
-        batches = [
-            training_batch(split, order, step, config, g, mean, std, epoch)
-            for order, g in zip(orders, generators)
-        ]
-        losses, logits, y = _stacked_step(stack, optimizer, schedule, batches, config, device)
-        loss_sums += losses.detach() * y.shape[1]
-        correct += (logits.argmax(-1) == y).sum(1)
-    return loss_sums, correct
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | float]:
+    """Every member's ``step``-th batch of its epoch ``draws``, built at once: inputs (B, K, C,
+    H, W), labels (K, B) and the weight ``lam`` of each image's own label (1.0, or one per member
+    when mixed). Member k's batch is ``training_batch``'s for it, exactly: the gather,
+    normalisation and augmentation act on each image alone, and mixing draws from the member's
+    generator in the member's order."""
+    positions = slice(step * config.batch_size, (step + 1) * config.batch_size)
+    idx = torch.stack([d.order[positions] for d in draws])  # (K, B)
+    members, batch = idx.shape
+    shifts = None if draws[0].shifts is None else torch.stack([d.shifts[:, positions] for d in draws], dim=1)
+    flips = None if draws[0].flips is None else torch.stack([d.flips[positions] for d in draws])
+    x = apply_augmentation(
+        normalize(split.images[idx.flatten()], mean, std),
+        None if shifts is None else shifts.flatten(1),
+        None if flips is None else flips.flatten(),
+        config.translate,
+    ).unflatten(0, (members, batch))
+    lam: torch.Tensor | float = 1.0
+    if mixing_epoch(config, epoch):
+        mixed = [mix(x[k], g, config.mixup_alpha, config.cutmix_alpha) for k, g in enumerate(generators)]
+        x = torch.stack([m for m, _ in mixed])
+        lams = [lam for _, lam in mixed]
+        # Unmixed (every lam 1): no partner loss to weigh in, decided without reading the device.
+        lam = torch.tensor(lams, device=x.device) if min(lams) < 1.0 else 1.0
+    return x.transpose(0, 1), split.labels[idx], lam
 
 
-def _stacked_step(
-    stack: _Stack,
-    optimizer: torch.optim.Optimizer,
-    schedule,
-    batches: list[tuple],
-    config: TrainConfig,
-    device: torch.device,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One optimiser step of every member on its batch ``(x, y, lam)`` of ``training_batch``. Returns (each
-    member's mean loss, the logits (K, B, C), the labels (K, B))."""
-    x = torch.stack([x for x, _, _ in batches], dim=1)
-    y = torch.stack([y for _, y, _ in batches])
-    lams = [lam for _, _, lam in batches]
-    # Unmixed (every lam 1, as after mixing_epochs or without mixup and CutMix): no
-    # partner loss to weigh in, decided here without reading back from the device.
-    lam = torch.tensor(lams, device=device) if min(lams) < 1.0 else 1.0
-    with bf16_autocast(device, config.bf16):
-        logits = stack(x).float()
-    # Summed over members: each member's parameters get the gradient of its own mean loss.
-    losses = mixed_loss(logits, y, lam, config.label_smoothing).mean(1)
-    optimizer.zero_grad(set_to_none=True)
-    losses.sum().backward()
-    optimizer.step()
-    schedule.step()
-    return losses, logits, y
+class _StepRunner:
+    """Runs a pack's optimiser steps and sums each member's loss and correct predictions over an
+    epoch, on the device. With ``use_graph`` (on a GPU) the unmixed full-batch step is captured
+    as a CUDA graph after three eager steps (which warm up the kernels and allocations, as
+    capture requires) and replayed from then on; a mixed or short batch, or a failed capture
+    (logged), runs eagerly on the same tensors."""
+
+    WARMUP_STEPS = 3
+
+    def __init__(self, stack, optimizer, config: TrainConfig, device, use_graph: bool, log):
+        self.stack, self.optimizer, self.config, self.log = stack, optimizer, config, log
+        self.use_graph = use_graph
+        self.loss_sums = torch.zeros(stack.members, device=device)
+        self.correct = torch.zeros(stack.members, device=device, dtype=torch.long)
+        self.eager_steps = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def start_epoch(self) -> None:
+        self.loss_sums.zero_()
+        self.correct.zero_()
+
+    def __call__(self, batch, lr: float) -> None:
+        x, y, lam = batch
+        _set_lr(self.optimizer, lr)
+        if self.graph is not None and isinstance(lam, float) and self.static[0].shape == x.shape:
+            self.static[0].copy_(x)
+            self.static[1].copy_(y)
+            self.graph.replay()
+            return
+        if (
+            self.use_graph
+            and self.graph is None
+            and isinstance(lam, float)
+            and self.eager_steps >= self.WARMUP_STEPS
+        ):
+            if self._capture(x, y):
+                self.graph.replay()
+                return
+        if self.use_graph:  # warm-up steps run on a side stream, as capture requires
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self._step(x, y, lam)
+            torch.cuda.current_stream().wait_stream(side)
+        else:
+            self._step(x, y, lam)
+        self.eager_steps += 1
+
+    def _step(self, x, y, lam) -> None:
+        """One optimiser step of every member on its batch."""
+        with bf16_autocast(x.device, self.config.bf16):
+            logits = self.stack(x).float()
+        # Summed over members: each member's parameters get the gradient of its own mean loss.
+        losses = mixed_loss(logits, y, lam, self.config.label_smoothing).mean(1)
+        self.optimizer.zero_grad(set_to_none=True)
+        losses.sum().backward()
+        self.optimizer.step()
+        # Accumulated on the device: one host sync per epoch, not per step.
+        self.loss_sums += losses.detach() * y.shape[1]
+        self.correct += (logits.argmax(-1) == y).sum(1)
+
+    def _capture(self, x, y) -> bool:
+        """Capture ``_step`` on static copies of (x, y); False (logged, and no graph is tried
+        again) when capture fails."""
+        self.use_graph = False
+        self.static = (x.clone(), y.clone())
+        self.optimizer.zero_grad(set_to_none=True)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            torch.cuda.synchronize()
+            with torch.cuda.graph(graph):
+                self._step(*self.static, 1.0)
+        except Exception as err:  # noqa: BLE001 - any op that cannot be captured; eager steps go on
+            self.log(f"the pack's training step runs without a CUDA graph: {type(err).__name__}: {err}")
+            torch.cuda.synchronize()
+            return False
+        self.graph = graph
+        return True
 
 
 def _end_stacked_epoch(

@@ -17,6 +17,7 @@ from intertwine.data import Split
 from intertwine.data.augment import normalize
 from intertwine.packed_training import check_pack, pack_problem, train_stacked
 from intertwine.training_steps import (
+    EpochDraws,
     TrainResult,
     bf16_autocast,
     checked_train_loss,
@@ -173,12 +174,12 @@ def train(
         start_time = time.perf_counter()
         model.train()
         lr = optimizer.param_groups[0]["lr"]
-        order = torch.randperm(len(train_split), device=device, generator=generator)
+        draws = EpochDraws.draw(len(train_split), generator, config)
         loss_sum = torch.zeros((), device=device)
         correct = torch.zeros((), device=device, dtype=torch.long)
         steps, seen = epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
         for step in range(steps):
-            x, y, lam = training_batch(train_split, order, step, config, generator, mean, std, epoch)
+            x, y, lam = training_batch(train_split, draws, step, config, generator, mean, std, epoch)
             with bf16_autocast(device, config.bf16):
                 logits = model(x.contiguous(memory_format=memory_format))
                 loss = mixed_loss(logits.float(), y, lam, config.label_smoothing).mean()

@@ -42,6 +42,10 @@ class TrainConfig:
     select_on: str
     bf16: bool
     channels_last: bool
+    # A packed step captured once as a CUDA graph and replayed (on a GPU): the same kernels on the
+    # same tensors, so the weights differ from eager steps by rounding only (the learning rate is
+    # a float32 tensor the graph reads).
+    cuda_graphs: bool
     # Gate patterns recorded per epoch on this many training images (0: none); the weights are
     # the same either way (tests/test_zoo.py), only the checkpoint gains the record.
     gate_probe_images: int

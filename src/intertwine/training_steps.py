@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from intertwine.data import Split
-from intertwine.data.augment import augment, mix, normalize
+from intertwine.data.augment import apply_augmentation, draw_augmentation, mix, normalize
 from intertwine.utils import DivergedError
 
 if TYPE_CHECKING:
@@ -122,9 +123,11 @@ def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
 
 
 def bf16_autocast(device: torch.device, bf16: bool):
-    """bfloat16 autocast on a GPU when ``bf16`` (``zoo.training.bf16``); no change otherwise."""
+    """bfloat16 autocast on a GPU when ``bf16`` (``zoo.training.bf16``); no change otherwise.
+    Without autocast's weight cache: a training step uses each weight once, and a cached cast
+    would outlive a captured CUDA graph's step (PyTorch's advice for graph capture)."""
     if bf16 and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+        return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False)
     return contextlib.nullcontext()
 
 
@@ -145,18 +148,46 @@ def lr_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig, total_st
     )
 
 
+@dataclass
+class EpochDraws:
+    """A member's random draws for one epoch, made at its start from the member's generator: the
+    order of the training images, then each position's translation and flip (rows of
+    :func:`~intertwine.data.augment.draw_augmentation`). Drawn at once, they are the same whether
+    the member trains alone or in a pack, and a pack's batches are built without a step per member."""
+
+    order: torch.Tensor  # (N,) image indices
+    shifts: torch.Tensor | None  # (2, N), or None without translations
+    flips: torch.Tensor | None  # (N,), or None without flips
+
+    @classmethod
+    def draw(cls, n_images: int, generator: torch.Generator, config: TrainConfig) -> EpochDraws:
+        order = torch.randperm(n_images, device=generator.device, generator=generator)
+        return cls(order, *draw_augmentation(n_images, generator, config.translate, config.flip))
+
+
+def mixing_epoch(config: TrainConfig, epoch: int) -> bool:
+    """Whether the (1-based) ``epoch`` mixes its batches (mixup or CutMix, when an alpha is set)."""
+    mixes = config.mixup_alpha > 0 or config.cutmix_alpha > 0
+    return mixes and (config.mixing_epochs is None or epoch <= config.mixing_epochs)
+
+
 def training_batch(
-    split: Split, order: torch.Tensor, step: int, config: TrainConfig, generator, mean, std, epoch: int
+    split: Split, draws: EpochDraws, step: int, config: TrainConfig, generator, mean, std, epoch: int
 ):
-    """The ``step``-th batch of an epoch's ``order``: normalised, augmented with ``generator``,
-    mixed (mixup or CutMix) in the first ``mixing_epochs``; its labels, and the weight ``lam`` of
-    each image's own label (1 unmixed; the rest goes to the reversed batch's labels)."""
-    idx = order[step * config.batch_size : (step + 1) * config.batch_size]
-    x = augment(normalize(split.images[idx], mean, std), generator, config.translate, config.flip)
-    if config.mixing_epochs is None or epoch <= config.mixing_epochs:
+    """The ``step``-th batch of an epoch's ``draws``: normalised, augmented, mixed (mixup or CutMix,
+    drawn now from ``generator``) in the first ``mixing_epochs``; its labels, and the weight ``lam``
+    of each image's own label (1 unmixed; the rest goes to the reversed batch's labels)."""
+    positions = slice(step * config.batch_size, (step + 1) * config.batch_size)
+    idx = draws.order[positions]
+    x = apply_augmentation(
+        normalize(split.images[idx], mean, std),
+        None if draws.shifts is None else draws.shifts[:, positions],
+        None if draws.flips is None else draws.flips[positions],
+        config.translate,
+    )
+    lam = 1.0
+    if mixing_epoch(config, epoch):
         x, lam = mix(x, generator, config.mixup_alpha, config.cutmix_alpha)
-    else:
-        lam = 1.0
     return x, split.labels[idx], lam
 
 

@@ -33,13 +33,66 @@ def normalize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> to
     return (images.float().div_(255.0) - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)
 
 
+def draw_augmentation(
+    n: int, generator: torch.Generator, translate: int = 2, flip: bool = True
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The random translations and flips of ``n`` samples, drawn from ``generator`` (shifts first,
+    then flips), on the generator's device: what :func:`apply_augmentation` applies.
+
+    Parameters
+    ----------
+    n : int
+        The number of samples.
+    generator : torch.Generator
+        The source of every draw.
+    translate : int, default 2
+        The largest shift in pixels, each way (0: no shifts drawn).
+    flip : bool, default True
+        Whether flips are drawn.
+
+    Returns
+    -------
+    shifts : Tensor or None
+        (2, n) integer offsets into the padded image, rows then columns, in 0..2 translate.
+    flips : Tensor or None
+        (n,) booleans, each true with probability 1/2.
+    """
+    device = generator.device
+    shifts = (
+        torch.randint(0, 2 * translate + 1, (2, n), device=device, generator=generator)
+        if translate > 0
+        else None
+    )
+    flips = torch.rand(n, device=device, generator=generator) < 0.5 if flip else None
+    return shifts, flips
+
+
+def apply_augmentation(
+    x: torch.Tensor, shifts: torch.Tensor | None, flips: torch.Tensor | None, translate: int
+) -> torch.Tensor:
+    """Each sample of the normalised batch ``x`` (N, C, H, W) shifted by its ``shifts`` (2, N)
+    within a zero padding of ``translate`` pixels, then flipped where ``flips`` (N,) is true; a
+    None skips that part. Zero padding is padding with the data set's mean RGB (as in the paper).
+    Exact (a gather), so a batch of many members' samples augments as each member's would."""
+    n, _, h, w = x.shape
+    if shifts is not None:
+        padded = torch.nn.functional.pad(x, (translate,) * 4)
+        rows = shifts[0, :, None] + torch.arange(h, device=x.device)  # (N, H)
+        cols = shifts[1, :, None] + torch.arange(w, device=x.device)  # (N, W)
+        batch = torch.arange(n, device=x.device)[:, None, None]
+        # Advanced indexing gathers each sample's window: result (N, H, W, C).
+        x = padded.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]]
+        x = x.permute(0, 3, 1, 2)
+    if flips is not None:
+        x = torch.where(flips.view(n, 1, 1, 1), x.flip(-1), x)
+    return x.contiguous()
+
+
 def augment(
     x: torch.Tensor, generator: torch.Generator, translate: int = 2, flip: bool = True
 ) -> torch.Tensor:
-    """Random translations of up to ``translate`` pixels and random horizontal flips, per sample.
-
-    ``x`` is a normalised batch, so zero padding is padding with the data set's mean RGB (as in
-    the paper). All random numbers come from ``generator``, which must live on ``x``'s device.
+    """Random translations of up to ``translate`` pixels and random horizontal flips, per sample:
+    :func:`draw_augmentation` then :func:`apply_augmentation`.
 
     Parameters
     ----------
@@ -57,20 +110,8 @@ def augment(
     Tensor
         The augmented batch, of ``x``'s shape, contiguous.
     """
-    n, _, h, w = x.shape
-    if translate > 0:
-        padded = torch.nn.functional.pad(x, (translate,) * 4)
-        shifts = torch.randint(0, 2 * translate + 1, (2, n), device=x.device, generator=generator)
-        rows = shifts[0, :, None] + torch.arange(h, device=x.device)  # (N, H)
-        cols = shifts[1, :, None] + torch.arange(w, device=x.device)  # (N, W)
-        batch = torch.arange(n, device=x.device)[:, None, None]
-        # Advanced indexing gathers each sample's window: result (N, H, W, C).
-        x = padded.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]]
-        x = x.permute(0, 3, 1, 2)
-    if flip:
-        flips = torch.rand(n, device=x.device, generator=generator) < 0.5
-        x = torch.where(flips.view(n, 1, 1, 1), x.flip(-1), x)
-    return x.contiguous()
+    shifts, flips = draw_augmentation(len(x), generator, translate, flip)
+    return apply_augmentation(x, shifts, flips, translate)
 
 
 def mix(

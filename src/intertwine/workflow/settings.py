@@ -252,7 +252,10 @@ def schema_settings(library: type, block: str, **fields: dict) -> type:
 #: How a zoo member trains: ``intertwine.training_config.TrainConfig`` with ``zoo.training``'s
 #: defaults. The evaluation batch changes the speed and memory only, never a result.
 TrainConfig = schema_settings(
-    training_config.TrainConfig, "zoo.training", eval_batch_size={"affects_results": False}
+    training_config.TrainConfig,
+    "zoo.training",
+    eval_batch_size={"affects_results": False},
+    cuda_graphs={"affects_results": False},
 )
 
 _ZOO_AUGMENTATION = {"translate": {"key": "zoo.training.translate"}, "flip": {"key": "zoo.training.flip"}}

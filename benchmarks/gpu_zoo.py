@@ -1,0 +1,396 @@
+"""The zoo at GPU speed, measured in one short window: training images/s and TFLOP/s of packs of
+the zoo's architectures (K = 1, 8, 32, 64 members) on the old path and the new side by side, and the
+projected wall time of config/paper.yaml's zoo on this device.
+
+Paths: ``old`` is ``training.train_pack`` of another source tree (``--old-src``, e.g. a checkout of
+the commit before the fast path: ``git worktree add /tmp/old <commit>``); ``new`` and ``new-bf16``
+are this tree's ``packed_training.train_stacked`` (wide grouped convolutions, batched augmentation,
+a fused optimiser step, a CUDA graph per step) in float32 and under bf16 autocast. Each path runs in
+its own process, so the old and the new code never share a module. Inputs are random images (speed
+does not depend on their content); every member trains ``--steps`` steps of batch 32 after a
+shorter warm-up run of the same shapes (cuDNN's autotuning, the allocator).
+
+    python benchmarks/gpu_zoo.py plan config/paper.yaml benchmarks/paper_zoo.json   # needs Snakemake
+    python benchmarks/gpu_zoo.py measure --old-src /tmp/old/src --out gpu_zoo.json   # on the GPU, ~6 min
+    python benchmarks/gpu_zoo.py measure --tiny                                      # a CPU check, ~1 min
+
+``measure`` prints a table per architecture and the projection, and writes every number to
+``--out`` (JSON); ``--budget`` seconds bound the whole measurement (what is left unmeasured says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
+
+#: The architectures of issue-sized GPU checks, in the order they are measured (the ones that
+#: decide the check first).
+SPECS = {
+    "myrtle": {"arch": "myrtle"},
+    "resnet20": {"arch": "resnet20"},
+    "myrtle_nobn": {"arch": "myrtle", "batch_norm": False},
+    "resnet20_leaky": {"arch": "resnet20", "activation": "leaky_relu", "negative_slope": 0.1},
+    "resnet18": {"arch": "resnet18"},
+    "c4gap": {"arch": "c4gap"},
+    "c4gap_dgn": {"arch": "c4gap", "gated": {"family": "dgn"}},
+}
+TINY_SPECS = {
+    "myrtle": {"arch": "myrtle", "width_multiplier": 0.125},
+    "resnet20": {"arch": "resnet20", "width_multiplier": 0.25},
+    "c4gap_dgn": {"arch": "c4gap", "width_multiplier": 0.125, "gated": {"family": "dgn"}},
+}
+PATHS = ("old", "new", "new-bf16")
+#: ResNet18's packs stop at 32 (the paper config's pack size; 64 would take minutes of the window).
+LARGEST_PACK = {"resnet18": 32}
+
+#: Every field of ``TrainConfig`` for these runs: the paper's recipe (Adam, batch 32 per member,
+#: translations and flips), one epoch. Fields a tree's ``TrainConfig`` lacks are left out.
+RECIPE = {
+    "epochs": 1,
+    "steps": None,
+    "batch_size": 32,
+    "lr": 1e-3,
+    "weight_decay": 0.0,
+    "lr_drops": 0,
+    "lr_drop_factor": 0.1,
+    "lr_milestones": [],
+    "warmup_steps": 0,
+    "lr_schedule": "step",
+    "lr_min": 0.0,
+    "optimizer": "adam",
+    "label_smoothing": 0.0,
+    "mixup_alpha": 0.0,
+    "cutmix_alpha": 0.0,
+    "mixing_epochs": None,
+    "momentum": 0.9,
+    "translate": 2,
+    "flip": True,
+    "select_on": "val",
+    "bf16": False,
+    "channels_last": True,
+    "cuda_graphs": True,
+    "gate_probe_images": 0,
+    "eval_batch_size": 1000,
+}
+
+
+# --- one path, in its own process -------------------------------------------------------------
+
+
+def _config(**changes):
+    from intertwine.training_config import TrainConfig
+
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    return TrainConfig(**{k: v for k, v in (RECIPE | changes).items() if k in fields})
+
+
+def _train(
+    path: str, spec: dict, k: int, steps: int, device, config, alone: bool = False, log=None
+) -> tuple[float, float]:
+    """(seconds, peak GiB) of training k members of ``spec`` for ``steps`` steps on ``path``;
+    ``alone``: one member by ``training.train_pack`` (which is ``train``), as the zoo trains a
+    variant whose pack size is 1, on every path."""
+    import torch
+
+    from intertwine import models
+    from intertwine.data import Split
+
+    n = steps * config.batch_size
+    cpu = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=cpu).to(device)
+    labels = torch.randint(0, 10, (n,), generator=cpu).to(device)
+    split, val = Split(images, labels), Split(images[:256], labels[:256])
+    mean = torch.full((3,), 0.5, device=device)
+    std = torch.full((3,), 0.25, device=device)
+    built = []
+    for seed in range(k):
+        torch.manual_seed(seed)
+        built.append(models.build(spec).to(device))
+    generators = [torch.Generator(device=device).manual_seed(seed) for seed in range(k)]
+    names = [f"m{i}" for i in range(k)]
+    log = log or (lambda _: None)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+    started = time.perf_counter()
+    if path == "old" or alone:
+        from intertwine.training import train_pack
+
+        train_pack(built, split, val, config, generators, mean, std, names, log=log)
+    else:
+        from intertwine.packed_training import train_stacked
+
+        train_stacked(built, split, val, config, generators, mean, std, names, log=log)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - started
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
+    return seconds, peak
+
+
+def _flops_per_image(spec: dict, device) -> float:
+    """Training FLOPs per image (forward and backward) of one member, by torch's flop counter."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from intertwine import models
+
+    model = models.build(spec).to(device)
+    x = torch.randn(32, 3, 32, 32, device=device)
+    with FlopCounterMode(display=False) as counter:
+        model(x).sum().backward()
+    return counter.get_total_flops() / 32
+
+
+def worker(path: str, jobs: list[dict], steps: int, deadline: float, device_name: str) -> None:
+    """Measure each job (spec name, spec, K) on ``path`` until ``deadline`` (a time.time()); one
+    JSON line per job on stdout."""
+    import torch
+
+    from intertwine.utils import resolve_device
+
+    device = resolve_device(device_name)
+    base = _config(bf16=path == "new-bf16", channels_last=device.type == "cuda")
+    flops: dict[str, float] = {}
+    for job in jobs:
+        row = {"path": path, "name": job["name"], "k": job["k"]}
+        config = dataclasses.replace(base, batch_size=job.get("batch_size", 32))
+        alone = job.get("alone", False)
+        if time.time() > deadline:
+            print(json.dumps(row | {"skipped": "the time budget ran out"}), flush=True)
+            continue
+        try:
+            if path != "old" and job["name"] not in flops:
+                flops[job["name"]] = _flops_per_image(job["spec"], device)
+            _train(path, job["spec"], job["k"], max(4, steps // 4), device, config, alone)  # warm-up
+            lines: list[str] = []
+            seconds, peak = _train(path, job["spec"], job["k"], steps, device, config, alone, lines.append)
+            notes = [line for line in lines if " epoch " not in line]
+            if notes:
+                row["log"] = notes[:2]
+            images = job["k"] * steps * config.batch_size
+            row |= {"images_per_s": images / seconds, "seconds": seconds, "peak_gib": peak}
+            if job["name"] in flops:
+                row |= {"gflop_per_image": flops[job["name"]] / 1e9}
+        except Exception as err:  # noqa: BLE001 - one failed configuration; the rest still measure
+            row |= {"error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        print(json.dumps(row), flush=True)
+    print(
+        json.dumps(
+            {"path": path, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
+        )
+    )
+
+
+# --- the parent: paths side by side, the projection ----------------------------------------------
+
+
+def _run_path(path: str, src: Path, jobs: list[dict], steps: int, seconds: float, device: str) -> list[dict]:
+    env = os.environ | {"PYTHONPATH": str(src), "PYTHONUNBUFFERED": "1"}
+    command = [
+        sys.executable,
+        __file__,
+        "worker",
+        path,
+        json.dumps(jobs),
+        str(steps),
+        str(time.time() + seconds),
+        device,
+    ]
+    try:
+        done = subprocess.run(
+            command, check=False, env=env, capture_output=True, text=True, timeout=seconds + 60
+        )
+        out, err = done.stdout, done.stderr
+    except subprocess.TimeoutExpired as timeout:
+        out = timeout.stdout.decode() if isinstance(timeout.stdout, bytes) else (timeout.stdout or "")
+        err = "timed out"
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    if not rows or "device" not in rows[-1]:
+        print(f"{path}: the worker stopped early: {err.strip().splitlines()[-1:] or '?'}", flush=True)
+    return rows
+
+
+def _table(rows: list[dict], names: list[str], sizes: list[int]) -> None:
+    rates = {(r["path"], r["name"], r["k"]): r for r in rows if "k" in r}
+    print(
+        f"{'model':<16} {'K':>3} "
+        + "".join(f"{p + ' img/s':>16}" for p in PATHS)
+        + f" {'new/old':>8} {'bf16/old':>8} {'TFLOP/s':>8}"
+    )
+    for name in names:
+        for k in sizes:
+            cells, values = [], {}
+            for path in PATHS:
+                row = rates.get((path, name, k), {})
+                values[path] = row.get("images_per_s")
+                cells.append(
+                    f"{values[path]:>16,.0f}"
+                    if values[path]
+                    else f"{row.get('skipped', row.get('error', '-'))[:15]:>16}"
+                )
+            gflop = next(
+                (r["gflop_per_image"] for r in rows if r.get("name") == name and "gflop_per_image" in r), None
+            )
+            best = max((v for p, v in values.items() if p != "old" and v), default=None)
+            tflops = f"{best * gflop / 1e3:>8.0f}" if best and gflop else f"{'-':>8}"
+            print(
+                f"{name:<16} {k:>3} "
+                + "".join(cells)
+                + f" {_ratio(values, 'new')} {_ratio(values, 'new-bf16')} {tflops}",
+                flush=True,
+            )
+
+
+def _ratio(values: dict, path: str) -> str:
+    if values.get(path) and values.get("old"):
+        return f"{values[path] / values['old']:>7.1f}x"
+    return f"{'-':>8}"
+
+
+def _group_name(group: dict) -> str:
+    spec = group["spec"]
+    gated = spec.get("gated") or {}
+    name = f"{spec['arch']} x{spec.get('width_multiplier', 1)}" + (f" {gated['family']}" if gated else "")
+    if spec.get("batch_norm") is False:
+        name += " no-BN"
+    if spec.get("constant_width"):
+        name += f" w{spec['constant_width']}"
+    return name + f" b{group['batch_size']}"
+
+
+def project(plan: dict, rows: list[dict]) -> dict:
+    """Hours of the config's zoo on this device, per path: each cost group's packs at the images/s
+    measured for the group at its most common pack size."""
+    rates = {(r["path"], r["name"], r["k"]): r["images_per_s"] for r in rows if "images_per_s" in r}
+    hours: dict[str, float] = defaultdict(float)
+    missing: dict[str, list[str]] = defaultdict(list)
+    for group in plan["groups"]:
+        name = _group_name(group)
+        for path in PATHS:
+            rate = rates.get((path, name, group["k"]))
+            if rate is None:
+                missing[path].append(name)
+                continue
+            hours[path] += group["images"] / rate / 3600
+    return {"hours": dict(hours), "missing": dict(missing)}
+
+
+def measure(args) -> None:
+    specs = TINY_SPECS if args.tiny else SPECS
+    sizes = [1, 2] if args.tiny else args.sizes
+    steps = 8 if args.tiny else args.steps
+    device = "cpu" if args.tiny else args.device
+    jobs = [
+        {"name": name, "spec": spec, "k": k}
+        for name, spec in specs.items()
+        for k in sizes
+        if k <= LARGEST_PACK.get(name, k)
+    ]
+    plan = json.loads(Path(args.plan).read_text()) if args.plan else None
+    if plan and not args.tiny:
+        for group in plan["groups"]:
+            group_job = {"name": _group_name(group), "spec": group["spec"], "k": group["k"]}
+            group_job |= {"batch_size": group["batch_size"], "alone": group["k"] == 1}
+            jobs.append(group_job)
+    paths = [p for p in PATHS if p != "old" or args.old_src]
+    if device == "cpu":
+        paths = [p for p in paths if p != "new-bf16"]
+    budget = args.budget / len(paths)
+    rows = []
+    for path in paths:
+        src = Path(args.old_src) if path == "old" else SRC
+        started = time.time()
+        rows += _run_path(path, src, jobs, steps, budget, device)
+        print(f"{path}: {time.time() - started:.0f} s", flush=True)
+    device_names = {r["device"] for r in rows if "device" in r}
+    print(
+        f"\ntraining images/s of K members together, {steps} steps of batch 32 each, on {', '.join(device_names)}"
+    )
+    _table(rows, list(specs), sizes)
+    result = {"device": sorted(device_names), "steps": steps, "rows": rows}
+    if plan and not args.tiny:
+        print(
+            f"\nthe zoo of {plan['config']} ({sum(g['members'] for g in plan['groups'])} members, {sum(g['images'] for g in plan['groups']):.2e} images), by cost group at its pack size:"
+        )
+        _table(rows, [_group_name(g) for g in plan["groups"]], sorted({g["k"] for g in plan["groups"]}))
+        result["projection"] = project(plan, rows)
+        for path, hours in result["projection"]["hours"].items():
+            gaps = result["projection"]["missing"].get(path)
+            print(
+                f"projected zoo on this device, {path}: {hours:,.1f} h"
+                + (f" (not measured: {', '.join(gaps)})" if gaps else "")
+            )
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+
+
+def plan(config_path: str, out: str) -> None:
+    """Write the zoo's cost groups: spec, batch size, pack size, members, training images."""
+    from paper_scale import cost_class
+
+    from intertwine.workflow.config import default_config_path, run_config
+    from intertwine.workflow.plan import Plan
+    from intertwine.workflow.settings import validate_config
+
+    config = run_config([config_path], default_config_path(HERE.parent))
+    validate_config(config)
+    zoo = Plan(config)
+    train_images = zoo.dataset_sizes()[0] - config["data"]["val_size"]
+    groups: dict[str, dict] = defaultdict(lambda: {"variants": [], "members": 0, "images": 0})
+    for variant in zoo.variants:
+        block = zoo.train_block(variant)
+        # Spec fields that change what a member computes but not what it costs are left out.
+        spec = json.loads(cost_class(zoo.spec(variant), block))["spec"]
+        k = max((len(p) for p in zoo.packs(variant)), default=1)  # 1: one member per job
+        key = json.dumps({"spec": spec, "batch_size": block["batch_size"], "k": k}, sort_keys=True)
+        members = len(zoo.zoo_seeds(variant))
+        groups[key]["variants"].append(variant)
+        groups[key]["members"] += members
+        groups[key]["images"] += members * block["epochs"] * train_images
+    work = sorted((json.loads(key) | value for key, value in groups.items()), key=lambda g: -g["images"])
+    Path(out).write_text(json.dumps({"config": config_path, "groups": work}, indent=1) + "\n")
+    print(f"{config_path}: {sum(g['members'] for g in work)} members in {len(work)} cost groups")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        path, jobs, steps, deadline, device = sys.argv[2:7]
+        return worker(path, json.loads(jobs), int(steps), float(deadline), device)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    planning = commands.add_parser("plan", help="count a config's zoo by cost group (needs Snakemake)")
+    planning.add_argument("config")
+    planning.add_argument("out")
+    measuring = commands.add_parser("measure", help="measure the paths side by side and project the zoo")
+    measuring.add_argument("--old-src", help="the src folder of the tree whose train_pack is the old path")
+    measuring.add_argument(
+        "--plan", default=str(HERE / "paper_zoo.json"), help="a `plan` file to project ('' for none)"
+    )
+    measuring.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 32, 64])
+    measuring.add_argument("--steps", type=int, default=24, help="timed steps per measurement")
+    measuring.add_argument("--budget", type=float, default=330, help="seconds for all paths together")
+    measuring.add_argument("--device", default="auto")
+    measuring.add_argument("--tiny", action="store_true", help="tiny models on the CPU: checks the script")
+    measuring.add_argument("--out", help="write every measurement here (JSON)")
+    args = parser.parse_args()
+    if args.command == "plan":
+        plan(args.config, args.out)
+    else:
+        measure(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
