@@ -50,6 +50,11 @@ TINY_SPECS = {
     "c4gap_dgn": {"arch": "c4gap", "width_multiplier": 0.125, "gated": {"family": "dgn"}},
 }
 PATHS = ("old", "new", "new-bf16")
+#: Cost groups of the plan with fewer training images are not measured (the projection says so).
+GROUP_MIN_IMAGES = 1e8
+#: Pack sizes measured per architecture: every size for the two the GPU check names, the paper
+#: config's pack size for the rest.
+SIZES = {"myrtle": None, "resnet20": None}
 #: ResNet18's packs stop at 32 (the paper config's pack size; 64 would take minutes of the window).
 LARGEST_PACK = {"resnet18": 32}
 
@@ -160,7 +165,8 @@ def worker(path: str, jobs: list[dict], steps: int, deadline: float, device_name
     from intertwine.utils import resolve_device
 
     device = resolve_device(device_name)
-    base = _config(bf16=path == "new-bf16", channels_last=device.type == "cuda")
+    channels_last = device.type == "cuda" and os.environ.get("GPU_ZOO_CHANNELS_LAST") == "1"
+    base = _config(bf16=path == "new-bf16", channels_last=channels_last)
     flops: dict[str, float] = {}
     for job in jobs:
         row = {"path": path, "name": job["name"], "k": job["k"]}
@@ -194,11 +200,111 @@ def worker(path: str, jobs: list[dict], steps: int, deadline: float, device_name
     )
 
 
+# --- where a packed step's time goes: one layer's kernels --------------------------------------
+
+
+def _milliseconds(run, repeats: int = 10) -> float:
+    import torch
+
+    for _ in range(3):
+        run()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeats):
+        run()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / repeats
+
+
+def _layer_cases(k: int, batch: int, c_in: int, c_out: int, size: int) -> dict:
+    """``kernels``' ways of one layer, each a function that builds its forward-and-backward run."""
+    import torch
+    import torch.nn.functional as F
+
+    def grouped(dtype, channels_last):
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        x = torch.randn(batch, k * c_in, size, size, device="cuda", dtype=dtype).contiguous(memory_format=fmt)
+        w = torch.randn(k * c_out, c_in, 3, 3, device="cuda", dtype=dtype, requires_grad=True)
+        w = w.detach().contiguous(memory_format=fmt).requires_grad_()
+        x.requires_grad_()
+        return lambda: F.conv2d(x, w, padding=1, groups=k).sum().backward()
+
+    def batch_norm(channels_last):
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        x = torch.randn(batch, k * c_out, size, size, device="cuda").contiguous(memory_format=fmt)
+        x.requires_grad_()
+        bn = torch.nn.BatchNorm2d(k * c_out, device="cuda").to(memory_format=fmt)
+        return lambda: bn(x).sum().backward()
+
+    def unfolded():
+        x = torch.randn(k * batch, c_in, size, size, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        w = torch.randn(k, c_in * 9, c_out, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+
+        def run():
+            cols = F.unfold(x, 3, padding=1).view(k, batch, c_in * 9, size * size)
+            cols = cols.permute(0, 1, 3, 2).reshape(k, batch * size * size, c_in * 9)
+            torch.bmm(cols, w).sum().backward()
+
+        return run
+
+    def dense():
+        x = torch.randn(k * batch, c_in, size, size, device="cuda", dtype=torch.bfloat16)
+        x = x.contiguous(memory_format=torch.channels_last).requires_grad_()
+        w = torch.randn(c_out, c_in, 3, 3, device="cuda", dtype=torch.bfloat16)
+        w = w.contiguous(memory_format=torch.channels_last).requires_grad_()
+        return lambda: F.conv2d(x, w, padding=1).sum().backward()
+
+    return {
+        "grouped NCHW f32": lambda: grouped(torch.float32, False),
+        "grouped NHWC f32": lambda: grouped(torch.float32, True),
+        "grouped NCHW bf16": lambda: grouped(torch.bfloat16, False),
+        "grouped NHWC bf16": lambda: grouped(torch.bfloat16, True),
+        "unfold+bmm bf16": unfolded,
+        "dense NHWC bf16": dense,
+        "BN NCHW f32": lambda: batch_norm(False),
+        "BN NHWC f32": lambda: batch_norm(True),
+    }
+
+
+def kernels(k: int = 32, batch: int = 32) -> list[dict]:
+    """Forward and backward milliseconds of Myrtle x1's convolutions and batch norms for a pack of
+    k members, done five ways: a grouped convolution in NCHW and in NHWC, float32 (TF32) and bf16;
+    per member as an unfolded batched matrix product (bf16); and the same FLOPs as one dense
+    convolution of k x batch images (shared weights: the speed a pack cannot beat)."""
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    layers = [(3, 64, 32), (64, 128, 32), (128, 256, 16), (256, 512, 8)]
+    rows = []
+    for c_in, c_out, size in layers:
+        flops = 2 * 9 * c_in * c_out * size * size * batch * k * 3  # forward + two backward products
+        row = {"layer": f"{c_in}->{c_out} at {size}x{size}", "gflop": flops / 1e9}
+
+        cases = _layer_cases(k, batch, c_in, c_out, size)
+        for name, make in cases.items():
+            try:
+                row[name] = _milliseconds(make())
+            except Exception as err:  # noqa: BLE001 - a case the device does not support
+                row[name] = f"{type(err).__name__}"
+            torch.cuda.empty_cache()
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
 # --- the parent: paths side by side, the projection ----------------------------------------------
 
 
-def _run_path(path: str, src: Path, jobs: list[dict], steps: int, seconds: float, device: str) -> list[dict]:
-    env = os.environ | {"PYTHONPATH": str(src), "PYTHONUNBUFFERED": "1"}
+def _run_path(
+    path: str, src: Path, jobs: list[dict], steps: int, seconds: float, device: str, channels_last: bool
+) -> list[dict]:
+    env = os.environ | {
+        "PYTHONPATH": str(src),
+        "PYTHONUNBUFFERED": "1",
+        "GPU_ZOO_CHANNELS_LAST": str(int(channels_last)),
+    }
     command = [
         sys.executable,
         __file__,
@@ -254,6 +360,18 @@ def _table(rows: list[dict], names: list[str], sizes: list[int]) -> None:
             )
 
 
+def _group_table(rows: list[dict], plan: dict) -> None:
+    rates = {(r["path"], r["name"], r["k"]): r.get("images_per_s") for r in rows if "k" in r}
+    print(f"{'group (members, images)':<40} {'K':>3} " + "".join(f"{p + ' img/s':>16}" for p in PATHS))
+    for group in plan["groups"]:
+        name = _group_name(group)
+        if not any((p, name, group["k"]) in rates for p in PATHS):
+            continue
+        cells = [rates.get((p, name, group["k"])) for p in PATHS]
+        label = f"{name} ({group['members']}, {group['images']:.1e})"
+        print(f"{label:<40} {group['k']:>3} " + "".join(f"{c:>16,.0f}" if c else f"{'-':>16}" for c in cells))
+
+
 def _ratio(values: dict, path: str) -> str:
     if values.get(path) and values.get("old"):
         return f"{values[path] / values['old']:>7.1f}x"
@@ -272,20 +390,19 @@ def _group_name(group: dict) -> str:
 
 
 def project(plan: dict, rows: list[dict]) -> dict:
-    """Hours of the config's zoo on this device, per path: each cost group's packs at the images/s
-    measured for the group at its most common pack size."""
+    """Hours of the config's zoo on this device, per path: each cost group's images over the
+    images/s measured for the group at its pack size; groups not measured are counted apart."""
     rates = {(r["path"], r["name"], r["k"]): r["images_per_s"] for r in rows if "images_per_s" in r}
-    hours: dict[str, float] = defaultdict(float)
-    missing: dict[str, list[str]] = defaultdict(list)
-    for group in plan["groups"]:
-        name = _group_name(group)
-        for path in PATHS:
-            rate = rates.get((path, name, group["k"]))
-            if rate is None:
-                missing[path].append(name)
-                continue
-            hours[path] += group["images"] / rate / 3600
-    return {"hours": dict(hours), "missing": dict(missing)}
+    total = sum(g["images"] for g in plan["groups"])
+    projection = {}
+    for path in PATHS:
+        measured = [g for g in plan["groups"] if (path, _group_name(g), g["k"]) in rates]
+        if not measured:
+            continue
+        hours = sum(g["images"] / rates[(path, _group_name(g), g["k"])] / 3600 for g in measured)
+        share = sum(g["images"] for g in measured) / total
+        projection[path] = {"hours_measured": hours, "image_share_measured": share}
+    return projection
 
 
 def measure(args) -> None:
@@ -297,11 +414,11 @@ def measure(args) -> None:
         {"name": name, "spec": spec, "k": k}
         for name, spec in specs.items()
         for k in sizes
-        if k <= LARGEST_PACK.get(name, k)
+        if k <= LARGEST_PACK.get(name, k) and (args.tiny or name in SIZES or k == 32)
     ]
     plan = json.loads(Path(args.plan).read_text()) if args.plan else None
     if plan and not args.tiny:
-        for group in plan["groups"]:
+        for group in [g for g in plan["groups"] if g["images"] >= GROUP_MIN_IMAGES]:
             group_job = {"name": _group_name(group), "spec": group["spec"], "k": group["k"]}
             group_job |= {"batch_size": group["batch_size"], "alone": group["k"] == 1}
             jobs.append(group_job)
@@ -313,19 +430,24 @@ def measure(args) -> None:
     for path in paths:
         src = Path(args.old_src) if path == "old" else SRC
         started = time.time()
-        rows += _run_path(path, src, jobs, steps, budget, device)
+        rows += _run_path(path, src, jobs, steps, budget, device, args.channels_last)
         print(f"{path}: {time.time() - started:.0f} s", flush=True)
     device_names = {r["device"] for r in rows if "device" in r}
     print(
         f"\ntraining images/s of K members together, {steps} steps of batch 32 each, on {', '.join(device_names)}"
     )
     _table(rows, list(specs), sizes)
-    result = {"device": sorted(device_names), "steps": steps, "rows": rows}
+    result = {
+        "device": sorted(device_names),
+        "steps": steps,
+        "channels_last": args.channels_last,
+        "rows": rows,
+    }
     if plan and not args.tiny:
         print(
             f"\nthe zoo of {plan['config']} ({sum(g['members'] for g in plan['groups'])} members, {sum(g['images'] for g in plan['groups']):.2e} images), by cost group at its pack size:"
         )
-        _table(rows, [_group_name(g) for g in plan["groups"]], sorted({g["k"] for g in plan["groups"]}))
+        _group_table(rows, plan)
         result["projection"] = project(plan, rows)
         for path, hours in result["projection"]["hours"].items():
             gaps = result["projection"]["missing"].get(path)
@@ -366,6 +488,8 @@ def plan(config_path: str, out: str) -> None:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "kernels":
+        return print(json.dumps(kernels()))
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         path, jobs, steps, deadline, device = sys.argv[2:7]
         return worker(path, json.loads(jobs), int(steps), float(deadline), device)
@@ -380,9 +504,14 @@ def main() -> None:
         "--plan", default=str(HERE / "paper_zoo.json"), help="a `plan` file to project ('' for none)"
     )
     measuring.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 32, 64])
-    measuring.add_argument("--steps", type=int, default=24, help="timed steps per measurement")
+    measuring.add_argument("--steps", type=int, default=32, help="timed steps per measurement")
     measuring.add_argument("--budget", type=float, default=330, help="seconds for all paths together")
     measuring.add_argument("--device", default="auto")
+    measuring.add_argument(
+        "--channels-last",
+        action="store_true",
+        help="train in the channels-last memory format (default: NCHW)",
+    )
     measuring.add_argument("--tiny", action="store_true", help="tiny models on the CPU: checks the script")
     measuring.add_argument("--out", help="write every measurement here (JSON)")
     args = parser.parse_args()
