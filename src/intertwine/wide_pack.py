@@ -238,8 +238,12 @@ def widen_problem(models: list[nn.Module], example: torch.Tensor) -> str | None:
                     f"its forward fails on the wide tensor ({type(err).__name__}: {str(err).splitlines()[0]})"
                 )
             alone = torch.stack([m(x) for m, x in zip(models, inputs)])
-        scale = alone.abs().max().item()
-        if out.shape != alone.shape or not torch.allclose(out, alone, rtol=1e-4, atol=1e-4 * max(scale, 1.0)):
+        # A member whose weights are not finite (one that diverged) gives NaN in its own outputs only.
+        scale = alone.nan_to_num(0.0, 0.0, 0.0).abs().max().item()
+        close = out.shape == alone.shape and torch.allclose(
+            out, alone, rtol=1e-4, atol=1e-4 * max(scale, 1.0), equal_nan=True
+        )
+        if not close:
             return "its forward mixes the members' channels (the wide output differs from the members')"
     return None
 

@@ -1,0 +1,53 @@
+"""benchmarks/gpu_zoo.py, the GPU check of packed training, runs on the CPU at tiny size, and its
+projection is each cost group's images over its measured rate."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import gpu_zoo  # noqa: E402
+
+
+def test_the_gpu_check_runs_on_the_cpu_at_tiny_size(tmp_path):
+    out = tmp_path / "tiny.json"
+    done = subprocess.run(
+        [sys.executable, "gpu_zoo.py", "measure", "--tiny", "--budget", "40", "--plan", "", "--out", str(out)],
+        cwd=ROOT / "benchmarks",
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "training images/s of K members together" in done.stdout
+    rows = json.loads(out.read_text())["rows"]
+    first = next(r for r in rows if r.get("name") == "myrtle" and r.get("k") == 1)
+    assert first["path"] == "new" and first["images_per_s"] > 0 and first["steady_images_per_s"] > 0
+
+
+def test_the_projection_is_each_groups_images_over_its_rate():
+    plan = {
+        "groups": [
+            {"spec": {"arch": "myrtle"}, "batch_size": 32, "k": 32, "images": 7.2e6, "members": 32},
+            {"spec": {"arch": "resnet20"}, "batch_size": 32, "k": 5, "images": 3.6e6, "members": 5},
+            {"spec": {"arch": "resnet18"}, "batch_size": 32, "k": 1, "images": 1.2e6, "members": 1},
+        ]
+    }
+    names = [gpu_zoo._group_name(g) for g in plan["groups"]]
+    rows = [
+        {"path": "new", "name": names[0], "k": 32, "images_per_s": 2000.0},
+        {"path": "new", "name": names[1], "k": 5, "images_per_s": 1000.0},
+        {"path": "new", "name": names[2], "k": 8, "images_per_s": 1.0},  # another pack size: not this group's
+        {"path": "old", "name": names[0], "k": 32, "images_per_s": 1000.0},
+    ]
+    projection = gpu_zoo.project(plan, rows)
+    assert projection["new"]["hours_measured"] == pytest.approx(1.0 + 1.0)
+    assert projection["new"]["image_share_measured"] == pytest.approx(10.8 / 12.0)
+    assert projection["old"]["hours_measured"] == pytest.approx(2.0)
