@@ -7,3 +7,7 @@ from __future__ import annotations
 
 #: What its table job computes beyond collecting its jobs' rows.
 TABLE_COMPUTES = [f"{__package__}.study:zoo_table"]
+
+#: Jobs that run one module: a member taken from a checkpoint trained elsewhere (its own identity,
+#: so that editing it reruns no training).
+ENTRIES = {"import_member": [f"{__package__}.imported"]}

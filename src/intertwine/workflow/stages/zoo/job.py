@@ -199,6 +199,11 @@ def _member(job: Job, variant: str, seed: int, spec: dict, features: str | Path 
     """A member's initial model and its batch generator, from its own seeds."""
     torch.manual_seed(job.seed("zoo", variant, seed, "init"))
     model = models.build(spec).to(job.device)
+    if spec["arch"] == "custom":  # its sites read as they are declared, before any training
+        from intertwine.data.augment import normalize
+        from intertwine.models.factory import check_sites
+
+        check_sites(model, normalize(job.split("train", 2).images, *job.stats()), f"zoo.variants.{variant}")
     _load_features(job, model, spec, features, variant)
     generator = torch.Generator(device=job.device).manual_seed(job.seed("zoo", variant, seed, "batches"))
     job.log(
@@ -275,3 +280,4 @@ def _load_features(
         )
     weights = {key: value for key, value in source["state_dict"].items() if not key.startswith("fc.")}
     model.features.load_state_dict(weights)
+
