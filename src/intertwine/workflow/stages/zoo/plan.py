@@ -125,6 +125,26 @@ class ZooPlan(StagePlan):
             )
         return range(count)
 
+    def _class_count_errors(self, check: ConfigCheck) -> None:
+        """On an image-folder data set, each variant's head has as many classes as the folder has
+        class folders (known before the data job runs)."""
+        data = self.config["data"]
+        if data["dataset"] != "image_folder":
+            return
+        from intertwine.data.image_folder import count_split_images, split_folders_problem
+
+        root = data["image_folder"]["root"]
+        if split_folders_problem(root):
+            return  # named by the image counts' check
+        classes = sorted(count_split_images(root)["train"])
+        for variant in self.variants:
+            if self.spec(variant)["num_classes"] != len(classes):
+                check.errors.append(
+                    f"config key zoo.variants.{variant}.num_classes: {self.spec(variant)['num_classes']}, but "
+                    f"data.image_folder.root ({root}) has {len(classes)} classes ({', '.join(classes[:10])}"
+                    f"{' ...' if len(classes) > 10 else ''}); set num_classes: {len(classes)}"
+                )
+
     def _imported_errors(self, check: ConfigCheck) -> None:
         """Variants taken from checkpoints: known variants, a folder with member files, no seed
         count of their own, no training settings, no feature network."""
@@ -209,6 +229,7 @@ class ZooPlan(StagePlan):
                 except ValueError as err:
                     check.errors.append(f"config key zoo.variants.{variant}: {err}")
         check.errors += self._image_count_errors()
+        self._class_count_errors(check)
         for variant in self.variants:
             gated = self.spec(variant).get("gated")
             if gated is None or gated["regime"] != "fl":
