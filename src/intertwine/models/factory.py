@@ -8,9 +8,10 @@ called as a function (``F.relu``, ``torch.relu``, ``x.relu()``) is no module, so
 ``check_sites`` finds such calls in one forward pass and says to make them ``nn.ReLU`` modules or to
 name the modules to read in ``sites`` (an ``nn.Identity`` after the call is a module to read).
 
-A site's channels are those of the nearest layer registered before it that has a width
-(``out_channels``, ``out_features``, ``num_features`` or ``normalized_shape``): conv-bn-relu and
-linear-relu stacks. ``check_sites`` compares them with the outputs of a forward pass.
+A site's channels are the width (``out_channels``, ``out_features``, ``num_features`` or
+``normalized_shape``) of the last layer inside it when it is a block (torchvision's ``layer2``),
+else of the nearest layer registered before it: conv-bn-relu and linear-relu stacks.
+``check_sites`` compares them with the outputs of a forward pass.
 
 A model whose class defines ``site_layout()`` (and ``pieces()``, the cut points stitching and the
 rotation penalty need) declares its own sites, as the zoo's architectures do; then ``sites`` must be
@@ -97,13 +98,18 @@ def _width(module: nn.Module) -> int | None:
 
 
 def _site_channels(model: nn.Module, names: list[str], factory: str) -> list[int]:
-    """Each site's channels: the width of the nearest layer registered before it."""
+    """Each site's channels: the width of the last layer inside it (a block, e.g. torchvision's
+    ``layer2``), or else of the nearest layer registered before it (an activation module)."""
     width, channels = None, {}
     for name, module in model.named_modules():
         found = _width(module)
         if found is not None:
             width = found
         if name in names and name not in channels:
+            inside = [w for w in map(_width, module.modules()) if w is not None]
+            if inside:
+                channels[name] = inside[-1]
+                continue
             if width is None:
                 raise ValueError(
                     f"model option 'sites': site {name!r} of {factory} comes before any layer with a width "

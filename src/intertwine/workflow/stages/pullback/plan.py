@@ -181,7 +181,9 @@ class PullbackPlan(StagePlan):
     def pullback_errors(self, check: ConfigCheck) -> None:
         """The pullback stage's cross-checks of the config (``Plan.errors``)."""
         pullback = self.pullback
-        if check.subset("pullback.variants", pullback["variants"], self.variants, "zoo.variants"):
+        if check.subset(
+            "pullback.variants", pullback["variants"], self.variants, "zoo.variants"
+        ) and check.capable("pullback.variants", pullback["variants"], "weights"):
             if pullback["seeds"] is not None:
                 check.members("pullback.seeds", pullback["variants"], pullback["seeds"])
             for variant in pullback["variants"]:
