@@ -136,7 +136,10 @@ def test_a_module_run_twice_is_no_site():
     "spec, message",
     [
         ({"arch": "custom"}, r"'factory': arch 'custom' needs factory"),
-        ({"arch": "custom", "factory": "no_such_module_xyz:net"}, r"cannot import module 'no_such_module_xyz'.*PYTHONPATH"),
+        (
+            {"arch": "custom", "factory": "no_such_module_xyz:net"},
+            r"cannot import module 'no_such_module_xyz'.*PYTHONPATH",
+        ),
         ({"arch": "custom", "factory": "mynets:no_such"}, r"has no function 'no_such'"),
         ({"arch": "custom", "factory": "mynets small"}, r"'package\.module:function'"),
         ({"arch": "custom", "factory": "owntest_nets:no_classes"}, r"must take num_classes"),
@@ -144,7 +147,12 @@ def test_a_module_run_twice_is_no_site():
         (SMALL | {"sites": ["2", "nine"]}, r"\['nine'\] are not modules"),
         (SMALL | {"width_multiplier": 2}, r"unknown model option 'width_multiplier' for arch 'custom'"),
         (
-            {"arch": "custom", "factory": "owntest_nets:leaky", "activation": "leaky_relu", "negative_slope": 0.1},
+            {
+                "arch": "custom",
+                "factory": "owntest_nets:leaky",
+                "activation": "leaky_relu",
+                "negative_slope": 0.1,
+            },
             r"site '1' of owntest_nets:leaky has slope 0\.2; set negative_slope: 0\.2",
         ),
     ],
@@ -182,7 +190,9 @@ def test_the_checkpoint_formats_read_the_same_weights(tmp_path):
         whole = name == "whole.pt"
         read = foreign_state_dict(tmp_path / name, whole_modules=whole, key="zoo.checkpoints.v")
         assert read.keys() == state.keys() and all(torch.equal(read[k], state[k]) for k in state), name
-    with pytest.raises(CheckpointError, match=r"whole.pt holds Python objects.*zoo\.checkpoints\.v\.whole_modules: true"):
+    with pytest.raises(
+        CheckpointError, match=r"whole.pt holds Python objects.*zoo\.checkpoints\.v\.whole_modules: true"
+    ):
         foreign_state_dict(tmp_path / "whole.pt", whole_modules=False, key="zoo.checkpoints.v")
     torch.save({"epoch": 3, "note": "no weights"}, tmp_path / "empty.pt")
     with pytest.raises(CheckpointError, match=r"empty.pt holds no state dict.*\['epoch', 'note'\]"):
@@ -195,7 +205,10 @@ def test_the_checkpoint_formats_read_the_same_weights(tmp_path):
 def test_a_checkpoint_that_does_not_fit_names_the_file_and_the_keys(tmp_path):
     wider = models.build(SMALL | {"options": {"width": 6}}).state_dict()
     model = models.build(SMALL)
-    with pytest.raises(ValueError, match=r"w6\.pt does not fit zoo\.variants\.v.*other shapes \['0\.weight: \(6, 3, 3, 3\) in the file, \(4, 3, 3, 3\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"w6\.pt does not fit zoo\.variants\.v.*other shapes \['0\.weight: \(6, 3, 3, 3\) in the file, \(4, 3, 3, 3\)",
+    ):
         fit_weights(model, wider, tmp_path / "w6.pt", "zoo.variants.v")
     fewer = {k: v for k, v in model.state_dict().items() if not k.startswith("9.")}
     with pytest.raises(ValueError, match=r"missing keys \['9\.weight', '9\.bias'\]"):
@@ -226,7 +239,9 @@ def test_an_image_folder_has_any_classes_and_sizes(tmp_path):
     with pytest.raises(ValueError, match=r"set config key data\.image_folder\.image_size"):
         load_split_folders(tmp_path, image_size=None)
     (tmp_path / "test" / "zebra").rename(tmp_path / "test" / "zebu")
-    assert re.search(r"different classes \(only in one: \['zebra', 'zebu'\]\)", split_folders_problem(tmp_path))
+    assert re.search(
+        r"different classes \(only in one: \['zebra', 'zebu'\]\)", split_folders_problem(tmp_path)
+    )
     assert "is not a folder" in split_folders_problem(tmp_path / "nowhere")
 
 
@@ -237,7 +252,11 @@ def _config(tmp_path, **zoo) -> dict:
     _write_folder(tmp_path / "images", {"a": 2, "b": 2, "c": 2})
     return {
         "replaces_default": True,
-        "data": {"dataset": "image_folder", "val_size": 2, "image_folder": {"root": str(tmp_path / "images")}},
+        "data": {
+            "dataset": "image_folder",
+            "val_size": 2,
+            "image_folder": {"root": str(tmp_path / "images")},
+        },
         "zoo": {"seeds": 2, "variants": {"mine": SMALL}} | zoo,
         "symmetry": {"seeds": 0},
     }
@@ -257,10 +276,17 @@ def test_the_plan_names_what_a_config_of_your_own_gets_wrong(tmp_path):
     assert "has 3 classes (a, b, c); set num_classes: 3" in errors
     assert "config key zoo.checkpoints: ['ghost'] must be among zoo.variants" in errors
     config["zoo"]["checkpoints"].pop("ghost")
-    errors = "\n".join(check_config(_config(tmp_path, **{k: v for k, v in config["zoo"].items()}) | {"stitching": config["stitching"]}))
+    errors = "\n".join(
+        check_config(
+            _config(tmp_path, **{k: v for k, v in config["zoo"].items()}) | {"stitching": config["stitching"]}
+        )
+    )
     assert f"config key zoo.checkpoints.theirs: {tmp_path / 'ckpts'} holds no checkpoint files" in errors
     assert "config key zoo.seeds_per_variant.theirs: 'theirs' is taken from checkpoints" in errors
-    assert "config key stitching.variants: 'mine' is your own architecture (mynets:small_cnn), which lacks cut points" in errors
+    assert (
+        "config key stitching.variants: 'mine' is your own architecture (mynets:small_cnn), which lacks cut points"
+        in errors
+    )
 
 
 # --- the workflow ------------------------------------------------------------------------------------
@@ -281,7 +307,15 @@ def test_the_example_runs_through_the_workflow(tmp_path):
     subprocess.run([sys.executable, str(EXAMPLE / "make_inputs.py"), str(work)], env=env, check=True)
 
     def snakemake(*args):
-        command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "workflow" / "Snakefile"), "-d", str(work)]
+        command = [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "workflow" / "Snakefile"),
+            "-d",
+            str(work),
+        ]
         run = subprocess.run(
             [*command, "--configfile", str(EXAMPLE / "config.yaml"), "--cores", "2", *args],
             env=env,
@@ -309,4 +343,6 @@ def test_the_example_runs_through_the_workflow(tmp_path):
     with open(work / "nets" / "mynets.py", "a") as f:
         f.write("\n# an edit\n")
     planned = snakemake("-n", "--quiet", "rules")
-    assert re.search(r"^train_member\s+2$", planned, re.M) and re.search(r"^import_member\s+2$", planned, re.M)
+    assert re.search(r"^train_member\s+2$", planned, re.M) and re.search(
+        r"^import_member\s+2$", planned, re.M
+    )

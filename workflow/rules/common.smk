@@ -214,9 +214,9 @@ def variant_code_hash(stage, variant):
     """The code identity of a job of ``stage`` that builds the models of zoo variant ``variant`` (with
     a custom architecture's factory file: factory_identity)."""
     variants = config["zoo"]["variants"]
-    return CODE_IDENTITIES[architecture_key(stage, variant_architectures(variants, variant))] + factory_identity(
-        variants, variant
-    )
+    return CODE_IDENTITIES[
+        architecture_key(stage, variant_architectures(variants, variant))
+    ] + factory_identity(variants, variant)
 
 
 def member(pairs, which):

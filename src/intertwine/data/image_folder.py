@@ -89,11 +89,15 @@ def split_folders_problem(root: str | Path) -> str | None:
     root = Path(root).expanduser()
     key = "config key data.image_folder.root"
     if not root.is_dir():
-        return f"{key}: {root} is not a folder; point it at a folder holding train/<class>/* and test/<class>/*"
+        return (
+            f"{key}: {root} is not a folder; point it at a folder holding train/<class>/* and test/<class>/*"
+        )
     found = {}
     for split in ("train", "test"):
         if not (root / split).is_dir():
-            return f"{key}: {root / split} does not exist; the folder needs train/<class>/* and test/<class>/*"
+            return (
+                f"{key}: {root / split} does not exist; the folder needs train/<class>/* and test/<class>/*"
+            )
         found[split] = {d.name for d in (root / split).iterdir() if d.is_dir() and _images(d)}
         if not found[split]:
             return (
@@ -115,7 +119,9 @@ def count_split_images(root: str | Path) -> dict[str, dict[str, int]]:
     """{split: {class: image files}} of an image-folder data set (files listed, not decoded)."""
     root = Path(root).expanduser()
     return {
-        split: {d.name: len(_images(d)) for d in sorted((root / split).iterdir()) if d.is_dir() and _images(d)}
+        split: {
+            d.name: len(_images(d)) for d in sorted((root / split).iterdir()) if d.is_dir() and _images(d)
+        }
         for split in ("train", "test")
     }
 

@@ -187,7 +187,9 @@ def custom(
             "factory must take num_classes and the keyword arguments under the spec's `options`"
         ) from None
     if not isinstance(model, nn.Module):
-        raise ValueError(f"model option 'factory': {factory} returned a {type(model).__name__}, not an nn.Module")
+        raise ValueError(
+            f"model option 'factory': {factory} returned a {type(model).__name__}, not an nn.Module"
+        )
     if callable(getattr(type(model), "site_layout", None)):
         if sites is not None:
             raise ValueError(
@@ -217,45 +219,46 @@ def check_sites(model: nn.Module, images: torch.Tensor, label: str) -> None:
     and outputs its declared channels (dim 1), and, where the sites were found by their module class,
     no activation is also called as a function (a site that could not be read). A ValueError naming
     the site and the fix otherwise (``label`` names the variant)."""
-    from intertwine.gates import _Recorder
-    from intertwine.models import sites as model_sites
+    from intertwine.gates import gate_patterns
 
-    declared = model_sites(model)
-    outputs: dict[str, list[torch.Tensor]] = {site.name: [] for site in declared}
-    calls: list[str] = []
+    declared = [(name, channels) for name, channels, _ in model.site_layout()]
+    outputs: dict[str, list[torch.Tensor]] = {name: [] for name, _ in declared}
     handles = [
-        model.get_submodule(site.name).register_forward_hook(
-            lambda _m, _i, out, name=site.name: outputs[name].append(out)
+        model.get_submodule(name).register_forward_hook(
+            lambda _m, _i, out, name=name: outputs[name].append(out)
         )
-        for site in declared
+        for name, _ in declared
     ]
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), _Recorder(model, lambda site, _z: calls.append(site)).installed():
+        with torch.no_grad():
             model(images)
     finally:
         for handle in handles:
             handle.remove()
         model.train(was_training)
-    for site in declared:
-        runs = outputs[site.name]
+    for name, channels in declared:
+        runs = outputs[name]
         if len(runs) != 1:
             raise ValueError(
-                f"{label}: site {site.name!r} runs {len(runs)} times in a forward pass, so its output is "
+                f"{label}: site {name!r} runs {len(runs)} times in a forward pass, so its output is "
                 "not one representation; give each call a module of its own, or list in the spec's "
                 f"`sites` modules that run once; {_HOW}"
             )
-        if runs[0].ndim < 2 or runs[0].shape[1] != site.channels:
+        if runs[0].ndim < 2 or runs[0].shape[1] != channels:
             raise ValueError(
-                f"{label}: site {site.name!r} outputs shape {tuple(runs[0].shape)}, not {site.channels} "
-                "channels (dim 1), the width of the layer registered just before it; register the layer "
+                f"{label}: site {name!r} outputs shape {tuple(runs[0].shape)}, not {channels} "
+                "channels (dim 1), the width read from its layers (the last inside it, else the nearest before "
+                "it, in registration order); register the layer "
                 f"that feeds each site just before it in __init__, or read other modules (`sites`); {_HOW}"
             )
-    functional = sorted({call.split("@")[0] for call in calls if call.split("@")[0].endswith("()")})
     layout = getattr(model, "site_layout", None)
-    found_by_class = isinstance(layout, SiteLayout) and not layout.named
-    if functional and found_by_class:
+    if not isinstance(layout, SiteLayout) or layout.named:
+        return  # sites declared by the class or named in the spec: a functional call is left unread
+    calls = gate_patterns(model, images)  # every ReLU call site, a module's or a function's
+    functional = sorted({call.split("@")[0] for call in calls if call.split("@")[0].endswith("()")})
+    if functional:
         raise ValueError(
             f"{label}: the model calls an activation as a function at {functional} (by the module named "
             "before the dot): such a call is no module, so it is not read as a site and the sites found "

@@ -161,7 +161,9 @@ def data_folder_errors(config: dict, workdir=".") -> list[str]:
     if (cache / "meta.json").exists():
         return []
     if dataset == "image_folder":
-        problem = split_folders_problem(Path(workdir) / Path(config["data"]["image_folder"]["root"]).expanduser())
+        problem = split_folders_problem(
+            Path(workdir) / Path(config["data"]["image_folder"]["root"]).expanduser()
+        )
         return [problem] if problem else []
     block = config["data"][dataset]
     root = (Path(workdir) / Path(block["root"]).expanduser()).absolute()

@@ -359,8 +359,10 @@ def foreign_state_dict(path: str | Path, whole_modules: bool, key: str) -> dict[
         state = next(loaded[k] for k in STATE_DICT_KEYS if isinstance(loaded.get(k), dict))
     else:
         state = loaded
-    if not isinstance(state, dict) or not state or not all(
-        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    if (
+        not isinstance(state, dict)
+        or not state
+        or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())
     ):
         shown = list(loaded)[:8] if isinstance(loaded, dict) else type(loaded).__name__
         raise CheckpointError(
@@ -387,7 +389,11 @@ def fit_weights(model: torch.nn.Module, state: dict, path: str | Path, what: str
     ]
     problems = [
         f"{label} {items[:5]}{' ...' if len(items) > 5 else ''}"
-        for label, items in (("missing keys", missing), ("keys not in the model", unexpected), ("other shapes", shapes))
+        for label, items in (
+            ("missing keys", missing),
+            ("keys not in the model", unexpected),
+            ("other shapes", shapes),
+        )
         if items
     ]
     if problems:

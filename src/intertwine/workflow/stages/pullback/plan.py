@@ -129,7 +129,9 @@ class PullbackPlan(StagePlan):
     def settling_variants(self) -> list[str]:
         """The variants whose members record gate patterns (zoo.training.gate_probe_images > 0,
         usually set per variant in zoo.training_per_variant)."""
-        return [v for v in self.imported_variants(False) if self.train_block(v).get("gate_probe_images", 0) > 0]
+        return [
+            v for v in self.imported_variants(False) if self.train_block(v).get("gate_probe_images", 0) > 0
+        ]
 
     @property
     def settling_checkpoints(self) -> list[str]:

@@ -185,7 +185,6 @@ def _add_training_commands(cli: Commands) -> None:
         help="a gated FL variant's feature networks, one checkpoint per seed",
     )
 
-
     _add_import_command(cli)
 
 
@@ -200,19 +199,29 @@ def _add_import_command(cli: Commands) -> None:
         options=["--eval-batch-size"],
         rules={"--out": "{output.checkpoint}"},
     )
-    p.add_argument("--variant", required=True, rule="{wildcards.variant}", help="the variant's name in zoo.variants")
+    p.add_argument(
+        "--variant", required=True, rule="{wildcards.variant}", help="the variant's name in zoo.variants"
+    )
     p.add_argument("--seed", type=integer(0), required=True, rule="{wildcards.seed}", help="zoo member seed")
     p.add_argument(
-        "--spec", type=json_object, required=True, rule="{params.spec:q}", help="the variant's model spec (JSON)"
+        "--spec",
+        type=json_object,
+        required=True,
+        rule="{params.spec:q}",
+        help="the variant's model spec (JSON)",
     )
-    p.add_argument("--source", required=True, rule="{input.source:q}", help="the checkpoint file trained elsewhere")
+    p.add_argument(
+        "--source", required=True, rule="{input.source:q}", help="the checkpoint file trained elsewhere"
+    )
     p.add_argument(
         "--whole-modules",
         action="store_true",
         rule=WHEN_GIVEN,
         help="unpickle a whole saved module (runs the file's code: only for files you trust)",
     )
-    p.add_argument("--metrics", required=True, rule="{output.metrics}", help="output metrics .parquet (one row)")
+    p.add_argument(
+        "--metrics", required=True, rule="{output.metrics}", help="output metrics .parquet (one row)"
+    )
 
 
 def _add_table_and_figure_commands(cli: Commands) -> None:

@@ -280,4 +280,3 @@ def _load_features(
         )
     weights = {key: value for key, value in source["state_dict"].items() if not key.startswith("fc.")}
     model.features.load_state_dict(weights)
-

@@ -57,7 +57,11 @@ class ZooPlan(StagePlan):
         """The variant's packs: consecutive runs of pack_size seeds (the last may be shorter). With
         a pack size of 1 there are none: each member is its own train_member job."""
         size, seeds = self.pack_size(variant), self.zoo_seeds(variant)
-        return [] if size == 1 or variant in self.zoo["checkpoints"] else [seeds[i : i + size] for i in range(0, len(seeds), size)]
+        return (
+            []
+            if size == 1 or variant in self.zoo["checkpoints"]
+            else [seeds[i : i + size] for i in range(0, len(seeds), size)]
+        )
 
     @staticmethod
     def pack_dir(variant: str, pack: range) -> str:
@@ -158,7 +162,11 @@ class ZooPlan(StagePlan):
             if not self.imported_files(variant):
                 check.errors.append(
                     f"config key {key}: {folder} "
-                    + ("holds no checkpoint files" if Path(folder).expanduser().is_dir() else "is not a folder")
+                    + (
+                        "holds no checkpoint files"
+                        if Path(folder).expanduser().is_dir()
+                        else "is not a folder"
+                    )
                     + f" ({', '.join(FOREIGN_SUFFIXES)}); point it at the folder of the variant's checkpoints"
                 )
             for block in ("seeds_per_variant", "pack_size_per_variant", "training_per_variant"):
