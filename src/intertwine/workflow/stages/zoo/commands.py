@@ -55,7 +55,7 @@ def cmd_train_pack(args) -> None:
 
 
 def cmd_import_member(args) -> None:
-    from intertwine.workflow.stages.zoo.imported import import_member
+    from intertwine.workflow.stages.zoo.job import import_member
     from intertwine.workflow.zoo import refuse_overwrite, save_member
 
     refuse_overwrite(args.out)
