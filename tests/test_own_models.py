@@ -24,6 +24,7 @@ from intertwine.data.image_folder import load_split_folders, split_folders_probl
 from intertwine.models.factory import check_sites
 from intertwine.workflow.code_identity import factory_identity
 from intertwine.workflow.config import check_config
+from intertwine.workflow.plan import Plan
 from intertwine.workflow.zoo import CHECKPOINT_FORMAT, CheckpointError, fit_weights, foreign_state_dict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -287,6 +288,34 @@ def test_the_plan_names_what_a_config_of_your_own_gets_wrong(tmp_path):
         "config key stitching.variants: 'mine' is your own architecture (mynets:small_cnn), which lacks cut points"
         in errors
     )
+
+
+def test_a_factory_model_plans_for_every_stage_that_applies_and_is_refused_by_the_others(tmp_path):
+    config = _config(tmp_path)
+    config["symmetry"] = {"seeds": 1, "images": 6}
+    config["similarity"] = {"variants": ["mine"], "procrustes_pairs": 1, "cka_pairs": 1, "samples": 6}
+    config["dissection"] = {"variants": ["mine"], "seeds": 1, "probe": {"images": 6}}
+    config["deqntk"] = {"reference": {"variants": ["mine"], "samples": 6}}
+    assert check_config(config) == []
+    plan = Plan(config)
+    outputs = plan.all_outputs
+    assert "results/tables/similarity.parquet" in outputs and "results/tables/dissection.parquet" in outputs
+    assert "results/tables/kernel_reference.parquet" in outputs
+    assert plan.symmetry_checks == []  # no weight wiring: skipped
+    refused = {
+        "rotation": ({"variants": {"mine": ["grelu"]}}, "cut points"),
+        "stitching": ({"variants": ["mine"], "pairs": 1}, "cut points"),
+        "connectivity": ({"variants": ["mine"], "pairs": 1}, "conv, norm and activation layer names"),
+        "pullback": ({"variants": ["mine"], "seeds": 1, "pairs": 1}, "conv, norm and activation layer names"),
+    }
+    for stage, (block, lacks) in refused.items():
+        errors = check_config(_config(tmp_path) | {stage: block})
+        assert any(
+            e.startswith(f"config key {stage}.variants: 'mine' is your own") and lacks in e for e in errors
+        ), (
+            stage,
+            errors,
+        )
 
 
 # --- the workflow ------------------------------------------------------------------------------------

@@ -115,6 +115,19 @@ def split_folders_problem(root: str | Path) -> str | None:
     return None
 
 
+def first_image_side(root: str | Path) -> int | None:
+    """The longer side of the first training image of an image-folder data set (its header only),
+    or None when there is none."""
+    from PIL import Image
+
+    root = Path(root).expanduser()
+    if split_folders_problem(root):
+        return None
+    folder = sorted(count_split_images(root)["train"])[0]
+    with Image.open(_images(root / "train" / folder)[0]) as image:
+        return max(image.size)
+
+
 def count_split_images(root: str | Path) -> dict[str, dict[str, int]]:
     """{split: {class: image files}} of an image-folder data set (files listed, not decoded)."""
     root = Path(root).expanduser()

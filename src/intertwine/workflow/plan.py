@@ -135,6 +135,18 @@ class Plan:
             return sum(counts["train"].values()), sum(counts["test"].values())
         return 50_000, 10_000  # CIFAR-10 and CIFAR-100
 
+    def image_side(self) -> int:
+        """The side of the data set's images, in pixels (for the cluster's estimates): shapes' and an
+        image folder's configured size, an image folder's first training image without one, else 32."""
+        data = self.config["data"]
+        if data["dataset"] == "shapes":
+            return data["shapes"]["image_size"]
+        if data["dataset"] == "image_folder":
+            from intertwine.data.image_folder import first_image_side
+
+            return data["image_folder"]["image_size"] or first_image_side(data["image_folder"]["root"]) or 32
+        return 32
+
     def split_sizes(self) -> tuple[int, int]:
         """(training images once the validation split is held out, test images)."""
         n_train, n_test = self.dataset_sizes()
