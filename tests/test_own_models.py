@@ -318,6 +318,16 @@ def test_a_factory_model_plans_for_every_stage_that_applies_and_is_refused_by_th
         )
 
 
+def test_the_pages_config_is_the_examples():
+    """docs/own-models.md quotes the example's config: each of its lines is the file's."""
+    page = (REPO / "docs" / "own-models.md").read_text()
+    quoted = re.search(r"```yaml\n(.*?)```", page, re.S)[1].splitlines()
+    example = (EXAMPLE / "config.yaml").read_text().splitlines()
+    assert quoted and all(line in example for line in quoted), [
+        line for line in quoted if line not in example
+    ]
+
+
 # --- the workflow ------------------------------------------------------------------------------------
 
 

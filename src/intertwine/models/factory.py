@@ -215,10 +215,24 @@ def custom(
 
 
 def check_sites(model: nn.Module, images: torch.Tensor, label: str) -> None:
-    """One forward pass of ``model`` on ``images`` (normalised inputs, a few): each site runs once
-    and outputs its declared channels (dim 1), and, where the sites were found by their module class,
-    no activation is also called as a function (a site that could not be read). A ValueError naming
-    the site and the fix otherwise (``label`` names the variant)."""
+    """One forward pass of ``model`` on ``images``: each site runs once and outputs its declared
+    channels (dim 1), and, where the sites were found by their module class, no ReLU or LeakyReLU is
+    also called as a function (a site the module class missed, found by ``gates.gate_patterns``).
+
+    Parameters
+    ----------
+    model : nn.Module
+        A model built by ``intertwine.models.build`` (its mode is restored afterwards).
+    images : Tensor
+        A few normalised inputs.
+    label : str
+        What names the model in the errors (the workflow: ``zoo.variants.<name>``).
+
+    Returns
+    -------
+    None
+        A ValueError naming the site and the fix when a check fails.
+    """
     from intertwine.gates import gate_patterns
 
     declared = [(name, channels) for name, channels, _ in model.site_layout()]
