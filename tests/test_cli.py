@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 JOBS = {
     "train-member": "zoo",
     "train-pack": "zoo",
+    "import-member": "zoo",
     "rotation-trial": "rotation",
     "stitch-pair": "stitching",
     "similarity-pair": "similarity",

@@ -30,10 +30,14 @@ def _is_identity_site(model: nn.Module, site: Site) -> bool:
     return type(model.get_submodule(site.name)) is nn.Identity and not site.inside_residual
 
 
+# The zoo's own architectures; `custom` (the user's factory) is tested in tests/test_own_models.py.
+ZOO_ARCHITECTURES = [arch for arch in ARCHITECTURES if arch != "custom"]
+
+
 @pytest.fixture(scope="module")
 def defaults() -> dict[str, nn.Module]:
     torch.manual_seed(0)
-    return {arch: build({"arch": arch}) for arch in ARCHITECTURES}
+    return {arch: build({"arch": arch}) for arch in ZOO_ARCHITECTURES}
 
 
 def _hooked_forward(model: nn.Module, names: list[str], size: int = 32) -> list[tuple[str, int]]:
@@ -183,7 +187,7 @@ def test_resnet_site_layout(defaults):
     assert r18[-1] == Site("layer4.1.act2", 512, False)
 
 
-@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+@pytest.mark.parametrize("arch", ZOO_ARCHITECTURES)
 def test_sites_match_forward_hooks(defaults, arch):
     model = defaults[arch]
     listed = sites(model)
@@ -235,7 +239,7 @@ def test_forward_split_names_the_sites_on_a_typo(defaults):
         forward_to(defaults["myrtle"], torch.randn(1, 3, 8, 8), "act9")
 
 
-@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+@pytest.mark.parametrize("arch", ZOO_ARCHITECTURES)
 def test_every_activation_module_is_a_site(defaults, arch):
     model = defaults[arch]
     activations = [name for name, m in model.named_modules() if isinstance(m, ACTIVATION_TYPES)]
@@ -362,7 +366,7 @@ def test_convnext_activation_option_replaces_gelu(spec, kind):
         assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
 
 
-@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+@pytest.mark.parametrize("arch", ZOO_ARCHITECTURES)
 def test_activation_modules_not_shared(defaults, arch):
     model = defaults[arch]
     activations = [m for m in model.modules() if isinstance(m, ACTIVATION_TYPES)]
@@ -475,7 +479,7 @@ def test_spec_must_be_mapping():
 # --- seeding ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+@pytest.mark.parametrize("arch", ZOO_ARCHITECTURES)
 def test_seed_determines_weights(arch):
     spec = {"arch": arch, "width_multiplier": 0.25}
 

@@ -10,7 +10,12 @@ from snakemake.exceptions import WorkflowError
 from intertwine.data.contents import check_contents, damaged_cache_message
 from intertwine.workflow.cli import commands
 from intertwine.workflow.cluster import JobNeeds, request, submission
-from intertwine.workflow.code_identity import architecture_key, code_identities, variant_architectures
+from intertwine.workflow.code_identity import (
+    architecture_key,
+    code_identities,
+    factory_identity,
+    variant_architectures,
+)
 from intertwine.workflow.config import check_config, data_folder_errors, read_config_file
 from intertwine.workflow.plan import Plan, as_json
 from intertwine.workflow import stages
@@ -206,8 +211,12 @@ def code_hash(stage):
 
 
 def variant_code_hash(stage, variant):
-    """The code identity of a job of ``stage`` that builds the models of zoo variant ``variant``."""
-    return CODE_IDENTITIES[architecture_key(stage, variant_architectures(config["zoo"]["variants"], variant))]
+    """The code identity of a job of ``stage`` that builds the models of zoo variant ``variant`` (with
+    a custom architecture's factory file: factory_identity)."""
+    variants = config["zoo"]["variants"]
+    return CODE_IDENTITIES[
+        architecture_key(stage, variant_architectures(variants, variant))
+    ] + factory_identity(variants, variant)
 
 
 def member(pairs, which):

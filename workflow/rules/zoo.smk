@@ -89,6 +89,36 @@ rule unpack_member:
         CLI["unpack-member"].shell()
 
 
+# A member of a variant taken from checkpoints trained elsewhere (zoo.checkpoints): the s-th file
+# of its folder, fitted to the variant's model and tested; a changed file reruns it.
+rule import_member:
+    input:
+        DATA_FILES,
+        source=lambda wc: PLAN.imported_file(wc.variant, int(wc.seed)),
+    output:
+        checkpoint=protected("results/zoo/{variant}/seed{seed}.pt"),
+        metrics="results/zoo/{variant}/seed{seed}.metrics.parquet",
+    log:
+        "results/logs/zoo/{variant}/seed{seed}.log",
+    wildcard_constraints:
+        variant=PLAN.variant_regex(PLAN.imported_variants()),
+    conda:
+        CONDA_ENV
+    threads: THREADS
+    resources:
+        **on_gpu(NEEDS.heavy),
+        eval_batch_size=lambda wc: PLAN.train_run(wc.variant)["eval_batch_size"],
+    params:
+        **CLI["import-member"].when_given(whole_modules=lambda wc: PLAN.checkpoint_folder(wc.variant)[1]),
+        spec=lambda wc: as_json(config["zoo"]["variants"][wc.variant]),
+        seed=config["seed"],
+        device=config["device"],
+        code=lambda wc: variant_code_hash("import_member", wc.variant),
+        data=data_dir,
+    shell:
+        CLI["import-member"].shell()
+
+
 rule zoo_table:
     input:
         PLAN.member_files("results/zoo/{variant}/seed{seed}.metrics.parquet"),

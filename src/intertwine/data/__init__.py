@@ -18,7 +18,7 @@ import torch
 from intertwine.utils import atomic_path, config_hash, derive_seed, write_json
 
 SPLITS = ("train", "val", "test")
-DATASETS = ("shapes", "cifar10", "cifar100", "mnist")
+DATASETS = ("shapes", "cifar10", "cifar100", "mnist", "image_folder")
 
 
 @dataclass
@@ -70,11 +70,16 @@ def build_dataset(block: dict, seed: int) -> tuple[dict[str, dict[str, np.ndarra
             for split, n in sizes.items()
         }
         meta |= {"classes": list(CLASSES), "concepts": {k: list(v) for k, v in CONCEPTS.items()}}
-    elif name in ("cifar10", "cifar100", "mnist"):
-        from intertwine.data.cifar10 import load_cifar
+    elif name in ("cifar10", "cifar100", "mnist", "image_folder"):
+        if name == "image_folder":  # the user's own: any classes, any sizes
+            from intertwine.data.image_folder import load_split_folders
 
-        options = block[name]
-        loaded = load_cifar(name, options["root"], options["layout"], options["download"])
+            loaded = load_split_folders(block[name]["root"], block[name]["image_size"])
+        else:
+            from intertwine.data.cifar10 import load_cifar
+
+            options = block[name]
+            loaded = load_cifar(name, options["root"], options["layout"], options["download"])
         # Image folders list the images class by class. The cache holds each split in a fixed
         # random order, so that any prefix a stage takes (stitching.train_images,
         # similarity.samples, ...) is a uniform sample of it.

@@ -27,6 +27,11 @@ cct (a Compact Convolutional Transformer, see :mod:`intertwine.models.cct`) like
 ``tokenizer_norm`` (default False, as in CCT) adds an instance norm after each tokenizer layer;
 ``positional`` (default "learnable") is its positional embedding, or "sinusoidal" (fixed sine-cosine
 encodings, as the paper's appendix D.4 names them).
+
+``custom`` is the user's own architecture (:mod:`intertwine.models.factory`): ``factory``
+("package.module:function", called with ``num_classes`` and the mapping ``options``), ``sites``
+(module names; default every module of ``activation``'s class), ``activation`` (what its sites are,
+default "relu"), ``negative_slope`` and ``num_classes``; no ``width_multiplier`` or ``batch_norm``.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from torch import nn
 
 from .cct import POSITIONAL, cct
 from .convnext import convnext
+from .factory import FACTORY_PATTERN, custom
 from .gated import GatedNet, check_gated
 from .gated_resnet import GatedResNet
 from .myrtle import myrtle
@@ -132,6 +138,15 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 | {"activation": "gelu", "depth": 2, "tokenizer_norm": False, "positional": "learnable"}
             ),
         ),
+        # The user's own (intertwine.models.factory): factory(num_classes=..., **options), its sites
+        # the modules of `activation`'s class or those named in `sites`.
+        "custom": Architecture(
+            custom,
+            MappingProxyType(
+                {"factory": None, "options": {}, "sites": None, "activation": "relu", "negative_slope": 0.01}
+                | {"num_classes": 10}
+            ),
+        ),
     }
 )
 
@@ -158,6 +173,27 @@ def _check_value(key: str, value: Any) -> Any:
         return int(value)
     if key == "gated":
         return check_gated(value)
+    if key == "factory":
+        if value is None:
+            return None  # normalize_spec says what arch custom needs
+        if not isinstance(value, str) or not FACTORY_PATTERN.match(value):
+            raise fail("'package.module:function' naming a function that returns an nn.Module")
+        return value
+    if key == "options":
+        if not isinstance(value, Mapping) or not all(isinstance(name, str) for name in value):
+            raise fail("a mapping of the factory's keyword arguments")
+        return dict(value)
+    if key == "sites":
+        if value is None:
+            return None
+        if (
+            isinstance(value, str)
+            or not isinstance(value, (list, tuple))
+            or not value
+            or not all(isinstance(name, str) and name for name in value)
+        ):
+            raise fail("a non-empty list of module names, or null (every module of the activation's class)")
+        return list(value)
     if key == "positional":
         if value not in POSITIONAL:
             raise fail("one of " + ", ".join(map(repr, POSITIONAL)))
@@ -219,6 +255,11 @@ def normalize_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     for key, default in defaults.items():
         normalized[key] = _check_value(key, spec.get(key, default))
 
+    if arch == "custom" and normalized["factory"] is None:
+        raise ValueError(
+            "model option 'factory': arch 'custom' needs factory: 'package.module:function' (a function "
+            "taking num_classes that returns an nn.Module; see docs/own-models.md)"
+        )
     if (
         normalized["activation"] != "leaky_relu"
         and normalized["negative_slope"] != defaults["negative_slope"]

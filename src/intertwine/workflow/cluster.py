@@ -95,7 +95,7 @@ class JobNeeds:
         self.plan = plan
         config = plan.config
         n_train, n_test = plan.dataset_sizes()
-        size = config["data"]["shapes"]["image_size"] if config["data"]["dataset"] == "shapes" else 32
+        size = plan.image_side()
         self.image_side = size
         self.train_images, self.test_images = n_train - config["data"]["val_size"], n_test
         # The data cache as a job holds it: every split, as float32 on the host.

@@ -464,6 +464,23 @@ def variant_architectures(variants: Mapping[str, Mapping], variant: str) -> froz
     return frozenset({spec["arch"]}) | (variant_architectures(variants, source) if source else frozenset())
 
 
+def factory_identity(variants: Mapping[str, Mapping], variant: str) -> str:
+    """What a job on zoo variant ``variant`` adds to its code identity for the user's own code: for
+    each ``custom`` architecture it builds (its own, its feature network's), ``+`` and a hash of the
+    factory's source file, so that editing the file reruns its jobs; "" for the zoo's
+    architectures (their code is the package's, in the identity already)."""
+    from intertwine.models.factory import factory_source
+
+    spec = variants[variant]
+    gated = spec.get("gated") or {}
+    source = gated.get("features_from")
+    own = ""
+    if spec.get("arch") == "custom":
+        path = factory_source(spec["factory"])
+        own = "+" + hashlib.sha256(path.read_bytes() if path else spec["factory"].encode()).hexdigest()[:12]
+    return own + (factory_identity(variants, source) if source else "")
+
+
 def architecture_key(stage: str, architectures: frozenset[str]) -> str:
     """The key of a stage's identity for jobs building ``architectures`` in ``code_identities``."""
     return f"{stage}[{'+'.join(sorted(architectures))}]"

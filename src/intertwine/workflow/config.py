@@ -147,18 +147,24 @@ def run_config(paths, default) -> dict:
 
 def data_folder_errors(config: dict, workdir=".") -> list[str]:
     """The data folder of a validated config, checked before any job (as a message; none: fine):
-    for cifar10, cifar100 and mnist, ``data.<dataset>.root`` (relative to ``workdir``, where the
-    jobs run) must hold the data set in its layout, unless the data cache under
+    for cifar10, cifar100, mnist and image_folder, ``data.<dataset>.root`` (relative to ``workdir``,
+    where the jobs run) must hold the data set in its layout, unless the data cache under
     ``workdir/results/data/<dataset>`` is already there (then the data job, the folder's only
     reader, does not run)."""
     from intertwine.data.cifar10 import CIFARS, folder_problem
+    from intertwine.data.image_folder import split_folders_problem
 
     dataset = config["data"]["dataset"]
-    if dataset not in CIFARS:
+    if dataset not in (*CIFARS, "image_folder"):
         return []
     cache = Path(workdir) / "results" / "data" / dataset
     if (cache / "meta.json").exists():
         return []
+    if dataset == "image_folder":
+        problem = split_folders_problem(
+            Path(workdir) / Path(config["data"]["image_folder"]["root"]).expanduser()
+        )
+        return [problem] if problem else []
     block = config["data"][dataset]
     root = (Path(workdir) / Path(block["root"]).expanduser()).absolute()
     problem = folder_problem(dataset, root, block["layout"], block["download"])

@@ -125,7 +125,27 @@ class Plan:
             return data["shapes"]["train_size"], data["shapes"]["test_size"]
         if data["dataset"] == "mnist":
             return 60_000, 10_000
+        if data["dataset"] == "image_folder":  # what the folder holds (none while it is not one)
+            from intertwine.data.image_folder import count_split_images, split_folders_problem
+
+            root = data["image_folder"]["root"]
+            if split_folders_problem(root):
+                return 0, 0
+            counts = count_split_images(root)
+            return sum(counts["train"].values()), sum(counts["test"].values())
         return 50_000, 10_000  # CIFAR-10 and CIFAR-100
+
+    def image_side(self) -> int:
+        """The side of the data set's images, in pixels (for the cluster's estimates): shapes' and an
+        image folder's configured size, an image folder's first training image without one, else 32."""
+        data = self.config["data"]
+        if data["dataset"] == "shapes":
+            return data["shapes"]["image_size"]
+        if data["dataset"] == "image_folder":
+            from intertwine.data.image_folder import first_image_side
+
+            return data["image_folder"]["image_size"] or first_image_side(data["image_folder"]["root"]) or 32
+        return 32
 
     def split_sizes(self) -> tuple[int, int]:
         """(training images once the validation split is held out, test images)."""
@@ -253,6 +273,12 @@ class Plan:
                     f"more than the {MAX_SHAPES_BYTES // 2**30} GiB the data set may take; lower "
                     "data.shapes.train_size, test_size or image_size"
                 ]
+        if dataset == "image_folder":
+            from intertwine.data.image_folder import split_folders_problem
+
+            problem = split_folders_problem(self.config["data"]["image_folder"]["root"])
+            if problem:
+                return [problem]
         if train_split < 1:  # checked first: every count of training images below rests on it
             larger = " (or raise data.shapes.train_size)" if dataset == "shapes" else ""
             message = (

@@ -101,6 +101,39 @@ class ConfigCheck:
                     )
                 )
 
+    # What a stage may need of a model beyond its sites, and why: a custom architecture (the user's
+    # factory, intertwine.models.factory) has its sites only, unless its class declares more.
+    NEEDS = {
+        "pieces": (
+            "cut points: its class must define pieces() (and site_layout()), as the zoo's architectures "
+            "do, since the stage runs a model up to a site and on from there"
+        ),
+        "weights": (
+            "the conv, norm and activation layer names of each site (the zoo architectures' wiring), "
+            "since the stage acts on its weights (intertwine.symmetry's weight action)"
+        ),
+    }
+
+    def capable(self, key: str, variants, need: str) -> bool:
+        """Whether each custom variant among ``variants`` has what the stage of ``key`` needs
+        (``NEEDS``); else a message per variant naming what and why, and False."""
+        from intertwine.workflow.planning import spec_model
+
+        lacking = []
+        for variant in variants:
+            if variant not in self.plan.variants or self.plan.spec(variant)["arch"] != "custom":
+                continue
+            model = spec_model(as_json(self.plan.config["zoo"]["variants"][variant]))
+            if need == "pieces" and callable(getattr(model, "pieces", None)):
+                continue
+            lacking.append(variant)
+            self.errors.append(
+                f"config key {key}: {variant!r} is your own architecture "
+                f"({self.plan.spec(variant)['factory']}), which lacks {self.NEEDS[need]}; drop it from "
+                f"{key} (docs/own-models.md says which stages a factory model runs through)"
+            )
+        return not lacking
+
     def members(self, key: str, variants, count) -> None:
         """Whether the zoo trains the ``count`` members of each variant that ``key`` asks for."""
         for variant in variants:

@@ -301,3 +301,105 @@ def unpack_member(pack: str | Path, seed: int, checkpoint_out: str | Path, metri
                 os.link(source, tmp)
             except OSError:
                 shutil.copyfile(source, tmp)
+
+
+# --- members taken from existing checkpoints (zoo.checkpoints) ---------------------------------
+
+#: The files of a checkpoint folder that are members (by suffix).
+FOREIGN_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin")
+
+#: Keys under which a training loop's checkpoint holds the model's state dict.
+STATE_DICT_KEYS = ("state_dict", "model_state_dict", "model")
+
+
+def checkpoint_files(folder: str | Path) -> list[Path]:
+    """The member files of a checkpoint folder (``FOREIGN_SUFFIXES``), sorted by name: member s is
+    the s-th."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in FOREIGN_SUFFIXES)
+
+
+def foreign_state_dict(path: str | Path, whole_modules: bool, key: str) -> dict[str, torch.Tensor]:
+    """The weights a checkpoint file trained elsewhere holds, in one of four formats: an intertwine
+    checkpoint; a state dict (parameter and buffer names -> tensors); a mapping holding one under
+    ``state_dict``, ``model_state_dict`` or ``model`` (training loops' checkpoints, Lightning's);
+    or, with ``whole_modules``, a whole module saved by ``torch.save(model)``. A DataParallel
+    ``module.`` prefix on every name is dropped. ``key`` is the config key that names the folder,
+    for the errors (a CheckpointError naming the file)."""
+    path = Path(path)
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        if not whole_modules:
+            raise CheckpointError(
+                f"{path} holds Python objects beyond tensors and plain data (a whole saved module, or "
+                f"objects of a training loop), which are not unpickled unless you trust the file: it may "
+                f"run code. Save its state_dict() instead, or set {key}.whole_modules: true "
+                f"({str(err).splitlines()[0][:120]})"
+            ) from None
+        try:
+            loaded = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as inner:  # noqa: BLE001 - unpickling raises anything the pickle's code raises
+            raise CheckpointError(
+                f"{path} cannot be unpickled ({type(inner).__name__}: {str(inner)[:200]}); a whole saved "
+                "module needs its class importable (on PYTHONPATH) under the name it was saved with"
+            ) from None
+    except Exception as err:  # noqa: BLE001 - torch raises OSError, RuntimeError, EOFError, ...
+        raise CheckpointError(
+            f"{path} is not a readable torch file ({type(err).__name__}: "
+            f"{(str(err).splitlines() or [''])[0][:120]}); copy it again, or remove it from the folder {key}"
+        ) from None
+    if isinstance(loaded, torch.nn.Module):
+        state = loaded.state_dict()
+    elif isinstance(loaded, dict) and loaded.get("format") == CHECKPOINT_FORMAT:
+        state = loaded.get("state_dict")
+    elif isinstance(loaded, dict) and any(isinstance(loaded.get(k), dict) for k in STATE_DICT_KEYS):
+        state = next(loaded[k] for k in STATE_DICT_KEYS if isinstance(loaded.get(k), dict))
+    else:
+        state = loaded
+    if (
+        not isinstance(state, dict)
+        or not state
+        or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())
+    ):
+        shown = list(loaded)[:8] if isinstance(loaded, dict) else type(loaded).__name__
+        raise CheckpointError(
+            f"{path} holds no state dict (names -> tensors) where one is looked for: at the top, under "
+            f"{', '.join(STATE_DICT_KEYS)}, or as a whole module; it holds {shown}. Save "
+            "model.state_dict() with torch.save"
+        )
+    if all(name.startswith("module.") for name in state):
+        state = {name.removeprefix("module."): tensor for name, tensor in state.items()}
+    return state
+
+
+def fit_weights(model: torch.nn.Module, state: dict, path: str | Path, what: str) -> None:
+    """Load ``state`` into ``model`` exactly; a checkpoint that does not fit ``what`` (the variant
+    and its spec) is a ValueError naming the file and the first keys that differ: missing, not
+    the model's, or of another shape."""
+    own = model.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    shapes = [
+        f"{k}: {tuple(state[k].shape)} in the file, {tuple(own[k].shape)} in the model"
+        for k in own
+        if k in state and state[k].shape != own[k].shape
+    ]
+    problems = [
+        f"{label} {items[:5]}{' ...' if len(items) > 5 else ''}"
+        for label, items in (
+            ("missing keys", missing),
+            ("keys not in the model", unexpected),
+            ("other shapes", shapes),
+        )
+        if items
+    ]
+    if problems:
+        raise ValueError(
+            f"{path} does not fit {what}: {'; '.join(problems)}. Point the variant's spec at the "
+            "architecture these weights were trained with (its factory, options and num_classes), or "
+            "remove the file from the folder"
+        )
+    model.load_state_dict(state)

@@ -78,7 +78,9 @@ class ConnectivityPlan(StagePlan):
     def connectivity_errors(self, check: ConfigCheck) -> None:
         """The connectivity stage's cross-checks of the config (``Plan.errors``)."""
         connectivity = self.connectivity
-        if check.subset("connectivity.variants", connectivity["variants"], self.variants, "zoo.variants"):
+        if check.subset(
+            "connectivity.variants", connectivity["variants"], self.variants, "zoo.variants"
+        ) and check.capable("connectivity.variants", connectivity["variants"], "weights"):
             check.subset(
                 "connectivity.pairs_per_variant",
                 connectivity["pairs_per_variant"],

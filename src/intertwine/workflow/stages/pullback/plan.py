@@ -129,7 +129,9 @@ class PullbackPlan(StagePlan):
     def settling_variants(self) -> list[str]:
         """The variants whose members record gate patterns (zoo.training.gate_probe_images > 0,
         usually set per variant in zoo.training_per_variant)."""
-        return [v for v in self.variants if self.train_block(v).get("gate_probe_images", 0) > 0]
+        return [
+            v for v in self.imported_variants(False) if self.train_block(v).get("gate_probe_images", 0) > 0
+        ]
 
     @property
     def settling_checkpoints(self) -> list[str]:
@@ -181,7 +183,9 @@ class PullbackPlan(StagePlan):
     def pullback_errors(self, check: ConfigCheck) -> None:
         """The pullback stage's cross-checks of the config (``Plan.errors``)."""
         pullback = self.pullback
-        if check.subset("pullback.variants", pullback["variants"], self.variants, "zoo.variants"):
+        if check.subset(
+            "pullback.variants", pullback["variants"], self.variants, "zoo.variants"
+        ) and check.capable("pullback.variants", pullback["variants"], "weights"):
             if pullback["seeds"] is not None:
                 check.members("pullback.seeds", pullback["variants"], pullback["seeds"])
             for variant in pullback["variants"]:

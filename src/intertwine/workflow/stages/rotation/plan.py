@@ -59,7 +59,9 @@ class RotationPlan(StagePlan):
 
     def rotation_errors(self, check: ConfigCheck) -> None:
         """The rotation stage's cross-checks of the config (``Plan.errors``)."""
-        if check.subset("rotation.variants", self.rotation["variants"], self.variants, "zoo.variants"):
+        if check.subset(
+            "rotation.variants", self.rotation["variants"], self.variants, "zoo.variants"
+        ) and check.capable("rotation.variants", self.rotation["variants"], "pieces"):
             for variant in self.rotation["variants"]:
                 check.subset(
                     "rotation.sites",

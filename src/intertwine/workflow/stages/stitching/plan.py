@@ -144,7 +144,9 @@ class StitchingPlan(StagePlan):
     def stitching_errors(self, check: ConfigCheck) -> None:
         """The stitching stage's cross-checks of the config (``Plan.errors``)."""
         stitching = self.stitching
-        if check.subset("stitching.variants", stitching["variants"], self.variants, "zoo.variants"):
+        if check.subset(
+            "stitching.variants", stitching["variants"], self.variants, "zoo.variants"
+        ) and check.capable("stitching.variants", stitching["variants"], "pieces"):
             check.subset(
                 "stitching.pairs_per_variant",
                 stitching["pairs_per_variant"],

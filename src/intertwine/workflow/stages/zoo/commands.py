@@ -54,6 +54,24 @@ def cmd_train_pack(args) -> None:
     write_pack(args.out, dict(zip(seeds, members)))
 
 
+def cmd_import_member(args) -> None:
+    from intertwine.workflow.stages.zoo.job import import_member
+    from intertwine.workflow.zoo import refuse_overwrite, save_member
+
+    refuse_overwrite(args.out)
+    checkpoint, metrics = import_member(
+        job_context(args),
+        args.variant,
+        args.seed,
+        args.spec,
+        args.source,
+        args.whole_modules,
+        args.out,
+        eval_batch_size=args.eval_batch_size,
+    )
+    save_member(checkpoint, metrics, args.out, args.metrics)
+
+
 def cmd_unpack_member(args) -> None:
     from intertwine.workflow.zoo import unpack_member
 
@@ -165,6 +183,44 @@ def _add_training_commands(cli: Commands) -> None:
         nargs="+",
         rule=WHEN_GIVEN,
         help="a gated FL variant's feature networks, one checkpoint per seed",
+    )
+
+    _add_import_command(cli)
+
+
+def _add_import_command(cli: Commands) -> None:
+    """A member taken from a checkpoint trained elsewhere (zoo.checkpoints)."""
+    p = cli.add(
+        "import-member",
+        cmd_import_member,
+        "take a zoo member from a checkpoint trained elsewhere (zoo.checkpoints): fit, test and record it",
+        [cli.job],
+        out="its checkpoint .pt (never overwritten)",
+        options=["--eval-batch-size"],
+        rules={"--out": "{output.checkpoint}"},
+    )
+    p.add_argument(
+        "--variant", required=True, rule="{wildcards.variant}", help="the variant's name in zoo.variants"
+    )
+    p.add_argument("--seed", type=integer(0), required=True, rule="{wildcards.seed}", help="zoo member seed")
+    p.add_argument(
+        "--spec",
+        type=json_object,
+        required=True,
+        rule="{params.spec:q}",
+        help="the variant's model spec (JSON)",
+    )
+    p.add_argument(
+        "--source", required=True, rule="{input.source:q}", help="the checkpoint file trained elsewhere"
+    )
+    p.add_argument(
+        "--whole-modules",
+        action="store_true",
+        rule=WHEN_GIVEN,
+        help="unpickle a whole saved module (runs the file's code: only for files you trust)",
+    )
+    p.add_argument(
+        "--metrics", required=True, rule="{output.metrics}", help="output metrics .parquet (one row)"
     )
 
 

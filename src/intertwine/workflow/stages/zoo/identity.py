@@ -7,3 +7,7 @@ from __future__ import annotations
 
 #: What its table job computes beyond collecting its jobs' rows.
 TABLE_COMPUTES = [f"{__package__}.study:zoo_table"]
+
+#: Jobs that run one function of its job module, by the name its rules give ``code_hash``: a member
+#: taken from a checkpoint trained elsewhere.
+ENTRIES = {"import_member": [f"{__package__}.job:import_member"]}

@@ -8,6 +8,7 @@ define (``self.spec``, ``self.zoo_seeds``; :class:`intertwine.workflow.planning.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from intertwine.workflow.planning import ZOO_TABLES, ConfigCheck, ConfigError, StagePlan
 from intertwine.workflow.settings import TrainConfig
@@ -17,8 +18,32 @@ class ZooPlan(StagePlan):
     """The zoo stage's part of the plan."""
 
     def zoo_seeds(self, variant: str) -> range:
-        """The seeds the zoo trains for a variant: zoo.seeds, or its zoo.seeds_per_variant entry."""
+        """The seeds the zoo trains for a variant: zoo.seeds, or its zoo.seeds_per_variant entry; for a
+        variant taken from checkpoints (zoo.checkpoints), one per file of its folder."""
+        if variant in self.zoo["checkpoints"]:
+            return range(len(self.imported_files(variant)))
         return range(self.zoo["seeds_per_variant"].get(variant, self.zoo["seeds"]))
+
+    def checkpoint_folder(self, variant: str) -> tuple[str, bool]:
+        """(folder, whole_modules) of a variant taken from checkpoints (its zoo.checkpoints entry)."""
+        entry = self.zoo["checkpoints"][variant]
+        if isinstance(entry, str):
+            return entry, False
+        return entry["folder"], entry.get("whole_modules", False)
+
+    def imported_files(self, variant: str) -> list[str]:
+        """The member files of a variant taken from checkpoints, member s the s-th
+        (``zoo.checkpoint_files``)."""
+        from intertwine.workflow.zoo import checkpoint_files
+
+        return [str(path) for path in checkpoint_files(self.checkpoint_folder(variant)[0])]
+
+    def imported_file(self, variant: str, seed: int) -> str:
+        return self.imported_files(variant)[seed]
+
+    def imported_variants(self, imported: bool = True) -> list[str]:
+        """The variants taken from checkpoints (``imported``), or those the zoo trains."""
+        return [v for v in self.variants if (v in self.zoo["checkpoints"]) == imported]
 
     def member_files(self, pattern: str) -> list[str]:
         """``pattern`` (with ``{variant}`` and ``{seed}``) for every member of the zoo."""
@@ -32,7 +57,11 @@ class ZooPlan(StagePlan):
         """The variant's packs: consecutive runs of pack_size seeds (the last may be shorter). With
         a pack size of 1 there are none: each member is its own train_member job."""
         size, seeds = self.pack_size(variant), self.zoo_seeds(variant)
-        return [] if size == 1 else [seeds[i : i + size] for i in range(0, len(seeds), size)]
+        return (
+            []
+            if size == 1 or variant in self.zoo["checkpoints"]
+            else [seeds[i : i + size] for i in range(0, len(seeds), size)]
+        )
 
     @staticmethod
     def pack_dir(variant: str, pack: range) -> str:
@@ -45,7 +74,12 @@ class ZooPlan(StagePlan):
     def packed_variants(self, packed: bool = True) -> str:
         """A regex matching the variants that train in packs (``packed``) or one member per job:
         the two rules that make a member's checkpoint are told apart by it."""
-        names = [v for v in self.variants if (self.pack_size(v) > 1) == packed]
+        names = [v for v in self.imported_variants(False) if (self.pack_size(v) > 1) == packed]
+        return self.variant_regex(names)
+
+    @staticmethod
+    def variant_regex(names: list[str]) -> str:
+        """A regex matching exactly the variants ``names`` (none: a regex that matches nothing)."""
         return "|".join(re.escape(name) for name in names) or "(?!)"
 
     def train_block(self, variant: str | None = None) -> dict:
@@ -95,6 +129,59 @@ class ZooPlan(StagePlan):
             )
         return range(count)
 
+    def _class_count_errors(self, check: ConfigCheck) -> None:
+        """On an image-folder data set, each variant's head has as many classes as the folder has
+        class folders (known before the data job runs)."""
+        data = self.config["data"]
+        if data["dataset"] != "image_folder":
+            return
+        from intertwine.data.image_folder import count_split_images, split_folders_problem
+
+        root = data["image_folder"]["root"]
+        if split_folders_problem(root):
+            return  # named by the image counts' check
+        classes = sorted(count_split_images(root)["train"])
+        for variant in self.variants:
+            if self.spec(variant)["num_classes"] != len(classes):
+                check.errors.append(
+                    f"config key zoo.variants.{variant}.num_classes: {self.spec(variant)['num_classes']}, but "
+                    f"data.image_folder.root ({root}) has {len(classes)} classes ({', '.join(classes[:10])}"
+                    f"{' ...' if len(classes) > 10 else ''}); set num_classes: {len(classes)}"
+                )
+
+    def _imported_errors(self, check: ConfigCheck) -> None:
+        """Variants taken from checkpoints: known variants, a folder with member files, no seed
+        count of their own, no training settings, no feature network."""
+        if not check.subset("zoo.checkpoints", self.zoo["checkpoints"], self.variants, "zoo.variants"):
+            return
+        for variant in self.zoo["checkpoints"]:
+            key = f"zoo.checkpoints.{variant}"
+            folder, _ = self.checkpoint_folder(variant)
+            from intertwine.workflow.zoo import FOREIGN_SUFFIXES
+
+            if not self.imported_files(variant):
+                check.errors.append(
+                    f"config key {key}: {folder} "
+                    + (
+                        "holds no checkpoint files"
+                        if Path(folder).expanduser().is_dir()
+                        else "is not a folder"
+                    )
+                    + f" ({', '.join(FOREIGN_SUFFIXES)}); point it at the folder of the variant's checkpoints"
+                )
+            for block in ("seeds_per_variant", "pack_size_per_variant", "training_per_variant"):
+                if variant in self.zoo[block]:
+                    check.errors.append(
+                        f"config key zoo.{block}.{variant}: {variant!r} is taken from checkpoints "
+                        f"({key}), not trained: its members are the folder's files; remove the entry"
+                    )
+            if (self.spec(variant).get("gated") or {}).get("regime") == "fl":
+                check.errors.append(
+                    f"config key {key}: a gated FL variant takes its feature network from another "
+                    "variant's member when it trains; taken from checkpoints it trains not: use regime "
+                    "standalone or fr in its spec"
+                )
+
     zoo_claims_tables = {"zoo": "results/tables/zoo.parquet"}
 
     @property
@@ -127,6 +214,13 @@ class ZooPlan(StagePlan):
         check.subset(
             "zoo.pack_size_per_variant", self.zoo["pack_size_per_variant"], self.variants, "zoo.variants"
         )
+        self._imported_errors(check)
+        for variant in self.variants:
+            if self.spec(variant)["arch"] == "custom":  # the factory imports and builds, its sites are found
+                try:
+                    self.variant_sites(variant)
+                except (ValueError, TypeError) as err:
+                    check.errors.append(f"config key zoo.variants.{variant}: {err}")
         for variant in self.settling_variants:
             if self.pack_size(variant) > 1:
                 check.errors.append(
@@ -143,6 +237,7 @@ class ZooPlan(StagePlan):
                 except ValueError as err:
                     check.errors.append(f"config key zoo.variants.{variant}: {err}")
         check.errors += self._image_count_errors()
+        self._class_count_errors(check)
         for variant in self.variants:
             gated = self.spec(variant).get("gated")
             if gated is None or gated["regime"] != "fl":
