@@ -13,6 +13,8 @@ shorter warm-up run of the same shapes (cuDNN's autotuning, the allocator).
     python benchmarks/gpu_zoo.py plan config/paper.yaml benchmarks/paper_zoo.json   # needs Snakemake
     python benchmarks/gpu_zoo.py measure --old-src /tmp/old/src --out gpu_zoo.json   # on the GPU, ~6 min
     python benchmarks/gpu_zoo.py measure --tiny                                      # a CPU check, ~1 min
+    python benchmarks/gpu_zoo.py kernels                                             # one pack's layers, ~30 s
+    python benchmarks/gpu_zoo.py docs benchmarks/gpu_zoo_h200.log docs/benchmarks.md benchmarks/gpu_kernels_h200.jsonl
 
 ``measure`` prints a table per architecture and the projection, and writes every number to
 ``--out`` (JSON); ``--budget`` seconds bound the whole measurement (what is left unmeasured says so).
@@ -24,6 +26,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -468,6 +471,73 @@ def measure(args) -> None:
         )
 
 
+def projection_from_log(text: str) -> list[str]:
+    """The projection lines of a ``measure`` output, recomputed from its cost-group table: per path,
+    the hours of the groups measured on every path, and their share of the zoo's images."""
+    groups = re.findall(r"^(.+?) \((\d+), ([\d.e+]+)\)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)$", text, re.MULTILINE)
+    total = re.search(r"\(\d+ members, ([\d.e+]+) images\)", text)
+    if not groups or not total:
+        return ["(no cost-group table in this output)"]
+
+    def rate(cell: str) -> float | None:
+        return float(cell.replace(",", "")) if cell != "-" else None
+
+    measured = [g for g in groups if all(rate(c) for c in g[4:])]
+    images = sum(float(g[2]) for g in measured)
+    names = ", ".join(g[0].strip() for g in measured)
+    share = f"{images:.2e} of the zoo's {float(total[1]):.2e} training images, {images / float(total[1]):.0%}"
+    lines = [f"Cost groups measured on every path: {names} ({share})."]
+    for index, path in enumerate(PATHS):
+        hours = sum(float(g[2]) / rate(g[4 + index]) for g in measured) / 3600
+        lines.append(f"Their projected training time on this device, {path}: {hours:,.1f} h.")
+    ratios = re.findall(r"^\S+\s+\d+\s+[\d,]+\s+[\d,]+\s+[\d,]+\s+([\d.]+)x\s+([\d.]+)x", text, re.MULTILINE)
+    if ratios:
+        float32, bf16 = ([float(r[i]) for r in ratios] for i in (0, 1))
+        lines.append(
+            f"Where both paths trained, the new path ran {min(float32)}-{max(float32)}x the old in float32 and "
+            f"{min(bf16)}-{max(bf16)}x in bf16 ({len(ratios)} architectures and pack sizes)."
+        )
+    return lines
+
+
+def kernels_table(jsonl: str) -> str:
+    """A markdown table of a ``kernels`` output (one JSON object per layer): milliseconds per case."""
+    rows = [json.loads(line) for line in Path(jsonl).read_text().splitlines() if line.strip()]
+    cases = [key for key in rows[0] if key not in ("layer", "gflop")]
+    lines = ["| layer (GFLOP) | " + " | ".join(cases) + " |", "| --- |" + " --- |" * len(cases)]
+    for row in rows:
+        cells = [f"{row[c]:.2f}" if isinstance(row[c], float) else str(row[c]) for c in cases]
+        lines.append(f"| {row['layer']} ({row['gflop']:.0f}) | " + " | ".join(cells) + " |")
+    total = {c: sum(r[c] for r in rows if isinstance(r[c], float)) for c in cases}
+    lines.append("| all four | " + " | ".join(f"{total[c]:.2f}" for c in cases) + " |")
+    grouped = min((c for c in cases if c.startswith("grouped")), key=total.get)
+    batch_norm = min((c for c in cases if c.startswith("BN")), key=total.get)
+    lines.append(
+        f"\nThe four convolutions take {total[grouped]:.1f} ms grouped at best ({grouped}), "
+        f"{total['dense NHWC bf16']:.1f} ms as one dense convolution of the same FLOPs "
+        f"({total[grouped] / total['dense NHWC bf16']:.1f}x less), {total['unfold+bmm bf16']:.1f} ms unfolded "
+        f"into batched matrix products; the batch norms {total[batch_norm]:.1f} ms ({batch_norm})."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def docs_block(log: str, markdown: str, kernels_log: str | None = None) -> None:
+    """Write the ``measure`` output ``log``, its projection and (given) the ``kernels`` output's
+    table into ``markdown``'s ``<!-- gpu-zoo: LOG -->`` block."""
+    text = Path(log).read_text()
+    body = "```text\n" + text.rstrip() + "\n```\n\n" + "\n".join(projection_from_log(text)) + "\n"
+    if kernels_log:
+        body += (
+            f"\nOne pack's layers ({kernels_log}): Myrtle x1's convolutions and batch norms for 32"
+            " members of batch 32, milliseconds of a forward and backward pass:\n\n"
+            + kernels_table(kernels_log)
+        )
+    page = Path(markdown).read_text()
+    start, end = f"<!-- gpu-zoo: {log} -->\n", "<!-- /gpu-zoo -->"
+    head, rest = page.split(start)
+    Path(markdown).write_text(head + start + body + end + rest.split(end, 1)[1])
+
+
 def plan(config_path: str, out: str) -> None:
     """Write the zoo's cost groups: spec, batch size, pack size, members, training images."""
     from paper_scale import cost_class
@@ -497,6 +567,8 @@ def plan(config_path: str, out: str) -> None:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "docs":
+        return docs_block(*sys.argv[2:5])
     if len(sys.argv) > 1 and sys.argv[1] == "kernels":
         return print(json.dumps(kernels()))
     if len(sys.argv) > 1 and sys.argv[1] == "worker":

@@ -2,6 +2,7 @@
 projection is each cost group's images over its measured rate."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +52,27 @@ def test_the_projection_is_each_groups_images_over_its_rate():
     assert projection["new"]["hours_measured"] == pytest.approx(1.0 + 1.0)
     assert projection["new"]["image_share_measured"] == pytest.approx(10.8 / 12.0)
     assert projection["old"]["hours_measured"] == pytest.approx(2.0)
+
+
+def test_the_docs_gpu_block_is_the_committed_run_and_its_projection(tmp_path):
+    page = tmp_path / "benchmarks.md"
+    committed = (ROOT / "docs" / "benchmarks.md").read_text()
+    page.write_text(committed)
+    logs = ("benchmarks/gpu_zoo_h200.log", "benchmarks/gpu_kernels_h200.jsonl")
+    cwd = Path.cwd()
+    try:
+        os.chdir(ROOT)
+        gpu_zoo.docs_block(logs[0], str(page), logs[1])
+    finally:
+        os.chdir(cwd)
+    assert page.read_text() == committed, "regenerate: python benchmarks/gpu_zoo.py docs " + " ".join(
+        [logs[0], "docs/benchmarks.md", logs[1]]
+    )
+    assert "Their projected training time on this device, new-bf16:" in committed
+
+
+def test_the_committed_paper_zoo_plan_is_the_paper_configs(tmp_path):
+    out = tmp_path / "paper_zoo.json"
+    gpu_zoo.plan(str(ROOT / "config" / "paper.yaml"), str(out))
+    committed = json.loads((ROOT / "benchmarks" / "paper_zoo.json").read_text())
+    assert json.loads(out.read_text())["groups"] == committed["groups"]
