@@ -30,10 +30,10 @@ from intertwine.training_steps import (
     checked_train_loss,
     end_epoch,
     epoch_steps,
-    lr_factor,
     make_optimizer,
     mixed_loss,
     mixing_epoch,
+    schedule_factor,
 )
 from intertwine.utils import DivergedError
 from intertwine.wide_pack import member_state, widen, widen_problem
@@ -237,14 +237,14 @@ def train_stacked(
         for epoch in range(1, epochs + 1):
             start_time = time.perf_counter()
             stack.module.train()
-            lr = config.lr * _schedule(config, (epoch - 1) * steps_per_epoch, total_steps)
+            lr = config.lr * schedule_factor(config, (epoch - 1) * steps_per_epoch, total_steps)
             steps, seen = epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
             draws = [EpochDraws.draw(len(train_split), g, config) for g in generators]
             step_runner.start_epoch()
             for step in range(steps):
                 batch = _pack_batch(train_split, draws, step, config, generators, mean, std, epoch)
                 optimizer_step = (epoch - 1) * steps_per_epoch + step
-                step_runner(batch, config.lr * _schedule(config, optimizer_step, total_steps))
+                step_runner(batch, config.lr * schedule_factor(config, optimizer_step, total_steps))
             val_accs = _evaluate_stack(stack, val_split, mean, std, config.eval_batch_size, config.bf16)
             seconds = time.perf_counter() - start_time
             _end_stacked_epoch(
@@ -262,20 +262,6 @@ def train_stacked(
                 seconds,
             )
     return results
-
-
-def _schedule(config: TrainConfig, step: int, total_steps: int) -> float:
-    """The learning rate's factor at optimiser ``step``, as ``training.train``'s ``LambdaLR``."""
-    return lr_factor(
-        step,
-        total_steps,
-        config.lr_drops,
-        config.lr_drop_factor,
-        config.lr_milestones,
-        config.warmup_steps,
-        config.lr_schedule,
-        config.lr_min / config.lr,
-    )
 
 
 def _pack_optimizer(
@@ -379,20 +365,16 @@ class _StepRunner:
     def __call__(self, batch, lr: float) -> None:
         x, y, lam = batch
         _set_lr(self.optimizer, lr)
-        if self.graph is not None and isinstance(lam, float) and self.static[0].shape == x.shape:
+        unmixed = isinstance(lam, float)
+        if self.graph is not None and unmixed and self.static[0].shape == x.shape:
             self.static[0].copy_(x)
             self.static[1].copy_(y)
             self.graph.replay()
             return
-        if (
-            self.use_graph
-            and self.graph is None
-            and isinstance(lam, float)
-            and self.eager_steps >= self.WARMUP_STEPS
-        ):
-            if self._capture(x, y):
-                self.graph.replay()
-                return
+        warmed_up = self.eager_steps >= self.WARMUP_STEPS
+        if self.use_graph and self.graph is None and unmixed and warmed_up and self._capture(x, y):
+            self.graph.replay()
+            return
         if self.use_graph:  # warm-up steps run on a side stream, as capture requires
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())

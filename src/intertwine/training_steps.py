@@ -131,20 +131,24 @@ def bf16_autocast(device: torch.device, bf16: bool):
     return contextlib.nullcontext()
 
 
+def schedule_factor(config: TrainConfig, step: int, total_steps: int) -> float:
+    """:func:`lr_factor` at optimiser ``step`` with ``config``'s schedule (``zoo.training``)."""
+    return lr_factor(
+        step,
+        total_steps,
+        config.lr_drops,
+        config.lr_drop_factor,
+        config.lr_milestones,
+        config.warmup_steps,
+        config.lr_schedule,
+        config.lr_min / config.lr,
+    )
+
+
 def lr_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig, total_steps: int):
-    """The optimiser's learning rate step by step: ``config.lr`` times :func:`lr_factor`."""
+    """The optimiser's learning rate step by step: ``config.lr`` times :func:`schedule_factor`."""
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda step: lr_factor(
-            step,
-            total_steps,
-            config.lr_drops,
-            config.lr_drop_factor,
-            config.lr_milestones,
-            config.warmup_steps,
-            config.lr_schedule,
-            config.lr_min / config.lr,
-        ),
+        optimizer, lambda step: schedule_factor(config, step, total_steps)
     )
 
 
