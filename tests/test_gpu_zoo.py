@@ -18,7 +18,18 @@ import gpu_zoo  # noqa: E402
 def test_the_gpu_check_runs_on_the_cpu_at_tiny_size(tmp_path):
     out = tmp_path / "tiny.json"
     done = subprocess.run(
-        [sys.executable, "gpu_zoo.py", "measure", "--tiny", "--budget", "40", "--plan", "", "--out", str(out)],
+        [
+            sys.executable,
+            "gpu_zoo.py",
+            "measure",
+            "--tiny",
+            "--budget",
+            "40",
+            "--plan",
+            "",
+            "--out",
+            str(out),
+        ],
         cwd=ROOT / "benchmarks",
         env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
         capture_output=True,
