@@ -1,8 +1,11 @@
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+
+import code_identities
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -14,6 +17,22 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _shared_code_identities(tmp_path_factory):
+    """One folder of the workflow's code identities for the session's Snakemake runs, shared by
+    its pytest-xdist workers (the parent of a worker's base folder is the session's): see
+    tests/code_identities.py."""
+    session = tmp_path_factory.getbasetemp()
+    folder = (session.parent if os.environ.get("PYTEST_XDIST_WORKER") else session) / "code-identities"
+    before = os.environ.get(code_identities.FOLDER_VARIABLE)
+    os.environ[code_identities.FOLDER_VARIABLE] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop(code_identities.FOLDER_VARIABLE, None)
+    else:
+        os.environ[code_identities.FOLDER_VARIABLE] = before
 
 
 def _write_shapes(

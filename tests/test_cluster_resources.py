@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-
+import code_identities
 from intertwine.workflow.cluster import JobNeeds, request
 from intertwine.workflow.plan import Plan
 from intertwine.workflow.settings import validate_config
@@ -40,7 +40,9 @@ def dry_run(tmp_path, config, *args, site=SITE):
         str(tmp_path),
     ]
     command += ["--workflow-profile", str(REPO / "profiles" / "slurm"), "-n", "--configfile", *files, *args]
+    code_identities.seed(tmp_path)
     result = subprocess.run(command, capture_output=True, text=True)
+    code_identities.keep(tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     jobs = []
     for block in re.split(r"\n(?=(?:local)?rule \w+:\n)", result.stdout):

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import chromium
+import code_identities
 import numpy as np
 import pandas as pd
 import pytest
@@ -62,9 +63,11 @@ def snakemake(workdir, *args, config=TINY, check=True, as_non_root=False, source
         "2",
         *args,
     ]
+    code_identities.seed(workdir)
     if popen:
         return subprocess.Popen(command, env=env, **popen)
     result = subprocess.run(command, env=env, capture_output=True, text=True)
+    code_identities.keep(workdir)
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
     return result
