@@ -3,6 +3,7 @@ spec's sites, pairs of zoo members drawn reproducibly, and the error a plan rais
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -177,8 +178,27 @@ def spec_model(spec_json: str):
 
     from intertwine.models import build  # torch: only when a model is asked for
 
-    with torch.device("meta"):
+    with torch.device("meta"), _meta_normal_draws_skipped(torch):
         return build(json.loads(spec_json))
+
+
+@contextlib.contextmanager
+def _meta_normal_draws_skipped(torch):
+    """``Tensor.normal_`` on a meta tensor returns it untouched: a meta tensor holds no values to
+    draw, and torch's meta path for ``normal_`` (``kaiming_normal_``, ``trunc_normal_`` in the
+    ResNet, CCT and ConvNeXt initialisations) imports its compiler, torch._dynamo: 1.2
+    CPU-seconds that every Snakemake parse of the workflow paid for its config check. Shapes
+    and parameter counts are the same."""
+    drawn = torch.Tensor.normal_
+
+    def normal_(tensor, *args, **kwargs):
+        return tensor if tensor.is_meta else drawn(tensor, *args, **kwargs)
+
+    torch.Tensor.normal_ = normal_
+    try:
+        yield
+    finally:
+        torch.Tensor.normal_ = drawn
 
 
 def spec_parameters(spec_json: str) -> int:

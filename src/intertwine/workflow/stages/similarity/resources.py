@@ -4,6 +4,7 @@ rules ask for them as ``NEEDS.<rule>`` (``NEEDS`` lists them)."""
 
 from __future__ import annotations
 
+import copy
 import functools
 
 from intertwine.workflow.cluster import JobNeeds, Need
@@ -16,15 +17,26 @@ def similarity_pair(needs: JobNeeds, **_) -> Need:
     return needs.gpu_base + Need(20 * samples * samples * 8 / 1e6, 60)
 
 
+# The largest model whose site sizes come from a CPU pass (400 MB of float32 weights; a ResNet18 has
+# 11 million): wider ones take the meta device.
+MATERIALISED_PARAMETERS = 10**8
+
+
 @functools.cache
 def site_features(spec_json: str, side: int) -> dict[str, int]:
     """The features (channels x positions) of each site of a model spec on one side x side RGB
-    image, from a forward pass on the meta device (shapes without data: no memory)."""
+    image, from a forward pass of one image: on the CPU with the weights' memory left
+    uninitialised (``Module.to_empty``) for a model of at most ``MATERIALISED_PARAMETERS``, else on
+    the meta device (shapes without data: no memory). The CPU pass is for speed: on the meta
+    device batch norm runs torch's Python decomposition, whose first call imports its compiler
+    (torch._dynamo, 1.2 CPU-seconds that every Snakemake parse of the workflow paid)."""
     import torch
 
-    from intertwine.models import sites
+    from intertwine.models import count_parameters, sites
 
-    model = spec_model(spec_json).eval()
+    model = spec_model(spec_json)  # shared (cached): a copy is materialised, never it
+    device = "cpu" if count_parameters(model) <= MATERIALISED_PARAMETERS else "meta"
+    model = (copy.deepcopy(model).to_empty(device=device) if device == "cpu" else model).eval()
     modules = dict(model.named_modules())
     features: dict[str, int] = {}
 
@@ -37,7 +49,7 @@ def site_features(spec_json: str, side: int) -> dict[str, int]:
     handles = [modules[site.name].register_forward_hook(record(site.name)) for site in sites(model)]
     try:
         with torch.no_grad():
-            model(torch.empty((1, 3, side, side), device="meta"))
+            model(torch.zeros((1, 3, side, side), device=device))
     finally:
         for handle in handles:
             handle.remove()
