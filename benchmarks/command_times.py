@@ -138,6 +138,10 @@ def main() -> None:
     root = args.readme.resolve().parent
     if not args.readme_only:
         workdir = Path(tempfile.mkdtemp(prefix="command-times-", dir=args.workdir))
+        # mkdtemp makes it private (0700); the suite's tests that run as another user (the
+        # "real user" cases of tests/test_data_damage.py) must reach the clone's .venv, as in a
+        # clone anywhere else.
+        workdir.chmod(0o755)
         clone = workdir / "clone"
         commit = fresh_clone(args.repo, args.commit, clone)
         date = datetime.now(UTC).isoformat(timespec="seconds")
