@@ -477,7 +477,7 @@ def test_a_packs_batch_is_each_members_own_batch_exactly(mixing):
     seeds = [3, 4, 5]
     packed_generators = [torch.Generator().manual_seed(s) for s in seeds]
     alone_generators = [torch.Generator().manual_seed(s) for s in seeds]
-    packed_draws = [EpochDraws.draw(len(split), g, config) for g in packed_generators]
+    packed_draws = EpochDraws.stack([EpochDraws.draw(len(split), g, config) for g in packed_generators])
     alone_draws = [EpochDraws.draw(len(split), g, config) for g in alone_generators]
     for step in range(5):  # the last batch is short (70 = 4 x 16 + 6)
         x, y, lam = _pack_batch(split, packed_draws, step, config, packed_generators, mean, std, 1)

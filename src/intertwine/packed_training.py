@@ -239,7 +239,7 @@ def train_stacked(
             stack.module.train()
             lr = config.lr * schedule_factor(config, (epoch - 1) * steps_per_epoch, total_steps)
             steps, seen = epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
-            draws = [EpochDraws.draw(len(train_split), g, config) for g in generators]
+            draws = EpochDraws.stack([EpochDraws.draw(len(train_split), g, config) for g in generators])
             step_runner.start_epoch()
             for step in range(steps):
                 batch = _pack_batch(train_split, draws, step, config, generators, mean, std, epoch)
@@ -306,7 +306,7 @@ def _cudnn_autotuned(device: torch.device):
 
 def _pack_batch(
     split: Split,
-    draws: list[EpochDraws],
+    draws: EpochDraws,
     step: int,
     config: TrainConfig,
     generators: list[torch.Generator],
@@ -314,20 +314,18 @@ def _pack_batch(
     std: torch.Tensor,
     epoch: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | float]:
-    """Every member's ``step``-th batch of its epoch ``draws``, built at once: inputs (B, K, C,
+    """Every member's ``step``-th batch of its epoch ``draws`` (``EpochDraws.stack``), built at once: inputs (B, K, C,
     H, W), labels (K, B) and the weight ``lam`` of each image's own label (1.0, or one per member
     when mixed). Member k's batch is ``training_batch``'s for it, exactly: the gather,
     normalisation and augmentation act on each image alone, and mixing draws from the member's
     generator in the member's order."""
     positions = slice(step * config.batch_size, (step + 1) * config.batch_size)
-    idx = torch.stack([d.order[positions] for d in draws])  # (K, B)
+    idx = draws.order[:, positions]  # (K, B)
     members, batch = idx.shape
-    shifts = None if draws[0].shifts is None else torch.stack([d.shifts[:, positions] for d in draws], dim=1)
-    flips = None if draws[0].flips is None else torch.stack([d.flips[positions] for d in draws])
     x = apply_augmentation(
         normalize(split.images[idx.flatten()], mean, std),
-        None if shifts is None else shifts.flatten(1),
-        None if flips is None else flips.flatten(),
+        None if draws.shifts is None else draws.shifts[:, :, positions].flatten(1),
+        None if draws.flips is None else draws.flips[:, positions].flatten(),
         config.translate,
     ).unflatten(0, (members, batch))
     lam: torch.Tensor | float = 1.0

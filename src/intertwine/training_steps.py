@@ -168,6 +168,17 @@ class EpochDraws:
         order = torch.randperm(n_images, device=generator.device, generator=generator)
         return cls(order, *draw_augmentation(n_images, generator, config.translate, config.flip))
 
+    @classmethod
+    def stack(cls, draws: list[EpochDraws]) -> EpochDraws:
+        """A pack's draws as one: orders (K, N), shifts (2, K, N), flips (K, N), stacked once an
+        epoch so that a step takes its columns instead of K slices."""
+        first = draws[0]
+        return cls(
+            torch.stack([d.order for d in draws]),
+            None if first.shifts is None else torch.stack([d.shifts for d in draws], dim=1),
+            None if first.flips is None else torch.stack([d.flips for d in draws]),
+        )
+
 
 def mixing_epoch(config: TrainConfig, epoch: int) -> bool:
     """Whether the (1-based) ``epoch`` mixes its batches (mixup or CutMix, when an alpha is set)."""
