@@ -135,10 +135,12 @@ def _train(
         from intertwine.training import train_pack
 
         train_pack(built, split, val, config, generators, mean, std, names, log=log)
-    else:
-        from intertwine.packed_training import train_stacked
+    else:  # a pack even of one member, the new path's own cost
+        from intertwine.data.augment import normalize
+        from intertwine.packed_training import pack_network, train_stacked
 
-        train_stacked(built, split, val, config, generators, mean, std, names, log=log)
+        network = pack_network(built, normalize(images[:2], mean, std), names[0], log)
+        train_stacked(network, split, val, config, generators, mean, std, names, log=log)
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - started

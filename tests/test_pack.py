@@ -396,7 +396,7 @@ from intertwine import wide_pack
 from intertwine.data import Split
 from intertwine.data.augment import apply_augmentation, augment, draw_augmentation
 from intertwine.training import train_pack as train_models
-from intertwine.training_steps import EpochDraws, training_batch
+from intertwine.training_steps import EpochDraws, member_batches
 from intertwine.workflow.settings import TrainConfig
 
 WIDENED = {
@@ -470,21 +470,22 @@ def _random_split(n, seed=0):
 
 @pytest.mark.parametrize("mixing", [{}, {"mixup_alpha": 0.4, "cutmix_alpha": 1.0}])
 def test_a_packs_batch_is_each_members_own_batch_exactly(mixing):
-    from intertwine.packed_training import _pack_batch  # the seam under test
-
     split, config = _random_split(70), TrainConfig(batch_size=16, **mixing)
     mean, std = torch.full((3,), 0.5), torch.full((3,), 0.25)
     seeds = [3, 4, 5]
     packed_generators = [torch.Generator().manual_seed(s) for s in seeds]
     alone_generators = [torch.Generator().manual_seed(s) for s in seeds]
     packed_draws = EpochDraws.stack([EpochDraws.draw(len(split), g, config) for g in packed_generators])
-    alone_draws = [EpochDraws.draw(len(split), g, config) for g in alone_generators]
+    alone_draws = [EpochDraws.stack([EpochDraws.draw(len(split), g, config)]) for g in alone_generators]
+    mixed = 0
     for step in range(5):  # the last batch is short (70 = 4 x 16 + 6)
-        x, y, lam = _pack_batch(split, packed_draws, step, config, packed_generators, mean, std, 1)
+        x, y, lams = member_batches(split, packed_draws, step, config, packed_generators, mean, std, 1)
+        assert x.shape[:2] == y.shape == (3, 16 if step < 4 else 6)
         for k, (draws, generator) in enumerate(zip(alone_draws, alone_generators)):
-            x_k, y_k, lam_k = training_batch(split, draws, step, config, generator, mean, std, 1)
-            assert torch.equal(x[:, k], x_k) and torch.equal(y[k], y_k)
-            assert (lam if isinstance(lam, float) else lam[k].item()) == pytest.approx(lam_k, abs=1e-7)
+            x_k, y_k, lams_k = member_batches(split, draws, step, config, [generator], mean, std, 1)
+            assert torch.equal(x[k], x_k[0]) and torch.equal(y[k], y_k[0]) and lams[k] == lams_k[0]
+        mixed += sum(lam < 1.0 for lam in lams)
+    assert (mixed > 0) == bool(mixing)
 
 
 def test_augment_is_its_draws_applied():

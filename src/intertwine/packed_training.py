@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from intertwine.data import Split
-from intertwine.data.augment import apply_augmentation, mix, normalize
+from intertwine.data.augment import normalize
 from intertwine.training_steps import (
     EpochDraws,
     TrainResult,
@@ -31,8 +31,8 @@ from intertwine.training_steps import (
     end_epoch,
     epoch_steps,
     make_optimizer,
+    member_batches,
     mixed_loss,
-    mixing_epoch,
     schedule_factor,
 )
 from intertwine.utils import DivergedError
@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from intertwine.training_config import TrainConfig
 
 
-#: The API (re-exported by ``intertwine.training``); ``check_pack`` and ``train_stacked`` are the
-#: seams ``training.train_pack`` calls.
+#: The API (re-exported by ``intertwine.training``); ``check_pack``, ``pack_network`` and
+#: ``train_stacked`` are the seams ``training.train_pack`` calls.
 __all__ = ["pack_problem"]
 
 
@@ -152,18 +152,22 @@ def pack_problem(models: list[nn.Module], example: torch.Tensor) -> str | None:
     return None
 
 
-def _pack_network(models: list[nn.Module], example: torch.Tensor, config: TrainConfig, log) -> _Wide | _Stack:
-    """The wide network of the members where it computes what they do (``widen_problem``), else
-    their vmap stack (with the reason logged)."""
-    if config.channels_last:
-        # Measured on an H200 (benchmarks/gpu_zoo.py, Myrtle x1, 32 members): a wide pack in
-        # channels-last trained at 8,843 images/s, in the default format at 29,498.
-        log("a pack trains in the default memory format (zoo.training.channels_last is for one member)")
-    problem = widen_problem(models, example)
-    if problem is None:
+def pack_network(
+    models: list[nn.Module], example: torch.Tensor, label: str, log: Callable[[str], None]
+) -> _Wide | _Stack | None:
+    """The members as one wide network where it computes what they do (``widen_problem``), else
+    their ``vmap`` stack where ``vmap`` runs them (``pack_problem``), else None: the members
+    train one at a time. Each fallback is logged with its reason, the line starting with
+    ``label``. ``example`` is a normalised input batch (B, C, H, W)."""
+    not_wide = widen_problem(models, example)
+    if not_wide is None:
         return _Wide(models)
-    log(f"the pack runs under torch.func.vmap: {problem}")
-    return _Stack(models)
+    not_stacked = pack_problem(models, example)
+    if not_stacked is None:
+        log(f"{label} ...: the pack runs under torch.func.vmap: {not_wide}")
+        return _Stack(models)
+    log(f"{label} ...: training the {len(models)} members one at a time: {not_stacked}; {not_wide}")
+    return None
 
 
 @torch.no_grad()
@@ -213,7 +217,7 @@ def check_pack(models: list[nn.Module], generators: list[torch.Generator], label
 
 
 def train_stacked(
-    models: list[nn.Module],
+    network: _Wide | _Stack,
     train_split: Split,
     val_split: Split,
     config: TrainConfig,
@@ -223,33 +227,41 @@ def train_stacked(
     labels: list[str],
     log: Callable[[str], None],
 ) -> list[TrainResult | DivergedError]:
-    """``train_pack``'s members trained as one network (``_Wide`` or ``_Stack``): one optimiser
-    over every member's parameters, each member's loss its own."""
+    """``train_pack``'s members trained as one network (``pack_network``'s): one optimiser over
+    every member's parameters, each member's loss its own."""
     device = train_split.images.device
-    stack = _pack_network(models, normalize(train_split.images[:2], mean, std), config, log)
+    if config.channels_last:
+        # Measured on an H200 (benchmarks/gpu_zoo.py, Myrtle x1, 32 members): a wide pack in
+        # channels-last trained at 8,843 images/s, in the default format at 29,498.
+        log("a pack trains in the default memory format (zoo.training.channels_last is for one member)")
     use_graph = config.cuda_graphs and device.type == "cuda"
-    optimizer = _pack_optimizer(stack.trainable(), config, device, capturable=use_graph)
+    optimizer = make_optimizer(network.trainable(), config, fused=device.type == "cuda", capturable=use_graph)
     epochs, total_steps, steps_per_epoch = config.length(len(train_split))
-    results: list[TrainResult | DivergedError] = [TrainResult({}, -1, -1.0) for _ in models]
-    step_runner = _StepRunner(stack, optimizer, config, device, use_graph, log)
+    results: list[TrainResult | DivergedError] = [TrainResult({}, -1, -1.0) for _ in labels]
+    step_runner = _StepRunner(network, optimizer, config, device, use_graph, log)
 
     with _cudnn_autotuned(device):
         for epoch in range(1, epochs + 1):
             start_time = time.perf_counter()
-            stack.module.train()
+            network.module.train()
             lr = config.lr * schedule_factor(config, (epoch - 1) * steps_per_epoch, total_steps)
             steps, seen = epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
             draws = EpochDraws.stack([EpochDraws.draw(len(train_split), g, config) for g in generators])
             step_runner.start_epoch()
             for step in range(steps):
-                batch = _pack_batch(train_split, draws, step, config, generators, mean, std, epoch)
+                x, y, lams = member_batches(train_split, draws, step, config, generators, mean, std, epoch)
+                # Unmixed (every lam 1): no partner loss to weigh in, decided without reading the device.
+                lam = torch.tensor(lams, device=device) if min(lams) < 1.0 else 1.0
                 optimizer_step = (epoch - 1) * steps_per_epoch + step
-                step_runner(batch, config.lr * schedule_factor(config, optimizer_step, total_steps))
-            val_accs = _evaluate_stack(stack, val_split, mean, std, config.eval_batch_size, config.bf16)
+                step_runner(
+                    (x.transpose(0, 1), y, lam),
+                    config.lr * schedule_factor(config, optimizer_step, total_steps),
+                )
+            val_accs = _evaluate_stack(network, val_split, mean, std, config.eval_batch_size, config.bf16)
             seconds = time.perf_counter() - start_time
             _end_stacked_epoch(
                 results,
-                stack,
+                network,
                 labels,
                 epochs,
                 log,
@@ -262,23 +274,6 @@ def train_stacked(
                 seconds,
             )
     return results
-
-
-def _pack_optimizer(
-    params, config: TrainConfig, device: torch.device, capturable: bool
-) -> torch.optim.Optimizer:
-    """``make_optimizer``'s optimiser over the pack; on a GPU one fused step for all its tensors,
-    and for a CUDA graph its learning rate a tensor the graph reads (``_set_lr`` before each step)
-    and Adam's step counts on the device."""
-    if device.type != "cuda":
-        return make_optimizer(params, config)
-    lr = torch.tensor(config.lr, device=device) if capturable else config.lr
-    if config.optimizer == "sgd":
-        return torch.optim.SGD(
-            params, lr=lr, momentum=config.momentum, weight_decay=config.weight_decay, fused=True
-        )
-    optimizer_class = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
-    return optimizer_class(params, lr=lr, weight_decay=config.weight_decay, fused=True, capturable=capturable)
 
 
 def _set_lr(optimizer: torch.optim.Optimizer, value: float) -> None:
@@ -302,40 +297,6 @@ def _cudnn_autotuned(device: torch.device):
         yield
     finally:
         torch.backends.cudnn.benchmark = before
-
-
-def _pack_batch(
-    split: Split,
-    draws: EpochDraws,
-    step: int,
-    config: TrainConfig,
-    generators: list[torch.Generator],
-    mean: torch.Tensor,
-    std: torch.Tensor,
-    epoch: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | float]:
-    """Every member's ``step``-th batch of its epoch ``draws`` (``EpochDraws.stack``), built at once: inputs (B, K, C,
-    H, W), labels (K, B) and the weight ``lam`` of each image's own label (1.0, or one per member
-    when mixed). Member k's batch is ``training_batch``'s for it, exactly: the gather,
-    normalisation and augmentation act on each image alone, and mixing draws from the member's
-    generator in the member's order."""
-    positions = slice(step * config.batch_size, (step + 1) * config.batch_size)
-    idx = draws.order[:, positions]  # (K, B)
-    members, batch = idx.shape
-    x = apply_augmentation(
-        normalize(split.images[idx.flatten()], mean, std),
-        None if draws.shifts is None else draws.shifts[:, :, positions].flatten(1),
-        None if draws.flips is None else draws.flips[:, positions].flatten(),
-        config.translate,
-    ).unflatten(0, (members, batch))
-    lam: torch.Tensor | float = 1.0
-    if mixing_epoch(config, epoch):
-        mixed = [mix(x[k], g, config.mixup_alpha, config.cutmix_alpha) for k, g in enumerate(generators)]
-        x = torch.stack([m for m, _ in mixed])
-        lams = [lam for _, lam in mixed]
-        # Unmixed (every lam 1): no partner loss to weigh in, decided without reading the device.
-        lam = torch.tensor(lams, device=x.device) if min(lams) < 1.0 else 1.0
-    return x.transpose(0, 1), split.labels[idx], lam
 
 
 class _StepRunner:

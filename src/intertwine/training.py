@@ -15,7 +15,7 @@ from torch import nn
 
 from intertwine.data import Split
 from intertwine.data.augment import normalize
-from intertwine.packed_training import check_pack, pack_problem, train_stacked
+from intertwine.packed_training import check_pack, pack_network, pack_problem, train_stacked
 from intertwine.training_steps import (
     EpochDraws,
     TrainResult,
@@ -26,8 +26,8 @@ from intertwine.training_steps import (
     lr_factor,
     lr_scheduler,
     make_optimizer,
+    member_batches,
     mixed_loss,
-    training_batch,
 )
 
 if TYPE_CHECKING:
@@ -174,12 +174,13 @@ def train(
         start_time = time.perf_counter()
         model.train()
         lr = optimizer.param_groups[0]["lr"]
-        draws = EpochDraws.draw(len(train_split), generator, config)
+        draws = EpochDraws.stack([EpochDraws.draw(len(train_split), generator, config)])
         loss_sum = torch.zeros((), device=device)
         correct = torch.zeros((), device=device, dtype=torch.long)
         steps, seen = epoch_steps(epoch, total_steps, steps_per_epoch, config, len(train_split))
         for step in range(steps):
-            x, y, lam = training_batch(train_split, draws, step, config, generator, mean, std, epoch)
+            xs, ys, lams = member_batches(train_split, draws, step, config, [generator], mean, std, epoch)
+            x, y, lam = xs[0], ys[0], lams[0]
             with bf16_autocast(device, config.bf16):
                 logits = model(x.contiguous(memory_format=memory_format))
                 loss = mixed_loss(logits.float(), y, lam, config.label_smoothing).mean()
@@ -229,8 +230,9 @@ def train_pack(
     ``train`` does, starts from ``models[k]``'s weights, and has its own optimiser state,
     schedule, NaN check and best-epoch selection: it ends with the weights ``train`` gives it
     alone, up to float rounding (a batched convolution sums in another order). The models are
-    not changed. Architectures ``vmap`` cannot run (``pack_problem``) train one after another,
-    with the reason logged; so does a pack of one, which is ``train`` itself.
+    not changed. The pack runs as one wide network where the architecture widens, else under
+    ``vmap``; architectures neither runs (``pack_network``) train one after another, with the
+    reasons logged, as does a pack of one, which is ``train`` itself.
 
     Parameters
     ----------
@@ -254,14 +256,13 @@ def train_pack(
                 models[0], train_split, val_split, config, generators[0], mean, std, labels[0], log
             )
         ]
-    problem = pack_problem(models, normalize(train_split.images[:2], mean, std))
-    if problem:
-        log(f"{labels[0]} ...: training the {len(models)} members one at a time: {problem}")
+    network = pack_network(models, normalize(train_split.images[:2], mean, std), labels[0], log)
+    if network is None:
         return [
             _train_or_diverge(model, train_split, val_split, config, g, mean, std, label, log)
             for model, g, label in zip(models, generators, labels)
         ]
-    return train_stacked(models, train_split, val_split, config, generators, mean, std, labels, log)
+    return train_stacked(network, train_split, val_split, config, generators, mean, std, labels, log)
 
 
 def _train_or_diverge(model, train_split, val_split, config, generator, mean, std, label, log):

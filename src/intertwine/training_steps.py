@@ -97,7 +97,9 @@ def epoch_steps(epoch: int, total_steps: int, per_epoch: int, config: TrainConfi
     return steps, min(steps * config.batch_size, n_images)
 
 
-def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
+def make_optimizer(
+    params, config: TrainConfig, fused: bool = False, capturable: bool = False
+) -> torch.optim.Optimizer:
     """Adam, AdamW or SGD with momentum (``zoo.training.optimizer``), at ``config.lr``.
 
     Parameters
@@ -107,19 +109,30 @@ def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
     config : TrainConfig
         ``optimizer`` ("sgd", "adamw"; any other value gives Adam), ``lr``, ``weight_decay`` and,
         for SGD, ``momentum``.
+    fused : bool, default False
+        One fused kernel updates every parameter (on a GPU; a pack's step).
+    capturable : bool, default False
+        For a CUDA graph: the learning rate is a tensor on the parameters' device, which the
+        graph reads (change it in place), and Adam's step counts stay on the device.
 
     Returns
     -------
     torch.optim.Optimizer
         The optimiser.
     """
+    params = list(params)
+    lr = torch.tensor(config.lr, device=params[0].device) if capturable else config.lr
+    # Only options that are set are passed: an explicit fused=False would also turn off the
+    # foreach kernels torch chooses by default on a GPU.
+    options = {"fused": True} if fused else {}
     if config.optimizer == "sgd":
         return torch.optim.SGD(
-            params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
+            params, lr=lr, momentum=config.momentum, weight_decay=config.weight_decay, **options
         )
-    if config.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+    if capturable:
+        options["capturable"] = True
+    optimizer_class = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
+    return optimizer_class(params, lr=lr, weight_decay=config.weight_decay, **options)
 
 
 def bf16_autocast(device: torch.device, bf16: bool):
@@ -186,24 +199,38 @@ def mixing_epoch(config: TrainConfig, epoch: int) -> bool:
     return mixes and (config.mixing_epochs is None or epoch <= config.mixing_epochs)
 
 
-def training_batch(
-    split: Split, draws: EpochDraws, step: int, config: TrainConfig, generator, mean, std, epoch: int
-):
-    """The ``step``-th batch of an epoch's ``draws``: normalised, augmented, mixed (mixup or CutMix,
-    drawn now from ``generator``) in the first ``mixing_epochs``; its labels, and the weight ``lam``
-    of each image's own label (1 unmixed; the rest goes to the reversed batch's labels)."""
+def member_batches(
+    split: Split,
+    draws: EpochDraws,
+    step: int,
+    config: TrainConfig,
+    generators: list[torch.Generator],
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    epoch: int,
+) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
+    """Each member's ``step``-th batch of its epoch's draws (``EpochDraws.stack`` of the K
+    members' own; K = 1 for a model trained alone): normalised, augmented, and mixed (mixup or
+    CutMix, drawn now from the member's generator) in the first ``mixing_epochs``. Returns inputs
+    (K, B, C, H, W), labels (K, B) and each member's weight ``lam`` of an image's own label (1.0
+    unmixed; the rest goes to the reversed batch's labels). A member's batch is the same in a pack
+    as alone: the gather, normalisation and augmentation act on each image alone, and a member's
+    mixing draws from its own generator."""
     positions = slice(step * config.batch_size, (step + 1) * config.batch_size)
-    idx = draws.order[positions]
+    idx = draws.order[:, positions]  # (K, B)
+    members, batch = idx.shape
     x = apply_augmentation(
-        normalize(split.images[idx], mean, std),
-        None if draws.shifts is None else draws.shifts[:, positions],
-        None if draws.flips is None else draws.flips[positions],
+        normalize(split.images[idx.flatten()], mean, std),
+        None if draws.shifts is None else draws.shifts[:, :, positions].flatten(1),
+        None if draws.flips is None else draws.flips[:, positions].flatten(),
         config.translate,
-    )
-    lam = 1.0
+    ).unflatten(0, (members, batch))
+    lams = [1.0] * members
     if mixing_epoch(config, epoch):
-        x, lam = mix(x, generator, config.mixup_alpha, config.cutmix_alpha)
-    return x, split.labels[idx], lam
+        mixed = [mix(x[k], g, config.mixup_alpha, config.cutmix_alpha) for k, g in enumerate(generators)]
+        x = torch.stack([m for m, _ in mixed])
+        lams = [lam for _, lam in mixed]
+    return x, split.labels[idx], lams
 
 
 def mixed_loss(logits: torch.Tensor, y: torch.Tensor, lam, smoothing: float) -> torch.Tensor:
