@@ -5,11 +5,16 @@ same K members trained one at a time, side by side, and the peak GPU memory of e
 
     python benchmarks/train_throughput.py [--arch myrtle] [--width-multiplier 0.25] [--n 4000]
     python benchmarks/train_throughput.py --pack 1 2 4 8 16 [--n 2000]   # Myrtle 0.25/1, ResNet20/18
+    python benchmarks/train_throughput.py --memory-format [--image-size 20] [--n 1000]
+
+``--memory-format``: images/s of ``train`` in channels-last vs the default (NCHW) format for the
+default config's zoo architectures, side by side (zoo.training.channels_last).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import time
 
@@ -122,6 +127,35 @@ def pack_table(specs, sizes, data, config, device) -> None:
             )
 
 
+# The default config's zoo architectures (config/config.yaml), one of each kind of network.
+DEFAULT_ZOO_SPECS = {
+    "myrtle x0.25": {"arch": "myrtle", "width_multiplier": 0.25},
+    "myrtle x0.125": {"arch": "myrtle", "width_multiplier": 0.125},
+    "myrtle x0.125 dgn": {
+        "arch": "myrtle",
+        "width_multiplier": 0.125,
+        "gated": {"family": "dgn", "pools": "gated_max"},
+    },
+    "resnet20 x0.5": {"arch": "resnet20", "width_multiplier": 0.5},
+    "cct x0.5": {"arch": "cct", "width_multiplier": 0.5, "depth": 2, "tokenizer_norm": True},
+}
+
+
+def memory_format_table(data, config, device) -> None:
+    """``train``'s images/s in channels-last against the default format, each model's first run
+    a warm-up (kernel selection, torch's lazy imports)."""
+    print(
+        f"channels-last vs default memory format, {len(data[1])} images x {config.epochs} epochs, "
+        f"batch {config.batch_size}, {data[0].shape[-1]} px, {describe_device(device)}; images/s"
+    )
+    print(f"{'model':<20} {'default':>9} {'channels-last':>14} {'ratio':>6}")
+    last = dataclasses.replace(config, channels_last=True)
+    for name, spec in DEFAULT_ZOO_SPECS.items():
+        ours(spec, *data, config, device)  # warm-up
+        default, channels_last = ours(spec, *data, config, device), ours(spec, *data, last, device)
+        print(f"{name:<20} {default:>9,.0f} {channels_last:>14,.0f} {channels_last / default:>5.2f}x", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", help="myrtle (default), or with --pack the four models of PACK_SPECS")
@@ -139,11 +173,18 @@ def main() -> None:
         help="pack sizes to compare with one member at a time (all four models unless --arch is given)",
     )
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (CUDA only)")
+    parser.add_argument(
+        "--memory-format", action="store_true", help="channels-last vs default, the default config's models"
+    )
+    parser.add_argument("--image-size", type=int, default=32)
     args = parser.parse_args()
     device = resolve_device(args.device)
     spec = {"arch": args.arch or "myrtle", "width_multiplier": args.width_multiplier}
     config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, bf16=args.bf16)
-    data = benchmark_data(args.n)
+    data = benchmark_data(args.n, image_size=args.image_size)
+    if args.memory_format:
+        memory_format_table(data, config, device)
+        return
     if args.pack:
         pack_table(PACK_SPECS if args.arch is None else [spec], args.pack, data, config, device)
         return

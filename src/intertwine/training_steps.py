@@ -268,7 +268,11 @@ def end_epoch(
     kept = row["val_acc"] > result.val_acc
     if kept:
         result.val_acc, result.best_epoch = row["val_acc"], row["epoch"]
-        result.state_dict = {k: v.detach().to("cpu", copy=True) for k, v in state().items()}
+        # In the default memory format whatever the training's: a checkpoint's weights read the same
+        # to any code that views them.
+        result.state_dict = {
+            k: v.detach().to("cpu", copy=True, memory_format=torch.contiguous_format) for k, v in state().items()
+        }
     result.history.append(row)
     log(
         f"{label} epoch {row['epoch']}/{epochs} lr {row['lr']:.2e} loss {row['train_loss']:.4f} "
