@@ -153,7 +153,10 @@ def memory_format_table(data, config, device) -> None:
     for name, spec in DEFAULT_ZOO_SPECS.items():
         ours(spec, *data, config, device)  # warm-up
         default, channels_last = ours(spec, *data, config, device), ours(spec, *data, last, device)
-        print(f"{name:<20} {default:>9,.0f} {channels_last:>14,.0f} {channels_last / default:>5.2f}x", flush=True)
+        print(
+            f"{name:<20} {default:>9,.0f} {channels_last:>14,.0f} {channels_last / default:>5.2f}x",
+            flush=True,
+        )
 
 
 def main() -> None:

@@ -271,7 +271,8 @@ def end_epoch(
         # In the default memory format whatever the training's: a checkpoint's weights read the same
         # to any code that views them.
         result.state_dict = {
-            k: v.detach().to("cpu", copy=True, memory_format=torch.contiguous_format) for k, v in state().items()
+            k: v.detach().to("cpu", copy=True, memory_format=torch.contiguous_format)
+            for k, v in state().items()
         }
     result.history.append(row)
     log(

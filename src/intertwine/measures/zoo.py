@@ -229,13 +229,15 @@ class ProcrustesMean:
 
 @dataclass(frozen=True)
 class _Space:
-    """How one measure sees its representations: as (rows, width) matrices (``points``), how a
-    matrix is aligned to the mean by the measure's group (``align``), the distance of two aligned
-    matrices (``distance``), the average step (``average``: the aligned members and the current
-    mean to the next mean) and how a mean goes back into a representation's shape (``shaped``)."""
+    """How one measure sees its representations: as (rows, width) matrices (``points``), the
+    measure's group element that aligns a matrix to the mean best (``fit``) and its action
+    (``act``), the distance of two aligned matrices (``distance``), the average step
+    (``average``: the aligned members and the current mean to the next mean) and how a mean goes
+    back into a representation's shape (``shaped``)."""
 
     points: list[Tensor]
-    align: Callable[[Tensor, Tensor], Tensor]
+    fit: Callable[[Tensor, Tensor], Tensor]
+    act: Callable[[Tensor, Tensor], Tensor]
     distance: Callable[[Tensor, Tensor], float]
     average: Callable[[Iterable[Tensor], Tensor, Callable[[Tensor], float]], Tensor | None]
     shaped: Callable[[Tensor], Tensor]
@@ -246,18 +248,25 @@ def _padded(points: list[Tensor]) -> list[Tensor]:
     return [p if p.shape[1] == width else torch.nn.functional.pad(p, (0, width - p.shape[1])) for p in points]
 
 
-def _rotated(x: Tensor, m: Tensor) -> Tensor:
-    """x Q with Q the orthogonal map that brings x closest to m (Q = U V^T of the SVD of x^T m)."""
+def _rotation(x: Tensor, m: Tensor) -> Tensor:
+    """The orthogonal map Q that brings x closest to m, x Q (Q = U V^T of the SVD of x^T m)."""
     U, _, Vh = torch.linalg.svd(x.T @ m)
-    return x @ (U @ Vh)
+    return U @ Vh
 
 
-def _permuted(x: Tensor, m: Tensor) -> Tensor:
-    """x with its channels (columns) permuted to match m's best (the Hungarian matching of
+def _rotate(x: Tensor, rotation: Tensor) -> Tensor:
+    return x @ rotation
+
+
+def _permutation(x: Tensor, m: Tensor) -> Tensor:
+    """The permutation of x's channels (columns) that matches m's best (the Hungarian matching of
     ``grelu_procrustes``; columns of unit or zero norm)."""
     cross = m.T @ x  # cross[i, j] = <m_i, x_j>
-    perm = match_channels(cross, m.square().sum(0), x.square().sum(0))
-    return x[:, perm.to(x.device)]
+    return match_channels(cross, m.square().sum(0), x.square().sum(0)).to(x.device)
+
+
+def _permute(x: Tensor, permutation: Tensor) -> Tensor:
+    return x[:, permutation]
 
 
 def _chord(scale: float) -> Callable[[Tensor, Tensor], float]:
@@ -351,14 +360,16 @@ def _space(representations: Sequence[ArrayLike], measure: str) -> _Space:
             )
         if measure == "orthogonal_procrustes":
             points = _padded([_unit(rows(i)) for i in range(len(shapes))])
-            return _Space(points, _rotated, _chord(1.0), lambda xs, m, f: _unit(sum(xs)), to_shape)
+            return _Space(points, _rotation, _rotate, _chord(1.0), lambda xs, m, f: _unit(sum(xs)), to_shape)
         if len({shape[1] for shape in shapes}) > 1:
             raise ValueError(
                 "grelu_procrustes matches channels one to one: every representation needs as many"
             )
         points = [_unit_channels(rows(i)) for i in range(len(shapes))]
         scale = math.sqrt(shapes[0][1])
-        return _Space(points, _permuted, _chord(scale), lambda xs, m, f: _unit_channels(sum(xs)), to_shape)
+        return _Space(
+            points, _permutation, _permute, _chord(scale), lambda xs, m, f: _unit_channels(sum(xs)), to_shape
+        )
     # The shape metrics see a representation only through its centred Gram matrix Xc Xc^T, so each
     # is replaced by a factor G (N x r, r <= N) with G G^T = Xc Xc^T: alignments are r x r.
     factors = []
@@ -367,8 +378,10 @@ def _space(representations: Sequence[ArrayLike], measure: str) -> _Space:
         factors.append(p.basis.to(F64) * p.scales.to(F64) * p.unit)
     factors = _padded(factors)
     if measure == "shape_euclidean":
-        return _Space(factors, _rotated, _chord(1.0), lambda xs, m, f: sum(xs) / len(factors), lambda m: m)
-    return _Space([_unit(G) for G in factors], _rotated, _angle, _karcher_step, lambda m: m)
+        return _Space(
+            factors, _rotation, _rotate, _chord(1.0), lambda xs, m, f: sum(xs) / len(factors), lambda m: m
+        )
+    return _Space([_unit(G) for G in factors], _rotation, _rotate, _angle, _karcher_step, lambda m: m)
 
 
 def procrustes_mean(
@@ -425,9 +438,15 @@ def procrustes_mean(
         raise ValueError(f"tol must be a number >= 0, got {tol!r}")
     space = _space(representations, measure)
 
+    last_fit: dict = {}
+
     def aligned_to(m: Tensor) -> Iterator[Tensor]:
-        # one aligned member at a time: a float64 copy of the zoo is enough
-        return (space.align(x, m) for x in space.points)
+        # A round aligns the members to the mean twice, for its objective and then for the next
+        # average: the group elements of the last mean are kept (small matrices), and the aligned
+        # members are made one at a time (a float64 copy of the zoo is enough).
+        if last_fit.get("mean") is not m:
+            last_fit.update(mean=m, elements=[space.fit(x, m) for x in space.points])
+        return (space.act(x, g) for x, g in zip(space.points, last_fit["elements"]))
 
     def objective(m: Tensor) -> float:
         return sum(space.distance(x, m) ** 2 for x in aligned_to(m))
