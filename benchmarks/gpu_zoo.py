@@ -375,7 +375,7 @@ def _group_table(rows: list[dict], plan: dict) -> None:
     rates = {(r["path"], r["name"], r["k"]): r.get("images_per_s") for r in rows if "k" in r}
     print(f"{'group (members, images)':<40} {'K':>3} " + "".join(f"{p + ' img/s':>16}" for p in PATHS))
     for group in plan["groups"]:
-        name = _group_name(group)
+        name = group_name(group)
         if not any((p, name, group["k"]) in rates for p in PATHS):
             continue
         cells = [rates.get((p, name, group["k"])) for p in PATHS]
@@ -383,13 +383,9 @@ def _group_table(rows: list[dict], plan: dict) -> None:
         print(f"{label:<40} {group['k']:>3} " + "".join(f"{c:>16,.0f}" if c else f"{'-':>16}" for c in cells))
 
 
-def _ratio(values: dict, path: str) -> str:
-    if values.get(path) and values.get("old"):
-        return f"{values[path] / values['old']:>7.1f}x"
-    return f"{'-':>8}"
-
-
-def _group_name(group: dict) -> str:
+def group_name(group: dict) -> str:
+    """A cost group's name: architecture, width, gated family, no batch norm, constant width and
+    batch size (``benchmarks/paper_scale.py`` names its groups by it too)."""
     spec = group["spec"]
     gated = spec.get("gated") or {}
     name = f"{spec['arch']} x{spec.get('width_multiplier', 1)}" + (f" {gated['family']}" if gated else "")
@@ -400,6 +396,12 @@ def _group_name(group: dict) -> str:
     return name + f" b{group['batch_size']}"
 
 
+def _ratio(values: dict, path: str) -> str:
+    if values.get(path) and values.get("old"):
+        return f"{values[path] / values['old']:>7.1f}x"
+    return f"{'-':>8}"
+
+
 def project(plan: dict, rows: list[dict]) -> dict:
     """Hours of the config's zoo on this device, per path: each cost group's images over the
     images/s measured for the group at its pack size; groups not measured are counted apart."""
@@ -407,10 +409,10 @@ def project(plan: dict, rows: list[dict]) -> dict:
     total = sum(g["images"] for g in plan["groups"])
     projection = {}
     for path in PATHS:
-        measured = [g for g in plan["groups"] if (path, _group_name(g), g["k"]) in rates]
+        measured = [g for g in plan["groups"] if (path, group_name(g), g["k"]) in rates]
         if not measured:
             continue
-        hours = sum(g["images"] / rates[(path, _group_name(g), g["k"])] / 3600 for g in measured)
+        hours = sum(g["images"] / rates[(path, group_name(g), g["k"])] / 3600 for g in measured)
         share = sum(g["images"] for g in measured) / total
         projection[path] = {"hours_measured": hours, "image_share_measured": share}
     return projection
@@ -430,7 +432,7 @@ def measure(args) -> None:
     plan = json.loads(Path(args.plan).read_text()) if args.plan else None
     if plan and not args.tiny:
         for group in [g for g in plan["groups"] if g["images"] >= GROUP_MIN_IMAGES]:
-            group_job = {"name": _group_name(group), "spec": group["spec"], "k": group["k"]}
+            group_job = {"name": group_name(group), "spec": group["spec"], "k": group["k"]}
             group_job |= {"batch_size": group["batch_size"], "alone": group["k"] == 1}
             jobs.append(group_job)
     paths = [p for p in PATHS if p != "old" or args.old_src]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 
 from common import benchmark_data, describe_device
+from gpu_zoo import group_name
 from train_throughput import members_per_second
 
 from intertwine.workflow.settings import TrainConfig
@@ -106,9 +107,7 @@ def measure(work_path: str, packs: list[int], n: int, bf16: bool, device_name: s
         for variant in group["variants"].values():
             best = max(rate for k, rate in rates.items() if k <= variant["members"])
             hours_best += variant["images"] / best / 3600
-        gated = spec.get("gated") or {}
-        name = f"{spec['arch']} x{spec.get('width_multiplier', 1)}" + (f" {gated['family']}" if gated else "")
-        name += f" b{group['batch_size']} ({len(group['variants'])} var.)"
+        name = f"{group_name(group)} ({len(group['variants'])} var.)"
         print(
             f"{name:<46} {group['members']:>7} {group['images']:>8.1e}  {alone:>7,.0f}"
             + "".join(f" {rates[k]:>7,.0f}" if k in rates else f" {'-':>7}" for k in packs),

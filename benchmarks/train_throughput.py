@@ -141,12 +141,33 @@ DEFAULT_ZOO_SPECS = {
 }
 
 
+def _seconds_per_call(call, device, repeats: int = 50) -> float:
+    call()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(repeats):
+        call()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - started) / repeats
+
+
 def memory_format_table(data, config, device) -> None:
     """``train``'s images/s in channels-last against the default format, each model's first run
     a warm-up (kernel selection, torch's lazy imports)."""
     print(
         f"channels-last vs default memory format, {len(data[1])} images x {config.epochs} epochs, "
         f"batch {config.batch_size}, {data[0].shape[-1]} px, {describe_device(device)}; images/s"
+    )
+    x = torch.randn(config.batch_size, 32, data[0].shape[-1], data[0].shape[-1], device=device)
+    seconds = {
+        name: _seconds_per_call(lambda y=y: torch.nn.functional.max_pool2d(y, 2), device)
+        for name, y in (("default", x), ("channels-last", x.contiguous(memory_format=torch.channels_last)))
+    }
+    print(
+        f"a 2x2 max-pool of {tuple(x.shape)}: {1e3 * seconds['default']:.3f} ms in the default format, "
+        f"{1e3 * seconds['channels-last']:.3f} ms in channels-last"
     )
     print(f"{'model':<20} {'default':>9} {'channels-last':>14} {'ratio':>6}")
     last = dataclasses.replace(config, channels_last=True)

@@ -52,7 +52,7 @@ def test_the_projection_is_each_groups_images_over_its_rate():
             {"spec": {"arch": "resnet18"}, "batch_size": 32, "k": 1, "images": 1.2e6, "members": 1},
         ]
     }
-    names = [gpu_zoo._group_name(g) for g in plan["groups"]]
+    names = [gpu_zoo.group_name(g) for g in plan["groups"]]
     rows = [
         {"path": "new", "name": names[0], "k": 32, "images_per_s": 2000.0},
         {"path": "new", "name": names[1], "k": 5, "images_per_s": 1000.0},
