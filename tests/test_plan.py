@@ -468,7 +468,7 @@ def test_paper_deqntk_gram_is_one_per_setting_for_every_training_size():
         (lambda c: c["deqntk"].update(settings=[]), "config key deqntk.settings: empty"),
         (
             lambda c: c["deqntk"].update(n_train=[400]),
-            "config key deqntk.n_train: 400 training images asked for, but shapes has 320 (train and val",
+            "config key deqntk.n_train: 400 training images asked for, but the training split of shapes has 320; ask for at most 320 (its validation images included)",
         ),
         (lambda c: c["deqntk"].update(n_test=200), "config key deqntk.n_test: 200 test images asked for"),
         (
@@ -490,7 +490,7 @@ def test_paper_deqntk_gram_is_one_per_setting_for_every_training_size():
         ),
         (
             lambda c: c["deqntk"].update(conv={"n_train": 400}),
-            "config key deqntk.conv.n_train: 400 training images asked for, but shapes has 320",
+            "config key deqntk.conv.n_train: 400 training images asked for, but the training split of shapes has 320",
         ),
         (
             lambda c: c["deqntk"].update(conv={"n_train": 10, "settings": [[1.0, 0.0, 0.0]]}),
@@ -510,7 +510,7 @@ def test_paper_deqntk_gram_is_one_per_setting_for_every_training_size():
         ),
         (
             lambda c: c["deqntk"]["reference"].update(samples=500),
-            "config key deqntk.reference.samples: 500 test images asked for, but shapes has 128",
+            "config key deqntk.reference.samples: 500 test images asked for, but the test split of shapes has 128",
         ),
     ],
 )
@@ -856,6 +856,28 @@ def test_a_cifar_folder_with_fewer_test_images_than_asked_is_refused_at_plan_tim
         f"config key pullback.probe_images: 40 training images asked for, but {root / 'train'} holds 36" in e
         for e in errors
     ), errors
+
+
+def test_a_cifar_folder_too_short_for_the_deqntk_kernels_is_refused_at_plan_time(tmp_path):
+    """The DEQ-NTK's kernels take the training split with its validation images: 90 of a folder's
+    100 training images fit though data.val_size holds out 64, 120 do not, and the message names
+    the key and the folder."""
+    from intertwine.data.cifar10 import CLASSES
+
+    root = _cifar_folders(tmp_path / "cifar", {"train": 10, "test": 8}, CLASSES)
+
+    def asking(n_train):
+        def change(config):
+            _on_folders(root)(config)
+            config["deqntk"].update(n_train=[n_train], n_test=8)
+
+        return change
+
+    errors = Plan(load("tests/configs/tiny.yaml", asking(90))).errors()
+    assert not any("deqntk.n_train" in error for error in errors), errors
+    errors = Plan(load("tests/configs/tiny.yaml", asking(120))).errors()
+    expected = f"config key deqntk.n_train: 120 training images asked for, but {root / 'train'} holds 100;"
+    assert any(expected in error for error in errors), errors
 
 
 def test_a_cifar_folder_missing_a_class_is_refused_at_plan_time(tmp_path):

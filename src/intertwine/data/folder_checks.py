@@ -61,8 +61,9 @@ def image_folder_errors(data: dict, asked: list[tuple[str, int | None, str]]) ->
     data : dict
         The config's ``data`` block (``dataset``, ``val_size`` and the data set's ``root``, ``layout``).
     asked : list of (config key, images or None, split)
-        The images each setting takes from the front of a split, ``"test"`` or ``"training"`` (the
-        training images left after ``data.val_size`` are held out); None: the whole split.
+        The images each setting takes from the front of a split, ``"test"``, ``"training"`` (the
+        training images left after ``data.val_size`` are held out) or ``"stored training"`` (the
+        training images with the validation ones); None: the whole split.
     """
     root = image_folder_root(data)
     if root is None:
@@ -90,8 +91,8 @@ def image_folder_errors(data: dict, asked: list[tuple[str, int | None, str]]) ->
             f"point {key} at a complete copy (a data set with a class fewer would train without a word)"
         )
     val_size = data.get("val_size", 0)
-    sizes = {"test": sum(counts["test"].values()), "training": sum(counts["train"].values()) - val_size}
-    stored = sizes["training"] + val_size
+    stored = sum(counts["train"].values())
+    sizes = {"test": sum(counts["test"].values()), "training": stored - val_size, "stored training": stored}
     if stored == 0:
         errors.append(f"config key {key}: {root / 'train'} holds no images; copy the training images there")
         return errors
@@ -105,9 +106,9 @@ def image_folder_errors(data: dict, asked: list[tuple[str, int | None, str]]) ->
     for setting, n, split in asked:
         if n is not None and n > sizes[split]:
             held = " (data.val_size of them are held out)" if split == "training" else ""
-            folder = root / ("test" if split == "test" else "train")
+            folder, kind = root / ("test" if split == "test" else "train"), split.removeprefix("stored ")
             errors.append(
-                f"config key {setting}: {n} {split} images asked for, but {folder} holds {sizes[split]}"
-                f"{held}; ask for at most {sizes[split]}, or copy the whole {title} {split} split there"
+                f"config key {setting}: {n} {kind} images asked for, but {folder} holds {sizes[split]}"
+                f"{held}; ask for at most {sizes[split]}, or copy the whole {title} {kind} split there"
             )
     return errors

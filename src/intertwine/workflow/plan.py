@@ -287,17 +287,21 @@ class Plan:
                 f"set data.val_size to at most {train_size - 1}{larger}"
             )
             return [message]
-        available = {"test": test_size, "training": train_split}
+        available = {"test": test_size, "training": train_split, "stored training": train_size}
+        notes = {
+            "test": "",
+            "training": " (data.val_size of the training images are held out)",
+            "stored training": " (its validation images included)",
+        }
         counts = [count for _, image_counts in self._each_part("image_counts") for count in image_counts()]
         # An image-folder copy holds what was copied, not the data set's full splits.
         folder_errors = image_folder_errors(self.config["data"], [(c.key, c.asked, c.split) for c in counts])
         if folder_errors:
             return folder_errors
         return [
-            f"config key {count.key}: {count.asked} {count.split} images asked for, but the {count.split} "
-            f"split of {dataset} has {available[count.split]}; ask for at most {available[count.split]}"
-            + count.hint
-            + (" (data.val_size of the training images are held out)" if count.split == "training" else "")
+            f"config key {count.key}: {count.asked} {count.split.removeprefix('stored ')} images asked for, "
+            f"but the {count.split.removeprefix('stored ')} split of {dataset} has {available[count.split]}; "
+            f"ask for at most {available[count.split]}" + count.hint + notes[count.split]
             for count in counts
             if count.asked is not None and count.asked > available[count.split]
         ]

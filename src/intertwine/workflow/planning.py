@@ -46,8 +46,10 @@ class StagePlan:
 @dataclasses.dataclass(frozen=True)
 class ImageCount:
     """A count of images a stage takes from a split of the data set (``<stage>_image_counts``): the
-    config key that sets it, the count asked for (None: the whole split), the split ("test" or
-    "training"), and what else the key may say to take fewer (``hint``)."""
+    config key that sets it, the count asked for (None: the whole split), the split ("test",
+    "training": the training images left after ``data.val_size``, or "stored training": the
+    training split with its validation images, as the DEQ-NTK's kernels take it), and what else
+    the key may say to take fewer (``hint``)."""
 
     key: str
     asked: int | None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from intertwine.workflow.planning import ConfigCheck, ConfigError, StagePlan
+from intertwine.workflow.planning import ConfigCheck, ConfigError, ImageCount, StagePlan
 from intertwine.workflow.settings import variances_name
 from intertwine.workflow.stages.deqntk.settings import DeqntkConfig
 
@@ -27,11 +27,11 @@ def gram_layout(n_train: int, n_test: int, block_rows: int) -> list[tuple[str, i
 
 
 class _DeqntkChecks:
-    """The DEQ-NTK stage's two recurring tests, collecting their messages in ``errors`` in the
-    order they are made: variance settings, and image counts against the data set's."""
+    """The DEQ-NTK stage's recurring test of variance settings, collecting its messages in
+    ``errors`` in the order they are made (its image counts are ``deqntk_image_counts``, checked
+    with every stage's)."""
 
-    def __init__(self, dataset: str, train_size: int, test_size: int) -> None:
-        self.dataset, self.train_size, self.test_size = dataset, train_size, test_size
+    def __init__(self) -> None:
         self.errors: list[str] = []
 
     def variances(self, key: str, values, equilibrium: bool = True) -> None:
@@ -49,18 +49,10 @@ class _DeqntkChecks:
                 "map is then a contraction; at 1 the depth-L NTK grows without bound)"
             )
 
-    def images(self, key: str, n: int, available: int, what: str) -> None:
-        """Whether the data set has ``n`` ``what`` ("training" or "test") images of ``available``."""
-        if n > available:
-            self.errors.append(
-                f"config key {key}: {n} {what} images asked for, but {self.dataset} has {available}"
-                + (" (train and val splits together)" if what == "training" else "")
-            )
-
 
 def _depth_errors(checks: _DeqntkChecks, depth: dict) -> None:
     """The depth sweep's kernels (the finite networks' need no equilibrium; a panel's DEQ takes
-    sigma_u2 = sigma_b2 - deq_sigma_b2, so that must not be negative) and image counts."""
+    sigma_u2 = sigma_b2 - deq_sigma_b2, so that must not be negative)."""
     if depth["variances"] is not None:
         checks.variances("deqntk.depth.variances", depth["variances"])
     for i, values in enumerate(depth["finite"]):
@@ -79,16 +71,12 @@ def _depth_errors(checks: _DeqntkChecks, depth: dict) -> None:
             "config key deqntk.depth: draws asks for the depth sweep, but it has no kernel "
             "(variances null, finite and panels empty); give one, or set draws to 0"
         )
-    checks.images("deqntk.depth.n_train", depth["n_train"], checks.train_size, "training")
-    checks.images("deqntk.depth.n_test", depth["n_test"], checks.test_size, "test")
 
 
 def _conv_errors(checks: _DeqntkChecks, conv: dict) -> None:
-    """The convolutional DEQ-NTK's variance settings and image counts."""
+    """The convolutional DEQ-NTK's variance settings."""
     for i, values in enumerate(conv["settings"]):
         checks.variances(f"deqntk.conv.settings.{i}", values)
-    checks.images("deqntk.conv.n_train", conv["n_train"], checks.train_size, "training")
-    checks.images("deqntk.conv.n_test", conv["n_test"], checks.test_size, "test")
 
 
 class DeqntkPlan(StagePlan):
@@ -203,9 +191,29 @@ class DeqntkPlan(StagePlan):
     def deqntk_outputs(self) -> list[str]:
         return self.deqntk_tables + self.kernel_reference_tables + self.figure_files(self.deqntk_figures)
 
+    def deqntk_image_counts(self) -> list[ImageCount]:
+        """The images each part of the stage takes: its training counts from the training split
+        with its validation images (the kernels take them), its test counts from the test split."""
+        deqntk, counts = self.deqntk, []
+        if deqntk["n_train"]:
+            counts += [
+                ImageCount("deqntk.n_train", self.deqntk_train_rows, "stored training"),
+                ImageCount("deqntk.n_test", deqntk["n_test"], "test"),
+            ]
+        for part, on in (("depth", deqntk["depth"]["draws"]), ("conv", deqntk["conv"]["n_train"])):
+            if on:
+                counts += [
+                    ImageCount(f"deqntk.{part}.n_train", deqntk[part]["n_train"], "stored training"),
+                    ImageCount(f"deqntk.{part}.n_test", deqntk[part]["n_test"], "test"),
+                ]
+        # Only as set: a null takes similarity.samples, which is checked under its own key.
+        if deqntk["reference"]["variants"] and deqntk["reference"]["samples"] is not None:
+            counts.append(ImageCount("deqntk.reference.samples", deqntk["reference"]["samples"], "test"))
+        return counts
+
     def _deqntk_errors(self) -> list[str]:
         """The DEQ-NTK stage's cross-checks: variance settings that sum to 1 (sigma_w2 < 1 for the
-        equilibrium), image counts the data set has, reference variants the zoo trains.
+        equilibrium), reference variants the zoo trains (its image counts: ``deqntk_image_counts``).
 
         Returns
         -------
@@ -214,8 +222,7 @@ class DeqntkPlan(StagePlan):
             the convolutional kernel's, then the kernel reference's.
         """
         deqntk = self.deqntk
-        train_size, test_size = self.dataset_sizes()
-        checks = _DeqntkChecks(self.config["data"]["dataset"], train_size, test_size)
+        checks = _DeqntkChecks()
         if deqntk["n_train"]:
             self._deqntk_accuracy_errors(checks)
         if deqntk["depth"]["draws"]:
@@ -226,7 +233,7 @@ class DeqntkPlan(StagePlan):
         return checks.errors
 
     def _deqntk_accuracy_errors(self, checks: _DeqntkChecks) -> None:
-        """The accuracy study's variance settings (at least one) and image counts."""
+        """The accuracy study's variance settings (at least one)."""
         deqntk = self.deqntk
         for i, values in enumerate(deqntk["settings"]):
             checks.variances(f"deqntk.settings.{i}", values)
@@ -234,8 +241,6 @@ class DeqntkPlan(StagePlan):
             checks.errors.append(
                 "config key deqntk.settings: empty, but deqntk.n_train asks for the accuracy study"
             )
-        checks.images("deqntk.n_train", self.deqntk_train_rows, checks.train_size, "training")
-        checks.images("deqntk.n_test", deqntk["n_test"], checks.test_size, "test")
 
     def _deqntk_reference_errors(self, checks: _DeqntkChecks, reference: dict) -> None:
         """The kernel reference's variants (the zoo's), variances, members and samples; the rest
@@ -252,10 +257,6 @@ class DeqntkPlan(StagePlan):
                     self.members("deqntk.reference.seeds", variant, reference["seeds"])
                 except ConfigError as err:
                     checks.errors.append(str(err))
-            # Only as set: a null takes similarity.samples, which is checked under its own key.
-            samples = reference["samples"]
-            if samples is not None:
-                checks.images("deqntk.reference.samples", samples, checks.test_size, "test")
 
     deqntk_claims_tables = {"deqntk": "results/tables/deqntk.parquet"}
 
