@@ -173,7 +173,7 @@ CASES = {
     "train_pack no models": (lambda: pack([], [], []), "train_pack: no models given"),
     # the scorecard without the run's settings: was a KeyError of one of them
     "scorecard settings": (
-        lambda: scorecard({}, {"select_on": "val"}, None),
+        lambda: scorecard({}, {"select_on": "val"}),
         r"the scorecard's settings lack \[.*'myrtle_variants'.*Plan.claims_settings",
     ),
 }

@@ -91,7 +91,7 @@ def exact(mean: float, sd: float, n: int, seed: int) -> np.ndarray:
 
 
 def verdict(claim_id, tables, settings=SETTINGS):
-    card = scorecard(tables, settings, gated_findings=None)
+    card = scorecard(tables, settings)
     return card.set_index("claim").loc[claim_id, "verdict"]
 
 
@@ -196,7 +196,7 @@ def test_c1_rotation_penalty():
     # Nor a ResNet: Fig. 4 rotates Myrtle CNNs.
     settings = SETTINGS | {"rotation_variants": ["resnet20"], "rotation_activation": {"resnet20": "relu"}}
     assert verdict("C1", rotation(sites, 0.01, variant="resnet20"), settings) == "not run"
-    card = scorecard(rotation(sites, 0.01), SETTINGS, None).set_index("claim")
+    card = scorecard(rotation(sites, 0.01), SETTINGS).set_index("claim")
     assert "rather a random orthogonal matrix" in card.loc["C1", "sentence"]
     assert "not in the text" in card.loc["C1", "paper"]
 
@@ -268,7 +268,7 @@ def test_c2_reads_the_laid_out_figure_1():
 
 def test_c2_names_what_a_run_did_not_stitch():
     only_rank1 = {m: FIG1[m] for m in ("full", "grelu", "rank1")}
-    card = scorecard({"stitching": stitching(only_rank1)}, SETTINGS, None).set_index("claim")
+    card = scorecard({"stitching": stitching(only_rank1)}, SETTINGS).set_index("claim")
     assert card.loc["C2.depth", "verdict"] == "inconclusive"  # the trend of ranks above 1 untested
     assert "untested for a reduced rank other than 1" in card.loc["C2.depth", "evidence"]
     assert card.loc["C2.rank", "verdict"] == "reproduced" and "rank 2" not in card.loc["C2.rank", "ours"]
@@ -311,10 +311,10 @@ def test_c3_residual_sites_cost_more_for_every_method(row, variant):
     assert verdict(row, {"stitching": resnet(-0.05, variant=variant)}) == "not reproduced"
     assert verdict(row, {"stitching": resnet(0.1, pairs=1, variant=variant)}) == "inconclusive"
     # The units are pairs: 16 pairs x 6 sites are 16 units, not 96.
-    card = scorecard({"stitching": resnet(0.1, variant=variant)}, SETTINGS, None).set_index("claim")
+    card = scorecard({"stitching": resnet(0.1, variant=variant)}, SETTINGS).set_index("claim")
     assert card.loc[row, "units"] == "16 pairs"
     # "This holds even in the full 1-by-1 convolution case": without full, untested, never reproduced.
-    card = scorecard({"stitching": resnet(0.1, methods=("rank1", "grelu"), variant=variant)}, SETTINGS, None)
+    card = scorecard({"stitching": resnet(0.1, methods=("rank1", "grelu"), variant=variant)}, SETTINGS)
     without_full = card.set_index("claim").loc[row]
     assert without_full["verdict"] == "inconclusive" and "untested" in without_full["evidence"]
 
@@ -353,7 +353,7 @@ def test_c7_leaky_relu_sweep():
     assert verdict("C7", sweep(FIG8, final_offset={"leaky1.0": -0.3})) == "not reproduced"
     assert verdict("C7", sweep(FIG8, pairs=1)) == "inconclusive"
     no_one = {v: o for v, o in FIG8.items() if v != "leaky1.0"}
-    row = scorecard(sweep(no_one), SETTINGS, None).set_index("claim").loc["C7"]
+    row = scorecard(sweep(no_one), SETTINGS).set_index("claim").loc["C7"]
     assert row["verdict"] == "inconclusive" and "not including a slope of 1" in row["evidence"]
     assert "slope 0.9 - 0" in row["ours"] and "reported, not required" in row["ours"]
     assert verdict("C7", sweep({"resnet20": 0.0})) == "not run"
@@ -399,7 +399,7 @@ def swap(values):
 
 
 def card_of(tables):
-    return scorecard(tables, SETTINGS, gated_findings=None).set_index("claim")
+    return scorecard(tables, SETTINGS).set_index("claim")
 
 
 def test_c4_myrtle_reads_table_2():
@@ -463,7 +463,7 @@ def test_a_narrow_variant_is_its_architectures_row_and_says_so():
         "variant_specs": SETTINGS["variant_specs"]
         | {"myrtle": normalize_spec({"arch": "myrtle", "width_multiplier": 0.25})}
     }
-    card = scorecard({"similarity": procrustes("myrtle", TABLE2, 8)}, narrow, None).set_index("claim")
+    card = scorecard({"similarity": procrustes("myrtle", TABLE2, 8)}, narrow).set_index("claim")
     assert card.loc["C4.myrtle", "verdict"] == "reproduced"
     assert "unlike the paper's models: myrtle width 0.25x" in card.loc["C4.myrtle", "evidence"]
 
@@ -695,7 +695,7 @@ def test_c6_three_arms_at_the_residual_outputs():
     # Without a ConvNeXt the claim can be refuted, not reproduced.
     two = {k: v for k, v in THREE.items() if k != "convnext"}
     assert verdict("C6", dissection(two)) == "inconclusive"
-    card = scorecard(dissection(THREE), SETTINGS, None).set_index("claim")
+    card = scorecard(dissection(THREE), SETTINGS).set_index("claim")
     assert card.loc["C6", "units"] == "resnet20 6 members, resnet20_nores 6 members, convnext 6 members"
     assert "Broden" in card.loc["C6", "statement"] and "ours" in card.loc["C6", "statement"]
 
@@ -706,7 +706,7 @@ def test_c15_fewer_concept_units_without_the_residual_activation():
     higher = {"resnet20": 0.2, "resnet20_nores": 0.5, "convnext": 0.45}
     assert verdict("C15", dissection(THREE, level=higher)) == "not reproduced"
     assert verdict("C15", dissection(THREE, level=lower, seeds=1)) == "inconclusive"
-    assert "Broden" in scorecard({}, SETTINGS, None).set_index("claim").loc["C15", "statement"]
+    assert "Broden" in scorecard({}, SETTINGS).set_index("claim").loc["C15", "statement"]
 
 
 def test_c15b_increase_inside_the_blocks():
@@ -767,7 +767,7 @@ def test_t2_stitching_through_the_exact_element():
     assert verdict("T2", table(1e-3)) == "not reproduced"
     assert verdict("T2", table(3e-16, agreement=0.99)) == "not reproduced"
     # Inside a residual block the identity does not hold (Remark 3.6): not T2's, left out and said.
-    row = scorecard(table(3e-16), SETTINGS, None).set_index("claim").loc["T2"]
+    row = scorecard(table(3e-16), SETTINGS).set_index("claim").loc["T2"]
     assert row["units"] == "2 checks" and "inside a residual block" in row["evidence"]
     assert "orthogonal (no symmetry): 1 of 1 sites beyond tolerance" in row["ours"]
     one = {"symmetry": table(3e-16)["symmetry"].iloc[:1]}
@@ -783,7 +783,7 @@ def test_p1_is_ours_and_kept_apart():
     ]
     rows += [{"group": "grelu", "mode": "global", "scale_spread": 1.0, "cos_min": 0.7}]
     rows += [{"group": "grelu", "mode": "gradient", "scale_spread": 1.0, "cos_min": 1.0}]
-    card = scorecard({"pullback_symmetry": pd.DataFrame(rows)}, SETTINGS, None)
+    card = scorecard({"pullback_symmetry": pd.DataFrame(rows)}, SETTINGS)
     ours = card["kind"] == "ours"
     assert set(card.loc[ours, "claim"]) == {"L3", "P1"} and ours.iloc[-2:].all()  # ours apart, at the end
     assert (card.loc[~ours, "kind"] == "paper").all()
@@ -837,9 +837,7 @@ def test_h1_early_stable_patterns_on_known_answers():
     assert verdict("H1", settling(stricter_fails, [0.35, 0.3, 0.4, 0.32])) == "reproduced"
     assert verdict("H1", settling(stricter_fails, [-0.35, -0.3, -0.4, -0.32])) == "not reproduced"
     assert verdict("H1", settling([0.85], [0.35])) == "inconclusive"
-    row = (
-        scorecard(settling([0.85, 0.86, 0.84], [0.3, 0.35, 0.4]), SETTINGS, None).set_index("claim").loc["H1"]
-    )
+    row = scorecard(settling([0.85, 0.86, 0.84], [0.3, 0.35, 0.4]), SETTINGS).set_index("claim").loc["H1"]
     assert row["kind"] == "paper" and row["units"] == "3 members"
     assert "Hypothesis 1 (Early emergence of stable excitation patterns)." in row["sentence"]
     assert "path stability" not in row["sentence"] and "largely" not in row["sentence"]
@@ -853,7 +851,7 @@ def test_h1_is_not_run_without_an_early_epoch_or_the_path_columns():
     one_epoch = settling([0.9, 0.9], epochs=1)
     assert verdict("H1", one_epoch) == "not run"
     old = {"pullback_settling": settling([0.9, 0.9])["pullback_settling"].drop(columns=["path_rho_low"])}
-    row = scorecard(old, SETTINGS, None).set_index("claim").loc["H1"]
+    row = scorecard(old, SETTINGS).set_index("claim").loc["H1"]
     assert row["verdict"] == "not run" and "retrain" in row["evidence"]
 
 
@@ -881,11 +879,11 @@ def test_d1_reads_the_papers_deq_ntk_table():
     assert verdict("D1", deq([0.5908, 0.5977, 0.5943])) == "reproduced"
     assert verdict("D1", deq([0.49, 0.50, 0.51])) == "not reproduced"
     assert verdict("D1", deq([0.5908, 0.5977, 0.5943], n_test=1)) == "inconclusive"
-    card = scorecard(deq([0.59, 0.6, 0.59]), SETTINGS, None).set_index("claim")
+    card = scorecard(deq([0.59, 0.6, 0.59]), SETTINGS).set_index("claim")
     assert "checked for the spec" not in " ".join(card.loc["D1"].astype(str))
     # The run's data set is named where the table has it (an MNIST run is not a CIFAR-10 one).
     mnist = {"deqntk": deq([0.986, 0.5, 0.5])["deqntk"].iloc[:1].assign(dataset="mnist", paper_acc=0.986)}
-    card = scorecard(mnist, SETTINGS, None).set_index("claim")
+    card = scorecard(mnist, SETTINGS).set_index("claim")
     assert (
         card.loc["D1", "verdict"] == "reproduced"
         and "mnist (0.25,0.25,0.5) 98.6 vs 98.60" in card.loc["D1", "ours"]
@@ -1117,7 +1115,7 @@ def test_gated_findings_say_their_scale():
     ran = found[~found["finding"].str.startswith("Table III")]
     assert ran["scale"].str.startswith("4 epochs").all() and (ran["below_budget"] != "").all()
     assert (found.loc[found["verdict"] == "not run", "below_budget"] == "").all()
-    card = scorecard({}, SETTINGS, found).set_index("claim")
+    card = scorecard({"gated_findings": found}, SETTINGS).set_index("claim")
     assert card.loc["G1", "reading"].startswith("reproduced at 4 epochs")
     assert card.loc["G1", "units"] == "5 DNN, 10 DLGN members"
 
@@ -1126,7 +1124,7 @@ def test_gated_findings_say_their_scale():
 
 
 def test_a_stage_not_in_the_config_reads_not_run():
-    card = scorecard({}, SETTINGS, gated_findings=None)
+    card = scorecard({}, SETTINGS)
     assert set(card["verdict"]) == {"not run"}
     assert len(card) == len(all_claims()) + 1  # and one row for the gated findings
     assert (card["figure"] == "").all()
@@ -1134,9 +1132,7 @@ def test_a_stage_not_in_the_config_reads_not_run():
 
 def test_every_claim_quotes_its_sentence_and_names_units_and_scale():
     paper = {"stitching": stitching(FIG1)}
-    card = scorecard(
-        paper, SETTINGS | {"scale": {"zoo_epochs": 4, "zoo": "zoo: 4 of 50", "stitching": "s"}}, None
-    )
+    card = scorecard(paper, SETTINGS | {"scale": {"zoo_epochs": 4, "zoo": "zoo: 4 of 50", "stitching": "s"}})
     card = card.set_index("claim")
     assert all(claim.sentence for claim in all_claims())
     assert card.loc["C2.full", "units"] == "32 pairs" and card.loc["C2.full", "scale"] == "zoo: 4 of 50; s"
@@ -1147,7 +1143,7 @@ def test_every_claim_quotes_its_sentence_and_names_units_and_scale():
 
 
 def test_modes_are_named_and_figures_linked():
-    card = scorecard({"stitching": stitching(FIG1)}, SETTINGS, None).set_index("claim")
+    card = scorecard({"stitching": stitching(FIG1)}, SETTINGS).set_index("claim")
     assert "stitching init random (the paper)" in card.loc["C2.full", "mode"]
     assert "selected on val (corrected" in card.loc["C2.full", "mode"]
     assert "G_ReLU P update paper, batch-norm refresh grelu (the paper)" in card.loc["C2.full", "mode"]
@@ -1157,7 +1153,7 @@ def test_modes_are_named_and_figures_linked():
         "stitching_momentum": 0.9,
         "rotation_variants": ["myrtle"],
     }
-    card = scorecard({"stitching": stitching(FIG1)}, corrected, None).set_index("claim")
+    card = scorecard({"stitching": stitching(FIG1)}, corrected).set_index("claim")
     assert (
         "ours; the paper: random" in card.loc["C2.full", "mode"]
         and "not the released code" in card.loc["C2.full", "mode"]
@@ -1177,7 +1173,7 @@ def test_rank1_is_compared_with_grelu_on_the_same_pairs():
     table = table[(table["method"] != "rank1") | (table["pair"] < 4)].copy()
     hard = (table["method"] == "grelu") & (table["pair"] < 4)
     table.loc[hard, "penalty"] += 0.2125  # G_ReLU's mean 7.75 + 21.25 = 29 points where rank 1 ran
-    ours = scorecard({"stitching": table}, SETTINGS, None).set_index("claim").loc["C2.rank", "ours"]
+    ours = scorecard({"stitching": table}, SETTINGS).set_index("claim").loc["C2.rank", "ours"]
     assert "rank 1 - G_ReLU: +1.0 ± 0.0 [shown]" in ours
     # every rank its own comparison, in the order of the ranks (not of the names: rank16 after rank4)
     assert re.findall(r"rank (\d+) - G_ReLU", ours) == ["1", "2", "4", "16"]
@@ -1205,29 +1201,29 @@ def leaky(means: dict[float, tuple[float, float]], members=2, epochs=50) -> pd.D
 
 
 def test_c16_reads_the_captions_accuracies():
-    card = scorecard({"zoo": zoo(ZOO_PAPER)}, SETTINGS, None).set_index("claim")
+    card = scorecard({"zoo": zoo(ZOO_PAPER)}, SETTINGS).set_index("claim")
     for arch in ZOO_PAPER:
         assert card.loc[f"C16.{arch}", "verdict"] == "reproduced", card.loc[f"C16.{arch}", "ours"]
         assert card.loc[f"C16.{arch}", "units"] == f"{arch} 100 members"
     # 4 points below the paper's (the effect reversed: outside the 2-point margin, ours)
     far = {arch: (mean - 4, sd, n) for arch, (mean, sd, n) in ZOO_PAPER.items()}
-    card = scorecard({"zoo": zoo(far)}, SETTINGS, None).set_index("claim")
+    card = scorecard({"zoo": zoo(far)}, SETTINGS).set_index("claim")
     assert set(card.loc[[f"C16.{a}" for a in ZOO_PAPER], "verdict"]) == {"not reproduced"}
     one = {arch: (mean, sd, 1) for arch, (mean, sd, n) in ZOO_PAPER.items()}
-    card = scorecard({"zoo": zoo(one)}, SETTINGS, None).set_index("claim")
+    card = scorecard({"zoo": zoo(one)}, SETTINGS).set_index("claim")
     assert set(card.loc[[f"C16.{a}" for a in ZOO_PAPER], "verdict"]) == {"inconclusive"}
 
 
 def test_c16_is_not_comparable_below_the_papers_budget():
     below = SETTINGS | {"scale": {"zoo_epochs": 4, "zoo": "zoo: 4 of 50", "zoo_dataset": "cifar10"}}
-    card = scorecard({"zoo": zoo(ZOO_PAPER, epochs=4)}, below, None).set_index("claim")
+    card = scorecard({"zoo": zoo(ZOO_PAPER, epochs=4)}, below).set_index("claim")
     row = card.loc["C16.myrtle"]
     assert row["verdict"] == "inconclusive" and "not comparable at 4 of 50 epochs" in row["ours"]
     assert row["reading"] == "inconclusive at 4 of 50 epochs"
     shapes = SETTINGS | {"scale": {"zoo_epochs": 50, "zoo": "zoo", "zoo_dataset": "shapes"}}
-    row = scorecard({"zoo": zoo(ZOO_PAPER)}, shapes, None).set_index("claim").loc["C16.resnet20"]
+    row = scorecard({"zoo": zoo(ZOO_PAPER)}, shapes).set_index("claim").loc["C16.resnet20"]
     assert row["verdict"] == "inconclusive" and "on shapes, not CIFAR-10" in row["ours"]
-    half = scorecard({"zoo": zoo({"myrtle_half": ZOO_PAPER["myrtle"]})}, SETTINGS, None)
+    half = scorecard({"zoo": zoo({"myrtle_half": ZOO_PAPER["myrtle"]})}, SETTINGS)
     row = half.set_index("claim").loc["C16.myrtle"]
     assert row["verdict"] == "inconclusive" and "at width 0.5" in row["ours"]
     # a Myrtle without batch norm is not the paper's zoo (its accuracy is not in the text)
@@ -1242,11 +1238,11 @@ def test_c17_reads_table_3():
     assert verdict("C17", {"zoo": leaky(TABLE3, members=1)}) == "inconclusive"
     # below the budget the falls can refute, but Table 3's accuracies are not comparable
     below = SETTINGS | {"scale": {"zoo_epochs": 4, "zoo": "zoo: 4 of 50", "zoo_dataset": "cifar10"}}
-    row = scorecard({"zoo": leaky(TABLE3, epochs=4)}, below, None).set_index("claim").loc["C17"]
+    row = scorecard({"zoo": leaky(TABLE3, epochs=4)}, below).set_index("claim").loc["C17"]
     assert row["verdict"] == "inconclusive" and "not comparable" in row["ours"]
     assert row["reading"] == "inconclusive at 4 of 50 epochs"
     rising = {0.1: TABLE3[1.0], 0.5: TABLE3[0.9], 1.0: TABLE3[0.1]}
-    row = scorecard({"zoo": leaky(rising, epochs=4)}, below, None).set_index("claim").loc["C17"]
+    row = scorecard({"zoo": leaky(rising, epochs=4)}, below).set_index("claim").loc["C17"]
     assert row["verdict"] == "not reproduced" and row["reading"] == "not reproduced at 4 of 50 epochs"
 
 
@@ -1327,7 +1323,7 @@ def test_l2_barrier_shrinks_with_width_known_answers():
 def test_l3_is_ours_and_reads_either_way():
     permutation, grelu = exact(0.9, 0.1, 6, 5), exact(0.6, 0.1, 6, 6)
     lower = connectivity({"myrtle": {"weight_permutation": permutation, "weight_grelu": grelu}})
-    card = scorecard(lower, SETTINGS, None).set_index("claim")
+    card = scorecard(lower, SETTINGS).set_index("claim")
     assert card.loc["L3", "kind"] == "ours" and card.loc["L3", "verdict"] == "reproduced"
     higher = connectivity({"myrtle": {"weight_permutation": grelu, "weight_grelu": permutation}})
     assert verdict("L3", higher) == "not reproduced"
@@ -1440,7 +1436,7 @@ NAN = math.nan
     ],
 )
 def test_all_nan_evidence_is_no_evidence_never_a_verdict(claim, tables, rows):
-    row = scorecard(tables(), SETTINGS, None).set_index("claim").loc[claim]
+    row = scorecard(tables(), SETTINGS).set_index("claim").loc[claim]
     assert row["verdict"] == "inconclusive"
     assert row["evidence"].startswith("no evidence: every one of the")
     assert row["units"].startswith("0 of ")
@@ -1449,13 +1445,13 @@ def test_all_nan_evidence_is_no_evidence_never_a_verdict(claim, tables, rows):
 
 
 def test_partly_nan_evidence_is_left_out_and_said():
-    row = scorecard({"symmetry": _symmetry([NAN, 1e-16, 0.3])}, SETTINGS, None).set_index("claim").loc["T1"]
+    row = scorecard({"symmetry": _symmetry([NAN, 1e-16, 0.3])}, SETTINGS).set_index("claim").loc["T1"]
     assert row["verdict"] == "reproduced" and row["units"] == "1 check"
     assert "1 of 3 rows of symmetry with NaN relative_change left out (no evidence)" in row["evidence"]
     # NaN penalties are not counted as trials
     table = rotation({"act1": 0.4, "act2": 0.3}, 0.01, trials=3)["rotation"]
     table.loc[table.index[:2], "penalty"] = NAN
-    row = scorecard({"rotation": table}, SETTINGS, None).set_index("claim").loc["C1"]
+    row = scorecard({"rotation": table}, SETTINGS).set_index("claim").loc["C1"]
     assert "2 of 12 rows of rotation with NaN penalty left out" in row["evidence"]
     assert row["units"] == "1-3 trials per site and group"
 
@@ -1483,7 +1479,7 @@ def test_partly_nan_evidence_is_left_out_and_said():
 )
 def test_missing_columns_and_unknown_tables_are_named(tables, message):
     with pytest.raises(ValueError, match=message):
-        scorecard(tables, SETTINGS, None)
+        scorecard(tables, SETTINGS)
 
 
 @pytest.mark.parametrize(
@@ -1596,7 +1592,7 @@ def test_headline_says_which_side_of_its_threshold_each_site_lies():
 def test_report_opens_with_every_papers_verdict_at_a_glance():
     """Every claim of the papers is on the opening table: a tested one as its row (a claim split
     into rows as one row naming each), the untested ones listed in one last row; ours apart."""
-    card = scorecard({}, SETTINGS, None)
+    card = scorecard({}, SETTINGS)
     glance, details = as_rst(card, set()).split("**The decision rule.**")
     assert "P1" not in glance and "P1" in details
     # Nothing tested: one row lists every claim of the papers as not run.
@@ -1799,7 +1795,7 @@ def test_c14_softsort_comparable_and_ten_times_slower():
 
 def test_appendix_claims_quote_the_paper_and_name_the_figures_they_test():
     """C10-C14 quote the paper's sentences and link to the study figures the report draws."""
-    card = scorecard({"stitching": stitching(FIG1)}, SETTINGS, None).set_index("claim")
+    card = scorecard({"stitching": stitching(FIG1)}, SETTINGS).set_index("claim")
     figures = {claim.claim: claim.figure for claim in all_claims()}
     assert figures["C10"] == "stitching_penalty.png" and figures["C11"] == "stitching_transformer.png"
     assert figures["C12"] == "stitching_alpha_cv.png" and figures["C13"] == "stitching_l1_sparsity.png"

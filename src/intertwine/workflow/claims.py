@@ -76,6 +76,17 @@ def not_run(why: str) -> Result:
 
 
 @dataclass(frozen=True)
+class Findings:
+    """A table of claims a stage decides itself (a CSV its own job writes, one finding a row, as
+    the gated stage's Tables I-III readings): the ``columns`` the file must have, and ``rows``,
+    its scorecard rows (``COLUMNS``) from the table, or from None when the stage is not in the
+    config. A stage's ``claims`` module lists them in ``FINDINGS``, by table name."""
+
+    columns: tuple[str, ...]
+    rows: Callable[[pd.DataFrame | None], list[dict]]
+
+
+@dataclass(frozen=True)
 class Claim:
     claim: str  # short id: C1, T1, G1, ...
     source: str  # paper and where in it
@@ -153,21 +164,18 @@ COLUMNS = [
 ]
 
 
-def scorecard(
-    tables: dict[str, pd.DataFrame], settings: dict, gated_findings: pd.DataFrame | None
-) -> pd.DataFrame:
+def scorecard(tables: dict[str, pd.DataFrame], settings: dict) -> pd.DataFrame:
     """One row per claim: the papers' claims first, then ours (``kind``).
 
     Parameters
     ----------
     tables:
-        The configured stages' tables by name (``all_evidence`` names those it knows).
+        The configured stages' tables by name: those the claims read (``all_evidence``) and the
+        stages' own findings (``all_findings``, e.g. ``gated_findings``), each absent when its
+        stage is not configured.
     settings:
         The run's settings the verdicts, the scale and the mode columns read
         (``claims_settings`` in the plan; every key of ``all_settings_keys()``).
-    gated_findings:
-        The gated-networks stage's findings, one claim each; None when the stage is not
-        configured.
 
     Returns
     -------
@@ -176,8 +184,10 @@ def scorecard(
     """
     _check_inputs(tables, settings)
     modes = all_modes()
-    rows = [_claim_row(claim, tables, settings, modes) for claim in all_claims()]
-    rows += _gated_rows(gated_findings)
+    findings = all_findings()
+    read = {name: table for name, table in tables.items() if name not in findings}
+    rows = [_claim_row(claim, read, settings, modes) for claim in all_claims()]
+    rows += [row for name, found in findings.items() for row in found.rows(tables.get(name))]
     table = pd.DataFrame(rows, columns=COLUMNS)
     bad = set(table["verdict"]) - set(VERDICTS)
     if bad:
@@ -195,12 +205,11 @@ def _check_inputs(tables: dict[str, pd.DataFrame], settings: dict) -> None:
             f"the scorecard's settings lack {missing}: give the run's settings as the plan makes them "
             "(Plan.claims_settings; the claims rule passes them as --settings)"
         )
-    evidence = all_evidence()
-    unknown = sorted(set(tables) - set(evidence))
+    known = [*all_evidence(), *all_findings()]
+    unknown = sorted(set(tables) - set(known))
     if unknown:
         raise ValueError(
-            f"unknown table {unknown[0]!r} given to the scorecard; the tables are {', '.join(evidence)} "
-            "(gated_findings apart)"
+            f"unknown table {unknown[0]!r} given to the scorecard; the tables are {', '.join(known)}"
         )
 
 
@@ -222,60 +231,13 @@ def _claim_row(
         "paper": claim.paper,
         "ours": result.ours,
         "verdict": result.verdict,
-        "reading": _reading(result.verdict, below_budget(claim.scale, settings)),
+        "reading": reading(result.verdict, below_budget(claim.scale, settings)),
         "units": result.units,
         "scale": scale_text(claim.scale, settings) if result.verdict != "not run" else "",
         "evidence": result.evidence,
         "mode": "; ".join(modes[key](settings) for key in claim.settings),
         "figure": claim.figure if result.verdict != "not run" else "",
     }
-
-
-def _gated_rows(gated_findings: pd.DataFrame | None) -> list[dict]:
-    """The gated-networks findings' rows, G1, G2, ... in the findings' order, or one ``not run``
-    row G when the stage is not configured (so the scorecard always names the paper)."""
-    if gated_findings is None:
-        return [
-            {
-                "claim": "G",
-                "kind": "paper",
-                "source": GATED,
-                "sentence": "",
-                "statement": "The gated-networks findings (DLGN recovers 83.5 %, value input, gate permutations, "
-                "DNN > DGN >> DLGN, Table III's readings)",
-                "paper": "Tables I-III",
-                "ours": "",
-                "verdict": "not run",
-                "reading": "not run",
-                "units": "",
-                "scale": "",
-                "evidence": "the gated stage is not in the config",
-                "mode": "",
-                "figure": "",
-            }
-        ]
-    rows = []
-    for i, finding in enumerate(gated_findings.fillna("").to_dict("records"), 1):
-        budget = finding.get("scale", "")
-        rows.append(
-            {
-                "claim": f"G{i}",
-                "kind": "paper",
-                "source": f"{GATED}, {finding.get('source', 'Tables I-III')}",
-                "sentence": finding.get("sentence", ""),
-                "statement": finding["finding"],
-                "paper": finding["paper"],
-                "ours": finding["ours"],
-                "verdict": finding["verdict"],
-                "reading": _reading(finding["verdict"], finding.get("below_budget", "")),
-                "units": finding.get("units", ""),
-                "scale": budget,
-                "evidence": finding["evidence"],
-                "mode": "",
-                "figure": "gated_accuracy.png" if finding["verdict"] != "not run" else "",
-            }
-        )
-    return rows
 
 
 def _stage_parts(name: str, empty=()) -> dict[str, object]:
@@ -307,6 +269,12 @@ def all_claims() -> tuple[Claim, ...]:
 
 
 @functools.cache
+def all_findings() -> dict[str, Findings]:
+    """Per table of findings a stage decides itself (``Findings``), by name, in report order."""
+    return {k: v for part in _stage_parts("FINDINGS", {}).values() for k, v in part.items()}
+
+
+@functools.cache
 def all_evidence() -> dict[str, str | None]:
     """Per table the scorecard reads, its column of evidence (None: the table is context)."""
     return {k: v for part in _stage_parts("EVIDENCE", {}).values() for k, v in part.items()}
@@ -326,11 +294,14 @@ def all_settings_keys() -> tuple[str, ...]:
 
 def scorecard_tables() -> dict[str, object]:
     """The tables the scorecard reads (``intertwine claims --table NAME=PATH``) with their schemas,
-    in report order; ``gated_findings`` (a CSV, ``tables.GATED_FINDINGS_COLUMNS``) has none."""
+    in report order; a stage's findings (CSVs, ``all_findings``: their columns) have none."""
     from intertwine.workflow.tables import stage_tables
 
     read = {name for claim in all_claims() for name in claim.tables}
-    return {**{name: s for name, s in stage_tables().items() if name in read}, "gated_findings": None}
+    return {
+        **{name: s for name, s in stage_tables().items() if name in read},
+        **dict.fromkeys(all_findings()),
+    }
 
 
 def _test(claim: Claim, tables: dict[str, pd.DataFrame], settings: dict) -> Result:
@@ -376,7 +347,9 @@ def _test(claim: Claim, tables: dict[str, pd.DataFrame], settings: dict) -> Resu
     return result
 
 
-def _reading(verdict: str, budget: str) -> str:
+def reading(verdict: str, budget: str) -> str:
+    """The scorecard's reading: the verdict, with the run's ``budget`` (``below_budget``) when the
+    run trained below the paper's and the verdict is one of the three a run can reach."""
     return (
         f"{verdict} {budget}"
         if budget and verdict in ("reproduced", "not reproduced", "inconclusive")

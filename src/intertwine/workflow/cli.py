@@ -100,9 +100,9 @@ def cmd_prepare_data(args) -> None:
 def cmd_claims(args) -> None:
     import pandas as pd
 
-    from intertwine.workflow.claims import scorecard, scorecard_tables
+    from intertwine.workflow.claims import all_findings, scorecard, scorecard_tables
     from intertwine.workflow.scorecard_page import as_rst
-    from intertwine.workflow.tables import GATED_FINDINGS_COLUMNS, read_parquet, write_csv
+    from intertwine.workflow.tables import read_parquet, write_csv
     from intertwine.utils import atomic_path
 
     names = [name for name, _ in args.table]
@@ -115,7 +115,7 @@ def cmd_claims(args) -> None:
         try:
             if schema is None:
                 tables[name] = pd.read_csv(path)
-                missing = [c for c in GATED_FINDINGS_COLUMNS if c not in tables[name].columns]
+                missing = [c for c in all_findings()[name].columns if c not in tables[name].columns]
                 if missing:
                     raise ValueError(
                         f"{path}: does not have the table's columns (missing {missing}); it was written by "
@@ -125,8 +125,7 @@ def cmd_claims(args) -> None:
                 tables[name] = read_parquet([path], schema)
         except ValueError as err:
             raise ValueError(f"--table {name}: {err}") from None
-    findings = tables.pop("gated_findings", None)
-    card = scorecard(tables, args.settings, findings)
+    card = scorecard(tables, args.settings)
     write_csv(card, args.out)
     with atomic_path(args.rst) as tmp:
         tmp.write_text(as_rst(card, set(args.figures)))

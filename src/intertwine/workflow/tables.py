@@ -18,10 +18,6 @@ from intertwine.utils import atomic_path
 PROVENANCE = [pa.field("config_hash", pa.string()), pa.field("version", pa.string())]
 
 
-#: The columns of the gated stage's findings (a CSV the claims scorecard reads as ``gated_findings``).
-GATED_FINDINGS_COLUMNS = ("finding", "paper", "ours", "verdict", "evidence")
-
-
 def stage_tables() -> dict[str, pa.Schema]:
     """Every stage's tables by name (``intertwine table --schema NAME``), in report order: each
     stage's ``tables`` module (``intertwine.workflow.stages.<stage>.tables``) lists its ``TABLES``."""

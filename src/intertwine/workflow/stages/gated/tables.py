@@ -76,3 +76,6 @@ NPK = pa.schema(
 
 #: The tables of this stage by the name `intertwine table --schema` takes.
 TABLES = {"gated": GATED, "gated_ensemble": GATED_ENSEMBLE, "npk": NPK}
+
+#: The columns the stage's findings must have (a CSV the claims scorecard reads as ``gated_findings``).
+FINDINGS_COLUMNS = ("finding", "paper", "ours", "verdict", "evidence")
