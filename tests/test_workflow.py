@@ -1240,6 +1240,18 @@ def test_editing_the_training_loop_reruns_the_zoo_and_stops_at_its_checkpoints(t
     assert planned_jobs(tiny_run) == {}
 
 
+def test_editing_packed_training_reruns_the_packs_not_the_members_trained_alone(tiny_run, source_copy):
+    """train_member and train_pack have identities of their own: a member trained alone does not
+    run the packed loop, so an edit there reruns the packs (and what reads their members) only."""
+    path, original, edited = edited_function(source_copy, "packed_training.py", "train_stacked")
+    try:
+        path.write_text(edited)
+        jobs = planned_jobs(tiny_run, source=source_copy)
+    finally:
+        path.write_bytes(original)
+    assert jobs.get("train_pack", 0) > 0 and "train_member" not in jobs, jobs
+
+
 def test_protected_checkpoint_is_not_retrained_silently(tiny_run, tmp_path):
     config = changed_config(tmp_path, "epochs.yaml", lambda c: c["zoo"]["training"].update(epochs=3))
     checkpoints = sorted((tiny_run / "results/zoo").rglob("*.pt"))

@@ -29,7 +29,7 @@ rule train_member:
         training=lambda wc: as_json(PLAN.train_block(wc.variant)),
         seed=config["seed"],
         device=config["device"],
-        code=lambda wc: variant_code_hash("zoo", wc.variant),
+        code=lambda wc: variant_code_hash("train_member", wc.variant),
         data=data_dir,
     shell:
         CLI["train-member"].shell()
@@ -59,7 +59,7 @@ rule train_pack:
         training=lambda wc: as_json(PLAN.train_block(wc.variant)),
         seed=config["seed"],
         device=config["device"],
-        code=lambda wc: variant_code_hash("zoo", wc.variant),
+        code=lambda wc: variant_code_hash("train_pack", wc.variant),
         data=data_dir,
         checkpoints=lambda wc: " ".join(
             f"results/zoo/{wc.variant}/seed{seed}.pt" for seed in range(int(wc.first), int(wc.last) + 1)

@@ -9,5 +9,10 @@ from __future__ import annotations
 TABLE_COMPUTES = [f"{__package__}.study:zoo_table"]
 
 #: Jobs that run one function of its job module, by the name its rules give ``code_hash``: a member
-#: taken from a checkpoint trained elsewhere.
-ENTRIES = {"import_member": [f"{__package__}.job:import_member"]}
+#: trained alone, a pack of members trained together (an edit to packed training reruns the packs,
+#: not the members trained alone), and a member taken from a checkpoint trained elsewhere.
+ENTRIES = {
+    "train_member": [f"{__package__}.job:train_member"],
+    "train_pack": [f"{__package__}.job:train_pack"],
+    "import_member": [f"{__package__}.job:import_member"],
+}
