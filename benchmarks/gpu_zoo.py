@@ -140,6 +140,8 @@ def _train(
         from intertwine.packed_training import pack_network, train_stacked
 
         network = pack_network(built, normalize(images[:2], mean, std), names[0], log)
+        if network is None:  # train_pack would train the members one after another: not a pack
+            raise SystemExit(f"{spec}: neither widens nor packs under vmap, so it has no packed path to time")
         train_stacked(network, split, val, config, generators, mean, std, names, log=log)
     if device.type == "cuda":
         torch.cuda.synchronize()

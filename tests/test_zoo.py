@@ -57,6 +57,17 @@ def test_adamw_decouples_the_weight_decay():
     assert torch.allclose(weight.detach(), torch.full((3,), 1 - 0.1 * 0.5))
 
 
+@pytest.mark.parametrize("grouped", [False, True])
+def test_a_capturable_optimiser_reads_its_learning_rate_from_a_tensor_on_the_parameters_device(grouped):
+    weights = [torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2))]
+    params = [{"params": iter(weights[:1])}, {"params": weights[1:]}] if grouped else weights
+    optimizer = make_optimizer(params, TrainConfig(lr=0.25), capturable=True)
+    assert all(group["capturable"] for group in optimizer.param_groups)
+    lr = optimizer.param_groups[0]["lr"]
+    assert torch.is_tensor(lr) and lr.device == weights[0].device and lr.item() == 0.25
+    assert [p for group in optimizer.param_groups for p in group["params"]] == weights  # none lost
+
+
 def test_mixed_loss_is_the_cross_entropy_of_the_mixed_smoothed_targets():
     torch.manual_seed(0)
     logits, y = torch.randn(6, 10, dtype=torch.float64), torch.randint(0, 10, (6,))

@@ -121,7 +121,14 @@ def make_optimizer(
         The optimiser.
     """
     params = list(params)
-    lr = torch.tensor(config.lr, device=params[0].device) if capturable else config.lr
+    if capturable:
+        first = params[0]
+        if isinstance(first, dict):  # parameter groups: the device of the first group's first
+            first["params"] = list(first["params"])
+            first = first["params"][0]
+        lr = torch.tensor(config.lr, device=first.device)
+    else:
+        lr = config.lr
     # Only options that are set are passed: an explicit fused=False would also turn off the
     # foreach kernels torch chooses by default on a GPU.
     options = {"fused": True} if fused else {}

@@ -52,6 +52,12 @@ def count_folder_images(root: Path) -> dict[str, dict[str, int]]:
     return counts
 
 
+def split_word(split: str) -> str:
+    """The word a message uses for a split an image count is taken from: ``"stored training"`` (the
+    training images with their validation ones) is the training split to the user."""
+    return split.removeprefix("stored ")
+
+
 def image_folder_errors(data: dict, asked: list[tuple[str, int | None, str]]) -> list[str]:
     """What the configured image-folder copy lacks for this config, each naming the folder, the
     count or class, the config key and the fix; [] when it is not an image-folder copy.
@@ -106,7 +112,7 @@ def image_folder_errors(data: dict, asked: list[tuple[str, int | None, str]]) ->
     for setting, n, split in asked:
         if n is not None and n > sizes[split]:
             held = " (data.val_size of them are held out)" if split == "training" else ""
-            folder, kind = root / ("test" if split == "test" else "train"), split.removeprefix("stored ")
+            folder, kind = root / ("test" if split == "test" else "train"), split_word(split)
             errors.append(
                 f"config key {setting}: {n} {kind} images asked for, but {folder} holds {sizes[split]}"
                 f"{held}; ask for at most {sizes[split]}, or copy the whole {title} {kind} split there"

@@ -22,7 +22,7 @@ config key and the fix. Methods that build models cache them (`variant_sites`).
 
 from __future__ import annotations
 
-from intertwine.data.folder_checks import image_folder_errors
+from intertwine.data.folder_checks import image_folder_errors, split_word
 from intertwine.workflow import stages
 from intertwine.workflow.planning import (  # noqa: F401  (importable from here, as before)
     GATED_ARCHS,
@@ -299,8 +299,8 @@ class Plan:
         if folder_errors:
             return folder_errors
         return [
-            f"config key {count.key}: {count.asked} {count.split.removeprefix('stored ')} images asked for, "
-            f"but the {count.split.removeprefix('stored ')} split of {dataset} has {available[count.split]}; "
+            f"config key {count.key}: {count.asked} {split_word(count.split)} images asked for, "
+            f"but the {split_word(count.split)} split of {dataset} has {available[count.split]}; "
             f"ask for at most {available[count.split]}" + count.hint + notes[count.split]
             for count in counts
             if count.asked is not None and count.asked > available[count.split]
