@@ -506,6 +506,23 @@ def _train_pack_of(spec, seeds, config, device, log=lambda _: None):
     return train_models(built, split, val, config, generators, mean, std, [f"m{s}" for s in seeds], log)
 
 
+@pytest.mark.parametrize("name", WIDENED)
+def test_a_wide_pack_trains_each_architecture_as_its_members_alone(name):
+    """Issue 56's CPU check, per architecture of the fast path: a pack of two trained as one wide
+    network (no vmap) ends each member where ``train`` alone ends it, biases that a batch norm
+    cancels aside (their drift changes no output)."""
+    torch.set_num_threads(1)
+    spec, config = WIDENED[name], TrainConfig(epochs=1, batch_size=32)
+    lines = []
+    packed = _train_pack_of(spec, [0, 1], config, torch.device("cpu"), lines.append)
+    assert not [line for line in lines if "vmap" in line or "one after another" in line], lines
+    for seed, result in zip([0, 1], packed):
+        (alone,) = _train_pack_of(spec, [seed], config, torch.device("cpu"))
+        rest = set(result.state_dict) - cancelled_by_batch_norm(result.state_dict)
+        assert max_weight_difference(result.state_dict, alone.state_dict, rest) < WEIGHT_TOLERANCE
+        assert result.history[-1]["val_acc"] == pytest.approx(alone.history[-1]["val_acc"], abs=2 / 64)
+
+
 def test_a_pack_that_does_not_widen_trains_under_vmap_as_its_members_alone():
     torch.set_num_threads(1)
     spec, config = {"arch": "convnext", "width_multiplier": 0.125}, TrainConfig(epochs=1, batch_size=32)
