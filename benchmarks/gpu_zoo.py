@@ -5,7 +5,9 @@ projected wall time of config/paper.yaml's zoo on this device.
 Paths: ``old`` is ``training.train_pack`` of another source tree (``--old-src``, e.g. a checkout of
 the commit before the fast path: ``git worktree add /tmp/old <commit>``); ``new`` and ``new-bf16``
 are this tree's ``packed_training.train_stacked`` (wide grouped convolutions, batched augmentation,
-a fused optimiser step, a CUDA graph per step) in float32 and under bf16 autocast. Each path runs in
+a fused optimiser step, a CUDA graph per step) in float32 and under bf16 autocast; ``compiled-bf16``
+is ``new-bf16`` through ``torch.compile`` (``--compile``; on a GPU, K = 32 of Myrtle and ResNet20,
+the packs the check names; its start-up is left out of the steady-state rate). Each path runs in
 its own process, so the old and the new code never share a module. Inputs are random images (speed
 does not depend on their content); every member trains ``--steps`` steps of batch 32 after a
 shorter warm-up run of the same shapes (cuDNN's autotuning, the allocator).
@@ -53,6 +55,10 @@ TINY_SPECS = {
     "c4gap_dgn": {"arch": "c4gap", "width_multiplier": 0.125, "gated": {"family": "dgn"}},
 }
 PATHS = ("old", "new", "new-bf16")
+#: The new path in bf16 through ``torch.compile`` (``zoo.training.compile``, ``--compile``), beside
+#: the three on a GPU, for the packs the GPU check names (K = 32); not in the projection.
+COMPILED = "compiled-bf16"
+COMPILED_SIZE = 32
 #: Cost groups of the plan with fewer training images are not measured (the projection says so).
 GROUP_MIN_IMAGES = 1e8
 #: Pack sizes measured per architecture: every size for the two the GPU check names, the paper
@@ -87,6 +93,7 @@ RECIPE = {
     "bf16": False,
     "channels_last": True,
     "cuda_graphs": True,
+    "compile": "none",
     "gate_probe_images": 0,
     "eval_batch_size": 1000,
 }
@@ -173,7 +180,8 @@ def worker(path: str, jobs: list[dict], steps: int, deadline: float, device_name
 
     device = resolve_device(device_name)
     channels_last = device.type == "cuda" and os.environ.get("GPU_ZOO_CHANNELS_LAST") == "1"
-    base = _config(bf16=path == "new-bf16", channels_last=channels_last)
+    compile_mode = os.environ.get("GPU_ZOO_COMPILE", "none") if path == COMPILED else "none"
+    base = _config(bf16=path in ("new-bf16", COMPILED), channels_last=channels_last, compile=compile_mode)
     flops: dict[str, float] = {}
     for job in jobs:
         row = {"path": path, "name": job["name"], "k": job["k"]}
@@ -311,12 +319,20 @@ def kernels(k: int = 32, batch: int = 32) -> list[dict]:
 
 
 def _run_path(
-    path: str, src: Path, jobs: list[dict], steps: int, seconds: float, device: str, channels_last: bool
+    path: str,
+    src: Path,
+    jobs: list[dict],
+    steps: int,
+    seconds: float,
+    device: str,
+    channels_last: bool,
+    compile_mode: str = "none",
 ) -> list[dict]:
     env = os.environ | {
         "PYTHONPATH": str(src),
         "PYTHONUNBUFFERED": "1",
         "GPU_ZOO_CHANNELS_LAST": str(int(channels_last)),
+        "GPU_ZOO_COMPILE": compile_mode,
     }
     command = [
         sys.executable,
@@ -344,15 +360,19 @@ def _run_path(
 
 def _table(rows: list[dict], names: list[str], sizes: list[int], key: str = "images_per_s") -> None:
     rates = {(r["path"], r["name"], r["k"]): r for r in rows if "k" in r}
+    compiled = any(r.get("path") == COMPILED for r in rows)
+    paths = (*PATHS, COMPILED) if compiled else PATHS
     print(
         f"{'model':<16} {'K':>3} "
-        + "".join(f"{p + ' img/s':>16}" for p in PATHS)
-        + f" {'new/old':>8} {'bf16/old':>8} {'TFLOP/s':>8}"
+        + "".join(f"{p + ' img/s':>16}" for p in paths)
+        + f" {'new/old':>8} {'bf16/old':>8}"
+        + (f" {'comp/old':>8}" if compiled else "")
+        + f" {'TFLOP/s':>8}"
     )
     for name in names:
         for k in sizes:
             cells, values = [], {}
-            for path in PATHS:
+            for path in paths:
                 row = rates.get((path, name, k), {})
                 values[path] = row.get(key)
                 cells.append(
@@ -368,7 +388,9 @@ def _table(rows: list[dict], names: list[str], sizes: list[int], key: str = "ima
             print(
                 f"{name:<16} {k:>3} "
                 + "".join(cells)
-                + f" {_ratio(values, 'new')} {_ratio(values, 'new-bf16')} {tflops}",
+                + f" {_ratio(values, 'new')} {_ratio(values, 'new-bf16')}"
+                + (f" {_ratio(values, COMPILED)}" if compiled else "")
+                + f" {tflops}",
                 flush=True,
             )
 
@@ -440,12 +462,19 @@ def measure(args) -> None:
     paths = [p for p in PATHS if p != "old" or args.old_src]
     if device == "cpu":
         paths = [p for p in paths if p != "new-bf16"]
+    if args.compile != "none" and device != "cpu":  # inductor compiles for half a minute a pack on a CPU
+        paths.append(COMPILED)
     budget = args.budget / len(paths)
     rows = []
     for path in paths:
         src = Path(args.old_src) if path == "old" else SRC
+        path_jobs = jobs
+        if path == COMPILED:
+            path_jobs = [
+                j for j in jobs if j["name"] in SIZES and j["k"] == COMPILED_SIZE and "alone" not in j
+            ]
         started = time.time()
-        rows += _run_path(path, src, jobs, steps, budget, device, args.channels_last)
+        rows += _run_path(path, src, path_jobs, steps, budget, device, args.channels_last, args.compile)
         print(f"{path}: {time.time() - started:.0f} s", flush=True)
     device_names = {r["device"] for r in rows if "device" in r}
     print(
@@ -598,6 +627,12 @@ def main() -> None:
         "--channels-last",
         action="store_true",
         help="train in the channels-last memory format (default: NCHW)",
+    )
+    measuring.add_argument(
+        "--compile",
+        default="default",
+        choices=["none", "default", "max-autotune-no-cudagraphs"],
+        help=f"torch.compile mode of the {COMPILED} path (K = {COMPILED_SIZE}, on a GPU; none: not measured)",
     )
     measuring.add_argument("--tiny", action="store_true", help="tiny models on the CPU: checks the script")
     measuring.add_argument("--out", help="write every measurement here (JSON)")

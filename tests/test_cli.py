@@ -103,10 +103,11 @@ NAMES = {
     "{wildcards.variances}": "w0.6_u0.4_b0",
     "{wildcards.part}": "train",
     "{wildcards.first}-{wildcards.last}": "0-1",
+    "{resources.compile}": "none",
 }
 INTEGERS = re.compile(
     r"\{(wildcards\.(seed|pair|trial|start|n_train|draw)|params\.(seed|n_train|stop)|threads"
-    r"|resources\.eval_batch_size)\}"
+    r"|resources\.(eval_batch_size|cuda_graphs))\}"
 )
 
 

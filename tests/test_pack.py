@@ -389,6 +389,42 @@ def test_a_full_disk_says_so_and_leaves_no_file(tiny_shapes_dir, tmp_path, monke
     assert list(pack.parent.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        ([], (True, "none", 1000)),
+        (["--cuda-graphs", "0", "--compile", "default", "--eval-batch-size", "50"], (False, "default", 50)),
+    ],
+)
+def test_a_pack_job_takes_the_speed_settings_its_rule_passes_beside_the_training_block(
+    tiny_shapes_dir, tmp_path, monkeypatch, options, expected
+):
+    """zoo.training.cuda_graphs, compile and eval_batch_size reach a train-pack job as options of
+    their own (the rule's resources, so that changing them reruns nothing); unset, the schema's."""
+    from intertwine.workflow.cli import build_parser
+    from intertwine.workflow.stages.zoo import job
+
+    seen = []
+    monkeypatch.setattr(
+        job, "train_models_packed", lambda models, *args, **kwargs: seen.append(args[2]) or []
+    )
+    argv = [
+        "train-pack",
+        "--variant",
+        "m",
+        "--seeds",
+        "0-1",
+        "--spec",
+        '{"arch": "c4gap", "width_multiplier": 0.0625}',
+    ]
+    argv += ["--training", '{"epochs": 1}', "--checkpoints", "a.pt", "b.pt", "--out", str(tmp_path / "pack")]
+    argv += ["--data", str(tiny_shapes_dir), "--device", "cpu", "--global-seed", "0", *options]
+    args = build_parser().parse_args(argv)
+    args.func(args)
+    (config,) = seen
+    assert (config.cuda_graphs, config.compile, config.eval_batch_size) == expected
+
+
 # --- the fast path: wide packs, batched batches, CUDA graphs ------------------------------------
 
 
@@ -536,6 +572,49 @@ def test_a_pack_that_does_not_widen_trains_under_vmap_as_its_members_alone():
         assert max_weight_difference(result.state_dict, alone.state_dict) < WEIGHT_TOLERANCE
 
 
+def test_a_compiled_wide_pack_trains_through_the_compiled_forward_and_as_the_eager_pack(monkeypatch):
+    """zoo.training.compile: the training steps run through torch.compile's module, evaluation
+    eagerly, and the members end where the eager pack ends them. On the CPU with the aot_eager
+    backend (traced forward and backward, no generated kernels: inductor compiles for half a
+    minute here); the GPU test below uses inductor."""
+    torch.set_num_threads(1)
+    compiled_modes, calls = [], {"train": 0, "eval": 0}
+    real_compile = torch.compile
+
+    def traced(module, mode=None):
+        compiled_modes.append(mode)
+        compiled = real_compile(module, backend="aot_eager")
+
+        def forward(x):
+            calls["train" if module.training else "eval"] += 1
+            return compiled(x)
+
+        return forward
+
+    monkeypatch.setattr(torch, "compile", traced)
+    spec, config = WIDENED["myrtle"], TrainConfig(epochs=2, batch_size=32)
+    cpu = torch.device("cpu")
+    compiled = _train_pack_of(spec, [0, 1], dataclasses.replace(config, compile="default"), cpu)
+    assert compiled_modes == ["default"] and calls == {"train": 2 * 3, "eval": 0}  # 96 images, batch 32
+    eager = _train_pack_of(spec, [0, 1], config, cpu)
+    assert compiled_modes == ["default"]  # "none" compiles nothing
+    for a, b in zip(compiled, eager):
+        rest = set(a.state_dict) - cancelled_by_batch_norm(a.state_dict)
+        assert max_weight_difference(a.state_dict, b.state_dict, rest) < WEIGHT_TOLERANCE
+        assert [row["val_acc"] for row in a.history] == pytest.approx(
+            [row["val_acc"] for row in b.history], abs=2 / 64
+        )
+
+
+def test_a_vmap_stack_trains_eagerly_when_compile_is_asked_for_and_says_so(monkeypatch):
+    monkeypatch.setattr(torch, "compile", lambda *args, **kwargs: pytest.fail("a vmap stack was compiled"))
+    spec = {"arch": "convnext", "width_multiplier": 0.125}
+    config = TrainConfig(epochs=1, batch_size=32, compile="default")
+    lines = []
+    _train_pack_of(spec, [0, 1], config, torch.device("cpu"), lines.append)
+    assert any("a vmap stack trains eagerly (zoo.training.compile" in line for line in lines)
+
+
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and bf16 autocast are a GPU's")
 
 
@@ -575,3 +654,19 @@ def test_a_bf16_pack_trains_like_a_float32_pack(arch):
         assert all(
             v.dtype == a.state_dict[k].dtype for k, v in b.state_dict.items()
         )  # float32 master weights
+
+
+@gpu
+@pytest.mark.parametrize("arch", ["myrtle", "resnet20"])
+def test_a_compiled_bf16_pack_is_captured_and_trains_like_the_eager_bf16_pack(arch):
+    spec = {"arch": arch, "width_multiplier": 0.25}
+    config = TrainConfig(epochs=3, batch_size=16, bf16=True)
+    cuda, lines = torch.device("cuda"), []
+    compiled = _train_pack_of(
+        spec, [0, 1, 2], dataclasses.replace(config, compile="default"), cuda, lines.append
+    )
+    assert not [line for line in lines if "CUDA graph" in line or "vmap" in line]  # wide, and captured
+    eager = _train_pack_of(spec, [0, 1, 2], config, cuda)
+    for a, b in zip(compiled, eager):
+        assert a.history[-1]["train_loss"] < a.history[0]["train_loss"]
+        assert abs(a.history[-1]["val_acc"] - b.history[-1]["val_acc"]) <= BF16_ACCURACY_TOLERANCE

@@ -325,14 +325,14 @@ def test_config_errors_name_the_key(change, message):
 
 
 def test_settings_that_cannot_change_a_result_are_not_params(tiny):
-    """zoo.training.eval_batch_size (and cuda_graphs) go to the jobs beside the params (a rule's
+    """zoo.training.eval_batch_size (and cuda_graphs, compile) go to the jobs beside the params (a rule's
     resources), so that changing them reruns nothing; the per-variant overrides apply to them too."""
     config = copy.deepcopy(tiny)
     config["zoo"]["training"]["eval_batch_size"] = 123
     config["zoo"]["training_per_variant"] = {"resnet20": {"eval_batch_size": 77}}
     plan = Plan(config)
     assert "eval_batch_size" not in plan.train_block("myrtle") and "eval_batch_size" not in plan.train_block()
-    graphs = {"cuda_graphs": True}
+    graphs = {"cuda_graphs": True, "compile": "none"}
     assert plan.train_run("myrtle") == {"eval_batch_size": 123} | graphs
     assert plan.train_run("resnet20") == {"eval_batch_size": 77} | graphs
     assert plan.train_run() == {"eval_batch_size": 123} | graphs

@@ -7,7 +7,8 @@ The K members run as one wide network of grouped convolutions (``intertwine.wide
 architecture widens, else stacked under ``torch.func.vmap``. Each epoch every member draws its order
 and augmentations at once, and a step builds the K batches with one gather; on a GPU the step (forward,
 backward, fused optimiser step) is captured once as a CUDA graph and replayed, so that the host
-launches one graph per step instead of hundreds of kernels (``zoo.training.cuda_graphs``).
+launches one graph per step instead of hundreds of kernels (``zoo.training.cuda_graphs``); a wide
+pack's forward and backward can also run through ``torch.compile`` (``zoo.training.compile``).
 """
 
 from __future__ import annotations
@@ -106,6 +107,12 @@ class _Wide:
     def __init__(self, models: list[nn.Module]):
         self.members = len(models)
         self.module = widen(models)
+        self.compiled: Callable | None = None
+
+    def compile(self, mode: str) -> None:
+        """Train through ``torch.compile(mode=mode)`` (``zoo.training.compile``). Evaluation stays
+        eager: a few batches an epoch in eval mode would not repay a second compilation."""
+        self.compiled = torch.compile(self.module, mode=mode)
 
     def trainable(self) -> list[torch.Tensor]:
         return [p for p in self.module.parameters() if p.requires_grad]
@@ -115,7 +122,8 @@ class _Wide:
         member sees."""
         if shared_input:
             x = x.unsqueeze(1).expand(-1, self.members, *x.shape[1:])
-        return self.module(x.flatten(1, 2)).unflatten(1, (self.members, -1)).transpose(0, 1)
+        forward = self.compiled if self.compiled is not None and self.module.training else self.module
+        return forward(x.flatten(1, 2)).unflatten(1, (self.members, -1)).transpose(0, 1)
 
     def state_dict(self, k: int) -> dict[str, torch.Tensor]:
         return member_state(self.module, k, self.members)
@@ -234,6 +242,13 @@ def train_stacked(
         # Measured on an H200 (benchmarks/gpu_zoo.py, Myrtle x1, 32 members): a wide pack in
         # channels-last trained at 8,843 images/s, in the default format at 29,498.
         log("a pack trains in the default memory format (zoo.training.channels_last is for one member)")
+    if config.compile != "none":
+        if isinstance(network, _Wide):
+            network.compile(config.compile)
+        else:
+            log(
+                f"{labels[0]} ...: a vmap stack trains eagerly (zoo.training.compile is for a pack that widens)"
+            )
     use_graph = config.cuda_graphs and device.type == "cuda"
     optimizer = make_optimizer(network.trainable(), config, fused=device.type == "cuda", capturable=use_graph)
     epochs, total_steps, steps_per_epoch = config.length(len(train_split))

@@ -46,6 +46,9 @@ class TrainConfig:
     # same tensors, so the weights differ from eager steps by rounding only (the learning rate is
     # a float32 tensor the graph reads).
     cuda_graphs: bool
+    # torch.compile's mode for a wide pack's training step ("none": eager): fused kernels, the
+    # same arithmetic rounded differently.
+    compile: str
     # Gate patterns recorded per epoch on this many training images (0: none); the weights are
     # the same either way (tests/test_zoo.py), only the checkpoint gains the record.
     gate_probe_images: int

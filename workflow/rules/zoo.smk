@@ -53,6 +53,8 @@ rule train_pack:
     resources:
         **on_gpu(NEEDS.train_pack),
         eval_batch_size=lambda wc: PLAN.train_run(wc.variant)["eval_batch_size"],
+        cuda_graphs=lambda wc: int(PLAN.train_run(wc.variant)["cuda_graphs"]),
+        compile=lambda wc: PLAN.train_run(wc.variant)["compile"],
     params:
         **CLI["train-pack"].when_given(features=lambda wc, input: input.features),
         spec=lambda wc: as_json(config["zoo"]["variants"][wc.variant]),

@@ -280,6 +280,25 @@ def _shared_options() -> dict[str, tuple[dict, str]]:
             ),
             "{resources.eval_batch_size}",
         ),
+        "--cuda-graphs": (
+            dict(
+                type=int,
+                choices=[0, 1],
+                default=None,
+                help="1: a pack's step is captured as a CUDA graph on a GPU (zoo.training.cuda_graphs; "
+                "speed only, so the workflow passes it beside --training)",
+            ),
+            "{resources.cuda_graphs}",
+        ),
+        "--compile": (
+            dict(
+                choices=schema_enum("properties", "zoo", "properties", "training", "properties", "compile"),
+                default=None,
+                help="torch.compile mode of a wide pack's training step (zoo.training.compile; speed "
+                "only, so the workflow passes it beside --training)",
+            ),
+            "{resources.compile}",
+        ),
         "--units-out": (
             dict(required=True, help=".parquet, one row per unit of each --out row"),
             "{output.units}",

@@ -50,6 +50,8 @@ def cmd_train_pack(args) -> None:
         args.checkpoints,
         eval_batch_size=args.eval_batch_size,
         features=args.features,
+        cuda_graphs=None if args.cuda_graphs is None else bool(args.cuda_graphs),
+        compile_mode=args.compile,
     )
     write_pack(args.out, dict(zip(seeds, members)))
 
@@ -149,7 +151,7 @@ def _add_training_commands(cli: Commands) -> None:
         "train several zoo members of a variant together (zoo.pack_size)",
         [cli.job],
         out="the pack directory (never overwritten): per member a checkpoint and metrics, or a .diverged note",
-        options=["--training", "--eval-batch-size"],
+        options=["--training", "--eval-batch-size", "--cuda-graphs", "--compile"],
     )
     p.add_argument(
         "--variant",

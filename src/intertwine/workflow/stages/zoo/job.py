@@ -47,7 +47,7 @@ def train_member(
     (variant, seed, spec, data, training, global seed, features) gives bit-identical weights on the
     CPU.
     """
-    config, spec = _settings(job, variant, spec, training, eval_batch_size)
+    config, spec = _settings(job, variant, spec, training, {"eval_batch_size": eval_batch_size})
     model, generator = _member(job, variant, seed, spec, features)
     train_split, val_split = job.split("train"), job.split(config.select_on)
     patterns, record = _gate_recorder(job, config)
@@ -125,12 +125,17 @@ def train_pack(
     checkpoint_paths: list[str | Path],
     eval_batch_size: int | None = None,
     features: list[str | Path] | None = None,
+    cuda_graphs: bool | None = None,
+    compile_mode: str | None = None,
 ) -> list[tuple[dict, pd.DataFrame] | DivergedError]:
     """Train the members ``seeds`` of a variant together (``training.train_pack``); per member, what
     ``train_member`` returns for it (the same weights up to float rounding), or the
     ``DivergedError`` that stopped it. ``checkpoint_paths`` are where the members' checkpoints will
-    be (their metrics record it); ``features`` one checkpoint per seed for an FL variant."""
-    config, spec = _settings(job, variant, spec, training, eval_batch_size)
+    be (their metrics record it); ``features`` one checkpoint per seed for an FL variant.
+    ``eval_batch_size``, ``cuda_graphs`` and ``compile_mode`` (``zoo.training.compile``), when
+    given, replace the block's: they change the speed only, so the workflow passes them apart."""
+    speed = {"eval_batch_size": eval_batch_size, "cuda_graphs": cuda_graphs, "compile": compile_mode}
+    config, spec = _settings(job, variant, spec, training, speed)
     if config.gate_probe_images:
         raise ValueError(
             f"variant {variant!r}: zoo.training.gate_probe_images is {config.gate_probe_images}, but its members "
@@ -191,10 +196,11 @@ def _diverged(result, variant: str, seed: int, num_classes: int) -> DivergedErro
     )
 
 
-def _settings(job: Job, variant: str, spec: dict, training: dict, eval_batch_size: int | None):
-    config = TrainConfig.from_block(
-        training | ({} if eval_batch_size is None else {"eval_batch_size": eval_batch_size}), "zoo.training"
-    )
+def _settings(job: Job, variant: str, spec: dict, training: dict, speed: dict):
+    """The member's TrainConfig: ``training`` with the settings that change the speed only
+    (``Plan.train_run``'s, which the workflow passes apart) given in ``speed``, and its spec."""
+    given = {key: value for key, value in speed.items() if value is not None}
+    config = TrainConfig.from_block(training | given, "zoo.training")
     spec = models.normalize_spec(spec)
     classes = len(job.meta()["classes"])
     if spec["num_classes"] != classes:
