@@ -535,15 +535,21 @@ def projection_from_log(text: str) -> list[str]:
     return lines
 
 
-def kernels_table(jsonl: str) -> str:
-    """A markdown table of a ``kernels`` output (one JSON object per layer): milliseconds per case."""
+def _kernel_rows(jsonl: str) -> tuple[list[dict], list[str], dict[str, float]]:
+    """A ``kernels`` output's rows, its cases, and each case's milliseconds over the four layers."""
     rows = [json.loads(line) for line in Path(jsonl).read_text().splitlines() if line.strip()]
     cases = [key for key in rows[0] if key not in ("layer", "gflop")]
+    total = {c: sum(r[c] for r in rows if isinstance(r[c], float)) for c in cases}
+    return rows, cases, total
+
+
+def kernels_table(jsonl: str) -> str:
+    """A markdown table of a ``kernels`` output (one JSON object per layer): milliseconds per case."""
+    rows, cases, total = _kernel_rows(jsonl)
     lines = ["| layer (GFLOP) | " + " | ".join(cases) + " |", "| --- |" + " --- |" * len(cases)]
     for row in rows:
         cells = [f"{row[c]:.2f}" if isinstance(row[c], float) else str(row[c]) for c in cases]
         lines.append(f"| {row['layer']} ({row['gflop']:.0f}) | " + " | ".join(cells) + " |")
-    total = {c: sum(r[c] for r in rows if isinstance(r[c], float)) for c in cases}
     lines.append("| all four | " + " | ".join(f"{total[c]:.2f}" for c in cases) + " |")
     grouped = min((c for c in cases if c.startswith("grouped")), key=total.get)
     batch_norm = min((c for c in cases if c.startswith("BN")), key=total.get)
@@ -556,6 +562,36 @@ def kernels_table(jsonl: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def ceiling(jsonl: str, text: str, k: int = 32, batch: int = 32, asked: float = 10.0) -> str:
+    """What the ``kernels`` table bounds: the Myrtle pack's images/s if its four convolutions ran at
+    the dense rate and nothing else took time, and with the batch norms' best time besides, each
+    against the old path's Myrtle rate at K = ``k`` in the ``measure`` log ``text``; and what the
+    rest of a step may take for ``asked`` times that rate."""
+    _, _, total = _kernel_rows(jsonl)
+    row = re.search(rf"^myrtle\s+{k}\s+([\d,]+)\s", text, re.MULTILINE)
+    if not row:
+        return ""
+    old = float(row[1].replace(",", ""))
+    images = k * batch
+    dense = total["dense NHWC bf16"]
+    norms = min(v for c, v in total.items() if c.startswith("BN"))
+    allowed = images / (asked * old) * 1e3  # ms a step may take
+    rest = (
+        f"{allowed - dense:.2f} ms for the batch norms, activations, pools and optimiser step beside "
+        "dense-rate convolutions"
+        if allowed > dense
+        else "less than the convolutions take alone at the dense rate"
+    )
+    return (
+        f"\nWhat the table bounds (Myrtle x1, {k} members of batch {batch}: {images:,} images a step): "
+        f"with its convolutions at the dense rate and nothing else taking time, a step takes {dense:.1f} ms, "
+        f"{images / dense * 1e3:,.0f} images/s, {images / dense * 1e3 / old:.1f}x the old path's {old:,.0f}; "
+        f"with the batch norms' best time besides, {dense + norms:.1f} ms, {images / (dense + norms) * 1e3:,.0f} "
+        f"images/s, {images / (dense + norms) * 1e3 / old:.1f}x. {asked:.0f}x the old rate is a step of "
+        f"{allowed:.2f} ms: {rest}.\n"
+    )
+
+
 def docs_block(log: str, markdown: str, kernels_log: str | None = None) -> None:
     """Write the ``measure`` output ``log``, its projection and (given) the ``kernels`` output's
     table into ``markdown``'s ``<!-- gpu-zoo: LOG -->`` block."""
@@ -566,6 +602,7 @@ def docs_block(log: str, markdown: str, kernels_log: str | None = None) -> None:
             f"\nOne pack's layers ({kernels_log}): Myrtle x1's convolutions and batch norms for 32"
             " members of batch 32, milliseconds of a forward and backward pass:\n\n"
             + kernels_table(kernels_log)
+            + ceiling(kernels_log, text)
         )
     page = Path(markdown).read_text()
     start, end = f"<!-- gpu-zoo: {log} -->\n", "<!-- /gpu-zoo -->"

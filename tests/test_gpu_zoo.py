@@ -65,6 +65,27 @@ def test_the_projection_is_each_groups_images_over_its_rate():
     assert projection["old"]["hours_measured"] == pytest.approx(2.0)
 
 
+def test_the_ceiling_is_the_images_of_a_step_over_the_kernels_times(tmp_path):
+    kernels = tmp_path / "kernels.jsonl"
+    layers = [
+        {"layer": "a", "gflop": 1.0, "dense NHWC bf16": 1.5, "BN NCHW f32": 2.0, "BN NHWC f32": 1.0},
+        {"layer": "b", "gflop": 1.0, "dense NHWC bf16": 0.5, "BN NCHW f32": 2.0, "BN NHWC f32": 1.0},
+    ]
+    kernels.write_text("".join(json.dumps(layer) + "\n" for layer in layers))
+    log = "model K old\nmyrtle             2            1,000          9,999\n"
+    text = gpu_zoo.ceiling(str(kernels), log, k=2, batch=4, asked=2.0)
+    # 8 images a step: 2 ms of dense convolutions, 4,000 images/s, 4x; with the batch norms' best
+    # (2 ms) 2,000 images/s, 2x; twice the old rate is a step of 4 ms, 2 ms beside the convolutions.
+    assert "a step takes 2.0 ms, 4,000 images/s, 4.0x the old path's 1,000" in text
+    assert (
+        "4.0 ms, 2,000 images/s, 2.0x" in text and "is a step of 4.00 ms: 2.00 ms for the batch norms" in text
+    )
+    assert "less than the convolutions take alone" in gpu_zoo.ceiling(
+        str(kernels), log, k=2, batch=4, asked=5.0
+    )
+    assert gpu_zoo.ceiling(str(kernels), "no table", k=2, batch=4) == ""
+
+
 def test_the_docs_gpu_block_is_the_committed_run_and_its_projection(tmp_path):
     page = tmp_path / "benchmarks.md"
     committed = (ROOT / "docs" / "benchmarks.md").read_text()
