@@ -6,20 +6,23 @@ Paths: ``old`` is ``training.train_pack`` of another source tree (``--old-src``,
 the commit before the fast path: ``git worktree add /tmp/old <commit>``); ``new`` and ``new-bf16``
 are this tree's ``packed_training.train_stacked`` (wide grouped convolutions, batched augmentation,
 a fused optimiser step, a CUDA graph per step) in float32 and under bf16 autocast; ``compiled-bf16``
-is ``new-bf16`` through ``torch.compile`` (``--compile``; on a GPU, K = 32 of Myrtle and ResNet20,
-the packs the check names; its start-up is left out of the steady-state rate). Each path runs in
+is ``new-bf16`` through ``torch.compile`` (``--compile``, on a GPU) and ``streams-bf16`` each
+member its own network on its own CUDA stream in channels-last (``zoo.training.pack_mode``), both for
+Myrtle and ResNet20 at K = 32, the packs the check names, within ``--extra-budget`` (a minute; 0
+leaves them out and the run within 6 minutes). Each path runs in
 its own process, so the old and the new code never share a module. Inputs are random images (speed
 does not depend on their content); every member trains ``--steps`` steps of batch 32 after a
 shorter warm-up run of the same shapes (cuDNN's autotuning, the allocator).
 
     python benchmarks/gpu_zoo.py plan config/paper.yaml benchmarks/paper_zoo.json   # needs Snakemake
-    python benchmarks/gpu_zoo.py measure --old-src /tmp/old/src --out gpu_zoo.json   # on the GPU, ~6 min
+    python benchmarks/gpu_zoo.py measure --old-src /tmp/old/src --out gpu_zoo.json   # on the GPU, ~7 min
     python benchmarks/gpu_zoo.py measure --tiny                                      # a CPU check, ~1 min
     python benchmarks/gpu_zoo.py kernels                                             # one pack's layers, ~30 s
     python benchmarks/gpu_zoo.py docs benchmarks/gpu_zoo_h200.log docs/benchmarks.md benchmarks/gpu_kernels_h200.jsonl
 
 ``measure`` prints a table per architecture and the projection, and writes every number to
-``--out`` (JSON); ``--budget`` seconds bound the whole measurement (what is left unmeasured says so).
+``--out`` (JSON); ``--budget`` and ``--extra-budget`` seconds bound the measurement (what is left
+unmeasured says so).
 """
 
 from __future__ import annotations
@@ -55,10 +58,14 @@ TINY_SPECS = {
     "c4gap_dgn": {"arch": "c4gap", "width_multiplier": 0.125, "gated": {"family": "dgn"}},
 }
 PATHS = ("old", "new", "new-bf16")
-#: The new path in bf16 through ``torch.compile`` (``zoo.training.compile``, ``--compile``), beside
-#: the three on a GPU, for the packs the GPU check names (K = 32); not in the projection.
-COMPILED = "compiled-bf16"
-COMPILED_SIZE = 32
+#: Other ways of running the new path, in bf16, measured beside the three for the packs the GPU
+#: check names (Myrtle and ResNet20 at the largest size up to 32); not in the projection. Streams:
+#: each member its own network on its own CUDA stream, in channels-last (``zoo.training.pack_mode``;
+#: the layer table's dense NHWC bf16 convolutions); compiled: the wide pack through
+#: ``torch.compile`` (``zoo.training.compile``, ``--compile``; on a GPU only: inductor compiles for
+#: half a minute a pack on a CPU).
+STREAMS, COMPILED = "streams-bf16", "compiled-bf16"
+EXTRA_SIZE = 32
 #: Cost groups of the plan with fewer training images are not measured (the projection says so).
 GROUP_MIN_IMAGES = 1e8
 #: Pack sizes measured per architecture: every size for the two the GPU check names, the paper
@@ -93,6 +100,7 @@ RECIPE = {
     "bf16": False,
     "channels_last": True,
     "cuda_graphs": True,
+    "pack_mode": "wide",
     "compile": "none",
     "gate_probe_images": 0,
     "eval_batch_size": 1000,
@@ -146,7 +154,8 @@ def _train(
         from intertwine.data.augment import normalize
         from intertwine.packed_training import pack_network, train_stacked
 
-        network = pack_network(built, normalize(images[:2], mean, std), names[0], log)
+        example = normalize(images[:2], mean, std)
+        network = pack_network(built, example, names[0], log, config.pack_mode, config.channels_last)
         if network is None:  # train_pack would train the members one after another: not a pack
             raise SystemExit(f"{spec}: neither widens nor packs under vmap, so it has no packed path to time")
         train_stacked(network, split, val, config, generators, mean, std, names, log=log)
@@ -180,8 +189,12 @@ def worker(path: str, jobs: list[dict], steps: int, deadline: float, device_name
 
     device = resolve_device(device_name)
     channels_last = device.type == "cuda" and os.environ.get("GPU_ZOO_CHANNELS_LAST") == "1"
-    compile_mode = os.environ.get("GPU_ZOO_COMPILE", "none") if path == COMPILED else "none"
-    base = _config(bf16=path in ("new-bf16", COMPILED), channels_last=channels_last, compile=compile_mode)
+    base = _config(
+        bf16=path in ("new-bf16", STREAMS, COMPILED),
+        channels_last=channels_last or path == STREAMS,
+        compile=os.environ.get("GPU_ZOO_COMPILE", "none") if path == COMPILED else "none",
+        pack_mode="streams" if path == STREAMS else "wide",
+    )
     flops: dict[str, float] = {}
     for job in jobs:
         row = {"path": path, "name": job["name"], "k": job["k"]}
@@ -360,13 +373,13 @@ def _run_path(
 
 def _table(rows: list[dict], names: list[str], sizes: list[int], key: str = "images_per_s") -> None:
     rates = {(r["path"], r["name"], r["k"]): r for r in rows if "k" in r}
-    compiled = any(r.get("path") == COMPILED for r in rows)
-    paths = (*PATHS, COMPILED) if compiled else PATHS
+    extras = [p for p in (STREAMS, COMPILED) if any(r.get("path") == p for r in rows)]
+    paths = (*PATHS, *extras)
     print(
         f"{'model':<16} {'K':>3} "
-        + "".join(f"{p + ' img/s':>16}" for p in paths)
+        + "".join(f"{p + ' img/s':>19}" for p in paths)
         + f" {'new/old':>8} {'bf16/old':>8}"
-        + (f" {'comp/old':>8}" if compiled else "")
+        + "".join(f" {p.split('-')[0][:4] + '/old':>8}" for p in extras)
         + f" {'TFLOP/s':>8}"
     )
     for name in names:
@@ -376,9 +389,9 @@ def _table(rows: list[dict], names: list[str], sizes: list[int], key: str = "ima
                 row = rates.get((path, name, k), {})
                 values[path] = row.get(key)
                 cells.append(
-                    f"{values[path]:>16,.0f}"
+                    f"{values[path]:>19,.0f}"
                     if values[path]
-                    else f"{row.get('skipped', row.get('error', '-'))[:15]:>16}"
+                    else f"{row.get('skipped', row.get('error', '-'))[:18]:>19}"
                 )
             gflop = next(
                 (r["gflop_per_image"] for r in rows if r.get("name") == name and "gflop_per_image" in r), None
@@ -389,7 +402,7 @@ def _table(rows: list[dict], names: list[str], sizes: list[int], key: str = "ima
                 f"{name:<16} {k:>3} "
                 + "".join(cells)
                 + f" {_ratio(values, 'new')} {_ratio(values, 'new-bf16')}"
-                + (f" {_ratio(values, COMPILED)}" if compiled else "")
+                + "".join(f" {_ratio(values, p)}" for p in extras)
                 + f" {tflops}",
                 flush=True,
             )
@@ -462,17 +475,20 @@ def measure(args) -> None:
     paths = [p for p in PATHS if p != "old" or args.old_src]
     if device == "cpu":
         paths = [p for p in paths if p != "new-bf16"]
-    if args.compile != "none" and device != "cpu":  # inductor compiles for half a minute a pack on a CPU
-        paths.append(COMPILED)
-    budget = args.budget / len(paths)
+    budgets = {path: args.budget / len(paths) for path in paths}
+    # The extras have a budget of their own: streams a third, compiling two thirds. On a CPU the
+    # streams run too (bf16 is ignored there), so the tiny check runs their plumbing.
+    if args.extra_budget > 0:
+        compiled = args.compile != "none" and device != "cpu"
+        budgets[STREAMS] = args.extra_budget / 3 if compiled else args.extra_budget
+        if compiled:
+            budgets[COMPILED] = args.extra_budget * 2 / 3
+    extra_size = max(k for k in sizes if k <= EXTRA_SIZE)
+    extra_jobs = [j for j in jobs if j["name"] in SIZES and j["k"] == extra_size]
     rows = []
-    for path in paths:
+    for path, budget in budgets.items():
         src = Path(args.old_src) if path == "old" else SRC
-        path_jobs = jobs
-        if path == COMPILED:
-            path_jobs = [
-                j for j in jobs if j["name"] in SIZES and j["k"] == COMPILED_SIZE and "alone" not in j
-            ]
+        path_jobs = extra_jobs if path in (STREAMS, COMPILED) else jobs
         started = time.time()
         rows += _run_path(path, src, path_jobs, steps, budget, device, args.channels_last, args.compile)
         print(f"{path}: {time.time() - started:.0f} s", flush=True)
@@ -658,7 +674,13 @@ def main() -> None:
     )
     measuring.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 32, 64])
     measuring.add_argument("--steps", type=int, default=32, help="timed steps per measurement")
-    measuring.add_argument("--budget", type=float, default=330, help="seconds for all paths together")
+    measuring.add_argument("--budget", type=float, default=330, help="seconds for the old and new paths")
+    measuring.add_argument(
+        "--extra-budget",
+        type=float,
+        default=60,
+        help=f"seconds for the {STREAMS} and {COMPILED} paths beside them (0: not measured)",
+    )
     measuring.add_argument("--device", default="auto")
     measuring.add_argument(
         "--channels-last",
@@ -669,7 +691,7 @@ def main() -> None:
         "--compile",
         default="default",
         choices=["none", "default", "max-autotune-no-cudagraphs"],
-        help=f"torch.compile mode of the {COMPILED} path (K = {COMPILED_SIZE}, on a GPU; none: not measured)",
+        help=f"torch.compile mode of the {COMPILED} path (K = {EXTRA_SIZE}, on a GPU; none: not measured)",
     )
     measuring.add_argument("--tiny", action="store_true", help="tiny models on the CPU: checks the script")
     measuring.add_argument("--out", help="write every measurement here (JSON)")

@@ -104,6 +104,7 @@ NAMES = {
     "{wildcards.part}": "train",
     "{wildcards.first}-{wildcards.last}": "0-1",
     "{resources.compile}": "none",
+    "{resources.pack_mode}": "wide",
 }
 INTEGERS = re.compile(
     r"\{(wildcards\.(seed|pair|trial|start|n_train|draw)|params\.(seed|n_train|stop)|threads"

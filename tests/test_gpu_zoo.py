@@ -25,6 +25,8 @@ def test_the_gpu_check_runs_on_the_cpu_at_tiny_size(tmp_path):
             "--tiny",
             "--budget",
             "40",
+            "--extra-budget",
+            "20",
             "--plan",
             "",
             "--out",
@@ -42,6 +44,8 @@ def test_the_gpu_check_runs_on_the_cpu_at_tiny_size(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     first = next(r for r in rows if r.get("name") == "myrtle" and r.get("k") == 1)
     assert first["path"] == "new" and first["images_per_s"] > 0 and first["steady_images_per_s"] > 0
+    streams = [r for r in rows if r.get("path") == "streams-bf16" and "images_per_s" in r]
+    assert {(r["name"], r["k"]) for r in streams} == {("myrtle", 2), ("resnet20", 2)}  # the largest tiny pack
 
 
 def test_the_projection_is_each_groups_images_over_its_rate():

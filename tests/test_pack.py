@@ -392,14 +392,26 @@ def test_a_full_disk_says_so_and_leaves_no_file(tiny_shapes_dir, tmp_path, monke
 @pytest.mark.parametrize(
     "options, expected",
     [
-        ([], (True, "none", 1000)),
-        (["--cuda-graphs", "0", "--compile", "default", "--eval-batch-size", "50"], (False, "default", 50)),
+        ([], (True, "none", "wide", 1000)),
+        (
+            [
+                "--cuda-graphs",
+                "0",
+                "--compile",
+                "default",
+                "--pack-mode",
+                "streams",
+                "--eval-batch-size",
+                "50",
+            ],
+            (False, "default", "streams", 50),
+        ),
     ],
 )
 def test_a_pack_job_takes_the_speed_settings_its_rule_passes_beside_the_training_block(
     tiny_shapes_dir, tmp_path, monkeypatch, options, expected
 ):
-    """zoo.training.cuda_graphs, compile and eval_batch_size reach a train-pack job as options of
+    """zoo.training.cuda_graphs, compile, pack_mode and eval_batch_size reach a train-pack job as options of
     their own (the rule's resources, so that changing them reruns nothing); unset, the schema's."""
     from intertwine.workflow.cli import build_parser
     from intertwine.workflow.stages.zoo import job
@@ -422,7 +434,7 @@ def test_a_pack_job_takes_the_speed_settings_its_rule_passes_beside_the_training
     args = build_parser().parse_args(argv)
     args.func(args)
     (config,) = seen
-    assert (config.cuda_graphs, config.compile, config.eval_batch_size) == expected
+    assert (config.cuda_graphs, config.compile, config.pack_mode, config.eval_batch_size) == expected
 
 
 # --- the fast path: wide packs, batched batches, CUDA graphs ------------------------------------
@@ -572,6 +584,34 @@ def test_a_pack_that_does_not_widen_trains_under_vmap_as_its_members_alone():
         assert max_weight_difference(result.state_dict, alone.state_dict) < WEIGHT_TOLERANCE
 
 
+@pytest.mark.parametrize(
+    "spec, channels_last",
+    [
+        (WIDENED["myrtle"], False),
+        (WIDENED["myrtle"], True),
+        (WIDENED["resnet20_leaky"], False),
+        ({"arch": "cct", "width_multiplier": 0.125, "depth": 1}, False),  # neither widens nor vmaps
+    ],
+    ids=["myrtle", "myrtle-channels-last", "resnet20_leaky", "cct"],
+)
+def test_a_pack_on_streams_trains_each_member_exactly_as_alone(spec, channels_last):
+    """zoo.training.pack_mode streams: on a CPU the members run one after another, each its own
+    network, so each ends bit for bit where ``train`` alone ends it, every architecture."""
+    torch.set_num_threads(1)
+    config = TrainConfig(epochs=2, batch_size=32, pack_mode="streams", channels_last=channels_last)
+    lines = []
+    packed = _train_pack_of(spec, [0, 1], config, torch.device("cpu"), lines.append)
+    assert not [line for line in lines if "vmap" in line or "one at a time" in line], lines
+    for seed, result in zip([0, 1], packed):
+        (alone,) = _train_pack_of(spec, [seed], config, torch.device("cpu"))
+        assert result.state_dict.keys() == alone.state_dict.keys()
+        assert all(torch.equal(result.state_dict[k], alone.state_dict[k]) for k in alone.state_dict)
+        assert all(v.is_contiguous() for v in result.state_dict.values())  # kept in the default format
+        assert result.history == [
+            row | {"epoch_seconds": r["epoch_seconds"]} for row, r in zip(alone.history, result.history)
+        ]
+
+
 def test_a_compiled_wide_pack_trains_through_the_compiled_forward_and_as_the_eager_pack(monkeypatch):
     """zoo.training.compile: the training steps run through torch.compile's module, evaluation
     eagerly, and the members end where the eager pack ends them. On the CPU with the aot_eager
@@ -612,7 +652,7 @@ def test_a_vmap_stack_trains_eagerly_when_compile_is_asked_for_and_says_so(monke
     config = TrainConfig(epochs=1, batch_size=32, compile="default")
     lines = []
     _train_pack_of(spec, [0, 1], config, torch.device("cpu"), lines.append)
-    assert any("a vmap stack trains eagerly (zoo.training.compile" in line for line in lines)
+    assert any("the pack trains eagerly (zoo.training.compile" in line for line in lines)
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and bf16 autocast are a GPU's")
@@ -670,3 +710,23 @@ def test_a_compiled_bf16_pack_is_captured_and_trains_like_the_eager_bf16_pack(ar
     for a, b in zip(compiled, eager):
         assert a.history[-1]["train_loss"] < a.history[0]["train_loss"]
         assert abs(a.history[-1]["val_acc"] - b.history[-1]["val_acc"]) <= BF16_ACCURACY_TOLERANCE
+
+
+@gpu
+@pytest.mark.parametrize("arch", ["myrtle", "resnet20"])
+def test_a_pack_on_streams_is_captured_and_trains_as_its_members_alone(arch):
+    """The members' forwards and backwards forked onto their streams and joined again, inside the
+    step's CUDA graph: each member ends where it ends alone (eager, on the default stream), up to
+    the rounding of the graph's kernels."""
+    spec = {"arch": arch, "width_multiplier": 0.25}
+    config = TrainConfig(epochs=3, batch_size=16, channels_last=True, pack_mode="streams")
+    cuda, lines = torch.device("cuda"), []
+    packed = _train_pack_of(spec, [0, 1, 2], config, cuda, lines.append)
+    assert not [line for line in lines if "CUDA graph" in line], lines  # captured
+    for seed, result in zip([0, 1, 2], packed):
+        (alone,) = _train_pack_of(spec, [seed], config, cuda)
+        rest = set(result.state_dict) - cancelled_by_batch_norm(result.state_dict)
+        assert max_weight_difference(result.state_dict, alone.state_dict, rest) < WEIGHT_TOLERANCE
+        assert [row["val_acc"] for row in result.history] == pytest.approx(
+            [row["val_acc"] for row in alone.history], abs=2 / 64
+        )

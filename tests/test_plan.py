@@ -332,7 +332,7 @@ def test_settings_that_cannot_change_a_result_are_not_params(tiny):
     config["zoo"]["training_per_variant"] = {"resnet20": {"eval_batch_size": 77}}
     plan = Plan(config)
     assert "eval_batch_size" not in plan.train_block("myrtle") and "eval_batch_size" not in plan.train_block()
-    graphs = {"cuda_graphs": True, "compile": "none"}
+    graphs = {"cuda_graphs": True, "compile": "none", "pack_mode": "wide"}
     assert plan.train_run("myrtle") == {"eval_batch_size": 123} | graphs
     assert plan.train_run("resnet20") == {"eval_batch_size": 77} | graphs
     assert plan.train_run() == {"eval_batch_size": 123} | graphs

@@ -870,7 +870,9 @@ def test_settings_that_cannot_change_a_result_rerun_nothing(tiny_run, tmp_path):
         tmp_path,
         "speed.yaml",
         lambda c: (
-            c["zoo"]["training"].update(eval_batch_size=7, threads=2, cuda_graphs=False, compile="default"),
+            c["zoo"]["training"].update(
+                eval_batch_size=7, threads=2, cuda_graphs=False, compile="default", pack_mode="streams"
+            ),
             c["zoo"].update(training_per_variant={"convnext": {"eval_batch_size": 5}}),
         ),
     )
@@ -878,7 +880,10 @@ def test_settings_that_cannot_change_a_result_rerun_nothing(tiny_run, tmp_path):
     command = (tiny_run / "results/logs/zoo/myrtle/seed0.log").read_text().splitlines()[0]
     assert command.startswith("intertwine train-member ") and " --eval-batch-size 1000 " in command
     pack = next((tiny_run / "results/logs/zoo").glob("*/packs/*.log")).read_text().splitlines()[0]
-    assert pack.startswith("intertwine train-pack ") and " --cuda-graphs 1 --compile none " in pack
+    assert (
+        pack.startswith("intertwine train-pack ")
+        and " --cuda-graphs 1 --pack-mode wide --compile none " in pack
+    )
     # stitching.eval_batch_size is also the batch of the batch-norm refresh, so it changes the
     # stitched accuracy (settings.StitchConfig): its jobs rerun.
     config = changed_config(tmp_path, "stitch_eval.yaml", lambda c: c["stitching"].update(eval_batch_size=7))

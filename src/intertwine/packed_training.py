@@ -4,7 +4,8 @@ entry point (``intertwine.training`` re-exports ``pack_problem``); the pieces of
 come from ``intertwine.training_steps``.
 
 The K members run as one wide network of grouped convolutions (``intertwine.wide_pack``) where their
-architecture widens, else stacked under ``torch.func.vmap``. Each epoch every member draws its order
+architecture widens, else stacked under ``torch.func.vmap``; or, with ``zoo.training.pack_mode:
+streams``, side by side as K networks on K CUDA streams. Each epoch every member draws its order
 and augmentations at once, and a step builds the K batches with one gather; on a GPU the step (forward,
 backward, fused optimiser step) is captured once as a CUDA graph and replayed, so that the host
 launches one graph per step instead of hundreds of kernels (``zoo.training.cuda_graphs``); a wide
@@ -129,6 +130,45 @@ class _Wide:
         return member_state(self.module, k, self.members)
 
 
+class _Streams:
+    """K models of one architecture side by side, each its own network (a copy of the member):
+    member k's forward, and so its backward, runs on CUDA stream k, so the members' dense
+    (ungrouped) kernels run at once where the GPU has room, inside the one CUDA graph of the step
+    (``zoo.training.pack_mode: streams``). Every architecture runs so. On a CPU the members run
+    one after another, each exactly as alone."""
+
+    def __init__(self, models: list[nn.Module], device: torch.device, channels_last: bool):
+        self.members = len(models)
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.module = nn.ModuleList(copy.deepcopy(m) for m in models).to(memory_format=self.memory_format)
+        self.streams = [torch.cuda.Stream(device) for _ in models] if device.type == "cuda" else None
+
+    def trainable(self) -> list[torch.Tensor]:
+        return [p for p in self.module.parameters() if p.requires_grad]
+
+    def __call__(self, x: torch.Tensor, shared_input: bool = False) -> torch.Tensor:
+        """Logits (K, B, classes) of inputs (B, K, ...), member k's batch at ``x[:, k]``, or of one
+        batch (B, ...) every member sees."""
+        batches = [
+            (x if shared_input else x[:, k]).contiguous(memory_format=self.memory_format)
+            for k in range(self.members)
+        ]
+        if self.streams is None:
+            return torch.stack([model(batch) for model, batch in zip(self.module, batches)])
+        current = torch.cuda.current_stream()
+        logits = []
+        for model, batch, stream in zip(self.module, batches, self.streams):
+            stream.wait_stream(current)  # fork: the batches are made on the current stream
+            with torch.cuda.stream(stream):
+                logits.append(model(batch))
+        for stream in self.streams:
+            current.wait_stream(stream)  # join, as a CUDA graph's capture requires
+        return torch.stack(logits)
+
+    def state_dict(self, k: int) -> dict[str, torch.Tensor]:
+        return self.module[k].state_dict()
+
+
 def pack_problem(models: list[nn.Module], example: torch.Tensor) -> str | None:
     """Why these models cannot train packed (one forward and backward of ``example`` under
     ``vmap`` fails), or None. Runs on copies: the models are left as they were.
@@ -161,12 +201,21 @@ def pack_problem(models: list[nn.Module], example: torch.Tensor) -> str | None:
 
 
 def pack_network(
-    models: list[nn.Module], example: torch.Tensor, label: str, log: Callable[[str], None]
-) -> _Wide | _Stack | None:
-    """The members as one wide network where it computes what they do (``widen_problem``), else
-    their ``vmap`` stack where ``vmap`` runs them (``pack_problem``), else None: the members
-    train one at a time. Each fallback is logged with its reason, the line starting with
-    ``label``. ``example`` is a normalised input batch (B, C, H, W)."""
+    models: list[nn.Module],
+    example: torch.Tensor,
+    label: str,
+    log: Callable[[str], None],
+    mode: str = "wide",
+    channels_last: bool = False,
+) -> _Wide | _Stack | _Streams | None:
+    """With ``mode`` "streams" (``zoo.training.pack_mode``), the members side by side on CUDA
+    streams (``_Streams``, in ``channels_last``'s memory format). With "wide", the members as one
+    wide network where it computes what they do (``widen_problem``), else their ``vmap`` stack
+    where ``vmap`` runs them (``pack_problem``), else None: the members train one at a time. Each
+    fallback is logged with its reason, the line starting with ``label``. ``example`` is a
+    normalised input batch (B, C, H, W) on the pack's device."""
+    if mode == "streams":
+        return _Streams(models, example.device, channels_last)
     not_wide = widen_problem(models, example)
     if not_wide is None:
         return _Wide(models)
@@ -180,7 +229,7 @@ def pack_network(
 
 @torch.no_grad()
 def _evaluate_stack(
-    stack: _Wide | _Stack, split: Split, mean, std, batch_size: int, bf16: bool
+    stack: _Wide | _Stack | _Streams, split: Split, mean, std, batch_size: int, bf16: bool
 ) -> list[float]:
     """Top-1 accuracy of each member, in eval mode: every member sees each batch once."""
     was_training = stack.module.training
@@ -225,7 +274,7 @@ def check_pack(models: list[nn.Module], generators: list[torch.Generator], label
 
 
 def train_stacked(
-    network: _Wide | _Stack,
+    network: _Wide | _Stack | _Streams,
     train_split: Split,
     val_split: Split,
     config: TrainConfig,
@@ -238,7 +287,7 @@ def train_stacked(
     """``train_pack``'s members trained as one network (``pack_network``'s): one optimiser over
     every member's parameters, each member's loss its own."""
     device = train_split.images.device
-    if config.channels_last:
+    if config.channels_last and not isinstance(network, _Streams):
         # Measured on an H200 (benchmarks/gpu_zoo.py, Myrtle x1, 32 members): a wide pack in
         # channels-last trained at 8,843 images/s, in the default format at 29,498.
         log("a pack trains in the default memory format (zoo.training.channels_last is for one member)")
@@ -246,9 +295,7 @@ def train_stacked(
         if isinstance(network, _Wide):
             network.compile(config.compile)
         else:
-            log(
-                f"{labels[0]} ...: a vmap stack trains eagerly (zoo.training.compile is for a pack that widens)"
-            )
+            log(f"{labels[0]} ...: the pack trains eagerly (zoo.training.compile is for a pack that widens)")
     use_graph = config.cuda_graphs and device.type == "cuda"
     optimizer = make_optimizer(network.trainable(), config, fused=device.type == "cuda", capturable=use_graph)
     epochs, total_steps, steps_per_epoch = config.length(len(train_split))

@@ -256,7 +256,8 @@ def train_pack(
                 models[0], train_split, val_split, config, generators[0], mean, std, labels[0], log
             )
         ]
-    network = pack_network(models, normalize(train_split.images[:2], mean, std), labels[0], log)
+    example = normalize(train_split.images[:2], mean, std)
+    network = pack_network(models, example, labels[0], log, config.pack_mode, config.channels_last)
     if network is None:
         return [
             _train_or_diverge(model, train_split, val_split, config, g, mean, std, label, log)

@@ -46,6 +46,9 @@ class TrainConfig:
     # same tensors, so the weights differ from eager steps by rounding only (the learning rate is
     # a float32 tensor the graph reads).
     cuda_graphs: bool
+    # How a pack runs its members: "wide" (grouped convolutions, or vmap) or "streams" (each member
+    # its own network on its own CUDA stream); the same arithmetic either way, up to rounding.
+    pack_mode: str
     # torch.compile's mode for a wide pack's training step ("none": eager): fused kernels, the
     # same arithmetic rounded differently.
     compile: str

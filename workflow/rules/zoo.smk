@@ -54,6 +54,7 @@ rule train_pack:
         **on_gpu(NEEDS.train_pack),
         eval_batch_size=lambda wc: PLAN.train_run(wc.variant)["eval_batch_size"],
         cuda_graphs=lambda wc: int(PLAN.train_run(wc.variant)["cuda_graphs"]),
+        pack_mode=lambda wc: PLAN.train_run(wc.variant)["pack_mode"],
         compile=lambda wc: PLAN.train_run(wc.variant)["compile"],
     params:
         **CLI["train-pack"].when_given(features=lambda wc, input: input.features),

@@ -290,6 +290,15 @@ def _shared_options() -> dict[str, tuple[dict, str]]:
             ),
             "{resources.cuda_graphs}",
         ),
+        "--pack-mode": (
+            dict(
+                choices=schema_enum("properties", "zoo", "properties", "training", "properties", "pack_mode"),
+                default=None,
+                help="how a pack runs its members (zoo.training.pack_mode; speed only, so the workflow "
+                "passes it beside --training)",
+            ),
+            "{resources.pack_mode}",
+        ),
         "--compile": (
             dict(
                 choices=schema_enum("properties", "zoo", "properties", "training", "properties", "compile"),

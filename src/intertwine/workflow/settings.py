@@ -257,6 +257,7 @@ TrainConfig = schema_settings(
     eval_batch_size={"affects_results": False},
     cuda_graphs={"affects_results": False},
     compile={"affects_results": False},
+    pack_mode={"affects_results": False},
 )
 
 _ZOO_AUGMENTATION = {"translate": {"key": "zoo.training.translate"}, "flip": {"key": "zoo.training.flip"}}

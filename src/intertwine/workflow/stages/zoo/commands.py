@@ -52,6 +52,7 @@ def cmd_train_pack(args) -> None:
         features=args.features,
         cuda_graphs=None if args.cuda_graphs is None else bool(args.cuda_graphs),
         compile_mode=args.compile,
+        pack_mode=args.pack_mode,
     )
     write_pack(args.out, dict(zip(seeds, members)))
 
@@ -151,7 +152,7 @@ def _add_training_commands(cli: Commands) -> None:
         "train several zoo members of a variant together (zoo.pack_size)",
         [cli.job],
         out="the pack directory (never overwritten): per member a checkpoint and metrics, or a .diverged note",
-        options=["--training", "--eval-batch-size", "--cuda-graphs", "--compile"],
+        options=["--training", "--eval-batch-size", "--cuda-graphs", "--pack-mode", "--compile"],
     )
     p.add_argument(
         "--variant",

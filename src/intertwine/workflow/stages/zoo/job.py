@@ -127,14 +127,21 @@ def train_pack(
     features: list[str | Path] | None = None,
     cuda_graphs: bool | None = None,
     compile_mode: str | None = None,
+    pack_mode: str | None = None,
 ) -> list[tuple[dict, pd.DataFrame] | DivergedError]:
     """Train the members ``seeds`` of a variant together (``training.train_pack``); per member, what
     ``train_member`` returns for it (the same weights up to float rounding), or the
     ``DivergedError`` that stopped it. ``checkpoint_paths`` are where the members' checkpoints will
     be (their metrics record it); ``features`` one checkpoint per seed for an FL variant.
-    ``eval_batch_size``, ``cuda_graphs`` and ``compile_mode`` (``zoo.training.compile``), when
-    given, replace the block's: they change the speed only, so the workflow passes them apart."""
-    speed = {"eval_batch_size": eval_batch_size, "cuda_graphs": cuda_graphs, "compile": compile_mode}
+    ``eval_batch_size``, ``cuda_graphs``, ``pack_mode`` and ``compile_mode``
+    (``zoo.training.compile``), when given, replace the block's: they change the speed only, so the
+    workflow passes them apart."""
+    speed = {
+        "eval_batch_size": eval_batch_size,
+        "cuda_graphs": cuda_graphs,
+        "pack_mode": pack_mode,
+        "compile": compile_mode,
+    }
     config, spec = _settings(job, variant, spec, training, speed)
     if config.gate_probe_images:
         raise ValueError(
