@@ -232,7 +232,9 @@ def train_pack(
     alone, up to float rounding (a batched convolution sums in another order). The models are
     not changed. The pack runs as one wide network where the architecture widens, else under
     ``vmap``; architectures neither runs (``pack_network``) train one after another, with the
-    reasons logged, as does a pack of one, which is ``train`` itself.
+    reasons logged, as does a pack of one, which is ``train`` itself. With ``config.pack_mode``
+    "streams" each member is its own network, on its own CUDA stream on a GPU (on a CPU: exactly
+    ``train``'s weights).
 
     Parameters
     ----------
