@@ -80,15 +80,25 @@ def test_config_reference_lists_every_key():
 
 def test_scorecard_tables_are_the_runs():
     """Every scorecard table in the docs is generated from the ``claims.csv`` its marker names (a
-    run's, kept in docs/results/), never typed: numbers in prose cannot drift from the run."""
+    run's, kept in docs/results/), and every table block from its CSV, never typed: numbers in
+    prose cannot drift from the run."""
     blocks = {page.name: SCORECARD_BLOCK.findall(page.read_text()) for page in PAGES}
     assert blocks["results.md"] and blocks["scorecard.md"], "the docs lost their generated scorecards"
     for page in PAGES:
         text = page.read_text()
         assert refresh_docs(text, REPO) == text, (
-            f"{page.name}: a scorecard table differs from its run's claims.csv; regenerate it with "
+            f"{page.name}: a scorecard or table block differs from its run's CSV; regenerate it with "
             f"python -m intertwine.workflow.scorecard_page {page.relative_to(REPO)}"
         )
+
+
+def test_a_table_block_is_its_csv(tmp_path):
+    (tmp_path / "t.csv").write_text('variant,measure,value\nmyrtle,"a, b",0.123456\nresnet20,c|d,\n')
+    page = "before\n<!-- table: t.csv -->\n| typed |\n<!-- /table -->\nafter\n"
+    assert refresh_docs(page, tmp_path) == (
+        "before\n<!-- table: t.csv -->\n| variant | measure | value |\n| --- | --- | --- |\n"
+        "| myrtle | a, b | 0.1235 |\n| resnet20 | c\\|d | - |\n<!-- /table -->\nafter\n"
+    )
 
 
 def test_the_scorecard_block_check_sees_a_typed_number(tmp_path):

@@ -354,20 +354,40 @@ SCORECARD_BLOCK = re.compile(
 )
 
 
+#: A generated block in a docs page: a table a run wrote (a CSV kept in docs/results/), as it is.
+TABLE_BLOCK = re.compile(r"(<!-- table: (?P<csv>\S+) -->\n)(?P<table>.*?)(<!-- /table -->)", re.DOTALL)
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    """A CSV's rows as a markdown table, numbers to 4 significant digits."""
+
+    def cell(value) -> str:
+        if isinstance(value, float):
+            return "-" if math.isnan(value) else f"{value:.4g}"
+        return str(value).replace("|", r"\|")
+
+    lines = ["| " + " | ".join(table.columns) + " |", "|" + " --- |" * len(table.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
 def refresh_docs(page: str, root: Path) -> str:
     """``page`` (a docs page's text) with each scorecard block rewritten from the ``claims.csv`` its
-    marker names (a path relative to ``root``, the repository)."""
+    marker names, and each table block from its CSV (paths relative to ``root``, the repository)."""
 
-    def table(match: re.Match) -> str:
+    def scorecard(match: re.Match) -> str:
         card = pd.read_csv(root / match["csv"], keep_default_na=False, na_values=[""])
         return match[1] + markdown_summary(card) + match[4]
 
-    return SCORECARD_BLOCK.sub(table, page)
+    def table(match: re.Match) -> str:
+        return match[1] + markdown_table(pd.read_csv(root / match["csv"])) + match[4]
+
+    return TABLE_BLOCK.sub(table, SCORECARD_BLOCK.sub(scorecard, page))
 
 
 if __name__ == "__main__":
     # python -m intertwine.workflow.scorecard_page docs/scorecard.md docs/results.md: the docs' scorecard
-    # tables rewritten from the runs' claims.csv files their markers name.
+    # and table blocks rewritten from the runs' CSV files their markers name.
     import sys
 
     for name in sys.argv[1:]:
