@@ -249,6 +249,14 @@ def _rendered(flag: str, value, repeated: bool):
     return render
 
 
+def _speed_choice(key: str, what: str) -> tuple[dict, str]:
+    """A shared option for a ``zoo.training`` setting that changes the speed only: the schema's
+    choices, and the rule's resource of that name as its value (so changing it reruns nothing)."""
+    choices = schema_enum("properties", "zoo", "properties", "training", "properties", key)
+    help_text = f"{what} (zoo.training.{key}; speed only, so the workflow passes it beside --training)"
+    return dict(choices=choices, default=None, help=help_text), f"{{resources.{key}}}"
+
+
 def _shared_options() -> dict[str, tuple[dict, str]]:
     """The options several commands take in the same sense: {flag: (argparse keywords, what a rule
     passes it unless the command says otherwise)}."""
@@ -290,24 +298,8 @@ def _shared_options() -> dict[str, tuple[dict, str]]:
             ),
             "{resources.cuda_graphs}",
         ),
-        "--pack-mode": (
-            dict(
-                choices=schema_enum("properties", "zoo", "properties", "training", "properties", "pack_mode"),
-                default=None,
-                help="how a pack runs its members (zoo.training.pack_mode; speed only, so the workflow "
-                "passes it beside --training)",
-            ),
-            "{resources.pack_mode}",
-        ),
-        "--compile": (
-            dict(
-                choices=schema_enum("properties", "zoo", "properties", "training", "properties", "compile"),
-                default=None,
-                help="torch.compile mode of a wide pack's training step (zoo.training.compile; speed "
-                "only, so the workflow passes it beside --training)",
-            ),
-            "{resources.compile}",
-        ),
+        "--pack-mode": _speed_choice("pack_mode", "how a pack runs its members"),
+        "--compile": _speed_choice("compile", "torch.compile mode of a wide pack's training step"),
         "--units-out": (
             dict(required=True, help=".parquet, one row per unit of each --out row"),
             "{output.units}",
