@@ -461,7 +461,8 @@ def test_a_variants_architectures_include_its_feature_networks():
         "other": {"arch": "myrtle", "gated": None},
     }
     assert ci.variant_architectures(variants, "plain") == {"c4gap"}
-    assert ci.variant_architectures(variants, "fl") == {"c4gap", "myrtle"}
+    assert ci.variant_architectures(variants, "fl") == {"c4gap", "gated", "myrtle"}
+    assert ci.variant_architectures(variants, "other") == {"myrtle"}  # gated: null is a plain network
 
 
 def test_identities_per_architecture_are_kept_with_the_stages(zoo_package, tmp_path):
@@ -511,20 +512,36 @@ STITCHING_JOB = ("intertwine.workflow.stages.stitching.job",)
 GRAM_JOB = ("intertwine.workflow.stages.deqntk.job:deqntk_gram",)
 
 
+# Jobs on these variants' architecture sets (``variant_architectures``): a gated network is its
+# architecture and the ``gated`` wrapper.
+VARIANT_SETS = {
+    "myrtle": {"myrtle"},
+    "resnet20": {"resnet20"},
+    "cct": {"cct"},
+    "c4gap": {"c4gap"},
+    "convnext": {"convnext"},
+    "myrtle-gated": {"myrtle", "gated"},
+    "c4gap-gated": {"c4gap", "gated"},
+    "resnet110-gated": {"resnet110", "gated"},
+}
+
+
 @pytest.mark.parametrize(
     "module, qualified, changed",
     [
-        ("models/myrtle.py", "Myrtle.forward", {"myrtle"}),
-        ("models/resnet.py", "BasicBlock.forward", {"resnet20"}),
+        ("models/myrtle.py", "Myrtle.forward", {"myrtle", "myrtle-gated"}),
+        ("models/resnet.py", "BasicBlock.forward", {"resnet20", "resnet110-gated"}),
         ("models/cct.py", "CCT.forward", {"cct"}),
+        ("models/gated.py", "GatedNet.forward", {"myrtle-gated", "c4gap-gated", "resnet110-gated"}),
+        ("models/gated_resnet.py", "GatedResNet.forward", {"myrtle-gated", "c4gap-gated", "resnet110-gated"}),
     ],
 )
 def test_an_edit_to_one_model_of_the_package_changes_its_variants_identities_only(
     package_copy, module, qualified, changed
 ):
-    """The zoo's and stitching's jobs per architecture; the DEQ-NTK Gram, which builds no model."""
-    architectures = ["myrtle", "resnet20", "cct", "c4gap", "convnext"]
-    cases = [(entries, frozenset({a})) for entries in (ZOO_JOB, STITCHING_JOB) for a in architectures]
+    """The zoo's and stitching's jobs per variant; the DEQ-NTK Gram, which builds no model. The
+    gated networks' code is theirs: a plain variant's jobs do not rerun for it."""
+    cases = [(entries, frozenset(s)) for entries in (ZOO_JOB, STITCHING_JOB) for s in VARIANT_SETS.values()]
     cases += [(GRAM_JOB, None)]
     before = {case: ci.code_identity(*case) for case in cases}
     edited_method(package_copy, module, qualified)
@@ -533,7 +550,18 @@ def test_an_edit_to_one_model_of_the_package_changes_its_variants_identities_onl
     after = {case: ci.code_identity(*case) for case in cases}
     for entries in (ZOO_JOB, STITCHING_JOB):
         assert {
-            a for a in architectures if before[entries, frozenset({a})] != after[entries, frozenset({a})]
+            name
+            for name, architectures in VARIANT_SETS.items()
+            if before[entries, frozenset(architectures)] != after[entries, frozenset(architectures)]
         } == changed
     assert before[GRAM_JOB, None] == after[GRAM_JOB, None]
     assert not any(m.startswith("intertwine.models") for m in ci.reached(GRAM_JOB))
+
+
+def test_the_wrappers_modules_are_the_packages_and_a_plain_job_leaves_them_out():
+    for modules in ci.WRAPPERS.values():
+        assert all(ci._module_file(module) for module in modules)
+    plain = ci.reached(ZOO_JOB, frozenset({"myrtle"}))
+    gated = ci.reached(ZOO_JOB, frozenset({"myrtle", "gated"}))
+    assert not ci.WRAPPERS["gated"] & set(plain)
+    assert ci.WRAPPERS["gated"] <= set(gated)

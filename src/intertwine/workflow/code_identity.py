@@ -34,7 +34,9 @@ Two narrowings make a rerun as wide as the change, not as wide as the module:
   modules refers to (``kernels.members`` dispatching on ``Myrtle``), so editing Myrtle reruns the
   Myrtle members and what reads them, not a ResNet's jobs. An architecture's own code is followed
   wherever it leads (the CCT's ``_scaled`` helper lives in the ResNet module: the CCT has it).
-  With ``architectures=None`` (a job not tied to one variant) every architecture counts.
+  A model option that wraps an architecture in code of its own (``WRAPPERS``: ``gated``) counts
+  the same way, as a name in ``architectures``: a plain Myrtle's jobs leave the gated networks'
+  modules out. With ``architectures=None`` (a job not tied to one variant) everything counts.
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ ROOT = Path(__file__).resolve().parents[1]  # the package: intertwine/
 # The model registry (module, name): a mapping from an architecture's name (a spec's ``arch``) to
 # its builder; the one place that names every architecture.
 REGISTRY = ("intertwine.models", "ARCHITECTURES")
+# The model options that wrap an architecture in code of their own, and that code's modules: a
+# spec's ``gated`` makes a Myrtle, a plain stack or a ResNet a GatedNet or a GatedResNet (built on
+# GatedNet's classes). Their modules count, like an architecture's, only for the jobs of the
+# variants that set the option.
+WRAPPERS = {"gated": frozenset({"intertwine.models.gated", "intertwine.models.gated_resnet"})}
 
 
 @functools.cache
@@ -320,7 +327,7 @@ def reached(entries: tuple[str, ...], architectures: frozenset[str] | None = Non
     left_out: frozenset[str] = frozenset()  # modules of the other architectures
     own: frozenset[str] = frozenset()  # modules of every architecture: their references all count
     if architectures is not None:
-        modules = architecture_modules()
+        modules = architecture_modules() | WRAPPERS
         unknown = sorted(set(architectures) - set(modules))
         if unknown:
             raise ValueError(
@@ -456,12 +463,13 @@ def code_identity(
 
 def variant_architectures(variants: Mapping[str, Mapping], variant: str) -> frozenset[str]:
     """The architectures a job on zoo variant ``variant`` (a key of ``zoo.variants``) builds: its
-    spec's ``arch``, and those of the variant its gated feature network comes from
-    (``gated.features_from``)."""
+    spec's ``arch`` and the wrappers it sets (``WRAPPERS``: ``gated``), and those of the variant its
+    gated feature network comes from (``gated.features_from``)."""
     spec = variants[variant]
     gated = spec.get("gated") or {}
     source = gated.get("features_from")
-    return frozenset({spec["arch"]}) | (variant_architectures(variants, source) if source else frozenset())
+    own = frozenset({spec["arch"]}) | {option for option in WRAPPERS if spec.get(option)}
+    return own | (variant_architectures(variants, source) if source else frozenset())
 
 
 def factory_identity(variants: Mapping[str, Mapping], variant: str) -> str:
@@ -489,7 +497,7 @@ def architecture_key(stage: str, architectures: frozenset[str]) -> str:
 def _builds_models(entries: list[str]) -> bool:
     """Whether the code of ``entries`` reaches the registry or an architecture's module: else its
     identity is the same for every architecture."""
-    modules = set().union(*architecture_modules().values())
+    modules = set().union(*architecture_modules().values(), *WRAPPERS.values())
     found = reached(tuple(entries))
     return bool(modules & set(found)) or REGISTRY[1] in found.get(REGISTRY[0], ())
 
