@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,7 +34,7 @@ SPANS = {"default (100/1s)": [], "make run (1000/10s)": ["--max-jobs-per-timespa
 def run(folder: Path, extra: list[str]) -> tuple[int, float, float]:
     """(planning rounds, wall seconds, CPU-seconds of Snakemake and its jobs) of one run in ``folder``."""
     for old in ("out", ".snakemake"):
-        subprocess.run(["rm", "-rf", str(folder / old)], check=True)
+        shutil.rmtree(folder / old, ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     result = subprocess.run(

@@ -543,12 +543,15 @@ def test_augment_is_its_draws_applied():
     assert shifts.shape == (2, 6) and 0 <= shifts.min() and shifts.max() <= 4
 
 
+def _initial_member(spec, seed):
+    """Member ``seed`` of a 3-class ``spec`` as ``_train_pack_of`` starts it."""
+    torch.manual_seed(seed)
+    return models.build(spec | {"num_classes": 3})
+
+
 def _train_pack_of(spec, seeds, config, device, log=lambda _: None):
     split, val = _random_split(96).to(device), _random_split(64, seed=1).to(device)
-    built = []
-    for seed in seeds:
-        torch.manual_seed(seed)
-        built.append(models.build(spec | {"num_classes": 3}).to(device))
+    built = [_initial_member(spec, seed).to(device) for seed in seeds]
     generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
     mean, std = torch.full((3,), 0.5, device=device), torch.full((3,), 0.25, device=device)
     return train_models(built, split, val, config, generators, mean, std, [f"m{s}" for s in seeds], log)
@@ -707,8 +710,7 @@ def test_a_bf16_pack_trains_like_a_float32_pack(arch):
     for seed, a, b in zip([0, 1, 2], float32, bf16):
         assert b.history[-1]["train_loss"] < b.history[0]["train_loss"]
         assert abs(a.history[-1]["val_acc"] - b.history[-1]["val_acc"]) <= BF16_ACCURACY_TOLERANCE
-        torch.manual_seed(seed)  # the initial weights _train_pack_of gives the member
-        initial = models.build(spec | {"num_classes": 3}).state_dict()
+        initial = _initial_member(spec, seed).state_dict()
         assert relative_drift(b.state_dict, a.state_dict, initial) <= BF16_WEIGHT_TOLERANCE
         assert all(
             v.dtype == a.state_dict[k].dtype for k, v in b.state_dict.items()

@@ -310,6 +310,12 @@ def architecture_modules() -> dict[str, frozenset[str]]:
     }
 
 
+def narrowed_modules() -> dict[str, frozenset[str]]:
+    """{architecture or wrapper: its modules}: what a job that does not build it leaves out
+    (``architecture_modules()`` and ``WRAPPERS``)."""
+    return architecture_modules() | WRAPPERS
+
+
 def reached(entries: tuple[str, ...], architectures: frozenset[str] | None = None) -> dict[str, set[str]]:
     """{module: the top-level definitions reached} from entry points
     'intertwine.workflow.stages.zoo.job' (the whole module) or
@@ -327,7 +333,7 @@ def reached(entries: tuple[str, ...], architectures: frozenset[str] | None = Non
     left_out: frozenset[str] = frozenset()  # modules of the other architectures
     own: frozenset[str] = frozenset()  # modules of every architecture: their references all count
     if architectures is not None:
-        modules = architecture_modules() | WRAPPERS
+        modules = narrowed_modules()
         unknown = sorted(set(architectures) - set(modules))
         if unknown:
             raise ValueError(
@@ -497,7 +503,7 @@ def architecture_key(stage: str, architectures: frozenset[str]) -> str:
 def _builds_models(entries: list[str]) -> bool:
     """Whether the code of ``entries`` reaches the registry or an architecture's module: else its
     identity is the same for every architecture."""
-    modules = set().union(*architecture_modules().values(), *WRAPPERS.values())
+    modules = set().union(*narrowed_modules().values())
     found = reached(tuple(entries))
     return bool(modules & set(found)) or REGISTRY[1] in found.get(REGISTRY[0], ())
 
