@@ -77,6 +77,25 @@ def test_every_torch_job_is_named_like_its_rule_and_function():
         assert rules[name.replace("-", "_")] == name
 
 
+# Every job is a fresh process, so what it imports before its work is paid once per job (189 of
+# them in `make run`). scipy takes 0.2-0.6 s to import; the stages listed here never need it to
+# start, so a module-level scipy import crept into their path would cost `make run` tens of seconds.
+STARTS_WITHOUT_SCIPY = ["zoo", "stitching", "rotation", "symmetry", "dissection", "pullback", "deqntk"]
+
+
+@pytest.mark.parametrize("stage", STARTS_WITHOUT_SCIPY)
+def test_a_job_starts_without_importing_scipy(stage):
+    code = (
+        "import sys\n"
+        "from intertwine.workflow.cli import build_parser\n"
+        "build_parser()\n"
+        f"import intertwine.workflow.stages.{stage}.job\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'scipy', 'matplotlib'}))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[]", f"{stage}'s job imports {run.stdout.strip()} at start-up"
+
+
 def test_every_rule_runs_a_command_and_writes_no_command_line_itself():
     """A job's arguments are declared once, beside the command's options: no rule spells a command
     line of its own."""

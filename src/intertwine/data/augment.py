@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import torch
-from scipy.special import betaincinv
 
 
 def normalize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
@@ -151,6 +150,9 @@ def mix(
     alpha = cutmix_alpha if use_cutmix else mixup_alpha
     # lambda ~ Beta(alpha, alpha) from the generator by the inverse CDF: torch's Beta sampler
     # takes no generator, and every random choice of training comes from the member's.
+    # Imported here: scipy.special takes 0.2 s to import, which every job that loads data would pay.
+    from scipy.special import betaincinv
+
     lam = float(betaincinv(alpha, alpha, float(torch.rand((), device=x.device, generator=generator))))
     partner = x.flip(0)
     if not use_cutmix:
