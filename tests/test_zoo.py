@@ -15,7 +15,7 @@ from intertwine.workflow.job import Job
 from intertwine.workflow.settings import TrainConfig
 from intertwine.workflow.stages.zoo.job import train_member
 from intertwine.workflow.stages.zoo.study import zoo_table
-from intertwine.workflow.zoo import load_model, load_weights, save_checkpoint
+from intertwine.workflow.zoo import CHECKPOINT_FORMAT, load_model, load_weights, save_checkpoint
 
 SPEC = {"arch": "myrtle", "width_multiplier": 0.125}
 TRAINING = {"epochs": 2, "batch_size": 32}
@@ -204,6 +204,31 @@ def test_checkpoints_are_never_overwritten_and_check_architecture(tiny_shapes_di
     with pytest.raises(ValueError, match=r"'arch': 'myrtle'.*resnet20"):
         load_weights(models.build({"arch": "resnet20"}), path, spec={"arch": "resnet20"})
     assert sorted(p.name for p in path.parent.iterdir()) == ["seed0.pt"]  # no temp files left
+
+
+@pytest.mark.parametrize("spec", [SPEC, {"arch": "resnet20", "width_multiplier": 0.25}])
+def test_a_jobs_member_is_channels_last_and_computes_what_was_saved(tiny_shapes_dir, tmp_path, spec):
+    torch.manual_seed(0)
+    model = models.build(spec).eval()
+    path = tmp_path / "seed0.pt"
+    spec = models.normalize_spec(spec)
+    save_checkpoint(
+        {
+            "format": CHECKPOINT_FORMAT,
+            "state_dict": model.state_dict(),
+            "spec": spec,
+            "variant": "m",
+            "seed": 0,
+        },
+        path,
+    )
+    member, _ = Job("cpu", tiny_shapes_dir).model(path)
+    convolutions = [p for p in member.parameters() if p.dim() == 4]
+    assert convolutions and all(p.is_contiguous(memory_format=torch.channels_last) for p in convolutions)
+    assert not all(p.is_contiguous() for p in convolutions)
+    images = torch.randn(8, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(member(images), model(images), rtol=1e-5, atol=1e-5)
 
 
 def test_zoo_table_takes_the_kept_epoch():

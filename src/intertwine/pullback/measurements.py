@@ -220,8 +220,8 @@ def agreement_rows(
         batch = images.repeat(len(chosen), *([1] * (images.dim() - 1)))
         units_a, units_b = chosen.repeat_interleave(n), perm[chosen].repeat_interleave(n)
         for mode in modes:
-            got_a = attribution("a", batch, mode, site=site, units=units_a).view(len(chosen), n, -1)
-            got_b = attribution("b", batch, mode, site=site, units=units_b).view(len(chosen), n, -1)
+            got_a = attribution("a", batch, mode, site=site, units=units_a).reshape(len(chosen), n, -1)
+            got_b = attribution("b", batch, mode, site=site, units=units_b).reshape(len(chosen), n, -1)
             for k, unit in enumerate(chosen.tolist()):
                 rows.append(
                     {

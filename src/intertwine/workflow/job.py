@@ -60,7 +60,10 @@ class Job:
         def load():
             model, meta = load_model(checkpoint, self.device)
             self.check_data(meta, checkpoint)
-            return model, meta
+            # Channels-last: a CPU max-pools and convolves faster in it (a Myrtle stitching job
+            # 9.5 s -> 8.4 s), as recent GPUs do; the values agree to float rounding. A model with
+            # no 4-d weight is unchanged.
+            return model.to(memory_format=torch.channels_last), meta
 
         return self._cached(("model", str(checkpoint)), load)
 
