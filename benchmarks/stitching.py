@@ -7,7 +7,9 @@ the Birkhoff layer).
 
 Also times the stitched network with its frozen front run with autograd (a plain nn.Sequential
 of f's and g's modules, everything requiring grad except that only the layer is optimised),
-the usual way of writing it, against ours (front in inference, no graph).
+the usual way of writing it, against ours (front in inference, no graph); and G_ReLU stitching
+with both members in channels-last, as a workflow job loads them (`Job.model`), against the
+default memory format.
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ from intertwine.utils import resolve_device
 def steps_per_second(method, f, g, site, channels, split, mean, std, config, device) -> float:
     layer = build_layer(method, channels, torch.Generator().manual_seed(0)).to(device)
     stitched = stitch(f, copy.deepcopy(g), site, layer)
-    seconds = fit(
+    fitted = fit(
         stitched, split, config, torch.Generator(device=device).manual_seed(0), mean, std, log=lambda _: None
     )
-    return config.epochs * -(-len(split) // config.batch_size) / seconds
+    return config.epochs * -(-len(split) // config.batch_size) / fitted.seconds
 
 
 class FrontWithGraph(torch.nn.Module):
@@ -104,6 +106,14 @@ def main() -> None:
     )
     print(
         f"SoftSort {softsort:.1f} steps/s: the Birkhoff G_ReLU layer is {grelu / softsort:.2f}x faster per step"
+    )
+    f_last, g_last = (copy.deepcopy(m).to(memory_format=torch.channels_last) for m in (f, g))
+    grelu_last = steps_per_second(
+        "grelu", f_last, g_last, args.site, channels, split, mean, std, config, device
+    )
+    print(
+        f"members in channels-last {grelu_last:.1f} steps/s vs the default format {grelu:.1f} steps/s: "
+        f"{grelu_last / grelu:.2f}x"
     )
     ours, baseline = frozen_front_speedup(f, g, args.site, channels, split, mean, std, config, device)
     print(
